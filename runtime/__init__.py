@@ -1,0 +1,22 @@
+"""aicirt: sandboxed WebAssembly controllers that steer LLM decoding token by token.
+
+The embedding surface (see docs/embedding.md): :class:`Runtime` loads controllers and runs their
+`mid-process` calls on worker threads while the engine runs its forward pass. Importing aicirt
+pulls in no model framework.
+"""
+from .batch import BatchHandle, BatchOutcome
+from .capabilities import Capabilities
+from .controller import Controller
+from .errors import AicirtError, ControllerError, LoadError
+from .limits import Limits
+from .request import Request
+from .results import Branch, Splice, StepResult
+from .runtime import Runtime
+from .sequence import Sequence
+from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+
+__all__ = [
+    "AicirtError", "BatchHandle", "BatchOutcome", "Branch", "ByteTokenizer", "Capabilities", "Controller",
+    "ControllerError", "HFTokenizer", "Limits", "LoadError", "Request", "Runtime", "Sequence", "Splice",
+    "StepResult", "Tokenizer",
+]

@@ -1,0 +1,138 @@
+"""Loading a controller: read, validate against the contract, rewrite for fork, compile, cache."""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import wasmtime
+
+from . import abi
+from .errors import LoadError
+from .wasm_binary import WasmFormatError, export_mutable_globals
+
+
+@dataclass(eq=False)
+class Controller:
+    """A validated, compiled controller module; load once, use for any number of requests."""
+
+    sha256: str
+    module: wasmtime.Module
+    size: int
+    globals: dict[int, str]          # mutable global index -> export name (copied on fork)
+    has_post: bool
+    has_initialize: bool
+    wasi_imports: list[tuple[str, wasmtime.FuncType]] = field(default_factory=list)
+    name: str = ""
+
+
+def _sig(ft: wasmtime.FuncType) -> tuple[list[str], list[str]]:
+    return [str(p) for p in ft.params], [str(r) for r in ft.results]
+
+
+def _fmt(sig) -> str:
+    return f"({', '.join(sig[0])}) -> ({', '.join(sig[1])})"
+
+
+def read_source(src: str | os.PathLike | bytes | bytearray, max_bytes: int) -> tuple[bytes, str]:
+    """The module's bytes and a display name; raises LoadError for a missing or oversized file."""
+    if isinstance(src, (bytes, bytearray)):
+        data, name = bytes(src), "<bytes>"
+    else:
+        path = Path(src)
+        if not path.is_file():
+            raise LoadError(f"{path}: no such file")
+        if path.stat().st_size > max_bytes:
+            raise LoadError(f"{path}: {path.stat().st_size} bytes is over the upload limit of {max_bytes}")
+        data, name = path.read_bytes(), path.name
+    if len(data) > max_bytes:
+        raise LoadError(f"{name}: {len(data)} bytes is over the upload limit of {max_bytes}")
+    return data, name
+
+
+def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
+    """Check exports and imports against SPEC §2. Returns (has_post, has_initialize, wasi imports)."""
+    exports = {e.name: e.type for e in module.exports}
+    problems = []
+    if not isinstance(exports.get("memory"), wasmtime.MemoryType):
+        problems.append("missing export `memory` (a linear memory)")
+    for fname, want in {**abi.REQUIRED_FUNCS, **abi.OPTIONAL_FUNCS}.items():
+        ty = exports.get(fname)
+        if ty is None:
+            if fname in abi.REQUIRED_FUNCS:
+                problems.append(f"missing export `{fname}` {_fmt(want)}")
+        elif not isinstance(ty, wasmtime.FuncType):
+            problems.append(f"export `{fname}` must be a function {_fmt(want)}")
+        elif _sig(ty) != want:
+            problems.append(f"export `{fname}` has type {_fmt(_sig(ty))}, expected {_fmt(want)}")
+    wasi = []
+    for imp in module.imports:
+        where = f"import `{imp.module}`.`{imp.name}`"
+        if imp.module == abi.HOST_MODULE:
+            want = abi.HOST_IMPORTS.get(imp.name)
+            if want is None:
+                problems.append(f"{where} is not in WIT interface `host`")
+            elif not isinstance(imp.type, wasmtime.FuncType) or _sig(imp.type) != want:
+                got = _fmt(_sig(imp.type)) if isinstance(imp.type, wasmtime.FuncType) else "not a function"
+                problems.append(f"{where} has type {got}, expected {_fmt(want)}")
+        elif imp.module == abi.WASI_MODULE and isinstance(imp.type, wasmtime.FuncType):
+            wasi.append((imp.name, imp.type))
+        else:
+            problems.append(f"{where} is not provided (only `{abi.HOST_MODULE}` and `{abi.WASI_MODULE}` functions are)")
+    if problems:
+        raise LoadError(f"{name} is not a controller: " + "; ".join(problems))
+    return abi.EXPORT_POST in exports, abi.EXPORT_INITIALIZE in exports, wasi
+
+
+def _compile(engine: wasmtime.Engine, wasm: bytes, timeout_s: float, name: str) -> wasmtime.Module:
+    box: dict = {}
+
+    def work():
+        try:
+            box["module"] = wasmtime.Module(engine, wasm)
+        except Exception as e:  # reported below with the module's name
+            box["error"] = e
+
+    t = threading.Thread(target=work, daemon=True, name="aicirt-compile")
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise LoadError(f"{name}: compiling took longer than {timeout_s:g} s")
+    if "error" in box:
+        raise LoadError(f"{name}: not a valid Wasm module: {str(box['error']).strip()}")
+    return box["module"]
+
+
+def load_controller(engine: wasmtime.Engine, engine_key: str, src, *, max_bytes: int,
+                    compile_timeout_s: float, cache_dir: Path | None) -> Controller:
+    """Read, validate, rewrite and compile a controller (compiled code cached on disk).
+
+    Raises LoadError with a message naming what is wrong.
+    """
+    data, name = read_source(src, max_bytes)
+    sha = hashlib.sha256(data).hexdigest()
+    try:
+        wasm, globals_ = export_mutable_globals(data)
+    except WasmFormatError as e:
+        raise LoadError(f"{name}: {e}") from None
+    module = None
+    cached = cache_dir / f"{sha}-{engine_key}.cwasm" if cache_dir else None
+    if cached is not None and cached.is_file():
+        try:
+            module = wasmtime.Module.deserialize_file(engine, str(cached))
+        except Exception:  # stale or corrupt cache entry: recompile and overwrite
+            module = None
+    if module is None:
+        module = _compile(engine, wasm, compile_timeout_s, name)
+        if cached is not None:
+            try:
+                cache_dir.mkdir(parents=True, exist_ok=True)
+                tmp = cached.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_bytes(module.serialize())
+                os.replace(tmp, cached)
+            except OSError:
+                pass  # a read-only cache only costs a recompile next time
+    has_post, has_init, wasi = validate(module, name)
+    return Controller(sha, module, len(data), globals_, has_post, has_init, wasi, name)

@@ -1,0 +1,39 @@
+"""The sandbox limits of SPEC §4, in one settings object shared by the library and the CLI."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-controller limits. Times in seconds, sizes in bytes. All validated on construction.
+
+    A breach ends only the sequence concerned (finish reason ``error``), except the soft
+    deadline, which makes the sequence no-op for the step and applies the late result next step.
+    """
+
+    soft_deadline_s: float = 0.025      # after the forward pass ends (i.e. from BatchHandle.wait)
+    max_late_steps: int = 10            # consecutive late steps before the sequence errors
+    call_timeout_s: float = 1.0         # one mid-process call (epoch interruption)
+    first_call_timeout_s: float = 1.0   # first call, which processes the prompt
+    memory_bytes: int = 64 << 20        # linear memory per instance
+    stack_bytes: int = 512 << 10        # Wasm stack
+    max_forks: int = 16                 # sequences a request may add by forking
+    log_bytes: int = 64 << 10           # controller log kept per sequence (oldest dropped)
+    upload_bytes: int = 64 << 20        # module size
+    compile_timeout_s: float = 30.0
+    epoch_tick_s: float = 0.01          # granularity of the hard time limit
+
+    def __post_init__(self) -> None:
+        for name in ("soft_deadline_s", "call_timeout_s", "first_call_timeout_s", "compile_timeout_s", "epoch_tick_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("max_late_steps", "memory_bytes", "stack_bytes", "log_bytes", "upload_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.max_forks < 0:
+            raise ValueError(f"Limits.max_forks must be >= 0, got {self.max_forks!r}")
+
+    def ticks(self, seconds: float) -> int:
+        """Epoch ticks for a time limit (at least one)."""
+        return max(1, round(seconds / self.epoch_tick_s))

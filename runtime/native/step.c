@@ -1,0 +1,169 @@
+/* The per-sequence step of the hot path, in C (compiled on first use with cffi's API mode).
+ *
+ * One call runs `mid-process` for a whole chunk of sequences with the GIL released: for each,
+ * allocate and write the arguments through the guest's cabi_realloc, call mid-process, and lift
+ * the common result (one branch, a mask, no splices) straight into the batch's mask row, then
+ * call cabi_post_mid-process. Anything rarer (stop, forks, splices, no mask) is left to Python
+ * (status AICIRT_LIFT), which reads the same linear memory through a numpy view.
+ *
+ * libwasmtime is not linked: the function pointers come from the library wasmtime-py already
+ * loaded (aicirt_bind), so there is exactly one copy of wasmtime in the process.
+ * The struct layouts below mirror wasmtime 50's C API (wasmtime/extern.h, val.h).
+ * aicirt_slot is declared again in ffi_decl.py's CDEF: keep the two in step.
+ */
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct { uint64_t store_id; void *priv; } wt_func_t;                      /* 16 bytes */
+typedef struct { struct { uint64_t store_id; uint32_t p1; } a; uint32_t p2; } wt_memory_t; /* 24 */
+typedef union { int32_t i32; int64_t i64; float f32; double f64; uint8_t v128[16]; void *ref; } wt_val_raw_t;
+
+typedef void *(*call_unchecked_fn)(void *ctx, const wt_func_t *f, wt_val_raw_t *args, size_t n, void **trap);
+typedef uint8_t *(*memory_data_fn)(void *ctx, const wt_memory_t *m);
+typedef size_t (*memory_size_fn)(void *ctx, const wt_memory_t *m);
+typedef void (*set_deadline_fn)(void *ctx, uint64_t ticks);
+
+static call_unchecked_fn p_call;
+static memory_data_fn p_mem_data;
+static memory_size_fn p_mem_size;
+static set_deadline_fn p_deadline;
+
+#define AICIRT_OK 0         /* fully lifted: mask copied (or stop), post-return done */
+#define AICIRT_LIFT 1       /* call succeeded; Python lifts the result and calls post-return */
+#define AICIRT_TRAP -1      /* trap or wasmtime error: see slot->trap / slot->error */
+#define AICIRT_BAD_ALLOC -2 /* cabi_realloc returned memory outside linear memory */
+#define AICIRT_BAD_RESULT -3/* result pointer or branch list outside linear memory */
+#define AICIRT_BAD_MASK -4  /* mask pointer/length invalid, or bits set past the vocabulary */
+#define AICIRT_EMPTY_MASK -5
+
+typedef struct {
+    void *ctx;
+    wt_func_t f_realloc, f_mid, f_post;
+    wt_memory_t mem;
+    int32_t has_post;
+    uint64_t deadline_ticks;
+    /* in */
+    uint32_t backtrack, n_tokens, sampled_is_some, sampled, n_group;
+    const uint32_t *tokens, *group;
+    uint32_t *mask_row;   /* branch 0's mask lands here */
+    uint32_t mask_words, vocab_size;
+    /* out */
+    int32_t status;
+    uint32_t result_ptr;
+    uint32_t n_branches, branches_ptr;
+    int32_t temp_is_some;
+    float temp;
+    void *error, *trap;
+    double elapsed_us;
+    volatile int32_t done;
+} aicirt_slot;
+
+int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline) {
+    p_call = (call_unchecked_fn)call;
+    p_mem_data = (memory_data_fn)mem_data;
+    p_mem_size = (memory_size_fn)mem_size;
+    p_deadline = (set_deadline_fn)deadline;
+    return (int)sizeof(aicirt_slot);
+}
+
+static int call(aicirt_slot *s, const wt_func_t *f, wt_val_raw_t *args, size_t n) {
+    void *trap = 0;
+    p_deadline(s->ctx, s->deadline_ticks);
+    void *err = p_call(s->ctx, f, args, n, &trap);
+    if (err || trap) {
+        s->error = err;
+        s->trap = trap;
+        return 0;
+    }
+    return 1;
+}
+
+/* Allocate `n` u32s in the guest and copy `src` there; returns the guest pointer or -1. */
+static int64_t write_list(aicirt_slot *s, const uint32_t *src, uint32_t n) {
+    if (n == 0) return 0;
+    wt_val_raw_t a[4];
+    a[0].i32 = 0; a[1].i32 = 0; a[2].i32 = 4; a[3].i32 = (int32_t)(n * 4);
+    if (!call(s, &s->f_realloc, a, 4)) { s->status = AICIRT_TRAP; return -1; }
+    uint32_t ptr = (uint32_t)a[0].i32;
+    size_t size = p_mem_size(s->ctx, &s->mem);
+    if ((uint64_t)ptr + (uint64_t)n * 4 > size) { s->status = AICIRT_BAD_ALLOC; return -1; }
+    memcpy(p_mem_data(s->ctx, &s->mem) + ptr, src, (size_t)n * 4);
+    return ptr;
+}
+
+static inline uint32_t rd32(const uint8_t *m, uint32_t off) {
+    uint32_t v;
+    memcpy(&v, m + off, 4);
+    return v;
+}
+
+void aicirt_post(aicirt_slot *s) {
+    if (!s->has_post) return;
+    wt_val_raw_t a[1];
+    a[0].i32 = (int32_t)s->result_ptr;
+    if (!call(s, &s->f_post, a, 1)) s->status = AICIRT_TRAP;
+}
+
+static void lift(aicirt_slot *s) {
+    size_t size = p_mem_size(s->ctx, &s->mem);
+    const uint8_t *m = p_mem_data(s->ctx, &s->mem);
+    if ((uint64_t)s->result_ptr + 8 > size) { s->status = AICIRT_BAD_RESULT; return; }
+    s->branches_ptr = rd32(m, s->result_ptr);
+    s->n_branches = rd32(m, s->result_ptr + 4);
+    if ((uint64_t)s->branches_ptr + (uint64_t)s->n_branches * 28 > size) { s->status = AICIRT_BAD_RESULT; return; }
+    if (s->n_branches != 1) { s->status = AICIRT_LIFT; return; }
+    const uint8_t *b = m + s->branches_ptr;
+    uint32_t n_splices = rd32(b, 24);
+    if (b[0] == 0 || n_splices != 0) { s->status = AICIRT_LIFT; return; }
+    s->temp_is_some = b[12] != 0;
+    memcpy(&s->temp, b + 16, 4);
+    uint32_t mptr = rd32(b, 4), mlen = rd32(b, 8);
+    if (mlen != s->mask_words || (uint64_t)mptr + (uint64_t)mlen * 4 > size) { s->status = AICIRT_BAD_MASK; return; }
+    memcpy(s->mask_row, m + mptr, (size_t)mlen * 4);
+    uint32_t tail = s->vocab_size % 32;
+    if (tail && (s->mask_row[mlen - 1] >> tail)) { s->status = AICIRT_BAD_MASK; return; }
+    uint32_t any = 0;
+    for (uint32_t i = 0; i < mlen; i++) any |= s->mask_row[i];
+    if (!any) { s->status = AICIRT_EMPTY_MASK; return; }
+    s->status = AICIRT_OK;
+    aicirt_post(s);
+}
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+void aicirt_step(aicirt_slot *s) {
+    double t0 = now_us();
+    s->error = s->trap = 0;
+    s->n_branches = 0;
+    int64_t tokens = write_list(s, s->tokens, s->n_tokens);
+    int64_t group = tokens < 0 ? -1 : write_list(s, s->group, s->n_group);
+    if (group >= 0) {
+        wt_val_raw_t a[7];
+        a[0].i32 = (int32_t)s->backtrack;
+        a[1].i32 = (int32_t)tokens; a[2].i32 = (int32_t)s->n_tokens;
+        a[3].i32 = (int32_t)s->sampled_is_some; a[4].i32 = (int32_t)s->sampled;
+        a[5].i32 = (int32_t)group; a[6].i32 = (int32_t)s->n_group;
+        if (call(s, &s->f_mid, a, 7)) {
+            s->result_ptr = (uint32_t)a[0].i32;
+            lift(s);
+        } else {
+            s->status = AICIRT_TRAP;
+        }
+    }
+    s->elapsed_us = now_us() - t0;
+    __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+}
+
+void aicirt_step_many(aicirt_slot **slots, int n) {
+    for (int i = 0; i < n; i++) aicirt_step(slots[i]);
+}
+
+uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
+    *size = p_mem_size(s->ctx, &s->mem);
+    return p_mem_data(s->ctx, &s->mem);
+}

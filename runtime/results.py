@@ -1,0 +1,49 @@
+"""What one `mid-process` call tells the engine (SPEC §3), as plain typed values."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .sequence import Sequence
+
+TokenId = int
+
+
+@dataclass(frozen=True)
+class Splice:
+    """Backtrack `backtrack` tokens (counting the sampled one), then append `ff_tokens`;
+    applies when the sampled token is in `when_sampled` (empty: always)."""
+    when_sampled: tuple[TokenId, ...]
+    backtrack: int
+    ff_tokens: tuple[TokenId, ...]
+
+
+@dataclass(frozen=True)
+class Branch:
+    """`mask_row` indexes `BatchOutcome.masks` (None: do not sample; one unconditional splice)."""
+    mask_row: int | None
+    temperature: float | None
+    splices: tuple[Splice, ...] = ()
+
+    @property
+    def is_noop(self) -> bool:
+        return self.mask_row is None and self.splices[0].backtrack == 0 and not self.splices[0].ff_tokens
+
+
+@dataclass
+class StepResult:
+    """One sequence's outcome. `status`: "ok"; "pending" (late: no-op this step, the result
+    arrives with a later step); "error" (the sequence is finished; `error` says why).
+    `branches == []` with status "ok" means stop. `forks[i]` runs `branches[i + 1]`."""
+    seq: "Sequence"
+    status: Literal["ok", "pending", "error"]
+    branches: list[Branch] = field(default_factory=list)
+    forks: list["Sequence"] = field(default_factory=list)
+    error: str | None = None
+    logs: str = ""
+    elapsed_us: float = 0.0
+
+    @property
+    def is_stop(self) -> bool:
+        return self.status == "ok" and not self.branches

@@ -1,0 +1,231 @@
+"""Just enough of the core Wasm binary format to rewrite a controller before it is compiled.
+
+Fork copies a parent's linear memory *and every mutable global* into a fresh instance. Globals
+that the module does not export (wasi-libc's `__stack_pointer`, say) are invisible from the host,
+so at load time we append an export for each such global, named ``aicirt-global-<index>``.
+Nothing else in the module changes. Every read is bounds-checked: malformed input raises
+:class:`WasmFormatError`, never an IndexError or a hang.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAGIC = b"\0asm\x01\0\0\0"
+GLOBAL_EXPORT_PREFIX = "aicirt-global-"
+
+_SEC_IMPORT, _SEC_GLOBAL, _SEC_EXPORT = 2, 6, 7
+# Canonical section order (ids); custom sections (0) may sit anywhere. Tag (13) sits between
+# memory (5) and global (6); data count (12) between element (9) and code (10).
+_ORDER = [1, 2, 3, 4, 5, 13, 6, 7, 8, 9, 12, 10, 11]
+_NUMERIC_VALTYPES = {0x7F: "i32", 0x7E: "i64", 0x7D: "f32", 0x7C: "f64"}
+
+
+class WasmFormatError(ValueError):
+    """The bytes are not a well-formed core Wasm module (as far as the rewriter reads them)."""
+
+
+@dataclass(frozen=True)
+class GlobalInfo:
+    index: int          # in the global index space (imports first)
+    valtype: int        # raw valtype byte
+    mutable: bool
+    imported: bool
+
+
+class _Reader:
+    def __init__(self, data: bytes, pos: int = 0, end: int | None = None):
+        self.data, self.pos = data, pos
+        self.end = len(data) if end is None else end
+
+    def byte(self) -> int:
+        if self.pos >= self.end:
+            raise WasmFormatError(f"unexpected end of module at byte {self.pos}")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > self.end:
+            raise WasmFormatError(f"length {n} at byte {self.pos} runs past the end")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def leb(self, max_bits: int = 64) -> int:
+        result = shift = 0
+        while True:
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return result
+            if shift >= max_bits + 7:
+                raise WasmFormatError(f"LEB128 too long at byte {self.pos}")
+
+    def name(self) -> str:
+        raw = self.take(self.leb(32))
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise WasmFormatError(f"name is not UTF-8 at byte {self.pos}") from e
+
+
+def _leb(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _name(s: str) -> bytes:
+    raw = s.encode()
+    return _leb(len(raw)) + raw
+
+
+def sections(wasm: bytes) -> list[tuple[int, int, int, int]]:
+    """(id, header start, payload start, payload end) of every section, in order."""
+    if wasm[:8] != MAGIC:
+        raise WasmFormatError("not a core Wasm module (bad magic or version; components are not accepted)")
+    r = _Reader(wasm, 8)
+    out = []
+    while r.pos < r.end:
+        header = r.pos
+        sid = r.byte()
+        if sid != 0 and sid not in _ORDER:
+            raise WasmFormatError(f"unknown section id {sid} at byte {header}")
+        size = r.leb(32)
+        start = r.pos
+        r.take(size)
+        out.append((sid, header, start, start + size))
+    return out
+
+
+def _skip_limits(r: _Reader) -> None:
+    flags = r.byte()
+    r.leb()
+    if flags & 1:
+        r.leb()
+    if flags & 8:  # custom page size
+        r.leb()
+
+
+def _skip_valtype(r: _Reader) -> int:
+    t = r.byte()
+    if t in (0x63, 0x64):  # (ref null? ht)
+        r.leb()
+    return t
+
+
+def _skip_const_expr(r: _Reader) -> None:
+    while True:
+        op = r.byte()
+        if op == 0x0B:
+            return
+        if op in (0x41, 0x42, 0x23, 0xD2):
+            r.leb()
+        elif op == 0x43:
+            r.take(4)
+        elif op == 0x44:
+            r.take(8)
+        elif op == 0xD0:
+            r.leb()
+        elif op == 0xFD:
+            if r.leb(32) != 12:
+                raise WasmFormatError("unsupported SIMD instruction in a constant expression")
+            r.take(16)
+        elif op in (0x6A, 0x6B, 0x6C, 0x7C, 0x7D, 0x7E):
+            pass
+        else:
+            raise WasmFormatError(f"unsupported opcode 0x{op:02x} in a constant expression")
+
+
+def globals_and_exports(wasm: bytes) -> tuple[list[GlobalInfo], dict[str, tuple[int, int]]]:
+    """All globals (imported first) and all exports as name -> (kind, index)."""
+    globals_: list[GlobalInfo] = []
+    exports: dict[str, tuple[int, int]] = {}
+    for sid, _, start, end in sections(wasm):
+        r = _Reader(wasm, start, end)
+        if sid == _SEC_IMPORT:
+            for _ in range(r.leb(32)):
+                r.name(), r.name()
+                kind = r.byte()
+                if kind == 0:
+                    r.leb()
+                elif kind == 1:
+                    _skip_valtype(r)
+                    _skip_limits(r)
+                elif kind == 2:
+                    _skip_limits(r)
+                elif kind == 3:
+                    t = _skip_valtype(r)
+                    globals_.append(GlobalInfo(len(globals_), t, r.byte() == 1, True))
+                elif kind == 4:
+                    r.byte(), r.leb()
+                else:
+                    raise WasmFormatError(f"unknown import kind {kind}")
+        elif sid == _SEC_GLOBAL:
+            for _ in range(r.leb(32)):
+                t = _skip_valtype(r)
+                mut = r.byte() == 1
+                _skip_const_expr(r)
+                globals_.append(GlobalInfo(len(globals_), t, mut, False))
+        elif sid == _SEC_EXPORT:
+            for _ in range(r.leb(32)):
+                name = r.name()
+                kind = r.byte()
+                exports[name] = (kind, r.leb(32))
+    return globals_, exports
+
+
+def export_mutable_globals(wasm: bytes) -> tuple[bytes, dict[int, str]]:
+    """Return the module with every defined mutable global exported, and index -> export name.
+
+    Raises :class:`WasmFormatError` for a malformed module and for a mutable global whose type
+    cannot be copied between instances (reference types).
+    """
+    globals_, exports = globals_and_exports(wasm)
+    exported = {idx: name for name, (kind, idx) in exports.items() if kind == 3}
+    names: dict[int, str] = {}
+    added: list[bytes] = []
+    for g in globals_:
+        if not g.mutable:
+            continue
+        if g.valtype not in _NUMERIC_VALTYPES:
+            raise WasmFormatError(f"mutable global {g.index} has a reference type; fork cannot copy it")
+        if g.index in exported:
+            names[g.index] = exported[g.index]
+        else:
+            name = f"{GLOBAL_EXPORT_PREFIX}{g.index}"
+            names[g.index] = name
+            added.append(_name(name) + b"\x03" + _leb(g.index))
+    if not added:
+        return wasm, names
+    return _with_extra_exports(wasm, added, len(exports)), names
+
+
+def _with_extra_exports(wasm: bytes, added: list[bytes], n_existing: int) -> bytes:
+    secs = sections(wasm)
+    out = bytearray(MAGIC)
+    placed = False
+    for sid, header, start, end in secs:
+        if sid == _SEC_EXPORT:
+            r = _Reader(wasm, start, end)
+            r.leb(32)  # count; the entries follow unchanged
+            payload = _leb(n_existing + len(added)) + wasm[r.pos:end] + b"".join(added)
+            out += bytes([_SEC_EXPORT]) + _leb(len(payload)) + payload
+            placed = True
+            continue
+        if not placed and sid != 0 and _ORDER.index(sid) > _ORDER.index(_SEC_EXPORT):
+            payload = _leb(len(added)) + b"".join(added)
+            out += bytes([_SEC_EXPORT]) + _leb(len(payload)) + payload
+            placed = True
+        out += wasm[header:end]
+    if not placed:
+        payload = _leb(len(added)) + b"".join(added)
+        out += bytes([_SEC_EXPORT]) + _leb(len(payload)) + payload
+    return bytes(out)
