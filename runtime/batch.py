@@ -34,6 +34,12 @@ class InvalidResult(Exception):
     """The controller's result breaks the contract; the message says how."""
 
 
+def _temperature(value: float, k: int) -> float:
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidResult(f"branch {k}: temperature {value} is not a finite number >= 0")
+    return value
+
+
 class BatchOutcome:
     """What `BatchHandle.wait` returns: `masks` (uint32 [rows, ceil(V/32)]) and `results`."""
 
@@ -55,17 +61,17 @@ class BatchHandle:
         self._extra: list[np.ndarray] = []
         self.results: list[StepResult | None] = [None] * len(items)
         self._running: list[tuple[int, "Sequence"]] = []
+        self._late: list[tuple[int, "Sequence"]] = []   # calls from earlier steps, still out
         self._first_call = False
         base = self.masks.ctypes.data
         for i, (seq, tokens, sampled) in enumerate(items):
             if seq.finished:
                 self.results[i] = StepResult(seq, "error", error=seq.error or "sequence has stopped")
             elif seq.in_flight is not None:
-                self._late(i, seq)
+                self._late.append((i, seq))
             else:
                 self._first_call |= seq.calls == 0
                 seq.prepare(tokens, sampled, native.ffi.cast("uint32_t *", base + i * W * 4))
-                seq.in_flight = (self.masks, i)
                 self._running.append((i, seq))
         self._futures = []
         if self._running:
@@ -76,14 +82,12 @@ class BatchHandle:
                 chunk = self._running[c * per:(c + 1) * per]
                 arr = native.ffi.new("aicirt_slot *[]", [s.slot for _, s in chunk])
                 self._slot_arrays.append(arr)
-                self._futures.append(runtime._pool.submit(native.step_many, arr, len(chunk)))
+                future = runtime._pool.submit(native.step_many, arr, len(chunk))
+                self._futures.append(future)
+                for i, seq in chunk:
+                    seq.in_flight = (self.masks, i, future)
 
-    def _late(self, i: int, seq: "Sequence") -> None:
-        """A call from an earlier step is still out: hand over its result if it is done now."""
-        if seq.slot.done:
-            masks, row = seq.in_flight
-            self.results[i] = self._collect(i, seq, masks[row])
-            return
+    def _still_late(self, i: int, seq: "Sequence") -> None:
         seq.late_steps += 1
         if seq.late_steps >= self.rt.limits.max_late_steps:
             seq.error = f"controller was late {seq.late_steps} steps in a row (soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms)"
@@ -100,13 +104,20 @@ class BatchHandle:
         budget = limits.soft_deadline_s if timeout_s is None else timeout_s
         if self._first_call:
             budget = max(budget, limits.first_call_timeout_s + 0.1)
-        if self._futures:
-            cf.wait(self._futures, timeout=budget)
+        futures = self._futures + [seq.in_flight[2] for _, seq in self._late]
+        if futures:
+            cf.wait(futures, timeout=budget)
+        for i, seq in self._late:
+            if seq.slot.done:   # an earlier step's call: its mask sits in that step's array
+                masks, row, _ = seq.in_flight
+                self.results[i] = self._collect(i, seq, masks[row])
+            else:
+                self._still_late(i, seq)
         for i, seq in self._running:
             if seq.slot.done:
                 self.results[i] = self._collect(i, seq, None)
             else:
-                self._late(i, seq)
+                self._still_late(i, seq)
         masks = np.concatenate([self.masks, *self._extra]) if self._extra else self.masks
         self.rt._reap()
         return BatchOutcome(masks, self.results, (time.perf_counter() - t0) * 1e6)
@@ -121,7 +132,8 @@ class BatchHandle:
             if status == STATUS_OK:
                 if src_row is not None:
                     self.masks[i] = src_row
-                result = StepResult(seq, "ok", [Branch(i, float(s.temp) if s.temp_is_some else None)])
+                temperature = _temperature(float(s.temp), 0) if s.temp_is_some else None
+                result = StepResult(seq, "ok", [Branch(i, temperature)])
             elif status == STATUS_LIFT:
                 result = self._lift(i, seq)
             elif status == STATUS_TRAP:
@@ -167,11 +179,7 @@ class BatchHandle:
                     self.masks[i] = mask
                 else:
                     self._extra.append(mask[None, :])
-            temperature = None
-            if mem[b + 12]:
-                temperature = float(mem[b + 16:b + 20].view(np.float32)[0])
-                if not (math.isfinite(temperature) and temperature >= 0):
-                    raise InvalidResult(f"branch {k}: temperature {temperature} is not a finite number >= 0")
+            temperature = _temperature(float(mem[b + 16:b + 20].view(np.float32)[0]), k) if mem[b + 12] else None
             splices = self._read_splices(mem, size, u32(b + 20), u32(b + 24), k, has_mask, len(seq.seen), caps)
             if not has_mask and (len(splices) != 1 or splices[0].when_sampled):
                 raise InvalidResult(f"branch {k} has no mask, so it needs exactly one unconditional splice, got {len(splices)}")

@@ -1,0 +1,115 @@
+"""SPEC §4 limits and invalid results: each ends only the offending sequence, with a clear message."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import mask_tokens
+from scripted import (bad_host_ptr, bad_result_ptr, branch, grow, log, loop_forever, recurse, result, script,
+                      splice, trap)
+
+import aicirt
+
+HEALTHY = result(branch(mask=[65]))
+
+
+def run_beside_healthy(runtime, wasm, *bad_steps, tokens=(1, 2), timeout_s=None):
+    """Submit a misbehaving sequence next to a healthy one; returns (bad result, healthy outcome)."""
+    ctrl = runtime.load(wasm)
+    bad = runtime.new_request(ctrl, arg=script(*bad_steps)).spawn()
+    good = runtime.new_request(ctrl, arg=script(HEALTHY)).spawn()
+    out = runtime.submit([(good, list(tokens), None), (bad, list(tokens), None)]).wait(timeout_s)
+    g, b = out.results
+    assert g.status == "ok" and mask_tokens(out, g.branches[0].mask_row) == [65]
+    return b, bad
+
+
+@pytest.mark.parametrize("steps, needle", [
+    ((trap(),), "unreachable"),
+    ((bad_result_ptr(),), "outside linear memory"),
+    ((result(branch(raw_mask=[1, 2])),), "mask has 2 words, expected ceil(257/32) = 9"),
+    ((result(branch(raw_mask=[0] * 8 + [2])),), "token 257 >= vocab size 257"),
+    ((result(branch(raw_mask=[0] * 9)),), "mask allows no token"),
+    ((result(branch(mask=[1], splices=[splice(ff=[300])])),), "token id 300 >= vocab size 257"),
+    ((result(branch(mask=[1], splices=[splice(when=[999], ff=[1])])),), "token id 999"),
+    ((result(branch()),), "exactly one unconditional splice"),
+    ((result(branch(splices=[splice(when=[1], ff=[1])])),), "exactly one unconditional splice"),
+    ((result(branch(mask=[1], temperature=float("nan"))),), "temperature"),
+    ((bad_host_ptr(HEALTHY),), "host import `log`: range"),
+])
+def test_invalid_results_end_only_that_sequence(rt, scripted_wasm, steps, needle):
+    r, seq = run_beside_healthy(rt, scripted_wasm, *steps)
+    assert r.status == "error" and needle in r.error, r.error
+    assert seq.finished
+
+
+def test_hard_time_limit_interrupts_an_endless_loop(make_rt, scripted_wasm):
+    runtime = make_rt(call_timeout_s=0.2, first_call_timeout_s=0.2)
+    t0 = time.perf_counter()
+    r, _ = run_beside_healthy(runtime, scripted_wasm, loop_forever())
+    assert r.status == "error" and "time limit" in r.error
+    assert time.perf_counter() - t0 < 2
+
+
+def test_memory_limit(make_rt, scripted_wasm):
+    runtime = make_rt(memory_bytes=2 << 20)
+    r, _ = run_beside_healthy(runtime, scripted_wasm, grow(64, HEALTHY))   # 4 MiB more than allowed
+    assert r.status == "error" and "unreachable" in r.error
+
+
+def test_stack_limit(make_rt, scripted_wasm):
+    runtime = make_rt(stack_bytes=64 << 10)
+    r, _ = run_beside_healthy(runtime, scripted_wasm, recurse(100000, HEALTHY))
+    assert r.status == "error" and ("stack" in r.error or "out of bounds" in r.error), r.error
+
+
+def test_too_many_forks(make_rt, scripted_wasm):
+    runtime = make_rt(max_forks=2)
+    r, _ = run_beside_healthy(runtime, scripted_wasm, result(*[branch(mask=[i]) for i in range(4)]))
+    assert r.status == "error" and "limit of 2 forks" in r.error
+
+
+def test_log_is_capped_oldest_dropped(make_rt, scripted_wasm):
+    runtime = make_rt(log_bytes=16)
+    req = runtime.new_request(runtime.load(scripted_wasm), arg=script(log("0123456789abcdefXYZ", HEALTHY)))
+    seq = req.spawn()
+    r = runtime.submit([(seq, [1], None)]).wait().results[0]
+    assert r.status == "ok" and r.logs == "3456789abcdefXYZ" and bytes(seq.log) == b"3456789abcdefXYZ"
+
+
+def test_soft_deadline_then_late_result_next_step(make_rt, scripted_wasm):
+    runtime = make_rt(soft_deadline_s=0.001, first_call_timeout_s=0.5)
+    ctrl = runtime.load(scripted_wasm)
+    # call 1 (prompt) is quick; call 2 logs 200 times through Python (slow enough to miss 1 ms)
+    slow = result(branch(mask=[66]))
+    for i in range(300):
+        slow = log(f"line {i}\n", slow)
+    req = runtime.new_request(ctrl, arg=script(HEALTHY, slow))
+    seq = req.spawn()
+    assert runtime.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+    first = runtime.submit([(seq, [1, 65], 65)]).wait().results[0]
+    assert first.status == "pending"
+    results = []
+    for _ in range(50):
+        out = runtime.submit([(seq, [1, 65], None)]).wait(0.05)
+        results.append(out.results[0])
+        if out.results[0].status != "pending":
+            break
+    final = results[-1]
+    assert final.status == "ok" and mask_tokens(out, final.branches[0].mask_row) == [66]
+
+
+def test_too_many_late_steps_is_an_error(make_rt, scripted_wasm):
+    runtime = make_rt(soft_deadline_s=0.001, max_late_steps=3, call_timeout_s=0.5, first_call_timeout_s=0.5)
+    req = runtime.new_request(runtime.load(scripted_wasm), arg=script(HEALTHY, loop_forever()))
+    seq = req.spawn()
+    runtime.submit([(seq, [1], None)]).wait()
+    statuses = [runtime.submit([(seq, [1, 65], 65)]).wait(0.001).results[0].status for _ in range(4)]
+    assert statuses[:2] == ["pending", "pending"] and statuses[2] == "error"
+    assert "late 3 steps" in seq.error
+
+
+def test_spawn_failure_is_a_controller_error(make_rt, scripted_wasm):
+    runtime = make_rt(memory_bytes=1)   # not even the initial memory fits
+    with pytest.raises(aicirt.ControllerError, match="instantiating"):
+        runtime.new_request(runtime.load(scripted_wasm)).spawn()

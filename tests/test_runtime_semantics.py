@@ -1,0 +1,147 @@
+"""SPEC §3 row by row at the runtime level: what each result lifts to, net edits, forks, variables."""
+from __future__ import annotations
+
+import pytest
+from conftest import mask_tokens
+from scripted import (branch, by_fork_index, host_info, noop, parse_trace, result, script, splice, stop, var_set,
+                      wait_var)
+
+from aicirt import Capabilities
+
+
+def start(rt, wasm, *steps, caps=Capabilities.ALL):
+    req = rt.new_request(rt.load(wasm), arg=script(*steps), capabilities=caps)
+    return req, req.spawn()
+
+
+def step(rt, seq, tokens, sampled=None):
+    out = rt.submit([(seq, tokens, sampled)]).wait()
+    return out, out.results[0]
+
+
+def test_empty_result_stops(rt, scripted_wasm):
+    _, seq = start(rt, scripted_wasm, stop())
+    _, r = step(rt, seq, [1, 2])
+    assert r.status == "ok" and r.branches == [] and r.is_stop and seq.finished
+
+
+def test_mask_and_temperature(rt, scripted_wasm):
+    _, seq = start(rt, scripted_wasm, result(branch(mask=[65, 66])), result(branch(mask=[7, 256], temperature=0.25)))
+    out, r = step(rt, seq, [1])
+    assert r.status == "ok" and r.branches[0].temperature is None
+    assert mask_tokens(out, r.branches[0].mask_row) == [65, 66]
+    out, r = step(rt, seq, [1, 65], 65)
+    assert r.branches[0].temperature == 0.25
+    assert mask_tokens(out, r.branches[0].mask_row) == [7, 256]
+
+
+def test_fast_forward_without_sampling(rt, scripted_wasm):
+    _, seq = start(rt, scripted_wasm, result(branch(splices=[splice(backtrack=1, ff=[10, 11])])))
+    _, r = step(rt, seq, [1, 2, 3])
+    (b,) = r.branches
+    assert b.mask_row is None and not b.is_noop
+    assert (b.splices[0].backtrack, b.splices[0].ff_tokens, b.splices[0].when_sampled) == (1, (10, 11), ())
+
+
+def test_noop(rt, scripted_wasm):
+    _, seq = start(rt, scripted_wasm, noop())
+    _, r = step(rt, seq, [1])
+    assert r.status == "ok" and r.branches[0].is_noop
+
+
+def test_conditional_splices_are_lifted_in_order(rt, scripted_wasm):
+    _, seq = start(rt, scripted_wasm, result(branch(mask=[5, 6, 7], splices=[
+        splice(when=[5], backtrack=1, ff=[50, 51]), splice(when=[6, 7], backtrack=2, ff=[60])])))
+    out, r = step(rt, seq, [1, 2])
+    (b,) = r.branches
+    assert mask_tokens(out, b.mask_row) == [5, 6, 7]
+    assert [(s.when_sampled, s.backtrack, s.ff_tokens) for s in b.splices] == [((5,), 1, (50, 51)), ((6, 7), 2, (60,))]
+
+
+def test_net_edit_reported_to_controller(rt, scripted_wasm):
+    req, seq = start(rt, scripted_wasm, result(branch(mask=[65])))
+    step(rt, seq, [1, 2, 3])                 # prompt
+    step(rt, seq, [1, 2, 3, 65], 65)         # sampled and appended
+    step(rt, seq, [1, 2, 9, 9], 66)          # engine backtracked 2 then appended 9 9
+    step(rt, seq, [1, 2, 9, 9])              # nothing changed (a no-op step)
+    step(rt, seq, [1])                       # backtrack into the prompt
+    trace = parse_trace(req.variables["trace"])
+    assert [(t["backtrack"], t["tokens"], t["sampled"]) for t in trace] == [
+        (0, [1, 2, 3], None), (0, [65], 65), (2, [9, 9], 66), (0, [], None), (3, [], None)]
+
+
+def test_fork_with_distinct_masks_and_fork_group(rt, scripted_wasm):
+    req, seq = start(rt, scripted_wasm,
+                     result(branch(mask=[65]), branch(mask=[66], temperature=0.0), branch(splices=[splice(ff=[67])])),
+                     by_fork_index(result(branch(mask=[1])), result(branch(mask=[2])), result(branch(mask=[3]))))
+    out, r = step(rt, seq, [10])
+    assert len(r.branches) == 3 and len(r.forks) == 2
+    assert mask_tokens(out, r.branches[0].mask_row) == [65]
+    assert mask_tokens(out, r.branches[1].mask_row) == [66] and r.branches[1].temperature == 0.0
+    assert r.branches[2].mask_row is None and r.branches[2].splices[0].ff_tokens == (67,)
+    a, b = r.forks
+    out = rt.submit([(seq, [10, 65], 65), (a, [10, 66], 66), (b, [10, 67], None)]).wait()
+    assert [mask_tokens(out, x.branches[0].mask_row) for x in out.results] == [[1], [2], [3]]
+    trace = parse_trace(req.variables["trace"])
+    group = [seq.id, a.id, b.id]
+    assert sorted((t["seq"], t["backtrack"], t["tokens"], t["sampled"], t["fork_group"]) for t in trace[1:]) == [
+        (seq.id, 0, [65], 65, group), (a.id, 0, [66], 66, group), (b.id, 0, [67], None, group)]
+    out = rt.submit([(a, [10, 66, 2], 2)]).wait()
+    assert parse_trace(req.variables["trace"])[-1]["fork_group"] == []
+
+
+def test_variables_shared_across_forks_and_streamed(rt, scripted_wasm):
+    req, seq = start(rt, scripted_wasm,
+                     result(branch(mask=[1]), branch(mask=[2])),
+                     by_fork_index(wait_var("answer", stop()), var_set("answer", "42", stop())))
+    _, r = step(rt, seq, [0])
+    child = r.forks[0]
+    out = rt.submit([(seq, [0, 1], 1)]).wait()          # parent waits: the variable is not set yet
+    assert out.results[0].branches[0].is_noop
+    out = rt.submit([(child, [0, 2], 2)]).wait()        # the child sets it and stops
+    assert out.results[0].is_stop and req.variables["answer"] == b"42"
+    out = rt.submit([(seq, [0, 1], None)]).wait()       # now the parent sees it and stops
+    assert out.results[0].is_stop
+    changes = [(sid, op, name) for sid, op, name, _ in req.take_var_changes() if name != "trace"]
+    assert changes == [(child.id, "set", "answer")]
+    assert req.take_var_changes() == []
+
+
+def test_host_imports(rt, scripted_wasm):
+    req, seq = start(rt, scripted_wasm, host_info(stop()), caps=Capabilities.FORK | Capabilities.BACKTRACK)
+    step(rt, seq, [0])
+    import struct
+    info = struct.unpack("<8I", req.variables["info"])
+    vocab, eos, caps, sid, n_tok, first_tok, n_detok, trie_len = info
+    assert (vocab, eos, caps, sid) == (257, 256, 3, seq.id)
+    assert (n_tok, first_tok, n_detok) == (2, ord("h"), 2)
+    assert trie_len > 257
+
+
+@pytest.mark.parametrize("caps, res, needle", [
+    (Capabilities.ALL & ~Capabilities.FORK, result(branch(mask=[1]), branch(mask=[2])), "`fork`"),
+    (Capabilities.ALL & ~Capabilities.BACKTRACK, result(branch(splices=[splice(backtrack=1)])), "`backtrack`"),
+    (Capabilities.ALL & ~Capabilities.FF_TOKENS, result(branch(splices=[splice(ff=[3])])), "`ff-tokens`"),
+    (Capabilities.ALL & ~Capabilities.CONDITIONAL_FF_TOKENS,
+     result(branch(mask=[1], splices=[splice(when=[1], ff=[3])])), "`conditional-ff-tokens`"),
+])
+def test_capability_refusals(rt, scripted_wasm, caps, res, needle):
+    _, seq = start(rt, scripted_wasm, res, caps=caps)
+    _, r = step(rt, seq, [0, 0])
+    assert r.status == "error" and needle in r.error and "not granted" in r.error and seq.finished
+
+
+def test_backtrack_limits(rt, scripted_wasm):
+    # with a mask, the sampled token counts: 2 prompt tokens + 1 sampled = 3 may be removed
+    _, ok = start(rt, scripted_wasm, result(branch(mask=[1], splices=[splice(backtrack=3)])))
+    assert step(rt, ok, [0, 0])[1].status == "ok"
+    _, bad = start(rt, scripted_wasm, result(branch(mask=[1], splices=[splice(backtrack=4)])))
+    r = step(rt, bad, [0, 0])[1]
+    assert r.status == "error" and "past the start" in r.error
+
+
+def test_finished_sequence_reports_error(rt, scripted_wasm):
+    _, seq = start(rt, scripted_wasm, stop())
+    step(rt, seq, [1])
+    r = step(rt, seq, [1])[1]
+    assert r.status == "error"
