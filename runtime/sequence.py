@@ -66,7 +66,13 @@ class Sequence:
         }, self.memory)
         self.slot.mask_words = rt.mask_words
         self.slot.vocab_size = rt.vocab_size
-        self._buffers = ()                          # keeps argument arrays alive during a call
+        self._ffi = native.ffi
+        self._tok_buf = native.ffi.new("uint32_t[]", 16)   # argument buffers, reused call to call
+        self._group_buf = None
+        self.slot.tokens = self._tok_buf
+        limits = rt.limits
+        self._ticks_first = limits.ticks(limits.first_call_timeout_s)
+        self._ticks_call = limits.ticks(limits.call_timeout_s)
         self._initialize_export = ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None
 
     @classmethod
@@ -117,30 +123,29 @@ class Sequence:
                     break
             else:
                 cp = min(n, len(tokens))
-        new = list(tokens[cp:])
+        new = tokens[cp:]
         del seen[cp:]
         seen.extend(new)
-        ffi = get_native().ffi
         s = self.slot
         s.backtrack = n - cp
         s.n_tokens = len(new)
-        tok_buf = ffi.new("uint32_t[]", new) if new else ffi.NULL
-        s.tokens = tok_buf
+        if new:
+            if len(new) > len(self._tok_buf):
+                self._tok_buf = self._ffi.new("uint32_t[]", max(len(new), 2 * len(self._tok_buf)))
+                s.tokens = self._tok_buf
+            self._tok_buf[0:len(new)] = new
         s.sampled_is_some = sampled is not None
         s.sampled = sampled or 0
-        group_buf = ffi.NULL
         if self.fork_group:
-            group_buf = ffi.new("uint32_t[]", self.fork_group)
+            self._group_buf = self._ffi.new("uint32_t[]", self.fork_group)
+            s.group = self._group_buf
             s.n_group = len(self.fork_group)
             self.fork_group = []
         else:
             s.n_group = 0
-        s.group = group_buf
         s.mask_row = mask_row_addr
-        limits = self.request.runtime.limits
-        s.deadline_ticks = limits.ticks(limits.first_call_timeout_s if self.calls == 0 else limits.call_timeout_s)
+        s.deadline_ticks = self._ticks_call if self.calls else self._ticks_first
         s.done = 0
-        self._buffers = (tok_buf, group_buf)
         self.fault = None
         self.calls += 1
 

@@ -72,7 +72,7 @@ class Native:
             out.mkdir(parents=True, exist_ok=True)
             builder = cffi.FFI()
             builder.cdef(CDEF_SLOT + CDEF_STEP)
-            builder.set_source(name, source, extra_compile_args=["-O2"])
+            builder.set_source(name, source, extra_compile_args=["-O3"])
             tmp = out / f"build-{os.getpid()}-{threading.get_ident()}"
             so = builder.compile(tmpdir=str(tmp), verbose=False)
             final = out / Path(so).name

@@ -23,7 +23,6 @@ class Fallback:
     def _call(self, s, func_field: str, args, n: int) -> bool:
         ffi, lib = self.ffi, self.lib
         trap = ffi.new("wasm_trap_t **")
-        lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
         err = lib.wasmtime_func_call_unchecked(s.ctx, ffi.addressof(s, func_field), args, n, trap)
         if err != ffi.NULL or trap[0] != ffi.NULL:
             s.error, s.trap = err, trap[0]
@@ -49,6 +48,7 @@ class Fallback:
     def post(self, s) -> None:
         if not s.has_post:
             return
+        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
         a = self.ffi.new("wt_val_raw_t[1]")
         a[0].i32 = s.result_ptr
         if not self._call(s, "f_post", a, 1):
@@ -91,6 +91,7 @@ class Fallback:
         t0 = time.perf_counter()
         s.error = s.trap = self.ffi.NULL
         s.n_branches = 0
+        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
         tokens = self._write_list(s, s.tokens, s.n_tokens)
         group = -1 if tokens < 0 else self._write_list(s, s.group, s.n_group)
         if group >= 0:

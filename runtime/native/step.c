@@ -69,7 +69,6 @@ int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline) {
 
 static int call(aicirt_slot *s, const wt_func_t *f, wt_val_raw_t *args, size_t n) {
     void *trap = 0;
-    p_deadline(s->ctx, s->deadline_ticks);
     void *err = p_call(s->ctx, f, args, n, &trap);
     if (err || trap) {
         s->error = err;
@@ -100,6 +99,7 @@ static inline uint32_t rd32(const uint8_t *m, uint32_t off) {
 
 void aicirt_post(aicirt_slot *s) {
     if (!s->has_post) return;
+    p_deadline(s->ctx, s->deadline_ticks);
     wt_val_raw_t a[1];
     a[0].i32 = (int32_t)s->result_ptr;
     if (!call(s, &s->f_post, a, 1)) s->status = AICIRT_TRAP;
@@ -123,9 +123,9 @@ static void lift(aicirt_slot *s) {
     memcpy(s->mask_row, m + mptr, (size_t)mlen * 4);
     uint32_t tail = s->vocab_size % 32;
     if (tail && (s->mask_row[mlen - 1] >> tail)) { s->status = AICIRT_BAD_MASK; return; }
-    uint32_t any = 0;
-    for (uint32_t i = 0; i < mlen; i++) any |= s->mask_row[i];
-    if (!any) { s->status = AICIRT_EMPTY_MASK; return; }
+    uint32_t first = 0;  /* most masks allow a token early on: stop at the first non-zero word */
+    while (first < mlen && !s->mask_row[first]) first++;
+    if (first == mlen) { s->status = AICIRT_EMPTY_MASK; return; }
     s->status = AICIRT_OK;
     aicirt_post(s);
 }
@@ -140,6 +140,7 @@ void aicirt_step(aicirt_slot *s) {
     double t0 = now_us();
     s->error = s->trap = 0;
     s->n_branches = 0;
+    p_deadline(s->ctx, s->deadline_ticks);  /* one budget for the step's realloc + mid-process (+ post) */
     int64_t tokens = write_list(s, s->tokens, s->n_tokens);
     int64_t group = tokens < 0 ? -1 : write_list(s, s->group, s->n_group);
     if (group >= 0) {

@@ -1,0 +1,186 @@
+"""Host overhead per sequence-step, side by side with the naive wasmtime-py path, in one run.
+
+One sequence-step = allocate and write the argument through cabi_realloc, call mid-process, lift
+the result, copy a 151,936-token mask (4,748 words) into the batch's mask array, call the
+post-return. The controller does almost nothing (bench/controllers/static_mask.c), so what is
+measured is the host. Also: instantiate-per-sequence time, fork time at 1 and 16 MiB of linear
+memory, and batch-of-64 wall time with 1 vs 2 worker threads.
+
+    python bench/step_overhead.py [--steps 200] [--batch 64]
+
+The last line is one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import aicirt  # noqa: E402
+from _wasm import build_freestanding  # noqa: E402
+
+VOCAB = 151_936  # Qwen2's vocabulary
+
+
+class FakeVocab:
+    """The bench controller asks only for the vocabulary size."""
+    vocab_size = VOCAB
+    eos_token_id = 0
+    token_bytes = [b""] * VOCAB
+
+    def encode(self, text):
+        return []
+
+    def decode_bytes(self, ids):
+        return b""
+
+
+def pct(xs, q):
+    return float(np.percentile(np.asarray(xs), q))
+
+
+def bench_hot_path(rt, ctrl, batch, steps):
+    """Per sequence-step time of the hot path (C or fallback), measured inside it."""
+    seqs = [rt.new_request(ctrl).spawn() for _ in range(batch)]
+    tokens = [[1, 2, 3] for _ in seqs]
+    per_seq, per_step_wall = [], []
+    for k in range(steps + 10):
+        for t in tokens:
+            t.append(k % 1000)
+        t0 = time.perf_counter()
+        out = rt.submit([(s, t, t[-1]) for s, t in zip(seqs, tokens)]).wait()
+        wall = (time.perf_counter() - t0) * 1e6
+        assert all(r.status == "ok" for r in out.results), out.results[0].error
+        if k >= 10:  # warm-up: first calls process the prompt
+            per_seq += [r.elapsed_us for r in out.results]
+            per_step_wall.append(wall)
+    for s in seqs:
+        s.close()
+    return per_seq, per_step_wall
+
+
+def bench_naive(ctrl_path, batch, steps):
+    """The same protocol through wasmtime-py's public API: Func.__call__, Memory.read/write."""
+    import wasmtime
+    engine = wasmtime.Engine()
+    module = wasmtime.Module.from_file(engine, str(ctrl_path))
+    linker = wasmtime.Linker(engine)
+    i32 = wasmtime.ValType.i32()
+    linker.define_func("aici:controller/host@0.1.0", "vocab-size", wasmtime.FuncType([], [i32]), lambda: VOCAB)
+
+    def arg(caller, ret):
+        caller["memory"].write(caller, b"\0" * 8, ret)
+    linker.define_func("aici:controller/host@0.1.0", "arg", wasmtime.FuncType([i32], []), arg, access_caller=True)
+    words = (VOCAB + 31) // 32
+    insts = []
+    for _ in range(batch):
+        store = wasmtime.Store(engine)
+        inst = linker.instantiate(store, module)
+        ex = inst.exports(store)
+        insts.append((store, ex["memory"], ex["cabi_realloc"], ex["mid-process"], ex["cabi_post_mid-process"]))
+    masks = np.zeros((batch, words), dtype=np.uint32)
+    times = []
+    for k in range(steps // 4 + 3):
+        for row, (store, mem, realloc, mid, post) in enumerate(insts):
+            t0 = time.perf_counter()
+            ptr = realloc(store, 0, 0, 4, 4)
+            mem.write(store, struct.pack("<I", k), ptr)
+            res = mid(store, 0, ptr, 1, 1, k, 0, 0)
+            bptr, n = struct.unpack("<II", mem.read(store, res, res + 8))
+            b = mem.read(store, bptr, bptr + 28)
+            mptr, mlen = struct.unpack_from("<II", b, 4)
+            masks[row] = np.frombuffer(mem.read(store, mptr, mptr + mlen * 4), dtype=np.uint32)
+            post(store, res)
+            if k >= 3:
+                times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def bench_instantiate(rt, ctrl, n=300):
+    req = rt.new_request(ctrl)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s = req.spawn()
+        times.append((time.perf_counter() - t0) * 1e6)
+        s.close()
+    return times
+
+
+def bench_fork(rt, ctrl, mib, n=50):
+    parent = rt.new_request(ctrl).spawn()
+    pages = mib * 16 - parent.memory.size(parent.store)
+    if pages > 0:
+        parent.memory.grow(parent.store, pages)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        child = parent.fork()
+        times.append((time.perf_counter() - t0) * 1e6)
+        child.close()
+    parent.close()
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--work", type=int, default=200000, help="busy-work rounds per call for the 1-vs-2 workers run")
+    args = ap.parse_args()
+    ctrl_path = build_freestanding(HERE / "controllers" / "static_mask.c")
+    limits = aicirt.Limits(memory_bytes=64 << 20)
+    report = {"vocab": VOCAB, "batch": args.batch}
+
+    with aicirt.Runtime(FakeVocab(), limits=limits, workers=1, cache_dir=False) as rt:
+        ctrl = rt.load(ctrl_path)
+        report["hot_path"] = rt.native.mode
+        per_seq, wall = bench_hot_path(rt, ctrl, args.batch, args.steps)
+        report["overhead_us_median"] = pct(per_seq, 50)
+        report["overhead_us_p99"] = pct(per_seq, 99)
+        report["api_us_per_seq_median"] = pct(wall, 50) / args.batch   # whole submit+wait, Python included
+        report["instantiate_us"] = pct(bench_instantiate(rt, ctrl), 50)
+        report["fork_1mib_us"] = pct(bench_fork(rt, ctrl, 1), 50)
+        report["fork_16mib_us"] = pct(bench_fork(rt, ctrl, 16, n=20), 50)
+
+    naive = bench_naive(ctrl_path, args.batch, args.steps)
+    report["naive_us_median"] = pct(naive, 50)
+    report["naive_us_p99"] = pct(naive, 99)
+    report["speedup"] = report["naive_us_median"] / report["overhead_us_median"]
+    report["speedup_api"] = report["naive_us_median"] / report["api_us_per_seq_median"]
+
+    busy_arg = struct.pack("<I", args.work)
+    for workers in (1, 2):
+        with aicirt.Runtime(FakeVocab(), limits=limits, workers=workers, cache_dir=False) as rt:
+            ctrl = rt.load(ctrl_path)
+            seqs = [rt.new_request(ctrl, arg=busy_arg).spawn() for _ in range(args.batch)]
+            walls = []
+            for k in range(40):
+                t0 = time.perf_counter()
+                rt.submit([(s, [1, k], k) for s in seqs]).wait(1.0)
+                walls.append((time.perf_counter() - t0) * 1e3)
+            report[f"batch64_busy_ms_{workers}_workers"] = pct(walls[5:], 50)
+    report["two_worker_speedup"] = report["batch64_busy_ms_1_workers"] / report["batch64_busy_ms_2_workers"]
+
+    print(f"hot path ({report['hot_path']}): {report['overhead_us_median']:.2f} us/seq-step median, "
+          f"p99 {report['overhead_us_p99']:.2f}; whole submit+wait {report['api_us_per_seq_median']:.2f} us/seq")
+    print(f"naive wasmtime-py: {report['naive_us_median']:.1f} us median -> speedup {report['speedup']:.0f}x "
+          f"(hot path), {report['speedup_api']:.0f}x (whole API)")
+    print(f"instantiate {report['instantiate_us']:.1f} us; fork 1 MiB {report['fork_1mib_us']:.1f} us, "
+          f"16 MiB {report['fork_16mib_us']:.1f} us")
+    print(f"batch of {args.batch} busy controllers: 1 worker {report['batch64_busy_ms_1_workers']:.2f} ms, "
+          f"2 workers {report['batch64_busy_ms_2_workers']:.2f} ms (cores: {os.cpu_count()})")
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in report.items()}))
+
+
+if __name__ == "__main__":
+    main()
