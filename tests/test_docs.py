@@ -1,0 +1,22 @@
+"""The docs' code runs: docs/embedding.md's step loop, on a scripted controller."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from scripted import branch, by_fork_index, result, script, splice, stop, var_set
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_embedding_step_loop_runs(scripted_wasm, capsys):
+    text = (DOCS / "embedding.md").read_text()
+    code = re.search(r"## The whole loop.*?```python\n(.*?)```", text, re.S).group(1)
+    arg = script(result(branch(mask=[ord("a"), ord("b")], temperature=0.0), branch(splices=[splice(ff=[ord("!")])])),
+                 by_fork_index(var_set("done", "yes", stop()), result(branch(mask=[ord("z")]))),
+                 stop())
+    code = code.replace('arg=b""', "arg=ARG")
+    exec(compile(code, "docs/embedding.md", "exec"), {"CONTROLLER_WASM": scripted_wasm, "ARG": arg})
+    out = capsys.readouterr().out
+    assert "finished: stop" in out and "'done', b'yes'" in out
