@@ -1,30 +1,9 @@
-"""cffi declarations, hand-kept to match wasmtime 50's C API and step.c (edit them together)."""
+"""cffi declarations: step.c's slot (read from it) and the libwasmtime 50 entry points we call."""
+from pathlib import Path
 
-# Mirrors step.c. wasmtime_memory_t is 24 bytes and wasmtime_func_t 16 in wasmtime 50.
-CDEF_SLOT = """
-typedef struct { uint64_t store_id; void *priv; } wt_func_t;
-typedef struct { struct { uint64_t store_id; uint32_t p1; } a; uint32_t p2; } wt_memory_t;
-typedef union { int32_t i32; int64_t i64; float f32; double f64; uint8_t v128[16]; void *ref; } wt_val_raw_t;
-typedef struct {
-    void *ctx;
-    wt_func_t f_realloc, f_mid, f_post;
-    wt_memory_t mem;
-    int32_t has_post;
-    uint64_t deadline_ticks;
-    uint32_t backtrack, n_tokens, sampled_is_some, sampled, n_group;
-    const uint32_t *tokens, *group;
-    uint32_t *mask_row;
-    uint32_t mask_words, vocab_size;
-    int32_t status;
-    uint32_t result_ptr;
-    uint32_t n_branches, branches_ptr;
-    int32_t temp_is_some;
-    float temp;
-    void *error, *trap;
-    double elapsed_us;
-    volatile int32_t done;
-} aicirt_slot;
-"""
+_STEP_C = (Path(__file__).resolve().parent / "step.c").read_text()
+# The slot and wasmtime handle layouts, declared once in step.c between its CDEF markers.
+CDEF_SLOT = _STEP_C[_STEP_C.index("/* CDEF BEGIN */"):_STEP_C.index("/* CDEF END */")]
 
 CDEF_STEP = """
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline);

@@ -8,34 +8,17 @@
  *
  * libwasmtime is not linked: the function pointers come from the library wasmtime-py already
  * loaded (aicirt_bind), so there is exactly one copy of wasmtime in the process.
- * The struct layouts below mirror wasmtime 50's C API (wasmtime/extern.h, val.h).
- * aicirt_slot is declared again in ffi_decl.py's CDEF: keep the two in step.
+ * The struct layouts below mirror wasmtime 50's C API (wasmtime/extern.h, val.h); the text between
+ * the CDEF markers is also cffi's declaration of them (ffi_decl.py reads it from here).
  */
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
+/* CDEF BEGIN */
 typedef struct { uint64_t store_id; void *priv; } wt_func_t;                      /* 16 bytes */
 typedef struct { struct { uint64_t store_id; uint32_t p1; } a; uint32_t p2; } wt_memory_t; /* 24 */
 typedef union { int32_t i32; int64_t i64; float f32; double f64; uint8_t v128[16]; void *ref; } wt_val_raw_t;
-
-typedef void *(*call_unchecked_fn)(void *ctx, const wt_func_t *f, wt_val_raw_t *args, size_t n, void **trap);
-typedef uint8_t *(*memory_data_fn)(void *ctx, const wt_memory_t *m);
-typedef size_t (*memory_size_fn)(void *ctx, const wt_memory_t *m);
-typedef void (*set_deadline_fn)(void *ctx, uint64_t ticks);
-
-static call_unchecked_fn p_call;
-static memory_data_fn p_mem_data;
-static memory_size_fn p_mem_size;
-static set_deadline_fn p_deadline;
-
-#define AICIRT_OK 0         /* fully lifted: mask copied (or stop), post-return done */
-#define AICIRT_LIFT 1       /* call succeeded; Python lifts the result and calls post-return */
-#define AICIRT_TRAP -1      /* trap or wasmtime error: see slot->trap / slot->error */
-#define AICIRT_BAD_ALLOC -2 /* cabi_realloc returned memory outside linear memory */
-#define AICIRT_BAD_RESULT -3/* result pointer or branch list outside linear memory */
-#define AICIRT_BAD_MASK -4  /* mask pointer/length invalid, or bits set past the vocabulary */
-#define AICIRT_EMPTY_MASK -5
 
 typedef struct {
     void *ctx;
@@ -58,6 +41,25 @@ typedef struct {
     double elapsed_us;
     volatile int32_t done;
 } aicirt_slot;
+/* CDEF END */
+
+typedef void *(*call_unchecked_fn)(void *ctx, const wt_func_t *f, wt_val_raw_t *args, size_t n, void **trap);
+typedef uint8_t *(*memory_data_fn)(void *ctx, const wt_memory_t *m);
+typedef size_t (*memory_size_fn)(void *ctx, const wt_memory_t *m);
+typedef void (*set_deadline_fn)(void *ctx, uint64_t ticks);
+
+static call_unchecked_fn p_call;
+static memory_data_fn p_mem_data;
+static memory_size_fn p_mem_size;
+static set_deadline_fn p_deadline;
+
+#define AICIRT_OK 0         /* fully lifted: mask copied (or stop), post-return done */
+#define AICIRT_LIFT 1       /* call succeeded; Python lifts the result and calls post-return */
+#define AICIRT_TRAP -1      /* trap or wasmtime error: see slot->trap / slot->error */
+#define AICIRT_BAD_ALLOC -2 /* cabi_realloc returned memory outside linear memory */
+#define AICIRT_BAD_RESULT -3/* result pointer or branch list outside linear memory */
+#define AICIRT_BAD_MASK -4  /* mask pointer/length invalid, or bits set past the vocabulary */
+#define AICIRT_EMPTY_MASK -5
 
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline) {
     p_call = (call_unchecked_fn)call;
