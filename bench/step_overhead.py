@@ -152,6 +152,16 @@ def main() -> None:
         report["fork_1mib_us"] = pct(bench_fork(rt, ctrl, 1), 50)
         report["fork_16mib_us"] = pct(bench_fork(rt, ctrl, 16, n=20), 50)
 
+    # The pure-Python fallback (machines without a C compiler), same protocol, fewer steps.
+    from aicirt import native
+    compiled, os.environ["AICIRT_NATIVE"] = native._native, "python"
+    native._native = native.Native()
+    del os.environ["AICIRT_NATIVE"]
+    with aicirt.Runtime(FakeVocab(), limits=limits, workers=1, cache_dir=False) as rt:
+        per_seq, _ = bench_hot_path(rt, rt.load(ctrl_path), args.batch, max(20, args.steps // 10))
+        report["fallback_us_median"] = pct(per_seq, 50)
+    native._native = compiled
+
     naive = bench_naive(ctrl_path, args.batch, args.steps)
     report["naive_us_median"] = pct(naive, 50)
     report["naive_us_p99"] = pct(naive, 99)
@@ -173,6 +183,7 @@ def main() -> None:
 
     print(f"hot path ({report['hot_path']}): {report['overhead_us_median']:.2f} us/seq-step median, "
           f"p99 {report['overhead_us_p99']:.2f}; whole submit+wait {report['api_us_per_seq_median']:.2f} us/seq")
+    print(f"pure-Python fallback: {report['fallback_us_median']:.2f} us/seq-step median")
     print(f"naive wasmtime-py: {report['naive_us_median']:.1f} us median -> speedup {report['speedup']:.0f}x "
           f"(hot path), {report['speedup_api']:.0f}x (whole API)")
     print(f"instantiate {report['instantiate_us']:.1f} us; fork 1 MiB {report['fork_1mib_us']:.1f} us, "

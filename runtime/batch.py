@@ -15,6 +15,7 @@ import numpy as np
 
 from . import abi
 from .capabilities import Capabilities
+from .errors import ControllerError
 from .host_imports import clear_stale_exception
 from .native import (STATUS_BAD_ALLOC, STATUS_BAD_MASK, STATUS_BAD_RESULT, STATUS_EMPTY_MASK, STATUS_LIFT,
                      STATUS_OK, STATUS_TRAP, get_native)
@@ -212,8 +213,14 @@ class BatchHandle:
             raise InvalidResult("cabi_post_mid-process: " + (seq.fault or self.native.error_text(s)))
         forks = []
         if n > 1:
+            try:
+                for _ in range(n - 1):
+                    forks.append(seq.fork())
+            except ControllerError as e:   # e.g. no free instance slot: only this sequence fails
+                for child in forks:
+                    child.close()
+                raise InvalidResult(f"fork failed: {e}") from None
             seq.request.forks += n - 1
-            forks = [seq.fork() for _ in range(n - 1)]
             group = [seq.id] + [c.id for c in forks]
             for member in (seq, *forks):
                 member.fork_group = group

@@ -43,12 +43,37 @@ def test_invalid_results_end_only_that_sequence(rt, scripted_wasm, steps, needle
     assert seq.finished
 
 
-def test_hard_time_limit_interrupts_an_endless_loop(make_rt, scripted_wasm):
-    runtime = make_rt(call_timeout_s=0.2, first_call_timeout_s=0.2)
+def test_first_call_time_limit(make_rt, scripted_wasm):
+    runtime = make_rt(first_call_timeout_s=0.2, call_timeout_s=30)
     t0 = time.perf_counter()
     r, _ = run_beside_healthy(runtime, scripted_wasm, loop_forever())
     assert r.status == "error" and "time limit" in r.error
     assert time.perf_counter() - t0 < 2
+
+
+def test_call_time_limit_interrupts_an_endless_loop(make_rt, scripted_wasm):
+    runtime = make_rt(first_call_timeout_s=30, call_timeout_s=0.2, soft_deadline_s=0.01)
+    req = runtime.new_request(runtime.load(scripted_wasm), arg=script(HEALTHY, loop_forever()))
+    seq = req.spawn()
+    assert runtime.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+    t0 = time.perf_counter()
+    statuses = []
+    while not seq.finished and time.perf_counter() - t0 < 5:
+        statuses.append(runtime.submit([(seq, [1, 65], 65)]).wait(0.05).results[0])
+    assert statuses[0].status == "pending" and statuses[-1].status == "error"
+    assert "time limit" in statuses[-1].error and time.perf_counter() - t0 < 2
+
+
+def test_fork_without_a_free_instance_slot(hot_path, scripted_wasm):
+    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=2) as runtime:
+        ctrl = runtime.load(scripted_wasm)
+        seq = runtime.new_request(ctrl, arg=script(result(*[branch(mask=[i]) for i in range(3)]))).spawn()
+        other = runtime.new_request(ctrl, arg=script(HEALTHY)).spawn()
+        out = runtime.submit([(seq, [1], None), (other, [1], None)]).wait()
+        assert out.results[0].status == "error" and "fork failed" in out.results[0].error
+        assert out.results[1].status == "ok"
+        with pytest.raises(aicirt.ControllerError, match="instantiating"):
+            runtime.new_request(ctrl).spawn() and runtime.new_request(ctrl).spawn()
 
 
 def test_memory_limit(make_rt, scripted_wasm):
