@@ -25,11 +25,6 @@ if TYPE_CHECKING:
     from .runtime import Runtime
     from .sequence import Sequence
 
-_STATUS_TEXT = {
-    STATUS_BAD_ALLOC: "cabi_realloc returned memory outside linear memory",
-    STATUS_BAD_RESULT: "mid-process returned a pointer outside linear memory",
-}
-
 
 class InvalidResult(Exception):
     """The controller's result breaks the contract; the message says how."""
@@ -167,7 +162,7 @@ class BatchHandle:
                 self._lift(i, seq)  # re-validates and raises the precise message
                 raise InvalidResult("invalid mask")
             else:
-                raise InvalidResult(_STATUS_TEXT.get(status, f"unknown status {status}"))
+                raise InvalidResult(self._bad_pointer_text(s, status))
         except InvalidResult as e:
             seq.error = str(e)
             result = StepResult(seq, "error", error=seq.error)
@@ -178,6 +173,15 @@ class BatchHandle:
         if seq.finished and seq._close_pending:
             seq.close()
         return result
+
+    def _bad_pointer_text(self, s, status: int) -> str:
+        _, size = self.native.memory(s)
+        if status == STATUS_BAD_ALLOC:
+            return f"cabi_realloc returned memory outside linear memory ({size} bytes) for the arguments"
+        if status == STATUS_BAD_RESULT:
+            return (f"mid-process returned result pointer {s.result_ptr} (branch list at {s.branches_ptr}, "
+                    f"{s.n_branches} branches) outside linear memory ({size} bytes)")
+        return f"internal: unknown status {status}"
 
     def _lift(self, i: int, seq: "Sequence") -> StepResult:
         rt, s = self.rt, seq.slot

@@ -118,7 +118,7 @@ class Native:
             lib.wasm_trap_delete(trap)
             if is_code and code[0] == 10:  # WASMTIME_TRAP_CODE_INTERRUPT
                 text = "interrupted: exceeded the time limit for one call"
-            parts.append(f"trap: {text}")
+            parts.append(f"trap: {summarize_trap(text)}")
         if err_addr:
             err = ffi.cast("wasmtime_error_t *", err_addr)
             msg = ffi.new("wasm_byte_vec_t *")
@@ -127,6 +127,20 @@ class Native:
             lib.wasm_byte_vec_delete(msg)
             lib.wasmtime_error_delete(err)
         return "; ".join(parts) or "unknown failure"
+
+
+def summarize_trap(text: str, frames: int = 4) -> str:
+    """wasmtime's trap text in one line: the cause, then where (innermost function first)."""
+    cause = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), text)
+    cause = cause.removeprefix("wasm trap: ")
+    names: list[str] = []
+    for ln in text.splitlines():
+        if "!" in ln and ln.lstrip()[:1].isdigit():
+            name = ln.rsplit("!", 1)[1].strip()
+            if not names or names[-1] != name:
+                names.append(name)
+    where = " <- ".join(names[:frames]) + (" <- ..." if len(names) > frames else "")
+    return f"{cause} (in {where})" if names else cause
 
 
 _native: Native | None = None
