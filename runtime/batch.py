@@ -6,7 +6,6 @@ SPEC §3; any violation ends only that sequence, with a message saying what the 
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import math
 import time
 from typing import TYPE_CHECKING, Iterable
@@ -90,20 +89,11 @@ class BatchHandle:
                 self._first_call |= seq.calls == 0
                 seq.prepare(tokens, sampled, native.ffi.cast("uint32_t *", base + i * W * 4))
                 self._running.append((i, seq))
-        self._futures = []
+        for i, seq in self._running:
+            seq.in_flight = (self.masks, i)
+            runtime._in_flight.add(seq)
         if self._running:
-            n_chunks = min(runtime.workers, len(self._running))
-            per = math.ceil(len(self._running) / n_chunks)
-            self._slot_arrays = []
-            for c in range(n_chunks):
-                chunk = self._running[c * per:(c + 1) * per]
-                arr = native.ffi.new("aicirt_slot *[]", [s.slot for _, s in chunk])
-                self._slot_arrays.append(arr)
-                future = runtime._pool.submit(native.step_many, arr, len(chunk))
-                self._futures.append(future)
-                for i, seq in chunk:
-                    seq.in_flight = (self.masks, i, future)
-                    runtime._in_flight.add(seq)
+            runtime._pool.submit([seq.slot for _, seq in self._running])
 
     def _still_late(self, i: int, seq: "Sequence") -> None:
         seq.late_steps += 1
@@ -122,12 +112,12 @@ class BatchHandle:
         budget = limits.soft_deadline_s if timeout_s is None else timeout_s
         if self._first_call:
             budget = max(budget, limits.first_call_timeout_s + 0.1)
-        futures = self._futures + [seq.in_flight[2] for _, seq in self._late]
-        if futures:
-            cf.wait(futures, timeout=budget)
+        slots = [seq.slot for _, seq in self._running] + [seq.slot for _, seq in self._late]
+        if slots:
+            self.rt._pool.wait(slots, budget)
         for i, seq in self._late:
             if seq.slot.done:   # an earlier step's call: its mask sits in that step's array
-                masks, row, _ = seq.in_flight
+                masks, row = seq.in_flight
                 self.results[i] = self._collect(i, seq, masks[row])
             else:
                 self._still_late(i, seq)

@@ -5,7 +5,6 @@ import hashlib
 import importlib.metadata
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -91,7 +90,7 @@ class Runtime:
         self._in_flight: set[Sequence] = set()     # calls started and not yet collected
         self._masks = MaskBuffers(self.mask_words)
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicirt-worker")
+        self._pool = self.native.make_pool(workers)
         self._closed = threading.Event()
         self._ticker = threading.Thread(target=self._tick, daemon=True, name="aicirt-epoch")
         self._ticker.start()
@@ -154,7 +153,7 @@ class Runtime:
         """Stop the workers and the epoch clock and free every sequence. Idempotent."""
         if self._closed.is_set():
             return
-        self._pool.shutdown(wait=True)
+        self._pool.close()
         self._closed.set()
         self._reap()
         for seq in list(self._seqs.values()):

@@ -41,7 +41,7 @@ class Sequence:
         self.stopped = False
         self.calls = 0
         self.late_steps = 0
-        self.in_flight = None                      # (masks, row, future) of a call not yet collected
+        self.in_flight = None                      # (masks, row) of a call not yet collected
         self._close_pending = False
         self.seen: list[int] = []                  # tokens as the controller last saw them
         self.fork_group: list[int] = []            # to report on the next call

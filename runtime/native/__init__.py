@@ -61,6 +61,7 @@ class Native:
             self.ffi = self.wt
             impl = fallback.Fallback(self.wt, self.wtlib)
             self.step_many, self.post, self.memory = impl.step_many, impl.post, impl.memory
+            self.make_pool = lambda workers: fallback.ThreadPool(self.wt, impl, workers)
 
     def _load_compiled(self) -> None:
         source = (_HERE / "step.c").read_text()
@@ -91,6 +92,7 @@ class Native:
         if size != self.ffi.sizeof("aicirt_slot"):
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
         self.step_many, self.post = lib.aicirt_step_many, lib.aicirt_post
+        self.make_pool = lambda workers: CPool(self.ffi, lib, workers)
 
         def memory(slot):
             size = self.ffi.new("size_t *")
@@ -127,6 +129,29 @@ class Native:
             lib.wasm_byte_vec_delete(msg)
             lib.wasmtime_error_delete(err)
         return "; ".join(parts) or "unknown failure"
+
+
+class CPool:
+    """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released)."""
+
+    def __init__(self, ffi, lib, workers: int) -> None:
+        self.ffi, self.lib = ffi, lib
+        self.ptr = lib.aicirt_pool_new(workers)
+        if self.ptr == ffi.NULL:
+            raise RuntimeError("could not start controller worker threads")
+
+    def submit(self, slots: list) -> None:
+        if self.lib.aicirt_pool_submit(self.ptr, self.ffi.new("aicirt_slot *[]", slots), len(slots)):
+            raise MemoryError("controller queue")
+
+    def wait(self, slots: list, timeout_s: float) -> int:
+        """Block until all `slots` are done or `timeout_s` passes; returns how many are not done."""
+        return self.lib.aicirt_pool_wait(self.ptr, self.ffi.new("aicirt_slot *[]", slots), len(slots), timeout_s * 1e6)
+
+    def close(self) -> None:
+        ptr, self.ptr = self.ptr, None
+        if ptr is not None:
+            self.lib.aicirt_pool_free(ptr)
 
 
 def summarize_trap(text: str, frames: int = 4) -> str:

@@ -5,6 +5,7 @@ Same slot struct, same statuses, same results; keep it in step with step.c line 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from . import STATUS_BAD_ALLOC, STATUS_BAD_MASK, STATUS_BAD_RESULT, STATUS_EMPTY_MASK, STATUS_LIFT, STATUS_OK, STATUS_TRAP
 
@@ -109,3 +110,26 @@ class Fallback:
     def step_many(self, slots, n: int) -> None:
         for i in range(n):
             self.step(slots[i])
+
+
+class ThreadPool:
+    """The worker pool over Python threads (same interface as step.c's pool)."""
+
+    def __init__(self, ffi, impl: Fallback, workers: int) -> None:
+        self.impl = impl
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicirt-worker")
+
+    def submit(self, slots: list) -> None:
+        for s in slots:
+            self.executor.submit(self.impl.step, s)
+
+    def wait(self, slots: list, timeout_s: float) -> int:
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            left = sum(1 for s in slots if not s.done)
+            if not left or time.perf_counter() >= deadline:
+                return left
+            time.sleep(0.0002)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)

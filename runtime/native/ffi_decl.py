@@ -10,6 +10,11 @@ int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline);
 void aicirt_step_many(aicirt_slot **slots, int n);
 void aicirt_post(aicirt_slot *s);
 uint8_t *aicirt_memory(aicirt_slot *s, size_t *size);
+typedef struct aicirt_pool aicirt_pool;
+aicirt_pool *aicirt_pool_new(int n_threads);
+int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n);
+int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us);
+void aicirt_pool_free(aicirt_pool *p);
 """
 
 # The libwasmtime entry points the Python fallback and the error formatting call directly.

@@ -11,7 +11,11 @@
  * The struct layouts below mirror wasmtime 50's C API (wasmtime/extern.h, val.h); the text between
  * the CDEF markers is also cffi's declaration of them (ffi_decl.py reads it from here).
  */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -169,4 +173,115 @@ void aicirt_step_many(aicirt_slot **slots, int n) {
 uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
     *size = p_mem_size(s->ctx, &s->mem);
     return p_mem_data(s->ctx, &s->mem);
+}
+
+/* ---- Worker pool -------------------------------------------------------------------------------
+ * Plain pthreads, not Python threads: a submit wakes a worker in a few µs and a wait returns as
+ * soon as the last `done` flag flips, with the GIL released throughout. Slots queue FIFO; a worker
+ * stuck in a slow controller (until its epoch deadline) holds up only itself. Host imports called
+ * by a controller re-enter Python through ctypes callbacks, which take the GIL themselves. */
+typedef struct aicirt_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    aicirt_slot **queue;
+    size_t head, tail, cap;   /* ring buffer of pending slots */
+    int stop, n_threads, waiting;
+    pthread_t threads[64];
+} aicirt_pool;
+
+static void *worker(void *arg) {
+    aicirt_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->head == p->tail && !p->stop) pthread_cond_wait(&p->work, &p->mu);
+        if (p->head == p->tail) break;   /* stop, and nothing left to run */
+        aicirt_slot *s = p->queue[p->head++ % p->cap];
+        pthread_mutex_unlock(&p->mu);
+        aicirt_step(s);
+        pthread_mutex_lock(&p->mu);
+        if (p->waiting) pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+aicirt_pool *aicirt_pool_new(int n_threads) {
+    aicirt_pool *p = calloc(1, sizeof *p);
+    if (!p) return 0;
+    if (n_threads > 64) n_threads = 64;
+    pthread_mutex_init(&p->mu, 0);
+    pthread_cond_init(&p->work, 0);
+    pthread_cond_init(&p->done, 0);
+    p->cap = 1024;
+    p->queue = malloc(p->cap * sizeof *p->queue);
+    for (int i = 0; i < n_threads; i++)
+        if (pthread_create(&p->threads[p->n_threads], 0, worker, p) == 0) p->n_threads++;
+    if (!p->queue || p->n_threads == 0) { free(p->queue); free(p); return 0; }
+    return p;
+}
+
+int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
+    pthread_mutex_lock(&p->mu);
+    size_t used = p->tail - p->head;
+    if (used + n > p->cap) {   /* grow the ring, keeping FIFO order */
+        size_t cap = p->cap;
+        while (used + n > cap) cap *= 2;
+        aicirt_slot **q = malloc(cap * sizeof *q);
+        if (!q) { pthread_mutex_unlock(&p->mu); return -1; }
+        for (size_t i = 0; i < used; i++) q[i] = p->queue[(p->head + i) % p->cap];
+        free(p->queue);
+        p->queue = q; p->cap = cap; p->head = 0; p->tail = used;
+    }
+    for (int i = 0; i < n; i++) p->queue[p->tail++ % p->cap] = slots[i];
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+#define SPIN_US 50.0
+
+/* Wait until every slot is done or `timeout_us` passes; returns how many are not done. */
+int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double ns = until.tv_nsec + timeout_us * 1e3;
+    until.tv_sec += (time_t)(ns / 1e9);
+    until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+    /* Spin briefly first: the caller is idle anyway, and a futex sleep + wake-up costs tens of µs
+     * on a VM, more than most controller calls. */
+    double spin_until = now_us() + (timeout_us < SPIN_US ? timeout_us : SPIN_US);
+    int left;
+    do {
+        left = 0;
+        for (int i = 0; i < n; i++) left += !__atomic_load_n(&slots[i]->done, __ATOMIC_ACQUIRE);
+        if (!left) return 0;
+        sched_yield();
+    } while (now_us() < spin_until);
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        left = 0;
+        for (int i = 0; i < n; i++) left += !__atomic_load_n(&slots[i]->done, __ATOMIC_ACQUIRE);
+        if (!left) break;
+        p->waiting++;
+        int rc = pthread_cond_timedwait(&p->done, &p->mu, &until);
+        p->waiting--;
+        if (rc == ETIMEDOUT) {
+            left = 0;
+            for (int i = 0; i < n; i++) left += !__atomic_load_n(&slots[i]->done, __ATOMIC_ACQUIRE);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return left;
+}
+
+/* Let the queue drain (running calls end by their epoch deadline), then join the threads. */
+void aicirt_pool_free(aicirt_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], 0);
+    free(p->queue);
+    free(p);
 }
