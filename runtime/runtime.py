@@ -5,6 +5,7 @@ import hashlib
 import importlib.metadata
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Iterable
 
@@ -51,6 +52,17 @@ def default_cache_dir() -> Path:
     return Path(base) / "aicirt"
 
 
+def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> None:
+    """The epoch clock behind the hard time limit: one tick every `period_s`."""
+    while not closed.wait(period_s):
+        engine.increment_epoch()
+
+
+def _shutdown(pool, closed: threading.Event) -> None:
+    pool.close()       # waits for running calls; the epoch clock still ticks, so they end
+    closed.set()
+
+
 class Runtime:
     """Loads controllers and runs their `mid-process` calls for an engine.
 
@@ -92,8 +104,12 @@ class Runtime:
         self._lock = threading.Lock()
         self._pool = self.native.make_pool(workers)
         self._closed = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, daemon=True, name="aicirt-epoch")
+        self._ticker = threading.Thread(target=_tick, args=(self.engine, self._closed, self.limits.epoch_tick_s),
+                                        daemon=True, name="aicirt-epoch")
         self._ticker.start()
+        # At interpreter exit (or when collected), let running calls end before Python goes away:
+        # worker threads may still call back into Python through host imports.
+        self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._closed)
 
     # -- controllers and requests --------------------------------------------------------------
     def load(self, src) -> Controller:
@@ -145,16 +161,11 @@ class Runtime:
             s.in_flight = None
             s.close()
 
-    def _tick(self) -> None:
-        while not self._closed.wait(self.limits.epoch_tick_s):
-            self.engine.increment_epoch()
-
     def close(self) -> None:
         """Stop the workers and the epoch clock and free every sequence. Idempotent."""
         if self._closed.is_set():
             return
-        self._pool.close()
-        self._closed.set()
+        self._shutdown()
         self._reap()
         for seq in list(self._seqs.values()):
             seq.in_flight = None
