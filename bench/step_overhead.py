@@ -16,17 +16,15 @@ import argparse
 import json
 import os
 import struct
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import aicirt
+from aicirt.toolchain import build_cached
 
-import aicirt  # noqa: E402
-from _wasm import build_freestanding  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 VOCAB = 151_936  # Qwen2's vocabulary
 
@@ -137,7 +135,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--work", type=int, default=200000, help="busy-work rounds per call for the 1-vs-2 workers run")
     args = ap.parse_args()
-    ctrl_path = build_freestanding(HERE / "controllers" / "static_mask.c")
+    ctrl_path = build_cached(HERE / "controllers" / "static_mask.c", sdk=False)
     limits = aicirt.Limits(memory_bytes=64 << 20)
     report = {"vocab": VOCAB, "batch": args.batch}
 

@@ -1,38 +1,22 @@
 """Shared fixtures: compiled test controllers, runtimes over a byte-level tokenizer, both hot paths."""
 from __future__ import annotations
 
-import hashlib
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import aicirt
-from aicirt import native
+from aicirt import native, toolchain
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-_BUILD_DIR = Path.home() / ".cache" / "aicirt" / "test-controllers"
-
-
-def compile_freestanding(src: Path) -> Path:
-    """Compile a libc-free C test controller once (cached by source hash)."""
-    text = src.read_bytes()
-    out = _BUILD_DIR / f"{src.stem}-{hashlib.sha256(text).hexdigest()[:12]}.wasm"
-    if not out.exists():
-        _BUILD_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        subprocess.run([sys.executable, "-m", "ziglang", "cc", "--target=wasm32-freestanding", "-nostdlib", "-O2",
-                        "-Wl,--no-entry", str(src), "-o", str(tmp)], check=True)
-        tmp.replace(out)
-    return out
-
 
 @pytest.fixture(scope="session")
 def scripted_wasm() -> Path:
-    return compile_freestanding(HERE / "controllers" / "scripted.c")
+    """tests/controllers/scripted.c: writes its own ABI glue, so it builds without the SDK."""
+    return toolchain.build_cached(HERE / "controllers" / "scripted.c", sdk=False)
 
 
 @pytest.fixture(params=["compiled", "python"], scope="session")

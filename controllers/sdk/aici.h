@@ -1,0 +1,201 @@
+/* aici.h - the C SDK for aicirt controllers (world `controller` of wit/aici.wit).
+ *
+ * A controller defines one function, aici_step(), called once per decoding step:
+ *
+ *     #include "aici.h"
+ *     void aici_step(const aici_arg_t *arg, aici_result_t *res) {
+ *         if (arg->call_index == 3) return;              // no branch = stop
+ *         aici_tokset_t *m = aici_tokset_tmp();         // empty set, valid for this step
+ *         aici_tokset_allow_range(m, '0', '9' + 1);
+ *         aici_sample(res, m);                          // sample under the mask
+ *     }
+ *
+ * The SDK is libc-free (no WASI imports): it brings its own allocator, memcpy & co. and the
+ * canonical-ABI glue. Memory rules, in short:
+ *   - everything aici_tmp_*() returns, and everything attached to the result, lives in a per-call
+ *     arena that is reset at the start of the next mid-process call;
+ *   - everything a host call returns (aici_tokenize, aici_arg, aici_var_get, ...) is heap memory
+ *     owned by the caller: keep it, or aici_free() it;
+ *   - arg->tokens and arg->fork_group are valid during the call only; arg->all_tokens until the
+ *     next call.
+ * State kept across steps goes in globals (or heap memory pointed to by globals): a fork copies
+ * the whole linear memory, so children start with the parent's state.
+ */
+#ifndef AICI_H
+#define AICI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint32_t aici_token_t;
+
+/* ---- memory ------------------------------------------------------------------------------ */
+void *aici_malloc(size_t n);
+void *aici_calloc(size_t n, size_t size);
+void *aici_realloc(void *p, size_t n);
+void aici_free(void *p);              /* ignores NULL and pointers it did not hand out */
+void *aici_tmp_alloc(size_t n);       /* arena, 8-aligned, zeroed; valid until the next call */
+
+/* ---- one step ---------------------------------------------------------------------------- */
+typedef struct {
+  uint32_t backtrack;                 /* tokens removed from the end since the previous call */
+  const aici_token_t *tokens;         /* tokens appended since the previous call */
+  uint32_t n_tokens;                  /*   (first call: the whole prompt) */
+  bool has_sampled;                   /* the token sampled in the previous step, before splices */
+  aici_token_t sampled;
+  const uint32_t *fork_group;         /* first call after a fork: all its sequences, parent first */
+  uint32_t n_fork_group;
+  /* Maintained by the SDK: */
+  const aici_token_t *all_tokens;     /* the sequence as this controller sees it (prompt included) */
+  uint32_t n_all_tokens;
+  uint32_t call_index;                /* 0 on the first call; children inherit the parent's count */
+} aici_arg_t;
+
+typedef struct aici_result aici_result_t;
+typedef struct aici_branch aici_branch_t;
+typedef struct aici_tokset aici_tokset_t;
+
+/* Defined by the controller. Leaving `res` without branches stops the sequence. */
+void aici_step(const aici_arg_t *arg, aici_result_t *res);
+
+/* Append a branch (no mask, no temperature, no splices yet). Two or more branches fork. */
+aici_branch_t *aici_branch(aici_result_t *res);
+/* Sample under `mask`. The set is referenced, not copied: keep it unchanged until the next call
+ * (arena sets and sets you own both qualify). Its length is the vocabulary's. */
+void aici_branch_mask(aici_branch_t *b, const aici_tokset_t *mask);
+void aici_branch_temperature(aici_branch_t *b, float t);
+/* Add a splice (lists are copied). n_when == 0: unconditional. First match wins. */
+void aici_branch_splice(aici_branch_t *b, const aici_token_t *when, uint32_t n_when,
+                        uint32_t backtrack, const aici_token_t *ff, uint32_t n_ff);
+/* Shorthands for a single-branch result (each appends one branch). */
+aici_branch_t *aici_sample(aici_result_t *res, const aici_tokset_t *mask);
+aici_branch_t *aici_ff(aici_result_t *res, uint32_t backtrack, const aici_token_t *ff, uint32_t n_ff);
+aici_branch_t *aici_noop(aici_result_t *res);   /* no mask, splice (0, []): wait this step */
+uint32_t aici_result_branches(const aici_result_t *res);
+
+/* ---- host ------------------------------------------------------------------------------- */
+#define AICI_CAP_FORK 1u
+#define AICI_CAP_BACKTRACK 2u
+#define AICI_CAP_FF_TOKENS 4u
+#define AICI_CAP_CONDITIONAL_FF 8u
+
+uint32_t aici_vocab_size(void);       /* cached after the first call */
+aici_token_t aici_eos_token(void);    /* cached */
+uint32_t aici_self_seq_id(void);
+uint32_t aici_capabilities(void);
+/* Heap results; *n_out gets the element count. */
+aici_token_t *aici_tokenize(const char *text, size_t len, uint32_t *n_out);
+aici_token_t *aici_tokenize_str(const char *text, uint32_t *n_out);
+uint8_t *aici_detokenize(const aici_token_t *toks, uint32_t n, uint32_t *len_out);
+uint8_t *aici_arg(uint32_t *len_out); /* NUL-terminated for convenience (not counted in len) */
+/* Returns NULL when the variable is unset; else heap bytes, NUL-terminated (not counted). */
+uint8_t *aici_var_get(const char *name, uint32_t *len_out);
+void aici_var_set(const char *name, const void *value, size_t len);
+void aici_var_append(const char *name, const void *value, size_t len);
+void aici_log(const char *msg, size_t len);
+void aici_logs(const char *msg);      /* NUL-terminated */
+/* printf subset: %d %i %u %x %c %s %.*s %% and the l/z length modifiers. Appends no newline. */
+void aici_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- token sets (bit t%32 of word t/32, ceil(vocab/32) words) ---------------------------- */
+struct aici_tokset {
+  uint32_t *words;
+  uint32_t n_words;                   /* ceil(vocab / 32) */
+  uint32_t vocab;
+};
+aici_tokset_t *aici_tokset_new(void); /* heap, empty */
+aici_tokset_t *aici_tokset_tmp(void); /* arena, empty, valid until the next call */
+void aici_tokset_free(aici_tokset_t *s);
+void aici_tokset_clear(aici_tokset_t *s);
+void aici_tokset_fill(aici_tokset_t *s);          /* allow every token */
+void aici_tokset_allow(aici_tokset_t *s, aici_token_t t);
+void aici_tokset_deny(aici_tokset_t *s, aici_token_t t);
+bool aici_tokset_has(const aici_tokset_t *s, aici_token_t t);
+void aici_tokset_allow_range(aici_tokset_t *s, aici_token_t lo, aici_token_t hi);  /* [lo, hi) */
+void aici_tokset_deny_range(aici_tokset_t *s, aici_token_t lo, aici_token_t hi);
+void aici_tokset_copy(aici_tokset_t *dst, const aici_tokset_t *src);
+void aici_tokset_and(aici_tokset_t *dst, const aici_tokset_t *src);
+void aici_tokset_or(aici_tokset_t *dst, const aici_tokset_t *src);
+void aici_tokset_sub(aici_tokset_t *dst, const aici_tokset_t *src);               /* dst &= ~src */
+uint32_t aici_tokset_count(const aici_tokset_t *s);
+
+/* ---- token trie (docs/token-trie.md) ---------------------------------------------------- */
+typedef struct {
+  uint32_t w0;                        /* byte | token << 8 (token: see aici_trie_t.scratch_token) */
+  uint32_t w1;                        /* pop | subtree_size << 10 */
+} aici_trie_node_t;
+
+typedef struct {
+  const aici_trie_node_t *nodes;      /* nodes[0] is the root */
+  uint32_t n_nodes;
+  uint32_t vocab;
+  uint32_t max_depth;
+  /* Nodes without a token carry this id (vocab rounded up to 32): a token set's hidden spare
+   * word absorbs its bit, so walks set mask bits without a branch. */
+  aici_token_t scratch_token;
+} aici_trie_t;
+
+/* Fetches (host `token-trie`) and checks the trie on first use; NULL (and a log line) if bad. */
+const aici_trie_t *aici_trie(void);
+/* A token's bytes, from the trie (the table is built on first use). NULL for tokens without
+ * bytes (special tokens). The pointer stays valid. */
+const uint8_t *aici_token_bytes(aici_token_t t, uint32_t *len_out);
+
+/* The vocabulary split into AICI_N_SLICES slices by byte set (digits, a-z, \w, " a-z", " \w",
+ * printable ASCII but " and \, any byte >= 0x20 but " and \, everything else): each token is in
+ * the first slice whose byte set holds all its bytes. Each slice has its own sub-trie (same
+ * format) and its tokens as sparse mask words. Built on first use (a few ms for 150k tokens). */
+#define AICI_N_SLICES 8
+typedef struct {
+  uint32_t bytes[8];                  /* the slice's byte set, 256 bits */
+  const aici_trie_node_t *nodes;      /* sub-trie of the slice's tokens */
+  uint32_t n_nodes;
+  uint32_t n_tokens;
+  uint32_t n_words;                   /* the tokens: mask words word_idx[i] |= word_bits[i] */
+  uint32_t *word_idx, *word_bits;
+  uint32_t *dense;                    /* the same as a full mask when over 1/4 of words are used */
+} aici_slice_t;
+const aici_slice_t *aici_trie_slices(const aici_trie_t *trie);
+
+/* Generic walk: `step(ctx, state, byte)` returns the recognizer's state after `byte`, 0 = dead.
+ * Adds (ORs) to `out` every token whose bytes lead from `start` to a live state. */
+typedef uint32_t (*aici_byte_step_fn)(void *ctx, uint32_t state, uint8_t byte);
+void aici_trie_walk(const aici_trie_t *trie, aici_byte_step_fn step, void *ctx, uint32_t start,
+                    aici_tokset_t *out);
+
+/* ---- regex constraint ------------------------------------------------------------------- */
+/* Byte-oriented, implicitly anchored at both ends (a whole-string match, like re.fullmatch):
+ * literals, . (any byte but \n), [..] [^..] with ranges and \d \w \s inside, ( ) (?: ),
+ * |, ? * + {m} {m,} {m,n} (lazy ? suffix accepted and ignored), escapes \d \D \w \W \s \S
+ * \n \r \t \f \v \0 \xHH and \<punct>. ^ at the start and $ at the end are accepted. Compiled to
+ * an NFA, then a DFA built lazily (one state per reached NFA-state set). State 0 is dead. */
+typedef struct aici_regex aici_regex_t;
+
+/* NULL on error; *err (if non-NULL) then gets a heap message naming the offset. */
+aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err);
+uint32_t aici_regex_start(aici_regex_t *re);
+uint32_t aici_regex_step(aici_regex_t *re, uint32_t state, uint8_t byte);
+uint32_t aici_regex_advance(aici_regex_t *re, uint32_t state, const uint8_t *bytes, size_t n);
+bool aici_regex_accepting(aici_regex_t *re, uint32_t state);
+bool aici_regex_can_continue(aici_regex_t *re, uint32_t state);  /* some byte keeps it live */
+uint32_t aici_regex_num_states(const aici_regex_t *re);
+/* Add to `out` every token whose bytes keep the text a prefix of a match from `state`.
+ * (Tokens only: EOS has no bytes; add it yourself when aici_regex_accepting().) */
+void aici_regex_mask(aici_regex_t *re, const aici_trie_t *trie, uint32_t state, aici_tokset_t *out);
+/* Same, cached per DFA state (up to `limit` masks, see aici_regex_cache_limit; default 1024):
+ * the returned set is owned by the regex; do not modify it. */
+const aici_tokset_t *aici_regex_mask_cached(aici_regex_t *re, const aici_trie_t *trie, uint32_t state);
+void aici_regex_cache_limit(aici_regex_t *re, uint32_t limit);   /* 0 disables caching */
+/* Masks use the trie's slices (default on): same result, skips walking slices the state accepts
+ * wholesale. Off: one walk over the whole trie. */
+void aici_regex_use_slices(aici_regex_t *re, bool on);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AICI_H */

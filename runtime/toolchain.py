@@ -1,0 +1,196 @@
+"""`aicirt build`: C / Zig controller source -> a checked controller module, with PyPI's `ziglang`.
+
+Controllers link the libc-free C SDK (controllers/sdk), so a build needs no wasi-libc (no
+one-off libc compile, no WASI imports) and the module is a plain core module whose only imports
+are the host's. Zig sources get the SDK's C files plus the `aici` Zig module (sdk/aici.zig).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONTROLLERS_DIR = REPO_ROOT / "controllers"
+SDK_DIR = CONTROLLERS_DIR / "sdk"
+STACK_SIZE = 256 * 1024          # shadow stack in linear memory; the SDK keeps big data on the heap
+
+C_FLAGS = ["-O2", "-mbulk-memory", "-msimd128", "-g0", "-Wall", "-Wno-unused-parameter"]
+LINK_FLAGS = ["-Wl,--no-entry", "-Wl,--strip-all", f"-Wl,-z,stack-size={STACK_SIZE}"]
+
+
+class BuildError(Exception):
+    """A failed build; the message carries the compiler's own diagnostics (file:line: ...)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass
+class BuildResult:
+    path: Path
+    size: int
+    seconds: float
+
+
+def sdk_sources() -> list[Path]:
+    return sorted(SDK_DIR.glob("*.c"))
+
+
+def resolve(src: str | os.PathLike) -> Path:
+    """A file, a folder, or the name of a shipped controller (`controllers/<name>`)."""
+    p = Path(src)
+    if p.exists():
+        return p
+    shipped = CONTROLLERS_DIR / str(src)
+    if os.sep not in str(src) and shipped.is_dir() and shipped.name != "sdk":
+        return shipped
+    names = ", ".join(shipped_controllers())
+    raise BuildError(f"{src}: no such file or folder (shipped controllers: {names})")
+
+
+def shipped_controllers() -> list[str]:
+    if not CONTROLLERS_DIR.is_dir():
+        return []
+    return sorted(d.name for d in CONTROLLERS_DIR.iterdir() if d.is_dir() and d.name != "sdk")
+
+
+def _sources(path: Path) -> tuple[list[Path], list[Path]]:
+    """(C files, Zig files) of a source file or controller folder."""
+    if path.is_dir():
+        cs, zs = sorted(path.glob("*.c")), sorted(path.glob("*.zig"))
+        if not cs and not zs:
+            raise BuildError(f"{path}: no .c or .zig sources")
+        return cs, zs
+    if path.suffix == ".c":
+        return [path], []
+    if path.suffix == ".zig":
+        return [], [path]
+    raise BuildError(f"{path}: expected a .c or .zig file, or a controller folder")
+
+
+def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
+    """The compiler command line. `sdk=False` (C only) links nothing but the given sources: for
+    controllers that write their own canonical-ABI glue (cabi_realloc, mid-process)."""
+    cs, zs = _sources(path)
+    zig = [sys.executable, "-m", "ziglang"]
+    sdk = [str(s) for s in sdk_sources()] if sdk else []
+    if zs and not sdk:
+        raise BuildError(f"{path}: Zig controllers build with the SDK")
+    if not zs:
+        return [*zig, "cc", "-target", "wasm32-freestanding", "-nostdlib", *C_FLAGS,
+                f"-I{SDK_DIR}", *LINK_FLAGS, "-o", str(out), *map(str, cs), *sdk]
+    if len(zs) > 1 and not any(z.name == "main.zig" for z in zs):
+        raise BuildError(f"{path}: several .zig files and no main.zig")
+    root = next((z for z in zs if z.name == "main.zig"), zs[0])
+    target = ["-target", "wasm32-freestanding", "-O", "ReleaseSmall"]
+    # Zig CLI: flags and C files before -M<name> belong to that module.
+    return [*zig, "build-exe", "-fno-entry", "-fstrip", f"-femit-bin={out}", "--stack", str(STACK_SIZE),
+            *target, "-mcpu=generic+bulk_memory+simd128", f"-I{SDK_DIR}", "-cflags", *C_FLAGS, "--",
+            *sdk, *map(str, cs), "--dep", "aici", f"-Mroot={root}",
+            *target, f"-Maici={SDK_DIR / 'aici.zig'}"]
+
+
+def _run(cmd: list[str], label: str, progress: bool) -> subprocess.CompletedProcess:
+    """Run the compiler. Past one second, show that it is working: a spinner with the elapsed
+    time on a terminal, one line otherwise (a cold Zig cache compiles Zig's std and compiler-rt
+    for wasm32 once, a few seconds; the SDK needs no wasi-libc, so there is no libc build)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    box: dict = {}
+    reader = threading.Thread(target=lambda: box.update(zip(("out", "err"), proc.communicate())))
+    reader.start()
+    t0, shown, tty = time.monotonic(), False, sys.stderr.isatty()
+    spin = "|/-\\"
+    while reader.is_alive():
+        reader.join(0.2)
+        dt = time.monotonic() - t0
+        if not progress or dt < 1.0 or not reader.is_alive():
+            continue
+        if tty:
+            sys.stderr.write(f"\r{spin[int(dt * 5) % 4]} compiling {label}  {dt:4.1f} s")
+            sys.stderr.flush()
+        elif not shown:
+            print(f"aicirt build: compiling {label} (a cold compiler cache takes a few seconds)...",
+                  file=sys.stderr, flush=True)
+        shown = True
+    if shown and tty:
+        sys.stderr.write("\r" + " " * (len(label) + 24) + "\r")
+        sys.stderr.flush()
+    return subprocess.CompletedProcess(cmd, proc.returncode, box.get("out", ""), box.get("err", ""))
+
+
+def check_module(wasm: bytes, name: str) -> None:
+    """Validate against the contract (SPEC §2) with the runtime's own checker."""
+    import wasmtime
+
+    from . import controller
+    try:
+        module = wasmtime.Module(wasmtime.Engine(), wasm)
+    except Exception as e:
+        raise BuildError(f"{name}: not a valid Wasm module: {e}") from None
+    try:
+        controller.validate(module, name)
+    except Exception as e:
+        raise BuildError(str(e)) from None
+
+
+def _hint(stderr: str) -> str:
+    if "undefined symbol: aici_step" in stderr:
+        return ("\nhint: a controller defines `void aici_step(const aici_arg_t *arg, aici_result_t *res)` "
+                "(Zig: `export fn aici_step(...)`); see docs/writing-controllers.md")
+    return ""
+
+
+def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = True, sdk: bool = True) -> BuildResult:
+    """Compile a C file, a Zig file, a controller folder or a shipped controller's name.
+
+    `out` defaults to `<name>.wasm` in the current directory. Raises BuildError with the
+    compiler's diagnostics, or naming the contract violation (e.g. a missing `mid-process`).
+    """
+    path = resolve(src)
+    name = path.stem if path.is_file() else path.resolve().name
+    out = Path(out) if out is not None else Path.cwd() / f"{name}.wasm"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    t0 = time.monotonic()
+    try:
+        r = _run(compile_command(path, tmp, sdk), path.name, progress)
+        if r.returncode != 0:
+            diag = (r.stderr + r.stdout).strip() or f"compiler exited with status {r.returncode}"
+            raise BuildError(diag + _hint(diag))
+        wasm = tmp.read_bytes()
+        check_module(wasm, out.name)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return BuildResult(out, len(wasm), time.monotonic() - t0)
+
+
+def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
+    """Hash of everything a build reads: the sources, the SDK and the compile command's shape."""
+    path = resolve(src)
+    cs, zs = _sources(path)
+    h = hashlib.sha256(" ".join(compile_command(path, Path("OUT"), sdk)).encode())
+    for f in [*cs, *zs, *sorted(SDK_DIR.glob("*.[ch]")), SDK_DIR / "aici.zig"]:
+        if f.exists():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_cached(src: str | os.PathLike, cache_dir: Path | None = None, *, progress: bool = False,
+                 sdk: bool = True) -> Path:
+    """Build once per source content: `<cache_dir>/<name>-<hash>.wasm` (default: user cache)."""
+    path = resolve(src)
+    name = path.stem if path.is_file() else path.resolve().name
+    cache_dir = Path(cache_dir or os.environ.get("AICIRT_BUILD_CACHE")
+                     or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aicirt" / "builds")
+    out = cache_dir / f"{name}-{source_hash(path, sdk)}.wasm"
+    if not out.exists():
+        build(path, out, progress=progress, sdk=sdk)
+    return out

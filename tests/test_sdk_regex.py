@@ -1,0 +1,157 @@
+"""The SDK's regex constraint against Python's regex engine (bytes semantics, partial matching).
+
+Property: after any text that is still a prefix of a match, the mask allows exactly the tokens
+whose bytes keep the text a prefix of some match, plus EOS exactly when the text is a match.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+regex = pytest.importorskip("regex")
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from _sdk_host import MiniHost
+from _vocabs import gpt2_token_bytes, greedy_tokenize, qwen_token_bytes
+from aicirt.toolchain import build_cached
+
+BYTE_VOCAB = [bytes([i]) for i in range(256)] + [b""]
+PATTERNS = [
+    rb"[0-9]+",
+    rb"[a-zA-Z_][a-zA-Z0-9_]*",
+    rb"\d{4}-\d{2}-\d{2}",
+    rb"[a-z0-9._]+@[a-z]+\.(com|org|net)",
+    rb'[^"]*"',
+    rb"(foo|bar)+(baz)?",
+    rb"(a|b)*c{2,3}",
+    rb" ?[A-Z][a-z]{0,5}( [A-Z][a-z]{0,5})*",
+    rb".{0,3}end",
+    rb"\s*\w+\s*",
+    rb"(?:ab|a)(?:bc|c)",
+    rb"[^\x00-\x7f]+",
+    rb"x{0}y?",
+    rb"\(\d+\)\.\*",
+    rb"(true|false|null|-?\d+(\.\d+)?)",
+]
+
+
+@functools.cache
+def regex_wasm() -> bytes:
+    return build_cached("regex").read_bytes()
+
+
+class RegexSession:
+    """One controller instance, moved to any text by backtracking and re-feeding tokens."""
+
+    def __init__(self, pattern: bytes, vocab: list[bytes], eos: int, options: bytes = b""):
+        self.vocab, self.eos, self.pattern = vocab, eos, pattern
+        self.host = MiniHost(regex_wasm(), vocab, eos, lambda s: [], arg=pattern + options)
+        self.first = self.host.step([1, 2, 3])     # the prompt: never fed to the DFA
+        self.fed = 0
+
+    def mask_after(self, text: bytes):
+        toks = greedy_tokenize(self.vocab, text) if self.vocab is not BYTE_VOCAB else list(text)
+        br = self.host.step(toks, backtrack=self.fed, sampled=toks[-1] if toks else None)
+        self.fed = len(toks)
+        return br
+
+    def expected(self, text: bytes) -> set[int]:
+        pat = self.pattern
+        allowed = {i for i, b in enumerate(self.vocab) if b and regex.fullmatch(pat, text + b, partial=True)}
+        m = regex.fullmatch(pat, text, partial=True)
+        if m is not None and not m.partial:
+            allowed.add(self.eos)
+        return allowed
+
+    def check(self, text: bytes):
+        br = self.mask_after(text)
+        want = self.expected(text)
+        if not br:   # stopped: only right when the text is a match that nothing can extend
+            assert want <= {self.eos}, (self.pattern, text, self.host.logs)
+            return
+        assert len(br) == 1 and br[0].mask is not None
+        got = br[0].allowed()
+        assert got == want, (self.pattern, text, sorted(got ^ want)[:20], self.host.logs)
+
+
+@functools.cache
+def session(pattern: bytes, vocab_name: str, options: bytes = b"") -> RegexSession:
+    if vocab_name == "bytes":
+        vocab, eos = BYTE_VOCAB, 256
+    else:
+        vocab, eos = {"gpt2": gpt2_token_bytes, "qwen": qwen_token_bytes}[vocab_name]()
+    return RegexSession(pattern, vocab, eos, options)
+
+
+def live_prefix(pattern: bytes, text: bytes) -> bytes:
+    """The longest prefix of `text` that is still a prefix of some match."""
+    for k in range(len(text), -1, -1):
+        if regex.fullmatch(pattern, text[:k], partial=True):
+            return text[:k]
+    raise AssertionError("the empty string is always a prefix of a match")  # patterns here match something
+
+
+@st.composite
+def prefix_of_match(draw, pattern: bytes):
+    s = draw(st.from_regex(pattern, fullmatch=True).filter(lambda x: len(x) < 40))
+    return s[: draw(st.integers(0, len(s)))]
+
+
+FAST = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.decode("latin-1"))
+@pytest.mark.parametrize("options", [b"", b"\0nocache"], ids=["cached", "cold"])
+@FAST
+@given(data=st.data())
+def test_byte_vocab_mask_matches_python(pattern, options, data):
+    s = session(pattern, "bytes", options)
+    text = data.draw(st.one_of(prefix_of_match(pattern), st.binary(max_size=8).map(lambda t: live_prefix(pattern, t))))
+    s.check(text)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS[:8], ids=lambda p: p.decode("latin-1"))
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_gpt2_mask_matches_python(pattern, data):
+    session(pattern, "gpt2").check(data.draw(prefix_of_match(pattern)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.decode("latin-1"))
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_qwen_mask_matches_python(pattern, data):
+    session(pattern, "qwen").check(data.draw(prefix_of_match(pattern)))
+
+
+# -- random patterns over a small alphabet: parser + NFA + lazy DFA against Python -----------------
+ATOMS = st.sampled_from([b"a", b"b", b"c", b".", b"[ab]", b"[^a]", b"[a-c]", b"\\n", b"\\w", b"\\S"])
+
+
+def _patterns():
+    return st.recursive(
+        ATOMS,
+        lambda inner: st.one_of(
+            st.tuples(inner, inner).map(b"".join),
+            st.tuples(inner, inner).map(lambda t: b"(" + t[0] + b"|" + t[1] + b")"),
+            st.tuples(inner, st.sampled_from([b"*", b"+", b"?", b"{2}", b"{1,3}", b"{0,2}", b"{2,}"]))
+              .map(lambda t: b"(?:" + t[0] + b")" + t[1]),
+        ),
+        max_leaves=6,
+    )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pattern=_patterns(), text=st.binary(max_size=6).map(lambda b: bytes(b"abc\n"[x % 4] for x in b)))
+def test_random_patterns_byte_vocab(pattern, text):
+    s = session(pattern, "bytes")
+    s.check(live_prefix(pattern, text))
+
+
+@pytest.mark.parametrize("bad", [b"(ab", b"ab)", b"*a", b"a**", b"[a-", b"\\1", b"(?=a)", b"a{3,1}"])
+def test_unsupported_or_bad_patterns_are_reported(bad):
+    h = MiniHost(regex_wasm(), BYTE_VOCAB, 256, lambda s: [], arg=bad)
+    assert h.step([1]) == []
+    assert any("regex:" in line and "offset" in line for line in h.logs), h.logs

