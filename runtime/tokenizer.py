@@ -44,7 +44,7 @@ class ByteTokenizer:
         return bytes(i for i in ids if i < 256)
 
 
-def _byte_level_decoder() -> dict[str, int]:
+def byte_level_decoder() -> dict[str, int]:
     """GPT-2's printable-character stand-ins for bytes, inverted (char -> byte)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -88,7 +88,7 @@ class HFTokenizer:
         spec = json.loads(self.tk.to_str())
         decoder = json.dumps(spec.get("decoder") or {})
         byte_level = "ByteLevel" in decoder
-        inv = _byte_level_decoder()
+        inv = byte_level_decoder()
         special = {t["id"] for t in spec.get("added_tokens", []) if t.get("special")}
         out: list[bytes] = []
         for i in range(self.vocab_size):

