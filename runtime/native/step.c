@@ -180,6 +180,8 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
  * soon as the last `done` flag flips, with the GIL released throughout. Slots queue FIFO; a worker
  * stuck in a slow controller (until its epoch deadline) holds up only itself. Host imports called
  * by a controller re-enter Python through ctypes callbacks, which take the GIL themselves. */
+#define SPIN_US 50.0
+
 typedef struct aicirt_pool {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
@@ -193,9 +195,20 @@ static void *worker(void *arg) {
     aicirt_pool *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
+        if (p->head == p->tail && !p->stop) {
+            /* Spin a little before sleeping: the engine's next submit often follows within
+             * microseconds, and a futex wake-up costs tens of µs on a VM. */
+            pthread_mutex_unlock(&p->mu);
+            double until = now_us() + SPIN_US;
+            while (__atomic_load_n(&p->tail, __ATOMIC_ACQUIRE) == __atomic_load_n(&p->head, __ATOMIC_ACQUIRE)
+                   && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && now_us() < until)
+                sched_yield();
+            pthread_mutex_lock(&p->mu);
+        }
         while (p->head == p->tail && !p->stop) pthread_cond_wait(&p->work, &p->mu);
         if (p->head == p->tail) break;   /* stop, and nothing left to run */
-        aicirt_slot *s = p->queue[p->head++ % p->cap];
+        aicirt_slot *s = p->queue[p->head % p->cap];
+        __atomic_store_n(&p->head, p->head + 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&p->mu);
         aicirt_step(s);
         pthread_mutex_lock(&p->mu);
@@ -232,13 +245,12 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
         free(p->queue);
         p->queue = q; p->cap = cap; p->head = 0; p->tail = used;
     }
-    for (int i = 0; i < n; i++) p->queue[p->tail++ % p->cap] = slots[i];
+    for (int i = 0; i < n; i++) p->queue[(p->tail + i) % p->cap] = slots[i];
+    __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
-
-#define SPIN_US 50.0
 
 /* Wait until every slot is done or `timeout_us` passes; returns how many are not done. */
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
@@ -278,7 +290,7 @@ int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
 /* Let the queue drain (running calls end by their epoch deadline), then join the threads. */
 void aicirt_pool_free(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], 0);
