@@ -1,0 +1,317 @@
+"""A batched generation loop that runs controllers through the runtime's public embedding API.
+
+One step (see docs/embedding.md), like nano-vllm's schedule -> run -> postprocess:
+
+    handle = runtime.submit(live)          # controllers start on worker threads
+    logits = backend.forward(batch)        # the forward pass runs meanwhile
+    outcome = handle.wait()                # late controllers no-op this step ("pending")
+    self._apply(outcome, logits)           # mask, sample, splice, fork, stop (SPEC §3)
+
+The engine keeps two invariants the rest relies on:
+- `seq.tokens` is the sequence's full token list (prompt + generated, after every splice); the
+  runtime derives each controller's net edit from it, so the engine never computes edits itself;
+- each KV cache holds a prefix of `seq.tokens`. A step forwards only the tokens past that prefix,
+  and a sequence whose tokens did not change (a no-op or a pending step) reuses its last logits.
+
+Finish reasons: "stop" (controller returned no branch), "eos" (EOS sampled and kept: no splice
+took it back), "length" (max_tokens appended), "error" (this sequence only; message in `error`).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backends.base import Backend
+from .engine_types import (
+    EngineStats,
+    Event,
+    FinishEvent,
+    ForkEvent,
+    GenRequest,
+    GenSeq,
+    LogEvent,
+    TokensEvent,
+    VarEvent,
+)
+from .sampling import SamplingParams, apply_masks, sample
+
+__all__ = ["Engine", "EngineStats", "Event", "FinishEvent", "ForkEvent", "GenRequest", "GenSeq",
+           "LogEvent", "SamplingParams", "TokensEvent", "VarEvent"]
+
+
+@dataclass
+class _Draw:
+    """One branch to sample this step: which sequence, its logits, mask row and temperature."""
+    seq: GenSeq
+    logits: np.ndarray
+    mask_row: int | None
+    temperature: float
+    splices: tuple = ()
+    token: int = -1
+    error: str | None = field(default=None)
+
+
+class Engine:
+    """Drives a `Backend` and (for controlled requests) an `aicirt.Runtime`.
+
+    `runtime`: an existing Runtime over the backend's tokenizer; None creates one on the first
+    controlled request (with `workers` and `limits`) and closes it in `close()`.
+    """
+
+    def __init__(self, backend: Backend, runtime=None, *, workers: int = 2, limits=None):
+        self.backend = backend
+        self._runtime = runtime
+        self._owns_runtime = runtime is None
+        self._workers, self._limits = workers, limits
+        self.requests: list[GenRequest] = []
+        self.stats = EngineStats()
+
+    @property
+    def runtime(self):
+        """The `aicirt.Runtime`, created on first use."""
+        if self._runtime is None:
+            from .runtime import Runtime
+
+            self._runtime = Runtime(self.backend.runtime_tokenizer(), limits=self._limits, workers=self._workers)
+        return self._runtime
+
+    # --- requests --------------------------------------------------------------------------
+    def add_request(self, prompt: str | list[int], controller=None, arg: bytes | str = b"", *,
+                    capabilities=None, params: SamplingParams | None = None, chat: bool = True) -> GenRequest:
+        """Queue a request; it starts with the next step.
+
+        `prompt`: text (wrapped in the model's chat template when `chat`) or token ids.
+        `controller`: None (plain generation), an `aicirt.Controller`, or a .wasm path or bytes.
+        Raises `ValueError` for an empty prompt, `aicirt.LoadError` for a bad module. A controller
+        whose instantiation fails gives a request whose only sequence ended with an error.
+        """
+        params = params or SamplingParams()
+        tokens = self.backend.format_prompt(prompt, chat=chat) if isinstance(prompt, str) else list(prompt)
+        if not tokens:
+            raise ValueError("the prompt has no tokens")
+        req = GenRequest(id=len(self.requests), prompt=list(tokens), params=params,
+                         rng=np.random.default_rng(params.seed))
+        seq = GenSeq(req, label=0, tokens=list(tokens), cache=self.backend.new_cache())
+        req.sequences.append(seq)
+        self.requests.append(req)
+        if controller is not None:
+            from .capabilities import Capabilities
+            from .errors import AicirtError
+
+            rt = self.runtime
+            if not hasattr(controller, "sha256"):
+                controller = rt.load(controller)
+            req.ctrl = rt.new_request(controller, arg, Capabilities.ALL if capabilities is None else capabilities)
+            try:
+                seq.ctrl = req.ctrl.spawn()
+            except AicirtError as e:
+                self._finish(seq, "error", str(e), [])
+        return req
+
+    @property
+    def has_unfinished(self) -> bool:
+        return any(not r.finished for r in self.requests)
+
+    def run(self) -> Iterator[Event]:
+        """Step until every request has finished, yielding events as they happen."""
+        while self.has_unfinished:
+            yield from self.step()
+
+    def generate(self, prompt, controller=None, arg=b"", **kw) -> GenRequest:
+        """Add one request and run the engine until everything has finished."""
+        req = self.add_request(prompt, controller, arg, **kw)
+        for _ in self.run():
+            pass
+        return req
+
+    # --- one step --------------------------------------------------------------------------
+    def step(self) -> list[Event]:
+        """Run one step for every live sequence; returns what happened."""
+        live = [s for r in self.requests for s in r.sequences if s.finish_reason is None]
+        if not live:
+            return []
+        stats, events = self.stats, []
+        t0 = time.perf_counter()
+        # 1. Which caches lag behind their token list (new tokens, or a splice that backtracked).
+        batch = []
+        for s in live:
+            if s.logits is None:
+                start = min(s.cache.length, len(s.tokens) - 1)  # re-run the last token for its logits
+                if start < s.cache.length:
+                    self.backend.backtrack(s.cache, start)
+                batch.append((s, s.tokens[start:]))
+        # 2. Controllers start now, on worker threads.
+        controlled = [s for s in live if s.ctrl is not None]
+        handle = None
+        if controlled:
+            handle = self.runtime.submit([(s.ctrl, s.tokens, s.sampled) for s in controlled])
+        for s in live:
+            s.sampled = None
+        t1 = time.perf_counter()
+        # 3. The forward pass, overlapping the controllers.
+        if batch:
+            logits = self.backend.forward([(s.cache, toks) for s, toks in batch])
+            for (s, _), row in zip(batch, logits):
+                s.logits = row
+        t2 = time.perf_counter()
+        # 4. Collect controller results.
+        outcome = handle.wait() if handle is not None else None
+        t3 = time.perf_counter()
+        # 5. Apply.
+        draws: list[_Draw] = []
+        for s in live:
+            if s.ctrl is None:
+                draws.append(_Draw(s, s.logits, None, s.request.params.temperature))
+        if outcome is not None:
+            for s, r in zip(controlled, outcome.results):
+                self._plan(s, r, draws, events)
+        self._sample(draws, outcome.masks if outcome is not None else None)
+        for d in draws:
+            self._commit(d, events)
+        for r in self.requests:
+            if r.ctrl is not None:
+                for seq_id, op, name, value in r.ctrl.take_var_changes():
+                    events.append(VarEvent(r, seq_id, op, name, value))
+        t4 = time.perf_counter()
+        stats.steps += 1
+        stats.submit_s += t1 - t0
+        stats.forward_s += t2 - t1
+        stats.wait_s += t3 - t2
+        stats.apply_s += t4 - t3
+        stats.forwarded_tokens += sum(len(toks) for _, toks in batch)
+        if outcome is not None:
+            stats.controller_s += sum(r.elapsed_us for r in outcome.results) / 1e6
+        return events
+
+    # --- applying results ------------------------------------------------------------------
+    def _plan(self, s: GenSeq, r, draws: list[_Draw], events: list[Event]) -> None:
+        """Turn one controller result into draws (sampling) or direct edits."""
+        if r.logs:
+            s.logs.append(r.logs)
+            events.append(LogEvent(s.request, s, r.logs))
+        if r.status == "pending":
+            return  # late: no-op this step; its result comes with a later one
+        if r.status == "error":
+            self._finish(s, "error", r.error, events)
+            return
+        if not r.branches:
+            self._finish(s, "stop", None, events)
+            return
+        # Forks first: every branch starts from the tokens and logits this step began with.
+        targets = [s]
+        for k, child_ctrl in enumerate(r.forks, start=1):
+            child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
+                           cache=self.backend.fork(s.cache), ctrl=child_ctrl, logits=s.logits,
+                           generated=s.generated, parent=s.label)
+            s.request.sequences.append(child)
+            targets.append(child)
+            events.append(ForkEvent(s.request, s, child))
+        temperature = s.request.params.temperature
+        for target, branch in zip(targets, r.branches):
+            if branch.mask_row is None:
+                self._splice(target, branch.splices[0], events)
+            else:
+                t = temperature if branch.temperature is None else branch.temperature
+                draws.append(_Draw(target, target.logits, branch.mask_row, t, branch.splices))
+
+    def _sample(self, draws: list[_Draw], masks: np.ndarray | None) -> None:
+        """Mask (one vectorised pass over all masked draws), then sample each draw."""
+        if not draws:
+            return
+        v = self.backend.vocab_size
+        masked = [d for d in draws if d.mask_row is not None]
+        if masked:
+            logits = np.stack([d.logits for d in masked]).astype(np.float32, copy=True)
+            rows = masks[[d.mask_row for d in masked]]
+            rt_vocab = self.runtime.vocab_size
+            apply_masks(logits[:, :min(v, rt_vocab)], rows)
+            if v > rt_vocab:  # logit columns the tokenizer (and so the mask) does not cover
+                logits[:, rt_vocab:] = -np.inf
+            for d, row in zip(masked, logits):
+                d.logits = row
+        for d in draws:
+            params = d.seq.request.params
+            try:
+                d.token = sample(d.logits, d.temperature, d.seq.request.rng, params.top_k, params.top_p)
+            except ValueError as e:
+                d.error = str(e)
+
+    def _commit(self, d: _Draw, events: list[Event]) -> None:
+        s = d.seq
+        if d.error is not None:
+            self._finish(s, "error", d.error, events)
+            return
+        s.tokens.append(d.token)
+        s.sampled = d.token
+        s.logits = None
+        s.generated += 1
+        s.idle_steps = 0
+        # The client sees the sampled token even when a splice takes it back at once, so a
+        # replaced token shows as a visible backtrack.
+        events.append(TokensEvent(s.request, s, 0, [d.token]))
+        splice = next((sp for sp in d.splices if not sp.when_sampled or d.token in sp.when_sampled), None)
+        if splice is not None and (splice.backtrack or splice.ff_tokens):
+            self._splice(s, splice, events)
+        elif d.token == self.backend.eos_token_id and not s.request.params.ignore_eos:
+            self._finish(s, "eos", None, events)
+        else:
+            self._check_length(s, events)
+
+    def _splice(self, s: GenSeq, splice, events: list[Event]) -> None:
+        """Backtrack then fast-forward; (0, []) is a no-op step."""
+        if splice.backtrack == 0 and not splice.ff_tokens:
+            s.idle_steps += 1
+            if s.idle_steps >= s.request.params.max_idle_steps:
+                self._finish(s, "error", f"no-op for {s.idle_steps} steps in a row", events)
+            return
+        s.idle_steps = 0
+        if splice.backtrack > len(s.tokens):
+            self._finish(s, "error", f"backtrack {splice.backtrack} reaches past the start of the sequence "
+                                     f"({len(s.tokens)} tokens)", events)
+            return
+        keep = len(s.tokens) - splice.backtrack
+        del s.tokens[keep:]
+        s.tokens.extend(splice.ff_tokens)
+        if s.cache.length > keep:
+            self.backend.backtrack(s.cache, keep)
+        s.logits = None
+        s.generated += len(splice.ff_tokens)
+        events.append(TokensEvent(s.request, s, splice.backtrack, list(splice.ff_tokens)))
+        if not s.tokens:
+            self._finish(s, "error", "a splice left the sequence empty", events)
+            return
+        self._check_length(s, events)
+
+    def _check_length(self, s: GenSeq, events: list[Event]) -> None:
+        if s.generated >= s.request.params.max_tokens:
+            self._finish(s, "length", None, events)
+
+    def _finish(self, s: GenSeq, reason: str, error: str | None, events: list[Event]) -> None:
+        s.finish_reason, s.error = reason, error
+        s.logits = None
+        s.text_bytes = self.backend.decode_bytes(s.output_tokens)
+        self.backend.free(s.cache)
+        if s.ctrl is not None:
+            s.ctrl.close()
+        events.append(FinishEvent(s.request, s, reason, error))
+
+    def close(self) -> None:
+        """Free every cache and controller, and the runtime if this engine made it. Idempotent."""
+        for r in self.requests:
+            for s in r.sequences:
+                if s.finish_reason is None:
+                    self._finish(s, "error", "engine closed", [])
+            if r.ctrl is not None:
+                r.ctrl.close()
+        if self._owns_runtime and self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

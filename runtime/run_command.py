@@ -1,0 +1,219 @@
+"""What `aicirt run` does: resolve the controller, load the model, stream a generation, summarise.
+
+cli.py only parses options; everything here is importable and testable without click.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from .engine import Engine, FinishEvent, ForkEvent, LogEvent, SamplingParams, TokensEvent
+
+
+def resolve_controller(src: str, *, progress: bool = True) -> Path:
+    """A `.wasm` path as is; a C/Zig file, a folder or a shipped controller's name built (cached).
+
+    Raises `aicirt.toolchain.BuildError` with the compiler's diagnostics.
+    """
+    path = Path(src)
+    if path.suffix == ".wasm":
+        if not path.is_file():
+            raise FileNotFoundError(f"{src}: no such file")
+        return path
+    from . import toolchain
+
+    return Path(toolchain.build_cached(src, progress=progress))
+
+
+def _valid_utf8_prefix(data: bytes) -> int:
+    """Length of the longest prefix of `data` that does not end inside a UTF-8 character."""
+    for cut in range(min(4, len(data)) + 1):
+        try:
+            data[: len(data) - cut].decode("utf-8")
+            return len(data) - cut
+        except UnicodeDecodeError as e:
+            if e.reason != "unexpected end of data":
+                return len(data)  # invalid bytes, not a truncated character: print with replacement
+    return 0
+
+
+@dataclass
+class _View:
+    tokens: list[int]
+    printed: int                           # bytes of decode(tokens) already on the terminal
+    data: bytes = b""
+
+
+@dataclass
+class StreamPrinter:
+    """Streams each sequence's text as it changes; labels forks, shows backtracks struck through."""
+    engine: Engine
+    out: IO[str]
+    err: IO[str]
+    show_logs: bool = False
+    color: bool = False
+    views: dict[int, _View] = field(default_factory=dict)
+    last: int | None = None
+    at_line_start: bool = True
+    out_ends_with_label: bool = False
+
+    def _style(self, text: str, **kw) -> str:
+        import click
+
+        return click.style(text, **kw) if self.color else text
+
+    def start(self, req) -> None:
+        data = self.engine.backend.decode_bytes(req.prompt)
+        self.views[0] = _View(list(req.prompt), len(data), data)
+        self.last = 0
+
+    def _write(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self.at_line_start = text.endswith("\n")
+            self.out_ends_with_label = False
+            self.out.flush()
+
+    def _switch_to(self, seq) -> None:
+        if self.last == seq.label or len(seq.request.sequences) == 1:
+            self.last = seq.label
+            return
+        if not self.at_line_start:
+            self._write("\n")
+        self._write(self._style(f"[#{seq.label}] ", fg="cyan"))
+        self.out_ends_with_label = True
+        self.last = seq.label
+
+    def on_event(self, ev) -> None:
+        if isinstance(ev, ForkEvent):
+            parent = self.views[ev.parent.label]
+            self.views[ev.child.label] = _View(list(parent.tokens), parent.printed, parent.data)
+            if not self.at_line_start:
+                self._write("\n")
+            self._write(self._style(f"[#{ev.parent.label} forked #{ev.child.label}]", fg="cyan", dim=True) + "\n")
+            self.last = None
+        elif isinstance(ev, TokensEvent):
+            self._tokens(ev)
+        elif isinstance(ev, LogEvent) and self.show_logs:
+            for line in ev.text.rstrip("\n").split("\n"):
+                self.err.write(self._style(f"[#{ev.seq.label} log] {line}", dim=True) + "\n")
+            self.err.flush()
+        elif isinstance(ev, FinishEvent) and len(ev.request.sequences) > 1:
+            self._switch_to(ev.seq)
+            why = ev.reason + (f": {ev.error}" if ev.error else "")
+            gap = "" if self.at_line_start or self.out_ends_with_label else " "
+            self._write(self._style(f"{gap}<{why}>", dim=True) + "\n")
+            self.last = None
+
+    def _tokens(self, ev: TokensEvent) -> None:
+        view = self.views[ev.seq.label]
+        if ev.backtrack:
+            del view.tokens[len(view.tokens) - ev.backtrack:]
+        view.tokens.extend(ev.tokens)
+        new = self.engine.backend.decode_bytes(view.tokens)
+        old = view.data
+        common = 0
+        limit = min(len(old), len(new), view.printed)
+        while common < limit and old[common] == new[common]:
+            common += 1
+        self._switch_to(ev.seq)
+        if common < view.printed:  # text that was shown is gone: show it struck through
+            removed = old[common:view.printed].decode("utf-8", "replace")
+            # In colour: the removed text struck through in red; in plain text: [⌫removed].
+            self._write(self._style(removed, fg="red", strikethrough=True) if self.color else f"[⌫{removed}]")
+            view.printed = common
+        end = _valid_utf8_prefix(new)
+        if end > view.printed:
+            self._write(new[view.printed:end].decode("utf-8", "replace"))
+            view.printed = end
+        view.data = new
+
+
+def _var_text(value: bytes):
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"hex": value.hex()}
+
+
+def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int = 64, temperature: float = 0.0,
+        seed: int | None = None, model: str | None = None, as_json: bool = False, show_logs: bool = False,
+        chat: bool = True, top_p: float = 1.0, top_k: int = 0, out: IO[str] | None = None,
+        err: IO[str] | None = None, color: bool | None = None) -> dict:
+    """Run `controller` on `model` and stream (or, with `as_json`, print as JSON) what it generates.
+
+    Returns the result as the JSON form's dict. Raises `FileNotFoundError` (controller or
+    model), `aicirt.LoadError` (bad module), `aicirt.toolchain.BuildError` (compile error).
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    color = (out.isatty() and not as_json) if color is None else color
+    params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed)
+    wasm = resolve_controller(controller, progress=True)
+    from .backends import load_backend
+
+    t0 = time.perf_counter()
+    backend = load_backend(model)
+    load_s = time.perf_counter() - t0
+    with Engine(backend) as engine:
+        ctrl = engine.runtime.load(wasm)
+        printer = StreamPrinter(engine, out, err, show_logs and not as_json, color)
+        t1 = time.perf_counter()
+        req = engine.add_request(prompt, ctrl, arg, params=params, chat=chat)
+        if not as_json:
+            printer.start(req)
+        for ev in engine.run():
+            if not as_json:
+                printer.on_event(ev)
+        gen_s = time.perf_counter() - t1
+        stats = engine.stats
+        generated = sum(s.generated for s in req.sequences)
+        result = {
+            "controller": str(wasm), "model": str(model or "smollm2"), "prompt": prompt,
+            "sequences": [{
+                "label": s.label, "seq_id": s.seq_id, "parent": s.parent, "text": s.text,
+                "tokens": s.output_tokens, "prompt_tokens_removed": len(req.prompt) - s.kept_prompt,
+                "finish_reason": s.finish_reason, "error": s.error, "logs": "".join(s.logs),
+            } for s in req.sequences],
+            "variables": {k: _var_text(v) for k, v in req.variables.items()},
+            "timing": {
+                "model_load_s": load_s, "generate_s": gen_s, "tokens": generated,
+                "tokens_per_s": generated / gen_s if gen_s > 0 else 0.0,
+                **stats.as_dict(),
+            },
+        }
+    if as_json:
+        out.write(json.dumps(result, indent=2) + "\n")
+    else:
+        _summary(result, out, err, printer)
+    return result
+
+
+def _summary(result: dict, out: IO[str], err: IO[str], printer: StreamPrinter) -> None:
+    if not printer.at_line_start:
+        out.write("\n")
+    out.flush()
+    style = printer._style
+    for s in result["sequences"]:
+        why = s["finish_reason"] + (f": {s['error']}" if s["error"] else "")
+        err.write(style(f"#{s['label']}: {why} ({len(s['tokens'])} tokens)", dim=True) + "\n")
+        if s["logs"] and not printer.show_logs and (s["error"] or not s["tokens"]):
+            # A controller that ends with nothing to show usually logged why.
+            for line in s["logs"].rstrip("\n").split("\n")[-5:]:
+                err.write(style(f"  log: {line}", dim=True) + "\n")
+    if result["variables"]:
+        err.write("variables:\n")
+        for name, value in result["variables"].items():
+            text = value.rstrip("\n").replace("\n", "\n    ") if isinstance(value, str) else repr(value)
+            err.write(f"  {name} = {text}\n")
+    t = result["timing"]
+    err.write(style(
+        f"{t['tokens']} tokens in {t['generate_s']:.2f} s ({t['tokens_per_s']:.1f} tokens/s, {t['steps']} steps); "
+        f"forward {t['forward_s']:.2f} s; controllers {t['controller_s'] * 1e3:.1f} ms, "
+        f"engine waited {t['wait_s'] * 1e3:.1f} ms for them ({t['hidden_fraction'] * 100:.0f}% hidden); "
+        f"model load {t['model_load_s']:.1f} s", dim=True) + "\n")
+    err.flush()
