@@ -28,7 +28,7 @@ test-slow: setup-model
 	$(BIN)/python -m pytest -q -m slow
 
 demo: setup-model
-	$(BIN)/aicirt run yesno --prompt "Is the sky blue on a clear day? Answer Yes or No." --max-tokens 8
+	$(BIN)/aicirt run regex --arg '(19|20)[0-9]{2}' --prompt 'In which year did World War II end?'
 
 bench: setup-model
 	$(BIN)/python bench/step_overhead.py
