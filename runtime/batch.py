@@ -59,10 +59,11 @@ class BatchOutcome:
     """What `BatchHandle.wait` returns: `masks` (uint32 [rows, ceil(V/32)], valid until the
     next-but-one submit) and `results`."""
 
-    def __init__(self, masks: np.ndarray, results: list[StepResult], wait_us: float):
+    def __init__(self, masks: np.ndarray, results: list[StepResult], wait_us: float, blocked_us: float):
         self.masks = masks
         self.results = results
-        self.wait_us = wait_us   # time wait() blocked: controller time not hidden by the caller
+        self.wait_us = wait_us        # all of wait(): blocking plus lifting results
+        self.blocked_us = blocked_us  # blocked on controllers still running: the time not hidden
 
 
 class BatchHandle:
@@ -115,6 +116,7 @@ class BatchHandle:
         slots = [seq.slot for _, seq in self._running] + [seq.slot for _, seq in self._late]
         if slots:
             self.rt._pool.wait(slots, budget)
+        blocked_us = (time.perf_counter() - t0) * 1e6
         for i, seq in self._late:
             if seq.slot.done:   # an earlier step's call: its mask sits in that step's array
                 masks, row = seq.in_flight
@@ -128,7 +130,7 @@ class BatchHandle:
                 self._still_late(i, seq)
         masks = np.concatenate([self.masks, *self._extra]) if self._extra else self.masks
         self.rt._reap()
-        return BatchOutcome(masks, self.results, (time.perf_counter() - t0) * 1e6)
+        return BatchOutcome(masks, self.results, (time.perf_counter() - t0) * 1e6, blocked_us)
 
     # -- lifting -------------------------------------------------------------------------------
     def _collect(self, i: int, seq: "Sequence", src_row: np.ndarray | None) -> StepResult:

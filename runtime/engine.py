@@ -184,6 +184,7 @@ class Engine:
         stats.forwarded_tokens += sum(len(toks) for _, toks in batch)
         if outcome is not None:
             stats.controller_s += sum(r.elapsed_us for r in outcome.results) / 1e6
+            stats.blocked_s += outcome.blocked_us / 1e6
         return events
 
     # --- applying results ------------------------------------------------------------------

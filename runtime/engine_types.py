@@ -121,14 +121,16 @@ class EngineStats:
     """Wall-clock seconds the engine thread spent in each phase, summed over steps.
 
     `controller_s` is the time controllers ran (summed over sequences, on worker threads);
-    `wait_s` is how long the engine blocked waiting for them after its forward pass, so
-    `hidden_fraction` = 1 - wait_s / controller_s is the share of controller time the forward
-    pass hid (1.0 when no controller ran).
+    `wait_s` is the engine's time in `wait()` (blocking plus lifting results); `blocked_s` the
+    part spent blocked on controllers still running, so `hidden_fraction` =
+    1 - blocked_s / controller_s is the share of controller time the forward pass hid (1.0 when
+    no controller ran).
     """
     steps: int = 0
     submit_s: float = 0.0
     forward_s: float = 0.0
     wait_s: float = 0.0
+    blocked_s: float = 0.0
     apply_s: float = 0.0
     controller_s: float = 0.0
     forwarded_tokens: int = 0
@@ -141,9 +143,9 @@ class EngineStats:
     def hidden_fraction(self) -> float:
         if self.controller_s <= 0:
             return 1.0
-        return max(0.0, 1.0 - self.wait_s / self.controller_s)
+        return max(0.0, 1.0 - self.blocked_s / self.controller_s)
 
     def as_dict(self) -> dict:
         return {"steps": self.steps, "submit_s": self.submit_s, "forward_s": self.forward_s,
-                "wait_s": self.wait_s, "apply_s": self.apply_s, "controller_s": self.controller_s,
+                "wait_s": self.wait_s, "blocked_s": self.blocked_s, "apply_s": self.apply_s, "controller_s": self.controller_s,
                 "forwarded_tokens": self.forwarded_tokens, "hidden_fraction": self.hidden_fraction}

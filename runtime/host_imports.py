@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 from typing import TYPE_CHECKING, Callable
 
 import wasmtime
@@ -89,12 +90,14 @@ class HostImports:
         self.tokenizer = tokenizer
         self.lookup = lookup
         self._trie: bytes | None = None
+        self._trie_lock = threading.Lock()
 
     @property
     def trie(self) -> bytes:
-        if self._trie is None:
-            from .toktrie import serialize_trie  # built on first use: ~0.1-1 s for a 150k vocab
-            self._trie = serialize_trie(self.tokenizer.token_bytes)
+        with self._trie_lock:
+            if self._trie is None:
+                from .toktrie import serialize_trie  # built on first use: ~0.1-1 s for a 150k vocab
+                self._trie = serialize_trie(self.tokenizer.token_bytes)
         return self._trie
 
     def _seq(self, caller) -> "Sequence":
@@ -127,7 +130,10 @@ class HostImports:
         return self.tokenizer.eos_token_id
 
     def h_token_trie(self, g: Guest, retptr: int) -> None:
+        fresh = self._trie is None
         data = self.trie
+        if fresh:  # building it (once per runtime, ~1 s at 150k tokens) is not the controller's time
+            wt_ffi.wasmtime_context_set_epoch_deadline(g.caller._context(), g.seq._ticks_first)
         g.return_list(retptr, data, 1, len(data))
 
     def h_tokenize(self, g: Guest, ptr: int, n: int, retptr: int) -> None:
