@@ -99,8 +99,15 @@ class Sequence:
                 child.memory.grow(child.store, grow)
             n = self.memory.data_len(self.store)
             ctypes.memmove(_base(child.memory, child.store), _base(self.memory, self.store), n)
+            # Raw value copies: the globals are numeric (the rewriter refuses others), and
+            # wasmtime-py's Global.value/set_value cost ~10 µs each through Val objects.
+            raw = wt_ffi.wasmtime_val_t()
             for idx, g in self._globals.items():
-                child._globals[idx].set_value(child.store, g.value(self.store))
+                wt_ffi.wasmtime_global_get(self.store._context(), ctypes.byref(g._global), ctypes.byref(raw))
+                err = wt_ffi.wasmtime_global_set(child.store._context(), ctypes.byref(child._globals[idx]._global),
+                                                 ctypes.byref(raw))
+                if err:
+                    raise wasmtime.WasmtimeError._from_ptr(err)
         except Exception as e:
             child.close()
             raise ControllerError(f"fork failed: {e}") from None
