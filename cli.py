@@ -14,11 +14,12 @@ def main() -> None:
     \b
     Typical use:
       aicirt build controllers/regex -o regex.wasm   # C/Zig source -> controller module
+      aicirt check regex.wasm                        # does the runtime accept it?
       aicirt run regex --arg '[0-9]{3}-[0-9]{4}' --prompt 'Call me at '
     """
 
 
-# --- build (owned by the SDK/toolchain work) ---------------------------------------------------
+# --- build ----------------------------------------------------------------------------------------
 @main.command()
 @click.argument("src")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
@@ -39,7 +40,29 @@ def build(src: str, out: str | None) -> None:
     click.echo(f"{r.path}: {r.size:,} bytes in {r.seconds:.2f} s")
 
 
-# --- run (owned by the engine work) --------------------------------------------------------------
+# --- check --------------------------------------------------------------------------------------
+@main.command()
+@click.argument("module", type=click.Path(exists=True, dir_okay=False))
+def check(module: str) -> None:
+    """Check that a .wasm file is a controller the runtime accepts (SPEC §2), before uploading it.
+
+    Names whatever is missing or mistyped (exports, imports, signatures) and exits non-zero.
+    """
+    from aicirt import ByteTokenizer, LoadError, Runtime
+
+    with Runtime(ByteTokenizer(), workers=1, cache_dir=False) as rt:
+        try:
+            ctrl = rt.load(module)
+        except LoadError as e:
+            raise click.ClickException(str(e)) from None
+    imports = sorted(imp.name for imp in ctrl.module.imports)
+    click.echo(f"{module}: a controller ({ctrl.size:,} bytes, sha256 {ctrl.sha256[:12]})")
+    click.echo(f"  imports: {', '.join(imports) or 'none'}")
+    click.echo(f"  post-return: {'yes' if ctrl.has_post else 'no'}; reactor init: {'yes' if ctrl.has_initialize else 'no'}; "
+               f"mutable globals copied on fork: {len(ctrl.globals)}")
+
+
+# --- run ------------------------------------------------------------------------------------------
 @main.command()
 @click.argument("controller")
 @click.option("--arg", "arg", default=None, help="Controller argument (text).")
