@@ -87,8 +87,13 @@ class BatchHandle:
             elif seq.in_flight is not None:
                 self._late.append((i, seq))
             else:
-                self._first_call |= seq.calls == 0
-                seq.prepare(tokens, sampled, native.ffi.cast("uint32_t *", base + i * W * 4))
+                try:
+                    seq.prepare(tokens, sampled, native.ffi.cast("uint32_t *", base + i * W * 4))
+                except ValueError as e:   # the engine's mistake; still only this sequence's problem
+                    seq.error = f"invalid step input: {e}"
+                    self.results[i] = StepResult(seq, "error", error=seq.error)
+                    continue
+                self._first_call |= seq.calls == 1
                 self._running.append((i, seq))
         for i, seq in self._running:
             seq.in_flight = (self.masks, i)

@@ -118,7 +118,8 @@ class Sequence:
 
     # -- per call ------------------------------------------------------------------------------
     def prepare(self, tokens, sampled: int | None, mask_row_addr) -> None:
-        """Fill the slot's arguments with the net edit from what the controller saw to `tokens`."""
+        """Fill the slot's arguments with the net edit from what the controller saw to `tokens`.
+        Raises ValueError (changing nothing) for a token that is not an id of the vocabulary."""
         seen = self.seen
         n = len(seen)
         if len(tokens) >= n and tokens[:n] == seen:
@@ -131,6 +132,10 @@ class Sequence:
             else:
                 cp = min(n, len(tokens))
         new = tokens[cp:]
+        vocab = self.slot.vocab_size
+        for t in new if sampled is None else (*new, sampled):
+            if not (isinstance(t, int) and 0 <= t < vocab):   # checked before anything changes
+                raise ValueError(f"token {t!r} is not a token id of this vocabulary (0..{vocab - 1})")
         del seen[cp:]
         seen.extend(new)
         s = self.slot

@@ -145,3 +145,13 @@ def test_finished_sequence_reports_error(rt, scripted_wasm):
     step(rt, seq, [1])
     r = step(rt, seq, [1])[1]
     assert r.status == "error"
+
+
+@pytest.mark.parametrize("tokens, sampled", [([1, 999], None), ([1, -1], None), ([1, 2], 257), ([1, 2.5], None)])
+def test_bad_step_input_ends_only_that_sequence(rt, scripted_wasm, tokens, sampled):
+    ctrl = rt.load(scripted_wasm)
+    bad = rt.new_request(ctrl, arg=script(result(branch(mask=[65])))).spawn()
+    good = rt.new_request(ctrl, arg=script(result(branch(mask=[65])))).spawn()
+    out = rt.submit([(bad, tokens, sampled), (good, [1, 2], None)]).wait()
+    assert out.results[0].status == "error" and "not a token id" in out.results[0].error
+    assert out.results[1].status == "ok" and bad.finished and bad.calls == 0
