@@ -139,3 +139,9 @@ def test_initial_memory_over_the_limit_is_refused_at_load(make_rt, scripted_wasm
     with pytest.raises(aicirt.LoadError, match="memory"):
         runtime.load(scripted_wasm)
         runtime.new_request(runtime.load(scripted_wasm)).spawn()
+
+
+def test_compile_time_limit(make_rt, scripted_wasm):
+    runtime = make_rt(compile_timeout_s=1e-6)
+    with pytest.raises(aicirt.LoadError, match="compiling took longer than"):
+        runtime.load(scripted_wasm)

@@ -1,0 +1,57 @@
+"""Many sequences, mixed behaviours, several workers, late calls and closes in flight: every
+result is well-formed and the healthy sequences never notice the others."""
+from __future__ import annotations
+
+import random
+
+from conftest import mask_tokens
+from scripted import branch, log, noop, result, script, splice, trap, var_set
+
+import aicirt
+
+BEHAVIOURS = {
+    "mask": lambda i: result(branch(mask=[i % 250, 251])),
+    "splice": lambda i: result(branch(mask=[7], splices=[splice(when=[7], backtrack=1, ff=[8, 9])])),
+    "fork": lambda i: result(branch(mask=[1]), branch(mask=[2])),
+    "noop": lambda i: noop(),
+    "var": lambda i: var_set(f"v{i}", "x", result(branch(mask=[3]))),
+    "log": lambda i: log("hello", result(branch(mask=[4]))),
+    "trap": lambda i: trap(),
+}
+
+
+def test_mixed_batch_soak(hot_path, scripted_wasm):
+    rng = random.Random(1234)
+    with aicirt.Runtime(aicirt.ByteTokenizer(), workers=3, cache_dir=False,
+                        limits=aicirt.Limits(max_forks=1000, soft_deadline_s=0.5)) as rt:
+        ctrl = rt.load(scripted_wasm)
+        live = {}
+        for i in range(96):
+            kind = rng.choice(list(BEHAVIOURS))
+            steps = [result(branch(mask=[65]))] + [BEHAVIOURS[kind](i)] * 2 + [result(branch(mask=[66]))]
+            seq = rt.new_request(ctrl, arg=script(*steps)).spawn()
+            live[seq] = (kind, [1, 2, 3])
+        for step in range(6):
+            items = [(s, toks, None) for s, (_, toks) in live.items()]
+            out = rt.submit(items).wait()
+            for (s, toks, _), r in zip(items, out.results):
+                kind = live[s][0]
+                assert r.status in ("ok", "error"), (kind, r)
+                if r.status == "error":
+                    assert kind == "trap" and "unreachable" in r.error
+                    del live[s]
+                    continue
+                if not r.branches:
+                    del live[s]
+                    continue
+                for target, b in zip([s, *r.forks], r.branches):
+                    if b.mask_row is not None:
+                        allowed = mask_tokens(out, b.mask_row)
+                        assert allowed, kind
+                    new = list(toks) + ([allowed[0]] if b.mask_row is not None else [])
+                    live[target] = (kind if target is s else "mask", new)
+            # close a few sequences between steps, as an engine cancelling requests would
+            for s in rng.sample(list(live), k=min(3, len(live))):
+                s.close()
+                del live[s]
+        assert not any(k == "trap" for k, _ in live.values())
