@@ -55,3 +55,19 @@ def test_mixed_batch_soak(hot_path, scripted_wasm):
                 s.close()
                 del live[s]
         assert not any(k == "trap" for k, _ in live.values())
+
+
+def test_close_while_a_call_is_stuck(hot_path, scripted_wasm):
+    import time
+
+    from scripted import loop_forever
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
+                        limits=aicirt.Limits(call_timeout_s=0.3, soft_deadline_s=0.01))
+    seq = rt.new_request(rt.load(scripted_wasm), arg=script(result(branch(mask=[1])), loop_forever())).spawn()
+    rt.submit([(seq, [1], None)]).wait()
+    assert rt.submit([(seq, [1, 1], 1)]).wait().results[0].status == "pending"
+    seq.close()                      # deferred: the call is still running
+    assert seq.finished
+    t0 = time.perf_counter()
+    rt.close()                       # waits for the stuck call to hit its time limit
+    assert time.perf_counter() - t0 < 2 and seq.slot is None
