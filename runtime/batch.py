@@ -1,38 +1,34 @@
 """One engine step's worth of `mid-process` calls: submit now, run on workers, collect at wait().
 
 The common result (one branch, a mask, no splices) is lifted in C straight into the batch's mask
-row. Everything else is lifted here from a numpy view of linear memory and validated against
-SPEC §3; any violation ends only that sequence, with a message saying what the controller did.
+row. Everything else is read by `lift.py` from a numpy view of linear memory; here it is placed
+in mask rows, post-return is called and forks are made. Any violation ends only that sequence.
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from . import abi
-from .capabilities import Capabilities
 from .errors import ControllerError
 from .host_imports import clear_stale_exception
-from .native import (STATUS_BAD_ALLOC, STATUS_BAD_MASK, STATUS_BAD_RESULT, STATUS_EMPTY_MASK, STATUS_LIFT,
-                     STATUS_OK, STATUS_TRAP, get_native)
-from .results import Branch, Splice, StepResult
+from .lift import InvalidResult, check_temperature, read_branches
+from .native import (
+    STATUS_BAD_ALLOC,
+    STATUS_BAD_MASK,
+    STATUS_BAD_RESULT,
+    STATUS_EMPTY_MASK,
+    STATUS_LIFT,
+    STATUS_OK,
+    STATUS_TRAP,
+    get_native,
+)
+from .results import Branch, StepResult
 
 if TYPE_CHECKING:
     from .runtime import Runtime
     from .sequence import Sequence
-
-
-class InvalidResult(Exception):
-    """The controller's result breaks the contract; the message says how."""
-
-
-def _temperature(value: float, k: int) -> float:
-    if not (math.isfinite(value) and value >= 0):
-        raise InvalidResult(f"branch {k}: temperature {value} is not a finite number >= 0")
-    return value
 
 
 class MaskBuffers:
@@ -148,7 +144,7 @@ class BatchHandle:
             if status == STATUS_OK:
                 if src_row is not None:
                     self.masks[i] = src_row
-                temperature = _temperature(float(s.temp), 0) if s.temp_is_some else None
+                temperature = check_temperature(float(s.temp), 0) if s.temp_is_some else None
                 result = StepResult(seq, "ok", [Branch(i, temperature)])
             elif status == STATUS_LIFT:
                 result = self._lift(i, seq)
@@ -184,31 +180,21 @@ class BatchHandle:
         rt, s = self.rt, seq.slot
         ptr, size = self.native.memory(s)
         mem = np.frombuffer(self.native.ffi.buffer(ptr, size), dtype=np.uint8)
-        u32 = lambda off: int(mem[off:off + 4].view(np.uint32)[0])  # noqa: E731
-        n, bptr = s.n_branches, s.branches_ptr
-        caps = seq.request.capabilities
-        if n > 1:
-            if not caps & Capabilities.FORK:
-                raise InvalidResult(f"returned {n} branches (a fork) but capability `fork` was not granted")
-            if seq.request.forks + n - 1 > rt.limits.max_forks:
-                raise InvalidResult(f"fork into {n} branches exceeds the limit of {rt.limits.max_forks} forks per request")
+        lifted = read_branches(mem, s.branches_ptr, s.n_branches, vocab_size=rt.vocab_size,
+                               capabilities=seq.request.capabilities, n_seen=len(seq.seen),
+                               forks_left=rt.limits.max_forks - seq.request.forks, max_forks=rt.limits.max_forks)
         branches = []
-        for k in range(n):
-            b = bptr + k * abi.BRANCH_SIZE
-            has_mask = mem[b] != 0
+        for k, (mask, temperature, splices) in enumerate(lifted):
             row = None
-            if has_mask:
-                row = i if k == 0 else len(self.masks) + len(self._extra)
-                mask = self._read_mask(mem, size, u32(b + 4), u32(b + 8), k)
+            if mask is not None:
                 if k == 0:
+                    row = i
                     self.masks[i] = mask
                 else:
+                    row = len(self.masks) + len(self._extra)
                     self._extra.append(mask[None, :])
-            temperature = _temperature(float(mem[b + 16:b + 20].view(np.float32)[0]), k) if mem[b + 12] else None
-            splices = self._read_splices(mem, size, u32(b + 20), u32(b + 24), k, has_mask, len(seq.seen), caps)
-            if not has_mask and (len(splices) != 1 or splices[0].when_sampled):
-                raise InvalidResult(f"branch {k} has no mask, so it needs exactly one unconditional splice, got {len(splices)}")
-            branches.append(Branch(row, temperature, tuple(splices)))
+            branches.append(Branch(row, temperature, splices))
+        n = len(branches)
         self.native.post(s)
         if s.status == STATUS_TRAP:
             raise InvalidResult("cabi_post_mid-process: " + (seq.fault or self.native.error_text(s)))
@@ -226,50 +212,3 @@ class BatchHandle:
             for member in (seq, *forks):
                 member.fork_group = group
         return StepResult(seq, "ok", branches, forks)
-
-    def _read_mask(self, mem: np.ndarray, size: int, ptr: int, words: int, k: int) -> np.ndarray:
-        rt = self.rt
-        if words != rt.mask_words:
-            raise InvalidResult(f"branch {k}: mask has {words} words, expected ceil({rt.vocab_size}/32) = {rt.mask_words}")
-        if ptr + words * 4 > size:
-            raise InvalidResult(f"branch {k}: mask [{ptr}, {ptr + words * 4}) is outside linear memory ({size} bytes)")
-        mask = mem[ptr:ptr + words * 4].view(np.uint32)
-        tail = rt.vocab_size % 32
-        extra = int(mask[-1]) >> tail if tail else 0
-        if extra:
-            first = (words - 1) * 32 + tail + (extra & -extra).bit_length() - 1
-            raise InvalidResult(f"branch {k}: mask allows token {first} >= vocab size {rt.vocab_size}")
-        if not mask.any():
-            raise InvalidResult(f"branch {k}: mask allows no token")
-        return mask.copy()
-
-    def _read_tokens(self, mem, size, ptr: int, n: int, what: str) -> tuple[int, ...]:
-        if ptr + n * 4 > size:
-            raise InvalidResult(f"{what}: list [{ptr}, {ptr + n * 4}) is outside linear memory ({size} bytes)")
-        ids = mem[ptr:ptr + n * 4].view(np.uint32)
-        if n and int(ids.max()) >= self.rt.vocab_size:
-            raise InvalidResult(f"{what}: token id {int(ids.max())} >= vocab size {self.rt.vocab_size}")
-        return tuple(int(t) for t in ids)
-
-    def _read_splices(self, mem, size, ptr, n, k, has_mask, n_seen, caps) -> list[Splice]:
-        if ptr + n * abi.SPLICE_SIZE > size:
-            raise InvalidResult(f"branch {k}: splice list is outside linear memory")
-        out = []
-        limit = n_seen + (1 if has_mask else 0)
-        for j in range(n):
-            p = ptr + j * abi.SPLICE_SIZE
-            f = mem[p:p + abi.SPLICE_SIZE].view(np.uint32)
-            where = f"branch {k} splice {j}"
-            when = self._read_tokens(mem, size, int(f[0]), int(f[1]), where + " when-sampled")
-            backtrack = int(f[2])
-            ff = self._read_tokens(mem, size, int(f[3]), int(f[4]), where + " ff-tokens")
-            if when and not caps & Capabilities.CONDITIONAL_FF_TOKENS:
-                raise InvalidResult(f"{where}: conditional splice but capability `conditional-ff-tokens` was not granted")
-            if backtrack and not caps & Capabilities.BACKTRACK:
-                raise InvalidResult(f"{where}: backtrack {backtrack} but capability `backtrack` was not granted")
-            if ff and not caps & Capabilities.FF_TOKENS:
-                raise InvalidResult(f"{where}: fast-forward tokens but capability `ff-tokens` was not granted")
-            if backtrack > limit:
-                raise InvalidResult(f"{where}: backtrack {backtrack} reaches past the start of the sequence ({limit} tokens)")
-            out.append(Splice(when, backtrack, ff))
-        return out
