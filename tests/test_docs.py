@@ -20,3 +20,17 @@ def test_embedding_step_loop_runs(scripted_wasm, capsys):
     exec(compile(code, "docs/embedding.md", "exec"), {"CONTROLLER_WASM": scripted_wasm, "ARG": arg})
     out = capsys.readouterr().out
     assert "finished: stop" in out and "'done', b'yes'" in out
+
+
+def test_writing_controllers_first_example_runs(tmp_path, monkeypatch):
+    """docs/writing-controllers.md's `digits.c`, built with the toolchain, run with its snippet."""
+    from aicirt import toolchain
+    text = (DOCS / "writing-controllers.md").read_text()
+    c_code = re.search(r"`digits.c`.*?```c\n(.*?)```", text, re.S).group(1)
+    py_code = re.search(r"Run it in pytest.*?```python\n(.*?)```", text, re.S).group(1)
+    (tmp_path / "digits.c").write_text(c_code)
+    toolchain.build(tmp_path / "digits.c", tmp_path / "digits.wasm", progress=False)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(py_code.replace("print(", "result = ("), "docs/writing-controllers.md", "exec"), scope)
+    assert scope["result"] == b"12345"

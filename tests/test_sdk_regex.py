@@ -155,3 +155,44 @@ def test_unsupported_or_bad_patterns_are_reported(bad):
     h = MiniHost(regex_wasm(), BYTE_VOCAB, 256, lambda s: [], arg=bad)
     assert h.step([1]) == []
     assert any("regex:" in line and "offset" in line for line in h.logs), h.logs
+
+
+# -- slices: a state that keeps every string over a repeated class live takes that class's tokens
+# wholesale and walks only the other tokens' trie; any other state walks the whole trie ----------
+def _max_len(vocab: list[bytes], klass: bytes) -> int:
+    return max(len(b) for b in vocab if b and regex.fullmatch(klass + rb"+", b))
+
+
+def _slice_cases():
+    gpt2, _ = gpt2_token_bytes()
+    n = _max_len(gpt2, rb"[a-z ]")          # the longest [a-z ] token: where coverage ends
+    return [
+        # (pattern, vocab, text, slice expected)
+        (rb'[^"]*"', "gpt2", b"", True),
+        (rb'[^"]*"', "gpt2", b"The quick\n brown fox \\ jumps", True),
+        (rb'"[^"]*"', "gpt2", b"", False),                   # needs the opening quote first
+        (rb'"[^"]*"', "gpt2", b'"say', True),
+        (rb"[a-zA-Z_][a-zA-Z0-9_]*", "gpt2", b"", False),      # first byte: no digits
+        (rb"[a-zA-Z_][a-zA-Z0-9_]*", "gpt2", b"count_2", True),
+        (rb'(?:[^"\\]|\\.)*"', "gpt2", b"a \\n b", True),
+        (rb'(?:[^"\\]|\\.)*"', "gpt2", b"a \\", False),         # after a backslash, not \n: no slice
+        (rb"(?:[a-z]|[0-9]|_)+!", "gpt2", b"ab_1", True),      # the alternation's union
+        (rb"[a-z ]{0,40}!", "gpt2", b"a" * (40 - n), True),    # every [a-z ] token still fits
+        (rb"[a-z ]{0,40}!", "gpt2", b"a" * (41 - n), False),   # the longest one no longer does
+        (rb"[0-9]+", "gpt2", b"12", False),                   # too few digit tokens to be worth it
+        (rb"[a-z]{0,10}x", "bytes", b"abcdefghi", True),       # byte tokens: one more letter fits
+        (rb"[a-z]{0,10}x", "bytes", b"abcdefghij", False),
+        (rb"\s*\w+\s*", "bytes", b"  ab", True),
+    ]
+
+
+@pytest.mark.parametrize("case", range(15))
+def test_slice_path_matches_python(case):
+    pattern, vocab, text, want_slice = _slice_cases()[case]
+    s = session(pattern, vocab, b"\0nocache\0logslice")
+    s.check(text)
+    last = s.host.logs[-1]
+    assert ("slice of" in last) == want_slice, (pattern, text, last)
+    if want_slice:   # the same mask from a plain whole-trie walk
+        plain = session(pattern, vocab, b"\0nocache\0noslices")
+        assert (plain.mask_after(text)[0].mask == s.mask_after(text)[0].mask).all()

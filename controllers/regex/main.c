@@ -5,7 +5,7 @@ static aici_regex_t *re;
 static const aici_trie_t *trie;
 static uint32_t prompt_len;
 static uint32_t *states, n_seen, cap;  /* states[k]: DFA state after k generated tokens */
-static bool use_cache = true, use_slices = true;
+static bool use_cache = true, use_slices = true, log_slice = false;
 
 static bool setup(const aici_arg_t *arg) {
   uint32_t n;
@@ -16,6 +16,8 @@ static bool setup(const aici_arg_t *arg) {
     if (!__builtin_memcmp(a + i, "nocache", 7)) use_cache = false;
   for (uint32_t i = plen + 1; i + 8 <= n; i++)
     if (!__builtin_memcmp(a + i, "noslices", 8)) use_slices = false;
+  for (uint32_t i = plen + 1; i + 8 <= n; i++)
+    if (!__builtin_memcmp(a + i, "logslice", 8)) log_slice = true;
   char *err = 0;
   re = aici_regex_compile(a, plen, &err);
   aici_free(a);
@@ -27,7 +29,6 @@ static bool setup(const aici_arg_t *arg) {
   aici_regex_use_slices(re, use_slices);
   if (!(trie = aici_trie())) return false;
   aici_token_bytes(0, 0);              /* build the token -> bytes table now, not on step 1 */
-  if (use_slices) aici_trie_slices(trie);
   prompt_len = arg->n_all_tokens;
   cap = 64;
   states = aici_malloc(cap * 4);
@@ -54,6 +55,12 @@ static uint32_t current_state(const aici_arg_t *arg) {
   return states[gen];
 }
 
+static bool any_token(const aici_tokset_t *m) {
+  for (uint32_t i = 0; i < m->n_words; i++)
+    if (m->words[i]) return true;
+  return false;
+}
+
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (arg->call_index == 0 && !setup(arg)) return;
   if (!re) return;
@@ -70,15 +77,20 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   }
   bool accepting = aici_regex_accepting(re, s);
   if (accepting && !aici_regex_can_continue(re, s)) return;  /* complete match: stop */
+  if (log_slice) {
+    const aici_slice_t *sl = aici_regex_slice(re, trie, s);
+    if (sl) aici_logf("regex: slice of %u tokens, rest trie of %u nodes\n", sl->n_tokens, sl->rest.n_nodes);
+    else aici_logs("regex: whole trie\n");
+  }
   aici_tokset_t *m;
   if (use_cache) {
     m = (aici_tokset_t *)aici_regex_mask_cached(re, trie, s);   /* EOS bit depends only on s */
   } else {
     m = aici_tokset_tmp();
-    aici_regex_mask(re, trie, s, m);
+    aici_regex_mask_write(re, trie, s, m);
   }
   if (accepting) aici_tokset_allow(m, eos);
-  else if (!aici_tokset_count(m)) {
+  else if (!any_token(m)) {
     aici_logs("regex: no token can continue the match\n");
     return;
   }

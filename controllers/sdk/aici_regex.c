@@ -15,8 +15,15 @@ typedef struct { uint8_t kind, live; uint32_t out, out1, set; } nfa_t;
 
 #define MAX_NFA 200000u
 #define MAX_DFA 16384u
+#define MAX_CAND 6                     /* candidate slices per regex */
+#define REP_MIN 8                      /* {m,n} with n >= REP_MIN counts as repeated */
+#define COVER_STATES 64                /* states a slice check follows before giving up */
 #define BUILT 1
 #define ACCEPT 2
+#define CLOSED 4                       /* every state reachable from it has its row built */
+#define FINAL 8                        /* a match that nothing extends: its row is all dead */
+#define END_BIT 0x80000000u            /* in a row entry: the target is FINAL (walks skip its subtree) */
+#define CLOSE_ROWS 1024u               /* rows close_state builds at most (per regex) */
 
 struct aici_regex {
   uint32_t (*sets)[8];                 /* byte sets (256 bits) used by the pattern */
@@ -40,6 +47,17 @@ struct aici_regex {
   aici_tokset_t *spare;                /* mask_cached's result once the cache is full */
   bool overflow;
   bool use_slices;
+  /* slices (see aici_regex_use_slices) */
+  uint32_t n_cand;
+  uint32_t cand[MAX_CAND][8];          /* byte sets the pattern repeats */
+  const aici_trie_t *slice_trie;       /* the trie sl[] was resolved for */
+  uint32_t n_sl;
+  const aici_slice_t *sl[MAX_CAND];    /* the worthwhile ones, fewest rest nodes first */
+  uint8_t sl_reps[MAX_CAND][256];      /* one byte per regex byte class within the slice */
+  uint32_t sl_n_reps[MAX_CAND];
+  uint8_t *pick;                       /* per DFA state: 0 unknown, 1 no slice, 2 + k: sl[k] */
+  uint32_t *stamp, stamp_gen;          /* close_state's visited marks */
+  bool close_failed;                   /* the DFA is too big to close: walks check rows */
 };
 
 /* ---- parser ----------------------------------------------------------------------------- */
@@ -355,6 +373,49 @@ static void byte_classes(aici_regex_t *re) {
   for (int b = 255; b >= 0; b--) re->rep[re->cls[b]] = (uint8_t)b;
 }
 
+/* ---- candidate slices: the byte sets under repeats ------------------------------------------ */
+static void add_cand(aici_regex_t *re, const uint32_t *set) {
+  uint32_t any = 0;
+  for (int i = 0; i < 8; i++) any |= set[i];
+  if (!any) return;
+  for (uint32_t k = 0; k < re->n_cand; k++)
+    if (!__builtin_memcmp(re->cand[k], set, 32)) return;
+  if (re->n_cand < MAX_CAND) __builtin_memcpy(re->cand[re->n_cand++], set, 32);
+}
+
+static bool alt_union(const aici_regex_t *re, const ast_t *ast, uint32_t node, uint32_t *u) {
+  const ast_t *x = &ast[node];
+  if (x->kind == A_SET) {
+    for (int i = 0; i < 8; i++) u[i] |= re->sets[x->set][i];
+    return true;
+  }
+  return x->kind == A_ALT && alt_union(re, ast, x->a, u) && alt_union(re, ast, x->b, u);
+}
+
+static void collect(aici_regex_t *re, const ast_t *ast, uint32_t node, bool rep) {
+  for (;;) {
+    const ast_t *x = &ast[node];
+    switch (x->kind) {
+      case A_SET:
+        if (rep) add_cand(re, re->sets[x->set]);
+        return;
+      case A_CAT: case A_ALT:          /* CAT chains are left-deep: loop on the left side */
+        collect(re, ast, x->b, rep);
+        node = x->a;
+        continue;
+      case A_REP: {
+        bool r = rep || x->max < 0 || x->max >= REP_MIN;
+        uint32_t u[8] = {0};
+        if (r && ast[x->a].kind == A_ALT && alt_union(re, ast, x->a, u)) add_cand(re, u);
+        rep = r;
+        node = x->a;
+        continue;
+      }
+      default: return;
+    }
+  }
+}
+
 /* ---- DFA ---------------------------------------------------------------------------------- */
 static void closure(aici_regex_t *re, uint32_t s, uint32_t *n) {
   uint32_t sp = 0;
@@ -389,6 +450,10 @@ static bool grow_states(aici_regex_t *re) {
   re->set_hash = aici_realloc(re->set_hash, cap * 4);
   re->cache = aici_realloc(re->cache, cap * sizeof(void *));
   __builtin_memset(re->cache + re->cap_states, 0, (cap - re->cap_states) * sizeof(void *));
+  re->pick = aici_realloc(re->pick, cap);
+  re->stamp = aici_realloc(re->stamp, cap * 4);
+  __builtin_memset(re->stamp + re->cap_states, 0, (cap - re->cap_states) * 4);
+  __builtin_memset(re->pick + re->cap_states, 0, cap - re->cap_states);
   re->cap_states = cap;
   /* rehash into a table at most half full */
   aici_free(re->ht);
@@ -432,8 +497,9 @@ static uint32_t intern(aici_regex_t *re, uint32_t n) {
   re->set_off[d] = re->pool_len, re->set_len[d] = n, re->set_hash[d] = h;
   re->pool_len += n;
   re->flags[d] = 0;
+  re->flags[d] = FINAL;
   for (uint32_t i = 0; i < n; i++)
-    if (re->nfa[l[i]].kind == N_MATCH) re->flags[d] = ACCEPT;
+    re->flags[d] = re->nfa[l[i]].kind == N_MATCH ? re->flags[d] | ACCEPT : re->flags[d] & ~FINAL;
   __builtin_memset(re->trans + (size_t)d * 256, 0, 1024);
   uint32_t k = h & (re->ht_cap - 1);
   while (re->ht[k]) k = (k + 1) & (re->ht_cap - 1);
@@ -454,6 +520,8 @@ static void build_row(aici_regex_t *re, uint32_t d) {
     }
     next[c] = intern(re, n);
   }
+  for (uint32_t c = 0; c < re->n_cls; c++)
+    if (next[c] && (re->flags[next[c]] & FINAL)) next[c] |= END_BIT;
   uint32_t *row = re->trans + (size_t)d * 256;  /* after intern: trans may have moved */
   for (int b = 0; b < 256; b++) row[b] = next[re->cls[b]];
   re->flags[d] |= BUILT;
@@ -469,6 +537,7 @@ aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err) {
     uint32_t match = nfa_new(re, N_MATCH, 0, 0, 0);
     re->start_nfa = compile(re, p.ast, root, match);
     if (re->overflow) p.err = "pattern too large (over 200000 NFA states)";
+    else collect(re, p.ast, root, false);
   }
   aici_free(p.ast);
   if (p.err) {
@@ -514,7 +583,7 @@ uint32_t aici_regex_num_states(const aici_regex_t *re) { return re->n_states; }
 uint32_t aici_regex_step(aici_regex_t *re, uint32_t state, uint8_t byte) {
   if (!state) return 0;
   build_row(re, state);
-  return re->trans[(size_t)state * 256 + byte];
+  return re->trans[(size_t)state * 256 + byte] & ~END_BIT;
 }
 
 uint32_t aici_regex_advance(aici_regex_t *re, uint32_t state, const uint8_t *bytes, size_t n) {
@@ -533,83 +602,221 @@ bool aici_regex_can_continue(aici_regex_t *re, uint32_t state) {
   return false;
 }
 
-/* The hot loop. Per trie node: one row load, one unconditional mask OR (tokenless nodes hit the
- * spare word), one branch: descend into the subtree, or skip it and climb `pop` levels. */
-static void walk(aici_regex_t *re, const aici_trie_node_t *nodes, uint32_t n, uint32_t state, uint32_t *mask) {
-  uint32_t stack[1025];
-  uint32_t sp = 1, p = 1;
-  stack[0] = state;
-  const uint32_t *row = re->trans + (size_t)state * 256;
-  while (p < n) {
+/* The hot loop, over nodes [p, end) (stack: the rows of the states above p). Per node: one row
+ * load, one unconditional mask OR (tokenless nodes hit the spare word), one branch: descend into
+ * the subtree, or skip it and climb `pop` levels. Row entries carry END_BIT for FINAL targets,
+ * which makes them negative: such a node's token counts, its subtree is skipped unvisited.
+ * `checked`: rows may be unbuilt (built on entry); unchecked walks start from a CLOSED state. */
+static inline __attribute__((always_inline)) void walk_range(aici_regex_t *re, const aici_trie_node_t *nodes,
+                                                             uint32_t p, uint32_t end, const uint32_t **stack,
+                                                             uint32_t sp, uint32_t *mask, bool checked) {
+  const uint32_t *trans = re->trans, *row = stack[sp - 1];
+  while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
     uint32_t ns = row[w0 & 255];
     mask[tok >> 5] |= (uint32_t)(ns != 0) << (tok & 31);
-    if (ns && w1 >= (2u << 10)) {      /* accepted, and has children */
-      if (__builtin_expect(!(re->flags[ns] & BUILT), 0)) build_row(re, ns);
-      stack[sp++] = ns;
-      row = re->trans + (size_t)ns * 256;
+    if ((int32_t)ns > 0 && w1 >= (2u << 10)) {   /* live, not FINAL, and has children */
+      if (checked && __builtin_expect(!(re->flags[ns] & BUILT), 0)) {
+        const uint32_t *old = re->trans;
+        build_row(re, ns);             /* may move the table: rebase the stack */
+        trans = re->trans;
+        if (trans != old)
+          for (uint32_t i = 0; i < sp; i++) stack[i] = trans + (stack[i] - old);
+      }
+      row = trans + (size_t)ns * 256;
+      stack[sp++] = row;
       p++;
     } else {
       p += w1 >> 10;
       sp -= w1 & 1023;
-      row = re->trans + (size_t)stack[sp - 1] * 256;
+      row = stack[sp - 1];
     }
   }
 }
 
-/* Does every non-empty string over `bytes` keep the DFA live from `state`? Follows the states
- * reachable through those bytes (one byte per regex byte class suffices), giving up past 8. */
-static bool covers(aici_regex_t *re, uint32_t state, const uint32_t *bytes) {
-  uint8_t reps[256];
-  uint32_t n_reps = 0, seen_cls[8] = {0};
-  for (int b = 0; b < 256; b++) {
-    uint8_t c = re->cls[b];
-    if ((bytes[b >> 5] >> (b & 31)) & 1 && !((seen_cls[c >> 5] >> (c & 31)) & 1))
-      seen_cls[c >> 5] |= 1u << (c & 31), reps[n_reps++] = (uint8_t)b;
+static inline __attribute__((always_inline)) void walk_impl(aici_regex_t *re, const aici_trie_t *t,
+                                                            uint32_t state, uint32_t *mask, bool checked) {
+  const uint32_t *stack[1025];
+  const aici_trie_node_t *nodes = t->nodes;
+  stack[0] = re->trans + (size_t)state * 256;
+  if (!t->root_kids) {
+    walk_range(re, nodes, 1, t->n_nodes, stack, 1, mask, checked);
+    return;
   }
-  uint32_t seen[8], n = 1;
-  seen[0] = state;
+  /* first level from the list: dead first bytes cost one row lookup, no node visit */
+  for (uint32_t k = 0, nk = t->n_root_kids; k < nk; k++) {
+    uint32_t e = t->root_kids[k], ns = stack[0][e & 255];
+    if (!ns) continue;
+    uint32_t c = e >> 8, w0 = nodes[c].w0, size = nodes[c].w1 >> 10, tok = w0 >> 8;
+    mask[tok >> 5] |= 1u << (tok & 31);
+    if (size < 2 || (int32_t)ns < 0) continue;
+    if (checked && !(re->flags[ns] & BUILT)) {
+      build_row(re, ns);
+      stack[0] = re->trans + (size_t)state * 256;
+    }
+    stack[1] = re->trans + (size_t)ns * 256;
+    walk_range(re, nodes, c + 1, c + size, stack, 2, mask, checked);
+  }
+}
+
+static void walk_checked(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
+  walk_impl(re, t, state, mask, true);
+}
+static void walk_closed(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
+  walk_impl(re, t, state, mask, false);
+}
+
+/* Build every row reachable from `state` (up to CLOSE_ROWS new ones) and mark those states
+ * CLOSED: walks from them need no per-node row check. */
+static bool close_state(aici_regex_t *re, uint32_t state) {
+  if (re->flags[state] & CLOSED) return true;
+  if (re->close_failed) return false;
+  uint32_t gen = ++re->stamp_gen, n = 0, cap = 64, built = 0;
+  uint32_t *list = aici_malloc(cap * 4);
+  list[n++] = state;
+  re->stamp[state] = gen;
   for (uint32_t i = 0; i < n; i++) {
+    uint32_t d = list[i];
+    if (re->flags[d] & CLOSED) continue;
+    if (!(re->flags[d] & BUILT)) {
+      if (++built > CLOSE_ROWS) { re->close_failed = true; aici_free(list); return false; }
+      build_row(re, d);
+    }
+    for (uint32_t c = 0; c < re->n_cls; c++) {
+      uint32_t t = re->trans[(size_t)d * 256 + re->rep[c]] & ~END_BIT;
+      if (!t || re->stamp[t] == gen) continue;
+      re->stamp[t] = gen;
+      if (n == cap) list = aici_realloc(list, (cap *= 2) * 4);
+      list[n++] = t;
+    }
+  }
+  for (uint32_t i = 0; i < n; i++) re->flags[list[i]] |= CLOSED;
+  aici_free(list);
+  return true;
+}
+
+static void walk(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
+  if (close_state(re, state)) walk_closed(re, t, state, mask);
+  else walk_checked(re, t, state, mask);
+}
+
+/* The candidate slices that the trie makes worthwhile, fewest rest nodes first, each with one
+ * representative byte per regex byte class it touches. */
+static void resolve_slices(aici_regex_t *re, const aici_trie_t *tr) {
+  re->slice_trie = tr;
+  re->n_sl = 0;
+  __builtin_memset(re->pick, 0, re->cap_states);
+  for (uint32_t k = 0; k < re->n_cand; k++) {
+    const aici_slice_t *s = aici_trie_slice(tr, re->cand[k]);
+    if (!s) continue;
+    uint32_t i = re->n_sl++;
+    for (; i && re->sl[i - 1]->rest.n_nodes > s->rest.n_nodes; i--) re->sl[i] = re->sl[i - 1];
+    re->sl[i] = s;
+  }
+  for (uint32_t k = 0; k < re->n_sl; k++) {
+    uint32_t seen[8] = {0}, n = 0;
+    for (int b = 0; b < 256; b++) {
+      uint8_t c = re->cls[b];
+      if ((re->sl[k]->bytes[b >> 5] >> (b & 31)) & 1 && !((seen[c >> 5] >> (c & 31)) & 1))
+        seen[c >> 5] |= 1u << (c & 31), re->sl_reps[k][n++] = (uint8_t)b;
+    }
+    re->sl_n_reps[k] = n;
+  }
+}
+
+/* Does every string over slice k's bytes, up to its longest token, keep the DFA live from
+ * `state`? Breadth-first over the states those bytes reach (one byte per regex byte class
+ * suffices), with their least depths: a state first reached at depth d < max_len must have a
+ * live transition on every such byte. Gives up (no) past COVER_STATES states. */
+static bool covers(aici_regex_t *re, uint32_t state, uint32_t k) {
+  const uint8_t *reps = re->sl_reps[k];
+  uint32_t n_reps = re->sl_n_reps[k], max_len = re->sl[k]->max_len;
+  uint32_t seen[COVER_STATES], depth[COVER_STATES], n = 1;
+  seen[0] = state, depth[0] = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (depth[i] >= max_len) continue;
     build_row(re, seen[i]);
     const uint32_t *row = re->trans + (size_t)seen[i] * 256;
     for (uint32_t r = 0; r < n_reps; r++) {
-      uint32_t t = row[reps[r]], j = 0;
+      uint32_t t = row[reps[r]] & ~END_BIT, j = 0;
       if (!t) return false;
       while (j < n && seen[j] != t) j++;
       if (j == n) {
-        if (n == 8) return false;
-        seen[n++] = t;
+        if (n == COVER_STATES) return false;
+        seen[n] = t, depth[n++] = depth[i] + 1;
       }
     }
   }
   return true;
 }
 
-void aici_regex_mask(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, aici_tokset_t *out) {
-  if (!state || !tr) return;
-  build_row(re, state);
-  const aici_slice_t *sl = re->use_slices ? aici_trie_slices(tr) : 0;
-  if (!sl) {
-    walk(re, tr->nodes, tr->n_nodes, state, out->words);
+/* The slice to use from `state` (NULL: walk the whole trie), decided once per DFA state. */
+static const aici_slice_t *pick_slice(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
+  if (re->slice_trie != tr) resolve_slices(re, tr);
+  if (!re->n_sl) return 0;
+  uint8_t c = re->pick[state];
+  if (!c) {
+    c = 1;
+    for (uint32_t k = 0; k < re->n_sl && c == 1; k++)
+      if (covers(re, state, k)) c = (uint8_t)(2 + k);
+    re->pick[state] = c;               /* after covers(): it may have grown the arrays */
+  }
+  return c > 1 ? re->sl[c - 2] : 0;
+}
+
+typedef uint32_t v128u __attribute__((vector_size(16), aligned(4)));
+
+/* A vector loop: wasmtime's memory.copy (a libcall) costs more than this at mask sizes. */
+static void copy_words(uint32_t *restrict d, const uint32_t *restrict s, uint32_t n) {
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) *(v128u *)(d + i) = *(const v128u *)(s + i);
+  for (; i < n; i++) d[i] = s[i];
+}
+
+static void or_words(uint32_t *restrict d, const uint32_t *restrict s, uint32_t n) {
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) *(v128u *)(d + i) |= *(const v128u *)(s + i);
+  for (; i < n; i++) d[i] |= s[i];
+}
+
+/* `write`: out's old contents do not count, so a slice's dense mask is copied (memory.copy,
+ * a native memcpy) instead of ORed word by word. */
+static void mask_impl(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, aici_tokset_t *out, bool write) {
+  uint32_t *w = out->words, nw = out->n_words;
+  const aici_slice_t *s = 0;
+  if (state && tr) {
+    build_row(re, state);
+    if (re->use_slices) s = pick_slice(re, tr, state);
+  }
+  if (s && s->dense) {
+    if (write) copy_words(w, s->dense, nw);
+    else or_words(w, s->dense, nw);
   } else {
-    for (uint32_t q = 0; q < AICI_N_SLICES; q++) {
-      const aici_slice_t *s = &sl[q];
-      if (s->n_tokens && covers(re, state, s->bytes)) {
-        if (s->dense) {
-          uint32_t *w = out->words;
-          for (uint32_t i = 0; i < out->n_words; i++) w[i] |= s->dense[i];
-        } else {
-          for (uint32_t i = 0; i < s->n_words; i++) out->words[s->word_idx[i]] |= s->word_bits[i];
-        }
-      } else {
-        walk(re, s->nodes, s->n_nodes, state, out->words);
-      }
+    if (write) __builtin_memset(w, 0, nw * 4);
+    if (s) {
+      const uint32_t *idx = s->word_idx, *bits = s->word_bits;
+      for (uint32_t i = 0, n = s->n_words; i < n; i++) w[idx[i]] |= bits[i];
     }
   }
-  out->words[out->n_words] = 0;
+  if (state && tr) walk(re, s ? &s->rest : tr, state, w);
+  w[nw] = 0;
+}
+
+void aici_regex_mask(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, aici_tokset_t *out) {
+  mask_impl(re, tr, state, out, false);
+}
+
+void aici_regex_mask_write(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, aici_tokset_t *out) {
+  mask_impl(re, tr, state, out, true);
 }
 
 void aici_regex_use_slices(aici_regex_t *re, bool on) { re->use_slices = on; }
+
+const aici_slice_t *aici_regex_slice(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
+  if (!state || !tr || !re->use_slices) return 0;
+  build_row(re, state);
+  return pick_slice(re, tr, state);
+}
 
 const aici_tokset_t *aici_regex_mask_cached(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
   if (state < re->cap_states && re->cache[state]) return re->cache[state];
@@ -621,9 +828,8 @@ const aici_tokset_t *aici_regex_mask_cached(aici_regex_t *re, const aici_trie_t 
   } else {
     if (!re->spare) re->spare = aici_tokset_new();
     s = re->spare;
-    aici_tokset_clear(s);
   }
-  aici_regex_mask(re, tr, state, s);
+  aici_regex_mask_write(re, tr, state, s);
   return s;
 }
 

@@ -69,17 +69,26 @@ void aici_tokset_deny_range(aici_tokset_t *s, aici_token_t lo, aici_token_t hi) 
 void aici_tokset_copy(aici_tokset_t *d, const aici_tokset_t *s) {
   __builtin_memcpy(d->words, s->words, d->n_words * 4);
 }
-void aici_tokset_and(aici_tokset_t *d, const aici_tokset_t *s) {
-  for (uint32_t i = 0; i < d->n_words; i++) d->words[i] &= s->words[i];
-}
-void aici_tokset_or(aici_tokset_t *d, const aici_tokset_t *s) {
-  for (uint32_t i = 0; i < d->n_words; i++) d->words[i] |= s->words[i];
-}
+/* Word loops on locals (the set structs could alias the words) and 16-byte vectors (SIMD128). */
+typedef uint32_t v128u __attribute__((vector_size(16), aligned(4)));
+#define WORD_LOOP(d, s, op)                                                                   \
+  do {                                                                                        \
+    uint32_t *restrict dw = (d)->words, n = (d)->n_words, i = 0;                              \
+    const uint32_t *restrict sw = (s)->words;                                                 \
+    for (; i + 4 <= n; i += 4) *(v128u *)(dw + i) op *(const v128u *)(sw + i);                \
+    for (; i < n; i++) dw[i] op sw[i];                                                        \
+  } while (0)
+void aici_tokset_and(aici_tokset_t *d, const aici_tokset_t *s) { WORD_LOOP(d, s, &=); }
+void aici_tokset_or(aici_tokset_t *d, const aici_tokset_t *s) { WORD_LOOP(d, s, |=); }
 void aici_tokset_sub(aici_tokset_t *d, const aici_tokset_t *s) {
-  for (uint32_t i = 0; i < d->n_words; i++) d->words[i] &= ~s->words[i];
+  uint32_t *restrict dw = d->words, n = d->n_words, i = 0;
+  const uint32_t *restrict sw = s->words;
+  for (; i + 4 <= n; i += 4) *(v128u *)(dw + i) &= ~*(const v128u *)(sw + i);
+  for (; i < n; i++) dw[i] &= ~sw[i];
 }
 uint32_t aici_tokset_count(const aici_tokset_t *s) {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < s->n_words; i++) n += __builtin_popcount(s->words[i]);
-  return n;
+  uint32_t c = 0;
+  const uint32_t *w = s->words;
+  for (uint32_t i = 0, n = s->n_words; i < n; i++) c += __builtin_popcount(w[i]);
+  return c;
 }

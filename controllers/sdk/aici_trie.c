@@ -12,6 +12,16 @@ static bool trie_tried;
 static uint32_t *tok_off, *tok_len;   /* token -> offset into tok_bytes, length (0: no bytes) */
 static uint8_t *tok_bytes;
 
+/* The root's children, for walks that skip dead first bytes without visiting their nodes. */
+static void list_root_kids(aici_trie_t *t) {
+  uint32_t k = 0;
+  for (uint32_t c = 1; c < t->n_nodes; c += t->nodes[c].w1 >> 10) k++;
+  uint32_t *kids = aici_malloc(k * 4 + 4);
+  t->root_kids = kids, t->n_root_kids = kids ? k : 0;
+  k = 0;
+  for (uint32_t c = 1; c < t->n_nodes && kids; c += t->nodes[c].w1 >> 10) kids[k++] = c << 8 | (t->nodes[c].w0 & 255);
+}
+
 static const aici_trie_t *fail(const char *why) {
   aici_logf("aici: bad token trie from host: %s\n", why);
   return 0;
@@ -45,6 +55,7 @@ const aici_trie_t *aici_trie(void) {
   if ((nodes[0].w1 >> 10) != n) return fail("root size");
   trie.nodes = nodes, trie.n_nodes = n, trie.vocab = vocab;
   trie.max_depth = max_depth, trie.scratch_token = scratch;
+  list_root_kids(&trie);
   return &trie;
 }
 
@@ -103,109 +114,103 @@ void aici_trie_walk(const aici_trie_t *tr, aici_byte_step_fn step, void *ctx, ui
 }
 
 /* ---- slices ----------------------------------------------------------------------------------
- * The vocabulary split by byte set (the idea of llguidance's slicer, reduced to byte sets):
- * each token goes to the first slice whose byte set holds all its bytes, and each slice gets its
- * own sub-trie and token list. A recognizer that provably accepts every string over a slice's
- * byte set from its current state (e.g. inside [^"]* or \w+) adds the slice's tokens wholesale
- * instead of walking them. Built once, from the trie alone. */
-static aici_slice_t slices[AICI_N_SLICES];
-static bool slices_built;
+ * llguidance's slicer, reduced to byte sets. For a byte set C, the tokens whose bytes all lie in C
+ * (the slice) become a mask, and the other tokens get their own sub-trie (the rest trie). A
+ * recognizer that provably keeps every string over C live from its state (inside [^"]* or \w+)
+ * takes the mask wholesale and walks only the rest trie: for [^"] over Qwen2 that is ~2k nodes
+ * instead of 333k. Built on request, from the trie alone, and kept (up to MAX_SLICES byte sets).
+ *
+ * A node stays in the rest trie iff its subtree holds a node whose path leaves C (every leaf
+ * ends a token, so that subtree holds a token outside the slice): with pre[p] = the number of
+ * such nodes before p in preorder, node p stays iff pre[p + size] > pre[p]. */
+#define MAX_SLICES 16
+static struct {
+  const aici_trie_t *trie;
+  uint32_t bytes[8];
+  aici_slice_t *slice;                 /* NULL: not worth it */
+} slice_cache[MAX_SLICES];
+static uint32_t n_slice_cache, slice_nodes_total;
 
-static void slice_bytes(uint32_t q, uint32_t *set) {
-  __builtin_memset(set, 0, 32);
-#define ADD(lo, hi) for (unsigned b = (lo); b <= (hi); b++) set[b >> 5] |= 1u << (b & 31)
-  switch (q) {
-    case 0: ADD('0', '9'); break;
-    case 1: ADD('a', 'z'); break;
-    case 2: ADD('a', 'z'); ADD('A', 'Z'); ADD('0', '9'); ADD('_', '_'); break;
-    case 3: ADD('a', 'z'); ADD(' ', ' '); break;
-    case 4: ADD('a', 'z'); ADD('A', 'Z'); ADD('0', '9'); ADD('_', '_'); ADD(' ', ' '); break;
-    case 5: ADD(0x20, 0x7e); break;
-    case 6: ADD(0x20, 0xff); break;
-    default: ADD(0, 255);
-  }
-#undef ADD
-  if (q == 5 || q == 6) set['"' >> 5] &= ~(1u << ('"' & 31)), set['\\' >> 5] &= ~(1u << ('\\' & 31));
-}
-
-const aici_slice_t *aici_trie_slices(const aici_trie_t *tr) {
-  if (slices_built) return slices;
-  uint32_t n = tr->n_nodes;
-  uint8_t member[256] = {0};
-  for (uint32_t q = 0; q < AICI_N_SLICES; q++) {
-    slice_bytes(q, slices[q].bytes);
-    for (int b = 0; b < 256; b++)
-      if ((slices[q].bytes[b >> 5] >> (b & 31)) & 1) member[b] |= (uint8_t)(1u << q);
-  }
-  /* forward: each node's depth and its token's slice (own: one bit, 0 for no token) */
-  uint8_t *own = aici_calloc(n, 1), *sub = aici_calloc(n, 1);
-  uint16_t *depth = aici_malloc(n * 2);
-  uint8_t ok[1025];
-  ok[0] = 0xff;
-  depth[0] = 0;
-  uint32_t d = 1;
+static aici_slice_t *build_slice(const aici_trie_t *tr, const uint32_t *bytes) {
+  uint32_t n = tr->n_nodes, nw = (tr->vocab + 31) / 32;
+  const aici_trie_node_t *nodes = tr->nodes;
+  uint8_t in[256], ok[1025];
+  for (int b = 0; b < 256; b++) in[b] = (bytes[b >> 5] >> (b & 31)) & 1;
+  uint32_t *pre = aici_malloc((n + 1) * 4);
+  uint32_t *words = aici_calloc(nw + 1, 4);
+  if (!pre || !words) { aici_free(pre), aici_free(words); return 0; }
+  /* forward: which nodes leave C (prefix counts), and the slice's tokens */
+  uint32_t d = 1, ntok = 0, max_len = 0;
+  ok[0] = 1, pre[0] = pre[1] = 0;
   for (uint32_t p = 1; p < n; p++) {
-    uint32_t w0 = tr->nodes[p].w0, w1 = tr->nodes[p].w1;
-    depth[p] = (uint16_t)d;
-    ok[d] = ok[d - 1] & member[w0 & 255];
-    if ((w0 >> 8) < tr->vocab) own[p] = (uint8_t)(ok[d] & -ok[d]);
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
+    uint8_t o = ok[d] = ok[d - 1] & in[w0 & 255];
+    pre[p + 1] = pre[p] + !o;
+    if (o && tok < tr->vocab) {
+      words[tok >> 5] |= 1u << (tok & 31), ntok++;
+      if (d > max_len) max_len = d;
+    }
     d = (w1 >> 10) > 1 ? d + 1 : d - (w1 & 1023);
   }
-  /* backward: which slices occur in each subtree */
-  for (uint32_t p = n - 1; p >= 1; p--) {
-    uint8_t m = own[p];
-    uint32_t end = p + (tr->nodes[p].w1 >> 10);
-    for (uint32_t c = p + 1; c < end; c += tr->nodes[c].w1 >> 10) m |= sub[c];
-    sub[p] = m;
+  uint32_t cnt = 1;
+  for (uint32_t p = 1; p < n; p++) cnt += pre[p + (nodes[p].w1 >> 10)] > pre[p];
+  /* worth it only when it saves a good part of the walk (and the memory stays bounded) */
+  if (!ntok || (n - cnt) * 16 < n || slice_nodes_total + cnt > 4 * n + 1024) {
+    aici_free(pre), aici_free(words);
+    return 0;
   }
-  uint32_t *stack = aici_malloc(1025 * 4);
-  for (uint32_t q = 0; q < AICI_N_SLICES; q++) {
-    aici_slice_t *s = &slices[q];
-    uint8_t bit = (uint8_t)(1u << q);
-    uint32_t cnt = 1, ntok = 0;
-    for (uint32_t p = 1; p < n; p++) cnt += (sub[p] & bit) != 0, ntok += own[p] == bit;
-    aici_trie_node_t *out = aici_malloc(cnt * sizeof *out);
-    uint32_t *od = aici_malloc(cnt * 4);
-    out[0].w0 = tr->scratch_token << 8, od[0] = 0;
-    uint32_t k = 1;
-    for (uint32_t p = 1; p < n; p++) {
-      if (!(sub[p] & bit)) continue;
-      uint32_t tok = own[p] == bit ? tr->nodes[p].w0 >> 8 : tr->scratch_token;
-      out[k].w0 = (tr->nodes[p].w0 & 255) | (tok << 8);
-      od[k++] = depth[p];
+  aici_slice_t *s = aici_calloc(1, sizeof *s);
+  aici_trie_node_t *out = aici_malloc(cnt * sizeof *out);
+  uint32_t *od = aici_malloc((cnt + 1) * 4), *stack = aici_malloc(1025 * 4);
+  out[0].w0 = tr->scratch_token << 8, od[0] = 0;
+  uint32_t k = 1;
+  d = 1;
+  for (uint32_t p = 1; p < n; p++) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1;
+    if (pre[p + (w1 >> 10)] > pre[p]) {
+      uint32_t tok = pre[p + 1] > pre[p] ? w0 >> 8 : tr->scratch_token;  /* slice tokens: masked */
+      out[k].w0 = (w0 & 255) | (tok << 8);
+      od[k++] = d;
     }
-    /* sizes and pops of the filtered preorder (as in toktrie.py's serializer) */
-    uint32_t sp = 0;
-    for (uint32_t i = 0; i <= cnt; i++) {
-      uint32_t di = i < cnt ? od[i] : 1;
-      while (sp && od[stack[sp - 1]] >= di) {
-        uint32_t j = stack[--sp];
-        out[j].w1 = ((i - j) << 10) | (od[j] - di);
-      }
-      if (i < cnt) stack[sp++] = i;
-    }
-    out[0].w1 = cnt << 10;
-    s->nodes = out, s->n_nodes = cnt;
-    /* the slice's tokens as sparse mask words */
-    s->n_words = 0;
-    uint32_t nw = (tr->vocab + 31) / 32;
-    uint32_t *words = aici_calloc(nw, 4);
-    for (uint32_t p = 1; p < n; p++)
-      if (own[p] == bit) {
-        uint32_t t = tr->nodes[p].w0 >> 8;
-        words[t >> 5] |= 1u << (t & 31);
-      }
-    for (uint32_t i = 0; i < nw; i++) s->n_words += words[i] != 0;
-    s->word_idx = aici_malloc(s->n_words * 4 + 4);
-    s->word_bits = aici_malloc(s->n_words * 4 + 4);
-    for (uint32_t i = 0, j = 0; i < nw; i++)
-      if (words[i]) s->word_idx[j] = i, s->word_bits[j++] = words[i];
-    s->n_tokens = ntok;
-    s->dense = s->n_words * 4 > nw ? words : 0;   /* many words: a dense OR vectorizes better */
-    if (!s->dense) aici_free(words);
-    aici_free(od);
+    d = (w1 >> 10) > 1 ? d + 1 : d - (w1 & 1023);
   }
-  aici_free(stack), aici_free(own), aici_free(sub), aici_free(depth);
-  slices_built = true;
-  return slices;
+  /* sizes and pops of the filtered preorder (as in toktrie.py's serializer) */
+  uint32_t sp = 0;
+  for (uint32_t i = 0; i <= cnt; i++) {
+    uint32_t di = i < cnt ? od[i] : 1;
+    while (sp && od[stack[sp - 1]] >= di) {
+      uint32_t j = stack[--sp];
+      out[j].w1 = ((i - j) << 10) | (od[j] - di);
+    }
+    if (i < cnt) stack[sp++] = i;
+  }
+  out[0].w1 = cnt << 10;
+  __builtin_memcpy(s->bytes, bytes, 32);
+  s->rest.nodes = out, s->rest.n_nodes = cnt, s->rest.vocab = tr->vocab;
+  s->rest.max_depth = tr->max_depth, s->rest.scratch_token = tr->scratch_token;
+  list_root_kids(&s->rest);
+  s->n_tokens = ntok, s->max_len = max_len;
+  for (uint32_t i = 0; i < nw; i++) s->n_words += words[i] != 0;
+  s->word_idx = aici_malloc(s->n_words * 4 + 4);
+  s->word_bits = aici_malloc(s->n_words * 4 + 4);
+  for (uint32_t i = 0, j = 0; i < nw; i++)
+    if (words[i]) s->word_idx[j] = i, s->word_bits[j++] = words[i];
+  s->dense = s->n_words * 4 > nw ? words : 0;   /* many words: a dense OR vectorizes better */
+  if (!s->dense) aici_free(words);
+  aici_free(pre), aici_free(od), aici_free(stack);
+  slice_nodes_total += cnt;
+  return s;
+}
+
+const aici_slice_t *aici_trie_slice(const aici_trie_t *tr, const uint32_t *bytes) {
+  if (!tr) return 0;
+  for (uint32_t i = 0; i < n_slice_cache; i++)
+    if (slice_cache[i].trie == tr && !__builtin_memcmp(slice_cache[i].bytes, bytes, 32))
+      return slice_cache[i].slice;
+  if (n_slice_cache == MAX_SLICES) return 0;
+  aici_slice_t *s = build_slice(tr, bytes);
+  slice_cache[n_slice_cache].trie = tr;
+  __builtin_memcpy(slice_cache[n_slice_cache].bytes, bytes, 32);
+  slice_cache[n_slice_cache++].slice = s;
+  return s;
 }
