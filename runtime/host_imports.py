@@ -92,6 +92,11 @@ class HostImports:
         self._trie: bytes | None = None
         self._trie_lock = threading.Lock()
 
+    def prebuild_trie(self) -> None:
+        """Build the trie on a background thread now (an engine loads its model meanwhile), so
+        that the first controller asking for it does not wait."""
+        threading.Thread(target=lambda: self.trie, daemon=True, name="aicirt-trie").start()
+
     @property
     def trie(self) -> bytes:
         with self._trie_lock:
