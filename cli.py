@@ -48,13 +48,13 @@ def check(module: str) -> None:
 
     Names whatever is missing or mistyped (exports, imports, signatures) and exits non-zero.
     """
-    from aicirt import ByteTokenizer, LoadError, Runtime
+    from aicirt import LoadError
+    from aicirt.controller import check_controller
 
-    with Runtime(ByteTokenizer(), workers=1, cache_dir=False) as rt:
-        try:
-            ctrl = rt.load(module)
-        except LoadError as e:
-            raise click.ClickException(str(e)) from None
+    try:
+        ctrl = check_controller(module)
+    except LoadError as e:
+        raise click.ClickException(str(e)) from None
     imports = sorted(imp.name for imp in ctrl.module.imports)
     click.echo(f"{module}: a controller ({ctrl.size:,} bytes, sha256 {ctrl.sha256[:12]})")
     click.echo(f"  imports: {', '.join(imports) or 'none'}")

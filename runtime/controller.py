@@ -136,3 +136,11 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src, *, max_bytes:
                 pass  # a read-only cache only costs a recompile next time
     has_post, has_init, wasi = validate(module, name)
     return Controller(sha, module, len(data), globals_, has_post, has_init, wasi, name)
+
+
+def check_controller(src, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0) -> Controller:
+    """Validate `src` (path or bytes) against the contract without a Runtime: a throwaway engine,
+    no disk cache. For tools that want a quick verdict (`aicirt check`, `aicirt build`, and
+    `aicirt run` before it spends seconds loading a model). Raises LoadError."""
+    return load_controller(wasmtime.Engine(), "check", src, max_bytes=max_bytes,
+                           compile_timeout_s=compile_timeout_s, cache_dir=None)

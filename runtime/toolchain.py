@@ -127,17 +127,12 @@ def _run(cmd: list[str], label: str, progress: bool) -> subprocess.CompletedProc
 
 def check_module(wasm: bytes, name: str) -> None:
     """Validate against the contract (SPEC §2) with the runtime's own checker."""
-    import wasmtime
-
-    from . import controller
+    from .controller import check_controller
+    from .errors import LoadError
     try:
-        module = wasmtime.Module(wasmtime.Engine(), wasm)
-    except Exception as e:
-        raise BuildError(f"{name}: not a valid Wasm module: {e}") from None
-    try:
-        controller.validate(module, name)
-    except Exception as e:
-        raise BuildError(str(e)) from None
+        check_controller(wasm)
+    except LoadError as e:
+        raise BuildError(str(e).replace("<bytes>", name, 1)) from None
 
 
 def _hint(stderr: str) -> str:

@@ -37,3 +37,13 @@ def test_json_output(scripted_wasm):
     data = json.loads(out.getvalue())
     assert data["sequences"][0]["text"] == "ok" and data["timing"]["tokens"] == 2
     assert "trace" in data["variables"]
+
+
+def test_bad_module_fails_before_the_model_loads(tmp_path):
+    import pytest
+
+    from aicirt import LoadError
+    bad = tmp_path / "bad.wasm"
+    bad.write_bytes(b"\0asm\x01\0\0\0")
+    with pytest.raises(LoadError, match="missing export `mid-process`"):
+        run(str(bad), model="/no/such/model")   # the model would raise FileNotFoundError
