@@ -50,6 +50,8 @@ pub const CAP_CONDITIONAL_FF: u32 = 8;
 pub extern fn aici_malloc(n: usize) ?*anyopaque;
 pub extern fn aici_free(p: ?*const anyopaque) void;
 pub extern fn aici_tmp_alloc(n: usize) ?*anyopaque;
+pub extern fn aici_calloc(n: usize, size: usize) ?*anyopaque;
+pub extern fn aici_realloc(p: ?*anyopaque, n: usize) ?*anyopaque;
 
 pub extern fn aici_branch(res: *Result) ?*Branch;
 pub extern fn aici_branch_mask(b: ?*Branch, mask: *const TokSet) void;
@@ -70,6 +72,8 @@ pub extern fn aici_var_get(name: [*:0]const u8, len_out: *u32) ?[*]u8;
 pub extern fn aici_var_set(name: [*:0]const u8, value: [*]const u8, len: usize) void;
 pub extern fn aici_var_append(name: [*:0]const u8, value: [*]const u8, len: usize) void;
 pub extern fn aici_log(msg: [*]const u8, len: usize) void;
+pub extern fn aici_logs(msg: [*:0]const u8) void;
+pub extern fn aici_tokenize_str(text: [*:0]const u8, n_out: *u32) [*]Token;
 
 pub extern fn aici_tokset_new() ?*TokSet;
 pub extern fn aici_tokset_tmp() ?*TokSet;
@@ -82,6 +86,10 @@ pub extern fn aici_tokset_has(s: *const TokSet, t: Token) bool;
 pub extern fn aici_tokset_allow_range(s: *TokSet, lo: Token, hi: Token) void;
 pub extern fn aici_tokset_deny_range(s: *TokSet, lo: Token, hi: Token) void;
 pub extern fn aici_tokset_count(s: *const TokSet) u32;
+pub extern fn aici_tokset_copy(dst: *TokSet, src: *const TokSet) void;
+pub extern fn aici_tokset_and(dst: *TokSet, src: *const TokSet) void;
+pub extern fn aici_tokset_or(dst: *TokSet, src: *const TokSet) void;
+pub extern fn aici_tokset_sub(dst: *TokSet, src: *const TokSet) void;
 
 pub extern fn aici_trie() ?*const Trie;
 pub extern fn aici_token_bytes(t: Token, len_out: *u32) ?[*]const u8;
@@ -92,6 +100,10 @@ pub extern fn aici_regex_advance(re: *Regex, state: u32, bytes: [*]const u8, n: 
 pub extern fn aici_regex_accepting(re: *Regex, state: u32) bool;
 pub extern fn aici_regex_can_continue(re: *Regex, state: u32) bool;
 pub extern fn aici_regex_mask(re: *Regex, trie: *const Trie, state: u32, out: *TokSet) void;
+pub extern fn aici_regex_mask_write(re: *Regex, trie: *const Trie, state: u32, out: *TokSet) void;
+pub extern fn aici_regex_mask_cached(re: *Regex, trie: *const Trie, state: u32) ?*const TokSet;
+pub extern fn aici_regex_cache_limit(re: *Regex, limit: u32) void;
+pub extern fn aici_regex_use_slices(re: *Regex, on: bool) void;
 
 // ---- slice helpers (results are heap memory: free with `free`) ----
 pub fn tokenize(text: []const u8) []Token {
