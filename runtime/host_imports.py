@@ -53,6 +53,10 @@ class Guest:
     def read(self, ptr: int, n: int) -> bytes:
         ptr &= 0xFFFFFFFF
         n &= 0xFFFFFFFF
+        cap = self.seq.request.runtime.limits.host_arg_bytes
+        if n > cap:   # host work happens under the GIL, where the epoch limit cannot stop it
+            _raise_fault(self.seq, f"host import `{self.name}`: an argument of {n} bytes is over the limit "
+                                   f"of {cap} (Limits.host_arg_bytes)")
         self._check(ptr, n)
         return ctypes.string_at(self.base + ptr, n)
 

@@ -20,6 +20,8 @@ class Limits:
     stack_bytes: int = 512 << 10        # Wasm stack
     max_forks: int = 16                 # sequences a request may add by forking
     log_bytes: int = 64 << 10           # controller log kept per sequence (oldest dropped)
+    host_arg_bytes: int = 1 << 20       # one host-import argument (text to tokenize, a variable value, a log line)
+    variable_bytes: int = 16 << 20      # a request's variables, and its changes not yet taken
     upload_bytes: int = 64 << 20        # module size
     compile_timeout_s: float = 30.0
     epoch_tick_s: float = 0.01          # granularity of the hard time limit
@@ -28,7 +30,8 @@ class Limits:
         for name in ("soft_deadline_s", "call_timeout_s", "first_call_timeout_s", "compile_timeout_s", "epoch_tick_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("max_late_steps", "memory_bytes", "stack_bytes", "log_bytes", "upload_bytes"):
+        for name in ("max_late_steps", "memory_bytes", "stack_bytes", "log_bytes", "upload_bytes", "host_arg_bytes",
+                     "variable_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)!r}")
         if self.max_forks < 0:

@@ -25,6 +25,7 @@ class Request:
         self.sequences: list["Sequence"] = []
         self.forks = 0
         self._changes: list[tuple[int, str, str, bytes]] = []
+        self._held = self._pending = 0         # bytes in variables / in changes not yet taken
         self._lock = threading.Lock()
 
     def spawn(self) -> "Sequence":
@@ -39,17 +40,25 @@ class Request:
             return self.variables.get(name)
 
     def var_set(self, seq_id: int, name: str, value: bytes, append: bool) -> None:
+        """Set or append; raises ValueError past Limits.variable_bytes (held values, or changes
+        the embedder has not taken yet), which ends the calling sequence."""
         with self._lock:
-            if append:
-                self.variables[name] = self.variables.get(name, b"") + value
-            else:
-                self.variables[name] = value
+            old = self.variables.get(name)
+            new = (old or b"") + value if append else value
+            held = self._held + len(new) - (len(old) + len(name) if old is not None else 0) + len(name)
+            pending = self._pending + len(name) + len(value)
+            cap = self.runtime.limits.variable_bytes
+            if held > cap or pending > cap:
+                raise ValueError(f"variables would take {max(held, pending)} bytes, over the limit of {cap} "
+                                 f"(Limits.variable_bytes)")
+            self.variables[name] = new
+            self._held, self._pending = held, pending
             self._changes.append((seq_id, "append" if append else "set", name, value))
 
     def take_var_changes(self) -> list[tuple[int, str, str, bytes]]:
         """Variable changes since the last call: (seq_id, "set" | "append", name, value), in order."""
         with self._lock:
-            out, self._changes = self._changes, []
+            out, self._changes, self._pending = self._changes, [], 0
             return out
 
     def close(self) -> None:

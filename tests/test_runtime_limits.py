@@ -5,7 +5,7 @@ import time
 
 import pytest
 from conftest import mask_tokens
-from scripted import (bad_host_ptr, bad_result_ptr, branch, grow, log, loop_forever, recurse, result, script,
+from scripted import (bad_host_ptr, bad_result_ptr, branch, grow, log, loop_forever, recurse, result, script, var_set,
                       splice, trap)
 
 import aicirt
@@ -145,3 +145,21 @@ def test_compile_time_limit(make_rt, scripted_wasm):
     runtime = make_rt(compile_timeout_s=1e-6)
     with pytest.raises(aicirt.LoadError, match="compiling took longer than"):
         runtime.load(scripted_wasm)
+
+
+def test_host_argument_limit(make_rt, scripted_wasm):
+    runtime = make_rt(host_arg_bytes=64)    # the scripted controller's own trace entries are 32 bytes
+    r, _ = run_beside_healthy(runtime, scripted_wasm, log("x" * 100, HEALTHY))
+    assert r.status == "error" and "host import `log`: an argument of 100 bytes is over the limit of 64" in r.error
+
+
+def test_variable_limit(make_rt, scripted_wasm):
+    runtime = make_rt(variable_bytes=100)
+    steps = var_set("k", "x" * 40, HEALTHY), var_set("k", "y" * 40, HEALTHY)
+    req = runtime.new_request(runtime.load(scripted_wasm), arg=script(*steps, HEALTHY))
+    seq = req.spawn()
+    # the "trace" variable the scripted controller keeps counts too: take changes as an engine would
+    assert runtime.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+    req.take_var_changes()
+    r = runtime.submit([(seq, [1, 65], 65)]).wait().results[0]
+    assert r.status == "error" and "Limits.variable_bytes" in r.error
