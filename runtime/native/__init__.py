@@ -1,11 +1,12 @@
 """The FFI layer: the only place that talks to libwasmtime below wasmtime-py's public API.
 
-Two interchangeable backends expose the same three calls over the same ``aicirt_slot`` struct:
+Two interchangeable backends expose the same calls (a worker pool, post-return, a view of linear
+memory) over the same ``aicirt_slot`` struct:
 
 * ``compiled``: ``step.c`` built once with cffi's API mode (cached under the user cache dir);
-  a whole chunk of sequences runs in one C call with the GIL released (~1 µs a sequence-step).
-* ``python``: the same logic in Python over cffi's ABI mode, for machines without a C compiler
-  (or with ``AICIRT_NATIVE=python``); about ten times slower, same results.
+  pthread workers run sequence-steps with the GIL released (~1 µs a sequence-step).
+* ``python``: the same logic in Python over cffi's ABI mode and Python threads, for machines
+  without a C compiler (or with ``AICIRT_NATIVE=python``); about 40 times slower, same results.
 
 Both call into the very libwasmtime that wasmtime-py loaded, through function pointers taken from
 it, so handles made with wasmtime-py (stores, funcs, memories) are valid here.
@@ -42,7 +43,7 @@ def _cache_dir() -> Path:
 
 
 class Native:
-    """The loaded hot path: ``ffi``, ``step_many(slots, n)``, ``post(slot)``, ``memory(slot)``."""
+    """The loaded hot path: ``ffi``, ``make_pool(workers)``, ``post(slot)``, ``memory(slot)``."""
 
     def __init__(self) -> None:
         self.wt = cffi.FFI()
@@ -60,7 +61,7 @@ class Native:
             from . import fallback
             self.ffi = self.wt
             impl = fallback.Fallback(self.wt, self.wtlib)
-            self.step_many, self.post, self.memory = impl.step_many, impl.post, impl.memory
+            self.post, self.memory = impl.post, impl.memory
             self.make_pool = lambda workers: fallback.ThreadPool(self.wt, impl, workers)
 
     def _load_compiled(self) -> None:
@@ -91,7 +92,7 @@ class Native:
         )
         if size != self.ffi.sizeof("aicirt_slot"):
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
-        self.step_many, self.post = lib.aicirt_step_many, lib.aicirt_post
+        self.post = lib.aicirt_post
         self.make_pool = lambda workers: CPool(self.ffi, lib, workers)
 
         def memory(slot):

@@ -107,9 +107,6 @@ class Fallback:
         s.elapsed_us = (time.perf_counter() - t0) * 1e6
         s.done = 1
 
-    def step_many(self, slots, n: int) -> None:
-        for i in range(n):
-            self.step(slots[i])
 
 
 class ThreadPool:

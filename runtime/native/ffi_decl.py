@@ -7,7 +7,6 @@ CDEF_SLOT = _STEP_C[_STEP_C.index("/* CDEF BEGIN */"):_STEP_C.index("/* CDEF END
 
 CDEF_STEP = """
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline);
-void aicirt_step_many(aicirt_slot **slots, int n);
 void aicirt_post(aicirt_slot *s);
 uint8_t *aicirt_memory(aicirt_slot *s, size_t *size);
 typedef struct aicirt_pool aicirt_pool;

@@ -1,9 +1,9 @@
 /* The per-sequence step of the hot path, in C (compiled on first use with cffi's API mode).
  *
- * One call runs `mid-process` for a whole chunk of sequences with the GIL released: for each,
- * allocate and write the arguments through the guest's cabi_realloc, call mid-process, and lift
- * the common result (one branch, a mask, no splices) straight into the batch's mask row, then
- * call cabi_post_mid-process. Anything rarer (stop, forks, splices, no mask) is left to Python
+ * aicirt_step runs `mid-process` for one sequence on a worker thread of the pool below, with the
+ * GIL released: allocate and write the arguments through the guest's cabi_realloc, call
+ * mid-process, lift the common result (one branch, a mask, no splices) straight into the batch's
+ * mask row, then call cabi_post_mid-process. Anything rarer (stop, forks, splices, no mask) is left to Python
  * (status AICIRT_LIFT), which reads the same linear memory through a numpy view.
  *
  * libwasmtime is not linked: the function pointers come from the library wasmtime-py already
@@ -164,10 +164,6 @@ void aicirt_step(aicirt_slot *s) {
     }
     s->elapsed_us = now_us() - t0;
     __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
-}
-
-void aicirt_step_many(aicirt_slot **slots, int n) {
-    for (int i = 0; i < n; i++) aicirt_step(slots[i]);
 }
 
 uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
