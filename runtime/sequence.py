@@ -13,7 +13,8 @@ from wasmtime import _ffi as wt_ffi
 
 from . import abi
 from .errors import ControllerError
-from .native import get_native, slot_bind
+from .host_imports import clear_stale_exception
+from .native import get_native, slot_bind, summarize_trap
 
 if TYPE_CHECKING:
     from .request import Request
@@ -79,11 +80,12 @@ class Sequence:
     def instantiate(cls, request: "Request") -> "Sequence":
         seq = cls(request)
         if seq._initialize_export is not None:
-            seq.store.set_epoch_deadline(request.runtime.limits.ticks(request.runtime.limits.first_call_timeout_s))
+            seq.store.set_epoch_deadline(seq._ticks_first)
             try:
                 seq._initialize_export(seq.store)
             except Exception as e:
-                msg = seq.fault or str(e).strip().splitlines()[0]
+                clear_stale_exception()
+                msg = seq.fault or summarize_trap(str(e))
                 seq.close()
                 raise ControllerError(f"_initialize of {request.controller.name} failed: {msg}") from None
         return seq

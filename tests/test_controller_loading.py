@@ -126,3 +126,10 @@ def test_wasi_shim_no_real_io(rt):
     seq2 = rt.new_request(ctrl).spawn()
     r = rt.submit([(seq2, [1, 2, 3], None)]).wait().results[0]
     assert r.status == "error" and "proc_exit(7)" in r.error
+
+
+def test_initialize_trap_is_a_clear_spawn_error(rt):
+    body = OK_EXPORTS + MID_PROCESS + '(func (export "_initialize") unreachable)'
+    ctrl = rt.load(wat(body))
+    with pytest.raises(aicirt.ControllerError, match=r"_initialize of <bytes> failed: wasm `unreachable` instruction executed"):
+        rt.new_request(ctrl).spawn()
