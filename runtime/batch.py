@@ -77,14 +77,14 @@ class BatchHandle:
         self._late: list[tuple[int, "Sequence"]] = []   # calls from earlier steps, still out
         self._first_call = False
         base = self.masks.ctypes.data
-        for i, (seq, tokens, sampled) in enumerate(items):
+        for i, (seq, tokens, sampled, *hint) in enumerate(items):
             if seq.finished:
                 self.results[i] = StepResult(seq, "error", error=seq.error or "sequence has stopped")
             elif seq.in_flight is not None:
                 self._late.append((i, seq))
             else:
                 try:
-                    seq.prepare(tokens, sampled, native.ffi.cast("uint32_t *", base + i * W * 4))
+                    seq.prepare(tokens, sampled, native.ffi.cast("uint32_t *", base + i * W * 4), *hint)
                 except ValueError as e:   # the engine's mistake; still only this sequence's problem
                     seq.error = f"invalid step input: {e}"
                     self.results[i] = StepResult(seq, "error", error=seq.error)

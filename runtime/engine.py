@@ -147,7 +147,9 @@ class Engine:
         controlled = [s for s in live if s.ctrl is not None]
         handle = None
         if controlled:
-            handle = self.runtime.submit([(s.ctrl, s.tokens, s.sampled) for s in controlled])
+            handle = self.runtime.submit([(s.ctrl, s.tokens, s.sampled, s.unchanged) for s in controlled])
+            for s in controlled:
+                s.unchanged = len(s.tokens)
         for s in live:
             s.sampled = None
         t1 = time.perf_counter()
@@ -206,7 +208,7 @@ class Engine:
         for k, child_ctrl in enumerate(r.forks, start=1):
             child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
                            cache=self.backend.fork(s.cache), ctrl=child_ctrl, logits=s.logits,
-                           generated=s.generated, parent=s.label)
+                           generated=s.generated, parent=s.label, unchanged=s.unchanged)
             s.request.sequences.append(child)
             targets.append(child)
             events.append(ForkEvent(s.request, s, child))
@@ -275,6 +277,7 @@ class Engine:
             return
         keep = len(s.tokens) - splice.backtrack
         del s.tokens[keep:]
+        s.unchanged = min(s.unchanged, keep)
         s.tokens.extend(splice.ff_tokens)
         if s.cache.length > keep:
             self.backend.backtrack(s.cache, keep)

@@ -42,6 +42,7 @@ class GenSeq:
     sampled: int | None = None             # reported to the controller on its next call
     generated: int = 0                     # tokens appended (sampled or fast-forwarded)
     idle_steps: int = 0                    # consecutive no-op steps
+    unchanged: int = 0                     # leading tokens unchanged since the last submit (runtime hint)
     parent: int | None = None              # label of the sequence this one forked from
     finish_reason: str | None = None       # "stop" | "eos" | "length" | "error"
     error: str | None = None

@@ -119,12 +119,22 @@ class Sequence:
         return child
 
     # -- per call ------------------------------------------------------------------------------
-    def prepare(self, tokens, sampled: int | None, mask_row_addr) -> None:
+    def prepare(self, tokens, sampled: int | None, mask_row_addr, unchanged: int | None = None) -> None:
         """Fill the slot's arguments with the net edit from what the controller saw to `tokens`.
-        Raises ValueError (changing nothing) for a token that is not an id of the vocabulary."""
+
+        `unchanged`: the caller's promise that `tokens[:unchanged]` is what it passed last time;
+        the comparison then starts there (O(edit) instead of O(length)). Raises ValueError
+        (changing nothing) for a token that is not an id of the vocabulary or a bad `unchanged`.
+        """
         seen = self.seen
         n = len(seen)
-        if len(tokens) >= n and tokens[:n] == seen:
+        if unchanged is not None:
+            if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
+                raise ValueError(f"unchanged={unchanged!r} is not a prefix length of the {len(tokens)} tokens")
+            cp, limit = min(unchanged, n), min(n, len(tokens))
+            while cp < limit and seen[cp] == tokens[cp]:
+                cp += 1
+        elif len(tokens) >= n and tokens[:n] == seen:
             cp = n
         else:
             cp = 0

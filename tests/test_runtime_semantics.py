@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from conftest import mask_tokens
 from scripted import (branch, by_fork_index, host_info, noop, parse_trace, result, script, splice, stop, var_set,
                       wait_var)
@@ -155,3 +157,29 @@ def test_bad_step_input_ends_only_that_sequence(rt, scripted_wasm, tokens, sampl
     out = rt.submit([(bad, tokens, sampled), (good, [1, 2], None)]).wait()
     assert out.results[0].status == "error" and "not a token id" in out.results[0].error
     assert out.results[1].status == "ok" and bad.finished and bad.calls == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 4), st.lists(st.integers(0, 255), max_size=4)), min_size=1, max_size=8))
+def test_unchanged_hint_gives_the_same_net_edits(rt, scripted_wasm, edits):
+    """Random backtrack+append edits: with the engine's `unchanged` hint the controller sees
+    exactly the edits it sees from the full comparison."""
+    ctrl = rt.load(scripted_wasm)
+    plain = rt.new_request(ctrl, arg=script(result(branch(mask=[65]))))
+    hinted = rt.new_request(ctrl, arg=script(result(branch(mask=[65]))))
+    a, b = plain.spawn(), hinted.spawn()
+    tokens, unchanged = [1, 2, 3], 0
+    for backtrack, new in [(0, [])] + edits:
+        keep = max(0, len(tokens) - backtrack)
+        tokens = tokens[:keep] + new
+        unchanged = min(unchanged, keep)
+        rt.submit([(a, tokens, None), (b, tokens, None, unchanged)]).wait()
+        unchanged = len(tokens)
+    strip = lambda req: [(t["backtrack"], t["tokens"]) for t in parse_trace(req.variables["trace"])]  # noqa: E731
+    assert strip(plain) == strip(hinted)
+
+
+def test_bad_unchanged_hint_is_refused(rt, scripted_wasm):
+    seq = rt.new_request(rt.load(scripted_wasm), arg=script(result(branch(mask=[65])))).spawn()
+    r = rt.submit([(seq, [1, 2], None, 5)]).wait().results[0]
+    assert r.status == "error" and "unchanged=5" in r.error
