@@ -45,7 +45,7 @@ class Request:
         with self._lock:
             old = self.variables.get(name)
             new = (old or b"") + value if append else value
-            held = self._held + len(new) - (len(old) + len(name) if old is not None else 0) + len(name)
+            held = self._held - (len(name) + len(old) if old is not None else 0) + len(name) + len(new)
             pending = self._pending + len(name) + len(value)
             cap = self.runtime.limits.variable_bytes
             if held > cap or pending > cap:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import os
 import threading
 import weakref
 from pathlib import Path
@@ -18,9 +17,9 @@ from .controller import Controller, load_controller
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
+from .paths import user_cache_dir
 from .request import Request
 from .sequence import Sequence
-
 
 # Linear memory a pooled slot keeps mapped when freed: a fork's copy then lands on resident pages
 # (1 MiB: ~0.9 ms with fresh mmap pages, ~0.14 ms with resident ones, measured here).
@@ -45,11 +44,6 @@ def _enable_pooling(cfg: wasmtime.Config, slots: int, memory_bytes: int) -> None
     wt_ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set(pc, min(_KEEP_RESIDENT, memory_bytes))
     wt_ffi.wasmtime_pooling_allocation_strategy_set(cfg.ptr(), pc)
     wt_ffi.wasmtime_pooling_allocation_config_delete(pc)
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "aicirt"
 
 
 def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> None:
@@ -95,7 +89,7 @@ class Runtime:
         self.engine_key = hashlib.sha256(
             f"wasmtime-{importlib.metadata.version('wasmtime')}"
             f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]
-        self.cache_dir = None if cache_dir is False else Path(cache_dir or default_cache_dir()) / "modules"
+        self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
         self._host = HostImports(tokenizer, self._lookup)
         if prebuild_trie:

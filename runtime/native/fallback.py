@@ -7,9 +7,17 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import STATUS_BAD_ALLOC, STATUS_BAD_MASK, STATUS_BAD_RESULT, STATUS_EMPTY_MASK, STATUS_LIFT, STATUS_OK, STATUS_TRAP
-
 import numpy as np
+
+from . import (
+    STATUS_BAD_ALLOC,
+    STATUS_BAD_MASK,
+    STATUS_BAD_RESULT,
+    STATUS_EMPTY_MASK,
+    STATUS_LIFT,
+    STATUS_OK,
+    STATUS_TRAP,
+)
 
 
 class Fallback:
@@ -108,11 +116,10 @@ class Fallback:
         s.done = 1
 
 
-
 class ThreadPool:
     """The worker pool over Python threads (same interface as step.c's pool)."""
 
-    def __init__(self, ffi, impl: Fallback, workers: int) -> None:
+    def __init__(self, impl: Fallback, workers: int) -> None:
         self.impl = impl
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicirt-worker")
 
