@@ -65,7 +65,7 @@ class BatchOutcome:
 class BatchHandle:
     """Returned by :meth:`Runtime.submit`; the controllers run until :meth:`wait`."""
 
-    def __init__(self, runtime: "Runtime", items: Iterable[tuple["Sequence", list[int], int | None]]):
+    def __init__(self, runtime: "Runtime", items: Iterable[tuple]):
         self.rt = runtime
         native = self.native = get_native()
         items = list(items)

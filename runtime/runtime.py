@@ -161,8 +161,9 @@ class Runtime:
         with self._lock:
             done = [s for s in self._deferred if s.slot is None or s.slot.done]
             self._deferred = [s for s in self._deferred if s not in done]
-        for s in done:
+        for s in done:   # their calls ended uncollected: unpin their mask buffers too
             s.in_flight = None
+            self._in_flight.discard(s)
             s.close()
 
     def close(self) -> None:

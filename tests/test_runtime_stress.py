@@ -71,3 +71,22 @@ def test_close_while_a_call_is_stuck(hot_path, scripted_wasm):
     t0 = time.perf_counter()
     rt.close()                       # waits for the stuck call to hit its time limit
     assert time.perf_counter() - t0 < 2 and seq.slot is None
+
+
+def test_a_sequence_closed_mid_call_stops_pinning_its_mask_buffer(hot_path, scripted_wasm):
+    from scripted import loop_forever
+    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
+                        limits=aicirt.Limits(call_timeout_s=0.2, soft_deadline_s=0.01)) as rt:
+        ctrl = rt.load(scripted_wasm)
+        stuck = rt.new_request(ctrl, arg=script(result(branch(mask=[1])), loop_forever())).spawn()
+        other = rt.new_request(ctrl, arg=script(result(branch(mask=[1])))).spawn()
+        rt.submit([(stuck, [1], None)]).wait()
+        assert rt.submit([(stuck, [1, 1], 1)]).wait().results[0].status == "pending"
+        stuck.close()
+        import time
+        t0, k = time.perf_counter(), 0
+        while rt._in_flight and time.perf_counter() - t0 < 3:   # the call hits its limit in ~0.2 s
+            k += 1
+            rt.submit([(other, [1] * (k + 1), None)]).wait()
+            time.sleep(0.01)
+        assert not rt._in_flight and stuck.slot is None
