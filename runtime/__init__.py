@@ -10,7 +10,7 @@ from .controller import Controller
 from .errors import AicirtError, ControllerError, LoadError
 from .limits import Limits
 from .request import Request
-from .results import Branch, Splice, StepResult
+from .results import Branch, Splice, StepInput, StepResult
 from .runtime import Runtime
 from .sequence import Sequence
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
@@ -18,5 +18,5 @@ from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 __all__ = [
     "AicirtError", "BatchHandle", "BatchOutcome", "Branch", "ByteTokenizer", "Capabilities", "Controller",
     "ControllerError", "HFTokenizer", "Limits", "LoadError", "Request", "Runtime", "Sequence", "Splice",
-    "StepResult", "Tokenizer",
+    "StepInput", "StepResult", "Tokenizer",
 ]

@@ -24,7 +24,7 @@ from .native import (
     STATUS_TRAP,
     get_native,
 )
-from .results import Branch, StepResult
+from .results import Branch, StepInput, StepResult
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -68,7 +68,7 @@ class BatchHandle:
     def __init__(self, runtime: "Runtime", items: Iterable[tuple]):
         self.rt = runtime
         native = self.native = get_native()
-        items = list(items)
+        items = [it if isinstance(it, StepInput) else StepInput(*it) for it in items]
         W = runtime.mask_words
         self.masks = runtime._masks.take(len(items), {id(s.in_flight[0].base) for s in runtime._in_flight})
         self._extra: list[np.ndarray] = []
@@ -77,7 +77,9 @@ class BatchHandle:
         self._late: list[tuple[int, "Sequence"]] = []   # calls from earlier steps, still out
         self._first_call = False
         base = self.masks.ctypes.data
-        for i, (seq, tokens, sampled, *hint) in enumerate(items):
+        for i, item in enumerate(items):
+            seq, tokens, sampled = item.seq, item.tokens, item.sampled
+            hint = () if item.unchanged is None else (item.unchanged,)
             if seq.finished:
                 self.results[i] = StepResult(seq, "error", error=seq.error or "sequence has stopped")
             elif seq.in_flight is not None:

@@ -36,6 +36,7 @@ from .engine_types import (
     TokensEvent,
     VarEvent,
 )
+from .results import StepInput
 from .sampling import SamplingParams, apply_masks, sample
 
 __all__ = ["Engine", "EngineStats", "Event", "FinishEvent", "ForkEvent", "GenRequest", "GenSeq",
@@ -147,7 +148,7 @@ class Engine:
         controlled = [s for s in live if s.ctrl is not None]
         handle = None
         if controlled:
-            handle = self.runtime.submit([(s.ctrl, s.tokens, s.sampled, s.unchanged) for s in controlled])
+            handle = self.runtime.submit([StepInput(s.ctrl, s.tokens, s.sampled, s.unchanged) for s in controlled])
             for s in controlled:
                 s.unchanged = len(s.tokens)
         for s in live:
