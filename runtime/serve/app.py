@@ -45,6 +45,8 @@ class Server:
         self.settings = settings
         self.store = store or Store(settings.store, max_upload_bytes=settings.max_upload_bytes)
         self.backend = backend if backend is not None else load_backend(settings.model)
+        self.model_name = settings.served_model if backend is None else (
+            settings.model_name or settings.model or backend.name)
         self.context = P.context_length(self.backend, settings.max_context)
         # The runtime's compile cache is the store's modules/ folder: uploads compile once, here.
         runtime = Runtime(self.backend.runtime_tokenizer(), workers=settings.workers, cache_dir=self.store.root,
@@ -207,7 +209,7 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
     # --- health and metrics ----------------------------------------------------------------
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": settings.served_model, "running": server.loop.running,
+        return {"status": "ok", "model": server.model_name, "running": server.loop.running,
                 "queued": server.loop.queue_depth, "steps": server.loop.steps}
 
     @app.get("/metrics", dependencies=guarded)
@@ -216,7 +218,7 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
 
     @app.get("/v1/models", dependencies=guarded)
     async def models():
-        return P.models_list(settings.served_model, int(server.started))
+        return P.models_list(server.model_name, int(server.started))
 
     # --- the store -------------------------------------------------------------------------
     @app.post("/v1/controllers", dependencies=guarded)
@@ -276,7 +278,7 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
         run_id = P.new_id("run")
 
         async def stream():
-            yield P.sse(P.initial_run(run_id, accepted.created, settings.served_model))
+            yield P.sse(P.initial_run(run_id, accepted.created, server.model_name))
             try:
                 async for upd in server.updates(job):
                     yield P.sse(P.run_object(upd))
@@ -300,7 +302,7 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
             tokens = lambda: server.backend.encode(body.text)  # noqa: E731
         job = await run_in_threadpool(server.prepare, body, tokens, 1.0)
         accepted = await server.start(job, request)
-        cid, created, name = P.new_id("chatcmpl" if chat else "cmpl"), accepted.created, settings.served_model
+        cid, created, name = P.new_id("chatcmpl" if chat else "cmpl"), accepted.created, server.model_name
         prompt_len = len(job.prompt)
         if not body.stream:
             last = None

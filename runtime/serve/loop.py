@@ -142,6 +142,7 @@ class EngineLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="aicirt-engine", daemon=True)
         self.steps = 0
+        self.peak_running = 0              # most requests decoded in one step (benchmarks, tests)
 
     # --- from any thread -------------------------------------------------------------------
     def start(self) -> None:
@@ -249,6 +250,7 @@ class EngineLoop:
         job.req = req
         job.tracker = RunTracker(self.engine.backend, req)
         self._running.append(job)
+        self.peak_running = max(self.peak_running, len(self._running))
         self.metrics.observe("aicirt_queue_wait_seconds", time.perf_counter() - job.submitted_at)
         job.post(Accepted(int(time.time())))
 
