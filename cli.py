@@ -159,9 +159,9 @@ def upload(src: str, tags: tuple[str, ...], server: str | None, api_key: str | N
 
     Prints its module id (the sha256 of the Wasm) and the tags now pointing at it.
     """
-    from aicirt.serve.commands import open_target, upload as do_upload
+    from aicirt.serve.commands import format_upload, open_target, upload as do_upload
 
-    do_upload(open_target(server, api_key, store), src, list(tags), click.get_text_stream("stdout"))
+    click.echo("\n".join(format_upload(do_upload(open_target(server, api_key, store), src, list(tags)))))
 
 
 @main.command()

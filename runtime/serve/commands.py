@@ -69,10 +69,9 @@ def module_bytes(src: str, progress: bool = True) -> bytes:
     return Path(resolve_controller(src, progress=progress)).read_bytes()
 
 
-def upload(target, src: str, tags: list[str], out: IO[str]) -> Upload:
-    up = target.put(module_bytes(src), tags=tags)
-    out.write("\n".join(format_upload(up)) + "\n")
-    return up
+def upload(target, src: str, tags: list[str]) -> Upload:
+    """`aicirt upload`: build `src` if it is a source, then store it (locally or on a server)."""
+    return target.put(module_bytes(src), tags=tags)
 
 
 # --- run against a server -------------------------------------------------------------------------
