@@ -139,20 +139,27 @@ class Server:
         return first
 
     async def updates(self, job: Job, request: Request | None = None):
-        """The job's updates until its end; cancels it if the consumer goes away."""
+        """The job's updates until its end, in lists (all that arrived since the last one);
+        cancels the job if the consumer goes away."""
         try:
             while True:
                 try:
-                    item = await job.next(timeout=0.5 if request is not None else None)
+                    items = await job.next_batch(timeout=0.5 if request is not None else None)
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
                         return
                     continue
-                if item is None:
+                batch = []
+                for item in items:
+                    if item is None:
+                        break
+                    if isinstance(item, Rejected):   # the engine stopped under the request
+                        raise P.ApiError(item.status, item.message)
+                    batch.append(item)
+                if batch:
+                    yield batch
+                if len(batch) < len(items):
                     return
-                if isinstance(item, Rejected):   # the engine stopped under the request
-                    raise P.ApiError(item.status, item.message)
-                yield item
         finally:
             self.loop.cancel(job)
 
@@ -280,8 +287,8 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
         async def stream():
             yield P.sse(P.initial_run(run_id, accepted.created, server.model_name))
             try:
-                async for upd in server.updates(job):
-                    yield P.sse(P.run_object(upd))
+                async for batch in server.updates(job):
+                    yield b"".join(P.sse(P.run_object(upd)) for upd in batch)
             except P.ApiError as e:
                 yield P.sse({"object": "run", "forks": [{"index": 0, "text": "", "error": e.message, "logs": "",
                                                         "storage": [], "micros": 0, "finish_reason": "fail"}],
@@ -306,8 +313,8 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
         prompt_len = len(job.prompt)
         if not body.stream:
             last = None
-            async for upd in server.updates(job, request):
-                last = upd
+            async for batch in server.updates(job, request):
+                last = batch[-1]
             if last is None or not last.finished:
                 raise P.ApiError(499, "client closed the request")
             forks = [{"index": s.label, "text": s.text, "finish_reason": s.finish_reason, "error": s.error or "",
@@ -318,9 +325,12 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
         async def stream():
             first, usage = True, None
             try:
-                async for upd in server.updates(job):
-                    yield P.sse(P.completion_chunk(cid, created, name, upd, chat, first))
-                    first, usage = False, upd.usage
+                async for batch in server.updates(job):
+                    chunks = []
+                    for upd in batch:
+                        chunks.append(P.sse(P.completion_chunk(cid, created, name, upd, chat, first)))
+                        first, usage = False, upd.usage
+                    yield b"".join(chunks)
             except P.ApiError as e:
                 yield P.sse({"error": {"message": e.message, "type": "server_error", "code": e.status}})
             if body.include_usage and usage is not None:

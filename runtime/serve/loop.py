@@ -78,17 +78,23 @@ class Job:
         self._aloop = asyncio.get_running_loop()
         self._outbox = asyncio.Queue()
 
-    def post(self, item) -> None:
-        """From the engine thread: hand `item` to the handler (dropped if its loop is gone)."""
-        try:
-            self._aloop.call_soon_threadsafe(self._outbox.put_nowait, item)
-        except RuntimeError:
-            pass
-
     async def next(self, timeout: float | None = None):
         """The next message; None after the last. Raises `asyncio.TimeoutError` after `timeout`."""
         item = await asyncio.wait_for(self._outbox.get(), timeout)
         return None if item is _END else item
+
+    async def next_batch(self, timeout: float | None = None) -> list:
+        """Every message waiting, at least one (a stream that fell behind catches up in one
+        write); None marks the end. Raises `asyncio.TimeoutError` after `timeout`."""
+        items = [await asyncio.wait_for(self._outbox.get(), timeout)]
+        while not self._outbox.empty():
+            items.append(self._outbox.get_nowait())
+        return [None if item is _END else item for item in items]
+
+
+def _deliver(batch: list) -> None:
+    for job, item in batch:
+        job._outbox.put_nowait(item)
 
 
 class _TimedHandle:
@@ -143,6 +149,7 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._main, name="aicirt-engine", daemon=True)
         self.steps = 0
         self.peak_running = 0              # most requests decoded in one step (benchmarks, tests)
+        self._outgoing: list = []          # (job, message) to hand over after this iteration
 
     # --- from any thread -------------------------------------------------------------------
     def start(self) -> None:
@@ -197,10 +204,29 @@ class EngineLoop:
                 self._admit()
                 if self._running:
                     self._step()
+                self._flush()
         finally:
             for job in self._running + list(self._waiting):
                 self._end(job, "the server is shutting down")
+            self._flush()
             self.engine.close()
+
+    def _send(self, job: Job, item) -> None:
+        self._outgoing.append((job, item))
+
+    def _flush(self) -> None:
+        """Hand this iteration's messages over: one wake-up per event loop, not one per message."""
+        if not self._outgoing:
+            return
+        by_loop: dict = {}
+        for job, item in self._outgoing:
+            by_loop.setdefault(job._aloop, []).append((job, item))
+        self._outgoing = []
+        for aloop, batch in by_loop.items():
+            try:
+                aloop.call_soon_threadsafe(_deliver, batch)
+            except RuntimeError:      # that event loop is gone: nobody is listening
+                pass
 
     def _drain(self, block: bool) -> None:
         """Take every message in the inbox; with `block`, wait for the first one."""
@@ -252,11 +278,11 @@ class EngineLoop:
         self._running.append(job)
         self.peak_running = max(self.peak_running, len(self._running))
         self.metrics.observe("aicirt_queue_wait_seconds", time.perf_counter() - job.submitted_at)
-        job.post(Accepted(int(time.time())))
+        self._send(job, Accepted(int(time.time())))
 
     def _reject(self, job: Job, status: int, message: str) -> None:
         self.metrics.inc("aicirt_requests_total", outcome="rejected")
-        job.post(Rejected(status, message))
+        self._send(job, Rejected(status, message))
         self._release(job)
 
     def _step(self) -> None:
@@ -287,7 +313,7 @@ class EngineLoop:
             for d in upd.forks:
                 if d.finish_reason == "error":
                     m.inc("aicirt_sequence_errors_total")
-            job.post(upd)
+            self._send(job, upd)
             if upd.finished:
                 finished.append(job)
         if micros:
@@ -304,7 +330,7 @@ class EngineLoop:
         self.metrics.inc("aicirt_tokens_total", u.ff_tokens, kind="ff")
         self._running.remove(job)
         _retire(self.engine, [job.req])
-        job.post(_END)
+        self._send(job, _END)
         self._release(job)
 
     def _end(self, job: Job, error: str | None) -> None:
@@ -321,10 +347,10 @@ class EngineLoop:
                 upd = job.tracker.abort_update()
                 for d in upd.forks:
                     d.error = d.error or error
-                job.post(upd)
+                self._send(job, upd)
         elif error is not None:
-            job.post(Rejected(503, error))
-        job.post(_END)
+            self._send(job, Rejected(503, error))
+        self._send(job, _END)
         self._release(job)
 
     def _release(self, job: Job) -> None:

@@ -97,7 +97,9 @@ class RunTracker:
             d.finish_reason = seq.finish_reason
             if micros and seq.ctrl is not None:
                 d.micros = int(micros.pop(seq.ctrl, 0))
-        return Update(sorted(touched.values(), key=lambda d: d.index), self.usage, self.req.finished)
+        # A copy: the handler serialises it on another thread while this one counts on.
+        usage = Usage(self.usage.sampled_tokens, self.usage.ff_tokens)
+        return Update(sorted(touched.values(), key=lambda d: d.index), usage, self.req.finished)
 
     def _text(self, seq: GenSeq, d: ForkDelta) -> None:
         """Diff the fork's decoded output against what was sent (whole characters only)."""
@@ -118,4 +120,4 @@ class RunTracker:
         """The final update for a request ended by the server (client gone, engine failure)."""
         forks = [ForkDelta(s.label, finish_reason=s.finish_reason or "abort", error=s.error or "")
                  for s in self.req.sequences]
-        return Update(forks, self.usage, True)
+        return Update(forks, Usage(self.usage.sampled_tokens, self.usage.ff_tokens), True)
