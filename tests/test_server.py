@@ -378,8 +378,37 @@ def test_engine_thread_survives_a_burst_of_cancels(url, server):
         with httpx.stream("POST", url + "/v1/run", json=body, timeout=30) as r:
             assert r.status_code == 200
             next(r.iter_lines())
-    wait_until(lambda: server.loop.live_sequences() == 0 and server.loop.running == 0, what="all cancelled")
-    assert len(server.loop.engine.requests) == 0
+    wait_until(lambda: server.loop.live_sequences() == 0 and server.loop.running == 0
+               and not server.loop.engine.requests, what="all cancelled and retired")
     t0 = time.perf_counter()
     assert aici_run(url, {"controller": "yesno", "prompt": "Still there?"})["errors"] == []
     assert time.perf_counter() - t0 < 10
+
+
+def test_docs_curl_examples_work(url, tmp_path):
+    """Every curl line of docs/server.md's routes, in order, against this server."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from aicirt import toolchain
+
+    if not shutil.which("curl"):
+        pytest.skip("no curl here")
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "server.md").read_text()
+    routes = doc.split("## Routes", 1)[1].split("## The store", 1)[0]
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", routes, re.S):
+        for cmd in block.replace("\\\n", " ").splitlines():
+            if cmd.startswith("curl"):
+                commands.append(cmd.split("  #")[0])
+    assert len(commands) >= 10
+    toolchain.build("yesno", tmp_path / "yesno.wasm", progress=False)
+    env = {**os.environ, "URL": url}
+    for cmd in commands:
+        r = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout, (cmd, r.stderr)
+        assert '"error":{' not in r.stdout and '"message"' not in r.stdout, (cmd, r.stdout)
+        if "/v1/controllers --data-binary" in cmd:
+            env["MODULE_ID"] = json.loads(r.stdout)["module_id"]

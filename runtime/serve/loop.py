@@ -202,7 +202,7 @@ class EngineLoop:
             while not self._stop.is_set():
                 self._drain(block=not self._running and not self._waiting)
                 self._admit()
-                if self._running:
+                if self._running or self.engine.has_unfinished:   # the latter: aborted requests to retire
                     self._step()
                 self._flush()
         finally:
@@ -360,10 +360,11 @@ class EngineLoop:
 
 
 def _abort(engine: Engine, req, reason: str) -> None:
-    """Free `req`'s live sequences (caches, controllers) now; they end with reason "abort"."""
+    """Free `req`'s live sequences (caches, controllers) now; they end with reason "abort".
+    (`reason` is the message engines without `Engine.abort` record as the sequences' error.)"""
     abort = getattr(engine, "abort", None)
     if abort is not None:
-        abort(req)
+        abort(req, "abort")
         return
     for s in req.sequences:
         if s.finish_reason is None:
@@ -372,7 +373,10 @@ def _abort(engine: Engine, req, reason: str) -> None:
 
 def _retire(engine: Engine, reqs) -> None:
     """Drop finished requests from the engine (it would otherwise walk them every step) and
-    free their request-level controller state."""
+    free their request-level controller state. A no-op for an engine with a scheduler, which
+    retires them itself with the step that returns their last events."""
+    if hasattr(engine, "scheduler"):
+        return
     gone = {id(r) for r in reqs}
     engine.requests[:] = [r for r in engine.requests if id(r) not in gone]
     for r in reqs:
