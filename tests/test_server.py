@@ -412,3 +412,22 @@ def test_docs_curl_examples_work(url, tmp_path):
         assert '"error":{' not in r.stdout and '"message"' not in r.stdout, (cmd, r.stdout)
         if "/v1/controllers --data-binary" in cmd:
             env["MODULE_ID"] = json.loads(r.stdout)["module_id"]
+
+
+def test_a_failing_engine_step_fails_its_requests_not_the_server(tmp_path):
+    import numpy as np
+
+    from aicirt.backends import ScriptedBackend
+
+    def logits(tokens):
+        if bytes(t for t in tokens if t < 256).endswith(b"BOOM"):
+            raise RuntimeError("the model fell over")
+        return np.zeros(257, dtype=np.float32)
+
+    with live_server(Settings(store=str(tmp_path)), backend=ScriptedBackend(logits_fn=logits)) as (url, server):
+        res = aici_run(url, {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "BOOM"})
+        assert res["errors"] and "engine step failed: RuntimeError: the model fell over" in res["errors"][0]
+        assert res["finish"] == {0: "fail"}
+        ok = aici_run(url, {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "fine"})
+        assert ok["errors"] == [] and len(ok["texts"][0]) == 5
+        assert re.search(r"aicirt_engine_errors_total 1", httpx.get(url + "/metrics").text)

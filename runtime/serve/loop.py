@@ -200,10 +200,14 @@ class EngineLoop:
     def _main(self) -> None:
         try:
             while not self._stop.is_set():
-                self._drain(block=not self._running and not self._waiting)
-                self._admit()
-                if self._running or self.engine.has_unfinished:   # the latter: aborted requests to retire
-                    self._step()
+                try:
+                    self._drain(block=not self._running and not self._waiting)
+                    self._admit()
+                    if self._running or self.engine.has_unfinished:   # the latter: aborted requests to retire
+                        self._step()
+                except Exception as e:  # a bug here must not stop the thread every request waits on
+                    traceback.print_exc()
+                    self._fail_running(f"internal error: {type(e).__name__}: {e}")
                 self._flush()
         finally:
             for job in self._running + list(self._waiting):
@@ -291,9 +295,7 @@ class EngineLoop:
             events = self.engine.step()
         except Exception as e:  # a backend failure: fail the running requests, keep serving
             traceback.print_exc()
-            self.metrics.inc("aicirt_engine_errors_total")
-            for job in list(self._running):
-                self._end(job, f"engine step failed: {type(e).__name__}: {e}")
+            self._fail_running(f"engine step failed: {type(e).__name__}: {e}")
             return
         self.steps += 1
         m = self.metrics
@@ -323,6 +325,20 @@ class EngineLoop:
         m.set("aicirt_controller_seconds_total", self.engine.stats.controller_s)
         m.set("aicirt_forward_seconds_total", self.engine.stats.forward_s)
 
+    def _fail_running(self, error: str) -> None:
+        """End every running request with `error` (streamed to its client); keep serving."""
+        self.metrics.inc("aicirt_engine_errors_total")
+        for job in list(self._running):
+            try:
+                self._end(job, error)
+            except Exception:
+                traceback.print_exc()
+                if job in self._running:
+                    self._running.remove(job)
+                if not job.done:
+                    self._send(job, _END)
+                    self._release(job)
+
     def _finish_ok(self, job: Job) -> None:
         u = job.tracker.usage
         self.metrics.inc("aicirt_requests_total", outcome="ok")
@@ -340,7 +356,7 @@ class EngineLoop:
         if job in self._running:
             self._running.remove(job)
         if job.req is not None:
-            _abort(self.engine, job.req, error or "aborted: the client went away")
+            _abort(self.engine, job.req, "abort" if error is None else "error", error)
             _retire(self.engine, [job.req])
             if error is not None:
                 self.metrics.inc("aicirt_requests_total", outcome="failed")
@@ -359,16 +375,16 @@ class EngineLoop:
             self._held -= 1
 
 
-def _abort(engine: Engine, req, reason: str) -> None:
-    """Free `req`'s live sequences (caches, controllers) now; they end with reason "abort".
-    (`reason` is the message engines without `Engine.abort` record as the sequences' error.)"""
+def _abort(engine: Engine, req, reason: str, error: str | None) -> None:
+    """Free `req`'s live sequences (caches, controllers) now; they end with finish reason
+    `reason` ("abort": the client went away; "error": the server failed them, with `error`)."""
     abort = getattr(engine, "abort", None)
     if abort is not None:
-        abort(req, "abort")
+        abort(req, reason)
         return
     for s in req.sequences:
         if s.finish_reason is None:
-            engine._finish(s, "abort", reason, [])
+            engine._finish(s, reason, error, [])
 
 
 def _retire(engine: Engine, reqs) -> None:
