@@ -25,7 +25,7 @@ from typing import Any
 from aicirt.engine import Engine, SamplingParams
 
 from .metrics import Metrics
-from .tracker import RunTracker, Update
+from .tracker import RunTracker
 
 
 class Overloaded(Exception):

@@ -27,6 +27,11 @@ DESCRIPTIONS = {
 }
 
 
+def _known(name: str) -> None:
+    if name not in DESCRIPTIONS:
+        raise KeyError(f"metric {name} is not described in DESCRIPTIONS")
+
+
 def _key(labels: dict) -> tuple:
     return tuple(sorted(labels.items()))
 
@@ -46,18 +51,18 @@ class Metrics:
         self._gauges: dict[str, Callable[[], float]] = {}
 
     def inc(self, name: str, amount: float = 1, **labels) -> None:
-        DESCRIPTIONS[name]
+        _known(name)
         with self._lock:
             series = self._values.setdefault(name, {})
             series[_key(labels)] = series.get(_key(labels), 0) + amount
 
     def set(self, name: str, value: float, **labels) -> None:
-        DESCRIPTIONS[name]
+        _known(name)
         with self._lock:
             self._values.setdefault(name, {})[_key(labels)] = value
 
     def observe(self, name: str, value: float, **labels) -> None:
-        DESCRIPTIONS[name]
+        _known(name)
         with self._lock:
             s = self._summaries.setdefault(name, {}).setdefault(_key(labels), [0.0, 0])
             s[0] += value
@@ -65,7 +70,7 @@ class Metrics:
 
     def gauge(self, name: str, read: Callable[[], float]) -> None:
         """A gauge read when scraped (queue depth, live sequences)."""
-        DESCRIPTIONS[name]
+        _known(name)
         self._gauges[name] = read
 
     def value(self, name: str, **labels) -> float:
