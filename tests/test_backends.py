@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from aicirt.backends import ScriptedBackend, load_backend, model_files
+from aicirt.engine.backends import ScriptedBackend, load_backend, model_files
 
 
 # --- scripted ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import aicirt
 import numpy as np
 import pytest
 from aicirt import Capabilities
-from aicirt.backends import ScriptedBackend
+from aicirt.engine.backends import ScriptedBackend
 from aicirt.engine import Engine, FinishEvent, ForkEvent, SamplingParams, TokensEvent, VarEvent
 from scripted import branch, by_fork_index, noop, parse_trace, result, script, splice, stop, trap, var_set, wait_var
 

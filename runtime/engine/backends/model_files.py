@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..paths import user_cache_dir
+from ...paths import user_cache_dir
 
 #: The model `aicirt run` uses when none is given.
 DEFAULT_MODEL = "smollm2"

@@ -2,10 +2,13 @@
 
 One step (see docs/embedding.md), like nano-vllm's schedule -> run -> postprocess:
 
-    handle = runtime.submit(live)          # controllers start on worker threads
-    logits = backend.forward(batch)        # the forward pass runs meanwhile
+    live = self.scheduler.schedule()       # the running requests' live sequences
+    batch = self._lagging(live)            # caches behind their token lists
+    handle = self._submit(live)            # controllers start on worker threads
+    self._forward(batch)                   # the forward pass runs meanwhile
     outcome = handle.wait()                # late controllers no-op this step ("pending")
-    self._apply(outcome, logits)           # mask, sample, splice, fork, stop (SPEC §3)
+    self._apply(live, outcome, events)     # mask, sample, splice, fork, stop (SPEC §3)
+    self._retire(events)                   # variable changes out; finished requests let go
 
 The engine keeps two invariants the rest relies on:
 - `seq.tokens` is the sequence's full token list (prompt + generated, after every splice); the
@@ -14,33 +17,28 @@ The engine keeps two invariants the rest relies on:
   and a sequence whose tokens did not change (a no-op or a pending step) reuses its last logits.
 
 Finish reasons: "stop" (controller returned no branch), "eos" (EOS sampled and kept: no splice
-took it back), "length" (max_tokens appended), "error" (this sequence only; message in `error`).
+took it back), "length" (max_tokens appended), "error" (this sequence only; message in `error`),
+"abort" (or the reason given to `Engine.abort`).
+
+Threads: an Engine is not thread-safe. One thread drives it (`add_request`, `step`, `abort`,
+`close`); a server with several client threads hands requests and aborts to that thread.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..capabilities import Capabilities
+from ..errors import AicirtError
+from ..results import StepInput
 from .backends.base import Backend
-from .engine_types import (
-    EngineStats,
-    Event,
-    FinishEvent,
-    ForkEvent,
-    GenRequest,
-    GenSeq,
-    LogEvent,
-    TokensEvent,
-    VarEvent,
-)
-from .results import StepInput
 from .sampling import SamplingParams, apply_masks, sample
-
-__all__ = ["Engine", "EngineStats", "Event", "FinishEvent", "ForkEvent", "GenRequest", "GenSeq",
-           "LogEvent", "SamplingParams", "TokensEvent", "VarEvent"]
+from .scheduler import Scheduler
+from .types import EngineStats, Event, FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, TokensEvent, VarEvent
 
 
 @dataclass
@@ -60,6 +58,10 @@ class Engine:
 
     `runtime`: an existing Runtime over the backend's tokenizer; None creates one on the first
     controlled request (with `workers` and `limits`) and closes it in `close()`.
+
+    The engine holds a request from `add_request` until the `step()` that returns its last
+    events (its `FinishEvent`s); from then on only the caller's `GenRequest` holds the results.
+    Not thread-safe: drive it from one thread.
     """
 
     def __init__(self, backend: Backend, runtime=None, *, workers: int = 2, limits=None):
@@ -67,17 +69,31 @@ class Engine:
         self._runtime = runtime
         self._owns_runtime = runtime is None
         self._workers, self._limits = workers, limits
-        self.requests: list[GenRequest] = []
+        self.scheduler = Scheduler()
         self.stats = EngineStats()
+        self._ids = itertools.count()
+        self._events: list[Event] = []     # happened between steps; the next step returns them
+        self._closed = False
 
     @property
     def runtime(self):
         """The `aicirt.Runtime`, created on first use."""
         if self._runtime is None:
-            from .runtime import Runtime
+            from ..runtime import Runtime
 
             self._runtime = Runtime(self.backend.runtime_tokenizer(), limits=self._limits, workers=self._workers)
         return self._runtime
+
+    @property
+    def requests(self) -> list[GenRequest]:
+        """The requests the engine still holds: waiting, running, or finished with events not yet
+        returned by `step()`. Retired requests are not here."""
+        return list(self.scheduler)
+
+    @property
+    def has_unfinished(self) -> bool:
+        """True while the engine holds a request (one that is live, or whose events are pending)."""
+        return not self.scheduler.is_empty
 
     # --- requests --------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], controller=None, arg: bytes | str = b"", *,
@@ -86,35 +102,57 @@ class Engine:
 
         `prompt`: text (wrapped in the model's chat template when `chat`) or token ids.
         `controller`: None (plain generation), an `aicirt.Controller`, or a .wasm path or bytes.
-        Raises `ValueError` for an empty prompt, `aicirt.LoadError` for a bad module. A controller
-        whose instantiation fails gives a request whose only sequence ended with an error.
+        Raises `ValueError` for an empty prompt or a closed engine, `aicirt.LoadError` for a bad
+        module; then nothing is queued. A controller whose instantiation fails gives a request
+        whose only sequence ended with an error (its `FinishEvent` comes with the next step).
         """
+        if self._closed:
+            raise ValueError("engine closed")
         params = params or SamplingParams()
         tokens = self.backend.format_prompt(prompt, chat=chat) if isinstance(prompt, str) else list(prompt)
         if not tokens:
             raise ValueError("the prompt has no tokens")
-        req = GenRequest(id=len(self.requests), prompt=list(tokens), params=params,
-                         rng=np.random.default_rng(params.seed))
-        seq = GenSeq(req, label=0, tokens=list(tokens), cache=self.backend.new_cache())
-        req.sequences.append(seq)
-        self.requests.append(req)
+        ctrl, seq_ctrl, spawn_error = None, None, None
         if controller is not None:
-            from .capabilities import Capabilities
-            from .errors import AicirtError
-
             rt = self.runtime
             if not hasattr(controller, "sha256"):
                 controller = rt.load(controller)
-            req.ctrl = rt.new_request(controller, arg, Capabilities.ALL if capabilities is None else capabilities)
-            try:
-                seq.ctrl = req.ctrl.spawn()
-            except AicirtError as e:
-                self._finish(seq, "error", str(e), [])
+            ctrl = rt.new_request(controller, arg, Capabilities.ALL if capabilities is None else capabilities)
+        try:
+            if ctrl is not None:
+                try:
+                    seq_ctrl = ctrl.spawn()
+                except AicirtError as e:
+                    spawn_error = str(e)
+            cache = self.backend.new_cache()
+        except BaseException:
+            if ctrl is not None:
+                ctrl.close()
+            raise
+        req = GenRequest(id=next(self._ids), prompt=list(tokens), params=params,
+                         rng=np.random.default_rng(params.seed), ctrl=ctrl)
+        seq = GenSeq(req, label=0, tokens=list(tokens), cache=cache, ctrl=seq_ctrl)
+        req.sequences.append(seq)
+        if spawn_error is not None:
+            self._finish(seq, "error", spawn_error, self._events)
+        self.scheduler.add(req)
         return req
 
-    @property
-    def has_unfinished(self) -> bool:
-        return any(not r.finished for r in self.requests)
+    def abort(self, request: GenRequest, reason: str = "abort") -> None:
+        """End every live sequence of `request` now with finish reason `reason`, freeing their
+        caches and controllers; their `FinishEvent`s come with the next step, which retires the
+        request. A no-op for a request that has finished or that this engine does not hold (a
+        server may call it when a client disconnects, whatever the request's state). Raises
+        `ValueError` if `reason` is not a non-empty string."""
+        if not isinstance(reason, str) or not reason:
+            raise ValueError(f"abort reason must be a non-empty string, not {reason!r}")
+        if request not in self.scheduler:
+            return
+        live = [s for s in request.sequences if s.finish_reason is None]
+        for s in live:
+            self._finish(s, reason, None, self._events)
+        if live:
+            self.scheduler.finish(request)
 
     def run(self) -> Iterator[Event]:
         """Step until every request has finished, yielding events as they happen."""
@@ -130,13 +168,31 @@ class Engine:
 
     # --- one step --------------------------------------------------------------------------
     def step(self) -> list[Event]:
-        """Run one step for every live sequence; returns what happened."""
-        live = [s for r in self.requests for s in r.sequences if s.finish_reason is None]
-        if not live:
-            return []
-        stats, events = self.stats, []
-        t0 = time.perf_counter()
-        # 1. Which caches lag behind their token list (new tokens, or a splice that backtracked).
+        """Run one step for every live sequence; returns what happened since the last step.
+
+        Requests whose events are in the returned list and that have finished are retired:
+        the engine no longer holds them."""
+        events, self._events = self._events, []
+        live = self.scheduler.schedule()
+        if live:
+            t0 = time.perf_counter()
+            batch = self._lagging(live)
+            controlled = [s for s in live if s.ctrl is not None]
+            handle = self._submit(controlled)
+            t1 = time.perf_counter()
+            self._forward(batch)
+            t2 = time.perf_counter()
+            outcome = handle.wait() if handle is not None else None
+            t3 = time.perf_counter()
+            self._apply(live, controlled, outcome, events)
+            t4 = time.perf_counter()
+            self._count(batch, outcome, t0, t1, t2, t3, t4)
+        self._retire(events)
+        return events
+
+    def _lagging(self, live: list[GenSeq]) -> list[tuple[GenSeq, list[int]]]:
+        """The sequences whose caches lag behind their token lists (new tokens, or a splice
+        that backtracked), each with the tokens to forward."""
         batch = []
         for s in live:
             if s.logits is None:
@@ -144,29 +200,31 @@ class Engine:
                 if start < s.cache.length:
                     self.backend.backtrack(s.cache, start)
                 batch.append((s, s.tokens[start:]))
-        # 2. Controllers start now, on worker threads.
-        controlled = [s for s in live if s.ctrl is not None]
+        return batch
+
+    def _submit(self, controlled: list[GenSeq]):
+        """Start the controllers on worker threads; None when no sequence has one."""
         handle = None
         if controlled:
             handle = self.runtime.submit([StepInput(s.ctrl, s.tokens, s.sampled, s.unchanged) for s in controlled])
             for s in controlled:
                 s.unchanged = len(s.tokens)
-        for s in live:
-            s.sampled = None
-        t1 = time.perf_counter()
-        # 3. The forward pass, overlapping the controllers.
+                s.sampled = None
+        return handle
+
+    def _forward(self, batch: list[tuple[GenSeq, list[int]]]) -> None:
+        """The forward pass, overlapping the controllers."""
         if batch:
             logits = self.backend.forward([(s.cache, toks) for s, toks in batch])
             for (s, _), row in zip(batch, logits):
                 s.logits = row
-        t2 = time.perf_counter()
-        # 4. Collect controller results.
-        outcome = handle.wait() if handle is not None else None
-        t3 = time.perf_counter()
-        # 5. Apply.
+
+    def _apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome, events: list[Event]) -> None:
+        """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3)."""
         draws: list[_Draw] = []
         for s in live:
             if s.ctrl is None:
+                s.sampled = None
                 draws.append(_Draw(s, s.logits, None, s.request.params.temperature))
         if outcome is not None:
             for s, r in zip(controlled, outcome.results):
@@ -174,11 +232,19 @@ class Engine:
         self._sample(draws, outcome.masks if outcome is not None else None)
         for d in draws:
             self._commit(d, events)
-        for r in self.requests:
+
+    def _retire(self, events: list[Event]) -> None:
+        """Stream the variable changes, then let go of the requests that finished."""
+        for r in self.scheduler:
             if r.ctrl is not None:
                 for seq_id, op, name, value in r.ctrl.take_var_changes():
                     events.append(VarEvent(r, seq_id, op, name, value))
-        t4 = time.perf_counter()
+        for r in self.scheduler.postprocess():
+            if r.ctrl is not None:
+                r.ctrl.close()
+
+    def _count(self, batch, outcome, t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
+        stats = self.stats
         stats.steps += 1
         stats.submit_s += t1 - t0
         stats.forward_s += t2 - t1
@@ -188,7 +254,6 @@ class Engine:
         if outcome is not None:
             stats.controller_s += sum(r.elapsed_us for r in outcome.results) / 1e6
             stats.blocked_s += outcome.blocked_us / 1e6
-        return events
 
     # --- applying results ------------------------------------------------------------------
     def _plan(self, s: GenSeq, r, draws: list[_Draw], events: list[Event]) -> None:
@@ -304,8 +369,11 @@ class Engine:
         events.append(FinishEvent(s.request, s, reason, error))
 
     def close(self) -> None:
-        """Free every cache and controller, and the runtime if this engine made it. Idempotent."""
-        for r in self.requests:
+        """Free every cache and controller, and the runtime if this engine made it. Idempotent.
+        Sequences still live end with an error ("engine closed"); no events are returned."""
+        self._closed = True
+        self._events = []
+        for r in self.scheduler.drain():
             for s in r.sequences:
                 if s.finish_reason is None:
                     self._finish(s, "error", "engine closed", [])
