@@ -18,18 +18,6 @@ FOREVER = SamplingParams(max_tokens=10**9, ignore_eos=True)
 
 
 @pytest.fixture
-def runtime():
-    rt = aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(soft_deadline_s=5.0), cache_dir=False)
-    yield rt
-    rt.close()
-
-
-@pytest.fixture
-def ctrl(runtime, scripted_wasm):
-    return runtime.load(scripted_wasm)
-
-
-@pytest.fixture
 def engine(runtime):
     with Engine(ScriptedBackend(), runtime) as e:
         yield e
@@ -95,10 +83,12 @@ def test_a_bad_module_raises_and_queues_nothing(engine):
     assert engine.step() == [] and engine.backend.calls == []   # nothing generates without its controller
 
 
-def test_an_empty_prompt_raises_and_queues_nothing(engine, ctrl):
-    with pytest.raises(ValueError, match="no tokens"):
-        engine.add_request([], ctrl)
-    assert engine.requests == []
+@pytest.mark.parametrize("prompt, needle", [([], "no tokens"), ([1, 257], "token 257 is out of range"),
+                                             ([-1], "token -1 is out of range")])
+def test_a_bad_prompt_raises_and_queues_nothing(engine, ctrl, runtime, prompt, needle):
+    with pytest.raises(ValueError, match=needle):
+        engine.add_request(prompt, ctrl)
+    assert engine.requests == [] and live_instances(runtime) == 0
 
 
 TRAPPING_INIT = """(module

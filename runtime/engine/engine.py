@@ -102,34 +102,22 @@ class Engine:
 
         `prompt`: text (wrapped in the model's chat template when `chat`) or token ids.
         `controller`: None (plain generation), an `aicirt.Controller`, or a .wasm path or bytes.
-        Raises `ValueError` for an empty prompt or a closed engine, `aicirt.LoadError` for a bad
-        module; then nothing is queued. A controller whose instantiation fails gives a request
+        Raises `ValueError` for an empty prompt, a token id out of range or a closed engine,
+        `aicirt.LoadError` for a bad module; then nothing is queued. A controller whose instantiation fails gives a request
         whose only sequence ended with an error (its `FinishEvent` comes with the next step).
         """
         if self._closed:
             raise ValueError("engine closed")
         params = params or SamplingParams()
-        tokens = self.backend.format_prompt(prompt, chat=chat) if isinstance(prompt, str) else list(prompt)
-        if not tokens:
-            raise ValueError("the prompt has no tokens")
-        ctrl, seq_ctrl, spawn_error = None, None, None
-        if controller is not None:
-            rt = self.runtime
-            if not hasattr(controller, "sha256"):
-                controller = rt.load(controller)
-            ctrl = rt.new_request(controller, arg, Capabilities.ALL if capabilities is None else capabilities)
+        tokens = self._prompt_tokens(prompt, chat)
+        ctrl, seq_ctrl, spawn_error = self._start_controller(controller, arg, capabilities)
         try:
-            if ctrl is not None:
-                try:
-                    seq_ctrl = ctrl.spawn()
-                except AicirtError as e:
-                    spawn_error = str(e)
             cache = self.backend.new_cache()
         except BaseException:
             if ctrl is not None:
                 ctrl.close()
             raise
-        req = GenRequest(id=next(self._ids), prompt=list(tokens), params=params,
+        req = GenRequest(id=next(self._ids), prompt=tokens, params=params,
                          rng=np.random.default_rng(params.seed), ctrl=ctrl)
         seq = GenSeq(req, label=0, tokens=list(tokens), cache=cache, ctrl=seq_ctrl)
         req.sequences.append(seq)
@@ -137,6 +125,37 @@ class Engine:
             self._finish(seq, "error", spawn_error, self._events)
         self.scheduler.add(req)
         return req
+
+    def _prompt_tokens(self, prompt: str | list[int], chat: bool) -> list[int]:
+        if isinstance(prompt, str):
+            tokens = list(self.backend.format_prompt(prompt, chat=chat))
+        else:
+            tokens = [int(t) for t in prompt]
+            bad = next((t for t in tokens if not 0 <= t < self.backend.vocab_size), None)
+            if bad is not None:
+                raise ValueError(f"prompt token {bad} is out of range (the model has {self.backend.vocab_size} tokens)")
+        if not tokens:
+            raise ValueError("the prompt has no tokens")
+        return tokens
+
+    def _start_controller(self, controller, arg: bytes | str, capabilities):
+        """(runtime request, first sequence, spawn error): all None without a controller.
+
+        Loading raises (`LoadError`) before anything exists; a failed spawn is the request's
+        business (its sequence ends with the error), anything else closes what was made."""
+        if controller is None:
+            return None, None, None
+        rt = self.runtime
+        if not hasattr(controller, "sha256"):
+            controller = rt.load(controller)
+        ctrl = rt.new_request(controller, arg, Capabilities.ALL if capabilities is None else capabilities)
+        try:
+            return ctrl, ctrl.spawn(), None
+        except AicirtError as e:
+            return ctrl, None, str(e)
+        except BaseException:
+            ctrl.close()
+            raise
 
     def abort(self, request: GenRequest, reason: str = "abort") -> None:
         """End every live sequence of `request` now with finish reason `reason`, freeing their
