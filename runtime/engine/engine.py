@@ -34,7 +34,7 @@ import numpy as np
 
 from ..capabilities import Capabilities
 from ..errors import AicirtError
-from ..results import StepInput
+from ..results import StepInput, StepResult
 from .backends.base import Backend
 from .sampling import SamplingParams, apply_masks, sample
 from .scheduler import Scheduler
@@ -43,14 +43,21 @@ from .types import EngineStats, Event, FinishEvent, ForkEvent, GenRequest, GenSe
 
 @dataclass
 class _Draw:
-    """One branch to sample this step: which sequence, its logits, mask row and temperature."""
+    """One branch to sample this step: which sequence, its logits, mask (a row of the batch's
+    masks; None: unmasked) and temperature."""
     seq: GenSeq
     logits: np.ndarray
-    mask_row: int | None
+    mask: np.ndarray | None
     temperature: float
     splices: tuple = ()
     token: int = -1
     error: str | None = field(default=None)
+
+
+def _logits(s: GenSeq) -> np.ndarray:
+    if s.logits is None:   # every live sequence has them once the step's forward pass is done
+        raise RuntimeError(f"engine bug: sequence {s.label} of request {s.request.id} has no logits")
+    return s.logits
 
 
 class Engine:
@@ -244,11 +251,11 @@ class Engine:
         for s in live:
             if s.ctrl is None:
                 s.sampled = None
-                draws.append(_Draw(s, s.logits, None, s.request.params.temperature))
+                draws.append(_Draw(s, _logits(s), None, s.request.params.temperature))
         if outcome is not None:
             for s, r in zip(controlled, outcome.results):
-                self._plan(s, r, draws, events)
-        self._sample(draws, outcome.masks if outcome is not None else None)
+                self._plan(s, r, outcome.masks, draws, events)
+        self._sample(draws)
         for d in draws:
             self._commit(d, events)
 
@@ -275,7 +282,7 @@ class Engine:
             stats.blocked_s += outcome.blocked_us / 1e6
 
     # --- applying results ------------------------------------------------------------------
-    def _plan(self, s: GenSeq, r, draws: list[_Draw], events: list[Event]) -> None:
+    def _plan(self, s: GenSeq, r: StepResult, masks: np.ndarray, draws: list[_Draw], events: list[Event]) -> None:
         """Turn one controller result into draws (sampling) or direct edits."""
         if r.logs:
             s.logs.append(r.logs)
@@ -290,7 +297,7 @@ class Engine:
             return
         # Forks first: every branch starts from the tokens and logits this step began with.
         targets = [s]
-        for k, child_ctrl in enumerate(r.forks, start=1):
+        for child_ctrl in r.forks:
             child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
                            cache=self.backend.fork(s.cache), ctrl=child_ctrl, logits=s.logits,
                            generated=s.generated, parent=s.label, unchanged=s.unchanged)
@@ -303,17 +310,17 @@ class Engine:
                 self._splice(target, branch.splices[0], events)
             else:
                 t = temperature if branch.temperature is None else branch.temperature
-                draws.append(_Draw(target, target.logits, branch.mask_row, t, branch.splices))
+                draws.append(_Draw(target, _logits(target), masks[branch.mask_row], t, branch.splices))
 
-    def _sample(self, draws: list[_Draw], masks: np.ndarray | None) -> None:
+    def _sample(self, draws: list[_Draw]) -> None:
         """Mask (one vectorised pass over all masked draws), then sample each draw."""
         if not draws:
             return
         v = self.backend.vocab_size
-        masked = [d for d in draws if d.mask_row is not None]
+        masked = [d for d in draws if d.mask is not None]
         if masked:
             logits = np.stack([d.logits for d in masked]).astype(np.float32, copy=True)
-            rows = masks[[d.mask_row for d in masked]]
+            rows = np.stack([d.mask for d in draws if d.mask is not None])
             rt_vocab = self.runtime.vocab_size
             apply_masks(logits[:, :min(v, rt_vocab)], rows)
             if v > rt_vocab:  # logit columns the tokenizer (and so the mask) does not cover
