@@ -4,10 +4,11 @@ One step (see docs/embedding.md), like nano-vllm's schedule -> run -> postproces
 
     live = self.scheduler.schedule()       # the running requests' live sequences
     batch = self._lagging(live)            # caches behind their token lists
-    handle = self._submit(live)            # controllers start on worker threads
+    handle = self._submit(controlled)      # controllers start on worker threads
     self._forward(batch)                   # the forward pass runs meanwhile
     outcome = handle.wait()                # late controllers no-op this step ("pending")
-    self._apply(live, outcome, events)     # mask, sample, splice, fork, stop (SPEC §3)
+    self._apply(live, controlled, outcome, events)   # mask, sample, splice, fork, stop (SPEC §3;
+                                           # apply.py)
     self._retire(events)                   # variable changes out; finished requests let go
 
 The engine keeps two invariants the rest relies on:
@@ -28,36 +29,17 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..capabilities import Capabilities
 from ..errors import AicirtError
-from ..results import StepInput, StepResult
+from ..results import StepInput
+from .apply import Applier
 from .backends.base import Backend
-from .sampling import SamplingParams, apply_masks, sample
+from .sampling import SamplingParams
 from .scheduler import Scheduler
-from .types import EngineStats, Event, FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, TokensEvent, VarEvent
-
-
-@dataclass
-class _Draw:
-    """One branch to sample this step: which sequence, its logits, mask (a row of the batch's
-    masks; None: unmasked) and temperature."""
-    seq: GenSeq
-    logits: np.ndarray
-    mask: np.ndarray | None
-    temperature: float
-    splices: tuple = ()
-    token: int = -1
-    error: str | None = field(default=None)
-
-
-def _logits(s: GenSeq) -> np.ndarray:
-    if s.logits is None:   # every live sequence has them once the step's forward pass is done
-        raise RuntimeError(f"engine bug: sequence {s.label} of request {s.request.id} has no logits")
-    return s.logits
+from .types import EngineStats, Event, GenRequest, GenSeq, VarEvent
 
 
 class Engine:
@@ -77,6 +59,7 @@ class Engine:
         self._owns_runtime = runtime is None
         self._workers, self._limits = workers, limits
         self.scheduler = Scheduler()
+        self._applier = Applier(backend)
         self.stats = EngineStats()
         self._ids = itertools.count()
         self._events: list[Event] = []     # happened between steps; the next step returns them
@@ -129,7 +112,7 @@ class Engine:
         seq = GenSeq(req, label=0, tokens=list(tokens), cache=cache, ctrl=seq_ctrl)
         req.sequences.append(seq)
         if spawn_error is not None:
-            self._finish(seq, "error", spawn_error, self._events)
+            self._applier.finish(seq, "error", spawn_error, self._events)
         self.scheduler.add(req)
         return req
 
@@ -176,7 +159,7 @@ class Engine:
             return
         live = [s for s in request.sequences if s.finish_reason is None]
         for s in live:
-            self._finish(s, reason, None, self._events)
+            self._applier.finish(s, reason, None, self._events)
         if live:
             self.scheduler.finish(request)
 
@@ -247,17 +230,8 @@ class Engine:
 
     def _apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome, events: list[Event]) -> None:
         """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3)."""
-        draws: list[_Draw] = []
-        for s in live:
-            if s.ctrl is None:
-                s.sampled = None
-                draws.append(_Draw(s, _logits(s), None, s.request.params.temperature))
-        if outcome is not None:
-            for s, r in zip(controlled, outcome.results):
-                self._plan(s, r, outcome.masks, draws, events)
-        self._sample(draws)
-        for d in draws:
-            self._commit(d, events)
+        mask_vocab = self.runtime.vocab_size if outcome is not None else 0
+        self._applier.apply(live, controlled, outcome, mask_vocab, events)
 
     def _retire(self, events: list[Event]) -> None:
         """Stream the variable changes, then let go of the requests that finished."""
@@ -281,119 +255,6 @@ class Engine:
             stats.controller_s += sum(r.elapsed_us for r in outcome.results) / 1e6
             stats.blocked_s += outcome.blocked_us / 1e6
 
-    # --- applying results ------------------------------------------------------------------
-    def _plan(self, s: GenSeq, r: StepResult, masks: np.ndarray, draws: list[_Draw], events: list[Event]) -> None:
-        """Turn one controller result into draws (sampling) or direct edits."""
-        if r.logs:
-            s.logs.append(r.logs)
-            events.append(LogEvent(s.request, s, r.logs))
-        if r.status == "pending":
-            return  # late: no-op this step; its result comes with a later one
-        if r.status == "error":
-            self._finish(s, "error", r.error, events)
-            return
-        if not r.branches:
-            self._finish(s, "stop", None, events)
-            return
-        # Forks first: every branch starts from the tokens and logits this step began with.
-        targets = [s]
-        for child_ctrl in r.forks:
-            child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
-                           cache=self.backend.fork(s.cache), ctrl=child_ctrl, logits=s.logits,
-                           generated=s.generated, parent=s.label, unchanged=s.unchanged)
-            s.request.sequences.append(child)
-            targets.append(child)
-            events.append(ForkEvent(s.request, s, child))
-        temperature = s.request.params.temperature
-        for target, branch in zip(targets, r.branches):
-            if branch.mask_row is None:
-                self._splice(target, branch.splices[0], events)
-            else:
-                t = temperature if branch.temperature is None else branch.temperature
-                draws.append(_Draw(target, _logits(target), masks[branch.mask_row], t, branch.splices))
-
-    def _sample(self, draws: list[_Draw]) -> None:
-        """Mask (one vectorised pass over all masked draws), then sample each draw."""
-        if not draws:
-            return
-        v = self.backend.vocab_size
-        masked = [d for d in draws if d.mask is not None]
-        if masked:
-            logits = np.stack([d.logits for d in masked]).astype(np.float32, copy=True)
-            rows = np.stack([d.mask for d in draws if d.mask is not None])
-            rt_vocab = self.runtime.vocab_size
-            apply_masks(logits[:, :min(v, rt_vocab)], rows)
-            if v > rt_vocab:  # logit columns the tokenizer (and so the mask) does not cover
-                logits[:, rt_vocab:] = -np.inf
-            for d, row in zip(masked, logits):
-                d.logits = row
-        for d in draws:
-            params = d.seq.request.params
-            try:
-                d.token = sample(d.logits, d.temperature, d.seq.request.rng, params.top_k, params.top_p)
-            except ValueError as e:
-                d.error = str(e)
-
-    def _commit(self, d: _Draw, events: list[Event]) -> None:
-        s = d.seq
-        if d.error is not None:
-            self._finish(s, "error", d.error, events)
-            return
-        s.tokens.append(d.token)
-        s.sampled = d.token
-        s.logits = None
-        s.generated += 1
-        s.idle_steps = 0
-        # The client sees the sampled token even when a splice takes it back at once, so a
-        # replaced token shows as a visible backtrack.
-        events.append(TokensEvent(s.request, s, 0, [d.token]))
-        splice = next((sp for sp in d.splices if not sp.when_sampled or d.token in sp.when_sampled), None)
-        if splice is not None and (splice.backtrack or splice.ff_tokens):
-            self._splice(s, splice, events)
-        elif d.token == self.backend.eos_token_id and not s.request.params.ignore_eos:
-            self._finish(s, "eos", None, events)
-        else:
-            self._check_length(s, events)
-
-    def _splice(self, s: GenSeq, splice, events: list[Event]) -> None:
-        """Backtrack then fast-forward; (0, []) is a no-op step."""
-        if splice.backtrack == 0 and not splice.ff_tokens:
-            s.idle_steps += 1
-            if s.idle_steps >= s.request.params.max_idle_steps:
-                self._finish(s, "error", f"no-op for {s.idle_steps} steps in a row", events)
-            return
-        s.idle_steps = 0
-        if splice.backtrack > len(s.tokens):
-            self._finish(s, "error", f"backtrack {splice.backtrack} reaches past the start of the sequence "
-                                     f"({len(s.tokens)} tokens)", events)
-            return
-        keep = len(s.tokens) - splice.backtrack
-        del s.tokens[keep:]
-        s.unchanged = min(s.unchanged, keep)
-        s.tokens.extend(splice.ff_tokens)
-        if s.cache.length > keep:
-            self.backend.backtrack(s.cache, keep)
-        s.logits = None
-        s.generated += len(splice.ff_tokens)
-        events.append(TokensEvent(s.request, s, splice.backtrack, list(splice.ff_tokens)))
-        if not s.tokens:
-            self._finish(s, "error", "a splice left the sequence empty", events)
-            return
-        self._check_length(s, events)
-
-    def _check_length(self, s: GenSeq, events: list[Event]) -> None:
-        if s.generated >= s.request.params.max_tokens:
-            self._finish(s, "length", None, events)
-
-    def _finish(self, s: GenSeq, reason: str, error: str | None, events: list[Event]) -> None:
-        s.finish_reason, s.error = reason, error
-        s.logits = None
-        s.text_bytes = self.backend.decode_bytes(s.output_tokens)
-        self.backend.free(s.cache)
-        if s.ctrl is not None:
-            s.ctrl.close()
-        events.append(FinishEvent(s.request, s, reason, error))
-
     def close(self) -> None:
         """Free every cache and controller, and the runtime if this engine made it. Idempotent.
         Sequences still live end with an error ("engine closed"); no events are returned."""
@@ -402,7 +263,7 @@ class Engine:
         for r in self.scheduler.drain():
             for s in r.sequences:
                 if s.finish_reason is None:
-                    self._finish(s, "error", "engine closed", [])
+                    self._applier.finish(s, "error", "engine closed", [])
             if r.ctrl is not None:
                 r.ctrl.close()
         if self._owns_runtime and self._runtime is not None:
