@@ -33,6 +33,7 @@ bench: setup-model
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/mask_speed.py
 	$(BIN)/python bench/end_to_end.py
+	$(BIN)/python bench/engine_history.py
 
 clean:
 	rm -rf $(VENV)

@@ -154,7 +154,7 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     color = (out.isatty() and not as_json) if color is None else color
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed)
     wasm = resolve_controller(controller, progress=True)
-    from .backends import load_backend
+    from .engine.backends import load_backend
     from .controller import check_controller
 
     check_controller(wasm)   # a bad module fails now, in milliseconds, not after the model loads

@@ -83,7 +83,8 @@ class Runtime(Owned):
         self._pres: dict[str, wasmtime.InstancePre] = {}
         self._masks = MaskBuffers(self.mask_words)
         self._lock = threading.Lock()
-        self._pool = self.native.make_pool(workers)
+        self._pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
+                                           self.limits.soft_deadline_s / 2)
         self._stop_clock = threading.Event()
         self._ticker = threading.Thread(target=_tick, args=(self.engine, self._stop_clock, self.limits.epoch_tick_s),
                                         daemon=True, name="aicirt-epoch")

@@ -65,6 +65,7 @@ class Sequence(Owned):
         limits = rt.limits
         self._ticks_first = limits.ticks(limits.first_call_timeout_s)
         self._ticks_call = limits.ticks(limits.call_timeout_s)
+        self._first_s, self._call_s = limits.first_call_timeout_s, limits.call_timeout_s
         slot = self.slot = native.new_slot()
         slot.seq_id = self.id
         slot.vocab_size = rt.vocab_size
@@ -76,11 +77,13 @@ class Sequence(Owned):
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         slot.log_cap = limits.log_bytes
         slot.first_call_ticks = self._ticks_first
+        slot.tick_us = limits.epoch_tick_s * 1e6
         self._tok_buf = native.ffi.new("uint32_t[]", 16)   # argument buffers, reused call to call
         self._group_buf = None
         slot.tokens = self._tok_buf
         self.store = wasmtime.Store(rt.engine)
         self.store.set_limits(memory_size=limits.memory_bytes)
+        self.store.set_epoch_deadline(self._ticks_first)   # a start function runs under the first-call limit
         instance.bind(native, slot, self.store)
         rt._register(self)
         try:
@@ -95,25 +98,17 @@ class Sequence(Owned):
             "f_realloc": ex[abi.EXPORT_REALLOC],
             "f_mid": ex[abi.EXPORT_MID_PROCESS],
             "f_post": ex[abi.EXPORT_POST] if request.controller.has_post else None,
+            "f_init": ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None,
         }, self.memory)
-        self._initialize = ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None
 
     def _describe(self) -> str:
         return f"sequence {self.id}"
 
     @classmethod
     def instantiate(cls, request: "Request") -> "Sequence":
-        """A fresh instance, its `_initialize` run (under the first-call time limit)."""
-        seq = cls(request)
-        if seq._initialize is not None:
-            seq.store.set_epoch_deadline(seq._ticks_first)
-            try:
-                seq._initialize(seq.store)
-            except Exception as e:
-                msg = seq._native.fault_text(seq.slot) or _trap_text(e)
-                seq._free()
-                raise ControllerError(f"_initialize of {request.controller.name} failed: {msg}") from None
-        return seq
+        """A fresh instance. Its `_initialize`, if any, runs on a worker before its first call
+        (under the first-call limit), so that it never holds up the engine's thread."""
+        return cls(request)
 
     # -- what the batch may ask ----------------------------------------------------------------
     @property
@@ -174,17 +169,19 @@ class Sequence(Owned):
             s.n_group = 0
         s.mask_row = mask_row
         s.deadline_ticks = self._ticks_call if self.calls else self._ticks_first
+        s.budget_us = (self._call_s if self.calls else self._first_s) * 1e6
         s.done = 0
         self.calls += 1
         self.mask_buffer = mask_buffer
         self.state = SeqState.RUNNING
         self.runtime._call_started(self)
 
-    def _mark_late(self) -> int:
-        """RUNNING|LATE -> LATE (the call missed another deadline); returns the steps late in a row."""
+    def _mark_late(self, counts: bool = True) -> int:
+        """RUNNING|LATE -> LATE (the call missed another deadline); returns the steps late in a
+        row (`counts`: whether this step is charged to the controller)."""
         if self.state is not SeqState.CLOSING:
             self.state = SeqState.LATE
-        self.late_steps += 1
+        self.late_steps += counts
         return self.late_steps
 
     def _collected(self) -> None:
@@ -260,7 +257,3 @@ class Sequence(Owned):
         if store is not None:
             store.close()
 
-
-def _trap_text(e: Exception) -> str:
-    from .native.traps import summarize_trap
-    return summarize_trap(str(e))

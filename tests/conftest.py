@@ -19,6 +19,22 @@ def scripted_wasm() -> Path:
     return toolchain.build_cached(HERE / "controllers" / "scripted.c", sdk=False)
 
 
+@pytest.fixture
+def runtime():
+    """A runtime for engine tests. A generous soft deadline: on a loaded CI machine a call could
+    otherwise come back "pending" and shift the step at which things happen (late results have
+    their own tests)."""
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(soft_deadline_s=5.0), cache_dir=False)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def ctrl(runtime, scripted_wasm):
+    """tests/controllers/scripted.c loaded into `runtime`."""
+    return runtime.load(scripted_wasm)
+
+
 @pytest.fixture(params=["compiled", "python"], scope="session")
 def hot_path(request):
     """Run a test over both the C hot path and the pure-Python fallback."""

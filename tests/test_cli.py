@@ -1,5 +1,8 @@
-"""`aicirt check`: accepts a controller, names what is wrong with anything else."""
+"""`aicirt check`: accepts a controller, names what is wrong with anything else; `aicirt run`'s
+one-line errors."""
 from __future__ import annotations
+
+import sys
 
 from click.testing import CliRunner
 
@@ -18,3 +21,11 @@ def test_check_names_the_problem(tmp_path):
     r = CliRunner().invoke(main, ["check", str(bad)])
     assert r.exit_code == 1
     assert "missing export `memory`" in r.output and "missing export `mid-process`" in r.output
+
+
+def test_run_without_an_optional_extra_says_what_to_install_in_one_line(scripted_wasm, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)    # as if llama-cpp-python were not installed
+    r = CliRunner().invoke(main, ["run", str(scripted_wasm), "--model", "llamacpp:model.gguf"])
+    assert r.exit_code == 1
+    assert r.output.count("\n") == 1 and "pip install 'aicirt[llamacpp]'" in r.output, r.output
+    assert "Traceback" not in r.output

@@ -129,8 +129,9 @@ def test_wasi_shim_no_real_io(rt):
     assert r.status == "error" and "proc_exit(7)" in r.error
 
 
-def test_initialize_trap_is_a_clear_spawn_error(rt):
+def test_initialize_trap_ends_only_its_sequence_with_a_clear_error(rt):
+    """_initialize runs on a worker before the first call (never on the engine's thread)."""
     body = OK_EXPORTS + MID_PROCESS + '(func (export "_initialize") unreachable)'
-    ctrl = rt.load(wat(body))
-    with pytest.raises(aicirt.ControllerError, match=r"_initialize of <bytes> failed: wasm `unreachable` instruction executed"):
-        rt.new_request(ctrl).spawn()
+    seq = rt.new_request(rt.load(wat(body))).spawn()
+    r = rt.submit([StepInput(seq, [1])]).wait().results[0]
+    assert r.status == "error" and r.error.startswith("_initialize: trap: wasm `unreachable` instruction executed"), r.error

@@ -11,7 +11,7 @@ import pytest
 import regex
 
 import aicirt
-from aicirt.backends.scripted import ScriptedBackend
+from aicirt.engine.backends.scripted import ScriptedBackend
 from aicirt.engine import Engine
 from aicirt.toolchain import build_cached, shipped_controllers
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from _server_helpers import aici_run, live_server, wait_until
 
-from aicirt.backends import load_backend
+from aicirt.engine.backends import load_backend
 from aicirt.serve.settings import Settings
 
 pytest.importorskip("fastapi")
@@ -417,7 +417,7 @@ def test_docs_curl_examples_work(url, tmp_path):
 def test_a_failing_engine_step_fails_its_requests_not_the_server(tmp_path):
     import numpy as np
 
-    from aicirt.backends import ScriptedBackend
+    from aicirt.engine.backends import ScriptedBackend
 
     def logits(tokens):
         if bytes(t for t in tokens if t < 256).endswith(b"BOOM"):

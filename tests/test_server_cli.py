@@ -8,7 +8,7 @@ import pytest
 from _server_helpers import live_server
 from click.testing import CliRunner
 
-from aicirt.backends import load_backend
+from aicirt.engine.backends import load_backend
 from aicirt.serve.settings import Settings
 from cli import main
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def url(tmp_path_factory):
     pytest.importorskip("fastapi")
     pytest.importorskip("torch")
-    from aicirt.backends import load_backend
+    from aicirt.engine.backends import load_backend
 
     try:
         backend = load_backend("smollm2")

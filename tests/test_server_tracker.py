@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from scripted import branch, result, script, splice, stop
 
-from aicirt.backends import ScriptedBackend
+from aicirt.engine.backends import ScriptedBackend
 from aicirt.engine import Engine
 from aicirt.serve.tracker import RunTracker
 

@@ -31,11 +31,9 @@ class Compiled:
         self.post = lib.aicirt_post
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
         self.release = lib.aicirt_slot_release
-        self._size = ffi.new("size_t *")
-        self._detail = ffi.new("uint32_t[2]")
 
-    def make_pool(self, workers: int) -> "CPool":
-        return CPool(self.ffi, self.lib, workers)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
+        return CPool(self.ffi, self.lib, workers, max_workers, stall_s)
 
     def memory(self, slot) -> tuple[int, int]:
         """(address, size) of the slot's linear memory."""
@@ -70,9 +68,9 @@ class Compiled:
 class CPool:
     """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released)."""
 
-    def __init__(self, ffi, lib, workers: int) -> None:
+    def __init__(self, ffi, lib, workers: int, max_workers: int, stall_s: float) -> None:
         self.ffi, self.lib = ffi, lib
-        self.ptr = lib.aicirt_pool_new(workers)
+        self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
 
@@ -83,6 +81,11 @@ class CPool:
     def wait(self, slots: list, timeout_s: float) -> int:
         """Block until all `slots` are done or `timeout_s` passes; returns how many are not done."""
         return self.lib.aicirt_pool_wait(self.ptr, self.ffi.new("aicirt_slot *[]", slots), len(slots), timeout_s * 1e6)
+
+    @property
+    def threads(self) -> int:
+        """Workers alive now: the base ones plus any started while others were stalled."""
+        return self.lib.aicirt_pool_threads(self.ptr)
 
     def close(self) -> None:
         ptr, self.ptr = self.ptr, None

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import abi
-from ..abi import Status
+from ..abi import Stage, Status
 
 if TYPE_CHECKING:
     from . import Native
@@ -96,9 +96,12 @@ class Fallback:
         return ptr
 
     def post(self, s) -> None:
+        """Post-return runs on what is left of the call's time limit."""
         if not s.has_post:
             return
-        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+        left = s.budget_us - (time.perf_counter() * 1e6 - s.started_us)
+        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, int(left / s.tick_us) + 1 if left > 0 else 1)
+        s.stage = Stage.POST
         a = self.ffi.new("wt_val_raw_t[1]")
         a[0].i32 = s.result_ptr - (1 << 32) if s.result_ptr >= 1 << 31 else s.result_ptr
         if not self._call(s, s.ctx, "f_post", a, 1):
@@ -143,16 +146,31 @@ class Fallback:
 
     def step(self, s) -> None:
         t0 = time.perf_counter()
+        s.started_us = t0 * 1e6
+        s.started = 1
         s.error = s.trap = self.ffi.NULL
         s.n_branches = 0
         s.fault_len = 0
+        if s.needs_init:
+            s.needs_init = 0
+            s.stage = Stage.INITIALIZE
+            self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+            if not self._call(s, s.ctx, "f_init", self.ffi.new("wt_val_raw_t[1]"), 0):
+                s.status = Status.TRAP
+                s.elapsed_us = (time.perf_counter() - t0) * 1e6
+                s.done = 1
+                return
+            t0 = time.perf_counter()
+            s.started_us = t0 * 1e6
         self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+        s.stage = Stage.ARGUMENTS
         tokens = self._write_list(s, s.tokens, s.n_tokens)
         group = -1 if tokens < 0 else self._write_list(s, s.group, s.n_group)
         if group >= 0:
             a = self.ffi.new("wt_val_raw_t[7]")
             for i, v in enumerate((s.backtrack, tokens, s.n_tokens, s.sampled_is_some, s.sampled, group, s.n_group)):
                 a[i].i32 = v - (1 << 32) if v >= 1 << 31 else v
+            s.stage = Stage.MID_PROCESS
             if self._call(s, s.ctx, "f_mid", a, 7):
                 s.result_ptr = a[0].i32 & 0xFFFFFFFF
                 self._lift(s)
@@ -161,8 +179,8 @@ class Fallback:
         s.elapsed_us = (time.perf_counter() - t0) * 1e6
         s.done = 1
 
-    def make_pool(self, workers: int) -> "ThreadPool":
-        return ThreadPool(self, workers)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "ThreadPool":
+        return ThreadPool(self, workers, max_workers, stall_s)
 
     # -- host state ------------------------------------------------------------------------------
     def log_append(self, s, data: bytes) -> None:
@@ -246,23 +264,82 @@ class PyVars:
 
 
 class ThreadPool:
-    """The worker pool over Python threads (same interface as step.c's pool)."""
+    """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same growth
+    rule (another worker when every worker is stalled past `stall_s` and calls are queued)."""
 
-    def __init__(self, impl: Fallback, workers: int) -> None:
+    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float) -> None:
         self.impl = impl
-        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicirt-worker")
+        self.base, self.max, self.stall_s = workers, max(max_workers, workers), stall_s
+        self.cv = threading.Condition()
+        self.queue: deque = deque()
+        self.busy_since: dict[threading.Thread, float] = {}   # 0.0 when idle
+        self.stop = False
+        self.all: list[threading.Thread] = []
+        with self.cv:
+            for _ in range(workers):
+                self._spawn()
+
+    def _spawn(self) -> None:
+        t = threading.Thread(target=self._work, daemon=True, name="aicirt-worker")
+        self.busy_since[t] = 0.0
+        self.all.append(t)
+        t.start()
+
+    def _grow_if_stalled(self) -> None:
+        if not self.queue or len(self.busy_since) >= self.max:
+            return
+        now = time.perf_counter()
+        if all(since and now - since >= self.stall_s for since in self.busy_since.values()):
+            self._spawn()
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        with self.cv:
+            while True:
+                while not self.queue and not self.stop:
+                    if len(self.busy_since) > self.base:
+                        break
+                    self.cv.wait()
+                if not self.queue:
+                    break
+                s = self.queue.popleft()
+                self.busy_since[me] = time.perf_counter()
+                self.cv.release()
+                try:
+                    self.impl.step(s)
+                finally:
+                    self.cv.acquire()
+                self.busy_since[me] = 0.0
+                self.cv.notify_all()
+            del self.busy_since[me]
 
     def submit(self, slots: list) -> None:
-        for s in slots:
-            self.executor.submit(self.impl.step, s)
+        with self.cv:
+            for s in slots:
+                s.started = 0
+                self.queue.append(s)
+            self._grow_if_stalled()
+            self.cv.notify_all()
 
     def wait(self, slots: list, timeout_s: float) -> int:
         deadline = time.perf_counter() + timeout_s
         while True:
             left = sum(1 for s in slots if not s.done)
-            if not left or time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            if not left or now >= deadline:
                 return left
+            with self.cv:
+                self._grow_if_stalled()
             time.sleep(0.0002)
 
+    @property
+    def threads(self) -> int:
+        with self.cv:
+            return len(self.busy_since)
+
     def close(self) -> None:
-        self.executor.shutdown(wait=True)
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+        for t in list(self.all):
+            t.join()

@@ -26,6 +26,7 @@ def bind_exports(native, slot, funcs: dict, memory: wasmtime.Memory) -> None:
         if func is not None:
             ffi.memmove(ffi.addressof(slot, field), bytes(func._func), ffi.sizeof("wt_func_t"))
     slot.has_post = funcs.get("f_post") is not None
+    slot.needs_init = funcs.get("f_init") is not None   # _initialize runs on the worker, first
     ffi.memmove(ffi.addressof(slot, "mem"), bytes(memory._memory), ffi.sizeof("wt_memory_t"))
 
 

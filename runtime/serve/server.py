@@ -22,7 +22,7 @@ class Server:
 
     def __init__(self, settings: Settings, backend=None, store: Store | None = None):
         from aicirt import Runtime
-        from aicirt.backends import load_backend
+        from aicirt.engine.backends import load_backend
         from aicirt.engine import Engine
 
         self.settings = settings
