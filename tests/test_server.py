@@ -420,14 +420,19 @@ def test_a_failing_engine_step_fails_its_requests_not_the_server(tmp_path):
     from aicirt.engine.backends import ScriptedBackend
 
     def logits(tokens):
-        if bytes(t for t in tokens if t < 256).endswith(b"BOOM"):
+        text = bytes(t for t in tokens if t < 256)
+        if text.endswith(b"BOOM") or (text.startswith(b"later") and text.endswith(b"aa")):
             raise RuntimeError("the model fell over")
-        return np.zeros(257, dtype=np.float32)
+        return np.zeros(257, dtype=np.float32)      # greedy under [a-z]: "a" every step
 
     with live_server(Settings(store=str(tmp_path)), backend=ScriptedBackend(logits_fn=logits)) as (url, server):
-        res = aici_run(url, {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "BOOM"})
-        assert res["errors"] and "engine step failed: RuntimeError: the model fell over" in res["errors"][0]
-        assert res["finish"] == {0: "fail"}
+        # On the first step: no stream yet, so a 500 naming the failure.
+        r = post_json(url, "/v1/run", {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "BOOM"})
+        assert r.status_code == 500 and "engine step failed: RuntimeError: the model fell over" in r.json()["message"]
+        # Mid-stream: the stream ends with the error on the fork.
+        res = aici_run(url, {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "later"})
+        assert res["texts"] == ["aa"] and res["finish"] == {0: "fail"}
+        assert "engine step failed: RuntimeError: the model fell over" in res["errors"][0]
         ok = aici_run(url, {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "fine"})
-        assert ok["errors"] == [] and len(ok["texts"][0]) == 5
-        assert re.search(r"aicirt_engine_errors_total 1", httpx.get(url + "/metrics").text)
+        assert ok["errors"] == [] and ok["texts"] == ["aaaaa"]
+        assert re.search(r"aicirt_engine_errors_total 2", httpx.get(url + "/metrics").text)

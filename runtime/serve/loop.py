@@ -70,6 +70,7 @@ class Job:
     req: Any = field(default=None, repr=False)       # the engine's GenRequest, once admitted
     tracker: RunTracker | None = field(default=None, repr=False)
     cancelled: bool = False
+    accepted: bool = False         # `Accepted` sent: the request survived its first step
     done: bool = False
     submitted_at: float = 0.0
 
@@ -272,17 +273,27 @@ class EngineLoop:
         except (ValueError, AicirtError) as e:
             self._reject(job, 400, str(e))
             return
-        first = req.sequences[0]
-        if first.finish_reason == "error":      # the controller failed to instantiate
-            _retire(self.engine, [req])
-            self._reject(job, 400, f"controller failed to start: {first.error}")
-            return
         job.req = req
         job.tracker = RunTracker(self.engine.backend, req)
         self._running.append(job)
         self.peak_running = max(self.peak_running, len(self._running))
         self.metrics.observe("aicirt_queue_wait_seconds", time.perf_counter() - job.submitted_at)
-        self._send(job, Accepted(int(time.time())))
+        if self._failed_to_start(job):         # an engine that spawns eagerly knows already
+            return
+        # Otherwise `Accepted` waits for the request's first step: a controller that fails to
+        # instantiate (or on its first call) gets a 400, not a stream that only says so.
+
+    def _failed_to_start(self, job: Job) -> bool:
+        """Reject `job` if its controller ended it before it produced anything."""
+        req = job.req
+        first = req.sequences[0]
+        if len(req.sequences) == 1 and first.finish_reason == "error" and not first.output_tokens \
+                and job.tracker.usage.ff_tokens == len(req.prompt):
+            self._running.remove(job)
+            _retire(self.engine, [req])
+            self._reject(job, 400, f"controller failed to start: {first.error}")
+            return True
+        return False
 
     def _reject(self, job: Job, status: int, message: str) -> None:
         self.metrics.inc("aicirt_requests_total", outcome="rejected")
@@ -312,6 +323,11 @@ class EngineLoop:
             upd = job.tracker.update(evs, micros)
             if upd is None:
                 continue
+            if not job.accepted:
+                if self._failed_to_start(job):
+                    continue
+                job.accepted = True
+                self._send(job, Accepted(int(time.time())))
             for d in upd.forks:
                 if d.finish_reason == "error":
                     m.inc("aicirt_sequence_errors_total")
@@ -358,12 +374,15 @@ class EngineLoop:
         if job.req is not None:
             _abort(self.engine, job.req, "abort" if error is None else "error", error)
             _retire(self.engine, [job.req])
-            if error is not None:
+            if error is not None and job.accepted:
                 self.metrics.inc("aicirt_requests_total", outcome="failed")
                 upd = job.tracker.abort_update()
                 for d in upd.forks:
                     d.error = d.error or error
                 self._send(job, upd)
+            elif error is not None:           # failed before its stream started
+                self.metrics.inc("aicirt_requests_total", outcome="failed")
+                self._send(job, Rejected(500, error))
         elif error is not None:
             self._send(job, Rejected(503, error))
         self._send(job, _END)
