@@ -14,7 +14,7 @@ from . import protocol as P
 from .loop import Accepted, EngineLoop, Job, Overloaded, Rejected, TimedRuntime
 from .metrics import Metrics
 from .settings import Settings
-from .store import Store, StoreError, artifact_size, resolve_controller
+from .store import Store, StoreError, artifact_size, is_module_id, resolve_controller
 
 
 class Server:
@@ -45,6 +45,8 @@ class Server:
         self.metrics.gauge("aicirt_running_requests", lambda: self.loop.running)
         self.metrics.gauge("aicirt_live_sequences", self.loop.live_sequences)
         self._controllers: dict[str, tuple[tuple, object]] = {}
+        self._shipped: dict[str, Path] = {}          # shipped controllers' builds (sources fixed under a server)
+        self._build_lock = threading.Lock()
         self._lock = threading.Lock()
         self.started = time.time()
 
@@ -62,7 +64,13 @@ class Server:
         from aicirt.toolchain import BuildError
 
         try:
-            path = resolve_controller(spec, self.store, allow_paths=False)
+            if spec in self._shipped or is_module_id(spec):
+                path = resolve_controller(spec, self.store, allow_paths=False, shipped_builds=self._shipped)
+            else:
+                # A shipped controller's first build: toolchain.build's temp file is per process,
+                # so two threads must not build the same one at once.
+                with self._build_lock:
+                    path = resolve_controller(spec, self.store, allow_paths=False, shipped_builds=self._shipped)
         except StoreError as e:
             raise P.ApiError(e.status, str(e)) from None
         except BuildError as e:

@@ -452,13 +452,16 @@ def _fsync_dir(path: Path) -> None:
 
 # --- naming a controller --------------------------------------------------------------------------
 def resolve_controller(spec: str, store: Store | None = None, *, allow_paths: bool = True,
-                       progress: bool = False) -> Path:
+                       progress: bool = False, shipped_builds: dict | None = None) -> Path:
     """The `.wasm` file `spec` names, for the CLI, the server and other engines' adapters.
 
     In order: a module id (64 hex digits, from the store); with `allow_paths`, an existing
     `.wasm` file, or a C/Zig file or folder (built, cached); a tag in the store; the name of a
     shipped controller (built, cached). A server passes `allow_paths=False`: clients name only
     store entries and shipped controllers, never files on the server.
+
+    `shipped_builds`: a memo of shipped controllers' builds (name -> path) for a long-lived
+    caller such as a server, which then skips hashing their sources on every request.
 
     Raises `NotFound` naming what was tried, `aicirt.toolchain.BuildError` for a source that does
     not compile.
@@ -483,10 +486,15 @@ def resolve_controller(spec: str, store: Store | None = None, *, allow_paths: bo
     info = store.lookup(spec) if _TAG_RE.fullmatch(spec) else None
     if info is not None:
         return store.wasm_path(info.module_id)
+    if shipped_builds is not None and spec in shipped_builds:
+        return shipped_builds[spec]
     from aicirt import toolchain
 
     shipped = toolchain.shipped_controllers()
     if spec in shipped:
-        return Path(toolchain.build_cached(toolchain.CONTROLLERS_DIR / spec, progress=progress))
+        path = Path(toolchain.build_cached(toolchain.CONTROLLERS_DIR / spec, progress=progress))
+        if shipped_builds is not None:
+            shipped_builds[spec] = path
+        return path
     what = "a file, a tag, a module id" if allow_paths else "a tag, a module id"
     raise NotFound(f"{spec!r} is not {what} or a shipped controller ({', '.join(shipped)})")
