@@ -125,7 +125,7 @@ def _uploader(root: Path, wasm_path: Path, first: int, count: int, prefix: str |
 def test_kill_9_mid_upload_leaves_store_consistent(tmp_path, scripted_wasm):
     root = tmp_path / "store"
     committed: list[str] = []
-    for rnd in range(3):
+    for rnd in range(5):
         proc = _uploader(root, scripted_wasm, rnd * 1000, 1000, prefix=f"r{rnd}-")
         # Kill at a moment that varies between rounds: after a few uploads went through.
         deadline = time.monotonic() + 60
@@ -170,3 +170,11 @@ def test_processes_uploading_at_once(tmp_path, scripted_wasm):
     assert tags["a-latest"] == outs[0][-1] and tags["b-latest"] == outs[1][-1]
     for k in range(5, 10):
         assert tags[f"a-{k}"] == tags[f"b-{k}"]
+
+
+def test_reading_never_creates_the_store(tmp_path):
+    store = Store(tmp_path / "nothing-yet")
+    assert store.tags() == [] and store.modules() == [] and store.lookup("x") is None
+    with pytest.raises(NotFound):
+        resolve_controller("no-such-thing", store)
+    assert not (tmp_path / "nothing-yet").exists()

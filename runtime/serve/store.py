@@ -171,6 +171,11 @@ class Store:
         self._compiler = compiler
         self._ready = False
 
+    @property
+    def exists(self) -> bool:
+        """Whether anything was ever stored here (reading never creates the store)."""
+        return self.db_path.is_file()
+
     # --- connection ------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         if not self._ready:
@@ -319,17 +324,23 @@ class Store:
 
     # --- reading ---------------------------------------------------------------------------
     def tags(self) -> list[TagInfo]:
+        if not self.exists:
+            return []
         with self._db() as con:
             rows = con.execute("SELECT tag FROM tags ORDER BY tag").fetchall()
             return [self._tag_info(con, r["tag"]) for r in rows]
 
     def modules(self) -> list[ModuleInfo]:
+        if not self.exists:
+            return []
         with self._db() as con:
             rows = con.execute("SELECT module_id FROM modules ORDER BY created_at, module_id").fetchall()
             return [self._module_info(con, r["module_id"]) for r in rows]
 
     def lookup(self, name: str) -> ModuleInfo | None:
         """The module a module id or a tag names; None when the store has neither."""
+        if not self.exists:
+            return None
         with self._db() as con:
             if is_module_id(name):
                 return self._module_info(con, name)
