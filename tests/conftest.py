@@ -52,9 +52,15 @@ def hot_path(request):
     native._native = old
 
 
+# Test runtimes wait longer than the default soft deadline (25 ms), so that a call that is merely
+# slow on a busy machine is not "pending"; tests of lateness set soft_deadline_s themselves.
+TEST_SOFT_DEADLINE_S = 0.5
+
+
 @pytest.fixture
 def rt(hot_path):
-    runtime = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False)
+    runtime = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
+                             limits=aicirt.Limits(soft_deadline_s=TEST_SOFT_DEADLINE_S))
     yield runtime
     runtime.close()
 
@@ -64,6 +70,7 @@ def make_rt(hot_path):
     made = []
 
     def make(**limits):
+        limits.setdefault("soft_deadline_s", TEST_SOFT_DEADLINE_S)
         runtime = aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(**limits), cache_dir=False)
         made.append(runtime)
         return runtime
