@@ -89,7 +89,7 @@ class HostImports:
                 g = Guest(native, slot, ctx, name, arg_cap)
                 r = impl(seq, g, *(args[i].i32 & 0xFFFFFFFF for i in range(n_params)))
                 if has_result:
-                    args[0].i32 = _i32(r)
+                    args[0].i32 = _i32(r or 0)
                 return 0
             except AllocFailed:
                 return 1
