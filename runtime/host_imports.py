@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .sequence import Sequence
 
 _ENOSYS, _EBADF, _ESUCCESS = 52, 8, 0
+_MAX_IOVS = 1024    # iovecs in one fd_write
 Impl = Callable[..., "int | None"]
 
 
@@ -173,11 +174,14 @@ class HostImports:
     def w_fd_write(self, seq, g: Guest, fd: int, iovs: int, n_iovs: int, nwritten: int) -> int:
         if fd not in (1, 2):
             return _EBADF
+        if n_iovs > _MAX_IOVS:   # host work is not interruptible: bound it
+            g.fail(f"{n_iovs} iovecs is over the limit of {_MAX_IOVS}")
         total = 0
-        for i in range(n_iovs & 0xFFFF):
-            ptr, n = struct.unpack("<II", g.read(iovs + 8 * i, 8))
-            self.native.log_append(g.slot, g.read(ptr, n))
+        for ptr, n in struct.iter_unpack("<II", g.read(iovs, 8 * n_iovs)):
             total += n
+            if total > g.arg_cap:
+                g.fail(f"writes {total} bytes or more, over the limit of {g.arg_cap} (Limits.host_arg_bytes)")
+            self.native.log_append(g.slot, g.read(ptr, n))
         g.write(nwritten, struct.pack("<I", total))
         return _ESUCCESS
 
