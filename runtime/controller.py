@@ -27,6 +27,11 @@ class Controller:
     wasi_imports: list[tuple[str, wasmtime.FuncType]] = field(default_factory=list)
     name: str = ""
 
+    def _release(self) -> None:
+        """Its Runtime closed: drop the compiled code, which would keep that runtime's wasmtime
+        Engine (and its address-space reservation) alive."""
+        self.module = None  # type: ignore[assignment]
+
 
 def _sig(ft: wasmtime.FuncType) -> tuple[list[str], list[str]]:
     return [str(p) for p in ft.params], [str(r) for r in ft.results]
