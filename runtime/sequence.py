@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import weakref
 from typing import TYPE_CHECKING
 
 import wasmtime
@@ -67,6 +68,8 @@ class Sequence(Owned):
         self._ticks_call = limits.ticks(limits.call_timeout_s)
         self._first_s, self._call_s = limits.first_call_timeout_s, limits.call_timeout_s
         slot = self.slot = native.new_slot()
+        # the slot's native buffers (its log) are freed once, at close or when collected unclosed
+        self._release_slot = weakref.finalize(self, native.release, slot)
         slot.seq_id = self.id
         slot.vocab_size = rt.vocab_size
         slot.mask_words = rt.mask_words
@@ -255,7 +258,7 @@ class Sequence(Owned):
         self.runtime._unregister(self)
         self.instance = self.memory = None
         self._globals = {}
-        self._native.release(self.slot)
+        self._release_slot()
         store, self.store = self.store, None
         if store is not None:
             store.close()
