@@ -17,9 +17,14 @@ from pathlib import Path
 
 from .paths import user_cache_dir
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONTROLLERS_DIR = REPO_ROOT / "controllers"
+#: What a build reads besides the user's sources, as package data: `aicirt/_data/` holds the SDK
+#: and shipped controllers (`controllers/`) and the contract (`wit/`). In a checkout (and so in an
+#: editable install) those two are symlinks to the repo's own folders; a wheel carries copies. So
+#: the lookup is the same everywhere and never depends on the current folder.
+DATA_DIR = Path(__file__).resolve().parent / "_data"
+CONTROLLERS_DIR = DATA_DIR / "controllers"
 SDK_DIR = CONTROLLERS_DIR / "sdk"
+WIT_DIR = DATA_DIR / "wit"
 STACK_SIZE = 256 * 1024          # shadow stack in linear memory; the SDK keeps big data on the heap
 
 C_FLAGS = ["-O2", "-mbulk-memory", "-msimd128", "-g0", "-Wall", "-Wno-unused-parameter"]

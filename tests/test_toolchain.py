@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from aicirt import toolchain
 from aicirt.toolchain import BuildError, build, build_cached, check_module, shipped_controllers
 
-REPO = toolchain.REPO_ROOT
+CONTROLLERS, WIT = toolchain.CONTROLLERS_DIR, toolchain.WIT_DIR
 MINIMAL = '#include "aici.h"\nvoid aici_step(const aici_arg_t *arg, aici_result_t *res) { aici_noop(res); }\n'
 
 
@@ -38,7 +38,7 @@ def test_build_shipped_by_name_and_default_output(tmp_path, monkeypatch):
 
 
 def test_build_zig_folder(tmp_path):
-    r = build(REPO / "controllers" / "countdown", tmp_path / "c.wasm", progress=False)
+    r = build(CONTROLLERS / "countdown", tmp_path / "c.wasm", progress=False)
     assert "mid-process" in exports(r.path)[0]
 
 
@@ -117,7 +117,7 @@ def test_shipped_controllers_are_components(name, tmp_path):
     """The binary-form claim: wit-component accepts every shipped controller as world `controller`."""
     wasm = build_cached(name)
     emb, comp = tmp_path / "e.wasm", tmp_path / "c.wasm"
-    for cmd in (["wasm-tools", "component", "embed", str(REPO / "wit"), "--world", "controller", str(wasm), "-o", str(emb)],
+    for cmd in (["wasm-tools", "component", "embed", str(WIT), "--world", "controller", str(wasm), "-o", str(emb)],
                 ["wasm-tools", "component", "new", str(emb), "-o", str(comp)]):
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
