@@ -9,7 +9,9 @@ import functools
 
 import pytest
 
-regex = pytest.importorskip("regex")
+import _require as require
+
+regex = require.module("regex")
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from _sdk_host import MiniHost

