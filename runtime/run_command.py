@@ -12,6 +12,41 @@ from pathlib import Path
 from typing import IO
 
 from .engine import Engine, FinishEvent, ForkEvent, LogEvent, SamplingParams, TokensEvent
+from .errors import AicirtError
+
+
+class RunFailed(AicirtError):
+    """A sequence ended in error, or the controller rejected its argument before the model loaded.
+
+    The message is one line saying why (the runtime's error and the controller's last log line);
+    `result` is the run's result dict when the run got that far (it has been printed already).
+    """
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result
+
+
+def _last_log_line(logs: str) -> str:
+    return next((ln.strip() for ln in reversed(logs.splitlines()) if ln.strip()), "")
+
+
+def _why(error: str, logs: str) -> str:
+    """The runtime's error, plus the controller's last log line (a controller that fails says why there)."""
+    line = _last_log_line(logs)
+    return f"{error}; controller log: {line}" if line and line not in error else error
+
+
+def failure(result: dict) -> str | None:
+    """One line naming the sequences of `result` that ended in error, or None if none did."""
+    failed = [s for s in result["sequences"] if s["finish_reason"] == "error"]
+    if not failed:
+        return None
+    first = failed[0]
+    head = f"sequence #{first['label']} ended in error"
+    if len(result["sequences"]) > 1:
+        head = f"{len(failed)} of {len(result['sequences'])} sequences ended in error; #{first['label']}"
+    return f"{head}: {_why(first['error'] or 'error', first['logs'])}"
 
 
 def resolve_controller(src: str, *, progress: bool = True) -> Path:
@@ -147,7 +182,10 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     """Run `controller` on `model` and stream (or, with `as_json`, print as JSON) what it generates.
 
     Returns the result as the JSON form's dict. Raises `FileNotFoundError` (controller or
-    model), `aicirt.LoadError` (bad module), `aicirt.toolchain.BuildError` (compile error).
+    model), `aicirt.LoadError` (bad module), `aicirt.toolchain.BuildError` (compile error),
+    `RunFailed` when a sequence ended in error (after printing the result) or when the
+    controller's first call, tried on the model's tokenizer alone, ends in error (before the
+    model loads: see `aicirt.arg_check`).
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -158,6 +196,7 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     from .controller import check_controller
 
     check_controller(wasm)   # a bad module fails now, in milliseconds, not after the model loads
+    _check_first_call(wasm, arg, prompt, model)
 
     t0 = time.perf_counter()
     backend = load_backend(model)
@@ -193,7 +232,22 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
         out.write(json.dumps(result, indent=2) + "\n")
     else:
         _summary(result, out, err, printer)
+    why = failure(result)
+    if why is not None:
+        raise RunFailed(why, result)
     return result
+
+
+def _check_first_call(wasm: Path, arg: bytes, prompt: str, model: str | None) -> None:
+    """Raise `RunFailed` if the controller's first call ends in error on the model's tokenizer alone."""
+    from .arg_check import first_call_error, model_tokenizer
+
+    tokenizer = model_tokenizer(model)
+    if tokenizer is None:
+        return
+    failed = first_call_error(wasm, arg, prompt, tokenizer)
+    if failed is not None:
+        raise RunFailed(f"the controller failed on its first call, before the model loaded: {_why(*failed)}")
 
 
 def _summary(result: dict, out: IO[str], err: IO[str], printer: StreamPrinter) -> None:
