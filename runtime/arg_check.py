@@ -9,7 +9,8 @@ parse, answers that tokenize alike) fails here exactly as it would in the real r
 
 The prompt it sees is the user's text tokenized without the model's chat template (applying the
 template needs transformers, whose import alone costs seconds). Only a first call that ends in
-error is reported; any other outcome is forgotten and the real run starts from scratch.
+error is reported; after any other outcome the real run starts its request from scratch, on the
+same `Runtime` (so the check costs no second compile or token-trie build).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from .backends import ScriptedBackend
 from .engine import Engine, SamplingParams
+from .runtime import Runtime
 from .tokenizer import HFTokenizer
 
 
@@ -66,14 +68,17 @@ def _eos_token_id(folder: Path, raw) -> int | None:
     return int(eos) if isinstance(eos, int) else None
 
 
-def first_call_error(wasm: str | os.PathLike, arg: bytes, prompt: str, tokenizer) -> tuple[str, str] | None:
-    """Run the controller's first call over `tokenizer`; `(error, log)` if it ended in error, else None.
+def first_call_error(runtime: Runtime, wasm: str | os.PathLike, arg: bytes, prompt: str) -> tuple[str, str] | None:
+    """Run the controller's first call on `runtime` (over the model's tokenizer, see
+    `model_tokenizer`); `(error, log)` if it ended in error, else None.
 
-    Raises `aicirt.LoadError` for a module the runtime does not accept.
+    The runtime can then serve the real run (`Engine(backend, runtime=...)`): the controller is
+    compiled and the token trie built once. Raises `aicirt.LoadError` for a module the runtime
+    does not accept.
     """
-    backend = ScriptedBackend(tokenizer)
-    tokens = backend.encode(prompt) or [int(tokenizer.eos_token_id)]   # a chat template is never empty
-    with Engine(backend, workers=1) as engine:
+    backend = ScriptedBackend(runtime.tokenizer)
+    tokens = backend.encode(prompt) or [int(runtime.tokenizer.eos_token_id)]   # a chat prompt is never empty
+    with Engine(backend, runtime=runtime) as engine:
         req = engine.add_request(tokens, wasm, arg, params=SamplingParams(max_tokens=1))
         seq = req.sequences[0]
         if seq.finish_reason is None:
@@ -81,3 +86,11 @@ def first_call_error(wasm: str | os.PathLike, arg: bytes, prompt: str, tokenizer
         if seq.finish_reason != "error":
             return None
         return str(seq.error), "".join(seq.logs)
+
+
+def same_tokenizer(a, b) -> bool:
+    """Whether a runtime made over `a` serves a backend whose runtime tokenizer is `b`.
+
+    `model_tokenizer` reads the very `tokenizer.json` the backend reads, so only the EOS token
+    (taken from different files) and the size could tell them apart."""
+    return int(a.vocab_size) == int(b.vocab_size) and int(a.eos_token_id) == int(b.eos_token_id)

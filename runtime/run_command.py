@@ -4,6 +4,7 @@ cli.py only parses options; everything here is importable and testable without c
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -192,16 +193,21 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     color = (out.isatty() and not as_json) if color is None else color
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed)
     wasm = resolve_controller(controller, progress=True)
+    from .arg_check import same_tokenizer
     from .backends import load_backend
     from .controller import check_controller
 
     check_controller(wasm)   # a bad module fails now, in milliseconds, not after the model loads
-    _check_first_call(wasm, arg, prompt, model)
-
-    t0 = time.perf_counter()
-    backend = load_backend(model)
-    load_s = time.perf_counter() - t0
-    with Engine(backend) as engine:
+    with contextlib.ExitStack() as stack:
+        runtime = _checked_runtime(wasm, arg, prompt, model)   # RunFailed here: the model never loads
+        if runtime is not None:
+            stack.callback(runtime.close)
+        t0 = time.perf_counter()
+        backend = load_backend(model)
+        load_s = time.perf_counter() - t0
+        if runtime is not None and not same_tokenizer(runtime.tokenizer, backend.runtime_tokenizer()):
+            runtime = None            # closed on the way out; the engine makes its own
+        engine = stack.enter_context(Engine(backend, runtime))
         ctrl = engine.runtime.load(wasm)
         printer = StreamPrinter(engine, out, err, show_logs and not as_json, color)
         t1 = time.perf_counter()
@@ -238,16 +244,25 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     return result
 
 
-def _check_first_call(wasm: Path, arg: bytes, prompt: str, model: str | None) -> None:
-    """Raise `RunFailed` if the controller's first call ends in error on the model's tokenizer alone."""
+def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None):
+    """A Runtime over the model's tokenizer on which the controller's first call did not fail,
+    or None where the tokenizer alone is not cheap to get. Raises `RunFailed` if it failed."""
     from .arg_check import first_call_error, model_tokenizer
+    from .runtime import Runtime
 
     tokenizer = model_tokenizer(model)
     if tokenizer is None:
-        return
-    failed = first_call_error(wasm, arg, prompt, tokenizer)
+        return None
+    runtime = Runtime(tokenizer)
+    try:
+        failed = first_call_error(runtime, wasm, arg, prompt)
+    except BaseException:
+        runtime.close()
+        raise
     if failed is not None:
+        runtime.close()
         raise RunFailed(f"the controller failed on its first call, before the model loaded: {_why(*failed)}")
+    return runtime
 
 
 def _summary(result: dict, out: IO[str], err: IO[str], printer: StreamPrinter) -> None:

@@ -125,14 +125,17 @@ def test_a_rejected_argument_fails_before_the_model_loads(tmp_path):
 
 
 def test_the_first_call_check_sees_the_models_tokenizer(tmp_path):
+    from aicirt import Runtime
     from aicirt.arg_check import first_call_error, model_tokenizer
     from aicirt.run_command import resolve_controller
     tok = model_tokenizer(str(_gpt2_model_folder(tmp_path / "gpt2")))
     assert tok is not None and tok.vocab_size == 50257 and tok.eos_token_id == 50256
     regex = resolve_controller("regex", progress=False)
-    assert first_call_error(regex, b"[0-9]{3}", "Call me at ", tok) is None
-    error, log = first_call_error(regex, b"a{1000000}", "", tok)
-    assert "unreachable" in error and "repeat count over 1000" in log
+    with Runtime(tok) as rt:
+        assert first_call_error(rt, regex, b"[0-9]{3}", "Call me at ") is None
+        error, log = first_call_error(rt, regex, b"a{1000000}", "")
+        assert "unreachable" in error and "repeat count over 1000" in log
+        assert first_call_error(rt, regex, b"[0-9]{3}", "") is None     # the runtime serves on
 
 
 def test_no_first_call_check_where_the_tokenizer_is_not_cheap(tmp_path):
