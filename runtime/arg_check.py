@@ -17,11 +17,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .backends import ScriptedBackend
 from .engine import Engine, SamplingParams
 from .runtime import Runtime
-from .tokenizer import HFTokenizer
+from .tokenizer import HFTokenizer, Tokenizer
+
+if TYPE_CHECKING:
+    import tokenizers
 
 
 def model_tokenizer(model: str | os.PathLike | None) -> HFTokenizer | None:
@@ -48,7 +52,7 @@ def model_tokenizer(model: str | os.PathLike | None) -> HFTokenizer | None:
     return HFTokenizer(raw, eos_token_id=_eos_token_id(folder, raw))
 
 
-def _eos_token_id(folder: Path, raw) -> int | None:
+def _eos_token_id(folder: Path, raw: tokenizers.Tokenizer) -> int | None:
     """EOS as transformers reads it for the backend: tokenizer_config's `eos_token`, else config's
     `eos_token_id` (the first of a list); None lets `HFTokenizer` pick it by name."""
     def load(name: str) -> dict:
@@ -60,8 +64,9 @@ def _eos_token_id(folder: Path, raw) -> int | None:
     token = load("tokenizer_config.json").get("eos_token")
     if isinstance(token, dict):
         token = token.get("content")
-    if isinstance(token, str) and raw.token_to_id(token) is not None:
-        return int(raw.token_to_id(token))
+    found = raw.token_to_id(token) if isinstance(token, str) else None
+    if found is not None:
+        return int(found)
     eos = load("config.json").get("eos_token_id")
     if isinstance(eos, list):
         eos = eos[0] if eos else None
@@ -88,7 +93,7 @@ def first_call_error(runtime: Runtime, wasm: str | os.PathLike, arg: bytes, prom
         return str(seq.error), "".join(seq.logs)
 
 
-def same_tokenizer(a, b) -> bool:
+def same_tokenizer(a: Tokenizer, b: Tokenizer) -> bool:
     """Whether a runtime made over `a` serves a backend whose runtime tokenizer is `b`.
 
     `model_tokenizer` reads the very `tokenizer.json` the backend reads, so only the EOS token

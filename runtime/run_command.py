@@ -10,10 +10,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
-from .engine import Engine, FinishEvent, ForkEvent, LogEvent, SamplingParams, TokensEvent
+from .engine import Engine, Event, FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, SamplingParams, TokensEvent
 from .errors import AicirtError
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 
 class RunFailed(AicirtError):
@@ -97,12 +100,12 @@ class StreamPrinter:
     at_line_start: bool = True
     out_ends_with_label: bool = False
 
-    def _style(self, text: str, **kw) -> str:
+    def _style(self, text: str, **kw: Any) -> str:
         import click
 
         return click.style(text, **kw) if self.color else text
 
-    def start(self, req) -> None:
+    def start(self, req: GenRequest) -> None:
         data = self.engine.backend.decode_bytes(req.prompt)
         self.views[0] = _View(list(req.prompt), len(data), data)
         self.last = 0
@@ -114,7 +117,7 @@ class StreamPrinter:
             self.out_ends_with_label = False
             self.out.flush()
 
-    def _switch_to(self, seq) -> None:
+    def _switch_to(self, seq: GenSeq) -> None:
         if self.last == seq.label or len(seq.request.sequences) == 1:
             self.last = seq.label
             return
@@ -124,7 +127,7 @@ class StreamPrinter:
         self.out_ends_with_label = True
         self.last = seq.label
 
-    def on_event(self, ev) -> None:
+    def on_event(self, ev: Event) -> None:
         if isinstance(ev, ForkEvent):
             parent = self.views[ev.parent.label]
             self.views[ev.child.label] = _View(list(parent.tokens), parent.printed, parent.data)
@@ -169,7 +172,7 @@ class StreamPrinter:
         view.data = new
 
 
-def _var_text(value: bytes):
+def _var_text(value: bytes) -> str | dict[str, str]:
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError:
@@ -244,7 +247,7 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     return result
 
 
-def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None):
+def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None) -> Runtime | None:
     """A Runtime over the model's tokenizer on which the controller's first call did not fail,
     or None where the tokenizer alone is not cheap to get. Raises `RunFailed` if it failed."""
     from .arg_check import first_call_error, model_tokenizer

@@ -87,12 +87,12 @@ def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
     controllers that write their own canonical-ABI glue (cabi_realloc, mid-process)."""
     cs, zs = _sources(path)
     zig = [sys.executable, "-m", "ziglang"]
-    sdk = [str(s) for s in sdk_sources()] if sdk else []
+    sdk_files = [str(s) for s in sdk_sources()] if sdk else []
     if zs and not sdk:
         raise BuildError(f"{path}: Zig controllers build with the SDK")
     if not zs:
         return [*zig, "cc", "-target", "wasm32-freestanding", "-nostdlib", *C_FLAGS,
-                f"-I{SDK_DIR}", *LINK_FLAGS, "-o", str(out), *map(str, cs), *sdk]
+                f"-I{SDK_DIR}", *LINK_FLAGS, "-o", str(out), *map(str, cs), *sdk_files]
     if len(zs) > 1 and not any(z.name == "main.zig" for z in zs):
         raise BuildError(f"{path}: several .zig files and no main.zig")
     root = next((z for z in zs if z.name == "main.zig"), zs[0])
@@ -100,7 +100,7 @@ def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
     # Zig CLI: flags and C files before -M<name> belong to that module.
     return [*zig, "build-exe", "-fno-entry", "-fstrip", f"-femit-bin={out}", "--stack", str(STACK_SIZE),
             *target, "-mcpu=generic+bulk_memory+simd128", f"-I{SDK_DIR}", "-cflags", *C_FLAGS, "--",
-            *sdk, *map(str, cs), "--dep", "aici", f"-Mroot={root}",
+            *sdk_files, *map(str, cs), "--dep", "aici", f"-Mroot={root}",
             *target, f"-Maici={SDK_DIR / 'aici.zig'}"]
 
 
