@@ -29,7 +29,7 @@ test: setup
 test-slow: setup-model
 	$(BIN)/python -m pytest -q -m slow
 
-# The modules that are clean so far ([tool.mypy] files in pyproject.toml); widen it there.
+# The modules that are clean so far ([tool.mypy] modules in pyproject.toml); widen the list there.
 typecheck: setup
 	$(BIN)/python -m mypy
 
