@@ -91,6 +91,12 @@ def test_splice_conditional_ff_and_backtrack(wasm):
     assert len(s.text_bytes) == 10
 
 
+def test_countdown_rejects_a_non_number(wasm):
+    s = only(run(wasm["countdown"], b"four", "x"))
+    assert s.finish_reason == "error" and s.text_bytes == b""
+    assert any("the argument must be a number" in line for line in s.logs), s.logs
+
+
 def test_countdown_zig(wasm):
     s = only(run(wasm["countdown"], b"4", "x"))
     assert (s.finish_reason, s.text_bytes) == ("stop", b" 4 3 2 1 liftoff!")
