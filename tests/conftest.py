@@ -12,6 +12,12 @@ from aicirt import native, toolchain
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _require as require  # noqa: E402  (lives in tests/, which the line above puts on the path)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    require.check_tools(item)
+
 
 @pytest.fixture(scope="session")
 def scripted_wasm() -> Path:
@@ -47,7 +53,7 @@ def hot_path(request):
     else:
         native._native = None
         if native.get_native().mode != "compiled":
-            pytest.skip("no C compiler here: the C hot path falls back to Python (tested as 'python')")
+            require.missing("a C compiler for the C hot path (it fell back to Python, tested as 'python')")
     yield request.param
     native._native = old
 
