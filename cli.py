@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -55,7 +57,7 @@ def check(module: str) -> None:
         ctrl = check_controller(module)
     except LoadError as e:
         raise click.ClickException(str(e)) from None
-    imports = sorted(imp.name for imp in ctrl.module.imports)
+    imports = sorted(imp.name or "" for imp in ctrl.module.imports)
     click.echo(f"{module}: a controller ({ctrl.size:,} bytes, sha256 {ctrl.sha256[:12]})")
     click.echo(f"  imports: {', '.join(imports) or 'none'}")
     click.echo(f"  post-return: {'yes' if ctrl.has_post else 'no'}; reactor init: {'yes' if ctrl.has_initialize else 'no'}; "
@@ -63,7 +65,7 @@ def check(module: str) -> None:
 
 
 # --- run ------------------------------------------------------------------------------------------
-def _server_options(fn):
+def _server_options(fn: Callable[..., None]) -> Callable[..., None]:
     """--server/--api-key (work against a running `aicirt serve`) and --store (the local store)."""
     fn = click.option("--store", type=click.Path(file_okay=False), default=None,
                       help="Local store folder [env AICIRT_STORE; default: the user's data folder].")(fn)
@@ -130,12 +132,12 @@ def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max
 
 
 # --- the store: upload, tags, ls, rm ---------------------------------------------------------------
-def _store_errors(fn):
+def _store_errors(fn: Callable[..., None]) -> Callable[..., None]:
     """Store, build, load and server errors as one-line CLI errors."""
     import functools
 
     @functools.wraps(fn)
-    def wrapper(*args, **kw):
+    def wrapper(*args: Any, **kw: Any) -> None:
         from aicirt import AicirtError
         from aicirt.serve.client import ServerError
         from aicirt.toolchain import BuildError

@@ -18,11 +18,11 @@ EXPORT_MID_PROCESS = "mid-process"
 EXPORT_REALLOC = "cabi_realloc"
 EXPORT_POST = "cabi_post_mid-process"
 EXPORT_INITIALIZE = "_initialize"
-REQUIRED_FUNCS = {
+REQUIRED_FUNCS: dict[str, tuple[list[str], list[str]]] = {
     EXPORT_MID_PROCESS: ([I32] * 7, [I32]),
     EXPORT_REALLOC: ([I32] * 4, [I32]),
 }
-OPTIONAL_FUNCS = {
+OPTIONAL_FUNCS: dict[str, tuple[list[str], list[str]]] = {
     EXPORT_POST: ([I32], []),
     EXPORT_INITIALIZE: ([], []),
 }

@@ -141,6 +141,7 @@ class BatchHandle:
                             f"(soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms)")
                 return StepResult(seq, "error", error=seq.error)
             return StepResult(seq, "pending")
+        assert seq.mask_buffer is not None   # a call is out: _start set it
         masks, row = seq.mask_buffer
         return self._collect(i, seq, None if masks is self.masks and row == i else masks[row])
 

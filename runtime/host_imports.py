@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .sequence import Sequence
 
 _ENOSYS, _EBADF, _ESUCCESS = 52, 8, 0
+_MAX_IOVS = 1024    # iovecs in one fd_write
 Impl = Callable[..., "int | None"]
 
 
@@ -89,7 +90,7 @@ class HostImports:
                 g = Guest(native, slot, ctx, name, arg_cap)
                 r = impl(seq, g, *(args[i].i32 & 0xFFFFFFFF for i in range(n_params)))
                 if has_result:
-                    args[0].i32 = _i32(r)
+                    args[0].i32 = _i32(r or 0)
                 return 0
             except AllocFailed:
                 return 1
@@ -173,11 +174,14 @@ class HostImports:
     def w_fd_write(self, seq, g: Guest, fd: int, iovs: int, n_iovs: int, nwritten: int) -> int:
         if fd not in (1, 2):
             return _EBADF
+        if n_iovs > _MAX_IOVS:   # host work is not interruptible: bound it
+            g.fail(f"{n_iovs} iovecs is over the limit of {_MAX_IOVS}")
         total = 0
-        for i in range(n_iovs & 0xFFFF):
-            ptr, n = struct.unpack("<II", g.read(iovs + 8 * i, 8))
-            self.native.log_append(g.slot, g.read(ptr, n))
+        for ptr, n in struct.iter_unpack("<II", g.read(iovs, 8 * n_iovs)):
             total += n
+            if total > g.arg_cap:
+                g.fail(f"writes {total} bytes or more, over the limit of {g.arg_cap} (Limits.host_arg_bytes)")
+            self.native.log_append(g.slot, g.read(ptr, n))
         g.write(nwritten, struct.pack("<I", total))
         return _ESUCCESS
 

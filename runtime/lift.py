@@ -45,7 +45,7 @@ def status_message(status: int, d0: int, d1: int, vocab_size: int, k: int = 0) -
     if status == Status.EMPTY_MASK:
         return f"branch {k}: mask allows no token"
     if status == Status.BAD_ALLOC:
-        return f"cabi_realloc returned [{d0}, {d0 + d1}), outside linear memory, for the arguments"
+        return f"cabi_realloc returned [{d0}, {d0 + d1}) for the arguments: misaligned or outside linear memory"
     return f"internal: unknown status {status}"
 
 

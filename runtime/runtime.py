@@ -37,9 +37,21 @@ def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> 
         engine.increment_epoch()
 
 
-def _shutdown(pool, closed: threading.Event) -> None:
+def _shutdown(pool, closed: threading.Event, host: HostImports) -> None:
     pool.close()       # waits for running calls; the epoch clock still ticks, so they end
     closed.set()
+    host.close()
+
+
+def _weak_lookup(rt: "Runtime"):
+    ref = weakref.ref(rt)
+
+    def lookup(slot_addr: int) -> Sequence:
+        runtime = ref()
+        if runtime is None:
+            raise LookupError("the runtime is gone")
+        return runtime._seqs[slot_addr]
+    return lookup
 
 
 class Runtime(Owned):
@@ -77,10 +89,12 @@ class Runtime(Owned):
         self._seqs: dict[int, Sequence] = {}        # slot address -> sequence (host imports find theirs)
         self._calls_out: set[Sequence] = set()      # calls started and not yet collected
         self._closing_seqs: list[Sequence] = []     # closed while their call was out
-        self._host = HostImports(self.native, tokenizer, self._seqs.__getitem__, self.limits.host_arg_bytes)
+        # The handlers live in a process-wide registry: they must not keep this runtime alive.
+        self._host = HostImports(self.native, tokenizer, _weak_lookup(self), self.limits.host_arg_bytes)
         if prebuild_trie:
             self._host.prebuild_trie()
         self._pres: dict[str, wasmtime.InstancePre] = {}
+        self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         self._masks = MaskBuffers(self.mask_words)
         self._lock = threading.Lock()
         self._pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
@@ -91,15 +105,17 @@ class Runtime(Owned):
         self._ticker.start()
         # At interpreter exit (or when collected), let running calls end before Python goes away:
         # worker threads may still call back into Python through host imports.
-        self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._stop_clock)
+        self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._stop_clock, self._host)
 
     # -- controllers and requests --------------------------------------------------------------
     def load(self, src) -> Controller:
         """A controller from a path or bytes: validated, rewritten for fork, compiled (cached).
         Raises LoadError naming what is wrong."""
         self._check_open()
-        return load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
+        ctrl = load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
                                compile_timeout_s=self.limits.compile_timeout_s, cache_dir=self.cache_dir)
+        self._controllers.add(ctrl)
+        return ctrl
 
     def new_request(self, controller: Controller, arg: bytes | str = b"",
                     capabilities: Capabilities = Capabilities.ALL) -> Request:
@@ -175,5 +191,6 @@ class Runtime(Owned):
             seqs = list(self._seqs.values())
         for seq in seqs:
             seq._free()
-        self._host.close()
         self._pres.clear()
+        for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
+            ctrl._release()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import weakref
 from typing import TYPE_CHECKING
 
 import wasmtime
@@ -58,7 +59,7 @@ class Sequence(Owned):
         self.error: str | None = None
         self.calls = 0
         self.late_steps = 0
-        self.mask_buffer = None                    # the batch mask array a running call writes into
+        self.mask_buffer: tuple | None = None      # (batch mask array, row) a running call writes into
         self.seen: list[int] = []                  # tokens as the controller last saw them
         self.fork_group: list[int] = []            # to report on the next call
         self._native = native
@@ -67,6 +68,8 @@ class Sequence(Owned):
         self._ticks_call = limits.ticks(limits.call_timeout_s)
         self._first_s, self._call_s = limits.first_call_timeout_s, limits.call_timeout_s
         slot = self.slot = native.new_slot()
+        # the slot's native buffers (its log) are freed once, at close or when collected unclosed
+        self._release_slot = weakref.finalize(self, native.release, slot)
         slot.seq_id = self.id
         slot.vocab_size = rt.vocab_size
         slot.mask_words = rt.mask_words
@@ -81,18 +84,20 @@ class Sequence(Owned):
         self._tok_buf = native.ffi.new("uint32_t[]", 16)   # argument buffers, reused call to call
         self._group_buf = None
         slot.tokens = self._tok_buf
-        self.store = wasmtime.Store(rt.engine)
+        self.store: wasmtime.Store | None = wasmtime.Store(rt.engine)
         self.store.set_limits(memory_size=limits.memory_bytes)
         self.store.set_epoch_deadline(self._ticks_first)   # a start function runs under the first-call limit
         instance.bind(native, slot, self.store)
         rt._register(self)
         try:
-            self.instance = rt._instance_pre(request.controller).instantiate(self.store)
+            self.instance: wasmtime.Instance | None = rt._instance_pre(request.controller).instantiate(self.store)
         except Exception as e:  # start function trapped, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
         ex = self.instance.exports(self.store)
-        self.memory: wasmtime.Memory = ex["memory"]
+        memory = ex["memory"]
+        assert isinstance(memory, wasmtime.Memory)   # the loader checked the export
+        self.memory: wasmtime.Memory | None = memory
         self._globals = {idx: ex[name] for idx, name in request.controller.globals.items()}
         instance.bind_exports(native, slot, {
             "f_realloc": ex[abi.EXPORT_REALLOC],
@@ -211,6 +216,7 @@ class Sequence(Owned):
             for _ in range(n):
                 child = Sequence(self.request)
                 children.append(child)
+                assert self.store and self.memory and child.store and child.memory   # all open here
                 instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
                 child.seen = list(self.seen)
                 child.calls = self.calls
@@ -252,7 +258,7 @@ class Sequence(Owned):
         self.runtime._unregister(self)
         self.instance = self.memory = None
         self._globals = {}
-        self._native.release(self.slot)
+        self._release_slot()
         store, self.store = self.store, None
         if store is not None:
             store.close()

@@ -12,6 +12,12 @@ from aicirt import native, toolchain
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _require as require  # noqa: E402  (lives in tests/, which the line above puts on the path)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    require.check_tools(item)
+
 
 @pytest.fixture(scope="session")
 def scripted_wasm() -> Path:
@@ -47,14 +53,20 @@ def hot_path(request):
     else:
         native._native = None
         if native.get_native().mode != "compiled":
-            pytest.skip("no C compiler here: the C hot path falls back to Python (tested as 'python')")
+            require.missing("a C compiler for the C hot path (it fell back to Python, tested as 'python')")
     yield request.param
     native._native = old
 
 
+# Test runtimes wait longer than the default soft deadline (25 ms), so that a call that is merely
+# slow on a busy machine is not "pending"; tests of lateness set soft_deadline_s themselves.
+TEST_SOFT_DEADLINE_S = 0.5
+
+
 @pytest.fixture
 def rt(hot_path):
-    runtime = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False)
+    runtime = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
+                             limits=aicirt.Limits(soft_deadline_s=TEST_SOFT_DEADLINE_S))
     yield runtime
     runtime.close()
 
@@ -64,6 +76,7 @@ def make_rt(hot_path):
     made = []
 
     def make(**limits):
+        limits.setdefault("soft_deadline_s", TEST_SOFT_DEADLINE_S)
         runtime = aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(**limits), cache_dir=False)
         made.append(runtime)
         return runtime

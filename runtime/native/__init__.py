@@ -51,7 +51,7 @@ class Native:
         self.wt = cffi.FFI()
         self.wt.cdef(CDEF_SLOT + CDEF_VARS + CDEF_WASMTIME)
         self.wtlib = self.wt.dlopen(str(wt_ffi.filename))
-        impl = None
+        impl: Any = None
         if os.environ.get("AICIRT_NATIVE", "compiled") != "python":
             try:
                 from .compiled import Compiled

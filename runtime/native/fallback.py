@@ -66,7 +66,7 @@ class Fallback:
             s.status = Status.TRAP
             return -1
         ptr = a[0].i32 & 0xFFFFFFFF
-        if ptr + n > self.ctx_memory(s, ctx)[1]:
+        if ptr + n > self.ctx_memory(s, ctx)[1] or ptr % align:
             s.status = Status.BAD_ALLOC
             s.detail[0], s.detail[1] = ptr, n
             return -1
@@ -77,7 +77,7 @@ class Fallback:
         if ptr < 0:   # host.c's alloc_failure
             if s.status == Status.BAD_ALLOC:
                 self.native.set_fault(s, f"host import `{name}`: cabi_realloc returned [{s.detail[0]}, "
-                                         f"{s.detail[0] + s.detail[1]}), outside linear memory")
+                                         f"{s.detail[0] + s.detail[1]}): misaligned or outside linear memory")
                 s.host_trap = self.ffi.NULL
             else:
                 if s.error != self.ffi.NULL:

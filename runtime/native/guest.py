@@ -25,6 +25,8 @@ class Guest:
 
     def __init__(self, native: "Native", slot, ctx, name: str, arg_cap: int) -> None:
         self.native, self.slot, self.ctx, self.name, self.arg_cap = native, slot, ctx, name, arg_cap
+        self.base: int
+        self.size: int
         self.base, self.size = native.ctx_memory(slot, ctx)
 
     def fail(self, message: str) -> NoReturn:

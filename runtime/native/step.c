@@ -122,7 +122,7 @@ static int64_t guest_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t b
     a[0].i32 = 0; a[1].i32 = 0; a[2].i32 = (int32_t)align; a[3].i32 = (int32_t)bytes;
     if (!call(s, ctx, &s->f_realloc, a, 4)) { s->status = AICIRT_TRAP; return -1; }
     uint32_t ptr = (uint32_t)a[0].i32;
-    if ((uint64_t)ptr + bytes > p_mem_size(ctx, &s->mem)) {
+    if ((uint64_t)ptr + bytes > p_mem_size(ctx, &s->mem) || (align && ptr % align)) {
         s->status = AICIRT_BAD_ALLOC;
         s->detail[0] = ptr; s->detail[1] = bytes;
         return -1;
