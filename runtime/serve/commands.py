@@ -194,10 +194,17 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
 
 # --- serve ----------------------------------------------------------------------------------------
 def serve(settings, *, log: IO[str] | None = None) -> None:
-    """`aicirt serve`: load the model, then serve until interrupted."""
-    import uvicorn
+    """`aicirt serve`: load the model, then serve until interrupted. Raises
+    `aicirt.MissingExtraError` without the `serve` extra."""
+    try:
+        import uvicorn
 
-    from .app import create_app
+        from .app import create_app
+    except ImportError as e:
+        from aicirt import MissingExtraError
+
+        raise MissingExtraError("aicirt serve needs FastAPI and uvicorn", "pip install 'aicirt[serve]'",
+                                str(e)) from None
 
     log = log or sys.stderr
     log.write(f"aicirt serve: loading {settings.served_model} ...\n")
