@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from .store import ModuleInfo, TagInfo, Upload, default_user, is_module_id
 
@@ -37,7 +39,8 @@ class Client:
         self.api_key = api_key
         self.timeout_s = timeout_s
 
-    def _open(self, method: str, path: str, body: bytes | None = None, content_type: str | None = None):
+    def _open(self, method: str, path: str, body: bytes | None = None,
+              content_type: str | None = None) -> Any:
         headers = {"x-aicirt-user": default_user()}
         if self.api_key:
             headers["api-key"] = self.api_key
@@ -57,7 +60,8 @@ class Client:
             reason = getattr(e, "reason", e)
             raise ServerError(0, f"{self.url}: cannot reach the server ({reason})") from None
 
-    def request(self, method: str, path: str, *, json_body=None, data: bytes | None = None) -> dict:
+    def request(self, method: str, path: str, *, json_body: object = None, data: bytes | None = None) -> Any:
+        ctype: str | None
         if json_body is not None:
             data, ctype = json.dumps(json_body).encode(), "application/json"
         else:
@@ -106,7 +110,7 @@ class RemoteStore:
         return out
 
     def remove(self, name: str) -> ModuleInfo | TagInfo:
-        gone = self.client.request("DELETE", f"/v1/controllers/{urllib.request.quote(name, safe='')}")["removed"]
+        gone = self.client.request("DELETE", f"/v1/controllers/{urllib.parse.quote(name, safe='')}")["removed"]
         if is_module_id(name):
             return ModuleInfo(**{**gone, "tags": tuple(gone["tags"])})
         return TagInfo(**gone)

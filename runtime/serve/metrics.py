@@ -44,24 +44,24 @@ def _fmt_labels(key: tuple) -> str:
 
 
 class Metrics:
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, dict[tuple, float]] = {}
         self._summaries: dict[str, dict[tuple, list[float]]] = {}
         self._gauges: dict[str, Callable[[], float]] = {}
 
-    def inc(self, name: str, amount: float = 1, **labels) -> None:
+    def inc(self, name: str, amount: float = 1, **labels: object) -> None:
         _known(name)
         with self._lock:
             series = self._values.setdefault(name, {})
             series[_key(labels)] = series.get(_key(labels), 0) + amount
 
-    def set(self, name: str, value: float, **labels) -> None:
+    def set(self, name: str, value: float, **labels: object) -> None:
         _known(name)
         with self._lock:
             self._values.setdefault(name, {})[_key(labels)] = value
 
-    def observe(self, name: str, value: float, **labels) -> None:
+    def observe(self, name: str, value: float, **labels: object) -> None:
         _known(name)
         with self._lock:
             s = self._summaries.setdefault(name, {}).setdefault(_key(labels), [0.0, 0])
@@ -73,7 +73,7 @@ class Metrics:
         _known(name)
         self._gauges[name] = read
 
-    def value(self, name: str, **labels) -> float:
+    def value(self, name: str, **labels: object) -> float:
         with self._lock:
             return self._values.get(name, {}).get(_key(labels), 0)
 

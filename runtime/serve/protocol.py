@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aicirt.engine import SamplingParams
 
-from .tracker import ForkDelta, Update
+from .tracker import ForkDelta, Update, Usage
 
 # --- errors ------------------------------------------------------------------------------------
 
@@ -156,7 +156,7 @@ class TagRequest(_Strict):
 
 
 # --- prompts and limits ------------------------------------------------------------------------
-def chat_tokens(backend, messages: list[ChatMessage]) -> list[int]:
+def chat_tokens(backend: Any, messages: list[ChatMessage]) -> list[int]:
     """Token ids of a conversation, through the model's chat template where it has one."""
     hf = getattr(backend, "hf_tokenizer", None)
     if hf is not None and getattr(hf, "chat_template", None):
@@ -171,7 +171,7 @@ def chat_tokens(backend, messages: list[ChatMessage]) -> list[int]:
     return backend.encode(text)
 
 
-def context_length(backend, configured: int | None) -> int:
+def context_length(backend: Any, configured: int | None) -> int:
     """Tokens a sequence may hold: the setting, else the model's own limit, else 4096."""
     if configured:
         return configured
@@ -234,14 +234,14 @@ def run_object(u: Update) -> dict:
             "usage": {"sampled_tokens": u.usage.sampled_tokens, "ff_tokens": u.usage.ff_tokens, "cost": u.usage.cost}}
 
 
-def sse(obj) -> bytes:
+def sse(obj: object) -> bytes:
     """One server-sent event: `data: ...` and a blank line (AICI's client accepts nothing else)."""
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, separators=(',', ':'))}\n\n".encode()
 
 
 # --- OpenAI's shapes ---------------------------------------------------------------------------
 def _ext(d: ForkDelta) -> dict:
-    out = {}
+    out: dict[str, object] = {}
     if d.backtrack:
         out["backtrack"] = d.backtrack
     if d.logs:
@@ -251,7 +251,7 @@ def _ext(d: ForkDelta) -> dict:
     return out
 
 
-def openai_usage(prompt_tokens: int, u) -> dict:
+def openai_usage(prompt_tokens: int, u: Usage) -> dict:
     completion = u.sampled_tokens + u.ff_tokens - prompt_tokens
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
             "total_tokens": prompt_tokens + completion}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass, fields
+from typing import Any
 
 #: Environment variables read by `Settings.from_env` (the CLI's flags win over them).
 ENV = {"api_key": "AICIRT_API_KEY", "store": "AICIRT_STORE", "model": "AICIRT_MODEL"}
@@ -61,7 +62,7 @@ class Settings:
                              f"(or {ENV['api_key']}), or --allow-remote to serve anyone who can reach it")
 
     @classmethod
-    def from_env(cls, **given) -> Settings:
+    def from_env(cls, **given: Any) -> Settings:
         """Settings from keyword arguments, the `ENV` variables filling those given as None."""
         for name, var in ENV.items():
             if given.get(name) is None and os.environ.get(var):

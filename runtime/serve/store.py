@@ -31,10 +31,11 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 #: Default upload limit (SPEC §4), the same as `aicirt.Limits().upload_bytes`.
 MAX_UPLOAD_BYTES = 64 << 20
@@ -57,6 +58,16 @@ CREATE TABLE IF NOT EXISTS tags (
     updated_by TEXT NOT NULL
 );
 """
+
+
+_T = TypeVar("_T")
+
+
+def _known(row: _T | None) -> _T:
+    """A row read inside the transaction that just listed or wrote it: never missing."""
+    if row is None:
+        raise RuntimeError("a store row vanished inside its own transaction")
+    return row
 
 
 class StoreError(ValueError):
@@ -85,7 +96,7 @@ def is_module_id(name: str) -> bool:
     return bool(_MODULE_ID_RE.fullmatch(name))
 
 
-def validate_tag(tag) -> str:
+def validate_tag(tag: object) -> str:
     """`tag` if it is a valid tag name; raises `StoreError` saying why not."""
     if not isinstance(tag, str):
         raise StoreError(f"a tag must be a string, not {type(tag).__name__}")
@@ -194,7 +205,7 @@ class Store:
         return con
 
     @contextmanager
-    def _db(self):
+    def _db(self) -> Iterator[sqlite3.Connection]:
         con = self._connect()
         try:
             yield con
@@ -280,12 +291,13 @@ class Store:
                 raise NotFound(f"unknown module id {module_id}")
             return self._set_tags(con, module_id, tags, user or default_user(), int(time.time()))
 
-    def _set_tags(self, con, module_id: str, tags: list[str], user: str, now: int) -> list[TagInfo]:
+    def _set_tags(self, con: sqlite3.Connection, module_id: str, tags: list[str], user: str,
+                  now: int) -> list[TagInfo]:
         for t in tags:
             con.execute("INSERT INTO tags VALUES (?, ?, ?, ?) ON CONFLICT(tag) DO UPDATE SET "
                         "module_id = excluded.module_id, updated_at = excluded.updated_at, "
                         "updated_by = excluded.updated_by", (t, module_id, now, user))
-        return [self._tag_info(con, t) for t in tags]
+        return [_known(self._tag_info(con, t)) for t in tags]
 
     def remove_tag(self, tag: str) -> TagInfo:
         """Delete a tag (the module stays). Raises `NotFound`."""
@@ -311,9 +323,8 @@ class Store:
                 try:
                     os.replace(self.modules_dir / f"{module_id}.wasm", trash)
                 except FileNotFoundError:
-                    trash = None
-            if trash is not None:
-                trash.unlink(missing_ok=True)
+                    pass
+            trash.unlink(missing_ok=True)
         for artifact in self.modules_dir.glob(f"{module_id}-*.cwasm"):
             artifact.unlink(missing_ok=True)
         return info
@@ -328,14 +339,14 @@ class Store:
             return []
         with self._db() as con:
             rows = con.execute("SELECT tag FROM tags ORDER BY tag").fetchall()
-            return [self._tag_info(con, r["tag"]) for r in rows]
+            return [_known(self._tag_info(con, r["tag"])) for r in rows]
 
     def modules(self) -> list[ModuleInfo]:
         if not self.exists:
             return []
         with self._db() as con:
             rows = con.execute("SELECT module_id FROM modules ORDER BY created_at, module_id").fetchall()
-            return [self._module_info(con, r["module_id"]) for r in rows]
+            return [_known(self._module_info(con, r["module_id"])) for r in rows]
 
     def lookup(self, name: str) -> ModuleInfo | None:
         """The module a module id or a tag names; None when the store has neither."""
@@ -350,19 +361,19 @@ class Store:
     def wasm_path(self, module_id: str) -> Path:
         return self.modules_dir / f"{module_id}.wasm"
 
-    def _check_id(self, module_id) -> str:
+    def _check_id(self, module_id: object) -> str:
         if not isinstance(module_id, str) or not is_module_id(module_id):
             raise StoreError(f"module id {module_id!r}: must be 64 lowercase hex digits (sha256 of the module)")
         return module_id
 
     @staticmethod
-    def _tag_info(con, tag: str) -> TagInfo | None:
+    def _tag_info(con: sqlite3.Connection, tag: str) -> TagInfo | None:
         row = con.execute("SELECT t.tag, t.module_id, t.updated_at, t.updated_by, m.wasm_size, m.compiled_size "
                           "FROM tags t JOIN modules m USING (module_id) WHERE t.tag = ?", (tag,)).fetchone()
         return TagInfo(**dict(row)) if row else None
 
     @staticmethod
-    def _module_info(con, module_id: str) -> ModuleInfo | None:
+    def _module_info(con: sqlite3.Connection, module_id: str) -> ModuleInfo | None:
         row = con.execute("SELECT * FROM modules WHERE module_id = ?", (module_id,)).fetchone()
         if row is None:
             return None
@@ -419,7 +430,7 @@ class RuntimeCompiler:
             rt.close()
 
 
-def artifact_size(runtime, controller) -> int:
+def artifact_size(runtime: Any, controller: Any) -> int:
     """Bytes of `controller`'s precompiled artifact in `runtime`'s compile cache (serialized anew
     when the cache could not be written)."""
     if runtime.cache_dir is not None:
@@ -430,7 +441,7 @@ def artifact_size(runtime, controller) -> int:
 
 
 @contextmanager
-def _write(con: sqlite3.Connection):
+def _write(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction, taking SQLite's write lock up front (no upgrade deadlocks)."""
     con.execute("BEGIN IMMEDIATE")
     try:

@@ -7,6 +7,7 @@ each `Update` into AICI's `run` object or OpenAI's chunk (`protocol.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from aicirt.engine import FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, TokensEvent, VarEvent
 from aicirt.run_command import _valid_utf8_prefix
@@ -48,7 +49,7 @@ class RunTracker:
     """Follows one engine request. Each fork's text starts empty for the client: a fork's first
     delta carries everything it inherited, so concatenating a fork's deltas gives its whole text."""
 
-    def __init__(self, backend, req: GenRequest):
+    def __init__(self, backend: Any, req: GenRequest):
         self.backend = backend
         self.req = req
         self.sent: dict[int, bytes] = {}          # label -> bytes of text the client has
