@@ -10,16 +10,17 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .client import Client, RemoteStore
+from .settings import Settings
 from .store import ModuleInfo, Store, TagInfo, Upload
 
 #: AICI's finish reasons (what /v1/run streams) back to the engine's, which the CLI prints.
 _ENGINE_FINISH = {"aici-stop": "stop", "eos": "eos", "length": "length", "fail": "error", "abort": "abort"}
 
 
-def open_target(server: str | None, api_key: str | None, store_dir: str | None):
+def open_target(server: str | None, api_key: str | None, store_dir: str | None) -> Store | RemoteStore:
     """The store a command works on: a server's (with `server`), else the local one."""
     if server:
         return RemoteStore(Client(server, api_key))
@@ -69,7 +70,7 @@ def module_bytes(src: str, progress: bool = True) -> bytes:
     return Path(resolve_controller(src, progress=progress)).read_bytes()
 
 
-def upload(target, src: str, tags: list[str]) -> Upload:
+def upload(target: Store | RemoteStore, src: str, tags: list[str]) -> Upload:
     """`aicirt upload`: build `src` if it is a source, then store it (locally or on a server)."""
     return target.put(module_bytes(src), tags=tags)
 
@@ -91,7 +92,7 @@ class RemotePrinter:
             self.out.flush()
             self.at_line_start = text.endswith("\n")
 
-    def _style(self, text: str, **kw) -> str:
+    def _style(self, text: str, **kw: Any) -> str:
         import click
 
         return click.style(text, **kw) if self.color else text
@@ -138,7 +139,8 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
     printer = RemotePrinter(out, err, show_logs and not as_json, color)
     forks: dict[int, dict] = {}
     variables: dict[str, bytes] = {}
-    usage, model = {}, None
+    usage: dict = {}
+    model = None
     t0 = time.perf_counter()
     for obj in client.run_stream(payload):
         if obj.get("object") == "initial-run":
@@ -166,7 +168,7 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
     from aicirt.run_command import _var_text
 
     tokens = usage.get("sampled_tokens", 0)
-    result = {
+    result: dict[str, Any] = {
         "controller": name, "model": model, "prompt": prompt, "server": client.url,
         "sequences": [forks[k] for k in sorted(forks)],
         "variables": {k: _var_text(v) for k, v in variables.items()},
@@ -193,7 +195,7 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
 
 
 # --- serve ----------------------------------------------------------------------------------------
-def serve(settings, *, log: IO[str] | None = None) -> None:
+def serve(settings: Settings, *, log: IO[str] | None = None) -> None:
     """`aicirt serve`: load the model, then serve until interrupted. Raises
     `aicirt.MissingExtraError` without the `serve` extra."""
     try:

@@ -65,10 +65,10 @@ class Job:
     arg: bytes
     params: SamplingParams
     id: str = ""
-    _outbox: asyncio.Queue = field(default=None, repr=False)
-    _aloop: asyncio.AbstractEventLoop = field(default=None, repr=False)
+    _outbox: asyncio.Queue = field(default_factory=asyncio.Queue, repr=False)
+    _aloop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     req: Any = field(default=None, repr=False)       # the engine's GenRequest, once admitted
-    tracker: RunTracker | None = field(default=None, repr=False)
+    tracker: Any = field(default=None, repr=False)   # its RunTracker, once admitted
     cancelled: bool = False
     accepted: bool = False         # `Accepted` sent: the request survived its first step
     done: bool = False
@@ -79,7 +79,7 @@ class Job:
         self._aloop = asyncio.get_running_loop()
         self._outbox = asyncio.Queue()
 
-    async def next(self, timeout: float | None = None):
+    async def next(self, timeout: float | None = None) -> Any:
         """The next message; None after the last. Raises `asyncio.TimeoutError` after `timeout`."""
         item = await asyncio.wait_for(self._outbox.get(), timeout)
         return None if item is _END else item
@@ -99,16 +99,16 @@ def _deliver(batch: list) -> None:
 
 
 class _TimedHandle:
-    def __init__(self, handle, seqs, sink: dict):
+    def __init__(self, handle: Any, seqs: list, sink: dict):
         self._handle, self._seqs, self._sink = handle, seqs, sink
 
-    def wait(self):
+    def wait(self) -> Any:
         outcome = self._handle.wait()
         for seq, r in zip(self._seqs, outcome.results):
             self._sink[seq] = self._sink.get(seq, 0) + r.elapsed_us
         return outcome
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._handle, name)
 
 
@@ -116,16 +116,16 @@ class TimedRuntime:
     """The engine's runtime, recording each controller call's time per sequence (AICI's
     `micros` per fork), which the engine's events do not carry."""
 
-    def __init__(self, runtime):
+    def __init__(self, runtime: Any):
         self._runtime = runtime
         self.micros: dict = {}
 
-    def submit(self, items):
+    def submit(self, items: Any) -> _TimedHandle:
         items = list(items)
         seqs = [it.seq if hasattr(it, "seq") else it[0] for it in items]
         return _TimedHandle(self._runtime.submit(items), seqs, self.micros)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._runtime, name)
 
 
@@ -216,7 +216,7 @@ class EngineLoop:
             self._flush()
             self.engine.close()
 
-    def _send(self, job: Job, item) -> None:
+    def _send(self, job: Job, item: object) -> None:
         self._outgoing.append((job, item))
 
     def _flush(self) -> None:
@@ -394,7 +394,7 @@ class EngineLoop:
             self._held -= 1
 
 
-def _abort(engine: Engine, req, reason: str, error: str | None) -> None:
+def _abort(engine: Any, req: Any, reason: str, error: str | None) -> None:
     """Free `req`'s live sequences (caches, controllers) now; they end with finish reason
     `reason` ("abort": the client went away; "error": the server failed them, with `error`)."""
     abort = getattr(engine, "abort", None)
@@ -406,7 +406,7 @@ def _abort(engine: Engine, req, reason: str, error: str | None) -> None:
             engine._finish(s, reason, error, [])
 
 
-def _retire(engine: Engine, reqs) -> None:
+def _retire(engine: Any, reqs: list) -> None:
     """Drop finished requests from the engine (it would otherwise walk them every step) and
     free their request-level controller state. A no-op for an engine with a scheduler, which
     retires them itself with the step that returns their last events."""
