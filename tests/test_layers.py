@@ -8,7 +8,7 @@ from pathlib import Path
 
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 # Modules beside the core that sit above the engine: they drive it.
-ABOVE_THE_ENGINE = {"testing.py", "run_command.py"}
+ABOVE_THE_ENGINE = {"testing.py", "run_command.py", "arg_check.py", "_cli.py"}
 
 
 def core_modules() -> list[Path]:

@@ -120,7 +120,7 @@ def test_random_lifetimes_leave_no_instance_store_or_pinned_buffer(hot_path, scr
                   result(branch(splices=[splice(ff=[70])]))]
     n_total = 10_000 if hot_path == "compiled" else 1_000
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=256,
-                        limits=aicirt.Limits(max_forks=2)) as rt:
+                        limits=aicirt.Limits(max_forks=2, soft_deadline_s=0.5)) as rt:
         ctrl = rt.load(scripted_wasm)
         live: list = []
         made = 0
