@@ -10,6 +10,7 @@ it into an error for that sequence only).
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -50,7 +51,8 @@ def status_message(status: int, d0: int, d1: int, vocab_size: int, k: int = 0) -
 
 
 def read_branches(mem: np.ndarray, ptr: int, n: int, *, vocab_size: int, capabilities: Capabilities,
-                  n_seen: int, forks_left: int, limits: Limits, check_mask) -> list[LiftedBranch]:
+                  n_seen: int, forks_left: int, limits: Limits,
+                  check_mask: Callable[[int, int, int, int, int, int], tuple[int, int, int]]) -> list[LiftedBranch]:
     """The `n` branches at `ptr` (the hot path checked that the records lie in memory).
 
     `n_seen`: tokens the controller has seen (a splice may backtrack that many, plus the sampled

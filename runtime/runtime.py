@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import os
 import threading
 import weakref
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Literal
 
 import wasmtime
 
 from .batch import BatchHandle, MaskBuffers
 from .capabilities import Capabilities
-from .controller import Controller, load_controller
+from .controller import Controller, Source, load_controller
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
@@ -30,6 +31,11 @@ from .request import Request
 from .results import StepInput
 from .sequence import Sequence
 
+if TYPE_CHECKING:
+    from .native.compiled import CPool
+    from .native.fallback import ThreadPool
+    from .tokenizer import Tokenizer
+
 
 def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> None:
     """The epoch clock behind the hard time limit: one tick every `period_s`."""
@@ -37,13 +43,13 @@ def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> 
         engine.increment_epoch()
 
 
-def _shutdown(pool, closed: threading.Event, host: HostImports) -> None:
+def _shutdown(pool: "CPool | ThreadPool", closed: threading.Event, host: HostImports) -> None:
     pool.close()       # waits for running calls; the epoch clock still ticks, so they end
     closed.set()
     host.close()
 
 
-def _weak_lookup(rt: "Runtime"):
+def _weak_lookup(rt: "Runtime") -> Callable[[int], Sequence]:
     ref = weakref.ref(rt)
 
     def lookup(slot_addr: int) -> Sequence:
@@ -65,7 +71,8 @@ class Runtime(Owned):
     Raises ValueError for a bad tokenizer or settings. Use after `close()` raises ValueError.
     """
 
-    def __init__(self, tokenizer, limits: Limits | None = None, workers: int = 2, cache_dir=None,
+    def __init__(self, tokenizer: Tokenizer, limits: Limits | None = None, workers: int = 2,
+                 cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
                  max_sequences: int = 1024, prebuild_trie: bool = True) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -108,7 +115,7 @@ class Runtime(Owned):
         self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._stop_clock, self._host)
 
     # -- controllers and requests --------------------------------------------------------------
-    def load(self, src) -> Controller:
+    def load(self, src: Source) -> Controller:
         """A controller from a path or bytes: validated, rewritten for fork, compiled (cached).
         Raises LoadError naming what is wrong."""
         self._check_open()

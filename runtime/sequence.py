@@ -21,9 +21,12 @@ import wasmtime
 from . import abi
 from .errors import ControllerError
 from .native import instance
+from .native.types import CData
 from .owned import Owned
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .request import Request
     from .results import StepInput
 
@@ -126,7 +129,7 @@ class Sequence(Owned):
         """A call was started and not yet collected (it may still be running)."""
         return self.state in _CALL_OUT
 
-    def _start(self, item: "StepInput", mask_row, mask_buffer) -> None:
+    def _start(self, item: "StepInput", mask_row: CData, mask_buffer: tuple[np.ndarray, int]) -> None:
         """IDLE -> RUNNING: fill the slot with the net edit from what the controller saw to
         `item.tokens`. Raises ValueError, changing nothing, for a token that is not an id of the
         vocabulary or a bad `unchanged` hint (the caller then fails this sequence)."""

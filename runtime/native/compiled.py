@@ -5,8 +5,11 @@ from typing import TYPE_CHECKING
 
 from . import fn_addr
 from .build import load_extension
+from .types import CData, CLib
 
 if TYPE_CHECKING:
+    from _cffi_backend import FFI as CompiledFFI   # the ffi of an API-mode extension
+
     from . import Native
 
 
@@ -24,7 +27,7 @@ class Compiled:
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
 
         @ffi.def_extern(name="aicirt_py_import")
-        def py_import(index, slot, ctx, args):   # the GIL is taken by cffi
+        def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi
             return native.dispatch(index, slot, ctx, args)
 
         self._py_import = py_import
@@ -35,18 +38,18 @@ class Compiled:
     def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
         return CPool(self.ffi, self.lib, workers, max_workers, stall_s)
 
-    def memory(self, slot) -> tuple[int, int]:
+    def memory(self, slot: CData) -> tuple[int, int]:
         """(address, size) of the slot's linear memory."""
         size = self.ffi.new("size_t *")
         ptr = self.lib.aicirt_memory(slot, size)
         return int(self.ffi.cast("uintptr_t", ptr)), size[0]
 
-    def ctx_memory(self, slot, ctx) -> tuple[int, int]:
+    def ctx_memory(self, slot: CData, ctx: CData) -> tuple[int, int]:
         size = self.ffi.new("size_t *")
         ptr = self.lib.aicirt_ctx_memory(slot, ctx, size)
         return int(self.ffi.cast("uintptr_t", ptr)), size[0]
 
-    def ctx_alloc(self, slot, ctx, align: int, n: int, name: str) -> int:
+    def ctx_alloc(self, slot: CData, ctx: CData, align: int, n: int, name: str) -> int:
         return self.lib.aicirt_ctx_alloc(slot, ctx, align, n, name.encode())
 
     def check_mask(self, mem: int, size: int, ptr: int, words: int, vocab_size: int, row: int) -> tuple[int, int, int]:
@@ -68,7 +71,7 @@ class Compiled:
 class CPool:
     """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released)."""
 
-    def __init__(self, ffi, lib, workers: int, max_workers: int, stall_s: float) -> None:
+    def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float) -> None:
         self.ffi, self.lib = ffi, lib
         self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
         if self.ptr == ffi.NULL:
@@ -96,7 +99,7 @@ class CPool:
 class CVars:
     """A request's variables in host.c (shared by its forks' worker threads; mutex inside)."""
 
-    def __init__(self, ffi, lib, limit: int) -> None:
+    def __init__(self, ffi: "CompiledFFI", lib: CLib, limit: int) -> None:
         self.ffi, self.lib, self.limit = ffi, lib, limit
         self.ptr = lib.aicirt_vars_new(limit)
         if self.ptr == ffi.NULL:
@@ -126,7 +129,7 @@ class CVars:
         if rc < 0:
             raise MemoryError("request variables")
 
-    def _read(self, n: int, out) -> list[tuple[int, str, str, bytes]]:
+    def _read(self, n: int, out: CData) -> list[tuple[int, str, str, bytes]]:
         ffi = self.ffi
         try:
             return [(c.seq_id, "append" if c.append else "set",

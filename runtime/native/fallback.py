@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import abi
 from ..abi import Stage, Status
+from .types import CData
 
 if TYPE_CHECKING:
     from . import Native
@@ -30,27 +31,28 @@ class Fallback:
         self.ffi, self.lib = native.wt, native.wtlib
 
         @self.ffi.callback("wasm_trap_t *(void *, void *, wt_val_raw_t *, size_t)")
-        def trampoline(env, caller, args, n):
+        def trampoline(env: CData, caller: CData, args: CData, n: int) -> CData:
             ctx = self.lib.wasmtime_caller_context(caller)
-            slot = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
+            slot: CData = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
             if not native.dispatch(int(self.ffi.cast("intptr_t", env)), slot, ctx, args):
                 return self.ffi.NULL
             trap, slot.host_trap = slot.host_trap, self.ffi.NULL
             return self.ffi.cast("wasm_trap_t *", trap) if trap != self.ffi.NULL else \
                 self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
 
-        self._trampoline = trampoline    # kept alive as long as this object
+        # a cdata at run time (types-cffi says the decorated function); kept alive as long as this object
+        self._trampoline: CData = trampoline
 
     # -- memory and calls ------------------------------------------------------------------------
-    def memory(self, s) -> tuple[int, int]:
+    def memory(self, s: CData) -> tuple[int, int]:
         return self.ctx_memory(s, s.ctx)
 
-    def ctx_memory(self, s, ctx) -> tuple[int, int]:
+    def ctx_memory(self, s: CData, ctx: CData) -> tuple[int, int]:
         mem = self.ffi.addressof(s, "mem")
         ptr = self.lib.wasmtime_memory_data(ctx, mem)
         return int(self.ffi.cast("uintptr_t", ptr)), self.lib.wasmtime_memory_data_size(ctx, mem)
 
-    def _call(self, s, ctx, func_field: str, args, n: int) -> bool:
+    def _call(self, s: CData, ctx: CData, func_field: str, args: CData, n: int) -> bool:
         ffi, lib = self.ffi, self.lib
         trap = ffi.new("wasm_trap_t **")
         err = lib.wasmtime_func_call_unchecked(ctx, ffi.addressof(s, func_field), args, n, trap)
@@ -59,7 +61,7 @@ class Fallback:
             return False
         return True
 
-    def _guest_alloc(self, s, ctx, align: int, n: int) -> int:
+    def _guest_alloc(self, s: CData, ctx: CData, align: int, n: int) -> int:
         a = self.ffi.new("wt_val_raw_t[4]")
         a[2].i32, a[3].i32 = align, n
         if not self._call(s, ctx, "f_realloc", a, 4):
@@ -72,7 +74,7 @@ class Fallback:
             return -1
         return ptr
 
-    def ctx_alloc(self, s, ctx, align: int, n: int, name: str) -> int:
+    def ctx_alloc(self, s: CData, ctx: CData, align: int, n: int, name: str) -> int:
         ptr = self._guest_alloc(s, ctx, align, n)
         if ptr < 0:   # host.c's alloc_failure
             if s.status == Status.BAD_ALLOC:
@@ -87,7 +89,7 @@ class Fallback:
                 s.host_trap, s.trap = s.trap, self.ffi.NULL
         return ptr
 
-    def _write_list(self, s, src, n: int) -> int:
+    def _write_list(self, s: CData, src: CData, n: int) -> int:
         if n == 0:
             return 0
         ptr = self._guest_alloc(s, s.ctx, 4, n * 4)
@@ -95,7 +97,7 @@ class Fallback:
             self.ffi.memmove(self.ffi.cast("uint8_t *", self.memory(s)[0] + ptr), src, n * 4)
         return ptr
 
-    def post(self, s) -> None:
+    def post(self, s: CData) -> None:
         """Post-return runs on what is left of the call's time limit."""
         if not s.has_post:
             return
@@ -114,16 +116,20 @@ class Fallback:
         if ptr + words * 4 > size:
             return Status.BAD_MASK_RANGE, ptr, words
         self.ffi.memmove(self.ffi.cast("uint8_t *", row), self.ffi.cast("uint8_t *", mem + ptr), words * 4)
-        out = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", row), words * 4), dtype=np.uint32)
+        # ffi.buffer has the buffer protocol; numpy's stubs accept only the builtin buffer types
+        out = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", row), words * 4),  # type: ignore[call-overload]
+                            dtype=np.uint32)
         tail = vocab_size % 32
         extra = int(out[-1]) >> tail if tail else 0
         if extra:
             return Status.BAD_MASK_BITS, (words - 1) * 32 + tail + (extra & -extra).bit_length() - 1, 0
         return (Status.OK if out.any() else Status.EMPTY_MASK), 0, 0
 
-    def _lift(self, s) -> None:
+    def _lift(self, s: CData) -> None:
         base, size = self.memory(s)
-        mem = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", base), size), dtype=np.uint8)
+        # ffi.buffer: see check_mask
+        mem = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", base), size),  # type: ignore[call-overload]
+                            dtype=np.uint8)
         rd = lambda off: int(mem[off:off + 4].view(np.uint32)[0])  # noqa: E731
         if s.result_ptr + abi.RESULT_SIZE > size:
             s.status = Status.BAD_RESULT
@@ -144,7 +150,7 @@ class Fallback:
         if st == Status.OK:
             self.post(s)
 
-    def step(self, s) -> None:
+    def step(self, s: CData) -> None:
         t0 = time.perf_counter()
         s.started_us = t0 * 1e6
         s.started = 1
@@ -183,7 +189,7 @@ class Fallback:
         return ThreadPool(self, workers, max_workers, stall_s)
 
     # -- host state ------------------------------------------------------------------------------
-    def log_append(self, s, data: bytes) -> None:
+    def log_append(self, s: CData, data: bytes) -> None:
         """host.c's aicirt_log_append (the buffer is kept alive by `_logs`)."""
         n, cap = len(data), s.log_cap
         if not n or not cap:
@@ -204,7 +210,7 @@ class Fallback:
             s.log_len += n
         s.call_log_len = min(s.call_log_len + n, s.log_len)
 
-    def release(self, s) -> None:
+    def release(self, s: CData) -> None:
         _logs.pop(int(self.ffi.cast("uintptr_t", s)), None)
         s.log = self.ffi.NULL
         s.log_len = s.call_log_len = 0
