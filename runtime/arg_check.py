@@ -86,7 +86,10 @@ def first_call_error(runtime: Runtime, wasm: str | os.PathLike, arg: bytes, prom
     with Engine(backend, runtime=runtime) as engine:
         req = engine.add_request(tokens, wasm, arg, params=SamplingParams(max_tokens=1))
         seq = req.sequences[0]
-        if seq.finish_reason is None:
+        engine.step()
+        # a first call still running is pending (it never holds the step up): step until it is in;
+        # the runtime's first-call time limit bounds this
+        while seq.finish_reason is None and seq.ctrl is not None and seq.ctrl.call_out:
             engine.step()
         if seq.finish_reason != "error":
             return None
