@@ -228,3 +228,25 @@ def test_importing_aicirt_does_not_import_vllm_or_torch():
             "print(any(m in sys.modules for m in ('vllm', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_discarded_sample_is_planned_again_without_a_call(runtime, ctrl):
+    # vLLM samples a chunked prefill's partial chunks and drops the token: nothing is appended.
+    steering = st.Steering(runtime, EOS)
+    output: list[int] = []
+    arg = S.script(S.result(S.branch(mask=[A])), S.result(S.branch(splices=[S.splice(ff=[B, C])])),
+                   S.stop())
+    s = steering.open(ctrl, arg, PROMPT, output)
+    plans = []
+    for append in ([], [A], [], [B], [C], [EOS]):
+        steering.begin([s])
+        plans.append(st_allowed(steering.end().masks[0]))
+        output += append
+    assert plans == [[A], [A], [B], [B], [C], [EOS]]
+    trace = S.parse_trace(s.request.variables["trace"])
+    assert [c["tokens"] for c in trace] == [PROMPT, [A], [B, C]] and s.stopped
+    s.close()
+
+
+def st_allowed(row: np.ndarray) -> list[int]:
+    return [int(t) for t in np.nonzero(np.unpackbits(row.view(np.uint8), bitorder="little"))[0]]

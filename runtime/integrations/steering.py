@@ -21,7 +21,9 @@ MASK_ONLY_CAPABILITIES (ff-tokens, conditional ff-tokens; no backtrack, no fork)
   user sees why in the request's output), and is logged on logger ``aicirt.integrations``;
 - a late controller cannot no-op a step (the host samples every row): `end` waits up to the hard
   limit (`Limits.call_timeout_s`, enforced by epoch interruption); an explicit no-op result is asked
-  again at once (nothing else can change while the host waits), up to MAX_NOOPS times.
+  again at once (nothing else can change while the host waits), up to MAX_NOOPS times;
+- a step in which the host appended nothing for a planned row (it discarded the sample, as vLLM
+  does for a chunked prefill's partial chunks) is planned again the same way, without a call.
 """
 from __future__ import annotations
 
@@ -84,6 +86,8 @@ class Steered:
         self._report_sampled: int | None = None   # `sampled` for the controller's next call
         self._submitted_len: int | None = None
         self._temperature: float | None = None
+        self._last_mask: np.ndarray | None = None
+        self._replay = False
         self.request = steering.runtime.new_request(controller, arg, MASK_ONLY_CAPABILITIES)
         self.seq = None
         try:
@@ -108,6 +112,10 @@ class Steered:
         expect, self._expect = self._expect, None
         if self.finished:
             return
+        if expect is not None and not appended:
+            # The host discarded this row's sample (a chunked prefill's partial chunk): plan it again.
+            self._expect, self._replay = expect, True
+            return
         if len(appended) != (expect is not None):
             self._fail(f"the host appended {len(appended)} tokens in one step where "
                        f"{int(expect is not None)} was planned (speculative decoding and async scheduling "
@@ -126,7 +134,7 @@ class Steered:
     def _begin(self) -> StepInput | None:
         """The controller's call for this step, or None while it is held or finished."""
         self._observe()
-        if self.finished or self._forced:
+        if self.finished or self._forced or self._replay:
             return None
         hint, self._submitted_len = self._submitted_len, len(self.tokens)
         sampled, self._report_sampled = self._report_sampled, None
@@ -153,6 +161,7 @@ class Steered:
                 self._forced.extend(b.splices[0].ff_tokens)   # backtrack is 0: not granted
             else:
                 row[:] = masks[b.mask_row]
+                self._last_mask = row
                 self._temperature = b.temperature
                 self._splices = b.splices
                 self._expect = _SAMPLE
@@ -160,9 +169,14 @@ class Steered:
 
     def _plan(self, row: np.ndarray) -> float | None:
         """This step's row: the controller's mask (already in `row`), a forced token, or EOS."""
+        replay, self._replay = self._replay, False
         if self._expect == _SAMPLE:
+            if replay:
+                row[:] = self._last_mask
             return self._temperature
-        if self._forced:
+        if replay:
+            token = self._forced_token
+        elif self._forced:
             token = self._forced.popleft()
         elif self.finished:
             token = self._steering.eos_token_id
