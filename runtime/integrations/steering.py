@@ -88,8 +88,12 @@ class Steered:
         self._temperature: float | None = None
         self._last_mask: np.ndarray | None = None
         self._replay = False
+        self.seq = self.request = None
+        self._closed = False
+        if isinstance(controller, str):   # the controller could not be had: this message says why
+            self._fail(controller)
+            return
         self.request = steering.runtime.new_request(controller, arg, MASK_ONLY_CAPABILITIES)
-        self.seq = None
         try:
             self.seq = self.request.spawn()
         except AicirtError as e:
@@ -101,7 +105,7 @@ class Steered:
 
     @property
     def variables(self) -> dict[str, bytes]:
-        return dict(self.request.variables)
+        return dict(self.request.variables) if self.request is not None else {}
 
     # -- before the forward pass ---------------------------------------------------------------
     def _observe(self) -> None:
@@ -199,7 +203,9 @@ class Steered:
 
     def close(self) -> None:
         """Free the controller. Idempotent."""
-        self.request.close()
+        self._closed = True
+        if self.request is not None:
+            self.request.close()
 
 
 class Steering:
@@ -224,9 +230,11 @@ class Steering:
     def open(self, controller, arg: bytes | str, prompt: Sequence[int], output: list[int],
              label: str | None = None) -> Steered:
         """Start a controlled request. `controller`: an :class:`aicirt.Controller` (see
-        `Runtime.load`). A controller that cannot start gives a request that fails at once."""
+        `Runtime.load`), or a message saying why there is none (the request then fails at once,
+        as does one whose controller cannot start)."""
         self._count += 1
-        return Steered(self, controller, arg, prompt, output, label or f"aicirt#{self._count} ({controller.name})")
+        name = controller if isinstance(controller, str) else controller.name
+        return Steered(self, controller, arg, prompt, output, label or f"aicirt#{self._count} ({name[:40]})")
 
     def error_tokens(self, message: str) -> list[int]:
         if not self.error_text:
@@ -235,7 +243,7 @@ class Steering:
 
     def begin(self, batch: Sequence[Steered]) -> None:
         """Before the forward pass: start the controllers of `batch` that are not held."""
-        if any(s.request.sequences == [] and s.seq is not None for s in batch):
+        if any(s._closed for s in batch):
             raise ValueError("a closed request is in the batch")
         self._batch = list(batch)
         items, self._asked = [], []
@@ -270,6 +278,6 @@ class Steering:
                         f"so a controller cannot wait")
         temperatures = [s._plan(rows[id(s)]) for s in batch]
         for s in batch:
-            for _seq_id, op, name, value in s.request.take_var_changes():
+            for _seq_id, op, name, value in (s.request.take_var_changes() if s.request else ()):
                 log.debug("%s var %s %s = %r", s.label, op, name, value[:80])
         return StepPlan(masks, temperatures)
