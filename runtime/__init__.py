@@ -12,11 +12,11 @@ from .limits import Limits
 from .request import Request
 from .results import Branch, Splice, StepInput, StepResult
 from .runtime import Runtime
-from .sequence import Sequence
+from .sequence import Sequence, SeqState
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
 __all__ = [
     "AicirtError", "BatchHandle", "BatchOutcome", "Branch", "ByteTokenizer", "Capabilities", "Controller",
-    "ControllerError", "HFTokenizer", "Limits", "LoadError", "Request", "Runtime", "Sequence", "Splice",
+    "ControllerError", "HFTokenizer", "Limits", "LoadError", "Request", "Runtime", "SeqState", "Sequence", "Splice",
     "StepInput", "StepResult", "Tokenizer",
 ]

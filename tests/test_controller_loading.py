@@ -8,6 +8,7 @@ import wasmtime
 from conftest import mask_tokens
 
 import aicirt
+from aicirt import StepInput
 from aicirt import LoadError
 
 OK_EXPORTS = """
@@ -69,7 +70,7 @@ def test_wat_controller_runs_and_unexported_globals_are_exported_for_fork(rt):
     ctrl = rt.load(wat(OK_EXPORTS + MID_PROCESS))
     assert ctrl.globals == {0: "aicirt-global-0"}
     seq = rt.new_request(ctrl).spawn()
-    out = rt.submit([(seq, [5, 6], None)]).wait()
+    out = rt.submit([StepInput(seq, [5, 6], None)]).wait()
     assert mask_tokens(out, out.results[0].branches[0].mask_row) == [1]
 
 
@@ -78,7 +79,7 @@ def test_fork_copies_memory_and_globals(rt, scripted_wasm):
     assert any(name.startswith("aicirt-global-") for name in ctrl.globals.values())  # __stack_pointer
     parent = rt.new_request(ctrl).spawn()
     parent.memory.write(parent.store, b"state!", 70000)
-    child = parent.fork()
+    child, = parent._fork(1)
     assert child.memory.read(child.store, 70000, 70006) == b"state!"
     for idx, g in parent._globals.items():
         assert child._globals[idx].value(child.store) == g.value(parent.store)
@@ -118,13 +119,13 @@ WASI = """
 def test_wasi_shim_no_real_io(rt):
     ctrl = rt.load(wat(WASI_IMPORTS + OK_EXPORTS + WASI + MID_PROCESS.split("(func")[0]))
     seq = rt.new_request(ctrl).spawn()
-    r = rt.submit([(seq, [1], None)]).wait().results[0]
+    r = rt.submit([StepInput(seq, [1], None)]).wait().results[0]
     assert r.status == "ok" and r.logs == "hello from stdout\n"
     nwritten, path_open, random_get, clock = struct.unpack("<IIII", seq.memory.read(seq.store, 500, 516))
     assert (nwritten, path_open, random_get, clock) == (18, 52, 52, 0)   # ENOSYS for files and randomness
     assert seq.memory.read(seq.store, 520, 528) == b"\0" * 8
     seq2 = rt.new_request(ctrl).spawn()
-    r = rt.submit([(seq2, [1, 2, 3], None)]).wait().results[0]
+    r = rt.submit([StepInput(seq2, [1, 2, 3], None)]).wait().results[0]
     assert r.status == "error" and "proc_exit(7)" in r.error
 
 

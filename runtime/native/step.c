@@ -10,6 +10,7 @@
  * loaded (aicirt_bind), so there is exactly one copy of wasmtime in the process.
  * The struct layouts below mirror wasmtime 50's C API (wasmtime/extern.h, val.h); the text between
  * the CDEF markers is also cffi's declaration of them (ffi_decl.py reads it from here).
+ * Host imports are in host.c, compiled with this file.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,17 +20,21 @@
 #include <string.h>
 #include <time.h>
 
+/* ABI_* layouts, AICIRT_* statuses and HOST_* import indices are #defined above this file,
+ * generated from runtime/abi.py (abi.c_header()). */
+
 /* CDEF BEGIN */
 typedef struct { uint64_t store_id; void *priv; } wt_func_t;                      /* 16 bytes */
 typedef struct { struct { uint64_t store_id; uint32_t p1; } a; uint32_t p2; } wt_memory_t; /* 24 */
 typedef union { int32_t i32; int64_t i64; float f32; double f64; uint8_t v128[16]; void *ref; } wt_val_raw_t;
+typedef struct aicirt_vars aicirt_vars;
 
 typedef struct {
     void *ctx;
     wt_func_t f_realloc, f_mid, f_post;
     wt_memory_t mem;
     int32_t has_post;
-    uint64_t deadline_ticks;
+    uint64_t deadline_ticks, first_call_ticks;
     /* in */
     uint32_t backtrack, n_tokens, sampled_is_some, sampled, n_group;
     const uint32_t *tokens, *group;
@@ -41,9 +46,20 @@ typedef struct {
     uint32_t n_branches, branches_ptr;
     int32_t temp_is_some;
     float temp;
+    uint32_t detail[2];   /* what was wrong, for the message (see abi.Status) */
     void *error, *trap;
     double elapsed_us;
     volatile int32_t done;
+    /* host state, read by host.c's imports on the worker thread */
+    uint32_t seq_id, eos_token, capabilities, host_arg_cap;
+    const uint8_t *arg;
+    uint32_t arg_len;
+    aicirt_vars *vars;
+    uint8_t *log;                   /* the last log_cap bytes logged, oldest dropped */
+    uint32_t log_len, log_cap, call_log_len;
+    void *host_trap;                /* a trap a Python host import is about to raise */
+    int32_t fault_len;              /* a host import's fault: why the guest trapped */
+    char fault[256];
 } aicirt_slot;
 /* CDEF END */
 
@@ -51,31 +67,36 @@ typedef void *(*call_unchecked_fn)(void *ctx, const wt_func_t *f, wt_val_raw_t *
 typedef uint8_t *(*memory_data_fn)(void *ctx, const wt_memory_t *m);
 typedef size_t (*memory_size_fn)(void *ctx, const wt_memory_t *m);
 typedef void (*set_deadline_fn)(void *ctx, uint64_t ticks);
+typedef void *(*caller_context_fn)(void *caller);
+typedef void *(*context_get_data_fn)(void *ctx);
+typedef void *(*trap_new_fn)(const char *msg, size_t len);
+typedef void (*error_delete_fn)(void *err);
 
 static call_unchecked_fn p_call;
 static memory_data_fn p_mem_data;
 static memory_size_fn p_mem_size;
 static set_deadline_fn p_deadline;
+static caller_context_fn p_caller_context;
+static context_get_data_fn p_get_data;
+static trap_new_fn p_trap_new;
+static error_delete_fn p_error_delete;
 
-#define AICIRT_OK 0         /* fully lifted: mask copied (or stop), post-return done */
-#define AICIRT_LIFT 1       /* call succeeded; Python lifts the result and calls post-return */
-#define AICIRT_TRAP -1      /* trap or wasmtime error: see slot->trap / slot->error */
-#define AICIRT_BAD_ALLOC -2 /* cabi_realloc returned memory outside linear memory */
-#define AICIRT_BAD_RESULT -3/* result pointer or branch list outside linear memory */
-#define AICIRT_BAD_MASK -4  /* mask pointer/length invalid, or bits set past the vocabulary */
-#define AICIRT_EMPTY_MASK -5
-
-int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline) {
+int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
+                void *get_data, void *trap_new, void *error_delete) {
     p_call = (call_unchecked_fn)call;
     p_mem_data = (memory_data_fn)mem_data;
     p_mem_size = (memory_size_fn)mem_size;
     p_deadline = (set_deadline_fn)deadline;
+    p_caller_context = (caller_context_fn)caller_context;
+    p_get_data = (context_get_data_fn)get_data;
+    p_trap_new = (trap_new_fn)trap_new;
+    p_error_delete = (error_delete_fn)error_delete;
     return (int)sizeof(aicirt_slot);
 }
 
-static int call(aicirt_slot *s, const wt_func_t *f, wt_val_raw_t *args, size_t n) {
+static int call(aicirt_slot *s, void *ctx, const wt_func_t *f, wt_val_raw_t *args, size_t n) {
     void *trap = 0;
-    void *err = p_call(s->ctx, f, args, n, &trap);
+    void *err = p_call(ctx, f, args, n, &trap);
     if (err || trap) {
         s->error = err;
         s->trap = trap;
@@ -84,20 +105,30 @@ static int call(aicirt_slot *s, const wt_func_t *f, wt_val_raw_t *args, size_t n
     return 1;
 }
 
-/* Allocate `n` u32s in the guest and copy `src` there; returns the guest pointer or -1. */
-static int64_t write_list(aicirt_slot *s, const uint32_t *src, uint32_t n) {
-    if (n == 0) return 0;
+/* Allocate `bytes` in the guest (cabi_realloc) with `align`; returns the guest pointer, or -1 with
+ * s->status set (the call trapped, or the memory it returned is not inside linear memory). */
+static int64_t guest_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t bytes) {
     wt_val_raw_t a[4];
-    a[0].i32 = 0; a[1].i32 = 0; a[2].i32 = 4; a[3].i32 = (int32_t)(n * 4);
-    if (!call(s, &s->f_realloc, a, 4)) { s->status = AICIRT_TRAP; return -1; }
+    a[0].i32 = 0; a[1].i32 = 0; a[2].i32 = (int32_t)align; a[3].i32 = (int32_t)bytes;
+    if (!call(s, ctx, &s->f_realloc, a, 4)) { s->status = AICIRT_TRAP; return -1; }
     uint32_t ptr = (uint32_t)a[0].i32;
-    size_t size = p_mem_size(s->ctx, &s->mem);
-    if ((uint64_t)ptr + (uint64_t)n * 4 > size) { s->status = AICIRT_BAD_ALLOC; return -1; }
-    memcpy(p_mem_data(s->ctx, &s->mem) + ptr, src, (size_t)n * 4);
+    if ((uint64_t)ptr + bytes > p_mem_size(ctx, &s->mem)) {
+        s->status = AICIRT_BAD_ALLOC;
+        s->detail[0] = ptr; s->detail[1] = bytes;
+        return -1;
+    }
     return ptr;
 }
 
-static inline uint32_t rd32(const uint8_t *m, uint32_t off) {
+/* Copy `n` u32s into guest memory it allocates; returns the guest pointer or -1. */
+static int64_t write_list(aicirt_slot *s, const uint32_t *src, uint32_t n) {
+    if (n == 0) return 0;
+    int64_t ptr = guest_alloc(s, s->ctx, 4, n * 4);
+    if (ptr >= 0) memcpy(p_mem_data(s->ctx, &s->mem) + ptr, src, (size_t)n * 4);
+    return ptr;
+}
+
+static inline uint32_t rd32(const uint8_t *m, uint64_t off) {
     uint32_t v;
     memcpy(&v, m + off, 4);
     return v;
@@ -108,32 +139,47 @@ void aicirt_post(aicirt_slot *s) {
     p_deadline(s->ctx, s->deadline_ticks);
     wt_val_raw_t a[1];
     a[0].i32 = (int32_t)s->result_ptr;
-    if (!call(s, &s->f_post, a, 1)) s->status = AICIRT_TRAP;
+    if (!call(s, s->ctx, &s->f_post, a, 1)) s->status = AICIRT_TRAP;
+}
+
+/* The mask rule (SPEC §2/§3), the one C copy of it: `words` must be ceil(V/32), the list inside
+ * memory, no bit at or past V, some bit set. Copies the mask into `row`; returns a Status with
+ * detail[] saying what was wrong. */
+int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t words, uint32_t vocab_size,
+                      uint32_t *row, uint32_t *detail) {
+    uint32_t want = (vocab_size + 31) / 32;
+    if (words != want) { detail[0] = words; detail[1] = ptr; return AICIRT_BAD_MASK_LEN; }
+    if ((uint64_t)ptr + (uint64_t)words * 4 > size) { detail[0] = ptr; detail[1] = words; return AICIRT_BAD_MASK_RANGE; }
+    memcpy(row, m + ptr, (size_t)words * 4);
+    uint32_t tail = vocab_size % 32;
+    uint32_t extra = tail ? row[words - 1] >> tail : 0;
+    if (extra) {
+        detail[0] = (words - 1) * 32 + tail + (uint32_t)__builtin_ctz(extra);
+        return AICIRT_BAD_MASK_BITS;
+    }
+    uint32_t first = 0;  /* most masks allow a token early on: stop at the first non-zero word */
+    while (first < words && !row[first]) first++;
+    return first == words ? AICIRT_EMPTY_MASK : AICIRT_OK;
 }
 
 static void lift(aicirt_slot *s) {
     size_t size = p_mem_size(s->ctx, &s->mem);
     const uint8_t *m = p_mem_data(s->ctx, &s->mem);
-    if ((uint64_t)s->result_ptr + 8 > size) { s->status = AICIRT_BAD_RESULT; return; }
+    if ((uint64_t)s->result_ptr + ABI_RESULT_SIZE > size) { s->status = AICIRT_BAD_RESULT; return; }
     s->branches_ptr = rd32(m, s->result_ptr);
     s->n_branches = rd32(m, s->result_ptr + 4);
-    if ((uint64_t)s->branches_ptr + (uint64_t)s->n_branches * 28 > size) { s->status = AICIRT_BAD_RESULT; return; }
+    if ((uint64_t)s->branches_ptr + (uint64_t)s->n_branches * ABI_BRANCH_SIZE > size) {
+        s->status = AICIRT_BAD_RESULT;
+        return;
+    }
     if (s->n_branches != 1) { s->status = AICIRT_LIFT; return; }
     const uint8_t *b = m + s->branches_ptr;
-    uint32_t n_splices = rd32(b, 24);
-    if (b[0] == 0 || n_splices != 0) { s->status = AICIRT_LIFT; return; }
-    s->temp_is_some = b[12] != 0;
-    memcpy(&s->temp, b + 16, 4);
-    uint32_t mptr = rd32(b, 4), mlen = rd32(b, 8);
-    if (mlen != s->mask_words || (uint64_t)mptr + (uint64_t)mlen * 4 > size) { s->status = AICIRT_BAD_MASK; return; }
-    memcpy(s->mask_row, m + mptr, (size_t)mlen * 4);
-    uint32_t tail = s->vocab_size % 32;
-    if (tail && (s->mask_row[mlen - 1] >> tail)) { s->status = AICIRT_BAD_MASK; return; }
-    uint32_t first = 0;  /* most masks allow a token early on: stop at the first non-zero word */
-    while (first < mlen && !s->mask_row[first]) first++;
-    if (first == mlen) { s->status = AICIRT_EMPTY_MASK; return; }
-    s->status = AICIRT_OK;
-    aicirt_post(s);
+    if (b[ABI_BRANCH_MASK_TAG] == 0 || rd32(b, ABI_BRANCH_SPLICES_LEN) != 0) { s->status = AICIRT_LIFT; return; }
+    s->temp_is_some = b[ABI_BRANCH_TEMP_TAG] != 0;
+    memcpy(&s->temp, b + ABI_BRANCH_TEMP_VALUE, 4);
+    s->status = aicirt_check_mask(m, size, rd32(b, ABI_BRANCH_MASK_PTR), rd32(b, ABI_BRANCH_MASK_LEN),
+                                  s->vocab_size, s->mask_row, s->detail);
+    if (s->status == AICIRT_OK) aicirt_post(s);
 }
 
 static double now_us(void) {
@@ -146,6 +192,7 @@ void aicirt_step(aicirt_slot *s) {
     double t0 = now_us();
     s->error = s->trap = 0;
     s->n_branches = 0;
+    s->fault_len = 0;
     p_deadline(s->ctx, s->deadline_ticks);  /* one budget for the step's realloc + mid-process (+ post) */
     int64_t tokens = write_list(s, s->tokens, s->n_tokens);
     int64_t group = tokens < 0 ? -1 : write_list(s, s->group, s->n_group);
@@ -155,7 +202,7 @@ void aicirt_step(aicirt_slot *s) {
         a[1].i32 = (int32_t)tokens; a[2].i32 = (int32_t)s->n_tokens;
         a[3].i32 = (int32_t)s->sampled_is_some; a[4].i32 = (int32_t)s->sampled;
         a[5].i32 = (int32_t)group; a[6].i32 = (int32_t)s->n_group;
-        if (call(s, &s->f_mid, a, 7)) {
+        if (call(s, s->ctx, &s->f_mid, a, 7)) {
             s->result_ptr = (uint32_t)a[0].i32;
             lift(s);
         } else {
