@@ -15,14 +15,12 @@ REPEATS runs. `overhead_pct` compares aicirt with plain_plugin (same instance, s
 """
 from __future__ import annotations
 
-import gc
 import json
-import os
 import re
 import sys
 import time
 
-PATTERN = r"(The|A) [a-z]+( [a-z]+){60}\."
+PATTERN = r"(The|A) [a-z]+( [a-z]+){100}\."
 MAX_TOKENS = 64
 REPEATS = 3
 BATCHES = (1, 8)
@@ -33,30 +31,14 @@ PROMPTS = [
 ]
 
 
-def make_llm(**kw):
-    from vllm import LLM
-
-    from aicirt.backends.model_files import local_model_dir
-
-    return LLM(model=str(local_model_dir(None)), dtype="bfloat16", enforce_eager=True, max_model_len=1024,
-               seed=0, **kw)
-
-
-def close_llm(llm) -> None:
-    core = getattr(llm.llm_engine, "engine_core", None)
-    if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()
-    del llm
-    gc.collect()
-
-
-def tps(llm, params, batch: int, check=None) -> float:
+def tps(llm, make_params, batch: int, check=None) -> float:
     """Best tokens/s of REPEATS runs of `batch` prompts (after one warm-up run)."""
     prompts = PROMPTS[:batch]
     best = 0.0
     for k in range(REPEATS + 1):
+        params = [make_params() for _ in prompts]
         t0 = time.perf_counter()
-        outs = llm.generate(prompts, [params] * batch, use_tqdm=False)
+        outs = llm.generate(prompts, params, use_tqdm=False)
         dt = time.perf_counter() - t0
         tokens = sum(len(o.outputs[0].token_ids) for o in outs)
         if check is not None:
@@ -68,36 +50,43 @@ def tps(llm, params, batch: int, check=None) -> float:
 
 
 def matches(text: str) -> None:
-    # Cut at MAX_TOKENS: the text must be a prefix of a match, i.e. the pattern's words so far.
+    # Cut at MAX_TOKENS (the pattern needs more): the text must be a prefix of a match.
     if not re.fullmatch(r"(The|A)( [a-z]*)*", text):
         raise AssertionError(f"constrained output left the pattern: {text!r}")
 
 
 def main() -> dict:
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    from aicirt.integrations.vllm import AicirtLogitsProcessor
+    from aicirt.integrations.vllm_offline import default_llm, shutdown
 
-    plain = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    own = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, structured_outputs=StructuredOutputsParams(regex=PATTERN))
-    ours = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
-                          extra_args={"aicirt_controller": "regex", "aicirt_arg": PATTERN})
+    def plain():
+        return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    def own():   # fresh each time: vLLM records the backend it chose in the params
+        return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
+                              structured_outputs=StructuredOutputsParams(regex=PATTERN))
+
+    def ours():
+        return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
+                              extra_args={"aicirt_controller": "regex", "aicirt_arg": PATTERN})
+
     res: dict[str, dict[str, float]] = {m: {} for m in ("plain", "vllm_xgrammar", "plain_plugin", "aicirt", "vllm_guidance")}
-
-    llm = make_llm(structured_outputs_config={"backend": "xgrammar"})
+    llm = default_llm(with_aicirt=False, structured_outputs_config={"backend": "xgrammar"})
     for b in BATCHES:
         res["plain"][str(b)] = tps(llm, plain, b)
         res["vllm_xgrammar"][str(b)] = tps(llm, own, b, matches)
-    close_llm(llm)
+    shutdown(llm)
+    del llm
 
-    llm = make_llm(structured_outputs_config={"backend": "guidance"}, logits_processors=[AicirtLogitsProcessor])
+    llm = default_llm(structured_outputs_config={"backend": "guidance"})
     for b in BATCHES:
         res["plain_plugin"][str(b)] = tps(llm, plain, b)
         res["aicirt"][str(b)] = tps(llm, ours, b, matches)
         res["vllm_guidance"][str(b)] = tps(llm, own, b, matches)
-    close_llm(llm)
+    shutdown(llm)
+    del llm
 
     def pct(a: str, base: str) -> dict[str, float]:
         return {b: round(100.0 * (res[base][b] - res[a][b]) / res[base][b], 1) for b in res[a]}

@@ -4,8 +4,6 @@ One LLM instance for the whole module (loading takes ~30 s on two cores).
 """
 from __future__ import annotations
 
-import gc
-import os
 import re
 from pathlib import Path
 
@@ -18,8 +16,7 @@ import vllm.exceptions  # noqa: E402
 import scripted as S  # noqa: E402
 
 from aicirt import toolchain  # noqa: E402
-from aicirt.backends.model_files import local_model_dir  # noqa: E402
-from aicirt.integrations.vllm import AicirtLogitsProcessor  # noqa: E402
+from aicirt.integrations.vllm_offline import default_llm, shutdown  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 YEAR = "(19|20)[0-9]{2}"
@@ -27,15 +24,9 @@ YEAR = "(19|20)[0-9]{2}"
 
 @pytest.fixture(scope="module")
 def llm():
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    engine = vllm.LLM(model=str(local_model_dir(None)), dtype="bfloat16", enforce_eager=True, max_model_len=1024,
-                      logits_processors=[AicirtLogitsProcessor], seed=0)
+    engine = default_llm()
     yield engine
-    core = getattr(engine.llm_engine, "engine_core", None)
-    if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()
-    del engine
-    gc.collect()
+    shutdown(engine)
 
 
 def params(controller=None, arg=None, **kw):

@@ -264,3 +264,19 @@ def test_a_controller_that_could_not_be_had_fails_with_its_message(runtime):
     s.close()
     with pytest.raises(ValueError, match="closed"):
         steering.begin([s])
+
+
+def test_a_step_the_host_skipped_is_replayed(runtime, ctrl):
+    # begin twice without end (vLLM ran no sampler that step): no call is lost or repeated.
+    steering = st.Steering(runtime, EOS)
+    output: list[int] = []
+    s = steering.open(ctrl, S.script(S.result(S.branch(mask=[A])), S.result(S.branch(mask=[B])), S.stop()),
+                      PROMPT, output)
+    steering.begin([s])
+    steering.begin([s])
+    assert st_allowed(steering.end().masks[0]) == [A]
+    output.append(A)
+    steering.begin([s])
+    assert st_allowed(steering.end().masks[0]) == [B]
+    assert len(S.parse_trace(s.request.variables["trace"])) == 2
+    s.close()

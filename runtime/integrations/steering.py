@@ -245,6 +245,10 @@ class Steering:
         """Before the forward pass: start the controllers of `batch` that are not held."""
         if any(s._closed for s in batch):
             raise ValueError("a closed request is in the batch")
+        if self._batch is not None:
+            # The host skipped the step after the last begin (nothing sampled): take those results
+            # now; each request then sees nothing appended and replays that plan.
+            self.end()
         self._batch = list(batch)
         items, self._asked = [], []
         for s in self._batch:

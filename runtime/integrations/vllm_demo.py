@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 DEMOS = [
@@ -20,16 +19,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="a Hugging Face model folder (default: SmolLM2, converted)")
     args = ap.parse_args(argv)
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    from aicirt.backends.model_files import local_model_dir
-    from aicirt.integrations.vllm import AicirtLogitsProcessor
+    from .vllm_offline import default_llm
 
-    model = args.model or str(local_model_dir(None))
     t0 = time.perf_counter()
-    llm = LLM(model=model, dtype="bfloat16", enforce_eager=True, max_model_len=1024,
-              logits_processors=[AicirtLogitsProcessor])
+    llm = default_llm(args.model)
     print(f"model loaded in {time.perf_counter() - t0:.0f} s")
     params = [SamplingParams(temperature=0.0, max_tokens=32,
                              extra_args=None if c is None else {"aicirt_controller": c, "aicirt_arg": a})
