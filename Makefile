@@ -45,8 +45,9 @@ setup-vllm: setup-model
 	  $(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
 	@$(BIN)/python -c "from aicirt.backends.model_files import local_model_dir; local_model_dir(None)"
 
+# every tests/test_vllm*.py: the ones marked vllm and the adapter's core tests (torch_masks needs torch)
 test-vllm: setup-vllm
-	$(VLLM_ENV) $(BIN)/python -m pytest -q -m vllm
+	$(VLLM_ENV) $(BIN)/python -m pytest -q -m "vllm or not slow" tests/test_vllm*.py
 
 bench-vllm: setup-vllm
 	$(VLLM_ENV) $(BIN)/python bench/vllm_overhead.py
