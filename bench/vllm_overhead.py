@@ -9,13 +9,17 @@ plain runs ignore EOS):
 - vllm_guidance:    vLLM's structured outputs, guidance backend (instance B).
 The structured-outputs backend is set per engine, hence two instances; each figure is the best of
 REPEATS runs. `overhead_pct` compares aicirt with plain_plugin (same instance, same moment);
-`plugin_idle_pct` compares plain_plugin with plain. Last line: one JSON object.
+`plugin_idle_pct` compares plain_plugin with plain. On a shared 2-core machine tokens/s swing by
+tens of percent, so `processor_ms_per_step` also measures the adapter's own cost per step
+directly (see processor_cost), and `processor_pct_of_plain_step` relates it to a plain step.
+Last line: one JSON object.
 
     make bench-vllm        # or: VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/vllm_overhead.py
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -47,6 +51,52 @@ def tps(llm, make_params, batch: int, check=None) -> float:
         if k:
             best = max(best, tokens / dt)
     return best
+
+
+def processor_cost(recorded: list[list[int]]) -> dict[str, float]:
+    """Median ms per step the adapter costs on its own: begin, the `regex` controllers, end and the
+    masking of [batch, V] float32 logits, with no forward pass to hide the controllers behind (so an
+    upper bound of what it adds to a vLLM step). Each request replays the tokens vLLM generated for
+    it under the same controller (`recorded`), so the controllers do the work they did there.
+    Far less sensitive to a busy machine than tokens/s."""
+    import statistics
+
+    import torch
+
+    from aicirt import Runtime
+    from aicirt.backends.model_files import local_model_dir
+    from aicirt.integrations.steering import Steering
+    from aicirt.integrations.torch_masks import apply_plan
+    from aicirt.integrations.vllm import model_tokenizer, resolve_reference
+
+    tok = model_tokenizer(str(local_model_dir(None)))
+    out = {}
+    with Runtime(tok) as rt:
+        ctrl = rt.load(resolve_reference("regex"))
+        steering = Steering(rt, tok.eos_token_id)
+        logits = torch.zeros(max(BATCHES), rt.vocab_size)
+        for b in BATCHES:
+            outputs: list[list[int]] = [[] for _ in range(b)]
+            reqs = [steering.open(ctrl, PATTERN, tok.encode(p), o) for p, o in zip(PROMPTS, outputs)]
+            times = []
+            for k in range(min(len(r) for r in recorded[:b])):
+                x = logits[:b].clone()
+                t0 = time.perf_counter()
+                steering.begin(reqs)
+                plan = steering.end()
+                apply_plan(x, list(range(b)), plan.masks, plan.temperatures, [0.0] * b, [True] * b)
+                times.append(time.perf_counter() - t0)
+                for i, (o, row) in enumerate(zip(outputs, x)):
+                    token = recorded[i][k]
+                    if not torch.isfinite(row[token]):
+                        raise AssertionError(f"replayed token {token} is not allowed at step {k}")
+                    o.append(token)
+            if any(r.error for r in reqs):
+                raise AssertionError(f"controller failed: {[r.error for r in reqs if r.error]}")
+            for r in reqs:
+                r.close()
+            out[str(b)] = statistics.median(times[1:]) * 1e3   # the first step also reads the prompts
+    return out
 
 
 def matches(text: str) -> None:
@@ -85,8 +135,10 @@ def main() -> dict:
         res["plain_plugin"][str(b)] = tps(llm, plain, b)
         res["aicirt"][str(b)] = tps(llm, ours, b, matches)
         res["vllm_guidance"][str(b)] = tps(llm, own, b, matches)
+    recorded = [list(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, [ours() for _ in PROMPTS], use_tqdm=False)]
     shutdown(llm)
     del llm
+    cost_ms = processor_cost(recorded)
 
     def pct(a: str, base: str) -> dict[str, float]:
         return {b: round(100.0 * (res[base][b] - res[a][b]) / res[base][b], 1) for b in res[a]}
@@ -98,6 +150,11 @@ def main() -> dict:
         "vllm_regex_tps": res["vllm_xgrammar"], "vllm_guidance_tps": res["vllm_guidance"],
         "overhead_pct": pct("aicirt", "plain_plugin"), "plugin_idle_pct": pct("plain_plugin", "plain"),
         "aicirt_vs_xgrammar_pct": pct("aicirt", "vllm_xgrammar"), "aicirt_vs_guidance_pct": pct("aicirt", "vllm_guidance"),
+        "processor_ms_per_step": {b: round(v, 3) for b, v in cost_ms.items()},
+        # what that cost is of a plain step at the measured plain rate (a step makes `batch` tokens)
+        "processor_pct_of_plain_step": {b: round(100.0 * cost_ms[b] / (1e3 * int(b) / res["plain"][b]), 2)
+                                        for b in cost_ms},
+        "load_average": os.getloadavg()[0],
     }
     for mode, by_batch in res.items():
         print(f"{mode:>14}: " + ", ".join(f"batch {b}: {v:6.1f} tok/s" for b, v in by_batch.items()), file=sys.stderr)

@@ -6,6 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aicirt.integrations import torch_masks  # noqa: E402
 from aicirt.integrations.torch_masks import allowed_tokens, apply_plan  # noqa: E402
 
 
@@ -25,14 +26,15 @@ def test_unpacks_xgrammar_layout_including_the_sign_bit_and_pads_past_the_mask()
 
 
 def test_masks_only_the_controlled_rows_and_columns_past_the_vocabulary():
-    logits = torch.randn(3, 70)
+    logits = torch.randn(4, 70)
     before = logits.clone()
-    masks = np.stack([mask_of([3, 40], 2)])
-    skipped = apply_plan(logits, [1], masks, [None], [0.0], [True])
+    masks = np.stack([mask_of([3, 40], 2), mask_of([0, 63], 2)])
+    skipped = apply_plan(logits, [1, 3], masks, [None, None], [0.0, 0.0], [True, True])
     assert skipped == []
     assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
     assert torch.isfinite(logits[1]).nonzero().flatten().tolist() == [3, 40]
-    assert logits[1, 3] == before[1, 3]
+    assert torch.isfinite(logits[3]).nonzero().flatten().tolist() == [0, 63]
+    assert logits[1, 3] == before[1, 3] and logits[3, 63] == before[3, 63]
 
 
 def test_branch_temperature_applied_only_where_exact():
@@ -48,3 +50,23 @@ def test_branch_temperature_applied_only_where_exact():
     assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [2]
     assert torch.allclose(logits[1], torch.tensor([2.0, 4.0, 6.0, 1.0]))
     assert torch.equal(logits[2], torch.tensor([1.0, 2.0, 3.0, 0.5]))
+
+
+@pytest.mark.parametrize("vocab", [49152, 49152 + 64, 50257, 151936, 1024])
+def test_xgrammar_kernel_agrees_with_the_fallback(vocab, monkeypatch):
+    if torch_masks._xgrammar_kernel() is None:
+        pytest.skip("xgrammar is not installed")
+    rng = np.random.default_rng(vocab)
+    words = (min(vocab, 151936) + 31) // 32
+    for n in (1, 3, 8):
+        rows = sorted(rng.choice(n, size=max(1, n - 1), replace=False).tolist())
+        masks = rng.integers(0, 2**32, size=(len(rows), words), dtype=np.uint64).astype(np.uint32)
+        if vocab % 32 and vocab <= words * 32:
+            masks[:, -1] &= np.uint32((1 << (vocab % 32)) - 1)
+        logits = torch.randn(n, vocab)
+        fast, slow = logits.clone(), logits.clone()
+        torch_masks.mask_rows(fast, rows, masks)
+        with monkeypatch.context() as m:
+            m.setattr(torch_masks, "_xgrammar_kernel", lambda: None)
+            torch_masks.mask_rows(slow, rows, masks)
+        assert torch.equal(fast, slow)

@@ -19,8 +19,10 @@ MASK_ONLY_CAPABILITIES (ff-tokens, conditional ff-tokens; no backtrack, no fork)
   under a host that appends them at once (the runtime derives the edit from the token list);
 - stop forces EOS; a controller error forces the text `[aicirt error: ...]` and then EOS (so the
   user sees why in the request's output), and is logged on logger ``aicirt.integrations``;
-- a late controller cannot no-op a step (the host samples every row): `end` waits up to the hard
-  limit (`Limits.call_timeout_s`, enforced by epoch interruption); an explicit no-op result is asked
+- a late controller cannot no-op a step (the host samples every row): `end` waits for it, in rounds
+  of `Limits.call_timeout_s` (the time one call may run before epoch interruption ends it), and the
+  runtime fails it after `Limits.max_late_steps` rounds without an answer (a host import, e.g. the
+  first `token-trie` on a busy machine, is not interrupted); an explicit no-op result is asked
   again at once (nothing else can change while the host waits), up to MAX_NOOPS times;
 - a step in which the host appended nothing for a planned row (it discarded the sample, as vLLM
   does for a chunked prefill's partial chunks) is planned again the same way, without a call.
@@ -146,14 +148,14 @@ class Steered:
 
     # -- after the forward pass ----------------------------------------------------------------
     def _take(self, r: StepResult, masks: np.ndarray, row: np.ndarray) -> bool:
-        """Apply one result; True when it was a no-op (ask again)."""
+        """Apply one result; True when there is none yet (late: wait again) or it was a no-op (ask
+        again)."""
         if r.logs:
             for line in r.logs.rstrip("\n").split("\n"):
                 log.debug("%s log: %s", self.label, line)
         if r.status == "pending":
-            limits = self._steering.runtime.limits
-            self._fail(f"controller did not answer within the hard limit ({limits.call_timeout_s:g} s)")
-        elif r.status == "error":
+            return True   # wait another round (the runtime fails it after Limits.max_late_steps)
+        if r.status == "error":
             self._fail(r.error or "controller error")
         elif not r.branches:
             self.stopped = True
@@ -275,11 +277,10 @@ class Steering:
             asked = [s for s, r in zip(asked, outcome.results) if s._take(r, outcome.masks, rows[id(s)])]
             handle = (self.runtime.submit([StepInput(s.seq, s.tokens, None, len(s.tokens)) for s in asked])
                       if asked else None)
-        if handle is not None:   # still no-op after MAX_NOOPS asks
-            handle.wait(timeout_s=wait_s)
-            for s in asked:
-                s._fail(f"no-op {MAX_NOOPS + 1} times in a row: this host samples a token every step, "
-                        f"so a controller cannot wait")
+        if handle is not None:   # still no answer, or no-op, after MAX_NOOPS rounds
+            for s, r in zip(asked, handle.wait(timeout_s=wait_s).results):
+                s._fail(f"no answer after {MAX_NOOPS + 1} rounds (late or no-op each time): this host samples "
+                        f"a token every step, so a controller cannot wait" if r.status != "error" else r.error)
         temperatures = [s._plan(rows[id(s)]) for s in batch]
         for s in batch:
             for _seq_id, op, name, value in (s.request.take_var_changes() if s.request else ()):

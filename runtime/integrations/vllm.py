@@ -95,14 +95,14 @@ def _route_logs_to_vllm() -> None:
         ours.propagate = not ours.handlers
 
 
-def _model_tokenizer(vllm_config) -> HFTokenizer:
+def model_tokenizer(folder: str, revision: str | None = None, trust_remote_code: bool = False) -> HFTokenizer:
+    """The model's own tokenizer (a fast one, from its folder) as the runtime's tokenizer, with the
+    EOS vLLM stops on. Raises ValueError for a slow-only tokenizer."""
     from transformers import AutoTokenizer
 
-    mc = vllm_config.model_config
-    hf = AutoTokenizer.from_pretrained(mc.tokenizer, revision=mc.tokenizer_revision,
-                                       trust_remote_code=mc.trust_remote_code)
+    hf = AutoTokenizer.from_pretrained(folder, revision=revision, trust_remote_code=trust_remote_code)
     if not getattr(hf, "is_fast", False):
-        raise ValueError(f"aicirt needs a fast (tokenizers) tokenizer for {mc.tokenizer}")
+        raise ValueError(f"aicirt needs a fast (tokenizers) tokenizer for {folder}")
     return HFTokenizer(hf.backend_tokenizer, hf.eos_token_id)
 
 
@@ -123,7 +123,8 @@ class AicirtLogitsProcessor(LogitsProcessor):
                              "with it, a step's token is not known before the next forward pass")
         _route_logs_to_vllm()
         self.device = device
-        tokenizer = _model_tokenizer(vllm_config)
+        mc = vllm_config.model_config
+        tokenizer = model_tokenizer(mc.tokenizer, mc.tokenizer_revision, mc.trust_remote_code)
         self.runtime = Runtime(tokenizer, limits=Limits(), workers=2)
         self.steering = Steering(self.runtime, tokenizer.eos_token_id)
         self._controllers: dict[str, object] = {}
