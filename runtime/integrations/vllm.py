@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 
@@ -131,7 +132,8 @@ class AicirtLogitsProcessor(LogitsProcessor):
         self._rows: dict[int, tuple[SamplingParams, Steered]] = {}
         self._parked: OrderedDict[int, tuple[SamplingParams, Steered]] = OrderedDict()
         self._order: list[int] = []
-        self._warned: set[int] = set()
+        self._opened = 0
+        self._warned: weakref.WeakSet[Steered] = weakref.WeakSet()   # told once: temperature not applied
 
     def is_argmax_invariant(self) -> bool:
         return False   # masks change the argmax
@@ -151,7 +153,8 @@ class AicirtLogitsProcessor(LogitsProcessor):
                 ctrl = self._controllers[ref] = self.runtime.load(resolve_reference(ref))
             except Exception as e:  # validated at admission; still only this request's problem
                 ctrl = f"controller {ref!r} failed to load: {e}"
-        return self.steering.open(ctrl, arg, prompt or [], output, label=f"aicirt {ref[:40]!r}")
+        self._opened += 1
+        return self.steering.open(ctrl, arg, prompt or [], output, label=f"aicirt#{self._opened} {ref[:60]!r}")
 
     def _release(self, params: SamplingParams, s: Steered) -> None:
         """A request left the batch: done (free it) or preempted (keep it for its return)."""
@@ -199,8 +202,8 @@ class AicirtLogitsProcessor(LogitsProcessor):
         skipped = apply_plan(logits, self._order, plan.masks, plan.temperatures, request_t, exact)
         for k in skipped:
             params, s = entries[k]
-            if id(s) not in self._warned:
-                self._warned.add(id(s))
+            if s not in self._warned:
+                self._warned.add(s)
                 log.warning("%s: branch temperature %s not applied (it is exact only for a request that samples "
                             "at T > 0 without presence/frequency penalties)", s.label, plan.temperatures[k])
         return logits
