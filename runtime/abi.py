@@ -18,11 +18,11 @@ EXPORT_MID_PROCESS = "mid-process"
 EXPORT_REALLOC = "cabi_realloc"
 EXPORT_POST = "cabi_post_mid-process"
 EXPORT_INITIALIZE = "_initialize"
-REQUIRED_FUNCS = {
+REQUIRED_FUNCS: dict[str, tuple[list[str], list[str]]] = {
     EXPORT_MID_PROCESS: ([I32] * 7, [I32]),
     EXPORT_REALLOC: ([I32] * 4, [I32]),
 }
-OPTIONAL_FUNCS = {
+OPTIONAL_FUNCS: dict[str, tuple[list[str], list[str]]] = {
     EXPORT_POST: ([I32], []),
     EXPORT_INITIALIZE: ([], []),
 }
@@ -81,6 +81,18 @@ class Status(IntEnum):
     EMPTY_MASK = -7
 
 
+class Stage(IntEnum):
+    """Which guest code a failed call was running (for the message: where the fault was)."""
+    INITIALIZE = 0    # `_initialize`, run on the worker before the first call
+    ARGUMENTS = 1     # cabi_realloc for the arguments
+    MID_PROCESS = 2
+    POST = 3          # cabi_post_mid-process
+
+    @property
+    def where(self) -> str:
+        return {0: "_initialize", 1: "cabi_realloc (arguments)", 2: "mid-process", 3: "cabi_post_mid-process"}[self]
+
+
 _LAYOUT_NAMES = [n for n in dir() if n.startswith(("BRANCH_", "SPLICE_", "RESULT_", "OPTION_"))]
 
 
@@ -89,5 +101,6 @@ def c_header() -> str:
     lines = ["/* generated from runtime/abi.py: do not edit */"]
     lines += [f"#define ABI_{n} {globals()[n]}" for n in _LAYOUT_NAMES]
     lines += [f"#define AICIRT_{s.name} ({s.value})" for s in Status]
+    lines += [f"#define AICIRT_STAGE_{s.name} {s.value}" for s in Stage]
     lines += [f"#define HOST_{name.upper().replace('-', '_')} {i}" for i, name in enumerate(HOST_IMPORTS)]
     return "\n".join(lines) + "\n"

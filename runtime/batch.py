@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from .abi import Status
+from .abi import Stage, Status
 from .errors import ControllerError
 from .lift import InvalidResult, check_temperature, read_branches, status_message
 from .results import Branch, StepInput, StepResult
@@ -87,7 +87,6 @@ class BatchHandle:
         self.results: list[StepResult | None] = [None] * len(items)
         self._running: list[tuple[int, Sequence]] = []
         self._late: list[tuple[int, Sequence]] = []   # calls from earlier steps, still out
-        self._first_call = False
         self._waited = False
         base = self.masks.ctypes.data
         for i, item in enumerate(items):
@@ -103,24 +102,22 @@ class BatchHandle:
                     seq._finish(f"invalid step input: {e}")
                     self.results[i] = StepResult(seq, "error", error=seq.error)
                     continue
-                self._first_call |= seq.calls == 1
                 self._running.append((i, seq))
         if self._running:
             runtime._pool.submit([seq.slot for _, seq in self._running])
 
     def wait(self, timeout_s: float | None = None) -> BatchOutcome:
         """Collect results. Sequences not done within the soft deadline (`timeout_s`, default
-        Limits.soft_deadline_s; the first call of a sequence gets first_call_timeout_s) are
-        "pending": they no-op this step and their result comes with a later step. Raises
-        ValueError if called twice or after the runtime was closed."""
+        Limits.soft_deadline_s) are "pending": they no-op this step and their result comes with
+        a later step. Only a call that has started and is not a first call counts towards
+        Limits.max_late_steps: a call still queued behind others, or a first call (bounded by
+        Limits.first_call_timeout_s), is simply pending. Raises ValueError if called twice."""
         if self._waited:
             raise ValueError("this batch was already waited for (BatchHandle.wait may be called once)")
         self._waited = True
         t0 = time.perf_counter()
         limits = self.rt.limits
         budget = limits.soft_deadline_s if timeout_s is None else timeout_s
-        if self._first_call:
-            budget = max(budget, limits.first_call_timeout_s + 0.1)
         slots = [seq.slot for _, seq in self._running] + [seq.slot for _, seq in self._late]
         if slots and not self.rt.closed:
             self.rt._pool.wait(slots, budget)
@@ -137,12 +134,14 @@ class BatchHandle:
                 seq._collected()
             return StepResult(seq, "error", error="sequence was closed")
         if not seq.slot.done:
-            late = seq._mark_late()
+            counts = bool(seq.slot.started) and seq.calls > 1   # its own running time, not a queue's
+            late = seq._mark_late(counts)
             if late >= self.rt.limits.max_late_steps:
                 seq._finish(f"controller was late {late} steps in a row "
                             f"(soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms)")
                 return StepResult(seq, "error", error=seq.error)
             return StepResult(seq, "pending")
+        assert seq.mask_buffer is not None   # a call is out: _start set it
         masks, row = seq.mask_buffer
         return self._collect(i, seq, None if masks is self.masks and row == i else masks[row])
 
@@ -159,7 +158,9 @@ class BatchHandle:
             elif status == Status.LIFT:
                 result = self._lift(i, seq)
             elif status == Status.TRAP:
-                raise InvalidResult(self.native.error_text(s))
+                stage = Stage(s.stage)
+                where = "" if stage is Stage.MID_PROCESS else f"{stage.where}: "
+                raise InvalidResult(where + self.native.error_text(s))
             elif status == Status.BAD_RESULT:
                 raise InvalidResult(f"mid-process returned result pointer {s.result_ptr} (branch list at "
                                     f"{s.branches_ptr}, {s.n_branches} branches) outside linear memory")
@@ -183,7 +184,7 @@ class BatchHandle:
         req = seq.request
         lifted = read_branches(mem, s.branches_ptr, s.n_branches, vocab_size=rt.vocab_size,
                                capabilities=req.capabilities, n_seen=len(seq.seen),
-                               forks_left=rt.limits.max_forks - req.forks, max_forks=rt.limits.max_forks,
+                               forks_left=rt.limits.max_forks - req.forks, limits=rt.limits,
                                check_mask=self.native.check_mask)
         branches = []
         for k, (mask, temperature, splices) in enumerate(lifted):

@@ -6,6 +6,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Union
 
 import wasmtime
 
@@ -27,16 +28,28 @@ class Controller:
     wasi_imports: list[tuple[str, wasmtime.FuncType]] = field(default_factory=list)
     name: str = ""
 
+    def _release(self) -> None:
+        """Its Runtime closed: drop the compiled code, which would keep that runtime's wasmtime
+        Engine (and its address-space reservation) alive."""
+        self.module = None  # type: ignore[assignment]
 
-def _sig(ft: wasmtime.FuncType) -> tuple[list[str], list[str]]:
+
+Signature = tuple[list[str], list[str]]      # (params, results) as wasmtime spells the value types
+
+
+def _sig(ft: wasmtime.FuncType) -> Signature:
     return [str(p) for p in ft.params], [str(r) for r in ft.results]
 
 
-def _fmt(sig) -> str:
+def _fmt(sig: Signature) -> str:
     return f"({', '.join(sig[0])}) -> ({', '.join(sig[1])})"
 
 
-def read_source(src: str | os.PathLike | bytes | bytearray, max_bytes: int) -> tuple[bytes, str]:
+#: A controller module: a path to a .wasm file, or its bytes.
+Source = Union[str, "os.PathLike[str]", bytes, bytearray]
+
+
+def read_source(src: Source, max_bytes: int) -> tuple[bytes, str]:
     """The module's bytes and a display name; raises LoadError for a missing or oversized file."""
     if isinstance(src, (bytes, bytearray)):
         data, name = bytes(src), "<bytes>"
@@ -71,12 +84,12 @@ def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
     for imp in module.imports:
         where = f"import `{imp.module}`.`{imp.name}`"
         if imp.module == abi.HOST_MODULE:
-            want = abi.HOST_IMPORTS.get(imp.name)
-            if want is None:
+            host_want = abi.HOST_IMPORTS.get(imp.name or "")
+            if host_want is None:
                 problems.append(f"{where} is not in WIT interface `host`")
-            elif not isinstance(imp.type, wasmtime.FuncType) or _sig(imp.type) != want:
+            elif not isinstance(imp.type, wasmtime.FuncType) or _sig(imp.type) != host_want:
                 got = _fmt(_sig(imp.type)) if isinstance(imp.type, wasmtime.FuncType) else "not a function"
-                problems.append(f"{where} has type {got}, expected {_fmt(want)}")
+                problems.append(f"{where} has type {got}, expected {_fmt(host_want)}")
         elif imp.module == abi.WASI_MODULE and isinstance(imp.type, wasmtime.FuncType):
             wasi.append((imp.name, imp.type))
         else:
@@ -89,7 +102,7 @@ def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
 def _compile(engine: wasmtime.Engine, wasm: bytes, timeout_s: float, name: str) -> wasmtime.Module:
     box: dict = {}
 
-    def work():
+    def work() -> None:
         try:
             box["module"] = wasmtime.Module(engine, wasm)
         except Exception as e:  # reported below with the module's name
@@ -105,7 +118,7 @@ def _compile(engine: wasmtime.Engine, wasm: bytes, timeout_s: float, name: str) 
     return box["module"]
 
 
-def load_controller(engine: wasmtime.Engine, engine_key: str, src, *, max_bytes: int,
+def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, max_bytes: int,
                     compile_timeout_s: float, cache_dir: Path | None) -> Controller:
     """Read, validate, rewrite and compile a controller (compiled code cached on disk).
 
@@ -128,7 +141,7 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src, *, max_bytes:
         module = _compile(engine, wasm, compile_timeout_s, name)
         if cached is not None:
             try:
-                cache_dir.mkdir(parents=True, exist_ok=True)
+                cached.parent.mkdir(parents=True, exist_ok=True)
                 tmp = cached.with_suffix(f".tmp{os.getpid()}")
                 tmp.write_bytes(module.serialize())
                 os.replace(tmp, cached)
@@ -138,7 +151,7 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src, *, max_bytes:
     return Controller(sha, module, len(data), globals_, has_post, has_init, wasi, name)
 
 
-def check_controller(src, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0) -> Controller:
+def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0) -> Controller:
     """Validate `src` (path or bytes) against the contract without a Runtime: a throwaway engine,
     no disk cache. For tools that want a quick verdict (`aicirt check`, `aicirt build`, and
     `aicirt run` before it spends seconds loading a model). Raises LoadError."""

@@ -16,12 +16,15 @@ import wasmtime
 
 from . import abi
 from .native.guest import AllocFailed, Guest, GuestFault
+from .native.types import CData
 
 if TYPE_CHECKING:
-    from .native import Native
+    from .native import Handler, Native
     from .sequence import Sequence
+    from .tokenizer import Tokenizer
 
 _ENOSYS, _EBADF, _ESUCCESS = 52, 8, 0
+_MAX_IOVS = 1024    # iovecs in one fd_write
 Impl = Callable[..., "int | None"]
 
 
@@ -33,7 +36,8 @@ def _i32(v: int) -> int:
 class HostImports:
     """The host imports of one Runtime: registers its Python handlers with the hot path."""
 
-    def __init__(self, native: "Native", tokenizer, lookup: Callable[[int], "Sequence"], host_arg_bytes: int) -> None:
+    def __init__(self, native: "Native", tokenizer: Tokenizer, lookup: Callable[[int], "Sequence"],
+                 host_arg_bytes: int) -> None:
         self.native = native
         self.tokenizer = tokenizer
         self.lookup = lookup
@@ -79,17 +83,17 @@ class HostImports:
             self.native.remove_handler(hid)
         self._ids.clear()
 
-    def _wrap(self, name: str, impl: Impl, n_params: int, has_result: bool, wasi: bool = False):
+    def _wrap(self, name: str, impl: Impl, n_params: int, has_result: bool, wasi: bool = False) -> Handler:
         native, lookup, arg_cap = self.native, self.lookup, self.arg_cap
         what = f"WASI function `{name}`" if wasi else f"host import `{name}`"
 
-        def handler(slot, ctx, args) -> int:
+        def handler(slot: CData, ctx: CData, args: CData) -> int:
             try:
                 seq = lookup(native.addr(slot))
                 g = Guest(native, slot, ctx, name, arg_cap)
                 r = impl(seq, g, *(args[i].i32 & 0xFFFFFFFF for i in range(n_params)))
                 if has_result:
-                    args[0].i32 = _i32(r)
+                    args[0].i32 = _i32(r or 0)
                 return 0
             except AllocFailed:
                 return 1
@@ -103,58 +107,58 @@ class HostImports:
     # -- interface host --------------------------------------------------------------------------
     # The first five and the var/log ones are native callbacks on the compiled path (host.c);
     # these Python twins serve the fallback and read the same slot fields.
-    def h_vocab_size(self, seq, g: Guest) -> int:
+    def h_vocab_size(self, seq: "Sequence", g: Guest) -> int:
         return g.slot.vocab_size
 
-    def h_eos_token(self, seq, g: Guest) -> int:
+    def h_eos_token(self, seq: "Sequence", g: Guest) -> int:
         return g.slot.eos_token
 
-    def h_self_seq_id(self, seq, g: Guest) -> int:
+    def h_self_seq_id(self, seq: "Sequence", g: Guest) -> int:
         return g.slot.seq_id
 
-    def h_capabilities(self, seq, g: Guest) -> int:
+    def h_capabilities(self, seq: "Sequence", g: Guest) -> int:
         return g.slot.capabilities
 
-    def h_arg(self, seq, g: Guest, retptr: int) -> None:
+    def h_arg(self, seq: "Sequence", g: Guest, retptr: int) -> None:
         data = seq.request.arg
         g.return_list(retptr, data, 1, len(data))
 
-    def h_var_get(self, seq, g: Guest, ptr: int, n: int, retptr: int) -> None:
+    def h_var_get(self, seq: "Sequence", g: Guest, ptr: int, n: int, retptr: int) -> None:
         value = seq.request.vars.get(g.read_str(ptr, n))
         if value is None:
             g.write(retptr, b"\0" * abi.OPTION_LIST_SIZE)
         else:
             g.write(retptr, struct.pack("<III", 1, g.alloc(value, 1), len(value)))
 
-    def _var_set(self, seq, g: Guest, nptr: int, nlen: int, vptr: int, vlen: int, append: bool) -> None:
+    def _var_set(self, seq: "Sequence", g: Guest, nptr: int, nlen: int, vptr: int, vlen: int, append: bool) -> None:
         name, value = g.read_str(nptr, nlen), g.read(vptr, vlen)
         try:
             seq.request.vars.set(g.slot.seq_id, name, value, append)
         except ValueError as e:
             g.fail(str(e))
 
-    def h_var_set(self, seq, g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
+    def h_var_set(self, seq: "Sequence", g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
         self._var_set(seq, g, nptr, nlen, vptr, vlen, append=False)
 
-    def h_var_append(self, seq, g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
+    def h_var_append(self, seq: "Sequence", g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
         self._var_set(seq, g, nptr, nlen, vptr, vlen, append=True)
 
-    def h_log(self, seq, g: Guest, ptr: int, n: int) -> None:
+    def h_log(self, seq: "Sequence", g: Guest, ptr: int, n: int) -> None:
         self.native.log_append(g.slot, g.read(ptr, n))
 
     # Python on both paths: rare, and they need the tokenizer.
-    def h_token_trie(self, seq, g: Guest, retptr: int) -> None:
+    def h_token_trie(self, seq: "Sequence", g: Guest, retptr: int) -> None:
         fresh = self._trie is None
         data = self.trie
         if fresh:  # building it (once per runtime, ~1 s at 150k tokens) is not the controller's time
             self.native.set_deadline(g.ctx, g.slot.first_call_ticks)
         g.return_list(retptr, data, 1, len(data))
 
-    def h_tokenize(self, seq, g: Guest, ptr: int, n: int, retptr: int) -> None:
+    def h_tokenize(self, seq: "Sequence", g: Guest, ptr: int, n: int, retptr: int) -> None:
         ids = self.tokenizer.encode(g.read_str(ptr, n))
         g.return_list(retptr, struct.pack(f"<{len(ids)}I", *ids), 4, len(ids))
 
-    def h_detokenize(self, seq, g: Guest, ptr: int, n: int, retptr: int) -> None:
+    def h_detokenize(self, seq: "Sequence", g: Guest, ptr: int, n: int, retptr: int) -> None:
         ids = struct.unpack(f"<{n}I", g.read(ptr, n * 4))
         vocab = self.tokenizer.vocab_size
         bad = [t for t in ids if t >= vocab]
@@ -164,47 +168,50 @@ class HostImports:
         g.return_list(retptr, data, 1, len(data))
 
     # -- wasi_snapshot_preview1: no real I/O -----------------------------------------------------
-    def _w_enosys(self, seq, g: Guest, *_) -> int:
+    def _w_enosys(self, seq: "Sequence", g: Guest, *_: int) -> int:
         return _ENOSYS
 
-    def _w_unavailable(self, seq, g: Guest, *_) -> None:
+    def _w_unavailable(self, seq: "Sequence", g: Guest, *_: int) -> None:
         raise GuestFault(f"WASI function `{g.name}` is not available to controllers")
 
-    def w_fd_write(self, seq, g: Guest, fd: int, iovs: int, n_iovs: int, nwritten: int) -> int:
+    def w_fd_write(self, seq: "Sequence", g: Guest, fd: int, iovs: int, n_iovs: int, nwritten: int) -> int:
         if fd not in (1, 2):
             return _EBADF
+        if n_iovs > _MAX_IOVS:   # host work is not interruptible: bound it
+            g.fail(f"{n_iovs} iovecs is over the limit of {_MAX_IOVS}")
         total = 0
-        for i in range(n_iovs & 0xFFFF):
-            ptr, n = struct.unpack("<II", g.read(iovs + 8 * i, 8))
-            self.native.log_append(g.slot, g.read(ptr, n))
+        for ptr, n in struct.iter_unpack("<II", g.read(iovs, 8 * n_iovs)):
             total += n
+            if total > g.arg_cap:
+                g.fail(f"writes {total} bytes or more, over the limit of {g.arg_cap} (Limits.host_arg_bytes)")
+            self.native.log_append(g.slot, g.read(ptr, n))
         g.write(nwritten, struct.pack("<I", total))
         return _ESUCCESS
 
-    def w_fd_fdstat_get(self, seq, g: Guest, fd: int, out: int) -> int:
+    def w_fd_fdstat_get(self, seq: "Sequence", g: Guest, fd: int, out: int) -> int:
         if fd not in (0, 1, 2):
             return _EBADF
         g.write(out, struct.pack("<BxHxxxxQQ", 2, 0, 0, 0))  # character device, no rights
         return _ESUCCESS
 
-    def w_clock_time_get(self, seq, g: Guest, clock: int, precision: int, out: int) -> int:
+    def w_clock_time_get(self, seq: "Sequence", g: Guest, clock: int, precision: int, out: int) -> int:
         g.write(out, struct.pack("<Q", 0))  # no clock: deterministic controllers
         return _ESUCCESS
 
-    def w_args_sizes_get(self, seq, g: Guest, argc: int, size: int) -> int:
+    def w_args_sizes_get(self, seq: "Sequence", g: Guest, argc: int, size: int) -> int:
         g.write(argc, b"\0" * 4)
         g.write(size, b"\0" * 4)
         return _ESUCCESS
 
     w_environ_sizes_get = w_args_sizes_get
 
-    def w_args_get(self, seq, g: Guest, *_) -> int:
+    def w_args_get(self, seq: "Sequence", g: Guest, *_: int) -> int:
         return _ESUCCESS
 
     w_environ_get = w_args_get
 
-    def w_sched_yield(self, seq, g: Guest) -> int:
+    def w_sched_yield(self, seq: "Sequence", g: Guest) -> int:
         return _ESUCCESS
 
-    def w_proc_exit(self, seq, g: Guest, code: int) -> None:
+    def w_proc_exit(self, seq: "Sequence", g: Guest, code: int) -> None:
         raise GuestFault(f"controller called proc_exit({code})")

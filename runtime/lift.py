@@ -10,12 +10,14 @@ it into an error for that sequence only).
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
 from . import abi
 from .abi import Status
 from .capabilities import Capabilities
+from .limits import Limits
 from .results import Splice
 
 
@@ -44,23 +46,26 @@ def status_message(status: int, d0: int, d1: int, vocab_size: int, k: int = 0) -
     if status == Status.EMPTY_MASK:
         return f"branch {k}: mask allows no token"
     if status == Status.BAD_ALLOC:
-        return f"cabi_realloc returned [{d0}, {d0 + d1}), outside linear memory, for the arguments"
+        return f"cabi_realloc returned [{d0}, {d0 + d1}) for the arguments: misaligned or outside linear memory"
     return f"internal: unknown status {status}"
 
 
 def read_branches(mem: np.ndarray, ptr: int, n: int, *, vocab_size: int, capabilities: Capabilities,
-                  n_seen: int, forks_left: int, max_forks: int, check_mask) -> list[LiftedBranch]:
+                  n_seen: int, forks_left: int, limits: Limits,
+                  check_mask: Callable[[int, int, int, int, int, int], tuple[int, int, int]]) -> list[LiftedBranch]:
     """The `n` branches at `ptr` (the hot path checked that the records lie in memory).
 
     `n_seen`: tokens the controller has seen (a splice may backtrack that many, plus the sampled
     token); `forks_left`: forks the request may still make; `check_mask`: the hot path's mask
-    rule (Native.check_mask).
+    rule (Native.check_mask). What is read is bounded by `limits` (forks, splices per branch,
+    token ids in all splices) before it is read, so a result costs the host little whatever it says.
     """
     if n > 1:
         if not capabilities & Capabilities.FORK:
             raise InvalidResult(f"returned {n} branches (a fork) but capability `fork` was not granted")
         if n - 1 > forks_left:
-            raise InvalidResult(f"fork into {n} branches exceeds the limit of {max_forks} forks per request")
+            raise InvalidResult(f"fork into {n} branches exceeds the limit of {limits.max_forks} forks per request")
+    budget = [limits.max_result_tokens]
     out = []
     for k in range(n):
         rec = mem[ptr + k * abi.BRANCH_SIZE:ptr + (k + 1) * abi.BRANCH_SIZE]
@@ -77,15 +82,24 @@ def read_branches(mem: np.ndarray, ptr: int, n: int, *, vocab_size: int, capabil
         if rec[abi.BRANCH_TEMP_TAG]:
             value = rec[abi.BRANCH_TEMP_VALUE:abi.BRANCH_TEMP_VALUE + 4].view(np.float32)[0]
             temperature = check_temperature(float(value), k)
-        splices = read_splices(mem, f(abi.BRANCH_SPLICES_PTR), f(abi.BRANCH_SPLICES_LEN), k, vocab_size,
-                               capabilities, backtrack_limit=n_seen + (1 if has_mask else 0))
+        n_splices = f(abi.BRANCH_SPLICES_LEN)
+        if n_splices > limits.max_splices:
+            raise InvalidResult(f"branch {k}: {n_splices} splices, over the limit of {limits.max_splices} "
+                                f"(Limits.max_splices)")
+        splices = read_splices(mem, f(abi.BRANCH_SPLICES_PTR), n_splices, k, vocab_size,
+                               capabilities, backtrack_limit=n_seen + (1 if has_mask else 0), budget=budget)
         if not has_mask and (len(splices) != 1 or splices[0].when_sampled):
             raise InvalidResult(f"branch {k} has no mask, so it needs exactly one unconditional splice, got {len(splices)}")
         out.append((mask, temperature, splices))
     return out
 
 
-def read_tokens(mem: np.ndarray, ptr: int, n: int, vocab_size: int, what: str) -> tuple[int, ...]:
+def read_tokens(mem: np.ndarray, ptr: int, n: int, vocab_size: int, what: str, budget: list[int]) -> tuple[int, ...]:
+    """Token ids at `ptr`; `budget[0]`: how many the result may still hold (decremented)."""
+    if n > budget[0]:
+        raise InvalidResult(f"{what}: the result's splices hold more than the limit of token ids "
+                            f"(Limits.max_result_tokens)")
+    budget[0] -= n
     if ptr + n * 4 > len(mem):
         raise InvalidResult(f"{what}: list [{ptr}, {ptr + n * 4}) is outside linear memory ({len(mem)} bytes)")
     ids = mem[ptr:ptr + n * 4].view(np.uint32)
@@ -95,7 +109,7 @@ def read_tokens(mem: np.ndarray, ptr: int, n: int, vocab_size: int, what: str) -
 
 
 def read_splices(mem: np.ndarray, ptr: int, n: int, k: int, vocab_size: int, capabilities: Capabilities,
-                 backtrack_limit: int) -> tuple[Splice, ...]:
+                 backtrack_limit: int, budget: list[int]) -> tuple[Splice, ...]:
     if ptr + n * abi.SPLICE_SIZE > len(mem):
         raise InvalidResult(f"branch {k}: splice list [{ptr}, {ptr + n * abi.SPLICE_SIZE}) is outside linear memory")
     out = []
@@ -103,9 +117,9 @@ def read_splices(mem: np.ndarray, ptr: int, n: int, k: int, vocab_size: int, cap
         p = ptr + j * abi.SPLICE_SIZE
         f = lambda off: int(mem[p + off:p + off + 4].view(np.uint32)[0])  # noqa: E731
         where = f"branch {k} splice {j}"
-        when = read_tokens(mem, f(abi.SPLICE_WHEN_PTR), f(abi.SPLICE_WHEN_LEN), vocab_size, where + " when-sampled")
+        when = read_tokens(mem, f(abi.SPLICE_WHEN_PTR), f(abi.SPLICE_WHEN_LEN), vocab_size, where + " when-sampled", budget)
         backtrack = f(abi.SPLICE_BACKTRACK)
-        ff = read_tokens(mem, f(abi.SPLICE_FF_PTR), f(abi.SPLICE_FF_LEN), vocab_size, where + " ff-tokens")
+        ff = read_tokens(mem, f(abi.SPLICE_FF_PTR), f(abi.SPLICE_FF_LEN), vocab_size, where + " ff-tokens", budget)
         if when and not capabilities & Capabilities.CONDITIONAL_FF_TOKENS:
             raise InvalidResult(f"{where}: conditional splice but capability `conditional-ff-tokens` was not granted")
         if backtrack and not capabilities & Capabilities.BACKTRACK:

@@ -38,5 +38,5 @@ class Owned:
         self._check_open()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

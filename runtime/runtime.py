@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import os
 import threading
 import weakref
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Literal
 
 import wasmtime
 
 from .batch import BatchHandle, MaskBuffers
 from .capabilities import Capabilities
-from .controller import Controller, load_controller
+from .controller import Controller, Source, load_controller
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
@@ -30,6 +31,11 @@ from .request import Request
 from .results import StepInput
 from .sequence import Sequence
 
+if TYPE_CHECKING:
+    from .native.compiled import CPool
+    from .native.fallback import ThreadPool
+    from .tokenizer import Tokenizer
+
 
 def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> None:
     """The epoch clock behind the hard time limit: one tick every `period_s`."""
@@ -37,9 +43,21 @@ def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> 
         engine.increment_epoch()
 
 
-def _shutdown(pool, closed: threading.Event) -> None:
+def _shutdown(pool: "CPool | ThreadPool", closed: threading.Event, host: HostImports) -> None:
     pool.close()       # waits for running calls; the epoch clock still ticks, so they end
     closed.set()
+    host.close()
+
+
+def _weak_lookup(rt: "Runtime") -> Callable[[int], Sequence]:
+    ref = weakref.ref(rt)
+
+    def lookup(slot_addr: int) -> Sequence:
+        runtime = ref()
+        if runtime is None:
+            raise LookupError("the runtime is gone")
+        return runtime._seqs[slot_addr]
+    return lookup
 
 
 class Runtime(Owned):
@@ -53,7 +71,8 @@ class Runtime(Owned):
     Raises ValueError for a bad tokenizer or settings. Use after `close()` raises ValueError.
     """
 
-    def __init__(self, tokenizer, limits: Limits | None = None, workers: int = 2, cache_dir=None,
+    def __init__(self, tokenizer: Tokenizer, limits: Limits | None = None, workers: int = 2,
+                 cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
                  max_sequences: int = 1024, prebuild_trie: bool = True) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -77,28 +96,33 @@ class Runtime(Owned):
         self._seqs: dict[int, Sequence] = {}        # slot address -> sequence (host imports find theirs)
         self._calls_out: set[Sequence] = set()      # calls started and not yet collected
         self._closing_seqs: list[Sequence] = []     # closed while their call was out
-        self._host = HostImports(self.native, tokenizer, self._seqs.__getitem__, self.limits.host_arg_bytes)
+        # The handlers live in a process-wide registry: they must not keep this runtime alive.
+        self._host = HostImports(self.native, tokenizer, _weak_lookup(self), self.limits.host_arg_bytes)
         if prebuild_trie:
             self._host.prebuild_trie()
         self._pres: dict[str, wasmtime.InstancePre] = {}
+        self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         self._masks = MaskBuffers(self.mask_words)
         self._lock = threading.Lock()
-        self._pool = self.native.make_pool(workers)
+        self._pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
+                                           self.limits.soft_deadline_s / 2)
         self._stop_clock = threading.Event()
         self._ticker = threading.Thread(target=_tick, args=(self.engine, self._stop_clock, self.limits.epoch_tick_s),
                                         daemon=True, name="aicirt-epoch")
         self._ticker.start()
         # At interpreter exit (or when collected), let running calls end before Python goes away:
         # worker threads may still call back into Python through host imports.
-        self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._stop_clock)
+        self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._stop_clock, self._host)
 
     # -- controllers and requests --------------------------------------------------------------
-    def load(self, src) -> Controller:
+    def load(self, src: Source) -> Controller:
         """A controller from a path or bytes: validated, rewritten for fork, compiled (cached).
         Raises LoadError naming what is wrong."""
         self._check_open()
-        return load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
+        ctrl = load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
                                compile_timeout_s=self.limits.compile_timeout_s, cache_dir=self.cache_dir)
+        self._controllers.add(ctrl)
+        return ctrl
 
     def new_request(self, controller: Controller, arg: bytes | str = b"",
                     capabilities: Capabilities = Capabilities.ALL) -> Request:
@@ -174,5 +198,6 @@ class Runtime(Owned):
             seqs = list(self._seqs.values())
         for seq in seqs:
             seq._free()
-        self._host.close()
         self._pres.clear()
+        for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
+            ctrl._release()

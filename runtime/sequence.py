@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import weakref
 from typing import TYPE_CHECKING
 
 import wasmtime
@@ -20,9 +21,12 @@ import wasmtime
 from . import abi
 from .errors import ControllerError
 from .native import instance
+from .native.types import CData
 from .owned import Owned
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .request import Request
     from .results import StepInput
 
@@ -58,14 +62,17 @@ class Sequence(Owned):
         self.error: str | None = None
         self.calls = 0
         self.late_steps = 0
-        self.mask_buffer = None                    # the batch mask array a running call writes into
+        self.mask_buffer: tuple | None = None      # (batch mask array, row) a running call writes into
         self.seen: list[int] = []                  # tokens as the controller last saw them
         self.fork_group: list[int] = []            # to report on the next call
         self._native = native
         limits = rt.limits
         self._ticks_first = limits.ticks(limits.first_call_timeout_s)
         self._ticks_call = limits.ticks(limits.call_timeout_s)
+        self._first_s, self._call_s = limits.first_call_timeout_s, limits.call_timeout_s
         slot = self.slot = native.new_slot()
+        # the slot's native buffers (its log) are freed once, at close or when collected unclosed
+        self._release_slot = weakref.finalize(self, native.release, slot)
         slot.seq_id = self.id
         slot.vocab_size = rt.vocab_size
         slot.mask_words = rt.mask_words
@@ -76,44 +83,40 @@ class Sequence(Owned):
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         slot.log_cap = limits.log_bytes
         slot.first_call_ticks = self._ticks_first
+        slot.tick_us = limits.epoch_tick_s * 1e6
         self._tok_buf = native.ffi.new("uint32_t[]", 16)   # argument buffers, reused call to call
         self._group_buf = None
         slot.tokens = self._tok_buf
-        self.store = wasmtime.Store(rt.engine)
+        self.store: wasmtime.Store | None = wasmtime.Store(rt.engine)
         self.store.set_limits(memory_size=limits.memory_bytes)
+        self.store.set_epoch_deadline(self._ticks_first)   # a start function runs under the first-call limit
         instance.bind(native, slot, self.store)
         rt._register(self)
         try:
-            self.instance = rt._instance_pre(request.controller).instantiate(self.store)
+            self.instance: wasmtime.Instance | None = rt._instance_pre(request.controller).instantiate(self.store)
         except Exception as e:  # start function trapped, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
         ex = self.instance.exports(self.store)
-        self.memory: wasmtime.Memory = ex["memory"]
+        memory = ex["memory"]
+        assert isinstance(memory, wasmtime.Memory)   # the loader checked the export
+        self.memory: wasmtime.Memory | None = memory
         self._globals = {idx: ex[name] for idx, name in request.controller.globals.items()}
         instance.bind_exports(native, slot, {
             "f_realloc": ex[abi.EXPORT_REALLOC],
             "f_mid": ex[abi.EXPORT_MID_PROCESS],
             "f_post": ex[abi.EXPORT_POST] if request.controller.has_post else None,
+            "f_init": ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None,
         }, self.memory)
-        self._initialize = ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None
 
     def _describe(self) -> str:
         return f"sequence {self.id}"
 
     @classmethod
     def instantiate(cls, request: "Request") -> "Sequence":
-        """A fresh instance, its `_initialize` run (under the first-call time limit)."""
-        seq = cls(request)
-        if seq._initialize is not None:
-            seq.store.set_epoch_deadline(seq._ticks_first)
-            try:
-                seq._initialize(seq.store)
-            except Exception as e:
-                msg = seq._native.fault_text(seq.slot) or _trap_text(e)
-                seq._free()
-                raise ControllerError(f"_initialize of {request.controller.name} failed: {msg}") from None
-        return seq
+        """A fresh instance. Its `_initialize`, if any, runs on a worker before its first call
+        (under the first-call limit), so that it never holds up the engine's thread."""
+        return cls(request)
 
     # -- what the batch may ask ----------------------------------------------------------------
     @property
@@ -126,7 +129,7 @@ class Sequence(Owned):
         """A call was started and not yet collected (it may still be running)."""
         return self.state in _CALL_OUT
 
-    def _start(self, item: "StepInput", mask_row, mask_buffer) -> None:
+    def _start(self, item: "StepInput", mask_row: CData, mask_buffer: tuple[np.ndarray, int]) -> None:
         """IDLE -> RUNNING: fill the slot with the net edit from what the controller saw to
         `item.tokens`. Raises ValueError, changing nothing, for a token that is not an id of the
         vocabulary or a bad `unchanged` hint (the caller then fails this sequence)."""
@@ -174,17 +177,19 @@ class Sequence(Owned):
             s.n_group = 0
         s.mask_row = mask_row
         s.deadline_ticks = self._ticks_call if self.calls else self._ticks_first
+        s.budget_us = (self._call_s if self.calls else self._first_s) * 1e6
         s.done = 0
         self.calls += 1
         self.mask_buffer = mask_buffer
         self.state = SeqState.RUNNING
         self.runtime._call_started(self)
 
-    def _mark_late(self) -> int:
-        """RUNNING|LATE -> LATE (the call missed another deadline); returns the steps late in a row."""
+    def _mark_late(self, counts: bool = True) -> int:
+        """RUNNING|LATE -> LATE (the call missed another deadline); returns the steps late in a
+        row (`counts`: whether this step is charged to the controller)."""
         if self.state is not SeqState.CLOSING:
             self.state = SeqState.LATE
-        self.late_steps += 1
+        self.late_steps += counts
         return self.late_steps
 
     def _collected(self) -> None:
@@ -214,6 +219,7 @@ class Sequence(Owned):
             for _ in range(n):
                 child = Sequence(self.request)
                 children.append(child)
+                assert self.store and self.memory and child.store and child.memory   # all open here
                 instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
                 child.seen = list(self.seen)
                 child.calls = self.calls
@@ -255,12 +261,8 @@ class Sequence(Owned):
         self.runtime._unregister(self)
         self.instance = self.memory = None
         self._globals = {}
-        self._native.release(self.slot)
+        self._release_slot()
         store, self.store = self.store, None
         if store is not None:
             store.close()
 
-
-def _trap_text(e: Exception) -> str:
-    from .native.traps import summarize_trap
-    return summarize_trap(str(e))

@@ -129,8 +129,30 @@ def test_wasi_shim_no_real_io(rt):
     assert r.status == "error" and "proc_exit(7)" in r.error
 
 
-def test_initialize_trap_is_a_clear_spawn_error(rt):
+def test_initialize_trap_ends_only_its_sequence_with_a_clear_error(rt):
+    """_initialize runs on a worker before the first call (never on the engine's thread)."""
     body = OK_EXPORTS + MID_PROCESS + '(func (export "_initialize") unreachable)'
-    ctrl = rt.load(wat(body))
-    with pytest.raises(aicirt.ControllerError, match=r"_initialize of <bytes> failed: wasm `unreachable` instruction executed"):
-        rt.new_request(ctrl).spawn()
+    seq = rt.new_request(rt.load(wat(body))).spawn()
+    r = rt.submit([StepInput(seq, [1])]).wait().results[0]
+    assert r.status == "error" and r.error.startswith("_initialize: trap: wasm `unreachable` instruction executed"), r.error
+
+
+def test_a_misaligned_cabi_realloc_pointer_ends_only_that_sequence(rt):
+    body = OK_EXPORTS.replace("(local.get $p))", "(i32.add (local.get $p) (i32.const 1)))") + MID_PROCESS
+    seq = rt.new_request(rt.load(wat(body))).spawn()
+    r = rt.submit([StepInput(seq, [1, 2])]).wait().results[0]
+    assert r.status == "error" and "misaligned or outside linear memory" in r.error, r.error
+
+
+def test_fd_write_work_is_bounded(rt):
+    """Host work cannot be interrupted by the epoch clock, so one WASI call is bounded in size."""
+    body = """
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+""" + OK_EXPORTS + MID_PROCESS.replace('(func (export "mid-process")', "(func $unused") + """
+  (func (export "mid-process") (param i32 i32 i32 i32 i32 i32 i32) (result i32)
+    (drop (call $fd_write (i32.const 1) (i32.const 400) (i32.const 65535) (i32.const 500)))
+    (i32.const 16))
+"""
+    seq = rt.new_request(rt.load(wat(body))).spawn()
+    r = rt.submit([StepInput(seq, [1])]).wait().results[0]
+    assert r.status == "error" and "65535 iovecs is over the limit of 1024" in r.error, r.error

@@ -85,7 +85,7 @@ _rt = None
 def runtime():
     global _rt
     if _rt is None:
-        _rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False)
+        _rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, limits=aicirt.Limits(soft_deadline_s=5.0))
         _rt.raw = _rt.load(RAW)
     return _rt
 

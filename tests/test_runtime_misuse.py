@@ -120,7 +120,7 @@ def test_random_lifetimes_leave_no_instance_store_or_pinned_buffer(hot_path, scr
                   result(branch(splices=[splice(ff=[70])]))]
     n_total = 10_000 if hot_path == "compiled" else 1_000
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=256,
-                        limits=aicirt.Limits(max_forks=2)) as rt:
+                        limits=aicirt.Limits(max_forks=2, soft_deadline_s=0.5)) as rt:
         ctrl = rt.load(scripted_wasm)
         live: list = []
         made = 0
@@ -146,3 +146,29 @@ def test_random_lifetimes_leave_no_instance_store_or_pinned_buffer(hot_path, scr
         assert rt.live_sequences == 0
         assert not rt._calls_out and not rt._closing_seqs
         assert rt._pinned_buffers() == set()
+
+
+def _vm_mib() -> int:
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return int(status["VmSize"].split()[0]) // 1024
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_closing_a_runtime_frees_its_address_space_reservation(hot_path, scripted_wasm):
+    """Each Runtime reserves its pool's address space (max_sequences x memory limit); close()
+    must give it back even while the caller still holds a Controller it loaded."""
+    import gc
+    for _ in range(3):
+        gc.collect()
+        before = _vm_mib()
+        rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, prebuild_trie=False)
+        ctrl = rt.load(scripted_wasm)
+        seqs = [rt.new_request(ctrl, arg=script(HEALTHY)).spawn() for _ in range(4)]
+        rt.submit([StepInput(s, [1]) for s in seqs]).wait()
+        during = _vm_mib()
+        assert during > before + 10_000     # 1024 slots x 64 MiB reserved
+        rt.close()
+        del rt, seqs
+        gc.collect()
+        assert _vm_mib() < during - 10_000, "the runtime's reservation outlived close()"
+        assert ctrl.module is None             # what it kept alive is released

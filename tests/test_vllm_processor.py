@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 
-from aicirt.backends.model_files import local_model_dir  # noqa: E402
+from aicirt.engine.backends.model_files import local_model_dir  # noqa: E402
 from aicirt.integrations.vllm import AicirtLogitsProcessor, request_controller  # noqa: E402
 
 
@@ -124,3 +124,34 @@ def test_masks_hold_in_float32_logits(proc):
     assert allowed and all(text(proc, [t]).isdigit() for t in allowed)
     assert np.isfinite(logits.numpy()).sum() == len(allowed)
     proc.update_state(BatchUpdate(1, [0], [], []))
+
+
+def test_tags_module_ids_and_the_path_switch(proc, tmp_path, monkeypatch):
+    from aicirt import toolchain
+    from aicirt.integrations.vllm import resolve_reference
+    from aicirt.serve.store import Store
+
+    monkeypatch.setenv("AICIRT_STORE", str(tmp_path / "store"))
+    wasm = toolchain.build_cached(toolchain.CONTROLLERS_DIR / "countdown")
+    up = Store(tmp_path / "store").put(wasm.read_bytes(), tags=["launch"])
+    module_id = up.module_id
+    eos = proc.steering.eos_token_id
+    prompt = proc.runtime.tokenizer.encode("Count:")
+    for ref in ("launch", module_id):
+        out: list[int] = []
+        p = SamplingParams(max_tokens=32, extra_args={"aicirt_controller": ref, "aicirt_arg": "2"})
+        AicirtLogitsProcessor.validate_params(p)
+        proc.update_state(BatchUpdate(1, [], [(0, p, prompt, out)], []))
+        for _ in range(12):
+            logits = torch.zeros(1, proc.runtime.vocab_size)
+            proc.apply(logits)
+            out.append(int(torch.argmax(logits[0])))
+            if out[-1] == eos:
+                break
+            proc.update_state(None)
+        assert text(proc, out[:-1]) == " 2 1 liftoff!", ref
+        proc.update_state(BatchUpdate(1, [0], [], []))
+    monkeypatch.setenv("AICIRT_VLLM_ALLOW_PATHS", "0")
+    with pytest.raises(ValueError, match="is not a tag, a module id or a shipped controller"):
+        resolve_reference(str(wasm))
+    assert resolve_reference("launch").name == f"{module_id}.wasm"

@@ -20,7 +20,7 @@ openai = pytest.importorskip("openai")
 import scripted as S  # noqa: E402
 
 from aicirt import toolchain  # noqa: E402
-from aicirt.backends.model_files import local_model_dir  # noqa: E402
+from aicirt.engine.backends.model_files import local_model_dir  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -94,9 +94,9 @@ def test_chat_completion_with_a_controller(server):
 
 def test_a_bad_controller_id_is_a_clear_400(server):
     client, _ = server
-    with pytest.raises(openai.BadRequestError, match="aicirt_controller 'no-such-controller'.*shipped controllers"):
+    with pytest.raises(openai.BadRequestError, match="aicirt_controller 'no-such-controller'.*shipped controller"):
         complete(client, "Hi", {"aicirt_controller": "no-such-controller"})
-    with pytest.raises(openai.BadRequestError, match="module ids and tags need the controller store"):
+    with pytest.raises(openai.BadRequestError, match="unknown module id ab"):
         complete(client, "Hi", {"aicirt_controller": "ab" * 32})
 
 

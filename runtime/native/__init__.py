@@ -30,11 +30,12 @@ from wasmtime import _ffi as wt_ffi
 from ..abi import Status
 from .ffi_decl import CDEF_SLOT, CDEF_VARS, CDEF_WASMTIME
 from .traps import summarize_trap, take_error_text
+from .types import CData, CLib
 
 __all__ = ["Native", "Status", "get_native", "summarize_trap"]
 
 # A Python host import: (slot, ctx, args) -> 0, or 1 with the fault written into the slot.
-Handler = Callable[[Any, Any, Any], int]
+Handler = Callable[[CData, CData, CData], int]
 
 
 def fn_addr(name: str) -> int:
@@ -50,8 +51,8 @@ class Native:
     def __init__(self) -> None:
         self.wt = cffi.FFI()
         self.wt.cdef(CDEF_SLOT + CDEF_VARS + CDEF_WASMTIME)
-        self.wtlib = self.wt.dlopen(str(wt_ffi.filename))
-        impl = None
+        self.wtlib: CLib = self.wt.dlopen(str(wt_ffi.filename))
+        impl: Any = None
         if os.environ.get("AICIRT_NATIVE", "compiled") != "python":
             try:
                 from .compiled import Compiled
@@ -77,32 +78,32 @@ class Native:
         self.host_callback = impl.host_callback
 
     # -- slots ---------------------------------------------------------------------------------
-    def new_slot(self):
+    def new_slot(self) -> CData:
         return self.ffi.new("aicirt_slot *")
 
-    def addr(self, cdata) -> int:
+    def addr(self, cdata: CData) -> int:
         return int(self.ffi.cast("uintptr_t", cdata))
 
-    def log_bytes(self, slot) -> bytes:
+    def log_bytes(self, slot: CData) -> bytes:
         return bytes(self.ffi.buffer(slot.log, slot.log_len)) if slot.log_len else b""
 
-    def take_call_log(self, slot) -> bytes:
+    def take_call_log(self, slot: CData) -> bytes:
         n = slot.call_log_len
         if not n:
             return b""
         slot.call_log_len = 0
         return bytes(self.ffi.buffer(slot.log + (slot.log_len - n), n))
 
-    def set_fault(self, slot, message: str) -> None:
+    def set_fault(self, slot: CData, message: str) -> None:
         data = message.encode("utf-8", "replace")[:self.FAULT_BYTES]
         self.ffi.memmove(slot.fault, data, len(data))
         slot.fault_len = len(data)
 
-    def fault_text(self, slot) -> str | None:
+    def fault_text(self, slot: CData) -> str | None:
         n = slot.fault_len
         return bytes(self.ffi.buffer(slot.fault, n)).decode("utf-8", "replace") if n else None
 
-    def error_text(self, slot) -> str:
+    def error_text(self, slot: CData) -> str:
         """Why a call failed: the host import's fault if one trapped the guest, else the trap /
         wasmtime error text (both freed here)."""
         trap, err = self.addr(slot.trap), self.addr(slot.error)
@@ -110,7 +111,7 @@ class Native:
         text = take_error_text(self.wt, self.wtlib, trap, err)
         return self.fault_text(slot) or text
 
-    def set_deadline(self, ctx, ticks: int) -> None:
+    def set_deadline(self, ctx: CData, ticks: int) -> None:
         self.wtlib.wasmtime_context_set_epoch_deadline(self.wt.cast("void *", self.addr(ctx)), ticks)
 
     # -- Python host imports: one process-wide registry, as the C trampoline is one symbol -----
@@ -126,7 +127,7 @@ class Native:
         with _handlers_lock:
             _handlers.pop(hid, None)
 
-    def dispatch(self, hid: int, slot, ctx, args) -> int:
+    def dispatch(self, hid: int, slot: CData, ctx: CData, args: CData) -> int:
         """Run Python host import `hid` (called by both hot paths' trampolines); 0 or 1 (fault)."""
         handler = _handlers.get(hid)
         if handler is None:

@@ -5,8 +5,11 @@ from typing import TYPE_CHECKING
 
 from . import fn_addr
 from .build import load_extension
+from .types import CData, CLib
 
 if TYPE_CHECKING:
+    from _cffi_backend import FFI as CompiledFFI   # the ffi of an API-mode extension
+
     from . import Native
 
 
@@ -24,31 +27,29 @@ class Compiled:
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
 
         @ffi.def_extern(name="aicirt_py_import")
-        def py_import(index, slot, ctx, args):   # the GIL is taken by cffi
+        def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi
             return native.dispatch(index, slot, ctx, args)
 
         self._py_import = py_import
         self.post = lib.aicirt_post
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
         self.release = lib.aicirt_slot_release
-        self._size = ffi.new("size_t *")
-        self._detail = ffi.new("uint32_t[2]")
 
-    def make_pool(self, workers: int) -> "CPool":
-        return CPool(self.ffi, self.lib, workers)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
+        return CPool(self.ffi, self.lib, workers, max_workers, stall_s)
 
-    def memory(self, slot) -> tuple[int, int]:
+    def memory(self, slot: CData) -> tuple[int, int]:
         """(address, size) of the slot's linear memory."""
         size = self.ffi.new("size_t *")
         ptr = self.lib.aicirt_memory(slot, size)
         return int(self.ffi.cast("uintptr_t", ptr)), size[0]
 
-    def ctx_memory(self, slot, ctx) -> tuple[int, int]:
+    def ctx_memory(self, slot: CData, ctx: CData) -> tuple[int, int]:
         size = self.ffi.new("size_t *")
         ptr = self.lib.aicirt_ctx_memory(slot, ctx, size)
         return int(self.ffi.cast("uintptr_t", ptr)), size[0]
 
-    def ctx_alloc(self, slot, ctx, align: int, n: int, name: str) -> int:
+    def ctx_alloc(self, slot: CData, ctx: CData, align: int, n: int, name: str) -> int:
         return self.lib.aicirt_ctx_alloc(slot, ctx, align, n, name.encode())
 
     def check_mask(self, mem: int, size: int, ptr: int, words: int, vocab_size: int, row: int) -> tuple[int, int, int]:
@@ -70,9 +71,9 @@ class Compiled:
 class CPool:
     """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released)."""
 
-    def __init__(self, ffi, lib, workers: int) -> None:
+    def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float) -> None:
         self.ffi, self.lib = ffi, lib
-        self.ptr = lib.aicirt_pool_new(workers)
+        self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
 
@@ -84,6 +85,11 @@ class CPool:
         """Block until all `slots` are done or `timeout_s` passes; returns how many are not done."""
         return self.lib.aicirt_pool_wait(self.ptr, self.ffi.new("aicirt_slot *[]", slots), len(slots), timeout_s * 1e6)
 
+    @property
+    def threads(self) -> int:
+        """Workers alive now: the base ones plus any started while others were stalled."""
+        return self.lib.aicirt_pool_threads(self.ptr)
+
     def close(self) -> None:
         ptr, self.ptr = self.ptr, None
         if ptr is not None:
@@ -93,7 +99,7 @@ class CPool:
 class CVars:
     """A request's variables in host.c (shared by its forks' worker threads; mutex inside)."""
 
-    def __init__(self, ffi, lib, limit: int) -> None:
+    def __init__(self, ffi: "CompiledFFI", lib: CLib, limit: int) -> None:
         self.ffi, self.lib, self.limit = ffi, lib, limit
         self.ptr = lib.aicirt_vars_new(limit)
         if self.ptr == ffi.NULL:
@@ -123,7 +129,7 @@ class CVars:
         if rc < 0:
             raise MemoryError("request variables")
 
-    def _read(self, n: int, out) -> list[tuple[int, str, str, bytes]]:
+    def _read(self, n: int, out: CData) -> list[tuple[int, str, str, bytes]]:
         ffi = self.ffi
         try:
             return [(c.seq_id, "append" if c.append else "set",

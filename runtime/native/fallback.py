@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import abi
-from ..abi import Status
+from ..abi import Stage, Status
+from .types import CData
 
 if TYPE_CHECKING:
     from . import Native
@@ -30,27 +31,28 @@ class Fallback:
         self.ffi, self.lib = native.wt, native.wtlib
 
         @self.ffi.callback("wasm_trap_t *(void *, void *, wt_val_raw_t *, size_t)")
-        def trampoline(env, caller, args, n):
+        def trampoline(env: CData, caller: CData, args: CData, n: int) -> CData:
             ctx = self.lib.wasmtime_caller_context(caller)
-            slot = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
+            slot: CData = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
             if not native.dispatch(int(self.ffi.cast("intptr_t", env)), slot, ctx, args):
                 return self.ffi.NULL
             trap, slot.host_trap = slot.host_trap, self.ffi.NULL
             return self.ffi.cast("wasm_trap_t *", trap) if trap != self.ffi.NULL else \
                 self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
 
-        self._trampoline = trampoline    # kept alive as long as this object
+        # a cdata at run time (types-cffi says the decorated function); kept alive as long as this object
+        self._trampoline: CData = trampoline
 
     # -- memory and calls ------------------------------------------------------------------------
-    def memory(self, s) -> tuple[int, int]:
+    def memory(self, s: CData) -> tuple[int, int]:
         return self.ctx_memory(s, s.ctx)
 
-    def ctx_memory(self, s, ctx) -> tuple[int, int]:
+    def ctx_memory(self, s: CData, ctx: CData) -> tuple[int, int]:
         mem = self.ffi.addressof(s, "mem")
         ptr = self.lib.wasmtime_memory_data(ctx, mem)
         return int(self.ffi.cast("uintptr_t", ptr)), self.lib.wasmtime_memory_data_size(ctx, mem)
 
-    def _call(self, s, ctx, func_field: str, args, n: int) -> bool:
+    def _call(self, s: CData, ctx: CData, func_field: str, args: CData, n: int) -> bool:
         ffi, lib = self.ffi, self.lib
         trap = ffi.new("wasm_trap_t **")
         err = lib.wasmtime_func_call_unchecked(ctx, ffi.addressof(s, func_field), args, n, trap)
@@ -59,25 +61,25 @@ class Fallback:
             return False
         return True
 
-    def _guest_alloc(self, s, ctx, align: int, n: int) -> int:
+    def _guest_alloc(self, s: CData, ctx: CData, align: int, n: int) -> int:
         a = self.ffi.new("wt_val_raw_t[4]")
         a[2].i32, a[3].i32 = align, n
         if not self._call(s, ctx, "f_realloc", a, 4):
             s.status = Status.TRAP
             return -1
         ptr = a[0].i32 & 0xFFFFFFFF
-        if ptr + n > self.ctx_memory(s, ctx)[1]:
+        if ptr + n > self.ctx_memory(s, ctx)[1] or ptr % align:
             s.status = Status.BAD_ALLOC
             s.detail[0], s.detail[1] = ptr, n
             return -1
         return ptr
 
-    def ctx_alloc(self, s, ctx, align: int, n: int, name: str) -> int:
+    def ctx_alloc(self, s: CData, ctx: CData, align: int, n: int, name: str) -> int:
         ptr = self._guest_alloc(s, ctx, align, n)
         if ptr < 0:   # host.c's alloc_failure
             if s.status == Status.BAD_ALLOC:
                 self.native.set_fault(s, f"host import `{name}`: cabi_realloc returned [{s.detail[0]}, "
-                                         f"{s.detail[0] + s.detail[1]}), outside linear memory")
+                                         f"{s.detail[0] + s.detail[1]}): misaligned or outside linear memory")
                 s.host_trap = self.ffi.NULL
             else:
                 if s.error != self.ffi.NULL:
@@ -87,7 +89,7 @@ class Fallback:
                 s.host_trap, s.trap = s.trap, self.ffi.NULL
         return ptr
 
-    def _write_list(self, s, src, n: int) -> int:
+    def _write_list(self, s: CData, src: CData, n: int) -> int:
         if n == 0:
             return 0
         ptr = self._guest_alloc(s, s.ctx, 4, n * 4)
@@ -95,10 +97,13 @@ class Fallback:
             self.ffi.memmove(self.ffi.cast("uint8_t *", self.memory(s)[0] + ptr), src, n * 4)
         return ptr
 
-    def post(self, s) -> None:
+    def post(self, s: CData) -> None:
+        """Post-return runs on what is left of the call's time limit."""
         if not s.has_post:
             return
-        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+        left = s.budget_us - (time.perf_counter() * 1e6 - s.started_us)
+        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, int(left / s.tick_us) + 1 if left > 0 else 1)
+        s.stage = Stage.POST
         a = self.ffi.new("wt_val_raw_t[1]")
         a[0].i32 = s.result_ptr - (1 << 32) if s.result_ptr >= 1 << 31 else s.result_ptr
         if not self._call(s, s.ctx, "f_post", a, 1):
@@ -111,16 +116,20 @@ class Fallback:
         if ptr + words * 4 > size:
             return Status.BAD_MASK_RANGE, ptr, words
         self.ffi.memmove(self.ffi.cast("uint8_t *", row), self.ffi.cast("uint8_t *", mem + ptr), words * 4)
-        out = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", row), words * 4), dtype=np.uint32)
+        # ffi.buffer has the buffer protocol; numpy's stubs accept only the builtin buffer types
+        out = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", row), words * 4),  # type: ignore[call-overload]
+                            dtype=np.uint32)
         tail = vocab_size % 32
         extra = int(out[-1]) >> tail if tail else 0
         if extra:
             return Status.BAD_MASK_BITS, (words - 1) * 32 + tail + (extra & -extra).bit_length() - 1, 0
         return (Status.OK if out.any() else Status.EMPTY_MASK), 0, 0
 
-    def _lift(self, s) -> None:
+    def _lift(self, s: CData) -> None:
         base, size = self.memory(s)
-        mem = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", base), size), dtype=np.uint8)
+        # ffi.buffer: see check_mask
+        mem = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", base), size),  # type: ignore[call-overload]
+                            dtype=np.uint8)
         rd = lambda off: int(mem[off:off + 4].view(np.uint32)[0])  # noqa: E731
         if s.result_ptr + abi.RESULT_SIZE > size:
             s.status = Status.BAD_RESULT
@@ -141,18 +150,33 @@ class Fallback:
         if st == Status.OK:
             self.post(s)
 
-    def step(self, s) -> None:
+    def step(self, s: CData) -> None:
         t0 = time.perf_counter()
+        s.started_us = t0 * 1e6
+        s.started = 1
         s.error = s.trap = self.ffi.NULL
         s.n_branches = 0
         s.fault_len = 0
+        if s.needs_init:
+            s.needs_init = 0
+            s.stage = Stage.INITIALIZE
+            self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+            if not self._call(s, s.ctx, "f_init", self.ffi.new("wt_val_raw_t[1]"), 0):
+                s.status = Status.TRAP
+                s.elapsed_us = (time.perf_counter() - t0) * 1e6
+                s.done = 1
+                return
+            t0 = time.perf_counter()
+            s.started_us = t0 * 1e6
         self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+        s.stage = Stage.ARGUMENTS
         tokens = self._write_list(s, s.tokens, s.n_tokens)
         group = -1 if tokens < 0 else self._write_list(s, s.group, s.n_group)
         if group >= 0:
             a = self.ffi.new("wt_val_raw_t[7]")
             for i, v in enumerate((s.backtrack, tokens, s.n_tokens, s.sampled_is_some, s.sampled, group, s.n_group)):
                 a[i].i32 = v - (1 << 32) if v >= 1 << 31 else v
+            s.stage = Stage.MID_PROCESS
             if self._call(s, s.ctx, "f_mid", a, 7):
                 s.result_ptr = a[0].i32 & 0xFFFFFFFF
                 self._lift(s)
@@ -161,11 +185,11 @@ class Fallback:
         s.elapsed_us = (time.perf_counter() - t0) * 1e6
         s.done = 1
 
-    def make_pool(self, workers: int) -> "ThreadPool":
-        return ThreadPool(self, workers)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "ThreadPool":
+        return ThreadPool(self, workers, max_workers, stall_s)
 
     # -- host state ------------------------------------------------------------------------------
-    def log_append(self, s, data: bytes) -> None:
+    def log_append(self, s: CData, data: bytes) -> None:
         """host.c's aicirt_log_append (the buffer is kept alive by `_logs`)."""
         n, cap = len(data), s.log_cap
         if not n or not cap:
@@ -186,7 +210,7 @@ class Fallback:
             s.log_len += n
         s.call_log_len = min(s.call_log_len + n, s.log_len)
 
-    def release(self, s) -> None:
+    def release(self, s: CData) -> None:
         _logs.pop(int(self.ffi.cast("uintptr_t", s)), None)
         s.log = self.ffi.NULL
         s.log_len = s.call_log_len = 0
@@ -246,23 +270,82 @@ class PyVars:
 
 
 class ThreadPool:
-    """The worker pool over Python threads (same interface as step.c's pool)."""
+    """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same growth
+    rule (another worker when every worker is stalled past `stall_s` and calls are queued)."""
 
-    def __init__(self, impl: Fallback, workers: int) -> None:
+    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float) -> None:
         self.impl = impl
-        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicirt-worker")
+        self.base, self.max, self.stall_s = workers, max(max_workers, workers), stall_s
+        self.cv = threading.Condition()
+        self.queue: deque = deque()
+        self.busy_since: dict[threading.Thread, float] = {}   # 0.0 when idle
+        self.stop = False
+        self.all: list[threading.Thread] = []
+        with self.cv:
+            for _ in range(workers):
+                self._spawn()
+
+    def _spawn(self) -> None:
+        t = threading.Thread(target=self._work, daemon=True, name="aicirt-worker")
+        self.busy_since[t] = 0.0
+        self.all.append(t)
+        t.start()
+
+    def _grow_if_stalled(self) -> None:
+        if not self.queue or len(self.busy_since) >= self.max:
+            return
+        now = time.perf_counter()
+        if all(since and now - since >= self.stall_s for since in self.busy_since.values()):
+            self._spawn()
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        with self.cv:
+            while True:
+                while not self.queue and not self.stop:
+                    if len(self.busy_since) > self.base:
+                        break
+                    self.cv.wait()
+                if not self.queue:
+                    break
+                s = self.queue.popleft()
+                self.busy_since[me] = time.perf_counter()
+                self.cv.release()
+                try:
+                    self.impl.step(s)
+                finally:
+                    self.cv.acquire()
+                self.busy_since[me] = 0.0
+                self.cv.notify_all()
+            del self.busy_since[me]
 
     def submit(self, slots: list) -> None:
-        for s in slots:
-            self.executor.submit(self.impl.step, s)
+        with self.cv:
+            for s in slots:
+                s.started = 0
+                self.queue.append(s)
+            self._grow_if_stalled()
+            self.cv.notify_all()
 
     def wait(self, slots: list, timeout_s: float) -> int:
         deadline = time.perf_counter() + timeout_s
         while True:
             left = sum(1 for s in slots if not s.done)
-            if not left or time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            if not left or now >= deadline:
                 return left
+            with self.cv:
+                self._grow_if_stalled()
             time.sleep(0.0002)
 
+    @property
+    def threads(self) -> int:
+        with self.cv:
+            return len(self.busy_since)
+
     def close(self) -> None:
-        self.executor.shutdown(wait=True)
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+        for t in list(self.all):
+            t.join()

@@ -20,7 +20,8 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size);
 int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t words, uint32_t vocab_size,
                       uint32_t *row, uint32_t *detail);
 typedef struct aicirt_pool aicirt_pool;
-aicirt_pool *aicirt_pool_new(int n_threads);
+aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us);
+int aicirt_pool_threads(aicirt_pool *p);
 int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n);
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us);
 void aicirt_pool_free(aicirt_pool *p);

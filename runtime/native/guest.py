@@ -6,6 +6,8 @@ import ctypes
 import struct
 from typing import TYPE_CHECKING, NoReturn
 
+from .types import CData
+
 if TYPE_CHECKING:
     from . import Native
 
@@ -23,8 +25,10 @@ class Guest:
 
     __slots__ = ("native", "slot", "ctx", "name", "arg_cap", "base", "size")
 
-    def __init__(self, native: "Native", slot, ctx, name: str, arg_cap: int) -> None:
+    def __init__(self, native: "Native", slot: CData, ctx: CData, name: str, arg_cap: int) -> None:
         self.native, self.slot, self.ctx, self.name, self.arg_cap = native, slot, ctx, name, arg_cap
+        self.base: int
+        self.size: int
         self.base, self.size = native.ctx_memory(slot, ctx)
 
     def fail(self, message: str) -> NoReturn:

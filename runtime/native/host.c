@@ -29,7 +29,7 @@ static void *fault(aicirt_slot *s, const char *fmt, ...) {
 /* The trap a failed guest_alloc left: the guest's own trap, or a fault naming what went wrong. */
 static void *alloc_failure(aicirt_slot *s, const char *name) {
     if (s->status == AICIRT_BAD_ALLOC)
-        return fault(s, "host import `%s`: cabi_realloc returned [%u, %llu), outside linear memory", name,
+        return fault(s, "host import `%s`: cabi_realloc returned [%u, %llu): misaligned or outside linear memory", name,
                      s->detail[0], (unsigned long long)s->detail[0] + s->detail[1]);
     void *trap = s->trap;
     s->trap = 0;

@@ -3,29 +3,36 @@ into the slot, and the state copy behind fork."""
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import wasmtime
 from wasmtime import _ffi as wt_ffi
+
+from .types import CData
+
+if TYPE_CHECKING:
+    from . import Native
 
 
 def context_addr(store: wasmtime.Store) -> int:
     return ctypes.cast(store._context(), ctypes.c_void_p).value or 0
 
 
-def bind(native, slot, store: wasmtime.Store) -> None:
+def bind(native: "Native", slot: CData, store: wasmtime.Store) -> None:
     """Make `slot` the Store's data (host.c's imports find their sequence through it)."""
     ctx = context_addr(store)
     slot.ctx = native.ffi.cast("void *", ctx)
     wt_ffi.wasmtime_context_set_data(store._context(), native.addr(slot))
 
 
-def bind_exports(native, slot, funcs: dict, memory: wasmtime.Memory) -> None:
+def bind_exports(native: "Native", slot: CData, funcs: dict, memory: wasmtime.Memory) -> None:
     """Point `slot` at one instance's functions and memory (raw handle copies)."""
     ffi = native.ffi
     for field, func in funcs.items():
         if func is not None:
             ffi.memmove(ffi.addressof(slot, field), bytes(func._func), ffi.sizeof("wt_func_t"))
     slot.has_post = funcs.get("f_post") is not None
+    slot.needs_init = funcs.get("f_init") is not None   # _initialize runs on the worker, first
     ffi.memmove(ffi.addressof(slot, "mem"), bytes(memory._memory), ffi.sizeof("wt_memory_t"))
 
 

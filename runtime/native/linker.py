@@ -4,7 +4,7 @@ exceptions pass through a process-global slot."""
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import wasmtime
 
@@ -26,7 +26,7 @@ def _define(native: "Native", linker: wasmtime.Linker, module: str, name: str, t
         raise RuntimeError(f"defining {module}.{name}: " + take_error_text(wt, lib, 0, int(wt.cast("uintptr_t", err))))
 
 
-def _addr(managed) -> int:
+def _addr(managed: Any) -> int:   # a wasmtime-py object with a ctypes handle: ptr()
     return ctypes.cast(managed.ptr(), ctypes.c_void_p).value or 0
 
 

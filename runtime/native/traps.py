@@ -1,6 +1,10 @@
 """Turning what a failed call left in a slot (a wasm trap, a wasmtime error) into one line."""
 from __future__ import annotations
 
+import cffi
+
+from .types import CData, CLib
+
 _TRAP_CODE_INTERRUPT = 10   # WASMTIME_TRAP_CODE_INTERRUPT: the epoch deadline passed
 
 
@@ -18,16 +22,17 @@ def summarize_trap(text: str, frames: int = 4) -> str:
     return f"{cause} (in {where})" if names else cause
 
 
-def take_error_text(wt, wtlib, trap_addr: int, err_addr: int) -> str:
+def take_error_text(wt: cffi.FFI, wtlib: CLib, trap_addr: int, err_addr: int) -> str:
     """Format and free a trap and/or a wasmtime error (addresses; 0 for none)."""
     parts = []
     if trap_addr:
         trap = wt.cast("wasm_trap_t *", trap_addr)
         code = wt.new("uint8_t *")
         is_code = wtlib.wasmtime_trap_code(trap, code)
-        msg = wt.new("wasm_byte_vec_t *")
+        msg: CData = wt.new("wasm_byte_vec_t *")
         wtlib.wasm_trap_message(trap, msg)
-        text = wt.string(msg.data, msg.size).decode("utf-8", "replace").rstrip("\0")
+        # a char array: string() gives bytes (types-cffi says bytes | str, for wchar_t too)
+        text = wt.string(msg.data, msg.size).decode("utf-8", "replace").rstrip("\0")  # type: ignore[union-attr]
         wtlib.wasm_byte_vec_delete(msg)
         wtlib.wasm_trap_delete(trap)
         if is_code and code[0] == _TRAP_CODE_INTERRUPT:
@@ -37,7 +42,7 @@ def take_error_text(wt, wtlib, trap_addr: int, err_addr: int) -> str:
         err = wt.cast("wasmtime_error_t *", err_addr)
         msg = wt.new("wasm_byte_vec_t *")
         wtlib.wasmtime_error_message(err, msg)
-        parts.append(wt.string(msg.data, msg.size).decode("utf-8", "replace"))
+        parts.append(wt.string(msg.data, msg.size).decode("utf-8", "replace"))  # type: ignore[union-attr]
         wtlib.wasm_byte_vec_delete(msg)
         wtlib.wasmtime_error_delete(err)
     return "; ".join(parts) or "unknown failure"
