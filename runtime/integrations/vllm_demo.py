@@ -11,7 +11,7 @@ DEMOS = [
     ("regex", "(19|20)[0-9]{2}", "In which year did World War II end?"),
     ("yesno", "", "Is Paris the capital of France?"),
     ("countdown", "5", "Count down from five:"),
-    (None, None, "In which year did World War II end?"),
+    (None, None, "The capital of France is"),
 ]
 
 
