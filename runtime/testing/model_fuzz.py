@@ -21,14 +21,14 @@ from typing import Callable
 
 import numpy as np
 
-from .backends.scripted import ScriptedBackend
-from .capabilities import Capabilities
-from .engine import Engine
-from .engine_types import GenSeq
-from .limits import Limits
-from .runtime import Runtime
-from .sampling import SamplingParams
-from .tokenizer import ByteTokenizer
+from ..backends.scripted import ScriptedBackend
+from ..capabilities import Capabilities
+from ..engine import Engine
+from ..engine_types import GenSeq
+from ..limits import Limits
+from ..runtime import Runtime
+from ..sampling import SamplingParams
+from ..tokenizer import ByteTokenizer
 
 #: A property of one finished sequence: return None/True if it holds, else a message (or False).
 Check = Callable[[GenSeq], "str | bool | None"]
