@@ -52,14 +52,14 @@ class _Reader:
         self.pos += n
         return out
 
-    def leb(self, max_bits: int = 64) -> int:
+    def leb(self, max_bits: int = 64, signed: bool = False) -> int:
         result = shift = 0
         while True:
             b = self.byte()
             result |= (b & 0x7F) << shift
             shift += 7
             if not b & 0x80:
-                return result
+                return result - (1 << shift) if signed and b & 0x40 else result
             if shift >= max_bits + 7:
                 raise WasmFormatError(f"LEB128 too long at byte {self.pos}")
 
@@ -106,15 +106,6 @@ def sections(wasm: bytes) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def _skip_limits(r: _Reader) -> None:
-    flags = r.byte()
-    r.leb()
-    if flags & 1:
-        r.leb()
-    if flags & 8:  # custom page size
-        r.leb()
-
-
 def _skip_valtype(r: _Reader) -> int:
     t = r.byte()
     if t in (0x63, 0x64):  # (ref null? ht)
@@ -152,23 +143,9 @@ def globals_and_exports(wasm: bytes) -> tuple[list[GlobalInfo], dict[str, tuple[
     for sid, _, start, end in sections(wasm):
         r = _Reader(wasm, start, end)
         if sid == _SEC_IMPORT:
-            for _ in range(r.leb(32)):
-                r.name(), r.name()
-                kind = r.byte()
-                if kind == 0:
-                    r.leb()
-                elif kind == 1:
-                    _skip_valtype(r)
-                    _skip_limits(r)
-                elif kind == 2:
-                    _skip_limits(r)
-                elif kind == 3:
-                    t = _skip_valtype(r)
-                    globals_.append(GlobalInfo(len(globals_), t, r.byte() == 1, True))
-                elif kind == 4:
-                    r.byte(), r.leb()
-                else:
-                    raise WasmFormatError(f"unknown import kind {kind}")
+            for kind, info in _imports(r):
+                if kind == 3:
+                    globals_.append(GlobalInfo(len(globals_), info[0], info[1], True))
         elif sid == _SEC_GLOBAL:
             for _ in range(r.leb(32)):
                 t = _skip_valtype(r)
@@ -296,7 +273,7 @@ def _const_value(r: _Reader, globals_init: list[int | None]) -> int | None:
         if op == 0x0B:
             return stack[-1] if len(stack) == 1 else None
         if op in (0x41, 0x42):
-            stack.append(_signed(r))
+            stack.append(r.leb(signed=True))
         elif op == 0x23:
             g = r.leb(32)
             stack.append(globals_init[g] if g < len(globals_init) else None)
@@ -312,23 +289,31 @@ def _const_value(r: _Reader, globals_init: list[int | None]) -> int | None:
             return None
 
 
-def _signed(r: _Reader) -> int:
-    result = shift = 0
-    while True:
-        b = r.byte()
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            if b & 0x40:
-                result -= 1 << shift
-            return result
-        if shift > 70:
-            raise WasmFormatError(f"LEB128 too long at byte {r.pos}")
-
-
 def _skip_reftype(r: _Reader) -> None:
     if r.byte() in (0x63, 0x64):
-        _signed(r)
+        r.leb(signed=True)
+
+
+def _imports(r: _Reader):
+    """(kind, what) for each entry of an import section: limits for tables (1) and memories
+    (2), (valtype, mutable) for globals (3), None for functions (0) and tags (4)."""
+    for _ in range(r.leb(32)):
+        r.name(), r.name()
+        kind = r.byte()
+        if kind in (0, 4):
+            if kind == 4:
+                r.byte()
+            r.leb()
+            yield kind, None
+        elif kind in (1, 2):
+            if kind == 1:
+                _skip_reftype(r)
+            yield kind, _limits(r, kind == 2)
+        elif kind == 3:
+            t = _skip_valtype(r)
+            yield kind, (t, r.byte() == 1)
+        else:
+            raise WasmFormatError(f"unknown import kind {kind}")
 
 
 def module_facts(wasm: bytes) -> ModuleFacts:
@@ -339,26 +324,15 @@ def module_facts(wasm: bytes) -> ModuleFacts:
     for sid, _, start, end in sections(wasm):
         r = _Reader(wasm, start, end)
         if sid == _SEC_IMPORT:
-            for _ in range(r.leb(32)):
-                r.name(), r.name()
-                kind = r.byte()
+            for kind, info in _imports(r):
                 if kind == 0:
-                    r.leb()
                     facts.imported_funcs += 1
                 elif kind == 1:
-                    _skip_reftype(r)
-                    lo, hi, _, _ = _limits(r, False)
-                    facts.tables.append(TableInfo(lo, hi, True))
+                    facts.tables.append(TableInfo(info[0], info[1], True))
                 elif kind == 2:
-                    lo, hi, shared, is64 = _limits(r, True)
-                    facts.memories.append(MemoryInfo(lo, hi, shared, is64, True))
+                    facts.memories.append(MemoryInfo(*info, True))
                 elif kind == 3:
-                    _skip_valtype(r), r.byte()
                     globals_init.append(None)
-                elif kind == 4:
-                    r.byte(), r.leb()
-                else:
-                    raise WasmFormatError(f"unknown import kind {kind}")
         elif sid == _SEC_TABLE:
             for _ in range(r.leb(32)):
                 with_init = r.data[r.pos] == 0x40 if r.pos < r.end else False

@@ -87,6 +87,7 @@ class FuzzEngine:
         self.view = view
         self.tracks: list[Track] = []
         self.steps = 0
+        self.var_writers: dict[int, set[int]] = {}   # request -> seq-ids that set variables
 
     # -- sequences -----------------------------------------------------------------------------
     def add(self, request, prompt: list[int], label: str) -> Track:
@@ -127,6 +128,9 @@ class FuzzEngine:
                     raise Violation(t.label, f"the controller was shown {len(seen)} tokens ending "
                                              f"{list(seen)[-5:]}, the engine has {len(t.tokens)} ending {t.tokens[-5:]}")
         outcome = handle.wait(0.0 if self.late.chance(self.settings.late_one_in) else None)
+        for req in {id(t.seq.request): t.seq.request for t in live}.values():
+            # as an engine streaming variables to its client would: the runtime bounds changes not taken
+            self.var_writers.setdefault(id(req), set()).update(c[0] for c in req.take_var_changes())
         if len(outcome.results) != len(live):
             raise Violation("*", f"wait() returned {len(outcome.results)} results for {len(live)} sequences")
         finished = []
