@@ -237,3 +237,14 @@ def test_a_compile_past_the_limit_is_stopped_and_not_cached(hot_path, tmp_path):
 def test_load_of_something_that_is_not_a_module_raises_load_error(rt, src):
     with pytest.raises(LoadError, match="a controller is a path or the module's bytes, not"):
         rt.load(src)
+
+
+def test_cli_check_fails_on_what_the_runtime_refuses(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    path = tmp_path / "start.wasm"
+    path.write_bytes(wat(OK_EXPORTS + MID_PROCESS + "(func $s) (start $s)"))
+    out = CliRunner().invoke(main, ["check", str(path)])
+    assert out.exit_code == 1 and "has a start function" in out.output

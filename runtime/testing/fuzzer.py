@@ -123,7 +123,7 @@ class FuzzReport:
 class Fuzzer:
     """Owns a Runtime and the loaded controller; run it many times. Close it (or use `with`).
 
-    `controller`: a path, module bytes or `aicirt.Controller` loaded in no Runtime yet;
+    `controller`: a path or the module's bytes (kept for reproducer files);
     `capabilities`: None = random per run, else granted as given; `prompt_tokens`: (min, max)
     random prompt length; `check(Finished)` judges each sequence that ends without error;
     `view(Track)` gives the controller's own view of its tokens, checked after every call.
