@@ -130,7 +130,7 @@ def _recall(key: tuple) -> bytes | None:
         return artifact
 
 
-def _compile_in_child(wasm: bytes, timeout_s: float, name: str, memory_bytes: int | None) -> bytes:
+def _compile_in_child(wasm: bytes, timeout_s: float, name: str, memory_bytes: int) -> bytes:
     """Scan for fork-unsafe instructions and compile in a child process, killed at `timeout_s`
     (with everything it allocated). Returns the serialized module; raises LoadError."""
     header = json.dumps({"epoch_interruption": True, "memory_reservation": memory_bytes,
@@ -183,7 +183,7 @@ def _compiled(engine, wasm: bytes, name: str, key: tuple, cached: Path | None, t
         except Exception:  # stale or corrupt cache entry: recompile and overwrite
             pass
     if artifact is None:
-        artifact = _compile_in_child(wasm, timeout_s, name, memory_bytes)
+        artifact = _compile_in_child(wasm, timeout_s, name, memory_bytes or _DEFAULT_MEMORY)
     try:
         return wasmtime.Module.deserialize(engine, artifact), artifact
     except Exception:  # the engine's settings differ from what the child assumed

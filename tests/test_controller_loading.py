@@ -248,3 +248,16 @@ def test_cli_check_fails_on_what_the_runtime_refuses(tmp_path):
     path.write_bytes(wat(OK_EXPORTS + MID_PROCESS + "(func $s) (start $s)"))
     out = CliRunner().invoke(main, ["check", str(path)])
     assert out.exit_code == 1 and "has a start function" in out.output
+
+
+def test_the_child_compiles_for_the_runtimes_engine_so_nothing_compiles_in_process(hot_path, monkeypatch):
+    from aicirt import controller
+
+    def in_process(*_):
+        raise AssertionError("compiled in this process, outside the killable child")
+    monkeypatch.setattr(controller, "_compile_in_thread", in_process)
+    fresh = wat(OK_EXPORTS + MID_PROCESS) + b"\x00\x05\x04once"
+    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as runtime:
+        seq = runtime.new_request(runtime.load(fresh)).spawn()
+        assert runtime.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+    controller.check_controller(fresh + b"\x00\x02\x01x", limits=aicirt.Limits(memory_bytes=8 << 20))
