@@ -5,8 +5,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
+# The venv's tools (wasm-tools from the dev extra, aicirt) come first on PATH for every recipe:
+# tests look for `wasm-tools` on PATH, and without this they were skipped.
+export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup setup-model test test-slow demo bench clean
+.PHONY: setup setup-model test test-slow typecheck demo bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,6 +29,10 @@ test: setup
 test-slow: setup-model
 	$(BIN)/python -m pytest -q -m slow
 
+# The modules that are clean so far ([tool.mypy] modules in pyproject.toml); widen the list there.
+typecheck: setup
+	$(BIN)/python -m mypy
+
 demo: setup-model
 	$(BIN)/aicirt run regex --arg '(19|20)[0-9]{2}' --prompt 'In which year did World War II end?'
 
@@ -33,6 +40,7 @@ bench: setup-model
 	$(BIN)/python bench/step_overhead.py
 	$(BIN)/python bench/mask_speed.py
 	$(BIN)/python bench/end_to_end.py
+	$(BIN)/python bench/engine_history.py
 
 clean:
 	rm -rf $(VENV)

@@ -55,7 +55,7 @@ def check(module: str) -> None:
         ctrl = check_controller(module)
     except LoadError as e:
         raise click.ClickException(str(e)) from None
-    imports = sorted(imp.name for imp in ctrl.module.imports)
+    imports = sorted(imp.name or "" for imp in ctrl.module.imports)
     click.echo(f"{module}: a controller ({ctrl.size:,} bytes, sha256 {ctrl.sha256[:12]})")
     click.echo(f"  imports: {', '.join(imports) or 'none'}")
     click.echo(f"  post-return: {'yes' if ctrl.has_post else 'no'}; reactor init: {'yes' if ctrl.has_initialize else 'no'}; "

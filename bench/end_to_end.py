@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     args = ap.parse_args()
 
-    from aicirt.backends import load_backend
+    from aicirt.engine.backends import load_backend
     from aicirt.engine import Engine
     from aicirt.run_command import resolve_controller
 

@@ -56,7 +56,7 @@ def bare_rate(wasm, arg: str, steps: int) -> float:
         while done < steps:
             if seq is None:
                 seq, tokens, sampled = rt.new_request(ctrl, arg).spawn(), [1, 2], None
-            out = rt.submit([(seq, tokens, sampled)]).wait()
+            out = rt.submit([aicirt.StepInput(seq, tokens, sampled)]).wait()
             done += 1
             r = out.results[0]
             if r.status != "ok" or not r.branches or len(tokens) > 34:

@@ -78,6 +78,7 @@ def pct(xs, q):
 
 def run_ours(rt, ctrl, pattern: str, prompt: list[int], text: list[int], cold: bool, passes: int):
     """Per-step wall times (µs) of submit->wait and the controller's own elapsed_us, and masks."""
+    from aicirt import StepInput
     arg = pattern.encode() + (b"\0nocache" if cold else b"")
     req = rt.new_request(ctrl, arg=arg)
     seq = req.spawn()
@@ -88,7 +89,7 @@ def run_ours(rt, ctrl, pattern: str, prompt: list[int], text: list[int], cold: b
                 toks = prompt + text[:k]
                 sampled = text[k - 1] if k else None
                 t0 = time.perf_counter()
-                out = rt.submit([(seq, toks, sampled)]).wait()
+                out = rt.submit([StepInput(seq, toks, sampled)]).wait()
                 dt = (time.perf_counter() - t0) * 1e6
                 r = out.results[0]
                 if r.status != "ok":

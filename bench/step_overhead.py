@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import aicirt
+from aicirt import StepInput
 from aicirt.toolchain import build_cached
 
 HERE = Path(__file__).resolve().parent
@@ -55,7 +56,7 @@ def bench_hot_path(rt, ctrl, batch, steps):
         for t in tokens:
             t.append(k % 1000)
         t0 = time.perf_counter()
-        out = rt.submit([(s, t, t[-1]) for s, t in zip(seqs, tokens)]).wait()
+        out = rt.submit([StepInput(s, t, t[-1]) for s, t in zip(seqs, tokens)]).wait()
         wall = (time.perf_counter() - t0) * 1e6
         assert all(r.status == "ok" for r in out.results), out.results[0].error
         if k >= 10:  # warm-up: first calls process the prompt
@@ -125,7 +126,7 @@ def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True):
     times, children = [], []
     for _ in range(n):
         t0 = time.perf_counter()
-        children.append(parent.fork())
+        children.extend(parent._fork(1))
         times.append((time.perf_counter() - t0) * 1e6)
         if reuse_slots:
             children.pop().close()
@@ -181,7 +182,7 @@ def main() -> None:
             walls = []
             for k in range(40):
                 t0 = time.perf_counter()
-                rt.submit([(s, [1, k], k) for s in seqs]).wait(1.0)
+                rt.submit([StepInput(s, [1, k], k) for s in seqs]).wait(1.0)
                 walls.append((time.perf_counter() - t0) * 1e3)
             report[f"batch64_busy_ms_{workers}_workers"] = pct(walls[5:], 50)
     report["two_worker_speedup"] = report["batch64_busy_ms_1_workers"] / report["batch64_busy_ms_2_workers"]

@@ -7,16 +7,16 @@ pulls in no model framework.
 from .batch import BatchHandle, BatchOutcome
 from .capabilities import Capabilities
 from .controller import Controller
-from .errors import AicirtError, ControllerError, LoadError
+from .errors import AicirtError, ControllerError, LoadError, MissingExtraError
 from .limits import Limits
 from .request import Request
 from .results import Branch, Splice, StepInput, StepResult
 from .runtime import Runtime
-from .sequence import Sequence
+from .sequence import Sequence, SeqState
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
 __all__ = [
     "AicirtError", "BatchHandle", "BatchOutcome", "Branch", "ByteTokenizer", "Capabilities", "Controller",
-    "ControllerError", "HFTokenizer", "Limits", "LoadError", "Request", "Runtime", "Sequence", "Splice",
-    "StepInput", "StepResult", "Tokenizer",
+    "ControllerError", "HFTokenizer", "Limits", "LoadError", "MissingExtraError", "Request", "Runtime", "SeqState",
+    "Sequence", "Splice", "StepInput", "StepResult", "Tokenizer",
 ]

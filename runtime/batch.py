@@ -1,8 +1,9 @@
 """One engine step's worth of `mid-process` calls: submit now, run on workers, collect at wait().
 
-The common result (one branch, a mask, no splices) is lifted in C straight into the batch's mask
-row. Everything else is read by `lift.py` from a numpy view of linear memory; here it is placed
-in mask rows, post-return is called and forks are made. Any violation ends only that sequence.
+The common result (one branch, a mask, no splices) is lifted by the hot path straight into the
+batch's mask row. Everything else is read by `lift.py` from a numpy view of linear memory; here
+it is placed in mask rows, post-return is called and forks are made. Any violation ends only
+that sequence. Sequence states change only through the sequence's own transitions.
 """
 from __future__ import annotations
 
@@ -11,24 +12,14 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
+from .abi import Stage, Status
 from .errors import ControllerError
-from .host_imports import clear_stale_exception
-from .lift import InvalidResult, check_temperature, read_branches
-from .native import (
-    STATUS_BAD_ALLOC,
-    STATUS_BAD_MASK,
-    STATUS_BAD_RESULT,
-    STATUS_EMPTY_MASK,
-    STATUS_LIFT,
-    STATUS_OK,
-    STATUS_TRAP,
-    get_native,
-)
+from .lift import InvalidResult, check_temperature, read_branches, status_message
 from .results import Branch, StepInput, StepResult
+from .sequence import Sequence, SeqState
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-    from .sequence import Sequence
 
 
 class MaskBuffers:
@@ -53,7 +44,7 @@ class MaskBuffers:
 
 class BatchOutcome:
     """What `BatchHandle.wait` returns: `masks` (uint32 [rows, ceil(V/32)], valid until the
-    next-but-one submit) and `results`."""
+    next-but-one submit) and `results`, one per submitted item, in order."""
 
     def __init__(self, masks: np.ndarray, results: list[StepResult], wait_us: float, blocked_us: float):
         self.masks = masks
@@ -62,129 +53,139 @@ class BatchOutcome:
         self.blocked_us = blocked_us  # blocked on controllers still running: the time not hidden
 
 
-class BatchHandle:
-    """Returned by :meth:`Runtime.submit`; the controllers run until :meth:`wait`."""
+def _check_items(runtime: "Runtime", items: list) -> None:
+    """Misuse is refused before anything runs: ValueError (TypeError for a wrong item type)."""
+    seen: set[int] = set()
+    for item in items:
+        if not isinstance(item, StepInput):
+            raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
+        seq = item.seq
+        if not isinstance(seq, Sequence) or seq.runtime is not runtime:
+            raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
+        if id(seq) in seen:
+            raise ValueError(f"sequence {seq.id} is submitted twice in one batch")
+        seen.add(id(seq))
+        if seq.state in (SeqState.CLOSING, SeqState.CLOSED):
+            raise ValueError(f"sequence {seq.id} is closed")
+        if seq.state is SeqState.RUNNING:
+            raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
 
-    def __init__(self, runtime: "Runtime", items: Iterable[tuple]):
+
+class BatchHandle:
+    """Returned by :meth:`Runtime.submit`; the controllers run until :meth:`wait`, which may be
+    called once."""
+
+    def __init__(self, runtime: "Runtime", items: Iterable[StepInput]):
+        runtime._check_open()
+        items = list(items)
+        _check_items(runtime, items)
         self.rt = runtime
-        native = self.native = get_native()
-        items = [it if isinstance(it, StepInput) else StepInput(*it) for it in items]
+        self.native = native = runtime.native
         W = runtime.mask_words
-        self.masks = runtime._masks.take(len(items), {id(s.in_flight[0].base) for s in runtime._in_flight})
+        self.masks = runtime._masks.take(len(items), runtime._pinned_buffers())
         self._extra: list[np.ndarray] = []
         self.results: list[StepResult | None] = [None] * len(items)
-        self._running: list[tuple[int, "Sequence"]] = []
-        self._late: list[tuple[int, "Sequence"]] = []   # calls from earlier steps, still out
-        self._first_call = False
+        self._running: list[tuple[int, Sequence]] = []
+        self._late: list[tuple[int, Sequence]] = []   # calls from earlier steps, still out
+        self._waited = False
         base = self.masks.ctypes.data
         for i, item in enumerate(items):
-            seq, tokens, sampled = item.seq, item.tokens, item.sampled
-            hint = () if item.unchanged is None else (item.unchanged,)
+            seq = item.seq
             if seq.finished:
                 self.results[i] = StepResult(seq, "error", error=seq.error or "sequence has stopped")
-            elif seq.in_flight is not None:
+            elif seq.state is SeqState.LATE:
                 self._late.append((i, seq))
             else:
                 try:
-                    seq.prepare(tokens, sampled, native.ffi.cast("uint32_t *", base + i * W * 4), *hint)
+                    seq._start(item, native.ffi.cast("uint32_t *", base + i * W * 4), (self.masks, i))
                 except ValueError as e:   # the engine's mistake; still only this sequence's problem
-                    seq.error = f"invalid step input: {e}"
+                    seq._finish(f"invalid step input: {e}")
                     self.results[i] = StepResult(seq, "error", error=seq.error)
                     continue
-                self._first_call |= seq.calls == 1
                 self._running.append((i, seq))
-        for i, seq in self._running:
-            seq.in_flight = (self.masks, i)
-            runtime._in_flight.add(seq)
         if self._running:
             runtime._pool.submit([seq.slot for _, seq in self._running])
 
-    def _still_late(self, i: int, seq: "Sequence") -> None:
-        seq.late_steps += 1
-        if seq.late_steps >= self.rt.limits.max_late_steps:
-            seq.error = f"controller was late {seq.late_steps} steps in a row (soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms)"
-            self.results[i] = StepResult(seq, "error", error=seq.error)
-        else:
-            self.results[i] = StepResult(seq, "pending")
-
     def wait(self, timeout_s: float | None = None) -> BatchOutcome:
         """Collect results. Sequences not done within the soft deadline (`timeout_s`, default
-        Limits.soft_deadline_s; the first call of a sequence gets first_call_timeout_s) are
-        "pending": they no-op this step and their result comes with a later step."""
+        Limits.soft_deadline_s) are "pending": they no-op this step and their result comes with
+        a later step. Only a call that has started and is not a first call counts towards
+        Limits.max_late_steps: a call still queued behind others, or a first call (bounded by
+        Limits.first_call_timeout_s), is simply pending. Raises ValueError if called twice."""
+        if self._waited:
+            raise ValueError("this batch was already waited for (BatchHandle.wait may be called once)")
+        self._waited = True
         t0 = time.perf_counter()
         limits = self.rt.limits
         budget = limits.soft_deadline_s if timeout_s is None else timeout_s
-        if self._first_call:
-            budget = max(budget, limits.first_call_timeout_s + 0.1)
         slots = [seq.slot for _, seq in self._running] + [seq.slot for _, seq in self._late]
-        if slots:
+        if slots and not self.rt.closed:
             self.rt._pool.wait(slots, budget)
         blocked_us = (time.perf_counter() - t0) * 1e6
-        for i, seq in self._late:
-            if seq.slot.done:   # an earlier step's call: its mask sits in that step's array
-                masks, row = seq.in_flight
-                self.results[i] = self._collect(i, seq, masks[row])
-            else:
-                self._still_late(i, seq)
-        for i, seq in self._running:
-            if seq.slot.done:
-                self.results[i] = self._collect(i, seq, None)
-            else:
-                self._still_late(i, seq)
+        for i, seq in self._late + self._running:
+            self.results[i] = self._settle(i, seq)
         masks = np.concatenate([self.masks, *self._extra]) if self._extra else self.masks
         self.rt._reap()
-        return BatchOutcome(masks, self.results, (time.perf_counter() - t0) * 1e6, blocked_us)
+        return BatchOutcome(masks, self.results, (time.perf_counter() - t0) * 1e6, blocked_us)  # type: ignore[arg-type]
+
+    def _settle(self, i: int, seq: Sequence) -> StepResult:
+        if seq.state in (SeqState.CLOSING, SeqState.CLOSED):   # closed by its owner meanwhile
+            if seq.state is SeqState.CLOSING and seq.slot.done:
+                seq._collected()
+            return StepResult(seq, "error", error="sequence was closed")
+        if not seq.slot.done:
+            counts = bool(seq.slot.started) and seq.calls > 1   # its own running time, not a queue's
+            late = seq._mark_late(counts)
+            if late >= self.rt.limits.max_late_steps:
+                seq._finish(f"controller was late {late} steps in a row "
+                            f"(soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms)")
+                return StepResult(seq, "error", error=seq.error)
+            return StepResult(seq, "pending")
+        assert seq.mask_buffer is not None   # a call is out: _start set it
+        masks, row = seq.mask_buffer
+        return self._collect(i, seq, None if masks is self.masks and row == i else masks[row])
 
     # -- lifting -------------------------------------------------------------------------------
-    def _collect(self, i: int, seq: "Sequence", src_row: np.ndarray | None) -> StepResult:
+    def _collect(self, i: int, seq: Sequence, src_row: np.ndarray | None) -> StepResult:
         s = seq.slot
-        seq.in_flight = None
-        self.rt._in_flight.discard(seq)
-        seq.late_steps = 0
         status = s.status
         try:
-            if status == STATUS_OK:
-                if src_row is not None:
+            if status == Status.OK:
+                if src_row is not None:   # an earlier step's call: its mask sits in that step's array
                     self.masks[i] = src_row
                 temperature = check_temperature(float(s.temp), 0) if s.temp_is_some else None
                 result = StepResult(seq, "ok", [Branch(i, temperature)])
-            elif status == STATUS_LIFT:
+            elif status == Status.LIFT:
                 result = self._lift(i, seq)
-            elif status == STATUS_TRAP:
-                clear_stale_exception()
-                raise InvalidResult(seq.fault or self.native.error_text(s))
-            elif status in (STATUS_BAD_MASK, STATUS_EMPTY_MASK):
-                self._lift(i, seq)  # re-validates and raises the precise message
-                raise InvalidResult("invalid mask")
+            elif status == Status.TRAP:
+                stage = Stage(s.stage)
+                where = "" if stage is Stage.MID_PROCESS else f"{stage.where}: "
+                raise InvalidResult(where + self.native.error_text(s))
+            elif status == Status.BAD_RESULT:
+                raise InvalidResult(f"mid-process returned result pointer {s.result_ptr} (branch list at "
+                                    f"{s.branches_ptr}, {s.n_branches} branches) outside linear memory")
             else:
-                raise InvalidResult(self._bad_pointer_text(s, status))
+                raise InvalidResult(status_message(status, s.detail[0], s.detail[1], self.rt.vocab_size))
         except InvalidResult as e:
-            seq.error = str(e)
-            result = StepResult(seq, "error", error=seq.error)
-        result.logs = seq.take_call_log()
+            result = StepResult(seq, "error", error=str(e))
+        result.logs = seq._take_call_log()
         result.elapsed_us = s.elapsed_us
-        if result.status == "ok" and not result.branches:
-            seq.stopped = True
-        if seq.finished and seq._close_pending:
-            seq.close()
+        seq._collected()
+        if result.status == "error":
+            seq._finish(result.error)
+        elif result.is_stop:
+            seq._finish()
         return result
 
-    def _bad_pointer_text(self, s, status: int) -> str:
-        _, size = self.native.memory(s)
-        if status == STATUS_BAD_ALLOC:
-            return f"cabi_realloc returned memory outside linear memory ({size} bytes) for the arguments"
-        if status == STATUS_BAD_RESULT:
-            return (f"mid-process returned result pointer {s.result_ptr} (branch list at {s.branches_ptr}, "
-                    f"{s.n_branches} branches) outside linear memory ({size} bytes)")
-        return f"internal: unknown status {status}"
-
-    def _lift(self, i: int, seq: "Sequence") -> StepResult:
+    def _lift(self, i: int, seq: Sequence) -> StepResult:
         rt, s = self.rt, seq.slot
         ptr, size = self.native.memory(s)
-        mem = np.frombuffer(self.native.ffi.buffer(ptr, size), dtype=np.uint8)
+        mem = np.frombuffer(self.native.ffi.buffer(self.native.ffi.cast("uint8_t *", ptr), size), dtype=np.uint8)
+        req = seq.request
         lifted = read_branches(mem, s.branches_ptr, s.n_branches, vocab_size=rt.vocab_size,
-                               capabilities=seq.request.capabilities, n_seen=len(seq.seen),
-                               forks_left=rt.limits.max_forks - seq.request.forks, max_forks=rt.limits.max_forks)
+                               capabilities=req.capabilities, n_seen=len(seq.seen),
+                               forks_left=rt.limits.max_forks - req.forks, limits=rt.limits,
+                               check_mask=self.native.check_mask)
         branches = []
         for k, (mask, temperature, splices) in enumerate(lifted):
             row = None
@@ -196,21 +197,13 @@ class BatchHandle:
                     row = len(self.masks) + len(self._extra)
                     self._extra.append(mask[None, :])
             branches.append(Branch(row, temperature, splices))
-        n = len(branches)
         self.native.post(s)
-        if s.status == STATUS_TRAP:
-            raise InvalidResult("cabi_post_mid-process: " + (seq.fault or self.native.error_text(s)))
-        forks = []
-        if n > 1:
+        if s.status == Status.TRAP:
+            raise InvalidResult("cabi_post_mid-process: " + self.native.error_text(s))
+        forks: list[Sequence] = []
+        if len(branches) > 1:
             try:
-                for _ in range(n - 1):
-                    forks.append(seq.fork())
+                forks = seq._fork(len(branches) - 1)
             except ControllerError as e:   # e.g. no free instance slot: only this sequence fails
-                for child in forks:
-                    child.close()
-                raise InvalidResult(f"fork failed: {e}") from None
-            seq.request.forks += n - 1
-            group = [seq.id] + [c.id for c in forks]
-            for member in (seq, *forks):
-                member.fork_group = group
+                raise InvalidResult(str(e)) from None
         return StepResult(seq, "ok", branches, forks)

@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Union
 
 import wasmtime
 
@@ -19,6 +20,7 @@ from . import abi
 from .admission import structural_problems, wasi_problem
 from .errors import LoadError
 from .limits import Limits
+from .native.engine_config import make_engine
 from .wasm_binary import WasmFormatError, export_mutable_globals, module_facts
 
 _DEFAULT_MEMORY = Limits().memory_bytes
@@ -37,16 +39,28 @@ class Controller:
     wasi_imports: list[tuple[str, wasmtime.FuncType]] = field(default_factory=list)
     name: str = ""
 
+    def _release(self) -> None:
+        """Its Runtime closed: drop the compiled code, which would keep that runtime's wasmtime
+        Engine (and its address-space reservation) alive."""
+        self.module = None  # type: ignore[assignment]
 
-def _sig(ft: wasmtime.FuncType) -> tuple[list[str], list[str]]:
+
+Signature = tuple[list[str], list[str]]      # (params, results) as wasmtime spells the value types
+
+
+def _sig(ft: wasmtime.FuncType) -> Signature:
     return [str(p) for p in ft.params], [str(r) for r in ft.results]
 
 
-def _fmt(sig) -> str:
+def _fmt(sig: Signature) -> str:
     return f"({', '.join(sig[0])}) -> ({', '.join(sig[1])})"
 
 
-def read_source(src, max_bytes: int) -> tuple[bytes, str]:
+#: A controller module: a path to a .wasm file, or its bytes.
+Source = Union[str, "os.PathLike[str]", bytes, bytearray]
+
+
+def read_source(src: Source, max_bytes: int) -> tuple[bytes, str]:
     """The module's bytes and a display name; raises LoadError for a missing or oversized file
     and for anything that is neither a path nor bytes."""
     if isinstance(src, (bytes, bytearray)):
@@ -85,12 +99,12 @@ def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
     for imp in module.imports:
         where = f"import `{imp.module}`.`{imp.name}`"
         if imp.module == abi.HOST_MODULE:
-            want = abi.HOST_IMPORTS.get(imp.name)
-            if want is None:
+            host_want = abi.HOST_IMPORTS.get(imp.name or "")
+            if host_want is None:
                 problems.append(f"{where} is not in WIT interface `host`")
-            elif not isinstance(imp.type, wasmtime.FuncType) or _sig(imp.type) != want:
+            elif not isinstance(imp.type, wasmtime.FuncType) or _sig(imp.type) != host_want:
                 got = _fmt(_sig(imp.type)) if isinstance(imp.type, wasmtime.FuncType) else "not a function"
-                problems.append(f"{where} has type {got}, expected {_fmt(want)}")
+                problems.append(f"{where} has type {got}, expected {_fmt(host_want)}")
         elif imp.module == abi.WASI_MODULE and isinstance(imp.type, wasmtime.FuncType):
             problem = wasi_problem(imp.name, _sig(imp.type))
             if problem:
@@ -103,7 +117,7 @@ def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
     return abi.EXPORT_POST in exports, abi.EXPORT_INITIALIZE in exports, wasi
 
 
-# Settings compiled code depends on; they must match Runtime's engine (runtime._enable_pooling)
+# Settings compiled code depends on; they must match Runtime's engine (native/engine_config.py)
 # for the child's artifact to deserialize there. Stack size and slot counts do not matter.
 _GUARD_BYTES = 2 << 20
 # Bumped whenever the loader refuses more: artifacts cached under older rules are not trusted.
@@ -156,7 +170,7 @@ def _compile_in_thread(engine: wasmtime.Engine, wasm: bytes, timeout_s: float, n
     module, but the compile itself runs on until it ends."""
     box: dict = {}
 
-    def work():
+    def work() -> None:
         try:
             box["module"] = wasmtime.Module(engine, wasm)
         except Exception as e:  # reported below with the module's name
@@ -193,7 +207,7 @@ def _compiled(engine, wasm: bytes, name: str, key: tuple, cached: Path | None, t
         return module, module.serialize()
 
 
-def load_controller(engine: wasmtime.Engine, engine_key: str, src, *, max_bytes: int,
+def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, max_bytes: int,
                     compile_timeout_s: float, cache_dir: Path | None,
                     memory_bytes: int | None = None) -> Controller:
     """Read, check, rewrite and compile a controller (compiled code cached on disk and in this
@@ -220,7 +234,7 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src, *, max_bytes:
         _remember(key, artifact)
         if cached is not None:
             try:
-                cache_dir.mkdir(parents=True, exist_ok=True)
+                cached.parent.mkdir(parents=True, exist_ok=True)
                 tmp = cached.with_suffix(f".tmp{os.getpid()}")
                 tmp.write_bytes(artifact)
                 os.replace(tmp, cached)
@@ -229,18 +243,13 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src, *, max_bytes:
     return Controller(sha, module, len(data), globals_, has_post, has_init, wasi, name)
 
 
-def check_controller(src, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0,
+def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0,
                      limits: Limits | None = None) -> Controller:
     """Validate `src` (path or bytes) without a Runtime: the same checks `Runtime.load` runs,
     against an engine configured as a Runtime's with `limits` (default: Limits()), no disk cache.
     For tools that want a quick verdict (`aicirt check`, `aicirt build`, and `aicirt run` before
     it spends seconds loading a model). Raises LoadError."""
-    from .runtime import _enable_pooling   # lazy: runtime imports this module
-
     limits = limits or Limits()
-    cfg = wasmtime.Config()
-    cfg.epoch_interruption = True
-    cfg.max_wasm_stack = limits.stack_bytes
-    _enable_pooling(cfg, 1, limits.memory_bytes)
-    return load_controller(wasmtime.Engine(cfg), "check", src, max_bytes=max_bytes,
-                           compile_timeout_s=compile_timeout_s, cache_dir=None, memory_bytes=limits.memory_bytes)
+    return load_controller(make_engine(limits.stack_bytes, limits.memory_bytes, 1), "check", src,
+                           max_bytes=max_bytes, compile_timeout_s=compile_timeout_s, cache_dir=None,
+                           memory_bytes=limits.memory_bytes)

@@ -1,100 +1,47 @@
-"""The host side of WIT interface `host` and the `wasi_snapshot_preview1` shim (SPEC §2).
+"""The Python side of WIT interface `host` and the `wasi_snapshot_preview1` shim (SPEC §2).
 
-Each import finds its sequence from the calling Store's data, reads arguments out of linear memory
-with bounds checks, and returns lists through the guest's `cabi_realloc` and a return area.
-A guest that passes a bad pointer gets a trap with a message saying which import and why; the
-trap ends only its own sequence.
-
-Host imports run rarely (setup, variables, logs), so they use wasmtime-py's ordinary callbacks;
-the per-token path never goes through them.
+On the compiled hot path only `tokenize`, `detokenize`, `token-trie` and the WASI shim run here
+(the per-step imports are native callbacks in native/host.c); on the Python fallback every
+import does, with the same results and messages. Each import gets its sequence and a
+bounds-checked view of its caller's memory; a guest that passes something invalid gets a trap
+whose message says which import and why, recorded on its own sequence, and only that sequence ends.
 """
 from __future__ import annotations
 
-import ctypes
 import struct
 import threading
 from typing import TYPE_CHECKING, Callable
 
 import wasmtime
-from wasmtime import _ffi as wt_ffi
-from wasmtime import _func as wt_func
 
 from . import abi
+from .native.guest import AllocFailed, Guest, GuestFault
 
 if TYPE_CHECKING:
+    from .native import Native
     from .sequence import Sequence
 
 _ENOSYS, _EBADF, _ESUCCESS = 52, 8, 0
+_MAX_IOVS = 1024    # iovecs in one fd_write
+Impl = Callable[..., "int | None"]
 
 
-class GuestFault(Exception):
-    """The guest passed something invalid to a host import; becomes a trap for its sequence."""
-
-
-def _raise_fault(seq: "Sequence", message: str):
-    seq.fault = message
-    raise GuestFault(message)
-
-
-class Guest:
-    """Memory access for one host call: bounds-checked reads, writes and allocations."""
-
-    __slots__ = ("seq", "caller", "base", "size", "name")
-
-    def __init__(self, seq: "Sequence", caller, name: str):
-        self.seq, self.caller, self.name = seq, caller, name
-        self.base = ctypes.cast(seq.memory.data_ptr(caller), ctypes.c_void_p).value or 0
-        self.size = seq.memory.data_len(caller)
-
-    def _check(self, ptr: int, n: int) -> None:
-        if ptr < 0 or n < 0 or ptr + n > self.size:
-            _raise_fault(self.seq, f"host import `{self.name}`: range [{ptr}, {ptr + n}) is outside linear memory ({self.size} bytes)")
-
-    def read(self, ptr: int, n: int) -> bytes:
-        ptr &= 0xFFFFFFFF
-        n &= 0xFFFFFFFF
-        cap = self.seq.request.runtime.limits.host_arg_bytes
-        if n > cap:   # host work happens under the GIL, where the epoch limit cannot stop it
-            _raise_fault(self.seq, f"host import `{self.name}`: an argument of {n} bytes is over the limit "
-                                   f"of {cap} (Limits.host_arg_bytes)")
-        self._check(ptr, n)
-        return ctypes.string_at(self.base + ptr, n)
-
-    def read_str(self, ptr: int, n: int) -> str:
-        raw = self.read(ptr, n)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            _raise_fault(self.seq, f"host import `{self.name}`: string is not valid UTF-8")
-
-    def write(self, ptr: int, data: bytes) -> None:
-        ptr &= 0xFFFFFFFF
-        self._check(ptr, len(data))
-        ctypes.memmove(self.base + ptr, data, len(data))
-
-    def alloc(self, data: bytes, align: int) -> int:
-        """Copy `data` into memory the guest allocates with cabi_realloc; returns its pointer."""
-        if not data:
-            return 0
-        ptr = self.seq.realloc(self.caller, 0, 0, align, len(data)) & 0xFFFFFFFF
-        # realloc may have grown memory, which can move it
-        self.base = ctypes.cast(self.seq.memory.data_ptr(self.caller), ctypes.c_void_p).value or 0
-        self.size = self.seq.memory.data_len(self.caller)
-        self.write(ptr, data)
-        return ptr
-
-    def return_list(self, retptr: int, data: bytes, align: int, count: int) -> None:
-        self.write(retptr, struct.pack("<II", self.alloc(data, align), count))
+def _i32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >= 1 << 31 else v
 
 
 class HostImports:
-    """Defines the imports of one controller module in a Linker; finds sequences via `lookup`."""
+    """The host imports of one Runtime: registers its Python handlers with the hot path."""
 
-    def __init__(self, tokenizer, lookup: Callable[[int], "Sequence"]) -> None:
+    def __init__(self, native: "Native", tokenizer, lookup: Callable[[int], "Sequence"], host_arg_bytes: int) -> None:
+        self.native = native
         self.tokenizer = tokenizer
         self.lookup = lookup
+        self.arg_cap = host_arg_bytes
         self._trie: bytes | None = None
         self._trie_lock = threading.Lock()
+        self._ids: dict[tuple, int] = {}
 
     def prebuild_trie(self) -> None:
         """Build the trie on a background thread now (an engine loads its model meanwhile), so
@@ -109,143 +56,159 @@ class HostImports:
                 self._trie = serialize_trie(self.tokenizer.token_bytes)
         return self._trie
 
-    def _seq(self, caller) -> "Sequence":
-        return self.lookup(wt_ffi.wasmtime_context_get_data(caller._context()))
+    # -- registration (native.linker.HostHandlers) ----------------------------------------------
+    def handler_id(self, name: str) -> int:
+        key = ("host", name)
+        if key not in self._ids:
+            params, results = abi.HOST_IMPORTS[name]
+            self._ids[key] = self.native.add_handler(
+                self._wrap(name, getattr(self, "h_" + name.replace("-", "_")), len(params), bool(results)))
+        return self._ids[key]
 
-    def define(self, linker: wasmtime.Linker, wasi_imports) -> None:
-        for name, (params, results) in abi.HOST_IMPORTS.items():
-            impl = getattr(self, "h_" + name.replace("-", "_"))
-            ty = wasmtime.FuncType([wasmtime.ValType.i32()] * len(params), [wasmtime.ValType.i32()] * len(results))
-            linker.define_func(abi.HOST_MODULE, name, ty, self._wrap(name, impl), access_caller=True)
-        for name, ty in wasi_imports:
-            linker.define_func(abi.WASI_MODULE, name, ty, self._wasi(name, ty), access_caller=True)
+    def wasi_handler_id(self, name: str, ty: wasmtime.FuncType) -> int:
+        params, results = [str(p) for p in ty.params], [str(r) for r in ty.results]
+        key = ("wasi", name, tuple(params), tuple(results))
+        if key not in self._ids:
+            impl = getattr(self, "w_" + name, None)
+            if impl is None:
+                impl = self._w_enosys if results == ["i32"] else self._w_unavailable
+            self._ids[key] = self.native.add_handler(self._wrap(name, impl, len(params), bool(results), wasi=True))
+        return self._ids[key]
 
-    def _wrap(self, name: str, impl):
-        def call(caller, *args):
-            seq = self._seq(caller)
+    def close(self) -> None:
+        for hid in self._ids.values():
+            self.native.remove_handler(hid)
+        self._ids.clear()
+
+    def _wrap(self, name: str, impl: Impl, n_params: int, has_result: bool, wasi: bool = False):
+        native, lookup, arg_cap = self.native, self.lookup, self.arg_cap
+        what = f"WASI function `{name}`" if wasi else f"host import `{name}`"
+
+        def handler(slot, ctx, args) -> int:
             try:
-                return impl(Guest(seq, caller, name), *args)
-            except GuestFault:
-                raise
+                seq = lookup(native.addr(slot))
+                g = Guest(native, slot, ctx, name, arg_cap)
+                r = impl(seq, g, *(args[i].i32 & 0xFFFFFFFF for i in range(n_params)))
+                if has_result:
+                    args[0].i32 = _i32(r or 0)
+                return 0
+            except AllocFailed:
+                return 1
+            except GuestFault as e:
+                native.set_fault(slot, str(e))
             except Exception as e:  # a host-side failure still ends only this sequence
-                _raise_fault(seq, f"host import `{name}` failed: {type(e).__name__}: {e}")
-        return call
+                native.set_fault(slot, f"{what} failed: {type(e).__name__}: {e}")
+            return 1
+        return handler
 
-    # -- interface host ------------------------------------------------------------------------
-    def h_vocab_size(self, g: Guest) -> int:
-        return self.tokenizer.vocab_size
+    # -- interface host --------------------------------------------------------------------------
+    # The first five and the var/log ones are native callbacks on the compiled path (host.c);
+    # these Python twins serve the fallback and read the same slot fields.
+    def h_vocab_size(self, seq, g: Guest) -> int:
+        return g.slot.vocab_size
 
-    def h_eos_token(self, g: Guest) -> int:
-        return self.tokenizer.eos_token_id
+    def h_eos_token(self, seq, g: Guest) -> int:
+        return g.slot.eos_token
 
-    def h_token_trie(self, g: Guest, retptr: int) -> None:
-        fresh = self._trie is None
-        data = self.trie
-        if fresh:  # building it (once per runtime, ~1 s at 150k tokens) is not the controller's time
-            wt_ffi.wasmtime_context_set_epoch_deadline(g.caller._context(), g.seq._ticks_first)
+    def h_self_seq_id(self, seq, g: Guest) -> int:
+        return g.slot.seq_id
+
+    def h_capabilities(self, seq, g: Guest) -> int:
+        return g.slot.capabilities
+
+    def h_arg(self, seq, g: Guest, retptr: int) -> None:
+        data = seq.request.arg
         g.return_list(retptr, data, 1, len(data))
 
-    def h_tokenize(self, g: Guest, ptr: int, n: int, retptr: int) -> None:
-        ids = self.tokenizer.encode(g.read_str(ptr, n))
-        g.return_list(retptr, struct.pack(f"<{len(ids)}I", *ids), 4, len(ids))
-
-    def h_detokenize(self, g: Guest, ptr: int, n: int, retptr: int) -> None:
-        ids = struct.unpack(f"<{n & 0xFFFFFFFF}I", g.read(ptr, (n & 0xFFFFFFFF) * 4))
-        vocab = self.tokenizer.vocab_size
-        bad = [t for t in ids if t >= vocab]
-        if bad:
-            _raise_fault(g.seq, f"host import `detokenize`: token id {bad[0]} >= vocab size {vocab}")
-        data = self.tokenizer.decode_bytes(ids)
-        g.return_list(retptr, data, 1, len(data))
-
-    def h_arg(self, g: Guest, retptr: int) -> None:
-        data = g.seq.request.arg
-        g.return_list(retptr, data, 1, len(data))
-
-    def h_self_seq_id(self, g: Guest) -> int:
-        return g.seq.id
-
-    def h_capabilities(self, g: Guest) -> int:
-        return int(g.seq.request.capabilities)
-
-    def h_var_get(self, g: Guest, ptr: int, n: int, retptr: int) -> None:
-        value = g.seq.request.var_get(g.read_str(ptr, n))
+    def h_var_get(self, seq, g: Guest, ptr: int, n: int, retptr: int) -> None:
+        value = seq.request.vars.get(g.read_str(ptr, n))
         if value is None:
-            g.write(retptr, b"\0" * 12)
+            g.write(retptr, b"\0" * abi.OPTION_LIST_SIZE)
         else:
             g.write(retptr, struct.pack("<III", 1, g.alloc(value, 1), len(value)))
 
-    def h_var_set(self, g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
-        g.seq.request.var_set(g.seq.id, g.read_str(nptr, nlen), g.read(vptr, vlen), append=False)
+    def _var_set(self, seq, g: Guest, nptr: int, nlen: int, vptr: int, vlen: int, append: bool) -> None:
+        name, value = g.read_str(nptr, nlen), g.read(vptr, vlen)
+        try:
+            seq.request.vars.set(g.slot.seq_id, name, value, append)
+        except ValueError as e:
+            g.fail(str(e))
 
-    def h_var_append(self, g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
-        g.seq.request.var_set(g.seq.id, g.read_str(nptr, nlen), g.read(vptr, vlen), append=True)
+    def h_var_set(self, seq, g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
+        self._var_set(seq, g, nptr, nlen, vptr, vlen, append=False)
 
-    def h_log(self, g: Guest, ptr: int, n: int) -> None:
-        g.seq.append_log(g.read(ptr, n))
+    def h_var_append(self, seq, g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
+        self._var_set(seq, g, nptr, nlen, vptr, vlen, append=True)
 
-    # -- wasi_snapshot_preview1: no real I/O ---------------------------------------------------
-    def _wasi(self, name: str, ty: wasmtime.FuncType):
-        results = [str(r) for r in ty.results]
-        returns_errno = results == ["i32"]
-        impl = getattr(self, "w_" + name, None)
+    def h_log(self, seq, g: Guest, ptr: int, n: int) -> None:
+        self.native.log_append(g.slot, g.read(ptr, n))
 
-        def call(caller, *args):
-            seq = self._seq(caller)
-            if impl is None:
-                if returns_errno:
-                    return _ENOSYS
-                _raise_fault(seq, f"WASI function `{name}` is not available to controllers")
-            try:
-                return impl(Guest(seq, caller, name), *args)
-            except GuestFault:
-                raise
-            except Exception as e:
-                _raise_fault(seq, f"WASI function `{name}` failed: {type(e).__name__}: {e}")
-        return call
+    # Python on both paths: rare, and they need the tokenizer.
+    def h_token_trie(self, seq, g: Guest, retptr: int) -> None:
+        fresh = self._trie is None
+        data = self.trie
+        if fresh:  # building it (once per runtime, ~1 s at 150k tokens) is not the controller's time
+            self.native.set_deadline(g.ctx, g.slot.first_call_ticks)
+        g.return_list(retptr, data, 1, len(data))
 
-    def w_fd_write(self, g: Guest, fd: int, iovs: int, n_iovs: int, nwritten: int) -> int:
+    def h_tokenize(self, seq, g: Guest, ptr: int, n: int, retptr: int) -> None:
+        ids = self.tokenizer.encode(g.read_str(ptr, n))
+        g.return_list(retptr, struct.pack(f"<{len(ids)}I", *ids), 4, len(ids))
+
+    def h_detokenize(self, seq, g: Guest, ptr: int, n: int, retptr: int) -> None:
+        ids = struct.unpack(f"<{n}I", g.read(ptr, n * 4))
+        vocab = self.tokenizer.vocab_size
+        bad = [t for t in ids if t >= vocab]
+        if bad:
+            g.fail(f"token id {bad[0]} >= vocab size {vocab}")
+        data = self.tokenizer.decode_bytes(ids)
+        g.return_list(retptr, data, 1, len(data))
+
+    # -- wasi_snapshot_preview1: no real I/O -----------------------------------------------------
+    def _w_enosys(self, seq, g: Guest, *_) -> int:
+        return _ENOSYS
+
+    def _w_unavailable(self, seq, g: Guest, *_) -> None:
+        raise GuestFault(f"WASI function `{g.name}` is not available to controllers")
+
+    def w_fd_write(self, seq, g: Guest, fd: int, iovs: int, n_iovs: int, nwritten: int) -> int:
         if fd not in (1, 2):
             return _EBADF
+        if n_iovs > _MAX_IOVS:   # host work is not interruptible: bound it
+            g.fail(f"{n_iovs} iovecs is over the limit of {_MAX_IOVS}")
         total = 0
-        for i in range(n_iovs & 0xFFFF):
-            ptr, n = struct.unpack("<II", g.read(iovs + 8 * i, 8))
-            g.seq.append_log(g.read(ptr, n))
+        for ptr, n in struct.iter_unpack("<II", g.read(iovs, 8 * n_iovs)):
             total += n
+            if total > g.arg_cap:
+                g.fail(f"writes {total} bytes or more, over the limit of {g.arg_cap} (Limits.host_arg_bytes)")
+            self.native.log_append(g.slot, g.read(ptr, n))
         g.write(nwritten, struct.pack("<I", total))
         return _ESUCCESS
 
-    def w_fd_fdstat_get(self, g: Guest, fd: int, out: int) -> int:
+    def w_fd_fdstat_get(self, seq, g: Guest, fd: int, out: int) -> int:
         if fd not in (0, 1, 2):
             return _EBADF
         g.write(out, struct.pack("<BxHxxxxQQ", 2, 0, 0, 0))  # character device, no rights
         return _ESUCCESS
 
-    def w_clock_time_get(self, g: Guest, clock: int, precision: int, out: int) -> int:
+    def w_clock_time_get(self, seq, g: Guest, clock: int, precision: int, out: int) -> int:
         g.write(out, struct.pack("<Q", 0))  # no clock: deterministic controllers
         return _ESUCCESS
 
-    def w_args_sizes_get(self, g: Guest, argc: int, size: int) -> int:
+    def w_args_sizes_get(self, seq, g: Guest, argc: int, size: int) -> int:
         g.write(argc, b"\0" * 4)
         g.write(size, b"\0" * 4)
         return _ESUCCESS
 
     w_environ_sizes_get = w_args_sizes_get
 
-    def w_args_get(self, g: Guest, *_):
+    def w_args_get(self, seq, g: Guest, *_) -> int:
         return _ESUCCESS
 
     w_environ_get = w_args_get
 
-    def w_sched_yield(self, g: Guest) -> int:
+    def w_sched_yield(self, seq, g: Guest) -> int:
         return _ESUCCESS
 
-    def w_proc_exit(self, g: Guest, code: int) -> None:
-        _raise_fault(g.seq, f"controller called proc_exit({code})")
-
-
-def clear_stale_exception() -> None:
-    """wasmtime-py parks a callback's exception in a module global; ours are reported per
-    sequence, so drop it lest an unrelated wasmtime-py call re-raise it later."""
-    if isinstance(wt_func.LAST_EXCEPTION, GuestFault):
-        wt_func.LAST_EXCEPTION = None
+    def w_proc_exit(self, seq, g: Guest, code: int) -> None:
+        raise GuestFault(f"controller called proc_exit({code})")

@@ -25,6 +25,9 @@ class Limits:
     upload_bytes: int = 64 << 20        # module size
     compile_timeout_s: float = 30.0
     epoch_tick_s: float = 0.01          # granularity of the hard time limit
+    max_extra_workers: int = 16         # workers added while every worker is stuck past the soft deadline
+    max_splices: int = 64               # splices in one branch of a result
+    max_result_tokens: int = 1 << 16    # token ids in one result's splices (when-sampled + ff-tokens)
 
     def __post_init__(self) -> None:
         for name in ("soft_deadline_s", "call_timeout_s", "first_call_timeout_s", "compile_timeout_s", "epoch_tick_s"):
@@ -34,6 +37,9 @@ class Limits:
                      "variable_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in ("max_extra_workers", "max_splices", "max_result_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Limits.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.max_forks < 0:
             raise ValueError(f"Limits.max_forks must be >= 0, got {self.max_forks!r}")
 

@@ -1,10 +1,11 @@
 """A request: one controller, its argument and capabilities, and the variables all its forks share."""
 from __future__ import annotations
 
-import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from .capabilities import Capabilities
+from .owned import Owned
 
 if TYPE_CHECKING:
     from .controller import Controller
@@ -12,56 +13,54 @@ if TYPE_CHECKING:
     from .sequence import Sequence
 
 
-class Request:
-    """Created by :meth:`Runtime.new_request`. Thread-safe: controllers of several forks may set
-    variables from different worker threads at once."""
+class Request(Owned):
+    """Created by :meth:`Runtime.new_request`. Its variables are shared by every sequence of the
+    request (all forks) and thread-safe: controllers on different worker threads may set them at
+    once. `close()` closes its sequences."""
 
     def __init__(self, runtime: "Runtime", controller: "Controller", arg: bytes, capabilities: Capabilities):
         self.runtime = runtime
         self.controller = controller
         self.arg = bytes(arg)
+        self.arg_buffer = runtime.native.ffi.from_buffer(self.arg)   # read by the native `arg` import
         self.capabilities = Capabilities(capabilities)
-        self.variables: dict[str, bytes] = {}
         self.sequences: list["Sequence"] = []
         self.forks = 0
-        self._changes: list[tuple[int, str, str, bytes]] = []
-        self._held = self._pending = 0         # bytes in variables / in changes not yet taken
-        self._lock = threading.Lock()
+        self.vars = runtime.native.new_vars(runtime.limits.variable_bytes)
+        # freed once nothing can reach it: a closing sequence's call may still read it
+        weakref.finalize(self, self.vars.close)
+
+    def _describe(self) -> str:
+        return f"request for {self.controller.name or self.controller.sha256[:12]}"
 
     def spawn(self) -> "Sequence":
-        """A new sequence running a fresh instance of the controller (its first call gets the prompt)."""
+        """A new sequence running a fresh instance of the controller (its first call gets the
+        prompt). Raises ControllerError if the instance cannot be made or its `_initialize`
+        fails; ValueError if the request or its runtime is closed."""
         from .sequence import Sequence
+        self._check_open()
+        self.runtime._check_open()
         seq = Sequence.instantiate(self)
         self.sequences.append(seq)
         return seq
 
-    def var_get(self, name: str) -> bytes | None:
-        with self._lock:
-            return self.variables.get(name)
+    def _adopt(self, forks: list["Sequence"]) -> None:
+        self.sequences.extend(forks)
+        self.forks += len(forks)
 
-    def var_set(self, seq_id: int, name: str, value: bytes, append: bool) -> None:
-        """Set or append; raises ValueError past Limits.variable_bytes (held values, or changes
-        the embedder has not taken yet), which ends the calling sequence."""
-        with self._lock:
-            old = self.variables.get(name)
-            new = (old or b"") + value if append else value
-            held = self._held - (len(name) + len(old) if old is not None else 0) + len(name) + len(new)
-            pending = self._pending + len(name) + len(value)
-            cap = self.runtime.limits.variable_bytes
-            if held > cap or pending > cap:
-                raise ValueError(f"variables would take {max(held, pending)} bytes, over the limit of {cap} "
-                                 f"(Limits.variable_bytes)")
-            self.variables[name] = new
-            self._held, self._pending = held, pending
-            self._changes.append((seq_id, "append" if append else "set", name, value))
+    @property
+    def variables(self) -> dict[str, bytes]:
+        """A snapshot of the variables."""
+        return self.vars.snapshot()
+
+    def var_get(self, name: str) -> bytes | None:
+        return self.vars.get(name)
 
     def take_var_changes(self) -> list[tuple[int, str, str, bytes]]:
         """Variable changes since the last call: (seq_id, "set" | "append", name, value), in order."""
-        with self._lock:
-            out, self._changes, self._pending = self._changes, [], 0
-            return out
+        return self.vars.take_changes()
 
-    def close(self) -> None:
+    def _release(self) -> None:
         for seq in self.sequences:
             seq.close()
         self.sequences.clear()

@@ -4,14 +4,53 @@ cli.py only parses options; everything here is importable and testable without c
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
-from .engine import Engine, FinishEvent, ForkEvent, LogEvent, SamplingParams, TokensEvent
+from .engine import Engine, Event, FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, SamplingParams, TokensEvent
+from .errors import AicirtError
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+class RunFailed(AicirtError):
+    """A sequence ended in error, or the controller rejected its argument before the model loaded.
+
+    The message is one line saying why (the runtime's error and the controller's last log line);
+    `result` is the run's result dict when the run got that far (it has been printed already).
+    """
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result
+
+
+def _last_log_line(logs: str) -> str:
+    return next((ln.strip() for ln in reversed(logs.splitlines()) if ln.strip()), "")
+
+
+def _why(error: str, logs: str) -> str:
+    """The runtime's error, plus the controller's last log line (a controller that fails says why there)."""
+    line = _last_log_line(logs)
+    return f"{error}; controller log: {line}" if line and line not in error else error
+
+
+def failure(result: dict) -> str | None:
+    """One line naming the sequences of `result` that ended in error, or None if none did."""
+    failed = [s for s in result["sequences"] if s["finish_reason"] == "error"]
+    if not failed:
+        return None
+    first = failed[0]
+    head = f"sequence #{first['label']} ended in error"
+    if len(result["sequences"]) > 1:
+        head = f"{len(failed)} of {len(result['sequences'])} sequences ended in error; #{first['label']}"
+    return f"{head}: {_why(first['error'] or 'error', first['logs'])}"
 
 
 def resolve_controller(src: str, *, progress: bool = True) -> Path:
@@ -61,12 +100,12 @@ class StreamPrinter:
     at_line_start: bool = True
     out_ends_with_label: bool = False
 
-    def _style(self, text: str, **kw) -> str:
+    def _style(self, text: str, **kw: Any) -> str:
         import click
 
         return click.style(text, **kw) if self.color else text
 
-    def start(self, req) -> None:
+    def start(self, req: GenRequest) -> None:
         data = self.engine.backend.decode_bytes(req.prompt)
         self.views[0] = _View(list(req.prompt), len(data), data)
         self.last = 0
@@ -78,7 +117,7 @@ class StreamPrinter:
             self.out_ends_with_label = False
             self.out.flush()
 
-    def _switch_to(self, seq) -> None:
+    def _switch_to(self, seq: GenSeq) -> None:
         if self.last == seq.label or len(seq.request.sequences) == 1:
             self.last = seq.label
             return
@@ -88,7 +127,7 @@ class StreamPrinter:
         self.out_ends_with_label = True
         self.last = seq.label
 
-    def on_event(self, ev) -> None:
+    def on_event(self, ev: Event) -> None:
         if isinstance(ev, ForkEvent):
             parent = self.views[ev.parent.label]
             self.views[ev.child.label] = _View(list(parent.tokens), parent.printed, parent.data)
@@ -133,7 +172,7 @@ class StreamPrinter:
         view.data = new
 
 
-def _var_text(value: bytes):
+def _var_text(value: bytes) -> str | dict[str, str]:
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError:
@@ -147,22 +186,31 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     """Run `controller` on `model` and stream (or, with `as_json`, print as JSON) what it generates.
 
     Returns the result as the JSON form's dict. Raises `FileNotFoundError` (controller or
-    model), `aicirt.LoadError` (bad module), `aicirt.toolchain.BuildError` (compile error).
+    model), `aicirt.LoadError` (bad module), `aicirt.toolchain.BuildError` (compile error),
+    `RunFailed` when a sequence ended in error (after printing the result) or when the
+    controller's first call, tried on the model's tokenizer alone, ends in error (before the
+    model loads: see `aicirt.arg_check`).
     """
     out = out or sys.stdout
     err = err or sys.stderr
     color = (out.isatty() and not as_json) if color is None else color
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed)
     wasm = resolve_controller(controller, progress=True)
-    from .backends import load_backend
+    from .arg_check import same_tokenizer
+    from .engine.backends import load_backend
     from .controller import check_controller
 
     check_controller(wasm)   # a bad module fails now, in milliseconds, not after the model loads
-
-    t0 = time.perf_counter()
-    backend = load_backend(model)
-    load_s = time.perf_counter() - t0
-    with Engine(backend) as engine:
+    with contextlib.ExitStack() as stack:
+        runtime = _checked_runtime(wasm, arg, prompt, model)   # RunFailed here: the model never loads
+        if runtime is not None:
+            stack.callback(runtime.close)
+        t0 = time.perf_counter()
+        backend = load_backend(model)
+        load_s = time.perf_counter() - t0
+        if runtime is not None and not same_tokenizer(runtime.tokenizer, backend.runtime_tokenizer()):
+            runtime = None            # closed on the way out; the engine makes its own
+        engine = stack.enter_context(Engine(backend, runtime))
         ctrl = engine.runtime.load(wasm)
         printer = StreamPrinter(engine, out, err, show_logs and not as_json, color)
         t1 = time.perf_counter()
@@ -193,7 +241,31 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
         out.write(json.dumps(result, indent=2) + "\n")
     else:
         _summary(result, out, err, printer)
+    why = failure(result)
+    if why is not None:
+        raise RunFailed(why, result)
     return result
+
+
+def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None) -> Runtime | None:
+    """A Runtime over the model's tokenizer on which the controller's first call did not fail,
+    or None where the tokenizer alone is not cheap to get. Raises `RunFailed` if it failed."""
+    from .arg_check import first_call_error, model_tokenizer
+    from .runtime import Runtime
+
+    tokenizer = model_tokenizer(model)
+    if tokenizer is None:
+        return None
+    runtime = Runtime(tokenizer)
+    try:
+        failed = first_call_error(runtime, wasm, arg, prompt)
+    except BaseException:
+        runtime.close()
+        raise
+    if failed is not None:
+        runtime.close()
+        raise RunFailed(f"the controller failed on its first call, before the model loaded: {_why(*failed)}")
+    return runtime
 
 
 def _summary(result: dict, out: IO[str], err: IO[str], printer: StreamPrinter) -> None:

@@ -1,4 +1,10 @@
-"""The runtime facade an engine holds: one wasmtime Engine, the worker threads, the epoch clock."""
+"""The runtime facade an engine holds: one wasmtime Engine, the worker threads, the epoch clock.
+
+The error contract, once: misuse of the API raises (ValueError for a closed object, a sequence
+of another runtime, a duplicate in one batch, a second wait; TypeError for a wrong argument
+type), the same on both hot paths. Nothing a controller does ever raises: it ends its own
+sequence with status "error" and a message, and every other sequence carries on.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +15,6 @@ from pathlib import Path
 from typing import Iterable
 
 import wasmtime
-from wasmtime import _ffi as wt_ffi
 
 from .batch import BatchHandle, MaskBuffers
 from .capabilities import Capabilities
@@ -17,33 +22,13 @@ from .controller import Controller, load_controller
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
+from .native.engine_config import make_engine
+from .native.linker import define_imports
+from .owned import Owned
 from .paths import user_cache_dir
 from .request import Request
+from .results import StepInput
 from .sequence import Sequence
-
-# Linear memory a pooled slot keeps mapped when freed: a fork's copy then lands on resident pages
-# (1 MiB: ~0.9 ms with fresh mmap pages, ~0.14 ms with resident ones, measured here).
-_KEEP_RESIDENT = 4 << 20
-
-
-def _enable_pooling(cfg: wasmtime.Config, slots: int, memory_bytes: int) -> None:
-    """Pooling instance allocator (not exposed by wasmtime-py's Config, so set through its C API):
-    instances and memories come from preallocated slots instead of fresh mmaps.
-
-    Each slot reserves only the memory limit plus a small guard (not wasmtime's default 4 GiB,
-    which would reserve terabytes of address space per Runtime and run out after a few dozen
-    runtimes); the price is explicit bounds checks in controller code."""
-    cfg.memory_reservation = memory_bytes
-    cfg.memory_guard_size = 2 << 20
-    pc = wt_ffi.wasmtime_pooling_allocation_config_new()
-    wt_ffi.wasmtime_pooling_allocation_config_total_core_instances_set(pc, slots)
-    wt_ffi.wasmtime_pooling_allocation_config_total_memories_set(pc, slots)
-    wt_ffi.wasmtime_pooling_allocation_config_total_tables_set(pc, slots)
-    wt_ffi.wasmtime_pooling_allocation_config_total_stacks_set(pc, 1)  # async fiber stacks: unused
-    wt_ffi.wasmtime_pooling_allocation_config_max_memory_size_set(pc, memory_bytes)
-    wt_ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set(pc, min(_KEEP_RESIDENT, memory_bytes))
-    wt_ffi.wasmtime_pooling_allocation_strategy_set(cfg.ptr(), pc)
-    wt_ffi.wasmtime_pooling_allocation_config_delete(pc)
 
 
 def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> None:
@@ -52,12 +37,24 @@ def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> 
         engine.increment_epoch()
 
 
-def _shutdown(pool, closed: threading.Event) -> None:
+def _shutdown(pool, closed: threading.Event, host: HostImports) -> None:
     pool.close()       # waits for running calls; the epoch clock still ticks, so they end
     closed.set()
+    host.close()
 
 
-class Runtime:
+def _weak_lookup(rt: "Runtime"):
+    ref = weakref.ref(rt)
+
+    def lookup(slot_addr: int) -> Sequence:
+        runtime = ref()
+        if runtime is None:
+            raise LookupError("the runtime is gone")
+        return runtime._seqs[slot_addr]
+    return lookup
+
+
+class Runtime(Owned):
     """Loads controllers and runs their `mid-process` calls for an engine.
 
     `tokenizer` supplies the vocabulary (see :mod:`aicirt.tokenizer`); `workers` is the number of
@@ -65,7 +62,7 @@ class Runtime:
     compiled modules (None: the user cache dir; False: no disk cache); `max_sequences` the live
     instances the pooling allocator has slots for; `prebuild_trie` builds the vocabulary's token
     trie (for the `token-trie` import; ~1 s at 150k tokens) on a background thread right away.
-    Raises ValueError for a bad tokenizer or settings.
+    Raises ValueError for a bad tokenizer or settings. Use after `close()` raises ValueError.
     """
 
     def __init__(self, tokenizer, limits: Limits | None = None, workers: int = 2, cache_dir=None,
@@ -80,104 +77,120 @@ class Runtime:
         self.vocab_size = int(tokenizer.vocab_size)
         if self.vocab_size < 1:
             raise ValueError("tokenizer.vocab_size must be >= 1")
+        eos = tokenizer.eos_token_id
+        self.eos_token = int(eos) if eos is not None else 0
         self.mask_words = (self.vocab_size + 31) // 32
-        cfg = wasmtime.Config()
-        cfg.epoch_interruption = True
-        cfg.max_wasm_stack = self.limits.stack_bytes
-        _enable_pooling(cfg, max_sequences, self.limits.memory_bytes)
-        self.engine = wasmtime.Engine(cfg)
+        self.engine = make_engine(self.limits.stack_bytes, self.limits.memory_bytes, max_sequences)
         self.engine_key = hashlib.sha256(
             f"wasmtime-{importlib.metadata.version('wasmtime')}"
             f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]
         self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
-        self._host = HostImports(tokenizer, self._lookup)
+        self._seqs: dict[int, Sequence] = {}        # slot address -> sequence (host imports find theirs)
+        self._calls_out: set[Sequence] = set()      # calls started and not yet collected
+        self._closing_seqs: list[Sequence] = []     # closed while their call was out
+        # The handlers live in a process-wide registry: they must not keep this runtime alive.
+        self._host = HostImports(self.native, tokenizer, _weak_lookup(self), self.limits.host_arg_bytes)
         if prebuild_trie:
             self._host.prebuild_trie()
-        self._seqs: dict[int, Sequence] = {}
         self._pres: dict[str, wasmtime.InstancePre] = {}
-        self._deferred: list[Sequence] = []
-        self._in_flight: set[Sequence] = set()     # calls started and not yet collected
+        self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         self._masks = MaskBuffers(self.mask_words)
         self._lock = threading.Lock()
-        self._pool = self.native.make_pool(workers)
-        self._closed = threading.Event()
-        self._ticker = threading.Thread(target=_tick, args=(self.engine, self._closed, self.limits.epoch_tick_s),
+        self._pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
+                                           self.limits.soft_deadline_s / 2)
+        self._stop_clock = threading.Event()
+        self._ticker = threading.Thread(target=_tick, args=(self.engine, self._stop_clock, self.limits.epoch_tick_s),
                                         daemon=True, name="aicirt-epoch")
         self._ticker.start()
         # At interpreter exit (or when collected), let running calls end before Python goes away:
         # worker threads may still call back into Python through host imports.
-        self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._closed)
+        self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._stop_clock, self._host)
 
     # -- controllers and requests --------------------------------------------------------------
     def load(self, src) -> Controller:
         """A controller from a path or bytes: validated, rewritten for fork, compiled (cached).
         Raises LoadError naming what is wrong."""
-        return load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
+        self._check_open()
+        ctrl = load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
                                compile_timeout_s=self.limits.compile_timeout_s, cache_dir=self.cache_dir)
+        self._controllers.add(ctrl)
+        return ctrl
 
     def new_request(self, controller: Controller, arg: bytes | str = b"",
                     capabilities: Capabilities = Capabilities.ALL) -> Request:
+        """A request for `controller` (from :meth:`load`) with its argument and the capabilities
+        this host grants. Raises TypeError for a controller that is not a loaded Controller."""
+        self._check_open()
+        if not isinstance(controller, Controller):
+            raise TypeError(f"new_request takes a Controller from Runtime.load, got {type(controller).__name__}")
         if isinstance(arg, str):
             arg = arg.encode("utf-8")
         return Request(self, controller, arg, capabilities)
 
-    def submit(self, items: Iterable[tuple]) -> BatchHandle:
-        """Start `mid-process` for each `(sequence, tokens, sampled)`: its full current token list
-        and the sampled token or None; returns at once. Call `.wait()` on the handle after the
-        forward pass.
+    def submit(self, items: Iterable[StepInput]) -> BatchHandle:
+        """Start `mid-process` for each :class:`StepInput` (a sequence, its full current token
+        list, the sampled token or None, an optional `unchanged` hint); returns at once. Call
+        `.wait()` on the handle after the forward pass.
 
-        An item may add a 4th element, `unchanged`: how many leading tokens are the same as in
-        this sequence's previous submit (an engine knows: the least length it backtracked to).
-        The runtime then compares only from there, instead of the whole list (~7 µs per 4k
-        tokens). A wrong hint gives the controller a wrong edit."""
+        Raises, before anything runs: TypeError for an item that is not a StepInput; ValueError
+        for a sequence of another runtime, one submitted twice, one closed, one still in a batch
+        not waited for, or a closed runtime."""
         return BatchHandle(self, items)
 
-    # -- internals used by sequences -----------------------------------------------------------
+    @property
+    def live_sequences(self) -> int:
+        """Sequences whose instance and Store are still allocated (closing ones included)."""
+        return len(self._seqs)
+
+    # -- internals used by sequences and batches --------------------------------------------
     def _instance_pre(self, controller: Controller) -> wasmtime.InstancePre:
         pre = self._pres.get(controller.sha256)
         if pre is None:
             linker = wasmtime.Linker(self.engine)
-            self._host.define(linker, controller.wasi_imports)
+            define_imports(self.native, linker, self._host, controller.wasi_imports)
             pre = self._pres[controller.sha256] = linker.instantiate_pre(controller.module)
         return pre
 
-    def _register(self, key: int, seq: Sequence) -> None:
+    def _register(self, seq: Sequence) -> None:
         with self._lock:
-            self._seqs[key] = seq
+            self._seqs[self.native.addr(seq.slot)] = seq
 
-    def _unregister(self, key: int) -> None:
+    def _unregister(self, seq: Sequence) -> None:
         with self._lock:
-            self._seqs.pop(key, None)
+            self._seqs.pop(self.native.addr(seq.slot), None)
+            self._calls_out.discard(seq)
 
-    def _lookup(self, key: int) -> Sequence:
-        return self._seqs[key]
+    def _call_started(self, seq: Sequence) -> None:
+        self._calls_out.add(seq)
 
-    def _defer_close(self, seq: Sequence) -> None:
+    def _call_collected(self, seq: Sequence) -> None:
+        self._calls_out.discard(seq)
+
+    def _pinned_buffers(self) -> set[int]:
+        """Mask arrays a call still out may write into (never reused while so)."""
+        return {id(s.mask_buffer[0].base) for s in self._calls_out if s.mask_buffer is not None}
+
+    def _closing(self, seq: Sequence) -> None:
         with self._lock:
-            self._deferred.append(seq)
+            self._closing_seqs.append(seq)
 
     def _reap(self) -> None:
+        """Free sequences closed while their call was out, once the call has ended."""
         with self._lock:
-            done = [s for s in self._deferred if s.slot is None or s.slot.done]
-            self._deferred = [s for s in self._deferred if s not in done]
-        for s in done:   # their calls ended uncollected: unpin their mask buffers too
-            s.in_flight = None
-            self._in_flight.discard(s)
-            s.close()
+            done = [s for s in self._closing_seqs if s.slot.done]
+            self._closing_seqs = [s for s in self._closing_seqs if not s.slot.done]
+        for s in done:
+            s._collected()
 
-    def close(self) -> None:
-        """Stop the workers and the epoch clock and free every sequence. Idempotent."""
-        if self._closed.is_set():
-            return
-        self._shutdown()
-        self._reap()
-        for seq in list(self._seqs.values()):
-            seq.in_flight = None
-            seq.close()
-
-    def __enter__(self) -> "Runtime":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _release(self) -> None:
+        """Stop the workers and the epoch clock and free every sequence."""
+        self._shutdown()       # running calls end (by their deadline) before this returns
+        with self._lock:
+            self._closing_seqs.clear()
+            seqs = list(self._seqs.values())
+        for seq in seqs:
+            seq._free()
+        self._pres.clear()
+        for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
+            ctrl._release()

@@ -1,131 +1,136 @@
-"""One sequence: a Store + instance of the controller, the tokens it has seen, its log.
+"""One sequence: a Store + instance of the controller, the tokens it has seen, its state.
 
-Owned by one thread at a time: the engine's between steps, a worker's during `mid-process`.
+A sequence's state has one owner, this class: the batch asks for transitions (start a call,
+mark it late, collect it, finish) and never writes the fields itself. While a call runs the
+sequence belongs to a worker thread; between calls to the engine's thread.
+
+    IDLE --start--> RUNNING --collect--> IDLE        (or FINISHED: stop / error)
+                    RUNNING --late-----> LATE --collect--> IDLE
+    IDLE | FINISHED --close--> CLOSED
+    RUNNING | LATE  --close--> CLOSING --(its call ends)--> CLOSED
 """
 from __future__ import annotations
 
-import ctypes
+import enum
 import itertools
+import weakref
 from typing import TYPE_CHECKING
 
 import wasmtime
-from wasmtime import _ffi as wt_ffi
 
 from . import abi
 from .errors import ControllerError
-from .host_imports import clear_stale_exception
-from .native import get_native, slot_bind, summarize_trap
+from .native import instance
+from .owned import Owned
 
 if TYPE_CHECKING:
     from .request import Request
+    from .results import StepInput
 
 _ids = itertools.count(1)
 
 
-def _base(memory: wasmtime.Memory, store) -> int:
-    return ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value or 0
+class SeqState(enum.Enum):
+    IDLE = "idle"            # ready for a call
+    RUNNING = "running"      # a call submitted in a batch not yet waited for
+    LATE = "late"            # a call that missed its step's deadline; collected by a later step
+    FINISHED = "finished"    # stopped or failed (`error`); no more calls
+    CLOSING = "closing"      # closed while its call runs: freed when the call ends
+    CLOSED = "closed"
 
 
-class Sequence:
-    """A live controller instance. Made by :meth:`Request.spawn` or by a fork, never directly."""
+_CALL_OUT = (SeqState.RUNNING, SeqState.LATE, SeqState.CLOSING)
+
+
+class Sequence(Owned):
+    """A live controller instance. Made by :meth:`Request.spawn` or by a fork, never directly.
+
+    `id` is the WIT seq-id; `state` a :class:`SeqState`; `error` says why it failed (then
+    `finished`); `log` is its controller log (the last Limits.log_bytes bytes).
+    """
 
     def __init__(self, request: "Request") -> None:
         rt = request.runtime
+        native = rt.native
         self.request = request
-        self.id = next(_ids)                       # the WIT seq-id
-        self.store = wasmtime.Store(rt.engine, data=self.id)
-        self._key = wt_ffi.wasmtime_context_get_data(self.store._context())
-        self.store.set_limits(memory_size=rt.limits.memory_bytes)
-        rt._register(self._key, self)
-        self.fault: str | None = None              # set by a host import that trapped the guest
-        self.error: str | None = None              # set once the sequence has failed: it is finished
-        self.stopped = False
+        self.runtime = rt
+        self.id = next(_ids)
+        self.state = SeqState.IDLE
+        self.error: str | None = None
         self.calls = 0
         self.late_steps = 0
-        self.in_flight = None                      # (masks, row) of a call not yet collected
-        self._close_pending = False
+        self.mask_buffer: tuple | None = None      # (batch mask array, row) a running call writes into
         self.seen: list[int] = []                  # tokens as the controller last saw them
         self.fork_group: list[int] = []            # to report on the next call
-        self.log = bytearray()                     # capped history, oldest dropped
-        self._call_log = bytearray()
-        try:
-            pre = rt._instance_pre(request.controller)
-            self.instance = pre.instantiate(self.store)
-        except Exception as e:  # start function trapped, or memory limit too small
-            self.close()
-            raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
-        ex = self.instance.exports(self.store)
-        self.memory: wasmtime.Memory = ex["memory"]
-        self.realloc: wasmtime.Func = ex[abi.EXPORT_REALLOC]
-        self._globals = {idx: ex[name] for idx, name in request.controller.globals.items()}
-        native = get_native()
-        self.slot = native.ffi.new("aicirt_slot *")
-        slot_bind(native, self.slot, self.store, {
-            "f_realloc": self.realloc,
-            "f_mid": ex[abi.EXPORT_MID_PROCESS],
-            "f_post": ex[abi.EXPORT_POST] if request.controller.has_post else None,
-        }, self.memory)
-        self.slot.mask_words = rt.mask_words
-        self.slot.vocab_size = rt.vocab_size
-        self._ffi = native.ffi
-        self._tok_buf = native.ffi.new("uint32_t[]", 16)   # argument buffers, reused call to call
-        self._group_buf = None
-        self.slot.tokens = self._tok_buf
+        self._native = native
         limits = rt.limits
         self._ticks_first = limits.ticks(limits.first_call_timeout_s)
         self._ticks_call = limits.ticks(limits.call_timeout_s)
-        self._initialize_export = ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None
+        self._first_s, self._call_s = limits.first_call_timeout_s, limits.call_timeout_s
+        slot = self.slot = native.new_slot()
+        # the slot's native buffers (its log) are freed once, at close or when collected unclosed
+        self._release_slot = weakref.finalize(self, native.release, slot)
+        slot.seq_id = self.id
+        slot.vocab_size = rt.vocab_size
+        slot.mask_words = rt.mask_words
+        slot.eos_token = rt.eos_token
+        slot.capabilities = int(request.capabilities)
+        slot.host_arg_cap = limits.host_arg_bytes
+        slot.arg, slot.arg_len = request.arg_buffer, len(request.arg)
+        slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
+        slot.log_cap = limits.log_bytes
+        slot.first_call_ticks = self._ticks_first
+        slot.tick_us = limits.epoch_tick_s * 1e6
+        self._tok_buf = native.ffi.new("uint32_t[]", 16)   # argument buffers, reused call to call
+        self._group_buf = None
+        slot.tokens = self._tok_buf
+        self.store: wasmtime.Store | None = wasmtime.Store(rt.engine)
+        self.store.set_limits(memory_size=limits.memory_bytes)
+        self.store.set_epoch_deadline(self._ticks_first)   # a start function runs under the first-call limit
+        instance.bind(native, slot, self.store)
+        rt._register(self)
+        try:
+            self.instance: wasmtime.Instance | None = rt._instance_pre(request.controller).instantiate(self.store)
+        except Exception as e:  # start function trapped, or memory limit too small
+            self._free()
+            raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
+        ex = self.instance.exports(self.store)
+        memory = ex["memory"]
+        assert isinstance(memory, wasmtime.Memory)   # the loader checked the export
+        self.memory: wasmtime.Memory | None = memory
+        self._globals = {idx: ex[name] for idx, name in request.controller.globals.items()}
+        instance.bind_exports(native, slot, {
+            "f_realloc": ex[abi.EXPORT_REALLOC],
+            "f_mid": ex[abi.EXPORT_MID_PROCESS],
+            "f_post": ex[abi.EXPORT_POST] if request.controller.has_post else None,
+            "f_init": ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None,
+        }, self.memory)
+
+    def _describe(self) -> str:
+        return f"sequence {self.id}"
 
     @classmethod
     def instantiate(cls, request: "Request") -> "Sequence":
-        seq = cls(request)
-        if seq._initialize_export is not None:
-            seq.store.set_epoch_deadline(seq._ticks_first)
-            try:
-                seq._initialize_export(seq.store)
-            except Exception as e:
-                clear_stale_exception()
-                msg = seq.fault or summarize_trap(str(e))
-                seq.close()
-                raise ControllerError(f"_initialize of {request.controller.name} failed: {msg}") from None
-        return seq
+        """A fresh instance. Its `_initialize`, if any, runs on a worker before its first call
+        (under the first-call limit), so that it never holds up the engine's thread."""
+        return cls(request)
 
-    # -- fork ---------------------------------------------------------------------------------
-    def fork(self) -> "Sequence":
-        """A new sequence whose controller is a copy of this one's: linear memory and every
-        mutable global (the module was rewritten at load time to export them)."""
-        child = Sequence(self.request)
-        try:
-            grow = self.memory.size(self.store) - child.memory.size(child.store)
-            if grow > 0:
-                child.memory.grow(child.store, grow)
-            n = self.memory.data_len(self.store)
-            ctypes.memmove(_base(child.memory, child.store), _base(self.memory, self.store), n)
-            # Raw value copies: the globals are numeric (the rewriter refuses others), and
-            # wasmtime-py's Global.value/set_value cost ~10 µs each through Val objects.
-            raw = wt_ffi.wasmtime_val_t()
-            for idx, g in self._globals.items():
-                wt_ffi.wasmtime_global_get(self.store._context(), ctypes.byref(g._global), ctypes.byref(raw))
-                err = wt_ffi.wasmtime_global_set(child.store._context(), ctypes.byref(child._globals[idx]._global),
-                                                 ctypes.byref(raw))
-                if err:
-                    raise wasmtime.WasmtimeError._from_ptr(err)
-        except Exception as e:
-            child.close()
-            raise ControllerError(f"fork failed: {e}") from None
-        child.seen = list(self.seen)
-        child.calls = self.calls
-        self.request.sequences.append(child)
-        return child
+    # -- what the batch may ask ----------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        """Stopped, failed or closed: no more calls."""
+        return self.state in (SeqState.FINISHED, SeqState.CLOSING, SeqState.CLOSED)
 
-    # -- per call ------------------------------------------------------------------------------
-    def prepare(self, tokens, sampled: int | None, mask_row_addr, unchanged: int | None = None) -> None:
-        """Fill the slot's arguments with the net edit from what the controller saw to `tokens`.
+    @property
+    def call_out(self) -> bool:
+        """A call was started and not yet collected (it may still be running)."""
+        return self.state in _CALL_OUT
 
-        `unchanged`: the caller's promise that `tokens[:unchanged]` is what it passed last time;
-        the comparison then starts there (O(edit) instead of O(length)). Raises ValueError
-        (changing nothing) for a token that is not an id of the vocabulary or a bad `unchanged`.
-        """
+    def _start(self, item: "StepInput", mask_row, mask_buffer) -> None:
+        """IDLE -> RUNNING: fill the slot with the net edit from what the controller saw to
+        `item.tokens`. Raises ValueError, changing nothing, for a token that is not an id of the
+        vocabulary or a bad `unchanged` hint (the caller then fails this sequence)."""
+        tokens, sampled, unchanged = item.tokens, item.sampled, item.unchanged
         seen = self.seen
         n = len(seen)
         if unchanged is not None:
@@ -155,54 +160,106 @@ class Sequence:
         s.n_tokens = len(new)
         if new:
             if len(new) > len(self._tok_buf):
-                self._tok_buf = self._ffi.new("uint32_t[]", max(len(new), 2 * len(self._tok_buf)))
+                self._tok_buf = self._native.ffi.new("uint32_t[]", max(len(new), 2 * len(self._tok_buf)))
                 s.tokens = self._tok_buf
             self._tok_buf[0:len(new)] = new
         s.sampled_is_some = sampled is not None
         s.sampled = sampled or 0
         if self.fork_group:
-            self._group_buf = self._ffi.new("uint32_t[]", self.fork_group)
+            self._group_buf = self._native.ffi.new("uint32_t[]", self.fork_group)
             s.group = self._group_buf
             s.n_group = len(self.fork_group)
             self.fork_group = []
         else:
             s.n_group = 0
-        s.mask_row = mask_row_addr
+        s.mask_row = mask_row
         s.deadline_ticks = self._ticks_call if self.calls else self._ticks_first
+        s.budget_us = (self._call_s if self.calls else self._first_s) * 1e6
         s.done = 0
-        self.fault = None
         self.calls += 1
+        self.mask_buffer = mask_buffer
+        self.state = SeqState.RUNNING
+        self.runtime._call_started(self)
 
-    def append_log(self, data: bytes) -> None:
-        cap = self.request.runtime.limits.log_bytes
-        for buf in (self.log, self._call_log):
-            buf += data
-            if len(buf) > cap:
-                del buf[: len(buf) - cap]
+    def _mark_late(self, counts: bool = True) -> int:
+        """RUNNING|LATE -> LATE (the call missed another deadline); returns the steps late in a
+        row (`counts`: whether this step is charged to the controller)."""
+        if self.state is not SeqState.CLOSING:
+            self.state = SeqState.LATE
+        self.late_steps += counts
+        return self.late_steps
 
-    def take_call_log(self) -> str:
-        text = self._call_log.decode("utf-8", "replace")
-        self._call_log.clear()
-        return text
+    def _collected(self) -> None:
+        """The call's result was taken: back to IDLE, or freed if it was closed meanwhile."""
+        self.mask_buffer = None
+        self.late_steps = 0
+        self.runtime._call_collected(self)
+        if self.state is SeqState.CLOSING:
+            self._free()
+        elif self.state in (SeqState.RUNNING, SeqState.LATE):
+            self.state = SeqState.IDLE
 
+    def _finish(self, error: str | None = None) -> None:
+        """-> FINISHED (stopped, or failed with `error`); a closing sequence stays closing."""
+        if error is not None and self.error is None:
+            self.error = error
+        if self.state in (SeqState.IDLE, SeqState.RUNNING, SeqState.LATE):
+            self.state = SeqState.FINISHED
+
+    # -- fork -------------------------------------------------------------------------------------
+    def _fork(self, n: int) -> list["Sequence"]:
+        """`n` new sequences whose controllers are copies of this one's (linear memory and every
+        mutable global); all of the group get `fork_group` for their next call. Raises
+        ControllerError (closing any child made) if a copy cannot be made."""
+        children: list[Sequence] = []
+        try:
+            for _ in range(n):
+                child = Sequence(self.request)
+                children.append(child)
+                assert self.store and self.memory and child.store and child.memory   # all open here
+                instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
+                child.seen = list(self.seen)
+                child.calls = self.calls
+        except Exception as e:
+            for child in children:
+                child.close()
+            raise ControllerError(f"fork failed: {e}") from None
+        self.request._adopt(children)
+        group = [self.id] + [c.id for c in children]
+        for member in (self, *children):
+            member.fork_group = group
+        return children
+
+    # -- log -------------------------------------------------------------------------------------
     @property
-    def finished(self) -> bool:
-        return self.stopped or self.error is not None
+    def log(self) -> bytes:
+        """The controller's log (the last Limits.log_bytes bytes; kept after close)."""
+        return self._native.log_bytes(self.slot) if self.state is not SeqState.CLOSED else self._final_log
 
-    def close(self) -> None:
-        """Free the instance and its Store. Idempotent. While a call is still running on a
-        worker, the sequence is marked finished and freed once the call ends."""
-        if self.in_flight is not None and self.slot is not None and not self.slot.done:
-            self._close_pending = True
-            if self.error is None:
-                self.stopped = True
-            self.request.runtime._defer_close(self)
+    def _take_call_log(self) -> str:
+        return self._native.take_call_log(self.slot).decode("utf-8", "replace")
+
+    # -- lifetime ----------------------------------------------------------------------------------
+    def _release(self) -> None:
+        """Free the instance and its Store; while a call is still out, once it ends."""
+        if self.state in (SeqState.RUNNING, SeqState.LATE):
+            self.state = SeqState.CLOSING
+            self.runtime._closing(self)
+        elif self.state is not SeqState.CLOSING:
+            self._free()
+
+    def _free(self) -> None:
+        if self.state is SeqState.CLOSED:
             return
-        store = self.__dict__.pop("store", None)
-        if store is None:
-            return
-        self.request.runtime._unregister(self._key)
-        self.instance = self.memory = self.realloc = None
+        self._closed = True
+        self.state = SeqState.CLOSED
+        self.mask_buffer = None
+        self._final_log = self._native.log_bytes(self.slot)
+        self.runtime._unregister(self)
+        self.instance = self.memory = None
         self._globals = {}
-        self.slot = None
-        store.close()
+        self._release_slot()
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
+

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+if TYPE_CHECKING:
+    import tokenizers
 
 TokenId = int
 
@@ -64,7 +67,7 @@ class HFTokenizer:
     ``<|im_end|>``, ``<|end_of_text|>`` found in the vocabulary; raises ValueError if none is.
     """
 
-    def __init__(self, tokenizer, eos_token_id: TokenId | None = None) -> None:
+    def __init__(self, tokenizer: tokenizers.Tokenizer, eos_token_id: TokenId | None = None) -> None:
         self.tk = tokenizer
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         if eos_token_id is None:

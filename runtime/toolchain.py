@@ -17,9 +17,14 @@ from pathlib import Path
 
 from .paths import user_cache_dir
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONTROLLERS_DIR = REPO_ROOT / "controllers"
+#: What a build reads besides the user's sources, as package data: `aicirt/_data/` holds the SDK
+#: and shipped controllers (`controllers/`) and the contract (`wit/`). In a checkout (and so in an
+#: editable install) those two are symlinks to the repo's own folders; a wheel carries copies. So
+#: the lookup is the same everywhere and never depends on the current folder.
+DATA_DIR = Path(__file__).resolve().parent / "_data"
+CONTROLLERS_DIR = DATA_DIR / "controllers"
 SDK_DIR = CONTROLLERS_DIR / "sdk"
+WIT_DIR = DATA_DIR / "wit"
 STACK_SIZE = 256 * 1024          # shadow stack in linear memory; the SDK keeps big data on the heap
 
 C_FLAGS = ["-O2", "-mbulk-memory", "-msimd128", "-g0", "-Wall", "-Wno-unused-parameter"]
@@ -82,12 +87,12 @@ def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
     controllers that write their own canonical-ABI glue (cabi_realloc, mid-process)."""
     cs, zs = _sources(path)
     zig = [sys.executable, "-m", "ziglang"]
-    sdk = [str(s) for s in sdk_sources()] if sdk else []
+    sdk_files = [str(s) for s in sdk_sources()] if sdk else []
     if zs and not sdk:
         raise BuildError(f"{path}: Zig controllers build with the SDK")
     if not zs:
         return [*zig, "cc", "-target", "wasm32-freestanding", "-nostdlib", *C_FLAGS,
-                f"-I{SDK_DIR}", *LINK_FLAGS, "-o", str(out), *map(str, cs), *sdk]
+                f"-I{SDK_DIR}", *LINK_FLAGS, "-o", str(out), *map(str, cs), *sdk_files]
     if len(zs) > 1 and not any(z.name == "main.zig" for z in zs):
         raise BuildError(f"{path}: several .zig files and no main.zig")
     root = next((z for z in zs if z.name == "main.zig"), zs[0])
@@ -95,7 +100,7 @@ def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
     # Zig CLI: flags and C files before -M<name> belong to that module.
     return [*zig, "build-exe", "-fno-entry", "-fstrip", f"-femit-bin={out}", "--stack", str(STACK_SIZE),
             *target, "-mcpu=generic+bulk_memory+simd128", f"-I{SDK_DIR}", "-cflags", *C_FLAGS, "--",
-            *sdk, *map(str, cs), "--dep", "aici", f"-Mroot={root}",
+            *sdk_files, *map(str, cs), "--dep", "aici", f"-Mroot={root}",
             *target, f"-Maici={SDK_DIR / 'aici.zig'}"]
 
 

@@ -12,11 +12,33 @@ from aicirt import native, toolchain
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _require as require  # noqa: E402  (lives in tests/, which the line above puts on the path)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    require.check_tools(item)
+
 
 @pytest.fixture(scope="session")
 def scripted_wasm() -> Path:
     """tests/controllers/scripted.c: writes its own ABI glue, so it builds without the SDK."""
     return toolchain.build_cached(HERE / "controllers" / "scripted.c", sdk=False)
+
+
+@pytest.fixture
+def runtime():
+    """A runtime for engine tests. A generous soft deadline: on a loaded CI machine a call could
+    otherwise come back "pending" and shift the step at which things happen (late results have
+    their own tests)."""
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(soft_deadline_s=5.0), cache_dir=False)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def ctrl(runtime, scripted_wasm):
+    """tests/controllers/scripted.c loaded into `runtime`."""
+    return runtime.load(scripted_wasm)
 
 
 @pytest.fixture(params=["compiled", "python"], scope="session")
@@ -31,14 +53,20 @@ def hot_path(request):
     else:
         native._native = None
         if native.get_native().mode != "compiled":
-            pytest.skip("no C compiler here: the C hot path falls back to Python (tested as 'python')")
+            require.missing("a C compiler for the C hot path (it fell back to Python, tested as 'python')")
     yield request.param
     native._native = old
 
 
+# Test runtimes wait longer than the default soft deadline (25 ms), so that a call that is merely
+# slow on a busy machine is not "pending"; tests of lateness set soft_deadline_s themselves.
+TEST_SOFT_DEADLINE_S = 0.5
+
+
 @pytest.fixture
 def rt(hot_path):
-    runtime = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False)
+    runtime = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
+                             limits=aicirt.Limits(soft_deadline_s=TEST_SOFT_DEADLINE_S))
     yield runtime
     runtime.close()
 
@@ -48,6 +76,7 @@ def make_rt(hot_path):
     made = []
 
     def make(**limits):
+        limits.setdefault("soft_deadline_s", TEST_SOFT_DEADLINE_S)
         runtime = aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(**limits), cache_dir=False)
         made.append(runtime)
         return runtime

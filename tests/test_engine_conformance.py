@@ -11,26 +11,12 @@ import aicirt
 import numpy as np
 import pytest
 from aicirt import Capabilities
-from aicirt.backends import ScriptedBackend
+from aicirt.engine.backends import ScriptedBackend
 from aicirt.engine import Engine, FinishEvent, ForkEvent, SamplingParams, TokensEvent, VarEvent
 from scripted import branch, by_fork_index, noop, parse_trace, result, script, splice, stop, trap, var_set, wait_var
 
 EOS = 256
 PROMPT = [10, 11, 12, 13]
-
-
-@pytest.fixture
-def runtime():
-    # A generous soft deadline: on a loaded CI machine a call could otherwise come back "pending"
-    # and shift the step at which things happen (late results have their own test below).
-    rt = aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(soft_deadline_s=5.0), cache_dir=False)
-    yield rt
-    rt.close()
-
-
-@pytest.fixture
-def ctrl(runtime, scripted_wasm):
-    return runtime.load(scripted_wasm)
 
 
 def make_engine(runtime, **backend_kw):

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine():
-    from aicirt.backends import load_backend
+    from aicirt.engine.backends import load_backend
 
     try:
         backend = load_backend(None)

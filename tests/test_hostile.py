@@ -8,6 +8,7 @@ from hostile.kinds import HERE, KINDS, Kind
 from hostile.runner import Spec, healthy_specs, run_batch
 
 import aicirt
+from aicirt import StepInput
 from aicirt import toolchain
 
 # Short hard limits keep the suite quick; the soft deadline and late-step count are the defaults.
@@ -48,7 +49,7 @@ def test_hostile_beside_healthy(make_rt, scripted_wasm, hostile_c_wasm, alone, k
         out = run_batch(rt, healthy_specs(scripted_wasm))   # it never loaded: the healthy run as usual
     else:
         out = run_batch(rt, healthy_specs(scripted_wasm), spec, copies=kind.copies, respawn=kind.respawn,
-                        wait_hostile=kind.wait_hostile)
+                        wait_hostile=kind.wait_hostile, take_var_changes=kind.take_var_changes)
     assert out.healthy == alone, f"healthy sequences changed beside {kind.name}"
     _check_hostile(kind, out.hostile)
     if kind.within_s is not None:
@@ -95,7 +96,7 @@ def test_faults_inside_host_imports_do_not_leak(make_rt):
     def fault(n: int) -> None:
         for _ in range(n // 50):
             seqs = [rt.new_request(ctrl).spawn() for _ in range(50)]
-            out = rt.submit([(s, [1], None) for s in seqs]).wait()
+            out = rt.submit([StepInput(s, [1]) for s in seqs]).wait()
             assert all(r.status == "error" and "host import `log`" in r.error for r in out.results)
             for s in seqs:
                 s.close()

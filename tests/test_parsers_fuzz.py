@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aicirt
+from aicirt import StepInput
 from aicirt import LoadError
 
 # A controller with one of everything the parsers read: imports, a table with elements, data
@@ -70,7 +71,7 @@ def mutated(draw, base: bytes = RICH):
 
 def test_the_rich_module_is_a_runnable_controller(rt):
     seq = rt.new_request(rt.load(RICH)).spawn()
-    assert rt.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+    assert rt.submit([StepInput(seq, [1])]).wait().results[0].status == "ok"
 
 
 @settings(**MUTATE)

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aicirt
+from aicirt import StepInput
 
 BASE = 65536  # the argument (the fuzzed result) is copied here on every call
 RAW = wasmtime.wat2wasm(f"""(module
@@ -84,7 +85,7 @@ _rt = None
 def runtime():
     global _rt
     if _rt is None:
-        _rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False)
+        _rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, limits=aicirt.Limits(soft_deadline_s=5.0))
         _rt.raw = _rt.load(RAW)
     return _rt
 
@@ -96,7 +97,7 @@ def test_any_result_bytes_lift_or_error(blob, caps):
     fuzzed = rt.new_request(rt.raw, arg=blob, capabilities=caps).spawn()
     calm = rt.new_request(rt.raw, arg=struct.pack("<IIBxxxIIBxxxfII", BASE + 8, 1, 1, BASE + 36, W, 0, 0.0, 0, 0)
                           + struct.pack(f"<{W}I", *([1] + [0] * (W - 1)))).spawn()
-    out = rt.submit([(fuzzed, [1, 2, 3], None), (calm, [1], None)]).wait()
+    out = rt.submit([StepInput(fuzzed, [1, 2, 3], None), StepInput(calm, [1], None)]).wait()
     r, c = out.results
     assert c.status == "ok" and out.masks[c.branches[0].mask_row][0] == 1
     assert r.status in ("ok", "error")

@@ -6,9 +6,10 @@ import time
 import pytest
 from conftest import mask_tokens
 from scripted import (bad_host_ptr, bad_result_ptr, branch, grow, log, loop_forever, recurse, result, script, var_set,
-                      splice, trap)
+                      spin, splice, trap)
 
 import aicirt
+from aicirt import StepInput
 
 HEALTHY = result(branch(mask=[65]))
 
@@ -18,9 +19,21 @@ def run_beside_healthy(runtime, wasm, *bad_steps, tokens=(1, 2), timeout_s=None)
     ctrl = runtime.load(wasm)
     bad = runtime.new_request(ctrl, arg=script(*bad_steps)).spawn()
     good = runtime.new_request(ctrl, arg=script(HEALTHY)).spawn()
-    out = runtime.submit([(good, list(tokens), None), (bad, list(tokens), None)]).wait(timeout_s)
-    g, b = out.results
-    assert g.status == "ok" and mask_tokens(out, g.branches[0].mask_row) == [65]
+    healthy_done = False
+    for _ in range(400):   # a slow first call is pending (it never holds up the healthy one) until it ends
+        items = [StepInput(bad, list(tokens), None)]
+        if not healthy_done:
+            items.append(StepInput(good, list(tokens), None))
+        out = runtime.submit(items).wait(timeout_s)
+        b = out.results[0]
+        if not healthy_done:
+            g = out.results[1]
+            assert g.status in ("ok", "pending"), g.error   # pending only if the machine is very busy
+            if g.status == "ok":
+                assert mask_tokens(out, g.branches[0].mask_row) == [65]
+                healthy_done = True
+        if b.status != "pending" and healthy_done:
+            break
     return b, bad
 
 
@@ -55,11 +68,11 @@ def test_call_time_limit_interrupts_an_endless_loop(make_rt, scripted_wasm):
     runtime = make_rt(first_call_timeout_s=30, call_timeout_s=0.2, soft_deadline_s=0.01)
     req = runtime.new_request(runtime.load(scripted_wasm), arg=script(HEALTHY, loop_forever()))
     seq = req.spawn()
-    assert runtime.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+    assert runtime.submit([StepInput(seq, [1], None)]).wait().results[0].status == "ok"
     t0 = time.perf_counter()
     statuses = []
     while not seq.finished and time.perf_counter() - t0 < 5:
-        statuses.append(runtime.submit([(seq, [1, 65], 65)]).wait(0.05).results[0])
+        statuses.append(runtime.submit([StepInput(seq, [1, 65], 65)]).wait(0.05).results[0])
     assert statuses[0].status == "pending" and statuses[-1].status == "error"
     assert "time limit" in statuses[-1].error and time.perf_counter() - t0 < 2
 
@@ -69,7 +82,7 @@ def test_fork_without_a_free_instance_slot(hot_path, scripted_wasm):
         ctrl = runtime.load(scripted_wasm)
         seq = runtime.new_request(ctrl, arg=script(result(*[branch(mask=[i]) for i in range(3)]))).spawn()
         other = runtime.new_request(ctrl, arg=script(HEALTHY)).spawn()
-        out = runtime.submit([(seq, [1], None), (other, [1], None)]).wait()
+        out = runtime.submit([StepInput(seq, [1], None), StepInput(other, [1], None)]).wait()
         assert out.results[0].status == "error" and "fork failed" in out.results[0].error
         assert out.results[1].status == "ok"
         with pytest.raises(aicirt.ControllerError, match="instantiating"):
@@ -98,25 +111,23 @@ def test_log_is_capped_oldest_dropped(make_rt, scripted_wasm):
     runtime = make_rt(log_bytes=16)
     req = runtime.new_request(runtime.load(scripted_wasm), arg=script(log("0123456789abcdefXYZ", HEALTHY)))
     seq = req.spawn()
-    r = runtime.submit([(seq, [1], None)]).wait().results[0]
+    r = runtime.submit([StepInput(seq, [1], None)]).wait().results[0]
     assert r.status == "ok" and r.logs == "3456789abcdefXYZ" and bytes(seq.log) == b"3456789abcdefXYZ"
 
 
 def test_soft_deadline_then_late_result_next_step(make_rt, scripted_wasm):
-    runtime = make_rt(soft_deadline_s=0.001, first_call_timeout_s=0.5)
+    runtime = make_rt(soft_deadline_s=0.001, first_call_timeout_s=0.5, max_late_steps=100)
     ctrl = runtime.load(scripted_wasm)
-    # call 1 (prompt) is quick; call 2 logs 3000 times through Python (far slower than 1 ms)
-    slow = result(branch(mask=[66]))
-    for i in range(3000):
-        slow = log(f"line {i}\n", slow)
+    # call 1 (prompt) is quick; call 2 busy-loops (tens of ms: far slower than 1 ms)
+    slow = spin(5_000_000, result(branch(mask=[66])))
     req = runtime.new_request(ctrl, arg=script(HEALTHY, slow))
     seq = req.spawn()
-    assert runtime.submit([(seq, [1], None)]).wait().results[0].status == "ok"
-    first = runtime.submit([(seq, [1, 65], 65)]).wait().results[0]
+    assert runtime.submit([StepInput(seq, [1], None)]).wait().results[0].status == "ok"
+    first = runtime.submit([StepInput(seq, [1, 65], 65)]).wait().results[0]
     assert first.status == "pending"
     results = []
-    for _ in range(50):
-        out = runtime.submit([(seq, [1, 65], None)]).wait(0.05)
+    for _ in range(90):
+        out = runtime.submit([StepInput(seq, [1, 65], None)]).wait(0.05)
         results.append(out.results[0])
         if out.results[0].status != "pending":
             break
@@ -128,8 +139,8 @@ def test_too_many_late_steps_is_an_error(make_rt, scripted_wasm):
     runtime = make_rt(soft_deadline_s=0.001, max_late_steps=3, call_timeout_s=0.5, first_call_timeout_s=0.5)
     req = runtime.new_request(runtime.load(scripted_wasm), arg=script(HEALTHY, loop_forever()))
     seq = req.spawn()
-    runtime.submit([(seq, [1], None)]).wait()
-    statuses = [runtime.submit([(seq, [1, 65], 65)]).wait(0.001).results[0].status for _ in range(4)]
+    runtime.submit([StepInput(seq, [1], None)]).wait()
+    statuses = [runtime.submit([StepInput(seq, [1, 65], 65)]).wait(0.001).results[0].status for _ in range(4)]
     assert statuses[:2] == ["pending", "pending"] and statuses[2] == "error"
     assert "late 3 steps" in seq.error
 
@@ -156,12 +167,14 @@ def test_host_argument_limit(make_rt, scripted_wasm):
 
 
 def test_variable_limit(make_rt, scripted_wasm):
-    runtime = make_rt(variable_bytes=100)
+    # each variable counts 32 bytes beside its name and value: "trace" 32+5+28 and "k" 32+1+40
+    # make 138 after the first step; the trace grows by 28 a step, so the second needs 166
+    runtime = make_rt(variable_bytes=160)
     steps = var_set("k", "x" * 40, HEALTHY), var_set("k", "y" * 40, HEALTHY)
     req = runtime.new_request(runtime.load(scripted_wasm), arg=script(*steps, HEALTHY))
     seq = req.spawn()
     # the "trace" variable the scripted controller keeps counts too: take changes as an engine would
-    assert runtime.submit([(seq, [1], None)]).wait().results[0].status == "ok"
+    assert runtime.submit([StepInput(seq, [1], None)]).wait().results[0].status == "ok"
     req.take_var_changes()
-    r = runtime.submit([(seq, [1, 65], 65)]).wait().results[0]
+    r = runtime.submit([StepInput(seq, [1, 65], 65)]).wait().results[0]
     assert r.status == "error" and "Limits.variable_bytes" in r.error

@@ -8,7 +8,7 @@ from conftest import mask_tokens
 from scripted import (branch, by_fork_index, host_info, noop, parse_trace, result, script, splice, stop, var_set,
                       wait_var)
 
-from aicirt import Capabilities
+from aicirt import Capabilities, StepInput
 
 
 def start(rt, wasm, *steps, caps=Capabilities.ALL):
@@ -17,7 +17,7 @@ def start(rt, wasm, *steps, caps=Capabilities.ALL):
 
 
 def step(rt, seq, tokens, sampled=None):
-    out = rt.submit([(seq, tokens, sampled)]).wait()
+    out = rt.submit([StepInput(seq, tokens, sampled)]).wait()
     return out, out.results[0]
 
 
@@ -82,13 +82,13 @@ def test_fork_with_distinct_masks_and_fork_group(rt, scripted_wasm):
     assert mask_tokens(out, r.branches[1].mask_row) == [66] and r.branches[1].temperature == 0.0
     assert r.branches[2].mask_row is None and r.branches[2].splices[0].ff_tokens == (67,)
     a, b = r.forks
-    out = rt.submit([(seq, [10, 65], 65), (a, [10, 66], 66), (b, [10, 67], None)]).wait()
+    out = rt.submit([StepInput(seq, [10, 65], 65), StepInput(a, [10, 66], 66), StepInput(b, [10, 67], None)]).wait()
     assert [mask_tokens(out, x.branches[0].mask_row) for x in out.results] == [[1], [2], [3]]
     trace = parse_trace(req.variables["trace"])
     group = [seq.id, a.id, b.id]
     assert sorted((t["seq"], t["backtrack"], t["tokens"], t["sampled"], t["fork_group"]) for t in trace[1:]) == [
         (seq.id, 0, [65], 65, group), (a.id, 0, [66], 66, group), (b.id, 0, [67], None, group)]
-    out = rt.submit([(a, [10, 66, 2], 2)]).wait()
+    out = rt.submit([StepInput(a, [10, 66, 2], 2)]).wait()
     assert parse_trace(req.variables["trace"])[-1]["fork_group"] == []
 
 
@@ -98,11 +98,11 @@ def test_variables_shared_across_forks_and_streamed(rt, scripted_wasm):
                      by_fork_index(wait_var("answer", stop()), var_set("answer", "42", stop())))
     _, r = step(rt, seq, [0])
     child = r.forks[0]
-    out = rt.submit([(seq, [0, 1], 1)]).wait()          # parent waits: the variable is not set yet
+    out = rt.submit([StepInput(seq, [0, 1], 1)]).wait()          # parent waits: the variable is not set yet
     assert out.results[0].branches[0].is_noop
-    out = rt.submit([(child, [0, 2], 2)]).wait()        # the child sets it and stops
+    out = rt.submit([StepInput(child, [0, 2], 2)]).wait()        # the child sets it and stops
     assert out.results[0].is_stop and req.variables["answer"] == b"42"
-    out = rt.submit([(seq, [0, 1], None)]).wait()       # now the parent sees it and stops
+    out = rt.submit([StepInput(seq, [0, 1], None)]).wait()       # now the parent sees it and stops
     assert out.results[0].is_stop
     changes = [(sid, op, name) for sid, op, name, _ in req.take_var_changes() if name != "trace"]
     assert changes == [(child.id, "set", "answer")]
@@ -154,7 +154,7 @@ def test_bad_step_input_ends_only_that_sequence(rt, scripted_wasm, tokens, sampl
     ctrl = rt.load(scripted_wasm)
     bad = rt.new_request(ctrl, arg=script(result(branch(mask=[65])))).spawn()
     good = rt.new_request(ctrl, arg=script(result(branch(mask=[65])))).spawn()
-    out = rt.submit([(bad, tokens, sampled), (good, [1, 2], None)]).wait()
+    out = rt.submit([StepInput(bad, tokens, sampled), StepInput(good, [1, 2], None)]).wait()
     assert out.results[0].status == "error" and "not a token id" in out.results[0].error
     assert out.results[1].status == "ok" and bad.finished and bad.calls == 0
 
@@ -173,7 +173,7 @@ def test_unchanged_hint_gives_the_same_net_edits(rt, scripted_wasm, edits):
         keep = max(0, len(tokens) - backtrack)
         tokens = tokens[:keep] + new
         unchanged = min(unchanged, keep)
-        rt.submit([(a, tokens, None), (b, tokens, None, unchanged)]).wait()
+        rt.submit([StepInput(a, tokens, None), StepInput(b, tokens, None, unchanged)]).wait()
         unchanged = len(tokens)
     strip = lambda req: [(t["backtrack"], t["tokens"]) for t in parse_trace(req.variables["trace"])]  # noqa: E731
     assert strip(plain) == strip(hinted)
@@ -181,5 +181,5 @@ def test_unchanged_hint_gives_the_same_net_edits(rt, scripted_wasm, edits):
 
 def test_bad_unchanged_hint_is_refused(rt, scripted_wasm):
     seq = rt.new_request(rt.load(scripted_wasm), arg=script(result(branch(mask=[65])))).spawn()
-    r = rt.submit([(seq, [1, 2], None, 5)]).wait().results[0]
+    r = rt.submit([StepInput(seq, [1, 2], None, 5)]).wait().results[0]
     assert r.status == "error" and "unchanged=5" in r.error

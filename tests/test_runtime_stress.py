@@ -8,6 +8,7 @@ from conftest import mask_tokens
 from scripted import branch, log, noop, result, script, splice, trap, var_set
 
 import aicirt
+from aicirt import StepInput
 
 BEHAVIOURS = {
     "mask": lambda i: result(branch(mask=[i % 250, 251])),
@@ -32,9 +33,10 @@ def test_mixed_batch_soak(hot_path, scripted_wasm):
             seq = rt.new_request(ctrl, arg=script(*steps)).spawn()
             live[seq] = (kind, [1, 2, 3])
         for step in range(6):
-            items = [(s, toks, None) for s, (_, toks) in live.items()]
+            items = [StepInput(s, toks) for s, (_, toks) in live.items()]
             out = rt.submit(items).wait()
-            for (s, toks, _), r in zip(items, out.results):
+            for item, r in zip(items, out.results):
+                s, toks = item.seq, item.tokens
                 kind = live[s][0]
                 assert r.status in ("ok", "error"), (kind, r)
                 if r.status == "error":
@@ -64,13 +66,13 @@ def test_close_while_a_call_is_stuck(hot_path, scripted_wasm):
     rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
                         limits=aicirt.Limits(call_timeout_s=0.3, soft_deadline_s=0.01))
     seq = rt.new_request(rt.load(scripted_wasm), arg=script(result(branch(mask=[1])), loop_forever())).spawn()
-    rt.submit([(seq, [1], None)]).wait()
-    assert rt.submit([(seq, [1, 1], 1)]).wait().results[0].status == "pending"
+    rt.submit([StepInput(seq, [1], None)]).wait()
+    assert rt.submit([StepInput(seq, [1, 1], 1)]).wait().results[0].status == "pending"
     seq.close()                      # deferred: the call is still running
     assert seq.finished
     t0 = time.perf_counter()
     rt.close()                       # waits for the stuck call to hit its time limit
-    assert time.perf_counter() - t0 < 2 and seq.slot is None
+    assert time.perf_counter() - t0 < 2 and seq.state is aicirt.SeqState.CLOSED
 
 
 def test_a_sequence_closed_mid_call_stops_pinning_its_mask_buffer(hot_path, scripted_wasm):
@@ -80,13 +82,13 @@ def test_a_sequence_closed_mid_call_stops_pinning_its_mask_buffer(hot_path, scri
         ctrl = rt.load(scripted_wasm)
         stuck = rt.new_request(ctrl, arg=script(result(branch(mask=[1])), loop_forever())).spawn()
         other = rt.new_request(ctrl, arg=script(result(branch(mask=[1])))).spawn()
-        rt.submit([(stuck, [1], None)]).wait()
-        assert rt.submit([(stuck, [1, 1], 1)]).wait().results[0].status == "pending"
+        rt.submit([StepInput(stuck, [1], None)]).wait()
+        assert rt.submit([StepInput(stuck, [1, 1], 1)]).wait().results[0].status == "pending"
         stuck.close()
         import time
         t0, k = time.perf_counter(), 0
-        while rt._in_flight and time.perf_counter() - t0 < 3:   # the call hits its limit in ~0.2 s
+        while rt._calls_out and time.perf_counter() - t0 < 3:   # the call hits its limit in ~0.2 s
             k += 1
-            rt.submit([(other, [1] * (k + 1), None)]).wait()
+            rt.submit([StepInput(other, [1] * (k + 1), None)]).wait()
             time.sleep(0.01)
-        assert not rt._in_flight and stuck.slot is None
+        assert not rt._calls_out and stuck.state is aicirt.SeqState.CLOSED

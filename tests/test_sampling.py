@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from aicirt.sampling import SamplingParams, allowed_tokens, apply_masks, sample
+from aicirt.engine.sampling import SamplingParams, allowed_tokens, apply_masks, sample
 
 
 def mask_of(tokens, vocab):

@@ -8,8 +8,11 @@ from __future__ import annotations
 import functools
 
 import pytest
+import wasmtime
 
-regex = pytest.importorskip("regex")
+import _require as require
+
+regex = require.module("regex")
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from _sdk_host import MiniHost
@@ -151,10 +154,31 @@ def test_random_patterns_byte_vocab(pattern, text):
 
 
 @pytest.mark.parametrize("bad", [b"(ab", b"ab)", b"*a", b"a**", b"[a-", b"\\1", b"(?=a)", b"a{3,1}"])
-def test_unsupported_or_bad_patterns_are_reported(bad):
+def test_unsupported_or_bad_patterns_are_an_error(bad):
+    """A bad argument traps (finish reason "error"), after logging what is wrong and where."""
     h = MiniHost(regex_wasm(), BYTE_VOCAB, 256, lambda s: [], arg=bad)
-    assert h.step([1]) == []
-    assert any("regex:" in line and "offset" in line for line in h.logs), h.logs
+    with pytest.raises(wasmtime.Trap):
+        h.step([1])
+    assert any(line.startswith("regex: ") and "offset" in line and bad.decode() in line
+               for line in h.logs), h.logs
+
+
+@pytest.mark.parametrize("count", ["1001", "999999", "1000000", "4294967297", "9" * 30])
+@pytest.mark.parametrize("form", ["a{%s}", "a{%s,}", "a{1,%s}", "a{,%s}"])
+def test_repeat_counts_over_the_limit_are_the_same_error(form, count):
+    """Every count over 1000 is one error, however many digits: `parse_int` once stopped reading
+    at 6 digits, so `a{1000000}` fell back to literal text while `a{999999}` was an error."""
+    h = MiniHost(regex_wasm(), BYTE_VOCAB, 256, lambda s: [], arg=(form % count).encode())
+    with pytest.raises(wasmtime.Trap):
+        h.step([1])
+    assert any("repeat count over 1000" in line for line in h.logs), h.logs
+
+
+@pytest.mark.parametrize("pattern", [b"a{1000}", b"a{0,1000}", b"a{01000}"])
+def test_repeat_counts_up_to_the_limit_compile(pattern):
+    h = MiniHost(regex_wasm(), BYTE_VOCAB, 256, lambda s: [], arg=pattern)
+    (branch,) = h.step([1])
+    assert branch.mask is not None and not h.logs
 
 
 # -- slices: a state that keeps every string over a repeated class live takes that class's tokens

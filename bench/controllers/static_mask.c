@@ -7,21 +7,7 @@
 IMPORT("vocab-size") uint32_t host_vocab_size(void);
 IMPORT("arg") void host_arg(uint32_t *ret);
 
-extern unsigned char __heap_base;
-static uintptr_t arena_start, arena_top;
-
-__attribute__((export_name("cabi_realloc")))
-void *cabi_realloc(void *old, size_t old_size, size_t align, size_t size) {
-    (void)old; (void)old_size;
-    if (!arena_start) arena_start = arena_top = (uintptr_t)&__heap_base;
-    arena_top = (arena_top + align - 1) & ~(uintptr_t)(align - 1);
-    uintptr_t p = arena_top;
-    arena_top += size;
-    size_t have = __builtin_wasm_memory_size(0) * 65536;
-    if (arena_top > have && __builtin_wasm_memory_grow(0, (arena_top - have + 65535) / 65536) == (size_t)-1)
-        __builtin_trap();
-    return (void *)p;
-}
+#include "arena.h"
 
 static uint32_t mask[8192], words, work, ready;
 static uint32_t branch[7], ret_area[2];
@@ -45,6 +31,3 @@ void *mid_process(uint32_t bt, uint32_t *t, uint32_t nt, uint32_t some, uint32_t
     ret_area[0] = (uint32_t)(uintptr_t)branch; ret_area[1] = 1;
     return ret_area;
 }
-
-__attribute__((export_name("cabi_post_mid-process")))
-void post(void *p) { (void)p; arena_top = arena_start; }

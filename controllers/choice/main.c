@@ -21,10 +21,7 @@ static void var_name(char *buf, uint32_t i) {   /* "choice.<i>" */
 static void fork_options(aici_result_t *res) {
   uint32_t n;
   char *a = (char *)aici_arg(&n);
-  if (!(aici_capabilities() & AICI_CAP_FORK)) {
-    aici_logs("choice: the host does not grant fork\n");
-    return;
-  }
+  if (!(aici_capabilities() & AICI_CAP_FORK)) aici_fail("choice: the host does not grant fork");
   aici_noop(res);                      /* branch 0: this sequence waits */
   for (uint32_t s = 0; s < n;) {
     uint32_t e = s;

@@ -20,11 +20,8 @@ static bool setup(const aici_arg_t *arg) {
     if (!__builtin_memcmp(a + i, "logslice", 8)) log_slice = true;
   char *err = 0;
   re = aici_regex_compile(a, plen, &err);
+  if (!re) aici_fail("regex: %s in pattern '%.*s'", err, (int)plen, a);   /* a bad argument is an error */
   aici_free(a);
-  if (!re) {
-    aici_logf("regex: %s\n", err);
-    return false;
-  }
   if (!use_cache) aici_regex_cache_limit(re, 0);
   aici_regex_use_slices(re, use_slices);
   if (!(trie = aici_trie())) return false;

@@ -35,6 +35,8 @@ extern "C" {
 typedef uint32_t aici_token_t;
 
 /* ---- memory ------------------------------------------------------------------------------ */
+/* Never NULL: out of guest memory (SPEC §4: 64 MiB by default) logs and traps, which ends the
+ * sequence with finish reason "error". */
 void *aici_malloc(size_t n);
 void *aici_calloc(size_t n, size_t size);
 void *aici_realloc(void *p, size_t n);
@@ -101,6 +103,10 @@ void aici_log(const char *msg, size_t len);
 void aici_logs(const char *msg);      /* NUL-terminated */
 /* printf subset: %d %i %u %x %c %s %.*s %% and the l/z length modifiers. Appends no newline. */
 void aici_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* End this sequence in error: log the message (a newline is added), then trap. The host reports
+ * finish reason "error"; `aicirt run` shows the message and exits non-zero. For a rejected
+ * argument or an impossible state; a normal end is a result with no branches (stop). */
+__attribute__((noreturn)) void aici_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- token sets (bit t%32 of word t/32, ceil(vocab/32) words) ---------------------------- */
 struct aici_tokset {

@@ -132,6 +132,12 @@ pub fn varSet(name: [*:0]const u8, value: []const u8) void {
 pub fn log(msg: []const u8) void {
     aici_log(msg.ptr, msg.len);
 }
+/// End this sequence in error (C: `aici_fail`): log `msg` and a newline, then trap.
+pub fn fail(msg: []const u8) noreturn {
+    aici_log(msg.ptr, msg.len);
+    aici_log("\n", 1);
+    @trap();
+}
 pub fn free(p: anytype) void {
     aici_free(@ptrCast(p.ptr));
 }

@@ -43,7 +43,6 @@ void *aici_tmp_alloc(size_t n) {
     size_t sz = 1 << 16;
     while (sz < n) sz <<= 1;
     chunk_t *nc = aici_malloc(sizeof(chunk_t) + sz);
-    if (!nc) return 0;
     nc->next = 0, nc->size = sz, nc->used = 0;
     if (c) c->next = nc; else arena_first = nc;
     arena_cur = nc;
@@ -256,10 +255,8 @@ static void put_uint(out_t *o, unsigned long long v, unsigned base) {
   while (i) put(o, tmp[--i]);
 }
 
-void aici_logf(const char *fmt, ...) {
+static void vlogf(const char *fmt, __builtin_va_list ap) {
   out_t o; o.n = 0;
-  __builtin_va_list ap;
-  __builtin_va_start(ap, fmt);
   for (const char *f = fmt; *f; f++) {
     if (*f != '%') { put(&o, *f); continue; }
     f++;
@@ -293,6 +290,21 @@ void aici_logf(const char *fmt, ...) {
       default: put(&o, '%'), put(&o, *f);
     }
   }
-  __builtin_va_end(ap);
   if (o.n) aici_log(o.buf, o.n);
+}
+
+void aici_logf(const char *fmt, ...) {
+  __builtin_va_list ap;
+  __builtin_va_start(ap, fmt);
+  vlogf(fmt, ap);
+  __builtin_va_end(ap);
+}
+
+void aici_fail(const char *fmt, ...) {
+  __builtin_va_list ap;
+  __builtin_va_start(ap, fmt);
+  vlogf(fmt, ap);
+  __builtin_va_end(ap);
+  aici_log("\n", 1);
+  __builtin_trap();
 }

@@ -26,16 +26,22 @@ static uintptr_t heap_top, heap_end;
 static free_block_t *small_free[SMALL_MAX_SHIFT + 1];
 static free_block_t *large_free;
 
+/* Out of memory is a trap, never NULL: C code rarely checks, and a write through NULL does not
+ * fault in Wasm (address 0 is ordinary linear memory), so a NULL would silently corrupt the heap. */
+__attribute__((noreturn)) static void out_of_memory(size_t n) {
+  aici_fail("aici: out of guest memory allocating %zu bytes (heap at %zu bytes)", n, (size_t)heap_top);
+}
+
 static void *bump(size_t total) {
   if (!heap_top) {
     heap_top = ((uintptr_t)&__heap_base + 15) & ~(uintptr_t)15;
     heap_end = (uintptr_t)__builtin_wasm_memory_size(0) * 65536u;
   }
-  if (total > (size_t)0x7fffffff) return 0;
+  if (total > (size_t)0x7fffffff) out_of_memory(total);
   if (heap_top + total > heap_end) {
     size_t need = heap_top + total - heap_end;
     size_t pages = (need + 65535) / 65536;
-    if (__builtin_wasm_memory_grow(0, pages) == (size_t)-1) return 0;
+    if (__builtin_wasm_memory_grow(0, pages) == (size_t)-1) out_of_memory(total);
     heap_end += pages * 65536;
   }
   void *p = (void *)heap_top;
@@ -61,11 +67,10 @@ void *aici_malloc(size_t n) {
     } else {
       /* 16-byte blocks get 8 bytes of header: payload stays 8-aligned */
       h = bump(sizeof(header_t) + ((size_t)1 << k));
-      if (!h) return 0;
       h->cap = 1u << k;
     }
   } else {
-    if (n > 0x7fff0000u) return 0;
+    if (n > 0x7fff0000u) out_of_memory(n);
     uint32_t cap = (uint32_t)((n + LARGE_UNIT - 1) / LARGE_UNIT * LARGE_UNIT);
     free_block_t **pp = &large_free, **best = 0;
     for (; *pp; pp = &(*pp)->next) {
@@ -78,7 +83,6 @@ void *aici_malloc(size_t n) {
       h = (header_t *)f - 1;
     } else {
       h = bump(sizeof(header_t) + cap);
-      if (!h) return 0;
       h->cap = cap;
     }
   }
@@ -109,9 +113,9 @@ void aici_free(void *p) {
 }
 
 void *aici_calloc(size_t n, size_t size) {
-  if (size && n > (size_t)-1 / size) return 0;
+  if (size && n > (size_t)-1 / size) out_of_memory((size_t)-1);
   void *p = aici_malloc(n * size);
-  if (p) __builtin_memset(p, 0, n * size);
+  __builtin_memset(p, 0, n * size);
   return p;
 }
 
@@ -120,7 +124,6 @@ void *aici_realloc(void *p, size_t n) {
   if (!h) return aici_malloc(n);
   if (n <= h->cap) return p;
   void *q = aici_malloc(n);
-  if (!q) return 0;
   __builtin_memcpy(q, p, h->cap);
   aici_free(p);
   return q;

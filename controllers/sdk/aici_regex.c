@@ -228,8 +228,12 @@ static uint32_t parse_atom(parser_t *p) {
 static bool parse_int(parser_t *p, int32_t *v) {
   size_t s = p->i;
   int64_t x = 0;
-  while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9' && x < 100000)
+  /* Read every digit, saturating: stopping early left digits before the '}', so `a{1000000}`
+   * was not a quantifier at all but literal text, while `a{999999}` was an error. */
+  while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
     x = x * 10 + (p->s[p->i++] - '0');
+    if (x > 0x7fffffff) x = 0x7fffffff;
+  }
   *v = (int32_t)x;
   return p->i > s;
 }

@@ -16,10 +16,8 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     while (nl < n && a[nl] != '\n') nl++;
     if (nl < n) text[0] = a, len[0] = nl, text[1] = a + nl + 1, len[1] = n - nl - 1;
     for (int i = 0; i < 2; i++) opt[i] = aici_tokenize(text[i], len[i], &n_opt[i]);
-    if (!n_opt[0] || !n_opt[1] || opt[0][0] == opt[1][0]) {
-      aici_logs("yesno: the two answers need distinct first tokens\n");
-      return;
-    }
+    if (!n_opt[0] || !n_opt[1] || opt[0][0] == opt[1][0])
+      aici_fail("yesno: the two answers need distinct first tokens");
     aici_tokset_t *m = aici_tokset_tmp();
     aici_tokset_allow(m, opt[0][0]);
     aici_tokset_allow(m, opt[1][0]);

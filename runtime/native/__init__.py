@@ -1,170 +1,143 @@
-"""The FFI layer: the only place that talks to libwasmtime below wasmtime-py's public API.
+"""The FFI layer: every call into libwasmtime below wasmtime-py's public API is in this package.
 
-Two interchangeable backends expose the same calls (a worker pool, post-return, a view of linear
-memory) over the same ``aicirt_slot`` struct:
+Two interchangeable hot paths implement the same operations over the same ``aicirt_slot``
+struct (one per sequence; declared in step.c):
 
-* ``compiled``: ``step.c`` built once with cffi's API mode (cached under the user cache dir);
-  pthread workers run sequence-steps with the GIL released (~1 µs a sequence-step).
-* ``python``: the same logic in Python over cffi's ABI mode and Python threads, for machines
-  without a C compiler (or with ``AICIRT_NATIVE=python``); about 40 times slower, same results.
+* ``compiled`` (:mod:`.compiled`): step.c + host.c built once with cffi's API mode (cached under
+  the user cache dir); pthread workers run sequence-steps with the GIL released (~1 µs a
+  sequence-step), and the per-step host imports are native callbacks.
+* ``python`` (:mod:`.fallback`): the same logic in Python over cffi's ABI mode and Python
+  threads, for machines without a C compiler (or with ``AICIRT_NATIVE=python``); about 40 times
+  slower, same results, same errors.
 
-Both call into the very libwasmtime that wasmtime-py loaded, through function pointers taken from
-it, so handles made with wasmtime-py (stores, funcs, memories) are valid here.
+Both call into the very libwasmtime that wasmtime-py loaded, so handles made with wasmtime-py
+(stores, funcs, memories) are valid here. One concept a module: :mod:`.build` (compiling the C),
+:mod:`.traps` (trap text), :mod:`.guest` (guest memory for Python host imports), :mod:`.linker`
+(defining host imports), :mod:`.instance` (stores, fork copies), :mod:`.engine_config`.
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import importlib.util
+import itertools
 import os
-import sys
 import threading
 import warnings
-from pathlib import Path
+from typing import Any, Callable
 
 import cffi
-import wasmtime
 from wasmtime import _ffi as wt_ffi
 
-from ..paths import user_cache_dir
-from .ffi_decl import CDEF_SLOT, CDEF_STEP, CDEF_WASMTIME
+from ..abi import Status
+from .ffi_decl import CDEF_SLOT, CDEF_VARS, CDEF_WASMTIME
+from .traps import summarize_trap, take_error_text
 
-_HERE = Path(__file__).resolve().parent
-STATUS_OK, STATUS_LIFT = 0, 1
-STATUS_TRAP, STATUS_BAD_ALLOC, STATUS_BAD_RESULT, STATUS_BAD_MASK, STATUS_EMPTY_MASK = -1, -2, -3, -4, -5
+__all__ = ["Native", "Status", "get_native", "summarize_trap"]
+
+# A Python host import: (slot, ctx, args) -> 0, or 1 with the fault written into the slot.
+Handler = Callable[[Any, Any, Any], int]
 
 
-def _fn_addr(name: str) -> int:
-    return ctypes.cast(getattr(wt_ffi.dll, name), ctypes.c_void_p).value
+def fn_addr(name: str) -> int:
+    """Address of a libwasmtime function, from the copy wasmtime-py loaded."""
+    return ctypes.cast(getattr(wt_ffi.dll, name), ctypes.c_void_p).value or 0
 
 
 class Native:
-    """The loaded hot path: ``ffi``, ``make_pool(workers)``, ``post(slot)``, ``memory(slot)``."""
+    """The loaded hot path. ``mode`` is "compiled" or "python"; ``ffi`` allocates slots."""
+
+    FAULT_BYTES = 255
 
     def __init__(self) -> None:
         self.wt = cffi.FFI()
-        self.wt.cdef(CDEF_SLOT + CDEF_WASMTIME)
+        self.wt.cdef(CDEF_SLOT + CDEF_VARS + CDEF_WASMTIME)
         self.wtlib = self.wt.dlopen(str(wt_ffi.filename))
-        want = os.environ.get("AICIRT_NATIVE", "compiled")
-        self.mode = "python"
-        if want != "python":
+        impl: Any = None
+        if os.environ.get("AICIRT_NATIVE", "compiled") != "python":
             try:
-                self._load_compiled()
-                self.mode = "compiled"
+                from .compiled import Compiled
+                impl = Compiled(self)
             except Exception as e:  # no compiler, no headers: slower, same semantics
                 warnings.warn(f"aicirt: C hot path unavailable ({e}); using the Python fallback", RuntimeWarning)
-        if self.mode == "python":
-            from . import fallback
-            self.ffi = self.wt
-            impl = fallback.Fallback(self.wt, self.wtlib)
-            self.post, self.memory = impl.post, impl.memory
-            self.make_pool = lambda workers: fallback.ThreadPool(impl, workers)
+        if impl is None:
+            from .fallback import Fallback
+            impl = Fallback(self)
+        self.impl = impl
+        self.mode: str = impl.mode
+        self.ffi = impl.ffi
+        # the hot operations, bound once (no extra Python frame per call)
+        self.make_pool = impl.make_pool
+        self.post = impl.post
+        self.memory = impl.memory
+        self.check_mask = impl.check_mask
+        self.new_vars = impl.new_vars
+        self.log_append = impl.log_append
+        self.release = impl.release
+        self.ctx_memory = impl.ctx_memory
+        self.ctx_alloc = impl.ctx_alloc
+        self.host_callback = impl.host_callback
 
-    def _load_compiled(self) -> None:
-        source = (_HERE / "step.c").read_text()
-        key = hashlib.sha256((source + CDEF_SLOT + CDEF_STEP + sys.version + cffi.__version__).encode()).hexdigest()[:16]
-        name = f"_aicirt_step_{key}"
-        out = user_cache_dir("native")
-        built = [p for p in out.glob(name + "*.so")] if out.exists() else []
-        if not built:
-            out.mkdir(parents=True, exist_ok=True)
-            builder = cffi.FFI()
-            builder.cdef(CDEF_SLOT + CDEF_STEP)
-            builder.set_source(name, source, extra_compile_args=["-O3"])
-            tmp = out / f"build-{os.getpid()}-{threading.get_ident()}"
-            so = builder.compile(tmpdir=str(tmp), verbose=False)
-            final = out / Path(so).name
-            os.replace(so, final)
-            built = [final]
-        spec = importlib.util.spec_from_file_location(name, built[0])
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        self.ffi, lib = mod.ffi, mod.lib
-        size = lib.aicirt_bind(
-            self.ffi.cast("void *", _fn_addr("wasmtime_func_call_unchecked")),
-            self.ffi.cast("void *", _fn_addr("wasmtime_memory_data")),
-            self.ffi.cast("void *", _fn_addr("wasmtime_memory_data_size")),
-            self.ffi.cast("void *", _fn_addr("wasmtime_context_set_epoch_deadline")),
-        )
-        if size != self.ffi.sizeof("aicirt_slot"):
-            raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
-        self.post = lib.aicirt_post
-        self.make_pool = lambda workers: CPool(self.ffi, lib, workers)
+    # -- slots ---------------------------------------------------------------------------------
+    def new_slot(self):
+        return self.ffi.new("aicirt_slot *")
 
-        def memory(slot):
-            size = self.ffi.new("size_t *")
-            ptr = lib.aicirt_memory(slot, size)
-            return ptr, size[0]
+    def addr(self, cdata) -> int:
+        return int(self.ffi.cast("uintptr_t", cdata))
 
-        self.memory = memory
+    def log_bytes(self, slot) -> bytes:
+        return bytes(self.ffi.buffer(slot.log, slot.log_len)) if slot.log_len else b""
 
-    # -- helpers shared by both modes --------------------------------------------------------
+    def take_call_log(self, slot) -> bytes:
+        n = slot.call_log_len
+        if not n:
+            return b""
+        slot.call_log_len = 0
+        return bytes(self.ffi.buffer(slot.log + (slot.log_len - n), n))
+
+    def set_fault(self, slot, message: str) -> None:
+        data = message.encode("utf-8", "replace")[:self.FAULT_BYTES]
+        self.ffi.memmove(slot.fault, data, len(data))
+        slot.fault_len = len(data)
+
+    def fault_text(self, slot) -> str | None:
+        n = slot.fault_len
+        return bytes(self.ffi.buffer(slot.fault, n)).decode("utf-8", "replace") if n else None
+
     def error_text(self, slot) -> str:
-        """Format and free the trap / error a failed call left in ``slot``."""
-        ffi, lib = self.wt, self.wtlib
-        parts = []
-        trap_addr = int(self.ffi.cast("uintptr_t", slot.trap))
-        err_addr = int(self.ffi.cast("uintptr_t", slot.error))
+        """Why a call failed: the host import's fault if one trapped the guest, else the trap /
+        wasmtime error text (both freed here)."""
+        trap, err = self.addr(slot.trap), self.addr(slot.error)
         slot.trap = slot.error = self.ffi.NULL
-        if trap_addr:
-            trap = ffi.cast("wasm_trap_t *", trap_addr)
-            code = ffi.new("uint8_t *")
-            is_code = lib.wasmtime_trap_code(trap, code)
-            msg = ffi.new("wasm_byte_vec_t *")
-            lib.wasm_trap_message(trap, msg)
-            text = ffi.string(msg.data, msg.size).decode("utf-8", "replace").rstrip("\0")
-            lib.wasm_byte_vec_delete(msg)
-            lib.wasm_trap_delete(trap)
-            if is_code and code[0] == 10:  # WASMTIME_TRAP_CODE_INTERRUPT
-                text = "interrupted: exceeded the time limit for one call"
-            parts.append(f"trap: {summarize_trap(text)}")
-        if err_addr:
-            err = ffi.cast("wasmtime_error_t *", err_addr)
-            msg = ffi.new("wasm_byte_vec_t *")
-            lib.wasmtime_error_message(err, msg)
-            parts.append(ffi.string(msg.data, msg.size).decode("utf-8", "replace"))
-            lib.wasm_byte_vec_delete(msg)
-            lib.wasmtime_error_delete(err)
-        return "; ".join(parts) or "unknown failure"
+        text = take_error_text(self.wt, self.wtlib, trap, err)
+        return self.fault_text(slot) or text
+
+    def set_deadline(self, ctx, ticks: int) -> None:
+        self.wtlib.wasmtime_context_set_epoch_deadline(self.wt.cast("void *", self.addr(ctx)), ticks)
+
+    # -- Python host imports: one process-wide registry, as the C trampoline is one symbol -----
+    @staticmethod
+    def add_handler(handler: Handler) -> int:
+        with _handlers_lock:
+            hid = next(_handler_ids)
+            _handlers[hid] = handler
+            return hid
+
+    @staticmethod
+    def remove_handler(hid: int) -> None:
+        with _handlers_lock:
+            _handlers.pop(hid, None)
+
+    def dispatch(self, hid: int, slot, ctx, args) -> int:
+        """Run Python host import `hid` (called by both hot paths' trampolines); 0 or 1 (fault)."""
+        handler = _handlers.get(hid)
+        if handler is None:
+            self.set_fault(slot, "host import called after its runtime was closed")
+            return 1
+        return handler(slot, ctx, args)
 
 
-class CPool:
-    """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released)."""
-
-    def __init__(self, ffi, lib, workers: int) -> None:
-        self.ffi, self.lib = ffi, lib
-        self.ptr = lib.aicirt_pool_new(workers)
-        if self.ptr == ffi.NULL:
-            raise RuntimeError("could not start controller worker threads")
-
-    def submit(self, slots: list) -> None:
-        if self.lib.aicirt_pool_submit(self.ptr, self.ffi.new("aicirt_slot *[]", slots), len(slots)):
-            raise MemoryError("controller queue")
-
-    def wait(self, slots: list, timeout_s: float) -> int:
-        """Block until all `slots` are done or `timeout_s` passes; returns how many are not done."""
-        return self.lib.aicirt_pool_wait(self.ptr, self.ffi.new("aicirt_slot *[]", slots), len(slots), timeout_s * 1e6)
-
-    def close(self) -> None:
-        ptr, self.ptr = self.ptr, None
-        if ptr is not None:
-            self.lib.aicirt_pool_free(ptr)
-
-
-def summarize_trap(text: str, frames: int = 4) -> str:
-    """wasmtime's trap text in one line: the cause, then where (innermost function first)."""
-    cause = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), text)
-    cause = cause.removeprefix("wasm trap: ")
-    names: list[str] = []
-    for ln in text.splitlines():
-        if "!" in ln and ln.lstrip()[:1].isdigit():
-            name = ln.rsplit("!", 1)[1].strip()
-            if not names or names[-1] != name:
-                names.append(name)
-    where = " <- ".join(names[:frames]) + (" <- ..." if len(names) > frames else "")
-    return f"{cause} (in {where})" if names else cause
-
-
+_handlers: dict[int, Handler] = {}
+_handler_ids = itertools.count(1)
+_handlers_lock = threading.Lock()
 _native: Native | None = None
 _lock = threading.Lock()
 
@@ -176,14 +149,3 @@ def get_native() -> Native:
         if _native is None:
             _native = Native()
         return _native
-
-
-def slot_bind(native: Native, slot, store: wasmtime.Store, funcs: dict, memory: wasmtime.Memory) -> None:
-    """Point ``slot`` at one instance's store, functions and memory (raw handle copies)."""
-    ffi = native.ffi
-    slot.ctx = ffi.cast("void *", ctypes.cast(store._context(), ctypes.c_void_p).value)
-    for field, func in funcs.items():
-        if func is not None:
-            ffi.memmove(ffi.addressof(slot, field), bytes(func._func), ffi.sizeof("wt_func_t"))
-    slot.has_post = funcs.get("f_post") is not None
-    ffi.memmove(ffi.addressof(slot, "mem"), bytes(memory._memory), ffi.sizeof("wt_memory_t"))

@@ -1,139 +1,345 @@
-"""step.c's logic in Python over cffi's ABI mode, for machines that cannot compile step.c.
+"""step.c's and host.c's logic in Python over cffi's ABI mode, for machines that cannot compile them.
 
-Same slot struct, same statuses, same results; keep it in step with step.c line for line.
+Same slot struct, same statuses, same results, same messages; keep it in step with the C line
+for line. Every host import is a Python callback here (with the GIL), variables live in Python.
 """
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import (
-    STATUS_BAD_ALLOC,
-    STATUS_BAD_MASK,
-    STATUS_BAD_RESULT,
-    STATUS_EMPTY_MASK,
-    STATUS_LIFT,
-    STATUS_OK,
-    STATUS_TRAP,
-)
+from .. import abi
+from ..abi import Stage, Status
+
+if TYPE_CHECKING:
+    from . import Native
+
+# Each variable and each change record counts this much beside its name and value (host.c's VAR_OVERHEAD).
+VAR_OVERHEAD = 32
 
 
 class Fallback:
-    def __init__(self, ffi, lib) -> None:
-        self.ffi, self.lib = ffi, lib
-        self._args = None
+    mode = "python"
 
-    def memory(self, s):
-        return self.lib.wasmtime_memory_data(s.ctx, self.ffi.addressof(s, "mem")), \
-            self.lib.wasmtime_memory_data_size(s.ctx, self.ffi.addressof(s, "mem"))
+    def __init__(self, native: "Native") -> None:
+        self.native = native
+        self.ffi, self.lib = native.wt, native.wtlib
 
-    def _call(self, s, func_field: str, args, n: int) -> bool:
+        @self.ffi.callback("wasm_trap_t *(void *, void *, wt_val_raw_t *, size_t)")
+        def trampoline(env, caller, args, n):
+            ctx = self.lib.wasmtime_caller_context(caller)
+            slot = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
+            if not native.dispatch(int(self.ffi.cast("intptr_t", env)), slot, ctx, args):
+                return self.ffi.NULL
+            trap, slot.host_trap = slot.host_trap, self.ffi.NULL
+            return self.ffi.cast("wasm_trap_t *", trap) if trap != self.ffi.NULL else \
+                self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
+
+        self._trampoline = trampoline    # kept alive as long as this object
+
+    # -- memory and calls ------------------------------------------------------------------------
+    def memory(self, s) -> tuple[int, int]:
+        return self.ctx_memory(s, s.ctx)
+
+    def ctx_memory(self, s, ctx) -> tuple[int, int]:
+        mem = self.ffi.addressof(s, "mem")
+        ptr = self.lib.wasmtime_memory_data(ctx, mem)
+        return int(self.ffi.cast("uintptr_t", ptr)), self.lib.wasmtime_memory_data_size(ctx, mem)
+
+    def _call(self, s, ctx, func_field: str, args, n: int) -> bool:
         ffi, lib = self.ffi, self.lib
         trap = ffi.new("wasm_trap_t **")
-        err = lib.wasmtime_func_call_unchecked(s.ctx, ffi.addressof(s, func_field), args, n, trap)
+        err = lib.wasmtime_func_call_unchecked(ctx, ffi.addressof(s, func_field), args, n, trap)
         if err != ffi.NULL or trap[0] != ffi.NULL:
             s.error, s.trap = err, trap[0]
             return False
         return True
 
+    def _guest_alloc(self, s, ctx, align: int, n: int) -> int:
+        a = self.ffi.new("wt_val_raw_t[4]")
+        a[2].i32, a[3].i32 = align, n
+        if not self._call(s, ctx, "f_realloc", a, 4):
+            s.status = Status.TRAP
+            return -1
+        ptr = a[0].i32 & 0xFFFFFFFF
+        if ptr + n > self.ctx_memory(s, ctx)[1] or ptr % align:
+            s.status = Status.BAD_ALLOC
+            s.detail[0], s.detail[1] = ptr, n
+            return -1
+        return ptr
+
+    def ctx_alloc(self, s, ctx, align: int, n: int, name: str) -> int:
+        ptr = self._guest_alloc(s, ctx, align, n)
+        if ptr < 0:   # host.c's alloc_failure
+            if s.status == Status.BAD_ALLOC:
+                self.native.set_fault(s, f"host import `{name}`: cabi_realloc returned [{s.detail[0]}, "
+                                         f"{s.detail[0] + s.detail[1]}): misaligned or outside linear memory")
+                s.host_trap = self.ffi.NULL
+            else:
+                if s.error != self.ffi.NULL:
+                    self.lib.wasmtime_error_delete(s.error)
+                    s.error = self.ffi.NULL
+                    self.native.set_fault(s, f"host import `{name}`: cabi_realloc failed")
+                s.host_trap, s.trap = s.trap, self.ffi.NULL
+        return ptr
+
     def _write_list(self, s, src, n: int) -> int:
         if n == 0:
             return 0
-        a = self.ffi.new("wt_val_raw_t[4]")
-        a[2].i32, a[3].i32 = 4, n * 4
-        if not self._call(s, "f_realloc", a, 4):
-            s.status = STATUS_TRAP
-            return -1
-        ptr = a[0].i32 & 0xFFFFFFFF
-        data, size = self.memory(s)
-        if ptr + n * 4 > size:
-            s.status = STATUS_BAD_ALLOC
-            return -1
-        self.ffi.memmove(data + ptr, src, n * 4)
+        ptr = self._guest_alloc(s, s.ctx, 4, n * 4)
+        if ptr >= 0:
+            self.ffi.memmove(self.ffi.cast("uint8_t *", self.memory(s)[0] + ptr), src, n * 4)
         return ptr
 
     def post(self, s) -> None:
+        """Post-return runs on what is left of the call's time limit."""
         if not s.has_post:
             return
-        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+        left = s.budget_us - (time.perf_counter() * 1e6 - s.started_us)
+        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, int(left / s.tick_us) + 1 if left > 0 else 1)
+        s.stage = Stage.POST
         a = self.ffi.new("wt_val_raw_t[1]")
-        a[0].i32 = s.result_ptr
-        if not self._call(s, "f_post", a, 1):
-            s.status = STATUS_TRAP
+        a[0].i32 = s.result_ptr - (1 << 32) if s.result_ptr >= 1 << 31 else s.result_ptr
+        if not self._call(s, s.ctx, "f_post", a, 1):
+            s.status = Status.TRAP
+
+    def check_mask(self, mem: int, size: int, ptr: int, words: int, vocab_size: int, row: int) -> tuple[int, int, int]:
+        """step.c's aicirt_check_mask."""
+        if words != (vocab_size + 31) // 32:
+            return Status.BAD_MASK_LEN, words, ptr
+        if ptr + words * 4 > size:
+            return Status.BAD_MASK_RANGE, ptr, words
+        self.ffi.memmove(self.ffi.cast("uint8_t *", row), self.ffi.cast("uint8_t *", mem + ptr), words * 4)
+        out = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", row), words * 4), dtype=np.uint32)
+        tail = vocab_size % 32
+        extra = int(out[-1]) >> tail if tail else 0
+        if extra:
+            return Status.BAD_MASK_BITS, (words - 1) * 32 + tail + (extra & -extra).bit_length() - 1, 0
+        return (Status.OK if out.any() else Status.EMPTY_MASK), 0, 0
 
     def _lift(self, s) -> None:
-        data, size = self.memory(s)
-        mem = np.frombuffer(self.ffi.buffer(data, size), dtype=np.uint8)
+        base, size = self.memory(s)
+        mem = np.frombuffer(self.ffi.buffer(self.ffi.cast("uint8_t *", base), size), dtype=np.uint8)
         rd = lambda off: int(mem[off:off + 4].view(np.uint32)[0])  # noqa: E731
-        if s.result_ptr + 8 > size:
-            s.status = STATUS_BAD_RESULT
+        if s.result_ptr + abi.RESULT_SIZE > size:
+            s.status = Status.BAD_RESULT
             return
         s.branches_ptr, s.n_branches = rd(s.result_ptr), rd(s.result_ptr + 4)
-        if s.branches_ptr + s.n_branches * 28 > size:
-            s.status = STATUS_BAD_RESULT
+        if s.branches_ptr + s.n_branches * abi.BRANCH_SIZE > size:
+            s.status = Status.BAD_RESULT
             return
         b = s.branches_ptr
-        if s.n_branches != 1 or mem[b] == 0 or rd(b + 24) != 0:
-            s.status = STATUS_LIFT
+        if s.n_branches != 1 or mem[b + abi.BRANCH_MASK_TAG] == 0 or rd(b + abi.BRANCH_SPLICES_LEN) != 0:
+            s.status = Status.LIFT
             return
-        s.temp_is_some = int(mem[b + 12] != 0)
-        s.temp = float(mem[b + 16:b + 20].view(np.float32)[0])
-        mptr, mlen = rd(b + 4), rd(b + 8)
-        if mlen != s.mask_words or mptr + mlen * 4 > size:
-            s.status = STATUS_BAD_MASK
-            return
-        self.ffi.memmove(s.mask_row, data + mptr, mlen * 4)
-        row = np.frombuffer(self.ffi.buffer(s.mask_row, mlen * 4), dtype=np.uint32)
-        tail = s.vocab_size % 32
-        if tail and int(row[-1]) >> tail:
-            s.status = STATUS_BAD_MASK
-            return
-        if not row.any():
-            s.status = STATUS_EMPTY_MASK
-            return
-        s.status = STATUS_OK
-        self.post(s)
+        s.temp_is_some = int(mem[b + abi.BRANCH_TEMP_TAG] != 0)
+        s.temp = float(mem[b + abi.BRANCH_TEMP_VALUE:b + abi.BRANCH_TEMP_VALUE + 4].view(np.float32)[0])
+        st, d0, d1 = self.check_mask(base, size, rd(b + abi.BRANCH_MASK_PTR), rd(b + abi.BRANCH_MASK_LEN),
+                                     s.vocab_size, int(self.ffi.cast("uintptr_t", s.mask_row)))
+        s.status, s.detail[0], s.detail[1] = st, d0, d1
+        if st == Status.OK:
+            self.post(s)
 
     def step(self, s) -> None:
         t0 = time.perf_counter()
+        s.started_us = t0 * 1e6
+        s.started = 1
         s.error = s.trap = self.ffi.NULL
         s.n_branches = 0
+        s.fault_len = 0
+        if s.needs_init:
+            s.needs_init = 0
+            s.stage = Stage.INITIALIZE
+            self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+            if not self._call(s, s.ctx, "f_init", self.ffi.new("wt_val_raw_t[1]"), 0):
+                s.status = Status.TRAP
+                s.elapsed_us = (time.perf_counter() - t0) * 1e6
+                s.done = 1
+                return
+            t0 = time.perf_counter()
+            s.started_us = t0 * 1e6
         self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+        s.stage = Stage.ARGUMENTS
         tokens = self._write_list(s, s.tokens, s.n_tokens)
         group = -1 if tokens < 0 else self._write_list(s, s.group, s.n_group)
         if group >= 0:
             a = self.ffi.new("wt_val_raw_t[7]")
             for i, v in enumerate((s.backtrack, tokens, s.n_tokens, s.sampled_is_some, s.sampled, group, s.n_group)):
                 a[i].i32 = v - (1 << 32) if v >= 1 << 31 else v
-            if self._call(s, "f_mid", a, 7):
+            s.stage = Stage.MID_PROCESS
+            if self._call(s, s.ctx, "f_mid", a, 7):
                 s.result_ptr = a[0].i32 & 0xFFFFFFFF
                 self._lift(s)
             else:
-                s.status = STATUS_TRAP
+                s.status = Status.TRAP
         s.elapsed_us = (time.perf_counter() - t0) * 1e6
         s.done = 1
 
+    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "ThreadPool":
+        return ThreadPool(self, workers, max_workers, stall_s)
+
+    # -- host state ------------------------------------------------------------------------------
+    def log_append(self, s, data: bytes) -> None:
+        """host.c's aicirt_log_append (the buffer is kept alive by `_logs`)."""
+        n, cap = len(data), s.log_cap
+        if not n or not cap:
+            return
+        if s.log == self.ffi.NULL:
+            buf = self.ffi.new("uint8_t[]", cap)
+            _logs[int(self.ffi.cast("uintptr_t", s))] = buf
+            s.log = buf
+        if n >= cap:
+            self.ffi.memmove(s.log, data[n - cap:], cap)
+            s.log_len = cap
+        else:
+            if s.log_len + n > cap:
+                drop = s.log_len + n - cap
+                self.ffi.memmove(s.log, s.log + drop, s.log_len - drop)
+                s.log_len -= drop
+            self.ffi.memmove(s.log + s.log_len, data, n)
+            s.log_len += n
+        s.call_log_len = min(s.call_log_len + n, s.log_len)
+
+    def release(self, s) -> None:
+        _logs.pop(int(self.ffi.cast("uintptr_t", s)), None)
+        s.log = self.ffi.NULL
+        s.log_len = s.call_log_len = 0
+
+    def host_callback(self, index: int, native_ok: bool) -> tuple[int, bool]:
+        """Every import is the Python trampoline here (it takes a handler id as env)."""
+        return int(self.ffi.cast("uintptr_t", self._trampoline)), True
+
+    def new_vars(self, limit: int) -> "PyVars":
+        return PyVars(limit)
+
+
+_logs: dict[int, object] = {}   # slot address -> its log buffer (the fallback's malloc)
+
+
+class PyVars:
+    """host.c's aicirt_vars in Python: same accounting, same messages."""
+
+    ptr = None   # no native state: the slot's `vars` stays NULL
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.values: dict[str, bytes] = {}
+        self.changes: list[tuple[int, str, str, bytes]] = []
+        self.held = self.pending = 0
+        self.lock = threading.Lock()
+
+    def get(self, name: str) -> bytes | None:
+        with self.lock:
+            return self.values.get(name)
+
+    def set(self, seq_id: int, name: str, value: bytes, append: bool) -> None:
+        n = len(name.encode("utf-8"))
+        with self.lock:
+            old = self.values.get(name)
+            new = (old or b"") + value if append else value
+            held = self.held - (VAR_OVERHEAD + n + len(old) if old is not None else 0) + VAR_OVERHEAD + n + len(new)
+            pending = self.pending + VAR_OVERHEAD + n + len(value)
+            if held > self.limit or pending > self.limit:
+                raise ValueError(f"variables would take {max(held, pending)} bytes, over the limit of {self.limit} "
+                                 f"(Limits.variable_bytes)")
+            self.values[name] = new
+            self.held, self.pending = held, pending
+            self.changes.append((seq_id, "append" if append else "set", name, value))
+
+    def take_changes(self) -> list[tuple[int, str, str, bytes]]:
+        with self.lock:
+            out, self.changes, self.pending = self.changes, [], 0
+            return out
+
+    def snapshot(self) -> dict[str, bytes]:
+        with self.lock:
+            return dict(self.values)
+
+    def close(self) -> None:
+        pass
+
 
 class ThreadPool:
-    """The worker pool over Python threads (same interface as step.c's pool)."""
+    """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same growth
+    rule (another worker when every worker is stalled past `stall_s` and calls are queued)."""
 
-    def __init__(self, impl: Fallback, workers: int) -> None:
+    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float) -> None:
         self.impl = impl
-        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicirt-worker")
+        self.base, self.max, self.stall_s = workers, max(max_workers, workers), stall_s
+        self.cv = threading.Condition()
+        self.queue: deque = deque()
+        self.busy_since: dict[threading.Thread, float] = {}   # 0.0 when idle
+        self.stop = False
+        self.all: list[threading.Thread] = []
+        with self.cv:
+            for _ in range(workers):
+                self._spawn()
+
+    def _spawn(self) -> None:
+        t = threading.Thread(target=self._work, daemon=True, name="aicirt-worker")
+        self.busy_since[t] = 0.0
+        self.all.append(t)
+        t.start()
+
+    def _grow_if_stalled(self) -> None:
+        if not self.queue or len(self.busy_since) >= self.max:
+            return
+        now = time.perf_counter()
+        if all(since and now - since >= self.stall_s for since in self.busy_since.values()):
+            self._spawn()
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        with self.cv:
+            while True:
+                while not self.queue and not self.stop:
+                    if len(self.busy_since) > self.base:
+                        break
+                    self.cv.wait()
+                if not self.queue:
+                    break
+                s = self.queue.popleft()
+                self.busy_since[me] = time.perf_counter()
+                self.cv.release()
+                try:
+                    self.impl.step(s)
+                finally:
+                    self.cv.acquire()
+                self.busy_since[me] = 0.0
+                self.cv.notify_all()
+            del self.busy_since[me]
 
     def submit(self, slots: list) -> None:
-        for s in slots:
-            self.executor.submit(self.impl.step, s)
+        with self.cv:
+            for s in slots:
+                s.started = 0
+                self.queue.append(s)
+            self._grow_if_stalled()
+            self.cv.notify_all()
 
     def wait(self, slots: list, timeout_s: float) -> int:
         deadline = time.perf_counter() + timeout_s
         while True:
             left = sum(1 for s in slots if not s.done)
-            if not left or time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            if not left or now >= deadline:
                 return left
+            with self.cv:
+                self._grow_if_stalled()
             time.sleep(0.0002)
 
+    @property
+    def threads(self) -> int:
+        with self.cv:
+            return len(self.busy_since)
+
     def close(self) -> None:
-        self.executor.shutdown(wait=True)
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+        for t in list(self.all):
+            t.join()

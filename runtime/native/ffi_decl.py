@@ -1,22 +1,49 @@
-"""cffi declarations: step.c's slot (read from it) and the libwasmtime 50 entry points we call."""
+"""cffi declarations (hand-kept): step.c's slot, read from it; the hot path's own functions; and
+the libwasmtime 50 entry points called from Python (error text, the fallback, host imports)."""
 from pathlib import Path
 
 _STEP_C = (Path(__file__).resolve().parent / "step.c").read_text()
 # The slot and wasmtime handle layouts, declared once in step.c between its CDEF markers.
 CDEF_SLOT = _STEP_C[_STEP_C.index("/* CDEF BEGIN */"):_STEP_C.index("/* CDEF END */")]
 
+# A variable change as host.c records it.
+CDEF_VARS = """
+typedef struct { uint32_t seq_id, append, name_len, len; uint8_t *name, *value; } aicirt_var_change;
+"""
+
+# step.c and host.c, compiled mode only.
 CDEF_STEP = """
-int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline);
+int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
+                void *get_data, void *trap_new, void *error_delete);
 void aicirt_post(aicirt_slot *s);
 uint8_t *aicirt_memory(aicirt_slot *s, size_t *size);
+int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t words, uint32_t vocab_size,
+                      uint32_t *row, uint32_t *detail);
 typedef struct aicirt_pool aicirt_pool;
-aicirt_pool *aicirt_pool_new(int n_threads);
+aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us);
+int aicirt_pool_threads(aicirt_pool *p);
 int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n);
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us);
 void aicirt_pool_free(aicirt_pool *p);
+
+void aicirt_log_append(aicirt_slot *s, const uint8_t *data, uint32_t n);
+void aicirt_slot_release(aicirt_slot *s);
+aicirt_vars *aicirt_vars_new(uint64_t limit);
+void aicirt_vars_free(aicirt_vars *v);
+int aicirt_vars_set(aicirt_vars *v, uint32_t seq_id, const uint8_t *name, uint32_t nlen, const uint8_t *val,
+                    uint32_t vlen, int append, uint64_t *would);
+int aicirt_vars_get(aicirt_vars *v, const uint8_t *name, uint32_t nlen, uint8_t **copy, uint32_t *len);
+size_t aicirt_vars_take(aicirt_vars *v, aicirt_var_change **out);
+int64_t aicirt_vars_snapshot(aicirt_vars *v, aicirt_var_change **out);
+void aicirt_vars_free_changes(aicirt_var_change *c, size_t n);
+void aicirt_free(void *p);
+void *aicirt_host_callback(int index);
+uint8_t *aicirt_ctx_memory(aicirt_slot *s, void *ctx, size_t *size);
+int64_t aicirt_ctx_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t bytes, const char *name);
+extern "Python" int aicirt_py_import(int32_t index, aicirt_slot *s, void *ctx, wt_val_raw_t *args);
 """
 
-# The libwasmtime entry points the Python fallback and the error formatting call directly.
+# libwasmtime entry points called directly from Python (through cffi's ABI mode).
 CDEF_WASMTIME = """
 typedef struct wasm_trap_t wasm_trap_t;
 typedef struct wasmtime_error_t wasmtime_error_t;
@@ -28,7 +55,14 @@ void wasmtime_context_set_epoch_deadline(void *ctx, uint64_t ticks);
 bool wasmtime_trap_code(const wasm_trap_t *trap, uint8_t *code);
 void wasm_trap_message(const wasm_trap_t *trap, wasm_byte_vec_t *out);
 void wasm_trap_delete(wasm_trap_t *trap);
+wasm_trap_t *wasmtime_trap_new(const char *msg, size_t len);
 void wasmtime_error_message(const wasmtime_error_t *err, wasm_byte_vec_t *out);
 void wasmtime_error_delete(wasmtime_error_t *err);
 void wasm_byte_vec_delete(wasm_byte_vec_t *v);
+void *wasmtime_caller_context(void *caller);
+void *wasmtime_context_get_data(void *ctx);
+void wasmtime_context_set_data(void *ctx, void *data);
+typedef wasm_trap_t *(*wt_unchecked_cb)(void *env, void *caller, wt_val_raw_t *args, size_t n);
+wasmtime_error_t *wasmtime_linker_define_func_unchecked(void *linker, const char *module, size_t module_len,
+    const char *name, size_t name_len, const void *ty, void *cb, void *env, void *finalizer);
 """

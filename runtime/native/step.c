@@ -10,6 +10,7 @@
  * loaded (aicirt_bind), so there is exactly one copy of wasmtime in the process.
  * The struct layouts below mirror wasmtime 50's C API (wasmtime/extern.h, val.h); the text between
  * the CDEF markers is also cffi's declaration of them (ffi_decl.py reads it from here).
+ * Host imports are in host.c, compiled with this file.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,31 +20,50 @@
 #include <string.h>
 #include <time.h>
 
+/* ABI_* layouts, AICIRT_* statuses and HOST_* import indices are #defined above this file,
+ * generated from runtime/abi.py (abi.c_header()). */
+
 /* CDEF BEGIN */
 typedef struct { uint64_t store_id; void *priv; } wt_func_t;                      /* 16 bytes */
 typedef struct { struct { uint64_t store_id; uint32_t p1; } a; uint32_t p2; } wt_memory_t; /* 24 */
 typedef union { int32_t i32; int64_t i64; float f32; double f64; uint8_t v128[16]; void *ref; } wt_val_raw_t;
+typedef struct aicirt_vars aicirt_vars;
 
 typedef struct {
     void *ctx;
-    wt_func_t f_realloc, f_mid, f_post;
+    wt_func_t f_realloc, f_mid, f_post, f_init;
     wt_memory_t mem;
-    int32_t has_post;
-    uint64_t deadline_ticks;
+    int32_t has_post, needs_init;   /* needs_init: run _initialize before this (first) call */
+    uint64_t deadline_ticks, first_call_ticks;
+    double budget_us, tick_us;      /* this call's time limit; the epoch tick */
     /* in */
     uint32_t backtrack, n_tokens, sampled_is_some, sampled, n_group;
     const uint32_t *tokens, *group;
     uint32_t *mask_row;   /* branch 0's mask lands here */
     uint32_t mask_words, vocab_size;
     /* out */
+    volatile int32_t started;       /* a worker has begun the call (it is not just queued) */
+    int32_t stage;                  /* what ran when it failed: abi.Stage */
+    double started_us;
     int32_t status;
     uint32_t result_ptr;
     uint32_t n_branches, branches_ptr;
     int32_t temp_is_some;
     float temp;
+    uint32_t detail[2];   /* what was wrong, for the message (see abi.Status) */
     void *error, *trap;
     double elapsed_us;
     volatile int32_t done;
+    /* host state, read by host.c's imports on the worker thread */
+    uint32_t seq_id, eos_token, capabilities, host_arg_cap;
+    const uint8_t *arg;
+    uint32_t arg_len;
+    aicirt_vars *vars;
+    uint8_t *log;                   /* the last log_cap bytes logged, oldest dropped */
+    uint32_t log_len, log_cap, call_log_len;
+    void *host_trap;                /* a trap a Python host import is about to raise */
+    int32_t fault_len;              /* a host import's fault: why the guest trapped */
+    char fault[256];
 } aicirt_slot;
 /* CDEF END */
 
@@ -51,89 +71,31 @@ typedef void *(*call_unchecked_fn)(void *ctx, const wt_func_t *f, wt_val_raw_t *
 typedef uint8_t *(*memory_data_fn)(void *ctx, const wt_memory_t *m);
 typedef size_t (*memory_size_fn)(void *ctx, const wt_memory_t *m);
 typedef void (*set_deadline_fn)(void *ctx, uint64_t ticks);
+typedef void *(*caller_context_fn)(void *caller);
+typedef void *(*context_get_data_fn)(void *ctx);
+typedef void *(*trap_new_fn)(const char *msg, size_t len);
+typedef void (*error_delete_fn)(void *err);
 
 static call_unchecked_fn p_call;
 static memory_data_fn p_mem_data;
 static memory_size_fn p_mem_size;
 static set_deadline_fn p_deadline;
+static caller_context_fn p_caller_context;
+static context_get_data_fn p_get_data;
+static trap_new_fn p_trap_new;
+static error_delete_fn p_error_delete;
 
-#define AICIRT_OK 0         /* fully lifted: mask copied (or stop), post-return done */
-#define AICIRT_LIFT 1       /* call succeeded; Python lifts the result and calls post-return */
-#define AICIRT_TRAP -1      /* trap or wasmtime error: see slot->trap / slot->error */
-#define AICIRT_BAD_ALLOC -2 /* cabi_realloc returned memory outside linear memory */
-#define AICIRT_BAD_RESULT -3/* result pointer or branch list outside linear memory */
-#define AICIRT_BAD_MASK -4  /* mask pointer/length invalid, or bits set past the vocabulary */
-#define AICIRT_EMPTY_MASK -5
-
-int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline) {
+int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
+                void *get_data, void *trap_new, void *error_delete) {
     p_call = (call_unchecked_fn)call;
     p_mem_data = (memory_data_fn)mem_data;
     p_mem_size = (memory_size_fn)mem_size;
     p_deadline = (set_deadline_fn)deadline;
+    p_caller_context = (caller_context_fn)caller_context;
+    p_get_data = (context_get_data_fn)get_data;
+    p_trap_new = (trap_new_fn)trap_new;
+    p_error_delete = (error_delete_fn)error_delete;
     return (int)sizeof(aicirt_slot);
-}
-
-static int call(aicirt_slot *s, const wt_func_t *f, wt_val_raw_t *args, size_t n) {
-    void *trap = 0;
-    void *err = p_call(s->ctx, f, args, n, &trap);
-    if (err || trap) {
-        s->error = err;
-        s->trap = trap;
-        return 0;
-    }
-    return 1;
-}
-
-/* Allocate `n` u32s in the guest and copy `src` there; returns the guest pointer or -1. */
-static int64_t write_list(aicirt_slot *s, const uint32_t *src, uint32_t n) {
-    if (n == 0) return 0;
-    wt_val_raw_t a[4];
-    a[0].i32 = 0; a[1].i32 = 0; a[2].i32 = 4; a[3].i32 = (int32_t)(n * 4);
-    if (!call(s, &s->f_realloc, a, 4)) { s->status = AICIRT_TRAP; return -1; }
-    uint32_t ptr = (uint32_t)a[0].i32;
-    size_t size = p_mem_size(s->ctx, &s->mem);
-    if ((uint64_t)ptr + (uint64_t)n * 4 > size) { s->status = AICIRT_BAD_ALLOC; return -1; }
-    memcpy(p_mem_data(s->ctx, &s->mem) + ptr, src, (size_t)n * 4);
-    return ptr;
-}
-
-static inline uint32_t rd32(const uint8_t *m, uint32_t off) {
-    uint32_t v;
-    memcpy(&v, m + off, 4);
-    return v;
-}
-
-void aicirt_post(aicirt_slot *s) {
-    if (!s->has_post) return;
-    p_deadline(s->ctx, s->deadline_ticks);
-    wt_val_raw_t a[1];
-    a[0].i32 = (int32_t)s->result_ptr;
-    if (!call(s, &s->f_post, a, 1)) s->status = AICIRT_TRAP;
-}
-
-static void lift(aicirt_slot *s) {
-    size_t size = p_mem_size(s->ctx, &s->mem);
-    const uint8_t *m = p_mem_data(s->ctx, &s->mem);
-    if ((uint64_t)s->result_ptr + 8 > size) { s->status = AICIRT_BAD_RESULT; return; }
-    s->branches_ptr = rd32(m, s->result_ptr);
-    s->n_branches = rd32(m, s->result_ptr + 4);
-    if ((uint64_t)s->branches_ptr + (uint64_t)s->n_branches * 28 > size) { s->status = AICIRT_BAD_RESULT; return; }
-    if (s->n_branches != 1) { s->status = AICIRT_LIFT; return; }
-    const uint8_t *b = m + s->branches_ptr;
-    uint32_t n_splices = rd32(b, 24);
-    if (b[0] == 0 || n_splices != 0) { s->status = AICIRT_LIFT; return; }
-    s->temp_is_some = b[12] != 0;
-    memcpy(&s->temp, b + 16, 4);
-    uint32_t mptr = rd32(b, 4), mlen = rd32(b, 8);
-    if (mlen != s->mask_words || (uint64_t)mptr + (uint64_t)mlen * 4 > size) { s->status = AICIRT_BAD_MASK; return; }
-    memcpy(s->mask_row, m + mptr, (size_t)mlen * 4);
-    uint32_t tail = s->vocab_size % 32;
-    if (tail && (s->mask_row[mlen - 1] >> tail)) { s->status = AICIRT_BAD_MASK; return; }
-    uint32_t first = 0;  /* most masks allow a token early on: stop at the first non-zero word */
-    while (first < mlen && !s->mask_row[first]) first++;
-    if (first == mlen) { s->status = AICIRT_EMPTY_MASK; return; }
-    s->status = AICIRT_OK;
-    aicirt_post(s);
 }
 
 static double now_us(void) {
@@ -142,11 +104,116 @@ static double now_us(void) {
     return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
 
+static int call(aicirt_slot *s, void *ctx, const wt_func_t *f, wt_val_raw_t *args, size_t n) {
+    void *trap = 0;
+    void *err = p_call(ctx, f, args, n, &trap);
+    if (err || trap) {
+        s->error = err;
+        s->trap = trap;
+        return 0;
+    }
+    return 1;
+}
+
+/* Allocate `bytes` in the guest (cabi_realloc) with `align`; returns the guest pointer, or -1 with
+ * s->status set (the call trapped, or the memory it returned is not inside linear memory). */
+static int64_t guest_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t bytes) {
+    wt_val_raw_t a[4];
+    a[0].i32 = 0; a[1].i32 = 0; a[2].i32 = (int32_t)align; a[3].i32 = (int32_t)bytes;
+    if (!call(s, ctx, &s->f_realloc, a, 4)) { s->status = AICIRT_TRAP; return -1; }
+    uint32_t ptr = (uint32_t)a[0].i32;
+    if ((uint64_t)ptr + bytes > p_mem_size(ctx, &s->mem) || (align && ptr % align)) {
+        s->status = AICIRT_BAD_ALLOC;
+        s->detail[0] = ptr; s->detail[1] = bytes;
+        return -1;
+    }
+    return ptr;
+}
+
+/* Copy `n` u32s into guest memory it allocates; returns the guest pointer or -1. */
+static int64_t write_list(aicirt_slot *s, const uint32_t *src, uint32_t n) {
+    if (n == 0) return 0;
+    int64_t ptr = guest_alloc(s, s->ctx, 4, n * 4);
+    if (ptr >= 0) memcpy(p_mem_data(s->ctx, &s->mem) + ptr, src, (size_t)n * 4);
+    return ptr;
+}
+
+static inline uint32_t rd32(const uint8_t *m, uint64_t off) {
+    uint32_t v;
+    memcpy(&v, m + off, 4);
+    return v;
+}
+
+/* Post-return runs on what is left of the call's time limit, never on a fresh one. */
+void aicirt_post(aicirt_slot *s) {
+    if (!s->has_post) return;
+    double left = s->budget_us - (now_us() - s->started_us);
+    p_deadline(s->ctx, left > 0 ? (uint64_t)(left / s->tick_us) + 1 : 1);
+    s->stage = AICIRT_STAGE_POST;
+    wt_val_raw_t a[1];
+    a[0].i32 = (int32_t)s->result_ptr;
+    if (!call(s, s->ctx, &s->f_post, a, 1)) s->status = AICIRT_TRAP;
+}
+
+/* The mask rule (SPEC §2/§3), the one C copy of it: `words` must be ceil(V/32), the list inside
+ * memory, no bit at or past V, some bit set. Copies the mask into `row`; returns a Status with
+ * detail[] saying what was wrong. */
+int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t words, uint32_t vocab_size,
+                      uint32_t *row, uint32_t *detail) {
+    uint32_t want = (vocab_size + 31) / 32;
+    if (words != want) { detail[0] = words; detail[1] = ptr; return AICIRT_BAD_MASK_LEN; }
+    if ((uint64_t)ptr + (uint64_t)words * 4 > size) { detail[0] = ptr; detail[1] = words; return AICIRT_BAD_MASK_RANGE; }
+    memcpy(row, m + ptr, (size_t)words * 4);
+    uint32_t tail = vocab_size % 32;
+    uint32_t extra = tail ? row[words - 1] >> tail : 0;
+    if (extra) {
+        detail[0] = (words - 1) * 32 + tail + (uint32_t)__builtin_ctz(extra);
+        return AICIRT_BAD_MASK_BITS;
+    }
+    uint32_t first = 0;  /* most masks allow a token early on: stop at the first non-zero word */
+    while (first < words && !row[first]) first++;
+    return first == words ? AICIRT_EMPTY_MASK : AICIRT_OK;
+}
+
+static void lift(aicirt_slot *s) {
+    size_t size = p_mem_size(s->ctx, &s->mem);
+    const uint8_t *m = p_mem_data(s->ctx, &s->mem);
+    if ((uint64_t)s->result_ptr + ABI_RESULT_SIZE > size) { s->status = AICIRT_BAD_RESULT; return; }
+    s->branches_ptr = rd32(m, s->result_ptr);
+    s->n_branches = rd32(m, s->result_ptr + 4);
+    if ((uint64_t)s->branches_ptr + (uint64_t)s->n_branches * ABI_BRANCH_SIZE > size) {
+        s->status = AICIRT_BAD_RESULT;
+        return;
+    }
+    if (s->n_branches != 1) { s->status = AICIRT_LIFT; return; }
+    const uint8_t *b = m + s->branches_ptr;
+    if (b[ABI_BRANCH_MASK_TAG] == 0 || rd32(b, ABI_BRANCH_SPLICES_LEN) != 0) { s->status = AICIRT_LIFT; return; }
+    s->temp_is_some = b[ABI_BRANCH_TEMP_TAG] != 0;
+    memcpy(&s->temp, b + ABI_BRANCH_TEMP_VALUE, 4);
+    s->status = aicirt_check_mask(m, size, rd32(b, ABI_BRANCH_MASK_PTR), rd32(b, ABI_BRANCH_MASK_LEN),
+                                  s->vocab_size, s->mask_row, s->detail);
+    if (s->status == AICIRT_OK) aicirt_post(s);
+}
+
 void aicirt_step(aicirt_slot *s) {
-    double t0 = now_us();
+    double t0 = s->started_us = now_us();
+    __atomic_store_n(&s->started, 1, __ATOMIC_RELEASE);
     s->error = s->trap = 0;
     s->n_branches = 0;
-    p_deadline(s->ctx, s->deadline_ticks);  /* one budget for the step's realloc + mid-process (+ post) */
+    s->fault_len = 0;
+    if (s->needs_init) {   /* the instance's _initialize runs here, on the worker, under its own limit */
+        s->needs_init = 0;
+        s->stage = AICIRT_STAGE_INITIALIZE;
+        p_deadline(s->ctx, s->deadline_ticks);
+        wt_val_raw_t none[1];
+        if (!call(s, s->ctx, &s->f_init, none, 0)) {
+            s->status = AICIRT_TRAP;
+            goto out;
+        }
+        t0 = s->started_us = now_us();
+    }
+    p_deadline(s->ctx, s->deadline_ticks);  /* one budget for the step's realloc + mid-process + post */
+    s->stage = AICIRT_STAGE_ARGUMENTS;
     int64_t tokens = write_list(s, s->tokens, s->n_tokens);
     int64_t group = tokens < 0 ? -1 : write_list(s, s->group, s->n_group);
     if (group >= 0) {
@@ -155,13 +222,15 @@ void aicirt_step(aicirt_slot *s) {
         a[1].i32 = (int32_t)tokens; a[2].i32 = (int32_t)s->n_tokens;
         a[3].i32 = (int32_t)s->sampled_is_some; a[4].i32 = (int32_t)s->sampled;
         a[5].i32 = (int32_t)group; a[6].i32 = (int32_t)s->n_group;
-        if (call(s, &s->f_mid, a, 7)) {
+        s->stage = AICIRT_STAGE_MID_PROCESS;
+        if (call(s, s->ctx, &s->f_mid, a, 7)) {
             s->result_ptr = (uint32_t)a[0].i32;
             lift(s);
         } else {
             s->status = AICIRT_TRAP;
         }
     }
+out:
     s->elapsed_us = now_us() - t0;
     __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 }
@@ -173,25 +242,66 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
 
 /* ---- Worker pool -------------------------------------------------------------------------------
  * Plain pthreads, not Python threads: a submit wakes a worker in a few µs and a wait returns as
- * soon as the last `done` flag flips, with the GIL released throughout. Slots queue FIFO; a worker
- * stuck in a slow controller (until its epoch deadline) holds up only itself. Host imports called
- * by a controller re-enter Python through ctypes callbacks, which take the GIL themselves. */
+ * soon as the last `done` flag flips, with the GIL released throughout. Slots queue FIFO.
+ *
+ * Isolation: a worker whose call has run past `stall_us` (the soft deadline) is stalled. When
+ * every worker is stalled and calls are queued, the pool starts another worker (up to
+ * `max_threads`), so that a stuck controller delays nobody but itself; the extra workers leave
+ * again once the queue is empty. Host imports in Python take the GIL themselves. */
 #define SPIN_US 50.0
+#define MAX_THREADS 64
 
-typedef struct aicirt_pool {
+typedef struct aicirt_pool aicirt_pool;
+typedef struct { aicirt_pool *p; int index; } worker_arg;
+
+struct aicirt_pool {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     aicirt_slot **queue;
     size_t head, tail, cap;   /* ring buffer of pending slots */
-    int stop, n_threads, waiting;
-    pthread_t threads[64];
-} aicirt_pool;
+    int stop, waiting;
+    int base_threads, max_threads, live, busy;
+    double stall_us;
+    pthread_t threads[MAX_THREADS];
+    int started[MAX_THREADS], alive[MAX_THREADS];
+    double busy_since[MAX_THREADS];   /* when its current call started; 0 when idle */
+    worker_arg args[MAX_THREADS];
+};
+
+static void *worker(void *arg);
+
+/* Start a worker in a free entry (joining one that has left); under p->mu. */
+static int spawn_worker(aicirt_pool *p) {
+    for (int i = 0; i < MAX_THREADS; i++) {
+        if (p->alive[i]) continue;
+        if (p->started[i]) { pthread_join(p->threads[i], 0); p->started[i] = 0; }
+        p->args[i] = (worker_arg){p, i};
+        p->alive[i] = 1;
+        p->busy_since[i] = 0;
+        if (pthread_create(&p->threads[i], 0, worker, &p->args[i]) != 0) { p->alive[i] = 0; return 0; }
+        p->started[i] = 1;
+        p->live++;
+        return 1;
+    }
+    return 0;
+}
+
+/* Queued work and every worker stalled in a long call: add one (under p->mu). */
+static void grow_if_stalled(aicirt_pool *p) {
+    if (p->head == p->tail || p->live >= p->max_threads || p->busy < p->live) return;
+    double now = now_us();
+    for (int i = 0; i < MAX_THREADS; i++)
+        if (p->alive[i] && (p->busy_since[i] == 0 || now - p->busy_since[i] < p->stall_us)) return;
+    spawn_worker(p);
+}
 
 static void *worker(void *arg) {
-    aicirt_pool *p = arg;
+    worker_arg *w = arg;
+    aicirt_pool *p = w->p;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (p->head == p->tail && !p->stop) {
+            if (p->live > p->base_threads) break;   /* an extra worker: no queue, so leave */
             /* Spin a little before sleeping: the engine's next submit often follows within
              * microseconds, and a futex wake-up costs tens of µs on a VM. */
             pthread_mutex_unlock(&p->mu);
@@ -205,27 +315,40 @@ static void *worker(void *arg) {
         if (p->head == p->tail) break;   /* stop, and nothing left to run */
         aicirt_slot *s = p->queue[p->head % p->cap];
         __atomic_store_n(&p->head, p->head + 1, __ATOMIC_RELEASE);
+        p->busy++;
+        p->busy_since[w->index] = now_us();
         pthread_mutex_unlock(&p->mu);
         aicirt_step(s);
         pthread_mutex_lock(&p->mu);
+        p->busy--;
+        p->busy_since[w->index] = 0;
         if (p->waiting) pthread_cond_broadcast(&p->done);
     }
+    p->alive[w->index] = 0;
+    p->live--;
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
-aicirt_pool *aicirt_pool_new(int n_threads) {
+aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
     aicirt_pool *p = calloc(1, sizeof *p);
     if (!p) return 0;
-    if (n_threads > 64) n_threads = 64;
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    if (max_threads > MAX_THREADS) max_threads = MAX_THREADS;
+    if (max_threads < n_threads) max_threads = n_threads;
     pthread_mutex_init(&p->mu, 0);
     pthread_cond_init(&p->work, 0);
     pthread_cond_init(&p->done, 0);
     p->cap = 1024;
     p->queue = malloc(p->cap * sizeof *p->queue);
-    for (int i = 0; i < n_threads; i++)
-        if (pthread_create(&p->threads[p->n_threads], 0, worker, p) == 0) p->n_threads++;
-    if (!p->queue || p->n_threads == 0) { free(p->queue); free(p); return 0; }
+    p->base_threads = n_threads;
+    p->max_threads = max_threads;
+    p->stall_us = stall_us;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < n_threads && p->queue; i++) spawn_worker(p);
+    int live = p->live;
+    pthread_mutex_unlock(&p->mu);
+    if (!p->queue || live == 0) { free(p->queue); free(p); return 0; }
     return p;
 }
 
@@ -241,43 +364,51 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
         free(p->queue);
         p->queue = q; p->cap = cap; p->head = 0; p->tail = used;
     }
-    for (int i = 0; i < n; i++) p->queue[(p->tail + i) % p->cap] = slots[i];
+    for (int i = 0; i < n; i++) {
+        slots[i]->started = 0;
+        p->queue[(p->tail + i) % p->cap] = slots[i];
+    }
     __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
+    grow_if_stalled(p);
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
-/* Wait until every slot is done or `timeout_us` passes; returns how many are not done. */
+static int count_left(aicirt_slot **slots, int n) {
+    int left = 0;
+    for (int i = 0; i < n; i++) left += !__atomic_load_n(&slots[i]->done, __ATOMIC_ACQUIRE);
+    return left;
+}
+
+/* Wait until every slot is done or `timeout_us` passes; returns how many are not done. While
+ * waiting, a pool whose workers are all stalled is grown (see above). */
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    double ns = until.tv_nsec + timeout_us * 1e3;
-    until.tv_sec += (time_t)(ns / 1e9);
-    until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+    double t_end = now_us() + timeout_us;
     /* Spin briefly first: the caller is idle anyway, and a futex sleep + wake-up costs tens of µs
      * on a VM, more than most controller calls. */
     double spin_until = now_us() + (timeout_us < SPIN_US ? timeout_us : SPIN_US);
     int left;
     do {
-        left = 0;
-        for (int i = 0; i < n; i++) left += !__atomic_load_n(&slots[i]->done, __ATOMIC_ACQUIRE);
-        if (!left) return 0;
+        if (!(left = count_left(slots, n))) return 0;
         sched_yield();
     } while (now_us() < spin_until);
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        left = 0;
-        for (int i = 0; i < n; i++) left += !__atomic_load_n(&slots[i]->done, __ATOMIC_ACQUIRE);
-        if (!left) break;
+        if (!(left = count_left(slots, n))) break;
+        grow_if_stalled(p);
+        double now = now_us();
+        if (now >= t_end) break;
+        /* wake at least every half stall period to look for stalled workers */
+        double slice = t_end - now < p->stall_us / 2 ? t_end - now : p->stall_us / 2;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        double ns = until.tv_nsec + slice * 1e3;
+        until.tv_sec += (time_t)(ns / 1e9);
+        until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
         p->waiting++;
-        int rc = pthread_cond_timedwait(&p->done, &p->mu, &until);
+        pthread_cond_timedwait(&p->done, &p->mu, &until);
         p->waiting--;
-        if (rc == ETIMEDOUT) {
-            left = 0;
-            for (int i = 0; i < n; i++) left += !__atomic_load_n(&slots[i]->done, __ATOMIC_ACQUIRE);
-            break;
-        }
     }
     pthread_mutex_unlock(&p->mu);
     return left;
@@ -289,7 +420,16 @@ void aicirt_pool_free(aicirt_pool *p) {
     __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], 0);
+    for (int i = 0; i < MAX_THREADS; i++)
+        if (p->started[i]) pthread_join(p->threads[i], 0);
     free(p->queue);
     free(p);
+}
+
+/* Workers alive now (base plus extra ones started for stalls). */
+int aicirt_pool_threads(aicirt_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    int n = p->live;
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }

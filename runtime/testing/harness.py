@@ -66,6 +66,7 @@ class EngineSettings:
     late_one_in: int = 8            # about one step in this many waits 0 s (late calls)
     backtrack_one_in: int = 12      # after about one result in this many, the engine backtracks
     check_view: bool = True         # compare the runtime's record of the controller's view
+    take_var_changes: bool = True   # as an engine streaming them would (False: they pile up)
 
 
 #: The controller's own view of its tokens after a call, e.g. rebuilt from a variable in which
@@ -128,7 +129,7 @@ class FuzzEngine:
                     raise Violation(t.label, f"the controller was shown {len(seen)} tokens ending "
                                              f"{list(seen)[-5:]}, the engine has {len(t.tokens)} ending {t.tokens[-5:]}")
         outcome = handle.wait(0.0 if self.late.chance(self.settings.late_one_in) else None)
-        for req in {id(t.seq.request): t.seq.request for t in live}.values():
+        for req in {id(t.seq.request): t.seq.request for t in live if self.settings.take_var_changes}.values():
             # as an engine streaming variables to its client would: the runtime bounds changes not taken
             self.var_writers.setdefault(id(req), set()).update(c[0] for c in req.take_var_changes())
         if len(outcome.results) != len(live):

@@ -21,13 +21,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..backends.scripted import ScriptedBackend
 from ..capabilities import Capabilities
-from ..engine import Engine
-from ..engine_types import GenSeq
+from ..engine import Engine, GenSeq, SamplingParams
+from ..engine.backends.scripted import ScriptedBackend
 from ..limits import Limits
 from ..runtime import Runtime
-from ..sampling import SamplingParams
 from ..tokenizer import ByteTokenizer
 
 #: A property of one finished sequence: return None/True if it holds, else a message (or False).

@@ -48,7 +48,8 @@ static uint32_t out_len;
 static uint32_t next(void) { return pos < script_len ? script[pos++] : 0; }
 
 enum { OP_RESULT = 1, OP_TRAP = 2, OP_LOOP = 3, OP_GROW = 4, OP_RECURSE = 5, OP_BAD_RESULT_PTR = 6,
-       OP_SWITCH = 7, OP_VAR_SET = 8, OP_LOG = 9, OP_WAIT_VAR = 10, OP_HOST_INFO = 11, OP_BAD_HOST_PTR = 12 };
+       OP_SWITCH = 7, OP_VAR_SET = 8, OP_LOG = 9, OP_WAIT_VAR = 10, OP_HOST_INFO = 11, OP_BAD_HOST_PTR = 12,
+       OP_SPIN = 13, OP_BAD_TOKENIZE_PTR = 14 };
 
 static uint32_t recurse(uint32_t n) { volatile uint32_t pad[64]; pad[0] = n; return n ? recurse(n - 1) + pad[0] : 0; }
 
@@ -163,6 +164,8 @@ static void *run_op(void) {
         return run_op();
     }
     case OP_BAD_HOST_PTR: host_log((const char *)0x7FFFFFF0, 100); return run_op();
+    case OP_BAD_TOKENIZE_PTR: { uint32_t r[2]; host_tokenize((const char *)0x7FFFFFF0, 100, r); return run_op(); }
+    case OP_SPIN: { uint32_t n = next(); for (volatile uint32_t i = 0; i < n; i++) {} return run_op(); }
     default: __builtin_trap();
     }
 }

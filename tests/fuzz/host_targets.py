@@ -10,6 +10,7 @@ import struct
 from hostile.wat import module
 
 import aicirt
+from aicirt import StepInput
 
 CALLS = [
     "(call $log (local.get $tp) (local.get $tn))",
@@ -58,7 +59,7 @@ def host_call(data: bytes) -> None:
     arg = data[:20].ljust(20, b"\0") + data[20:]
     bad = rt.new_request(_state["ctrl"], arg).spawn()
     good = rt.new_request(_state["healthy"]).spawn()
-    out = rt.submit([(bad, [1, 2], None), (good, [1, 2], None)]).wait(1.0)
+    out = rt.submit([StepInput(bad, [1, 2]), StepInput(good, [1, 2])]).wait(1.0)
     r, g = out.results
     assert g.status == "ok" and out.masks[g.branches[0].mask_row][2] == 2, "the healthy neighbour was harmed"
     assert r.status in ("ok", "error"), r.status

@@ -9,7 +9,8 @@ import struct
 import numpy as np
 import wasmtime
 
-from aicirt import Capabilities
+from aicirt import Capabilities, Limits
+from aicirt.native import get_native
 from aicirt.admission import structural_problems
 from aicirt.lift import InvalidResult, read_branches
 from aicirt.toktrie import iter_tokens, serialize_trie
@@ -17,6 +18,7 @@ from aicirt.wasm_binary import WasmFormatError, export_mutable_globals, module_f
 from aicirt.wasm_code import fork_unsafe_instruction
 
 _validator = wasmtime.Engine()
+_LIMITS = Limits()
 
 
 def module_parsers(wasm: bytes) -> None:
@@ -51,7 +53,7 @@ def lifted_result(data: bytes, vocab_size: int = 257) -> None:
         return
     try:
         branches = read_branches(mem, ptr, n, vocab_size=vocab_size, capabilities=Capabilities.ALL, n_seen=4,
-                                 forks_left=16, max_forks=16)
+                                 forks_left=16, limits=_LIMITS, check_mask=get_native().check_mask)
     except InvalidResult:
         return
     words = (vocab_size + 31) // 32

@@ -63,7 +63,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     static char chunk[1 << 16];
     for (int i = 0; i < 1024; i++) aici_var_append("flood", chunk, sizeof chunk);
   } else if (is("empty-append-flood")) {       /* zero-byte appends: change records for nothing */
-    for (uint32_t i = 0; i < 100000; i++) aici_var_append("e", "", 0);
+    for (uint32_t i = 0; i < (n_arg ? n_arg : 100000); i++) aici_var_append("e", "", 0);
   } else if (is("log-flood")) {                /* legal: 1 MiB of log a call, the host keeps 64 KiB */
     static char line[4096];
     __builtin_memset(line, 'L', sizeof line);

@@ -32,6 +32,7 @@ class Kind:
     copies: int = 1
     respawn: int = 0
     wait_hostile: bool = False      # within_s also covers the hostile sequence's own end
+    take_var_changes: bool = True   # False: the engine never takes variable changes (they pile up)
     within_s: float | None = None
     limits: dict = field(default_factory=dict)
     xfail: str | None = None
@@ -43,13 +44,8 @@ def c(mode: str, **kw) -> dict:
 
 DEFAULT_HARD_LIMIT = {"call_timeout_s": 1.0, "first_call_timeout_s": 1.0}   # SPEC §4's: 40 soft deadlines
 STUCK = "time limit|late 10 steps"    # SPEC §4: either hard limit may end a stuck controller
-LATE_BLAME = ("issue 10 item 1: calls that loop to the hard limit occupy every worker, and a healthy sequence "
-              "queued behind them is ended with 'controller was late 10 steps in a row'")
-FIRST_CALL_STALL = ("issue 10 item 1: a batch holding a first call waits up to first_call_timeout_s for everyone")
-EXPIRED_DEADLINE = ("issue 10 item 3 (core): instantiation runs under an expired epoch deadline, so constant "
-                    "expressions that run code fail with 'wasm trap: interrupt' (start functions too: refused at load "
-                    "for now)")
-UNBOUNDED = "issue 10 item 1: results are lifted on the engine thread with no size or time bound"
+FIRST_CALL_STALL = ("issue 10 item 1: a batch holding a slow first call or a looping _initialize waits for it "
+                    "(up to first_call_timeout_s) instead of leaving it pending")
 
 KINDS = [
     # -- time: isolation (issue 10 item 1, SPEC §4) ---------------------------------------------
@@ -57,18 +53,18 @@ KINDS = [
     Kind("loop-first-call", "item 1, §4 first call", "error: time limit",
          module("(if (i32.gt_u (local.get $tn) (i32.const 0)) (then (loop $l (br $l))))")),
     Kind("four-looping-requests", "item 1", "error: " + STUCK, module(wat.loop_forever()), copies=4,
-         limits=DEFAULT_HARD_LIMIT, xfail=LATE_BLAME),
+         limits=DEFAULT_HARD_LIMIT),
     Kind("fork-then-both-loop", "item 1", "error: " + STUCK,
          module("(if (i32.gt_u (local.get $gn) (i32.const 0)) (then (loop $l (br $l))))"
                 "(if (i32.gt_u (local.get $tn) (i32.const 0)) (then "
                 + store(1024, 1040) + store(1028, 2) + r"(memory.copy (i32.const 1068) (i32.const 1040) (i32.const 28))))"),
-         limits=DEFAULT_HARD_LIMIT, xfail=LATE_BLAME),
+         limits=DEFAULT_HARD_LIMIT),
     Kind("slow-first-call-every-step", "item 1", "any",
          module("(if (i32.gt_u (local.get $tn) (i32.const 0)) (then " + wat.spin(150_000_000) + "))"),
-         respawn=12, limits=DEFAULT_HARD_LIMIT, within_s=3.0, xfail=FIRST_CALL_STALL),
-    Kind("loop-in-initialize", "item 1", "spawn: _initialize", module(initialize=wat.loop_forever()),
+         respawn=12, limits=DEFAULT_HARD_LIMIT, within_s=1.0, xfail=FIRST_CALL_STALL),
+    Kind("loop-in-initialize", "item 1", "error: _initialize", module(initialize=wat.loop_forever()),
          within_s=1.0, limits={"first_call_timeout_s": 2.0},
-         xfail="issue 10 item 1: _initialize runs inside spawn() on the engine thread, for up to first_call_timeout_s"),
+         xfail=FIRST_CALL_STALL),
     Kind("spin-just-past-soft-deadline", "item 1, §4 soft deadline", "legal", **c("spin-every-call:40")),
     Kind("loop-in-post-return", "item 1 post-return", "error: cabi_post_mid-process",
          module(splice(ff=(66,)), post=wat.loop_forever()), within_s=0.8, limits=DEFAULT_HARD_LIMIT,
@@ -116,26 +112,23 @@ KINDS = [
     Kind("no-mask-no-splice", "§3 invalid result", "error: exactly one unconditional splice", module(no_mask())),
     Kind("no-mask-conditional-splice", "§3 invalid result", "error: exactly one unconditional splice",
          module(no_mask() + splice(when=(65,), ff=(66,)))),
-    Kind("100k-legal-splices", "item 1 unbounded results", "legal", within_s=1.0,
-         wasm=module(store(1060, 4 << 20) + store(1064, 100_000), memory="200", once=True), xfail=UNBOUNDED),
-    Kind("aliased-when-sampled-lists", "item 1 unbounded results", "legal", within_s=1.0,
+    Kind("100k-splices", "item 1 bounded results", "error: Limits.max_splices", within_s=1.0,
+         wasm=module(store(1060, 4 << 20) + store(1064, 100_000), memory="200", once=True)),
+    Kind("aliased-when-sampled-lists", "item 1 bounded results", "error: Limits.max_result_tokens", within_s=1.0,
          wasm=module("(block $d (loop $l (br_if $d (i32.ge_u (global.get $heap) (i32.const 65586)))"
                      "(i32.store (i32.add (i32.const 4194304) (i32.mul (i32.sub (global.get $heap) (i32.const 65536)) (i32.const 20)))"
                      " (i32.const 131072))"
                      "(i32.store offset=4 (i32.add (i32.const 4194304) (i32.mul (i32.sub (global.get $heap) (i32.const 65536)) (i32.const 20)))"
                      " (i32.const 100000))"
                      "(global.set $heap (i32.add (global.get $heap) (i32.const 1))) (br $l)))"
-                     + store(1060, 4194304) + store(1064, 50), memory="80", once=True),
-         xfail=UNBOUNDED),
+                     + store(1060, 4194304) + store(1064, 50), memory="80", once=True)),
     # -- allocation and memory (SPEC §4, issue 10 item 3 messages) --------------------------------
     Kind("trap-in-realloc", "item 3: message says where", "error: cabi_realloc",
-         module(realloc='(func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) unreachable)'),
-         xfail="issue 10 item 3 (core): a trap in cabi_realloc does not say it happened in cabi_realloc"),
-    Kind("realloc-out-of-bounds", "§3 bad pointer", "error: cabi_realloc returned memory outside",
+         module(realloc='(func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) unreachable)')),
+    Kind("realloc-out-of-bounds", "§3 bad pointer", "error: misaligned or outside linear memory",
          module(realloc='(func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const -16))')),
-    Kind("realloc-misaligned", "item 3", "error: aligned",
-         module(realloc='(func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 70001))'),
-         xfail="issue 10 item 3 (core): misaligned pointers from cabi_realloc are accepted"),
+    Kind("realloc-misaligned", "item 3", "error: misaligned",
+         module(realloc='(func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 70001))')),
     Kind("trap-in-post-return", "item 3: message says where", "error: cabi_post_mid-process",
          module(splice(ff=(66,)), post="unreachable")),
     Kind("grow-past-memory-limit", "§4 memory", "error: unreachable", **c("malloc-until-fail")),
@@ -150,27 +143,29 @@ KINDS = [
     Kind("detokenize-bad-id", "§2 host import", "error: token id 1000000", **c("detokenize-bad-id")),
     # appends copy the whole value each time, so the call may hit its time limit first
     Kind("variable-flood", "§4 variables", "error: Limits.variable_bytes|time limit", **c("var-flood")),
-    Kind("empty-var-append-flood", "item 1 host work", "error: Limits.variable_bytes", **c("empty-append-flood"),
-         xfail="issue 10 item 1: empty var-append calls count as 0 bytes, so change records pile up unbounded"),
-    Kind("two-fd-writes-of-65535-iovecs", "item 1 host work", "error: " + STUCK, within_s=0.6, copies=2,
+    Kind("empty-var-append-flood", "item 1 host work", "error: Limits.variable_bytes", wait_hostile=True,
+         take_var_changes=False, limits={"variable_bytes": 64 << 10}, **c("empty-append-flood:2000"),
+         ),
+    Kind("two-fd-writes-of-65535-iovecs", "item 1 host work", "error: over the limit of 1024|" + STUCK, within_s=0.6,
+         copies=2,
          wasm=module("(block $d (loop $l (br_if $d (i32.ge_u (global.get $heap) (i32.const 131071)))"
                      "(i64.store (i32.add (i32.const 262144) (i32.shl (i32.sub (global.get $heap) (i32.const 65536))"
                      " (i32.const 3))) (i64.const 0x0002000000000000))"
                      "(global.set $heap (i32.add (global.get $heap) (i32.const 1))) (br $l)))"
                      "(drop (call $fd_write (i32.const 1) (i32.const 262144) (i32.const 65535) (i32.const 4096)))",
                      wasi=("fd_write",), memory="16"),
-         xfail="issue 10 item 1: time inside a host import is not limited"),
+         ),
     Kind("proc-exit", "§2 WASI shim", "error: proc_exit(3)", module("(call $proc_exit (i32.const 3))", wasi=("proc_exit",))),
     Kind("log-flood", "§4 log cap (legal)", "legal", **c("log-flood")),
     Kind("token-trie-every-call", "§2 host import (legal)", "legal", **c("trie-every-call")),
     Kind("stop-at-once", "§3 stop (legal)", "legal", **c("stop-at-once")),
     Kind("noop-forever", "§3 no-op (legal)", "legal", **c("noop-forever")),
     Kind("global-get-data-offset", "item 3 instantiation", "legal",
-         module(extra='(global $b i32 (i32.const 4096)) (data (global.get $b) "x")'), xfail=EXPIRED_DEADLINE),
+         module(extra='(global $b i32 (i32.const 4096)) (data (global.get $b) "x")')),
     Kind("extended-const-global", "item 3 instantiation", "legal",
-         module(extra="(global $c i32 (i32.add (i32.const 1) (i32.const 2)))"), xfail=EXPIRED_DEADLINE),
+         module(extra="(global $c i32 (i32.add (i32.const 1) (i32.const 2)))")),
     Kind("passive-element-expressions", "item 3 instantiation", "legal",
-         module(extra="(func $f) (elem $e func $f)"), xfail=EXPIRED_DEADLINE),
+         module(extra="(func $f) (elem $e func $f)")),
     # -- refused before it runs (issue 10 item 3) -------------------------------------------------
     Kind("start-function", "item 3 loader", "load: has a start function",
          module(extra="(func $s) (start $s)")),

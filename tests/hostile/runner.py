@@ -42,11 +42,12 @@ def healthy_specs(scripted_wasm) -> list[Spec]:
 
 
 def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: int = 1, respawn: int = 0,
-              max_steps: int = 300, max_tokens: int = 8, wait_hostile: bool = False) -> Outcome:
+              max_steps: int = 300, max_tokens: int = 8, wait_hostile: bool = False,
+              take_var_changes: bool = True) -> Outcome:
     """Healthy sequences labelled h0, h1, ... (forks h1.1, ...), hostile ones x0, x1, ...; runs
     until every healthy sequence has finished (`wait_hostile`: every sequence). `respawn`: a new
     hostile request every step, up to this many."""
-    settings = EngineSettings(max_tokens=max_tokens)
+    settings = EngineSettings(max_tokens=max_tokens, take_var_changes=take_var_changes)
     engine = FuzzEngine(rt, lambda label: Choices(replay=[]), Choices(replay=[]), settings)
     ctrls: dict[int, object] = {}
 

