@@ -238,5 +238,47 @@ def serve(host: str, port: int, model: str | None, api_key: str | None, allow_re
         raise click.ClickException(str(e)) from None
 
 
+# --- fuzz -----------------------------------------------------------------------------------------
+@main.command()
+@click.argument("controller", required=False)
+@click.option("--steps", "-n", type=click.IntRange(min=1), default=2000, show_default=True, help="Engine steps in all.")
+@click.option("--seed", "-s", type=int, default=0, show_default=True, help="Seed of the first run (runs count up).")
+@click.option("--time", "time_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds even if steps remain.")
+@click.option("--arg", "arg", default="", help="Controller argument (text).")
+@click.option("--capabilities", "-c", default="random", show_default=True,
+              help="random (per run), all, none, or a list such as fork,ff-tokens.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".aicirt-fuzz", show_default=True,
+              help="Where a failure's reproducer file is written.")
+@click.option("--no-shrink", is_flag=True, help="Report a failure as found, without shrinking it.")
+@click.option("--replay", "replay_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Replay a reproducer file instead of fuzzing.")
+def fuzz(controller: str | None, steps: int, seed: int, time_s: float | None, arg: str, capabilities: str,
+         max_tokens: int, out_dir: str, no_shrink: bool, replay_file: str | None) -> None:
+    """Fuzz a controller through a randomised, legal engine; exit 1 on a contract failure.
+
+    \b
+    Random tokens inside its masks, random capability grants, forks, splices, no-op and late
+    steps, backtracks by the engine; every step checked. A failure is shrunk to a short trace
+    and written to a reproducer file (replay it with --replay FILE).
+    CONTROLLER is a .wasm file, a C/Zig file or folder, or a shipped controller's name.
+    """
+    from aicirt import AicirtError
+    from aicirt.testing.command import fuzz_command, replay_command
+    from aicirt.toolchain import BuildError
+
+    try:
+        if replay_file:
+            sys.exit(replay_command(replay_file))
+        if controller is None:
+            raise click.UsageError("give a CONTROLLER (or --replay FILE)")
+        sys.exit(fuzz_command(controller, steps=steps, seed=seed, time_s=time_s, arg=arg.encode(),
+                              capabilities=capabilities, max_tokens=max_tokens, out_dir=out_dir,
+                              shrink=not no_shrink))
+    except (BuildError, AicirtError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,9 +1,15 @@
-"""Loading a controller: read, validate against the contract, rewrite for fork, compile, cache."""
+"""Loading a controller: read, check against the contract and the limits, rewrite for fork,
+compile in a child process under the time limit, cache what was accepted."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import struct
+import subprocess
+import sys
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
@@ -11,8 +17,13 @@ from typing import Union
 import wasmtime
 
 from . import abi
+from .admission import structural_problems, wasi_problem
 from .errors import LoadError
-from .wasm_binary import WasmFormatError, export_mutable_globals
+from .limits import Limits
+from .native.engine_config import make_engine
+from .wasm_binary import WasmFormatError, export_mutable_globals, module_facts
+
+_DEFAULT_MEMORY = Limits().memory_bytes
 
 
 @dataclass(eq=False)
@@ -50,16 +61,20 @@ Source = Union[str, "os.PathLike[str]", bytes, bytearray]
 
 
 def read_source(src: Source, max_bytes: int) -> tuple[bytes, str]:
-    """The module's bytes and a display name; raises LoadError for a missing or oversized file."""
+    """The module's bytes and a display name; raises LoadError for a missing or oversized file
+    and for anything that is neither a path nor bytes."""
     if isinstance(src, (bytes, bytearray)):
         data, name = bytes(src), "<bytes>"
-    else:
+    elif isinstance(src, (str, os.PathLike)):
         path = Path(src)
         if not path.is_file():
             raise LoadError(f"{path}: no such file")
         if path.stat().st_size > max_bytes:
             raise LoadError(f"{path}: {path.stat().st_size} bytes is over the upload limit of {max_bytes}")
         data, name = path.read_bytes(), path.name
+    else:
+        hint = " (pass bytes(...))" if isinstance(src, memoryview) else ""
+        raise LoadError(f"a controller is a path or the module's bytes, not {type(src).__name__}{hint}")
     if len(data) > max_bytes:
         raise LoadError(f"{name}: {len(data)} bytes is over the upload limit of {max_bytes}")
     return data, name
@@ -91,6 +106,9 @@ def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
                 got = _fmt(_sig(imp.type)) if isinstance(imp.type, wasmtime.FuncType) else "not a function"
                 problems.append(f"{where} has type {got}, expected {_fmt(host_want)}")
         elif imp.module == abi.WASI_MODULE and isinstance(imp.type, wasmtime.FuncType):
+            problem = wasi_problem(imp.name, _sig(imp.type))
+            if problem:
+                problems.append(problem)
             wasi.append((imp.name, imp.type))
         else:
             problems.append(f"{where} is not provided (only `{abi.HOST_MODULE}` and `{abi.WASI_MODULE}` functions are)")
@@ -99,7 +117,57 @@ def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
     return abi.EXPORT_POST in exports, abi.EXPORT_INITIALIZE in exports, wasi
 
 
-def _compile(engine: wasmtime.Engine, wasm: bytes, timeout_s: float, name: str) -> wasmtime.Module:
+# Settings compiled code depends on; they must match Runtime's engine (native/engine_config.py)
+# for the child's artifact to deserialize there. Stack size and slot counts do not matter.
+_GUARD_BYTES = 2 << 20
+# Bumped whenever the loader refuses more: artifacts cached under older rules are not trusted.
+_RULES = 2
+_WORKER = Path(__file__).resolve().parent / "compile_worker.py"
+_ARTIFACT_CACHE_BYTES = 256 << 20
+_artifacts: OrderedDict[tuple, bytes] = OrderedDict()   # accepted modules only, most recent last
+_artifacts_lock = threading.Lock()
+
+
+def _remember(key: tuple, artifact: bytes) -> None:
+    with _artifacts_lock:
+        _artifacts[key] = artifact
+        _artifacts.move_to_end(key)
+        while sum(map(len, _artifacts.values())) > _ARTIFACT_CACHE_BYTES and len(_artifacts) > 1:
+            _artifacts.popitem(last=False)
+
+
+def _recall(key: tuple) -> bytes | None:
+    with _artifacts_lock:
+        artifact = _artifacts.get(key)
+        if artifact is not None:
+            _artifacts.move_to_end(key)
+        return artifact
+
+
+def _compile_in_child(wasm: bytes, timeout_s: float, name: str, memory_bytes: int) -> bytes:
+    """Scan for fork-unsafe instructions and compile in a child process, killed at `timeout_s`
+    (with everything it allocated). Returns the serialized module; raises LoadError."""
+    header = json.dumps({"epoch_interruption": True, "memory_reservation": memory_bytes,
+                         "memory_guard_size": _GUARD_BYTES}).encode()
+    proc = subprocess.Popen([sys.executable, "-I", str(_WORKER)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(struct.pack("<I", len(header)) + header + wasm, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise LoadError(f"{name}: compiling took longer than {timeout_s:g} s (stopped)") from None
+    if out[:1] == b"K":
+        return out[1:]
+    if out[:1] == b"E":
+        raise LoadError(f"{name}: {out[1:].decode('utf-8', 'replace')}")
+    tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+    raise LoadError(f"{name}: the compiler process failed (exit status {proc.returncode}) {tail[0]}".rstrip())
+
+
+def _compile_in_thread(engine: wasmtime.Engine, wasm: bytes, timeout_s: float, name: str) -> wasmtime.Module:
+    """For an engine whose settings the child cannot reproduce: the time limit refuses the
+    module, but the compile itself runs on until it ends."""
     box: dict = {}
 
     def work() -> None:
@@ -118,42 +186,70 @@ def _compile(engine: wasmtime.Engine, wasm: bytes, timeout_s: float, name: str) 
     return box["module"]
 
 
-def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, max_bytes: int,
-                    compile_timeout_s: float, cache_dir: Path | None) -> Controller:
-    """Read, validate, rewrite and compile a controller (compiled code cached on disk).
+def _compiled(engine, wasm: bytes, name: str, key: tuple, cached: Path | None, timeout_s: float,
+              memory_bytes: int | None) -> tuple[wasmtime.Module, bytes | None]:
+    """The module from the process cache, the disk cache or a fresh compile, and its serialized
+    form unless it came from disk (to be cached once it passes validation)."""
+    artifact = _recall(key)
+    if artifact is None and cached is not None and cached.is_file():
+        try:
+            return wasmtime.Module.deserialize_file(engine, str(cached)), None
+        except Exception:  # stale or corrupt cache entry: recompile and overwrite
+            pass
+    if artifact is None:
+        artifact = _compile_in_child(wasm, timeout_s, name, memory_bytes or _DEFAULT_MEMORY)
+    try:
+        return wasmtime.Module.deserialize(engine, artifact), artifact
+    except Exception:  # the engine's settings differ from what the child assumed
+        if memory_bytes is not None:
+            raise
+        module = _compile_in_thread(engine, wasm, timeout_s, name)
+        return module, module.serialize()
 
-    Raises LoadError with a message naming what is wrong.
+
+def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, max_bytes: int,
+                    compile_timeout_s: float, cache_dir: Path | None,
+                    memory_bytes: int | None = None) -> Controller:
+    """Read, check, rewrite and compile a controller (compiled code cached on disk and in this
+    process, accepted modules only).
+
+    `memory_bytes`: the engine's memory limit (Limits.memory_bytes), which both the checks and
+    the compiled code depend on; None means the default limit, and a compile that then does not
+    fit the engine falls back to compiling in this process. Raises LoadError naming what is wrong.
     """
     data, name = read_source(src, max_bytes)
     sha = hashlib.sha256(data).hexdigest()
     try:
         wasm, globals_ = export_mutable_globals(data)
+        problems = structural_problems(module_facts(wasm), memory_bytes or _DEFAULT_MEMORY)
     except WasmFormatError as e:
         raise LoadError(f"{name}: {e}") from None
-    module = None
-    cached = cache_dir / f"{sha}-{engine_key}.cwasm" if cache_dir else None
-    if cached is not None and cached.is_file():
-        try:
-            module = wasmtime.Module.deserialize_file(engine, str(cached))
-        except Exception:  # stale or corrupt cache entry: recompile and overwrite
-            module = None
-    if module is None:
-        module = _compile(engine, wasm, compile_timeout_s, name)
+    if problems:
+        raise LoadError(f"{name} cannot run as a controller: " + "; ".join(problems))
+    key = (sha, engine_key, memory_bytes, _RULES)
+    cached = cache_dir / f"{sha}-{engine_key}-r{_RULES}.cwasm" if cache_dir else None
+    module, artifact = _compiled(engine, wasm, name, key, cached, compile_timeout_s, memory_bytes)
+    has_post, has_init, wasi = validate(module, name)
+    if artifact is not None:    # only now, so that nothing refused is ever cached
+        _remember(key, artifact)
         if cached is not None:
             try:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 tmp = cached.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_bytes(module.serialize())
+                tmp.write_bytes(artifact)
                 os.replace(tmp, cached)
             except OSError:
                 pass  # a read-only cache only costs a recompile next time
-    has_post, has_init, wasi = validate(module, name)
     return Controller(sha, module, len(data), globals_, has_post, has_init, wasi, name)
 
 
-def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0) -> Controller:
-    """Validate `src` (path or bytes) against the contract without a Runtime: a throwaway engine,
-    no disk cache. For tools that want a quick verdict (`aicirt check`, `aicirt build`, and
-    `aicirt run` before it spends seconds loading a model). Raises LoadError."""
-    return load_controller(wasmtime.Engine(), "check", src, max_bytes=max_bytes,
-                           compile_timeout_s=compile_timeout_s, cache_dir=None)
+def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0,
+                     limits: Limits | None = None) -> Controller:
+    """Validate `src` (path or bytes) without a Runtime: the same checks `Runtime.load` runs,
+    against an engine configured as a Runtime's with `limits` (default: Limits()), no disk cache.
+    For tools that want a quick verdict (`aicirt check`, `aicirt build`, and `aicirt run` before
+    it spends seconds loading a model). Raises LoadError."""
+    limits = limits or Limits()
+    return load_controller(make_engine(limits.stack_bytes, limits.memory_bytes, 1), "check", src,
+                           max_bytes=max_bytes, compile_timeout_s=compile_timeout_s, cache_dir=None,
+                           memory_bytes=limits.memory_bytes)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 MAGIC = b"\0asm\x01\0\0\0"
 GLOBAL_EXPORT_PREFIX = "aicirt-global-"
 
-_SEC_IMPORT, _SEC_GLOBAL, _SEC_EXPORT = 2, 6, 7
+_SEC_IMPORT, _SEC_TABLE, _SEC_MEMORY, _SEC_GLOBAL, _SEC_EXPORT = 2, 4, 5, 6, 7
+_SEC_START, _SEC_ELEMENT, _SEC_CODE, _SEC_DATA = 8, 9, 10, 11
 # Canonical section order (ids); custom sections (0) may sit anywhere. Tag (13) sits between
 # memory (5) and global (6); data count (12) between element (9) and code (10).
 _ORDER = [1, 2, 3, 4, 5, 13, 6, 7, 8, 9, 12, 10, 11]
@@ -51,14 +52,14 @@ class _Reader:
         self.pos += n
         return out
 
-    def leb(self, max_bits: int = 64) -> int:
+    def leb(self, max_bits: int = 64, signed: bool = False) -> int:
         result = shift = 0
         while True:
             b = self.byte()
             result |= (b & 0x7F) << shift
             shift += 7
             if not b & 0x80:
-                return result
+                return result - (1 << shift) if signed and b & 0x40 else result
             if shift >= max_bits + 7:
                 raise WasmFormatError(f"LEB128 too long at byte {self.pos}")
 
@@ -105,15 +106,6 @@ def sections(wasm: bytes) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def _skip_limits(r: _Reader) -> None:
-    flags = r.byte()
-    r.leb()
-    if flags & 1:
-        r.leb()
-    if flags & 8:  # custom page size
-        r.leb()
-
-
 def _skip_valtype(r: _Reader) -> int:
     t = r.byte()
     if t in (0x63, 0x64):  # (ref null? ht)
@@ -151,23 +143,9 @@ def globals_and_exports(wasm: bytes) -> tuple[list[GlobalInfo], dict[str, tuple[
     for sid, _, start, end in sections(wasm):
         r = _Reader(wasm, start, end)
         if sid == _SEC_IMPORT:
-            for _ in range(r.leb(32)):
-                r.name(), r.name()
-                kind = r.byte()
-                if kind == 0:
-                    r.leb()
-                elif kind == 1:
-                    _skip_valtype(r)
-                    _skip_limits(r)
-                elif kind == 2:
-                    _skip_limits(r)
-                elif kind == 3:
-                    t = _skip_valtype(r)
-                    globals_.append(GlobalInfo(len(globals_), t, r.byte() == 1, True))
-                elif kind == 4:
-                    r.byte(), r.leb()
-                else:
-                    raise WasmFormatError(f"unknown import kind {kind}")
+            for kind, info in _imports(r):
+                if kind == 3:
+                    globals_.append(GlobalInfo(len(globals_), info[0], info[1], True))
         elif sid == _SEC_GLOBAL:
             for _ in range(r.leb(32)):
                 t = _skip_valtype(r)
@@ -229,3 +207,194 @@ def _with_extra_exports(wasm: bytes, added: list[bytes], n_existing: int) -> byt
         payload = _leb(len(added)) + b"".join(added)
         out += bytes([_SEC_EXPORT]) + _leb(len(payload)) + payload
     return bytes(out)
+
+
+# -- what instantiation will need: memories, tables, start, segments --------------------------
+WASM_PAGE = 65536
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    min_bytes: int
+    max_bytes: int | None
+    shared: bool
+    is64: bool
+    imported: bool
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    min_elements: int
+    max_elements: int | None
+    imported: bool
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """An active data or element segment: where it lands (None: not a constant we can evaluate)."""
+    index: int
+    target: int          # memory or table index
+    offset: int | None
+    length: int          # bytes (data) or elements (element)
+
+
+@dataclass
+class ModuleFacts:
+    memories: list[MemoryInfo]
+    tables: list[TableInfo]
+    start: int | None
+    data: list[SegmentInfo]
+    elements: list[SegmentInfo]
+    code_section: tuple[int, int] | None    # payload [start, end) of the code section
+    imported_funcs: int = 0
+
+
+def _limits(r: _Reader, memory: bool) -> tuple[int, int | None, bool, bool]:
+    """(min, max, shared, is64) with min/max in pages (memories, after custom page sizes: bytes) or elements."""
+    flags = r.byte()
+    if flags & ~0x0F:
+        raise WasmFormatError(f"bad limits flags 0x{flags:02x} at byte {r.pos - 1}")
+    lo = r.leb()
+    hi = r.leb() if flags & 1 else None
+    page = WASM_PAGE
+    if flags & 8:
+        page = 1 << r.leb(32)
+    if memory:
+        lo, hi = lo * page, (hi * page if hi is not None else None)
+    return lo, hi, bool(flags & 2), bool(flags & 4)
+
+
+def _const_value(r: _Reader, globals_init: list[int | None]) -> int | None:
+    """Evaluate an integer constant expression (i32/i64 const, global.get, extended-const
+    add/sub/mul); None if it uses anything else (then instantiation decides)."""
+    stack: list[int | None] = []
+    while True:
+        op = r.byte()
+        if op == 0x0B:
+            return stack[-1] if len(stack) == 1 else None
+        if op in (0x41, 0x42):
+            stack.append(r.leb(signed=True))
+        elif op == 0x23:
+            g = r.leb(32)
+            stack.append(globals_init[g] if g < len(globals_init) else None)
+        elif op in (0x6A, 0x6B, 0x6C, 0x7C, 0x7D, 0x7E) and len(stack) >= 2:
+            b, a = stack.pop(), stack.pop()
+            if a is None or b is None:
+                stack.append(None)
+            else:
+                stack.append(a + b if op in (0x6A, 0x7C) else a - b if op in (0x6B, 0x7D) else a * b)
+        else:
+            r.pos -= 1
+            _skip_const_expr(r)
+            return None
+
+
+def _skip_reftype(r: _Reader) -> None:
+    if r.byte() in (0x63, 0x64):
+        r.leb(signed=True)
+
+
+def _imports(r: _Reader):
+    """(kind, what) for each entry of an import section: limits for tables (1) and memories
+    (2), (valtype, mutable) for globals (3), None for functions (0) and tags (4)."""
+    for _ in range(r.leb(32)):
+        r.name(), r.name()
+        kind = r.byte()
+        if kind in (0, 4):
+            if kind == 4:
+                r.byte()
+            r.leb()
+            yield kind, None
+        elif kind in (1, 2):
+            if kind == 1:
+                _skip_reftype(r)
+            yield kind, _limits(r, kind == 2)
+        elif kind == 3:
+            t = _skip_valtype(r)
+            yield kind, (t, r.byte() == 1)
+        else:
+            raise WasmFormatError(f"unknown import kind {kind}")
+
+
+def module_facts(wasm: bytes) -> ModuleFacts:
+    """Memories, tables, start function and active segments: what the loader checks against
+    the sandbox limits before compiling (instantiation would refuse them later, and worse)."""
+    facts = ModuleFacts([], [], None, [], [], None)
+    globals_init: list[int | None] = []
+    for sid, _, start, end in sections(wasm):
+        r = _Reader(wasm, start, end)
+        if sid == _SEC_IMPORT:
+            for kind, info in _imports(r):
+                if kind == 0:
+                    facts.imported_funcs += 1
+                elif kind == 1:
+                    facts.tables.append(TableInfo(info[0], info[1], True))
+                elif kind == 2:
+                    facts.memories.append(MemoryInfo(*info, True))
+                elif kind == 3:
+                    globals_init.append(None)
+        elif sid == _SEC_TABLE:
+            for _ in range(r.leb(32)):
+                with_init = r.data[r.pos] == 0x40 if r.pos < r.end else False
+                if with_init:
+                    r.take(2)
+                _skip_reftype(r)
+                lo, hi, _, _ = _limits(r, False)
+                if with_init:
+                    _skip_const_expr(r)
+                facts.tables.append(TableInfo(lo, hi, False))
+        elif sid == _SEC_MEMORY:
+            for _ in range(r.leb(32)):
+                lo, hi, shared, is64 = _limits(r, True)
+                facts.memories.append(MemoryInfo(lo, hi, shared, is64, False))
+        elif sid == _SEC_GLOBAL:
+            for _ in range(r.leb(32)):
+                _skip_valtype(r)
+                mutable = r.byte() == 1
+                value = _const_value(r, globals_init)
+                globals_init.append(None if mutable else value)
+        elif sid == _SEC_START:
+            facts.start = r.leb(32)
+        elif sid == _SEC_ELEMENT:
+            facts.elements = _element_segments(r, globals_init)
+        elif sid == _SEC_CODE:
+            facts.code_section = (start, end)
+        elif sid == _SEC_DATA:
+            for k in range(r.leb(32)):
+                flags = r.leb(32)
+                if flags == 1:
+                    r.take(r.leb(32))
+                    continue
+                if flags not in (0, 2):
+                    raise WasmFormatError(f"data segment {k}: unknown flags {flags}")
+                mem = r.leb(32) if flags == 2 else 0
+                offset = _const_value(r, globals_init)
+                n = r.leb(32)
+                r.take(n)
+                facts.data.append(SegmentInfo(k, mem, offset, n))
+    return facts
+
+
+def _element_segments(r: _Reader, globals_init: list[int | None]) -> list[SegmentInfo]:
+    out = []
+    for k in range(r.leb(32)):
+        flags = r.leb(32)
+        if flags > 7:
+            raise WasmFormatError(f"element segment {k}: unknown flags {flags}")
+        active = not flags & 1
+        table = r.leb(32) if flags & 3 == 2 else 0
+        offset = _const_value(r, globals_init) if active else None
+        if flags & 3:                      # an element kind or a reference type follows
+            if flags & 4:
+                _skip_reftype(r)
+            else:
+                r.byte()
+        n = r.leb(32)
+        for _ in range(n):
+            if flags & 4:
+                _skip_const_expr(r)
+            else:
+                r.leb(32)
+        if active:
+            out.append(SegmentInfo(k, table, offset, n))
+    return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 import wasmtime
@@ -156,3 +157,130 @@ def test_fd_write_work_is_bounded(rt):
     seq = rt.new_request(rt.load(wat(body))).spawn()
     r = rt.submit([StepInput(seq, [1])]).wait().results[0]
     assert r.status == "error" and "65535 iovecs is over the limit of 1024" in r.error, r.error
+
+
+# -- limits that hold: refused before compiling, the same verdict from `aicirt check` -------------
+def _bomb(n: int = 20000) -> bytes:
+    """A 290 KB module whose one function takes cranelift ~6 s here: `n` nested blocks, each
+    writing a local and branching out, over `n` locals (SSA construction goes quadratic)."""
+    def leb(v):
+        out = bytearray()
+        while True:
+            b, v = v & 0x7F, v >> 7
+            out.append(b | 0x80 if v else b)
+            if not v:
+                return bytes(out)
+    ops = bytearray()
+    for i in range(n):
+        ops += b"\x02\x40\x20" + leb(i) + b"\x21" + leb((i * 7 + 1) % n) + b"\x20" + leb(i) + b"\x0d" + leb(i // 2)
+    body = b"\x01" + leb(n) + b"\x7f" + bytes(ops) + b"\x0b" * n + b"\x0b"
+    sec = lambda i, p: bytes([i]) + leb(len(p)) + p   # noqa: E731
+    return (b"\0asm\x01\0\0\0" + sec(1, b"\x01\x60\x00\x00") + sec(3, b"\x01\x00")
+            + sec(10, b"\x01" + leb(len(body)) + body))
+
+
+def _children() -> list[int]:
+    import os
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            out.append(int(stat.parent.name))
+    return out
+
+
+REFUSED = [
+    ('(memory (export "memory") 2000)' + OK_EXPORTS.split("\n", 2)[2] + MID_PROCESS,
+     "memory 0: initial size 125 MiB is over the memory limit of 64 MiB"),
+    (OK_EXPORTS + "(memory 1)" + MID_PROCESS, "defines 2 memories"),
+    (OK_EXPORTS.replace('(memory (export "memory") 1)', '(memory (export "memory") 1 1 shared)') + MID_PROCESS,
+     "memory 0 is shared"),
+    (OK_EXPORTS + "(table 100000 funcref)" + MID_PROCESS, "table 0: initial size of 100000 elements is over"),
+    (OK_EXPORTS + "(table 1 funcref) (table 1 funcref)" + MID_PROCESS, "defines 2 tables"),
+    (OK_EXPORTS + MID_PROCESS + "(func $s) (start $s)", "has a start function (function 2)"),
+    (OK_EXPORTS + MID_PROCESS + '(data (i32.const 65530) "0123456789")', "data segment 3: bytes [65530, 65540)"),
+    (OK_EXPORTS + MID_PROCESS + "(table 2 funcref) (func $f) (elem (i32.const 1) $f $f)",
+     "element segment 0: elements [1, 3) are outside table 0's initial 2 elements"),
+    ('(import "wasi_snapshot_preview1" "fd_write" (func (param i32) (result i32)))' + OK_EXPORTS + MID_PROCESS,
+     "`fd_write` has type (i32) -> (i32), expected (i32, i32, i32, i32) -> (i32)"),
+    ('(import "wasi_snapshot_preview1" "sock_open" (func (param i32) (result i32)))' + OK_EXPORTS + MID_PROCESS,
+     "`sock_open` is not a wasi_snapshot_preview1 function"),
+    (OK_EXPORTS + MID_PROCESS + "(table 1 funcref) (func (table.set 0 (i32.const 0) (ref.null func)))",
+     "function 2 uses `table.set`"),
+    (OK_EXPORTS + MID_PROCESS + "(table 1 funcref) (func (drop (table.grow 0 (ref.null func) (i32.const 1))))",
+     "uses `table.grow`"),
+    (OK_EXPORTS + MID_PROCESS + '(data $p "xy") (func (data.drop $p))', "uses `data.drop`"),
+    (OK_EXPORTS + MID_PROCESS + "(table 1 funcref) (func $f) (elem $e func $f) (func (elem.drop $e))",
+     "uses `elem.drop`"),
+    (OK_EXPORTS + MID_PROCESS + "(table 1 funcref) (func $f) (elem $e func $f)"
+                                "(func (table.init $e (i32.const 0) (i32.const 0) (i32.const 1)))", "uses `table.init`"),
+]
+
+
+@pytest.mark.parametrize("body, needle", REFUSED, ids=[n.split()[0] + str(i) for i, (_, n) in enumerate(REFUSED)])
+def test_runtime_and_check_refuse_the_same_modules_and_cache_nothing(hot_path, tmp_path, body, needle):
+    from aicirt.controller import check_controller
+
+    wasm = wat(body)
+    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=tmp_path) as runtime:
+        with pytest.raises(LoadError) as by_runtime:
+            runtime.load(wasm)
+    with pytest.raises(LoadError) as by_check:
+        check_controller(wasm)
+    assert needle in str(by_runtime.value) and str(by_check.value) == str(by_runtime.value)
+    assert not list(tmp_path.rglob("*.cwasm"))
+
+
+def test_what_the_runtime_accepts_check_accepts_and_it_runs(rt):
+    from aicirt.controller import check_controller
+
+    body = OK_EXPORTS + MID_PROCESS + "(table 10000 funcref) (func $f) (elem (i32.const 9998) $f $f)"
+    check_controller(wat(body))
+    seq = rt.new_request(rt.load(wat(body))).spawn()
+    assert rt.submit([StepInput(seq, [1])]).wait().results[0].status == "ok"
+
+
+def test_a_compile_past_the_limit_is_stopped_and_not_cached(hot_path, tmp_path):
+    import time
+
+    limits = aicirt.Limits(compile_timeout_s=0.5)
+    with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=tmp_path) as runtime:
+        t0 = time.perf_counter()
+        with pytest.raises(LoadError, match=r"compiling took longer than 0.5 s \(stopped\)"):
+            runtime.load(_bomb())
+        assert time.perf_counter() - t0 < 2.5
+        assert not _children(), "the compiler process outlived the refusal"
+    assert not list(tmp_path.rglob("*.cwasm"))
+
+
+@pytest.mark.parametrize("src", [memoryview(b"\0asm"), 3, None, 1.5])
+def test_load_of_something_that_is_not_a_module_raises_load_error(rt, src):
+    with pytest.raises(LoadError, match="a controller is a path or the module's bytes, not"):
+        rt.load(src)
+
+
+def test_cli_check_fails_on_what_the_runtime_refuses(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    path = tmp_path / "start.wasm"
+    path.write_bytes(wat(OK_EXPORTS + MID_PROCESS + "(func $s) (start $s)"))
+    out = CliRunner().invoke(main, ["check", str(path)])
+    assert out.exit_code == 1 and "has a start function" in out.output
+
+
+def test_the_child_compiles_for_the_runtimes_engine_so_nothing_compiles_in_process(hot_path, monkeypatch):
+    from aicirt import controller
+
+    def in_process(*_):
+        raise AssertionError("compiled in this process, outside the killable child")
+    monkeypatch.setattr(controller, "_compile_in_thread", in_process)
+    fresh = wat(OK_EXPORTS + MID_PROCESS) + b"\x00\x05\x04once"
+    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as runtime:
+        seq = runtime.new_request(runtime.load(fresh)).spawn()
+        assert runtime.submit([StepInput(seq, [1])]).wait().results[0].status == "ok"
+    controller.check_controller(fresh + b"\x00\x02\x01x", limits=aicirt.Limits(memory_bytes=8 << 20))

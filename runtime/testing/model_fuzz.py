@@ -21,12 +21,12 @@ from typing import Callable
 
 import numpy as np
 
-from .engine.backends.scripted import ScriptedBackend
-from .capabilities import Capabilities
-from .engine import Engine, GenSeq, SamplingParams
-from .limits import Limits
-from .runtime import Runtime
-from .tokenizer import ByteTokenizer
+from ..capabilities import Capabilities
+from ..engine import Engine, GenSeq, SamplingParams
+from ..engine.backends.scripted import ScriptedBackend
+from ..limits import Limits
+from ..runtime import Runtime
+from ..tokenizer import ByteTokenizer
 
 #: A property of one finished sequence: return None/True if it holds, else a message (or False).
 Check = Callable[[GenSeq], "str | bool | None"]

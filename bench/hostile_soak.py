@@ -1,0 +1,178 @@
+"""Soak: tens of thousands of mixed hostile sequences through one Runtime beside healthy ones.
+
+Hostile sequences come from the fast kinds of the hostile suite (tests/hostile/kinds.py: traps,
+bad pointers, invalid masks, refused capabilities, host-import faults, forks past the limit,
+legal oddities), `--live` of them in every batch, each replaced when it ends. Beside them two
+healthy requests run round after round; every round's output is compared with the output the
+same requests give alone. RSS is read after warm-up, at each checkpoint, at its peak and after
+`close()`. The baseline in the same run: healthy rounds alone, for as many steps as warm-up.
+
+    python bench/hostile_soak.py                       # checkpoints at 10,000 and 50,000 sequences
+    python bench/hostile_soak.py --sequences 2000 --warmup 500
+
+Last line: one JSON object (sequences, rss_growth_pct, healthy_ok, healthy_total, ...).
+Target (issue 10): rss_growth_pct <= 10 and every healthy output correct.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from hostile.kinds import KINDS  # noqa: E402
+from hostile.runner import Spec, healthy_specs, run_batch  # noqa: E402
+
+import aicirt  # noqa: E402
+from aicirt import toolchain  # noqa: E402
+from aicirt.testing import Choices, EngineSettings, FuzzEngine  # noqa: E402
+
+
+def rss_mb() -> tuple[float, float]:
+    """(current, peak) resident set size in MiB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def fast_kinds():
+    """Kinds that end within a step or two and need no special limits."""
+    return [k for k in KINDS if not (k.xfail or k.limits or k.within_s or k.copies > 1 or k.respawn
+                                     or k.expect.startswith(("load:", "spawn:")) or "loop" in k.name
+                                     or "spin" in k.name or "flood" in k.name or "touch" in k.name
+                                     or k.name == "noop-forever")]   # never ends: would fill every slot
+
+
+class Soak:
+    def __init__(self, rt, healthy: list[Spec], hostile: list[Spec], live: int):
+        self.rt, self.healthy, self.hostile, self.live = rt, healthy, hostile, live
+        self.engine = FuzzEngine(rt, lambda label: Choices(replay=[]), Choices(replay=[]), EngineSettings(max_tokens=8))
+        self.ctrls = {}
+        self.spawned = self.rounds = self.healthy_ok = self.healthy_total = 0
+        self.reference: dict | None = None
+        self.round_tracks: list = []
+        self.mismatches: list[dict] = []       # the first few healthy rounds that went wrong
+
+    def _ctrl(self, spec: Spec):
+        key = id(spec.wasm)
+        if key not in self.ctrls:
+            self.ctrls[key] = self.rt.load(spec.wasm)
+        return self.ctrls[key]
+
+    def _add(self, spec: Spec, label: str):
+        req = self.rt.new_request(self._ctrl(spec), spec.arg, spec.capabilities)
+        return self.engine.add(req, list(spec.prompt), label)
+
+    def _new_round(self) -> None:
+        self.rounds += 1
+        self.round_tracks = [self._add(s, f"h{i}") for i, s in enumerate(self.healthy)]
+
+    def _check_round(self) -> None:
+        fam = [t for t in self.engine.tracks if t.label.startswith("h")]
+        out = {t.label: (tuple(t.tokens), t.finish_reason, t.error) for t in fam}
+        self.healthy_total += 1
+        self.healthy_ok += out == self.reference
+        if out != self.reference and len(self.mismatches) < 5:
+            self.mismatches.append({label: [reason, error] for label, (_, reason, error) in out.items()
+                                    if out[label] != self.reference.get(label)})
+
+    def run(self, until_sequences: int, hostile_on: bool = True) -> None:
+        while self.spawned < until_sequences:
+            if not any(t.label.startswith("h") and not t.finished for t in self.engine.tracks):
+                if self.round_tracks:
+                    self._check_round()
+                self.engine.tracks = [t for t in self.engine.tracks if not t.label.startswith("h")]
+                self._new_round()
+            n_hostile = sum(1 for t in self.engine.tracks if t.label.startswith("x") and not t.finished)
+            while hostile_on and n_hostile < self.live:
+                spec = self.hostile[self.spawned % len(self.hostile)]
+                self._add(spec, f"x{self.spawned}")
+                self.spawned += 1
+                n_hostile += 1
+            if not hostile_on:
+                self.spawned += 1           # baseline: count steps instead
+            self.engine.step()
+            # drop finished hostile tracks: the harness itself must not grow
+            self.engine.tracks = [t for t in self.engine.tracks if t.label.startswith("h") or not t.finished]
+
+    def close(self) -> None:
+        self.engine.close()
+        self.engine.tracks = []
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sequences", default="10000,50000", help="checkpoints: hostile sequences spawned")
+    ap.add_argument("--warmup", type=int, default=2000)
+    ap.add_argument("--live", type=int, default=24, help="hostile sequences in every batch")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    checkpoints = sorted(int(x) for x in args.sequences.split(","))
+    scripted = toolchain.build_cached(HERE.parent / "tests" / "controllers" / "scripted.c", sdk=False)
+    hostile_c = toolchain.build_cached(HERE.parent / "tests" / "hostile" / "hostile.c")
+    kinds = fast_kinds()
+    hostile = [Spec(k.wasm if k.wasm is not None else hostile_c, k.arg, capabilities=k.capabilities) for k in kinds]
+    healthy = healthy_specs(scripted)
+    limits = aicirt.Limits(call_timeout_s=0.25, first_call_timeout_s=0.25)
+
+    with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers) as rt:
+        reference = run_batch(rt, healthy).healthy
+    gc.collect()
+    rss_start, _ = rss_mb()
+
+    # baseline: healthy rounds alone, as many steps as the warm-up takes sequences
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers)
+    base = Soak(rt, healthy, hostile, args.live)
+    base.reference = reference
+    t0 = time.perf_counter()
+    base.run(args.warmup // 4, hostile_on=False)
+    base_rss_warm = rss_mb()[0]
+    base.spawned = 0
+    base.run(args.warmup, hostile_on=False)
+    baseline = {"steps": base.engine.steps, "seconds": round(time.perf_counter() - t0, 2),
+                "rss_growth_pct": round(100 * (rss_mb()[0] - base_rss_warm) / base_rss_warm, 1),
+                "healthy_ok": base.healthy_ok, "healthy_total": base.healthy_total}
+    base.close()
+    rt.close()
+
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers)
+    soak = Soak(rt, healthy, hostile, args.live)
+    soak.reference = reference
+    t0 = time.perf_counter()
+    soak.run(args.warmup)
+    gc.collect()
+    rss_warm, _ = rss_mb()
+    points = []
+    for n in checkpoints:
+        soak.run(n)
+        gc.collect()
+        rss, peak = rss_mb()
+        points.append({"sequences": n, "rss_mb": round(rss, 1), "growth_pct": round(100 * (rss - rss_warm) / rss_warm, 1),
+                       "seconds": round(time.perf_counter() - t0, 1), "healthy_ok": soak.healthy_ok,
+                       "healthy_total": soak.healthy_total})
+        print(f"{n:>7} sequences: RSS {rss:7.1f} MiB ({points[-1]['growth_pct']:+.1f}% since warm-up), "
+              f"peak {peak:.1f}, healthy {soak.healthy_ok}/{soak.healthy_total}, {points[-1]['seconds']} s",
+              file=sys.stderr)
+    elapsed = time.perf_counter() - t0
+    steps, soak_mismatches = soak.engine.steps, soak.mismatches
+    soak.close()
+    rt.close()
+    del soak, rt
+    gc.collect()
+    rss_after, peak = rss_mb()
+    print(json.dumps({
+        "sequences": checkpoints[-1], "hostile_kinds": len(kinds), "live_hostile_per_batch": args.live,
+        "workers": args.workers, "steps": steps, "seconds": round(elapsed, 1),
+        "rss_start_mb": round(rss_start, 1), "rss_warm_mb": round(rss_warm, 1), "rss_peak_mb": round(peak, 1),
+        "rss_after_close_mb": round(rss_after, 1), "rss_growth_pct": points[-1]["growth_pct"],
+        "checkpoints": points, "healthy_ok": points[-1]["healthy_ok"], "healthy_total": points[-1]["healthy_total"],
+        "healthy_mismatches": soak_mismatches, "baseline_healthy_only": baseline,
+    }))
+
+
+if __name__ == "__main__":
+    main()

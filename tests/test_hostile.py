@@ -1,0 +1,108 @@
+"""The hostile suite (issue 10 item 4): every kind in tests/hostile/kinds.py runs in one batch
+beside healthy sequences, on both hot paths; the healthy outputs must equal what they produce
+alone, and the hostile sequence must end as its kind says (with a message naming the fault)."""
+from __future__ import annotations
+
+import pytest
+from hostile.kinds import HERE, KINDS, Kind
+from hostile.runner import Spec, healthy_specs, run_batch
+
+import aicirt
+from aicirt import StepInput
+from aicirt import toolchain
+
+# Short hard limits keep the suite quick; the soft deadline and late-step count are the defaults.
+SUITE_LIMITS = {"call_timeout_s": 0.25, "first_call_timeout_s": 0.25}
+
+
+@pytest.fixture(scope="session")
+def hostile_c_wasm():
+    return toolchain.build_cached(HERE / "hostile.c")
+
+
+@pytest.fixture(scope="module")
+def alone(scripted_wasm):
+    """Each healthy sequence's output when it runs with nothing beside it (plain runtime)."""
+    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as rt:
+        out = run_batch(rt, healthy_specs(scripted_wasm))
+    assert all(reason in ("stop", "length", "eos") for _, reason, _ in out.healthy.values()), out.healthy
+    assert len(out.healthy) == 3      # regex, scripted, and the scripted one's fork
+    return out.healthy
+
+
+def _param(kind: Kind):
+    marks = [pytest.mark.xfail(strict=True, reason=kind.xfail)] if kind.xfail else []
+    return pytest.param(kind, id=kind.name, marks=marks)
+
+
+def test_the_suite_has_at_least_40_kinds():
+    assert len({k.name for k in KINDS}) == len(KINDS) >= 40
+
+
+@pytest.mark.parametrize("kind", [_param(k) for k in KINDS])
+def test_hostile_beside_healthy(make_rt, scripted_wasm, hostile_c_wasm, alone, kind: Kind):
+    rt = make_rt(**{**SUITE_LIMITS, **kind.limits})
+    spec = Spec(kind.wasm if kind.wasm is not None else hostile_c_wasm, kind.arg, capabilities=kind.capabilities)
+    if kind.expect.startswith("load: "):
+        with pytest.raises(aicirt.LoadError, match=_literal(kind.expect[6:])):
+            rt.load(spec.wasm)
+        out = run_batch(rt, healthy_specs(scripted_wasm))   # it never loaded: the healthy run as usual
+    else:
+        out = run_batch(rt, healthy_specs(scripted_wasm), spec, copies=kind.copies, respawn=kind.respawn,
+                        wait_hostile=kind.wait_hostile, take_var_changes=kind.take_var_changes)
+    assert out.healthy == alone, f"healthy sequences changed beside {kind.name}"
+    _check_hostile(kind, out.hostile)
+    if kind.within_s is not None:
+        assert out.elapsed_s < kind.within_s, f"the batch took {out.elapsed_s:.2f} s (worst step {out.worst_step_s:.2f} s)"
+
+
+def _literal(text: str) -> str:
+    import re
+    return re.escape(text)
+
+
+def _check_hostile(kind: Kind, hostile: list[tuple]) -> None:
+    assert hostile or kind.expect.startswith("load: "), "no hostile sequence ran"
+    if kind.expect == "any" or kind.expect.startswith("load: "):
+        return
+    if kind.expect == "legal":
+        assert all(reason != "error" for reason, _ in hostile), hostile
+        return
+    if kind.expect.startswith("spawn: "):
+        assert all(reason == "error" and kind.expect[7:] in (err or "") for reason, err in hostile), hostile
+        return
+    needles = kind.expect[len("error: "):].split("|")
+    for reason, err in hostile:
+        assert reason == "error", f"{kind.name}: expected an error, got {reason} ({err})"
+        assert any(n in err for n in needles), f"{kind.name}: {err!r} does not say {' or '.join(needles)!r}"
+        assert "\n" not in err.strip() and len(err) < 400, f"not a one-line message: {err!r}"
+
+
+def _rss_kb() -> int:
+    from pathlib import Path
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(status["VmRSS"].split()[0])
+
+
+def test_faults_inside_host_imports_do_not_leak(make_rt):
+    """Issue 10 item 2: about 1.7 KB leaked per sequence that faulted inside a host import."""
+    import gc
+
+    from hostile.wat import module
+    rt = make_rt(**SUITE_LIMITS)
+    ctrl = rt.load(module("(call $log (i32.const -16) (i32.const 100))", imports=("log",)))
+
+    def fault(n: int) -> None:
+        for _ in range(n // 50):
+            seqs = [rt.new_request(ctrl).spawn() for _ in range(50)]
+            out = rt.submit([StepInput(s, [1]) for s in seqs]).wait()
+            assert all(r.status == "error" and "host import `log`" in r.error for r in out.results)
+            for s in seqs:
+                s.close()
+    fault(1000)                   # warm-up: pools, caches, allocator arenas
+    gc.collect()
+    before = _rss_kb()
+    fault(5000)
+    gc.collect()
+    per_sequence = (_rss_kb() - before) * 1024 / 5000
+    assert per_sequence < 1000, f"{per_sequence:.0f} bytes of RSS per faulting sequence"   # was ~1,900
