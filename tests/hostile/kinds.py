@@ -61,7 +61,7 @@ KINDS = [
          limits=DEFAULT_HARD_LIMIT),
     Kind("slow-first-call-every-step", "item 1", "any",
          module("(if (i32.gt_u (local.get $tn) (i32.const 0)) (then " + wat.spin(150_000_000) + "))"),
-         respawn=12, limits=DEFAULT_HARD_LIMIT, within_s=1.0, xfail=FIRST_CALL_STALL),
+         respawn=12, limits={**DEFAULT_HARD_LIMIT, "soft_deadline_s": 0.025}, within_s=1.0),
     Kind("loop-in-initialize", "item 1", "error: _initialize", module(initialize=wat.loop_forever()),
          within_s=1.0, limits={"first_call_timeout_s": 2.0},
          xfail=FIRST_CALL_STALL),
