@@ -120,7 +120,8 @@ class Runtime(Owned):
         Raises LoadError naming what is wrong."""
         self._check_open()
         ctrl = load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
-                               compile_timeout_s=self.limits.compile_timeout_s, cache_dir=self.cache_dir)
+                               compile_timeout_s=self.limits.compile_timeout_s, cache_dir=self.cache_dir,
+                               memory_bytes=self.limits.memory_bytes)
         self._controllers.add(ctrl)
         return ctrl
 
