@@ -56,7 +56,7 @@ def bench_hot_path(rt, ctrl, batch, steps):
         for t in tokens:
             t.append(k % 1000)
         t0 = time.perf_counter()
-        out = rt.submit([StepInput(s, t, t[-1]) for s, t in zip(seqs, tokens)]).wait()
+        out = rt.submit([StepInput(s, t, t[-1]) for s, t in zip(seqs, tokens)]).wait(5.0)   # returns when all are done
         wall = (time.perf_counter() - t0) * 1e6
         assert all(r.status == "ok" for r in out.results), out.results[0].error
         if k >= 10:  # warm-up: first calls process the prompt
