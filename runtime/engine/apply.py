@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..batch import BatchOutcome
-from ..results import StepResult
+from ..results import Splice, StepResult
 from .backends.base import Backend
 from .sampling import apply_masks, sample
 from .types import Event, FinishEvent, ForkEvent, GenSeq, LogEvent, TokensEvent
@@ -132,7 +132,7 @@ class Applier:
         else:
             self._check_length(s, events)
 
-    def _splice(self, s: GenSeq, splice, events: list[Event]) -> None:
+    def _splice(self, s: GenSeq, splice: Splice, events: list[Event]) -> None:
         """Backtrack then fast-forward; (0, []) is a no-op step."""
         if splice.backtrack == 0 and not splice.ff_tokens:
             s.idle_steps += 1

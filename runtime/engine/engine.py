@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +41,13 @@ from .backends.base import Backend
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .types import EngineStats, Event, GenRequest, GenSeq, VarEvent
+
+if TYPE_CHECKING:
+    from ..batch import BatchHandle, BatchOutcome
+    from ..controller import Controller, Source
+    from ..limits import Limits
+    from ..request import Request
+    from ..runtime import Runtime
 
 
 class Engine:
@@ -53,7 +61,8 @@ class Engine:
     Not thread-safe: drive it from one thread.
     """
 
-    def __init__(self, backend: Backend, runtime=None, *, workers: int = 2, limits=None):
+    def __init__(self, backend: Backend, runtime: Runtime | None = None, *, workers: int = 2,
+                 limits: Limits | None = None) -> None:
         self.backend = backend
         self._runtime = runtime
         self._owns_runtime = runtime is None
@@ -66,7 +75,7 @@ class Engine:
         self._closed = False
 
     @property
-    def runtime(self):
+    def runtime(self) -> Runtime:
         """The `aicirt.Runtime`, created on first use."""
         if self._runtime is None:
             from ..runtime import Runtime
@@ -86,8 +95,8 @@ class Engine:
         return not self.scheduler.is_empty
 
     # --- requests --------------------------------------------------------------------------
-    def add_request(self, prompt: str | list[int], controller=None, arg: bytes | str = b"", *,
-                    capabilities=None, params: SamplingParams | None = None, chat: bool = True) -> GenRequest:
+    def add_request(self, prompt: str | list[int], controller: Controller | Source | None = None,
+                    arg: bytes | str = b"", *, capabilities: Capabilities | None = None, params: SamplingParams | None = None, chat: bool = True) -> GenRequest:
         """Queue a request; it starts with the next step.
 
         `prompt`: text (wrapped in the model's chat template when `chat`) or token ids.
@@ -128,7 +137,8 @@ class Engine:
             raise ValueError("the prompt has no tokens")
         return tokens
 
-    def _start_controller(self, controller, arg: bytes | str, capabilities):
+    def _start_controller(self, controller: Any, arg: bytes | str, capabilities: Capabilities | None
+                          ) -> tuple[Request | None, Any, str | None]:
         """(runtime request, first sequence, spawn error): all None without a controller.
 
         Loading raises (`LoadError`) before anything exists; a failed spawn is the request's
@@ -168,7 +178,8 @@ class Engine:
         while self.has_unfinished:
             yield from self.step()
 
-    def generate(self, prompt, controller=None, arg=b"", **kw) -> GenRequest:
+    def generate(self, prompt: str | list[int], controller: Controller | Source | None = None,
+                 arg: bytes | str = b"", **kw: Any) -> GenRequest:
         """Add one request and run the engine until everything has finished."""
         req = self.add_request(prompt, controller, arg, **kw)
         for _ in self.run():
@@ -211,7 +222,7 @@ class Engine:
                 batch.append((s, s.tokens[start:]))
         return batch
 
-    def _submit(self, controlled: list[GenSeq]):
+    def _submit(self, controlled: list[GenSeq]) -> BatchHandle | None:
         """Start the controllers on worker threads; None when no sequence has one."""
         handle = None
         if controlled:
@@ -228,7 +239,8 @@ class Engine:
             for (s, _), row in zip(batch, logits):
                 s.logits = row
 
-    def _apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome, events: list[Event]) -> None:
+    def _apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: BatchOutcome | None,
+               events: list[Event]) -> None:
         """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3)."""
         mask_vocab = self.runtime.vocab_size if outcome is not None else 0
         self._applier.apply(live, controlled, outcome, mask_vocab, events)
@@ -243,7 +255,7 @@ class Engine:
             if r.ctrl is not None:
                 r.ctrl.close()
 
-    def _count(self, batch, outcome, t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
+    def _count(self, batch: list[tuple[GenSeq, list[int]]], outcome: BatchOutcome | None, t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
         stats = self.stats
         stats.steps += 1
         stats.submit_s += t1 - t0
@@ -273,5 +285,5 @@ class Engine:
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ...errors import MissingExtraError
 from .base import Backend, KVCache
@@ -16,7 +17,7 @@ from .scripted import ScriptedBackend
 __all__ = ["Backend", "KVCache", "ScriptedBackend", "load_backend"]
 
 
-def load_backend(model: str | os.PathLike | None = None, **options) -> Backend:
+def load_backend(model: str | os.PathLike[str] | None = None, **options: Any) -> Backend:
     """Open a backend from a model argument, as `aicirt run --model` takes it.
 
     - None or "smollm2": SmolLM2-135M-Instruct through transformers (converted once, cached);

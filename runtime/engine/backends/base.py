@@ -92,10 +92,10 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Release the model. Idempotent."""
 
-    def __enter__(self):
+    def __enter__(self) -> Backend:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- shared checks ---------------------------------------------------------------------

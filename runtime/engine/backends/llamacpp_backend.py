@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ LLAMACPP_INSTALL = "pip install 'aicirt[llamacpp]'"
 class _LlamaTokenizer:
     """The runtime's tokenizer protocol over a `llama_cpp.Llama`."""
 
-    def __init__(self, llm, eos_token_id: int):
+    def __init__(self, llm: Any, eos_token_id: int) -> None:
         self.llm = llm
         self.vocab_size = int(llm.n_vocab())
         self.eos_token_id = eos_token_id
@@ -50,8 +51,8 @@ class LlamaCppBackend(Backend):
 
     name = "llamacpp"
 
-    def __init__(self, model_path: str | os.PathLike | None = None, *, n_ctx: int = 4096,
-                 threads: int | None = None, verbose: bool = False):
+    def __init__(self, model_path: str | os.PathLike[str] | None = None, *, n_ctx: int = 4096,
+                 threads: int | None = None, verbose: bool = False) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as e:
@@ -65,7 +66,7 @@ class LlamaCppBackend(Backend):
         self._template = str(self.llm.metadata.get("tokenizer.chat_template", ""))
         self._uids = 0
 
-    def runtime_tokenizer(self):
+    def runtime_tokenizer(self) -> _LlamaTokenizer:
         return self._tokenizer
 
     def encode(self, text: str) -> list[TokenId]:

@@ -49,7 +49,7 @@ def default_gguf() -> Path:
     )
 
 
-def resolve(model: str | os.PathLike | None) -> tuple[str, Path, str | None]:
+def resolve(model: str | os.PathLike[str] | None) -> tuple[str, Path, str | None]:
     """Turn a model argument into `(kind, path, gguf_name)`.
 
     kind is "gguf" (path is the GGUF file's folder, gguf_name its file name) or "hf" (path is a
@@ -116,11 +116,12 @@ def convert_gguf(gguf_dir: Path, gguf_name: str, dest: Path) -> None:
         raise
 
 
-def local_model_dir(model: str | os.PathLike | None) -> Path:
+def local_model_dir(model: str | os.PathLike[str] | None) -> Path:
     """A Hugging Face model folder for `model`, converting (and caching) a GGUF first if needed."""
     kind, path, gguf_name = resolve(model)
     if kind == "hf":
         return path
+    assert gguf_name is not None  # resolve names the file for every GGUF
     dest = converted_dir(path, gguf_name)
     if not is_converted(dest):
         convert_gguf(path, gguf_name, dest)

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .base import Backend, KVCache, TokenId
+
+if TYPE_CHECKING:
+    from ...tokenizer import Tokenizer
 
 LogitsFn = Callable[[tuple[TokenId, ...]], np.ndarray]
 
@@ -29,8 +33,9 @@ class ScriptedBackend(Backend):
 
     name = "scripted"
 
-    def __init__(self, tokenizer=None, *, seed: int = 0, script: str | Sequence[TokenId] | None = None,
-                 logits_fn: LogitsFn | None = None, forward_delay_s: float = 0.0):
+    def __init__(self, tokenizer: Tokenizer | None = None, *, seed: int = 0,
+                 script: str | Sequence[TokenId] | None = None, logits_fn: LogitsFn | None = None,
+                 forward_delay_s: float = 0.0) -> None:
         if tokenizer is None:
             from aicirt import ByteTokenizer
 
@@ -50,7 +55,7 @@ class ScriptedBackend(Backend):
         self.calls: list[list[tuple[int, tuple[TokenId, ...]]]] = []
         self._uids = 0
 
-    def runtime_tokenizer(self):
+    def runtime_tokenizer(self) -> Tokenizer:
         return self.tokenizer
 
     def encode(self, text: str) -> list[TokenId]:

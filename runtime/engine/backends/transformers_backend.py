@@ -16,6 +16,7 @@ import inspect
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +24,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from . import model_files
 from .base import Backend, KVCache, TokenId
+
+if TYPE_CHECKING:
+    from ...tokenizer import HFTokenizer
 
 
 def _cpu_has_fast_bf16() -> bool:
@@ -34,7 +38,7 @@ def _cpu_has_fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def _layer_kv(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _layer_kv(cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values `[batch, heads, length, head_dim]` of one layer (transformers 5 and 4.x)."""
     if hasattr(cache, "layers"):
         return cache.layers[layer].keys, cache.layers[layer].values
@@ -66,8 +70,8 @@ class TransformersBackend(Backend):
 
     name = "transformers"
 
-    def __init__(self, model: str | os.PathLike | None = None, *, dtype: str = "auto",
-                 threads: int | None = None):
+    def __init__(self, model: str | os.PathLike[str] | None = None, *, dtype: str = "auto",
+                 threads: int | None = None) -> None:
         torch.set_grad_enabled(False)
         torch.set_num_threads(threads or max(1, (os.cpu_count() or 2) - 1))
         folder = model_files.local_model_dir(model)
@@ -83,10 +87,10 @@ class TransformersBackend(Backend):
         # transformers 5 renamed `past_key_values` to `cache`.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._runtime_tokenizer = None
+        self._runtime_tokenizer: HFTokenizer | None = None
 
     # --- tokenizer -------------------------------------------------------------------------
-    def runtime_tokenizer(self):
+    def runtime_tokenizer(self) -> HFTokenizer:
         if self._runtime_tokenizer is None:
             import tokenizers
             from aicirt import HFTokenizer  # the runtime's adapter; imported late to avoid a cycle
@@ -153,7 +157,7 @@ class TransformersBackend(Backend):
                     out[rows] = self._forward_padded([batch[i] for i in rows])
         return out
 
-    def _run(self, **kw) -> torch.Tensor:
+    def _run(self, **kw: Any) -> torch.Tensor:
         cache = kw.pop("cache")
         kw[self._cache_kw] = cache
         return self.model(use_cache=True, logits_to_keep=1, **kw).logits[:, -1, :]
