@@ -106,7 +106,7 @@ def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
                 got = _fmt(_sig(imp.type)) if isinstance(imp.type, wasmtime.FuncType) else "not a function"
                 problems.append(f"{where} has type {got}, expected {_fmt(host_want)}")
         elif imp.module == abi.WASI_MODULE and isinstance(imp.type, wasmtime.FuncType):
-            problem = wasi_problem(imp.name, _sig(imp.type))
+            problem = wasi_problem(imp.name or "", _sig(imp.type))  # core imports always have a name
             if problem:
                 problems.append(problem)
             wasi.append((imp.name, imp.type))
@@ -124,11 +124,11 @@ _GUARD_BYTES = 2 << 20
 _RULES = 2
 _WORKER = Path(__file__).resolve().parent / "compile_worker.py"
 _ARTIFACT_CACHE_BYTES = 256 << 20
-_artifacts: OrderedDict[tuple, bytes] = OrderedDict()   # accepted modules only, most recent last
+_artifacts: OrderedDict[tuple, bytes | bytearray] = OrderedDict()   # accepted modules only, most recent last
 _artifacts_lock = threading.Lock()
 
 
-def _remember(key: tuple, artifact: bytes) -> None:
+def _remember(key: tuple, artifact: bytes | bytearray) -> None:
     with _artifacts_lock:
         _artifacts[key] = artifact
         _artifacts.move_to_end(key)
@@ -136,7 +136,7 @@ def _remember(key: tuple, artifact: bytes) -> None:
             _artifacts.popitem(last=False)
 
 
-def _recall(key: tuple) -> bytes | None:
+def _recall(key: tuple) -> bytes | bytearray | None:
     with _artifacts_lock:
         artifact = _artifacts.get(key)
         if artifact is not None:
@@ -186,8 +186,8 @@ def _compile_in_thread(engine: wasmtime.Engine, wasm: bytes, timeout_s: float, n
     return box["module"]
 
 
-def _compiled(engine, wasm: bytes, name: str, key: tuple, cached: Path | None, timeout_s: float,
-              memory_bytes: int | None) -> tuple[wasmtime.Module, bytes | None]:
+def _compiled(engine: wasmtime.Engine, wasm: bytes, name: str, key: tuple, cached: Path | None, timeout_s: float,
+              memory_bytes: int | None) -> tuple[wasmtime.Module, bytes | bytearray | None]:
     """The module from the process cache, the disk cache or a fresh compile, and its serialized
     form unless it came from disk (to be cached once it passes validation)."""
     artifact = _recall(key)

@@ -8,7 +8,9 @@ Nothing else in the module changes. Every read is bounds-checked: malformed inpu
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 MAGIC = b"\0asm\x01\0\0\0"
 GLOBAL_EXPORT_PREFIX = "aicirt-global-"
@@ -294,7 +296,7 @@ def _skip_reftype(r: _Reader) -> None:
         r.leb(signed=True)
 
 
-def _imports(r: _Reader):
+def _imports(r: _Reader) -> Iterator[tuple[int, Any]]:
     """(kind, what) for each entry of an import section: limits for tables (1) and memories
     (2), (valtype, mutable) for globals (3), None for functions (0) and tags (4)."""
     for _ in range(r.leb(32)):
@@ -321,6 +323,7 @@ def module_facts(wasm: bytes) -> ModuleFacts:
     the sandbox limits before compiling (instantiation would refuse them later, and worse)."""
     facts = ModuleFacts([], [], None, [], [], None)
     globals_init: list[int | None] = []
+    info: tuple[int, int | None, bool, bool]   # limits: the only import info read here
     for sid, _, start, end in sections(wasm):
         r = _Reader(wasm, start, end)
         if sid == _SEC_IMPORT:

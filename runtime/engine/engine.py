@@ -255,7 +255,8 @@ class Engine:
             if r.ctrl is not None:
                 r.ctrl.close()
 
-    def _count(self, batch: list[tuple[GenSeq, list[int]]], outcome: BatchOutcome | None, t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
+    def _count(self, batch: list[tuple[GenSeq, list[int]]], outcome: BatchOutcome | None,
+               t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
         stats = self.stats
         stats.steps += 1
         stats.submit_s += t1 - t0
