@@ -12,7 +12,9 @@ thread), hand a `Job` to the engine loop and stream what it posts back. Every er
 from __future__ import annotations
 
 import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,18 +28,25 @@ from .server import Server
 from .settings import Settings
 from .store import Store, StoreError, default_user
 
+if TYPE_CHECKING:
+    from ..engine.backends.base import Backend
+
+# Routes that return plain dicts say `response_model=None`: with a return annotation and no
+# response model, FastAPI would start validating and serializing their bodies through pydantic.
+
 _ROUTES = {"/v1/controllers", "/v1/controllers/tags", "/v1/run", "/v1/completions", "/v1/chat/completions",
            "/v1/models", "/health", "/metrics"}
 
 
-def create_app(settings: Settings | None = None, *, backend=None, store: Store | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, backend: Backend | None = None,
+               store: Store | None = None) -> FastAPI:
     """The application. `backend` (tests, benchmarks): a model backend to serve instead of loading
     `settings.model`; `store`: a store instead of the one at `settings.store`."""
     settings = settings or Settings()
     server = Server(settings, backend, store)
 
     @asynccontextmanager
-    async def lifespan(app):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         server.loop.start()
         try:
             yield
@@ -49,21 +58,21 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
     app.add_middleware(_CountResponses, metrics=server.metrics)
 
     @app.exception_handler(P.ApiError)
-    async def _api_error(request, e: P.ApiError):
+    async def _api_error(request: Request, e: P.ApiError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request, e: StarletteHTTPException):
+    async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
         msg = {404: f"no route {request.method} {request.url.path}",
                405: f"method {request.method} not allowed on {request.url.path}"}.get(e.status_code, str(e.detail))
         return JSONResponse(P.ApiError(e.status_code, msg).body(), status_code=e.status_code)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(request, e: RequestValidationError):
+    async def _validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
         return JSONResponse(P.ApiError(400, str(e)).body(), status_code=400)
 
     @app.exception_handler(Exception)
-    async def _crash(request, e: Exception):
+    async def _crash(request: Request, e: Exception) -> JSONResponse:
         return JSONResponse(P.ApiError(500, f"internal error: {type(e).__name__}: {e}").body(), status_code=500)
 
     def auth(request: Request) -> None:
@@ -80,22 +89,22 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
     guarded = [Depends(auth)]
 
     # --- health and metrics ----------------------------------------------------------------
-    @app.get("/health")
-    async def health():
+    @app.get("/health", response_model=None)
+    async def health() -> dict[str, Any]:
         return {"status": "ok", "model": server.model_name, "running": server.loop.running,
                 "queued": server.loop.queue_depth, "steps": server.loop.steps}
 
     @app.get("/metrics", dependencies=guarded)
-    async def metrics():
+    async def metrics() -> PlainTextResponse:
         return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/models", dependencies=guarded)
-    async def models():
+    @app.get("/v1/models", dependencies=guarded, response_model=None)
+    async def models() -> dict[str, Any]:
         return P.models_list(server.model_name, int(server.started))
 
     # --- the store -------------------------------------------------------------------------
-    @app.post("/v1/controllers", dependencies=guarded)
-    async def upload(request: Request):
+    @app.post("/v1/controllers", dependencies=guarded, response_model=None)
+    async def upload(request: Request) -> dict[str, Any]:
         data = await _read_body(request, settings.max_upload_bytes)
         user = _user(request)
         from aicirt import LoadError
@@ -112,18 +121,18 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
         return {"module_id": up.module_id, "wasm_size": up.wasm_size, "compiled_size": up.compiled_size,
                 "time": up.time}
 
-    @app.get("/v1/controllers", dependencies=guarded)
-    async def list_modules():
+    @app.get("/v1/controllers", dependencies=guarded, response_model=None)
+    async def list_modules() -> dict[str, Any]:
         mods = await run_in_threadpool(server.store.modules)
         return {"modules": [m.as_dict() for m in mods]}
 
-    @app.get("/v1/controllers/tags", dependencies=guarded)
-    async def list_tags():
+    @app.get("/v1/controllers/tags", dependencies=guarded, response_model=None)
+    async def list_tags() -> dict[str, Any]:
         tags = await run_in_threadpool(server.store.tags)
         return {"tags": [t.as_dict() for t in tags]}
 
-    @app.post("/v1/controllers/tags", dependencies=guarded)
-    async def tag(request: Request):
+    @app.post("/v1/controllers/tags", dependencies=guarded, response_model=None)
+    async def tag(request: Request) -> dict[str, Any]:
         body = P.parse(P.TagRequest, await _read_body(request, 1 << 20))
         try:
             infos = await run_in_threadpool(server.store.tag, body.module_id, body.tags, user=_user(request))
@@ -131,8 +140,8 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
             raise P.ApiError(e.status, str(e)) from None
         return {"tags": [t.as_dict() for t in infos]}
 
-    @app.delete("/v1/controllers/{name}", dependencies=guarded)
-    async def remove(name: str):
+    @app.delete("/v1/controllers/{name}", dependencies=guarded, response_model=None)
+    async def remove(name: str) -> dict[str, Any]:
         try:
             gone = await run_in_threadpool(server.store.remove, name)
         except StoreError as e:
@@ -143,14 +152,14 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
 
     # --- AICI's run ------------------------------------------------------------------------
     @app.post("/v1/run", dependencies=guarded)
-    async def run(request: Request):
+    async def run(request: Request) -> StreamingResponse:
         body = P.parse(P.RunRequest, await _read_body(request, 16 << 20))
         job = await run_in_threadpool(
             server.prepare, body, lambda: server.backend.format_prompt(body.prompt, chat=body.chat), 0.0)
         accepted = await server.start(job, request)
         run_id = P.new_id("run")
 
-        async def stream():
+        async def stream() -> AsyncIterator[bytes]:
             yield P.sse(P.initial_run(run_id, accepted.created, server.model_name))
             try:
                 async for batch in server.updates(job):
@@ -164,7 +173,7 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     # --- OpenAI's completions --------------------------------------------------------------
-    async def openai(request: Request, model, chat: bool):
+    async def openai(request: Request, model: Any, chat: bool) -> StreamingResponse | dict[str, Any]:
         body = P.parse(model, await _read_body(request, 16 << 20))
         body.check_unsupported()
         if chat:
@@ -188,7 +197,7 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
             return P.completion_response(cid, created, name, forks, chat, P.openai_usage(prompt_len, last.usage),
                                          job.tracker.variables)
 
-        async def stream():
+        async def stream() -> AsyncIterator[bytes]:
             first, usage = True, None
             try:
                 async for batch in server.updates(job):
@@ -205,12 +214,12 @@ def create_app(settings: Settings | None = None, *, backend=None, store: Store |
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-    @app.post("/v1/completions", dependencies=guarded)
-    async def completions(request: Request):
+    @app.post("/v1/completions", dependencies=guarded, response_model=None)
+    async def completions(request: Request) -> StreamingResponse | dict[str, Any]:
         return await openai(request, P.CompletionRequest, chat=False)
 
-    @app.post("/v1/chat/completions", dependencies=guarded)
-    async def chat_completions(request: Request):
+    @app.post("/v1/chat/completions", dependencies=guarded, response_model=None)
+    async def chat_completions(request: Request) -> StreamingResponse | dict[str, Any]:
         return await openai(request, P.ChatRequest, chat=True)
 
     return app
@@ -241,17 +250,17 @@ def _user(request: Request) -> str:
 class _CountResponses:
     """Pure ASGI middleware (streams pass through untouched): responses by route and status."""
 
-    def __init__(self, app, metrics: Metrics):
+    def __init__(self, app: Callable[..., Awaitable[None]], metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         route = path if path in _ROUTES else ("/v1/controllers/{name}" if path.startswith("/v1/controllers/")
                                               else "other")
 
-        async def counting_send(msg):
+        async def counting_send(msg: dict[str, Any]) -> None:
             if msg["type"] == "http.response.start":
                 self.metrics.inc("aicirt_http_responses_total", route=route, code=msg["status"])
             await send(msg)

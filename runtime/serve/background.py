@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 @contextmanager
-def serve_in_thread(app, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0):
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0) -> Iterator[str]:
     import uvicorn
 
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None     # not the main thread
+    server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]  # not the main thread
     thread = threading.Thread(target=server.run, name="aicirt-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

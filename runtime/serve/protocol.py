@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -46,7 +46,10 @@ def validation_message(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse(model: type[BaseModel], raw: bytes) -> BaseModel:
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def parse(model: type[_Model], raw: bytes) -> _Model:
     """Validate a JSON body; raises `ApiError(400)` naming the problem."""
     try:
         data = json.loads(raw)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
@@ -16,11 +18,16 @@ from .metrics import Metrics
 from .settings import Settings
 from .store import Store, StoreError, artifact_size, is_module_id, resolve_controller
 
+if TYPE_CHECKING:
+    from ..controller import Controller
+    from ..engine.backends.base import Backend
+    from .tracker import Update
+
 
 class Server:
     """What the routes share: settings, store, backend, engine loop, metrics, compiled controllers."""
 
-    def __init__(self, settings: Settings, backend=None, store: Store | None = None):
+    def __init__(self, settings: Settings, backend: Backend | None = None, store: Store | None = None) -> None:
         from aicirt import Runtime
         from aicirt.engine.backends import load_backend
         from aicirt.engine import Engine
@@ -44,7 +51,7 @@ class Server:
         self.metrics.gauge("aicirt_queue_depth", lambda: self.loop.queue_depth)
         self.metrics.gauge("aicirt_running_requests", lambda: self.loop.running)
         self.metrics.gauge("aicirt_live_sequences", self.loop.live_sequences)
-        self._controllers: dict[str, tuple[tuple, object]] = {}
+        self._controllers: dict[str, tuple[tuple, Controller]] = {}
         self._shipped: dict[str, Path] = {}          # shipped controllers' builds (sources fixed under a server)
         self._build_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -58,7 +65,7 @@ class Server:
         self.runtime.close()
 
     # --- controllers -----------------------------------------------------------------------
-    def controller(self, spec: str):
+    def controller(self, spec: str) -> Controller:
         """The compiled controller a client names (tag, module id, shipped name); cached by file."""
         from aicirt import LoadError
         from aicirt.toolchain import BuildError
@@ -93,7 +100,8 @@ class Server:
         return ctrl
 
     # --- jobs ------------------------------------------------------------------------------
-    def prepare(self, body: P._Sampling, prompt_tokens, default_temperature: float) -> Job:
+    def prepare(self, body: P._Sampling, prompt_tokens: Callable[[], list[int]],
+                default_temperature: float) -> Job:
         """Resolve the controller, tokenize, check limits (blocking: call in a worker thread)."""
         ctrl = self.controller(body.controller) if body.controller else None
         tokens = prompt_tokens()
@@ -129,7 +137,7 @@ class Server:
             raise P.ApiError(503, "the request was dropped before it started")
         return first
 
-    async def updates(self, job: Job, request: Request | None = None):
+    async def updates(self, job: Job, request: Request | None = None) -> AsyncIterator[list[Update]]:
         """The job's updates until its end, in lists (all that arrived since the last one);
         cancels the job if the consumer goes away."""
         try:
@@ -137,7 +145,7 @@ class Server:
                 try:
                     items = await job.next_batch(timeout=0.5 if request is not None else None)
                 except asyncio.TimeoutError:
-                    if await request.is_disconnected():
+                    if await request.is_disconnected():  # type: ignore[union-attr]  # timeouts only with a request
                         return
                     continue
                 batch = []
