@@ -33,6 +33,7 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,8 +73,8 @@ class Steered:
     controller failed; `finished` once it stopped or failed (the host is then forced to EOS).
     """
 
-    def __init__(self, steering: "Steering", controller, arg: bytes | str, prompt: Sequence[int],
-                 output: list[int], label: str):
+    def __init__(self, steering: "Steering", controller: Any, arg: bytes | str, prompt: Sequence[int],
+                 output: list[int], label: str) -> None:
         self.label = label
         self.output = output
         self.tokens = [*prompt, *output]          # everything the controller's view is derived from
@@ -144,7 +145,7 @@ class Steered:
             return None
         hint, self._submitted_len = self._submitted_len, len(self.tokens)
         sampled, self._report_sampled = self._report_sampled, None
-        return StepInput(self.seq, self.tokens, sampled, hint)
+        return StepInput(self.seq, self.tokens, sampled, hint)  # type: ignore[arg-type]  # spawned: not finished
 
     # -- after the forward pass ----------------------------------------------------------------
     def _take(self, r: StepResult, masks: np.ndarray, row: np.ndarray) -> bool:
@@ -218,7 +219,7 @@ class Steering:
     Misuse (`end` without `begin`, a closed request in the batch) raises ValueError.
     """
 
-    def __init__(self, runtime, eos_token_id: int, *, error_text: bool = True):
+    def __init__(self, runtime: Any, eos_token_id: int, *, error_text: bool = True) -> None:
         if not 0 <= eos_token_id < runtime.vocab_size:
             raise ValueError(f"eos_token_id {eos_token_id} is outside the vocabulary (size {runtime.vocab_size})")
         self.runtime = runtime
@@ -229,7 +230,7 @@ class Steering:
         self._asked: list[Steered] = []
         self._count = 0
 
-    def open(self, controller, arg: bytes | str, prompt: Sequence[int], output: list[int],
+    def open(self, controller: Any, arg: bytes | str, prompt: Sequence[int], output: list[int],
              label: str | None = None) -> Steered:
         """Start a controlled request. `controller`: an :class:`aicirt.Controller` (see
         `Runtime.load`), or a message saying why there is none (the request then fails at once,

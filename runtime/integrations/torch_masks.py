@@ -10,6 +10,9 @@ Runner V2) can use it as is.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -19,7 +22,7 @@ GREEDY_EPS = 1e-5
 XGRAMMAR_MIN_VOCAB = 1024
 
 
-def allowed_tokens(masks: np.ndarray, width: int, device) -> torch.Tensor:
+def allowed_tokens(masks: np.ndarray, width: int, device: Any) -> torch.Tensor:
     """Bool [rows, width]: bit t of a row's words is set (False past the mask's own width)."""
     bits = np.unpackbits(np.ascontiguousarray(masks, dtype=np.uint32).view(np.uint8), axis=1, bitorder="little")
     allowed = torch.from_numpy(bits.view(np.bool_)).to(device)
@@ -28,7 +31,7 @@ def allowed_tokens(masks: np.ndarray, width: int, device) -> torch.Tensor:
     return torch.nn.functional.pad(allowed, (0, width - allowed.shape[1]), value=False)
 
 
-def _xgrammar_kernel():
+def _xgrammar_kernel() -> Callable[..., Any] | None:
     try:
         import xgrammar
     except ImportError:

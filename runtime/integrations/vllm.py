@@ -30,6 +30,7 @@ import os
 import weakref
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import torch
 from vllm import SamplingParams
@@ -124,7 +125,7 @@ class AicirtLogitsProcessor(LogitsProcessor):
         if found is not None:
             resolve_reference(found[0])
 
-    def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
         if getattr(vllm_config.scheduler_config, "async_scheduling", False):
             raise ValueError("aicirt's logits processor needs async scheduling off (--no-async-scheduling): "
                              "with it, a step's token is not known before the next forward pass")

@@ -15,7 +15,7 @@ DEMOS = [
 ]
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="a Hugging Face model folder (default: SmolLM2, converted)")
     args = ap.parse_args(argv)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import gc
 import os
+from typing import Any
 
 
-def default_llm(model: str | None = None, *, with_aicirt: bool = True, **kw):
+def default_llm(model: str | None = None, *, with_aicirt: bool = True, **kw: Any) -> Any:
     """`vllm.LLM` for `model` (None: the default SmolLM2, converted once), bf16, eager, 1024 tokens,
     with aicirt's logits processor unless `with_aicirt` is False; `kw` go to `LLM`. Call from under
     a `__main__` guard: vLLM spawns its engine core, which imports the main module again."""
@@ -26,7 +27,7 @@ def default_llm(model: str | None = None, *, with_aicirt: bool = True, **kw):
                max_model_len=1024, **kw)
 
 
-def shutdown(llm) -> None:
+def shutdown(llm: Any) -> None:
     """Stop an LLM's engine core process now (so that another instance can start in this process)."""
     core = getattr(llm.llm_engine, "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
