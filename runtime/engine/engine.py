@@ -97,7 +97,8 @@ class Engine:
 
     # --- requests --------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], controller: Controller | Source | None = None,
-                    arg: bytes | str = b"", *, capabilities: Capabilities | None = None, params: SamplingParams | None = None, chat: bool = True) -> GenRequest:
+                    arg: bytes | str = b"", *, capabilities: Capabilities | None = None,
+                    params: SamplingParams | None = None, chat: bool = True) -> GenRequest:
         """Queue a request; it starts with the next step.
 
         `prompt`: text (wrapped in the model's chat template when `chat`) or token ids.

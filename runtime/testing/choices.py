@@ -33,7 +33,7 @@ class Choices:
             k = len(self.drawn)
             value = self._replay[k] % CHOICE_LIMIT if k < len(self._replay) else 0
         else:
-            value = int(self._rng.integers(0, CHOICE_LIMIT))
+            value = int(self._rng.integers(0, CHOICE_LIMIT))  # type: ignore[union-attr]  # no replay: a generator
         self.drawn.append(value)
         return value
 

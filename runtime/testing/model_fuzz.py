@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from ..engine.backends.scripted import ScriptedBackend
 from ..limits import Limits
 from ..runtime import Runtime
 from ..tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    from ..tokenizer import Tokenizer
 
 #: A property of one finished sequence: return None/True if it holds, else a message (or False).
 Check = Callable[[GenSeq], "str | bool | None"]
@@ -59,8 +62,8 @@ class FuzzReport:
         return "\n".join(lines)
 
 
-def fuzz_controller(controller, arg: bytes | str = b"", *, runs: int = 50, seed: int = 0, max_tokens: int = 48,
-                    prompt_tokens: tuple[int, int] = (1, 8), tokenizer=None, limits: Limits | None = None,
+def fuzz_controller(controller: Any, arg: bytes | str = b"", *, runs: int = 50, seed: int = 0,
+                    max_tokens: int = 48, prompt_tokens: tuple[int, int] = (1, 8), tokenizer: Tokenizer | None = None, limits: Limits | None = None,
                     capabilities: Capabilities = Capabilities.ALL, temperature: float = 1.0,
                     check: Check | None = None) -> FuzzReport:
     """Run `controller` (a path, bytes or `aicirt.Controller`) `runs` times with seeds

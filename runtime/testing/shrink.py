@@ -9,6 +9,7 @@ calls from fewer choices. Bounded by a number of runs and a time budget.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .choices import Plan
@@ -24,7 +25,7 @@ def _measure(f: "FuzzFailure") -> tuple[int, int, int, int, int]:
     return f.calls, len(f.trace), f.plan.trimmed().size, sum(1 for v in values if v), sum(values)
 
 
-def _candidates(plan: Plan):
+def _candidates(plan: Plan) -> Iterator[Plan]:
     if plan.late:
         yield Plan(plan.streams, [])
     for label in sorted(plan.streams, key=len, reverse=True):

@@ -15,10 +15,15 @@ Imports Hypothesis only when called.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .choices import CHOICE_LIMIT, Plan
 
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
-def plans(*, max_choices: int = 64, forks: int = 4, late_steps: bool = True):
+
+def plans(*, max_choices: int = 64, forks: int = 4, late_steps: bool = True) -> SearchStrategy[Plan]:
     """Plans with at most `max_choices` choices per stream."""
     from hypothesis import strategies as st
 
