@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -24,6 +24,12 @@ from ..capabilities import Capabilities
 from ..errors import ControllerError
 from ..results import StepInput, StepResult
 from .choices import Choices
+
+if TYPE_CHECKING:
+    from ..request import Request
+    from ..results import Branch
+    from ..runtime import Runtime
+    from ..sequence import Sequence
 
 
 class Violation(Exception):
@@ -38,7 +44,7 @@ class Violation(Exception):
 class Track:
     """The engine's side of one sequence."""
     label: str
-    seq: object                     # aicirt.Sequence
+    seq: Any                        # aicirt.Sequence; None when it failed to start
     tokens: list[int]
     prompt_len: int
     choices: Choices
@@ -79,8 +85,8 @@ class FuzzEngine:
     included) its stream; `late` decides which steps wait 0 s; `view`, if given, is compared
     after each call with the tokens the engine had submitted."""
 
-    def __init__(self, runtime, make_choices: Callable[[str], Choices], late: Choices,
-                 settings: EngineSettings = EngineSettings(), view: View | None = None):
+    def __init__(self, runtime: Runtime, make_choices: Callable[[str], Choices], late: Choices,
+                 settings: EngineSettings = EngineSettings(), view: View | None = None) -> None:
         self.rt = runtime
         self.make_choices = make_choices
         self.late = late
@@ -91,7 +97,7 @@ class FuzzEngine:
         self.var_writers: dict[int, set[int]] = {}   # request -> seq-ids that set variables
 
     # -- sequences -----------------------------------------------------------------------------
-    def add(self, request, prompt: list[int], label: str) -> Track:
+    def add(self, request: Request, prompt: list[int], label: str) -> Track:
         """Spawn a sequence of `request`; a controller that fails to start is finished "error"."""
         try:
             seq = request.spawn()
@@ -176,7 +182,7 @@ class FuzzEngine:
         for track, branch in zip([t, *children], r.branches):
             self._take_branch(track, branch, base, masks)
 
-    def _fork_track(self, parent: Track, child_seq, base: list[int]) -> Track:
+    def _fork_track(self, parent: Track, child_seq: Sequence, base: list[int]) -> Track:
         label = f"{parent.label}.{len([x for x in self.tracks if x.label.startswith(parent.label + '.')]) + 1}"
         child = Track(label, child_seq, list(base), parent.prompt_len, self.make_choices(label))
         child.trace.append(("forked-from", parent.label))
@@ -214,7 +220,7 @@ class FuzzEngine:
                 if any(not 0 <= x < vocab for x in (*s.when_sampled, *s.ff_tokens)):
                     raise Violation(t.label, f"branch {k}: a splice names a token outside the vocabulary")
 
-    def _take_branch(self, t: Track, branch, base: list[int], masks: np.ndarray) -> None:
+    def _take_branch(self, t: Track, branch: Branch, base: list[int], masks: np.ndarray) -> None:
         """SPEC §3 for one branch applied to `t`, whose tokens were `base` before this step."""
         tokens = list(base)
         splice, sampled = None, None
