@@ -20,7 +20,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..capabilities import Capabilities
 from ..limits import Limits
@@ -28,6 +28,11 @@ from ..runtime import Runtime
 from ..tokenizer import ByteTokenizer
 from .choices import Choices, Plan
 from .harness import EngineSettings, FuzzEngine, Track, View, Violation
+
+if TYPE_CHECKING:
+    import os
+
+    from ..tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,8 @@ class FuzzFailure:
 
 
 def _caps(c: Capabilities) -> str:
-    return "|".join(f.name.lower() for f in Capabilities if f.value in (1, 2, 4, 8) and c & f) or "none"
+    return "|".join(f.name.lower() for f in Capabilities  # type: ignore[union-attr]  # members have names
+                    if f.value in (1, 2, 4, 8) and c & f) or "none"
 
 
 @dataclass
@@ -130,10 +136,11 @@ class Fuzzer:
     Raises `aicirt.LoadError` if the module is not a controller at all.
     """
 
-    def __init__(self, controller, arg: bytes | str = b"", *, capabilities: Capabilities | None = None,
-                 tokenizer=None, limits: Limits | None = None, workers: int = 2, max_tokens: int = 32,
+    def __init__(self, controller: Any, arg: bytes | str = b"", *, capabilities: Capabilities | None = None,
+                 tokenizer: Tokenizer | None = None, limits: Limits | None = None, workers: int = 2,
+                 max_tokens: int = 32,
                  prompt_tokens: tuple[int, int] = (1, 8), check: Check | None = None,
-                 settings: EngineSettings | None = None, view: View | None = None):
+                 settings: EngineSettings | None = None, view: View | None = None) -> None:
         self.tokenizer = tokenizer or ByteTokenizer()
         self.arg = arg.encode() if isinstance(arg, str) else bytes(arg)
         self.capabilities = capabilities
@@ -157,7 +164,7 @@ class Fuzzer:
     def __enter__(self) -> "Fuzzer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- one run -------------------------------------------------------------------------------
@@ -168,17 +175,18 @@ class Fuzzer:
         made: dict[str, Choices] = {}
 
         def make(label: str) -> Choices:
-            c = made[label] = Choices.seeded(seed, label) if plan is None else plan.choices(label)
+            # without a plan there is a seed (checked above), which mypy cannot see
+            c = made[label] = Choices.seeded(seed, label) if plan is None else plan.choices(label)  # type: ignore[arg-type]
             return c
 
-        late = Choices.seeded(seed, "late") if plan is None else plan.late_choices()
+        late = Choices.seeded(seed, "late") if plan is None else plan.late_choices()  # type: ignore[arg-type]
         root = make("run")
         caps = self.capabilities if self.capabilities is not None else Capabilities(root.below(16) ^ 15)
         lo, hi = self.prompt_tokens
         vocab, eos = self.tokenizer.vocab_size, self.tokenizer.eos_token_id
         prompt = [t if t != eos else (t + 1) % vocab for t in (root.below(vocab) for _ in range(lo + root.below(hi - lo + 1)))]
         engine = FuzzEngine(self.rt, make, late, self.settings, self.view)
-        failure, reasons = None, Counter()
+        failure, reasons = None, Counter[str]()
         try:
             engine.add(self.rt.new_request(self.controller, self.arg, caps), prompt, "0")
             if engine.tracks[0].finished:
@@ -200,12 +208,14 @@ class Fuzzer:
                          engine.steps, sum(t.calls for t in engine.tracks), caps,
                          any(len(w) > 1 for w in engine.var_writers.values()))
 
-    def _judge(self, seed, t: Track, engine: FuzzEngine, caps, prompt) -> FuzzFailure | None:
+    def _judge(self, seed: int | None, t: Track, engine: FuzzEngine, caps: Capabilities,
+               prompt: list[int]) -> FuzzFailure | None:
         if t.finish_reason == "error":
             return self._failure(seed, "error", t, t.error, engine, caps, prompt)
         if self.check is None:
             return None
-        done = Finished(t.label, list(t.tokens), t.generated, self._text(t), t.finish_reason, t.logs)
+        done = Finished(t.label, list(t.tokens), t.generated, self._text(t),
+                        t.finish_reason, t.logs)  # type: ignore[arg-type]  # finished: it has a reason
         try:
             verdict = self.check(done)
         except AssertionError as e:
@@ -218,7 +228,8 @@ class Fuzzer:
     def _text(self, t: Track) -> bytes:
         return bytes(self.tokenizer.decode_bytes(t.generated))
 
-    def _failure(self, seed, kind, t: Track, message, engine, caps, prompt) -> FuzzFailure:
+    def _failure(self, seed: int | None, kind: str, t: Track, message: str | None, engine: FuzzEngine,
+                 caps: Capabilities, prompt: list[int]) -> FuzzFailure:
         return FuzzFailure(seed, kind, t.label, message or "", engine.steps, t.calls, list(t.trace), Plan(),
                            list(prompt), caps, self._text(t), t.logs)
 
@@ -231,7 +242,7 @@ class Fuzzer:
 
     # -- many runs -----------------------------------------------------------------------------
     def fuzz(self, steps: int = 2000, seed: int = 0, time_s: float | None = None, *, shrink: bool = True,
-             reproducer_dir=None, max_steps_per_run: int = 100, replay_every: int = 10,
+             reproducer_dir: str | os.PathLike[str] | None = None, max_steps_per_run: int = 100, replay_every: int = 10,
              progress: Callable[[int], None] | None = None) -> FuzzReport:
         """Runs with seeds `seed, seed + 1, ...` until `steps` engine steps (or `time_s` seconds)
         are done or one fails; that failure is shrunk and, given `reproducer_dir`, written there.
@@ -283,8 +294,8 @@ class Fuzzer:
         return None
 
 
-def fuzz(controller, arg: bytes | str = b"", *, steps: int = 2000, seed: int = 0, time_s: float | None = None,
-         reproducer_dir=None, shrink: bool = True, **options) -> FuzzReport:
+def fuzz(controller: Any, arg: bytes | str = b"", *, steps: int = 2000, seed: int = 0, time_s: float | None = None,
+         reproducer_dir: str | os.PathLike[str] | None = None, shrink: bool = True, **options: Any) -> FuzzReport:
     """One call: a Fuzzer over `controller` (options as for :class:`Fuzzer`), then `fuzz()`."""
     with Fuzzer(controller, arg, **options) as fz:
         return fz.fuzz(steps, seed, time_s, shrink=shrink, reproducer_dir=reproducer_dir)

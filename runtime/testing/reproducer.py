@@ -11,8 +11,9 @@ import base64
 import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..capabilities import Capabilities
 from ..limits import Limits
@@ -20,15 +21,17 @@ from .choices import Plan
 from .harness import EngineSettings
 
 if TYPE_CHECKING:
-    from .fuzzer import Fuzzer, FuzzFailure, RunResult
+    from ..tokenizer import Tokenizer
+    from .fuzzer import Check, Fuzzer, FuzzFailure, RunResult
 
 FORMAT = "aicirt-fuzz-reproducer/1"
 
 
-def write_reproducer(directory, fuzzer: "Fuzzer", failure: "FuzzFailure") -> Path:
+def write_reproducer(directory: str | os.PathLike[str], fuzzer: "Fuzzer", failure: "FuzzFailure") -> Path:
     """Write `failure` under `directory` (created); returns the file's path."""
-    module = fuzzer.source if fuzzer.source is not None else Path(fuzzer.source_path).read_bytes()
-    data = {
+    # a Fuzzer without the module's bytes has its path
+    module = fuzzer.source if fuzzer.source is not None else Path(fuzzer.source_path).read_bytes()  # type: ignore[arg-type]
+    data: dict[str, Any] = {
         "format": FORMAT,
         "controller": {"sha256": hashlib.sha256(module).hexdigest(), "source": fuzzer.source_path,
                        "module_base64": base64.b64encode(module).decode()},
@@ -50,11 +53,11 @@ def write_reproducer(directory, fuzzer: "Fuzzer", failure: "FuzzFailure") -> Pat
     return path
 
 
-def _plain(v):
+def _plain(v: Any) -> Any:
     return list(v) if isinstance(v, tuple) else v
 
 
-def load_reproducer(path) -> dict:
+def load_reproducer(path: str | os.PathLike[str]) -> dict:
     """The file's content; raises ValueError if it is not a reproducer."""
     try:
         data = json.loads(Path(path).read_text())
@@ -65,7 +68,8 @@ def load_reproducer(path) -> dict:
     return data
 
 
-def replay(path, *, tokenizer=None, check=None) -> "RunResult":
+def replay(path: str | os.PathLike[str], *, tokenizer: Tokenizer | None = None,
+           check: Check | None = None) -> "RunResult":
     """Run a reproducer file again. `tokenizer`: needed unless the run used ByteTokenizer.
     Returns the RunResult: `.failure` is the failure again (or None if it no longer fails)."""
     from .fuzzer import Fuzzer
