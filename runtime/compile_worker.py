@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import struct
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import types
 
 
-def _parsers():
+def _parsers() -> types.ModuleType:
     """wasm_code without running aicirt's __init__: a bare package over this directory."""
     import pathlib
     import types

@@ -8,14 +8,19 @@
 - pytest: the `aicirt_fuzz` fixture (plugin `aicirt.testing.pytest_plugin`) and the Hypothesis
   strategy :func:`plans` (`aicirt.testing.strategies`) make either one line in a test.
 """
+from typing import TYPE_CHECKING, Any
+
 from .choices import Choices, Plan
 from .fuzzer import Check, Finished, FuzzFailure, Fuzzer, FuzzReport, RunResult, fuzz
 from .harness import EngineSettings, FuzzEngine, Track, Violation
 from .model_fuzz import fuzz_controller
 from .reproducer import load_reproducer, replay, write_reproducer
 
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
-def plans(**kwargs):
+
+def plans(**kwargs: Any) -> "SearchStrategy[Plan]":
     """Hypothesis strategy of fuzz plans (see :func:`aicirt.testing.strategies.plans`)."""
     from .strategies import plans as _plans
     return _plans(**kwargs)
