@@ -63,7 +63,8 @@ class FuzzReport:
 
 
 def fuzz_controller(controller: Any, arg: bytes | str = b"", *, runs: int = 50, seed: int = 0,
-                    max_tokens: int = 48, prompt_tokens: tuple[int, int] = (1, 8), tokenizer: Tokenizer | None = None, limits: Limits | None = None,
+                    max_tokens: int = 48, prompt_tokens: tuple[int, int] = (1, 8),
+                    tokenizer: Tokenizer | None = None, limits: Limits | None = None,
                     capabilities: Capabilities = Capabilities.ALL, temperature: float = 1.0,
                     check: Check | None = None) -> FuzzReport:
     """Run `controller` (a path, bytes or `aicirt.Controller`) `runs` times with seeds

@@ -30,7 +30,8 @@ FORMAT = "aicirt-fuzz-reproducer/1"
 def write_reproducer(directory: str | os.PathLike[str], fuzzer: "Fuzzer", failure: "FuzzFailure") -> Path:
     """Write `failure` under `directory` (created); returns the file's path."""
     # a Fuzzer without the module's bytes has its path
-    module = fuzzer.source if fuzzer.source is not None else Path(fuzzer.source_path).read_bytes()  # type: ignore[arg-type]
+    module = (fuzzer.source if fuzzer.source is not None
+              else Path(fuzzer.source_path).read_bytes())  # type: ignore[arg-type]
     data: dict[str, Any] = {
         "format": FORMAT,
         "controller": {"sha256": hashlib.sha256(module).hexdigest(), "source": fuzzer.source_path,
