@@ -238,14 +238,15 @@ int matcher_forced_byte(matcher_t *M, const cset_t *set) {
   return found;
 }
 
-/* ---- masks --------------------------------------------------------------------------------- */
-static void walk(matcher_t *M, const aici_trie_t *t, const cset_t *start, uint32_t *mask) {
-  if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
+/* ---- masks ---------------------------------------------------------------------------------
+ * Two walks of the token trie. The generic one steps a configuration set per node. The mono one
+ * follows a single configuration through its machine's DFA rows (one load per node, as the
+ * SDK's regex walk) and hands a subtree to the generic walk only where a call or a return may
+ * start: most masks (inside strings, keys, numbers) never leave the mono walk. */
+static void walk_generic(matcher_t *M, const aici_trie_node_t *nodes, uint32_t p, uint32_t end, uint32_t sp,
+                         uint32_t *mask) {
   cset_t *st = M->walk;
-  st[0] = *start;
-  const aici_trie_node_t *nodes = t->nodes;
-  uint32_t sp = 1, p = 1, n = t->n_nodes;
-  while (p < n) {
+  while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
     bool live = matcher_step(M, &st[sp - 1], (uint8_t)w0, &st[sp]);
     mask[tok >> 5] |= (uint32_t)live << (tok & 31);
@@ -256,6 +257,56 @@ static void walk(matcher_t *M, const aici_trie_t *t, const cset_t *start, uint32
       sp -= w1 & 1023;
     }
   }
+}
+
+static inline bool boundary(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, bool *fresh) {
+  *fresh = !(s < M->info_cap[m] && M->info[m][s]);
+  uint8_t f = state_info(M, m, s);
+  return (f & ST_CALLS) || ((f & ST_ACCEPT) && parent);
+}
+
+static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32_t *mask) {
+  aici_regex_t *re = M->re[c->m];
+  uint32_t m = c->m, parent = c->parent, states[1025], sp = 1, p = 1, n = t->n_nodes;
+  const aici_trie_node_t *nodes = t->nodes;
+  states[0] = c->s;
+  const uint32_t *row = aici_regex_row(re, c->s);
+  while (p < n) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, size = w1 >> 10;
+    uint32_t e = row[w0 & 255], ns = e & ~AICI_REGEX_FINAL;
+    if ((uint8_t)w0 == CALL_BYTE) ns = 0;
+    if (ns) {
+      mask[tok >> 5] |= 1u << (tok & 31);
+      if (size > 1) {
+        bool fresh;
+        bool b = boundary(M, m, ns, parent, &fresh);
+        if (b) {
+          M->walk[sp] = (cset_t){.n = 1, .c = {{m, ns, parent}}};
+          walk_generic(M, nodes, p + 1, p + size, sp + 1, mask);
+          row = aici_regex_row(re, states[sp - 1]);
+        } else if (!(e & AICI_REGEX_FINAL)) {
+          states[sp++] = ns;
+          row = aici_regex_row(re, ns);
+          p++;
+          continue;
+        } else if (fresh) row = aici_regex_row(re, states[sp - 1]);
+      }
+    }
+    p += size;
+    sp -= w1 & 1023;
+    row = aici_regex_row(re, states[sp - 1]);
+  }
+}
+
+static void walk(matcher_t *M, const aici_trie_t *t, const cset_t *start, uint32_t *mask) {
+  if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
+  bool fresh;
+  if (start->n == 1 && !boundary(M, start->c[0].m, start->c[0].s, start->c[0].parent, &fresh)) {
+    walk_mono(M, t, &start->c[0], mask);
+    return;
+  }
+  M->walk[0] = *start;
+  walk_generic(M, t->nodes, 1, t->n_nodes, 1, mask);
 }
 
 static void sort_set(cset_t *s) {
@@ -278,7 +329,9 @@ static bool same_set(const cset_t *a, const cset_t *b) {
 static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_tokset_t *out) {
   uint32_t *w = out->words, nw = out->n_words;
   const aici_slice_t *sl = 0;
-  if (set->n == 1) sl = aici_regex_slice(M->re[set->c[0].m], t, set->c[0].s);
+  bool fresh;
+  if (set->n == 1 && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh))
+    sl = aici_regex_slice(M->re[set->c[0].m], t, set->c[0].s);
   if (sl && sl->dense) {
     for (uint32_t i = 0; i < nw; i++) w[i] = sl->dense[i];
   } else {

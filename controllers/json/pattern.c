@@ -122,15 +122,27 @@ bool emit_cp_set(sb_t *b, cp_set_t *s) {
   sb_puts(b, "(?:");
   bool all_escaped = s->n && s->r[0].lo == 0 && s->r[0].hi >= '\\';
   if (all_escaped) alt(b, &first, "\\\\(?:[\\x22\\x5c/bfnrt]|u[0-9a-fA-F]{4})");
+  /* the one-byte characters as one class: the SDK takes a repeated class as a slice candidate */
+  sb_t ascii = {0};
   for (uint32_t i = 0; i < s->n; i++) {
     uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
-    for (uint32_t c = lo; c <= hi && c < 0x60 && !all_escaped; c++)
-      if (c < 0x20 || c == '"' || c == '\\') escaped(b, c, &first);
-    /* raw parts: skip the escaped characters */
-    uint32_t a = lo < 0x20 ? 0x20 : lo;
-    if (a <= '"' && hi >= '"') { raw_range(b, a, '"' - 1 < hi ? '"' - 1 : hi, &first); a = '"' + 1; }
-    if (a <= '\\' && hi >= '\\') { raw_range(b, a, '\\' - 1, &first); a = '\\' + 1; }
-    if (a <= hi) raw_range(b, a, hi, &first);
+    for (uint32_t c = lo; c <= hi && c < 0x60; c++)
+      if ((c < 0x20 || c == '"' || c == '\\') && !all_escaped) escaped(b, c, &first);
+    for (uint32_t c = lo < 0x20 ? 0x20 : lo; c <= hi && c < 0x80; c++) {
+      if (c == '"' || c == '\\') continue;
+      uint32_t e = c;
+      while (e + 1 <= hi && e + 1 < 0x80 && e + 1 != '"' && e + 1 != '\\') e++;
+      sb_byte(&ascii, (uint8_t)c);
+      if (e > c) sb_putc(&ascii, '-'), sb_byte(&ascii, (uint8_t)e);
+      c = e;
+    }
+    if (hi >= 0x80) raw_range(b, lo < 0x80 ? 0x80 : lo, hi, &first);
+  }
+  if (ascii.n) {
+    if (!first) sb_putc(b, '|');
+    first = false;
+    sb_putc(b, '['), sb_putn(b, ascii.p, ascii.n), sb_putc(b, ']');
+    aici_free(ascii.p);
   }
   if (first) { sb_puts(b, "[^\\x00-\\xff])"); return false; }
   sb_putc(b, ')');

@@ -209,6 +209,12 @@ void aici_regex_use_slices(aici_regex_t *re, bool on);
 /* The slice that masks from `state` use (NULL: they walk the whole trie). */
 const aici_slice_t *aici_regex_slice(aici_regex_t *re, const aici_trie_t *trie, uint32_t state);
 
+/* The state's transition row (256 entries, built on demand): entry b is the state after byte b,
+ * 0 = dead, with AICI_REGEX_FINAL set when that state is a match nothing extends. For walkers
+ * that step several regexes together; the pointer is valid until a call builds another row. */
+#define AICI_REGEX_FINAL 0x80000000u
+const uint32_t *aici_regex_row(aici_regex_t *re, uint32_t state);
+
 #ifdef __cplusplus
 }
 #endif
