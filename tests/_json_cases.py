@@ -70,26 +70,40 @@ def _validates(schema, data, root) -> bool:
 
 
 def _key_order(schema, data, root, depth=0) -> list[str]:
-    """Property names in the order the controller writes them, for the branch `data` takes."""
+    """Property names in the order the controller writes them, for the branch `data` takes: the
+    listed properties (own, then allOf parts'), then those of the anyOf/oneOf branches taken,
+    then required names that none of them lists (as the controller merges allOf and distributes
+    siblings into branches)."""
+    plain, alt, req = _orders(schema, data, root, depth)
+    return _merge_orders(_merge_orders(plain, alt), req)
+
+
+def _orders(schema, data, root, depth) -> tuple[list[str], list[str], list[str]]:
     if depth > 20 or not isinstance(schema, dict):
-        return []
+        return [], [], []
+    plain: list[str] = []
+    alt: list[str] = []
+    req: list[str] = [k for k in schema.get("required", []) or [] if isinstance(k, str)]
+
+    def take(p, a, r):
+        nonlocal plain, alt, req
+        plain, alt, req = _merge_orders(plain, p), _merge_orders(alt, a), _merge_orders(req, r)
+
     if "$ref" in schema:
         target = _resolve(root, schema["$ref"])
-        rest = {k: v for k, v in schema.items() if k != "$ref"}
-        return _key_order(rest, data, root, depth + 1) if not target else \
-            _merge_orders(_key_order(target, data, root, depth + 1), _key_order(rest, data, root, depth + 1))
-    order = list(schema.get("properties", {}) or {}) if isinstance(schema.get("properties"), dict) else []
-    for k in schema.get("required", []) or []:
-        if isinstance(k, str) and k not in order:
-            order.append(k)
+        if target is not None:
+            take(*_orders(target, data, root, depth + 1))
+    if isinstance(schema.get("properties"), dict):
+        plain = _merge_orders(plain, list(schema["properties"]))
     for part in schema.get("allOf", []) or []:
-        order = _merge_orders(order, _key_order(part, data, root, depth + 1))
+        take(*_orders(part, data, root, depth + 1))
     for kw in ("oneOf", "anyOf"):
-        for alt in schema.get(kw, []) or []:
-            if _validates(alt, data, root):
-                order = _merge_orders(order, _key_order(alt, data, root, depth + 1))
+        for branch in schema.get(kw, []) or []:
+            if _validates(branch, data, root):
+                p, a, r = _orders(branch, data, root, depth + 1)
+                take([], _merge_orders(p, a), r)
                 break
-    return order
+    return plain, alt, req
 
 
 def _merge_orders(a: list[str], b: list[str]) -> list[str]:

@@ -108,10 +108,10 @@ static const char *const HANDLED[] = {
   "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
   "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
   "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf",
-  "allOf", "$ref", "minProperties", "maxProperties", "uniqueItems", 0};
+  "allOf", "$ref", "minProperties", "maxProperties", "uniqueItems", "patternProperties", 0};
 static const char *const UNSUPPORTED_KWS[] = {
   "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "contains",
-  "minContains", "maxContains", "patternProperties", "propertyNames", "unevaluatedProperties",
+  "minContains", "maxContains", "propertyNames", "unevaluatedProperties",
   "unevaluatedItems", "$dynamicRef", "$recursiveRef", 0};
 
 static bool in_list(const jv_t *k, const char *const *l) {
@@ -313,6 +313,53 @@ static bool get_uint(cx_t *c, const jv_t *s, const char *kw, uint64_t *out) {
   return true;
 }
 
+/* A pattern `^ATOM{a,b}$` (or * + ?) with length bounds: the same pattern with the repeat
+ * narrowed to the bounds (each repeat of one atom is one character). NULL: not of that form. */
+static char *pattern_with_length(const jv_t *pat, uint64_t min, uint64_t max, bool has_max) {
+  const char *p = pat->s;
+  uint32_t n = pat->n, i = 0;
+  if (n < 3 || p[0] != '^' || p[n - 1] != '$' || (n >= 2 && p[n - 2] == '\\')) return 0;
+  i = 1;
+  uint32_t atom = i;
+  if (p[i] == '[') {
+    for (i++; i < n - 1 && p[i] != ']'; i++)
+      if (p[i] == '\\') i++;
+    if (i >= n - 1) return 0;
+    i++;
+  } else if (p[i] == '\\' && i + 1 < n - 1 && ((p[i + 1] | 0x20) == 'd' || (p[i + 1] | 0x20) == 'w' || (p[i + 1] | 0x20) == 's')) i += 2;
+  else if (p[i] == '.') i++;
+  else return 0;
+  uint32_t atom_end = i;
+  uint64_t a = 0, b = 0;
+  bool unbounded = false;
+  if (p[i] == '*') unbounded = true, i++;
+  else if (p[i] == '+') a = 1, unbounded = true, i++;
+  else if (p[i] == '?') b = 1, i++;
+  else if (p[i] == '{') {
+    i++;
+    while (p[i] >= '0' && p[i] <= '9') a = a * 10 + (uint64_t)(p[i++] - '0');
+    b = a;
+    if (p[i] == ',') {
+      i++;
+      if (p[i] == '}') unbounded = true;
+      else { b = 0; while (p[i] >= '0' && p[i] <= '9') b = b * 10 + (uint64_t)(p[i++] - '0'); }
+    }
+    if (p[i] != '}') return 0;
+    i++;
+  } else return 0;
+  if (i != n - 1) return 0;
+  if (min > a) a = min;
+  if (has_max && (unbounded || max < b)) b = max, unbounded = false;
+  sb_t t = {0};
+  sb_putc(&t, '^'), sb_putn(&t, p + atom, atom_end - atom);
+  sb_putc(&t, '{'), sb_uint(&t, a);
+  if (unbounded) sb_putc(&t, ',');
+  else if (b != a) sb_putc(&t, ','), sb_uint(&t, b < a ? a : b);
+  sb_puts(&t, "}$");
+  if (!unbounded && b < a) { aici_free(t.p); sb_t e = {0}; sb_puts(&e, "^[]$"); return e.p; }
+  return t.p;
+}
+
 static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   uint64_t min = 0, max = 0;
   bool has_min = get_uint(c, s, "minLength", &min), has_max = get_uint(c, s, "maxLength", &max);
@@ -323,9 +370,19 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   sb_puts(b, "\\x22");
   if (pat || fmt) {
     if (pat && fmt) { UNSUPPORTED(c, "format", "together with pattern"); return; }
+    if (pat && pat->kind != JV_STR) { fail(c, "bad schema: ", "pattern", "not a string"); return; }
+    jv_t narrowed = {0};
+    if (pat && ((has_min && min > 0) || has_max)) {
+      char *t = pattern_with_length(pat, has_min ? min : 0, max, has_max);
+      if (t) {
+        uint32_t k = 0;
+        while (t[k]) k++;
+        narrowed.kind = JV_STR, narrowed.s = t, narrowed.n = k;
+        pat = &narrowed, has_min = has_max = false;
+      }
+    }
     if ((has_min && min > 0) || has_max) { UNSUPPORTED(c, has_max ? "maxLength" : "minLength", pat ? "together with pattern" : "together with format"); return; }
     if (pat) {
-      if (pat->kind != JV_STR) { fail(c, "bad schema: ", "pattern", "not a string"); return; }
       const char *why = 0;
       uint32_t at = ptr_pushs(c, "pattern");
       if (!emit_pattern(b, pat->s, pat->n, &why)) UNSUPPORTED(c, "pattern", why);
@@ -528,6 +585,76 @@ static bool is_required(const jv_t *req, const jv_t *key) {
 
 typedef struct { sb_t text; bool required; } prop_t;
 
+/* Is the JSON text of a key in the language of a string-content regex? */
+static bool key_matches(const char *re_text, uint32_t re_len, const jv_t *key) {
+  aici_regex_t *re = aici_regex_compile(re_text, re_len, 0);
+  if (!re) return true;                /* cannot tell: the caller refuses */
+  sb_t t = {0};
+  jv_write_str(&t, key->s, key->n);
+  uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)t.p + 1, t.n - 2);
+  aici_free(t.p);
+  return st && aici_regex_accepting(re, st);
+}
+
+/* No string in both languages: a breadth-first walk over pairs of DFA states. */
+static bool regex_disjoint(const char *a_text, uint32_t a_len, const char *b_text, uint32_t b_len) {
+  aici_regex_t *a = aici_regex_compile(a_text, a_len, 0), *b = aici_regex_compile(b_text, b_len, 0);
+  if (!a || !b) return false;
+  enum { LIMIT = 4096 };
+  uint32_t *qa = aici_malloc(LIMIT * 4), *qb = aici_malloc(LIMIT * 4), n = 1;
+  qa[0] = aici_regex_start(a), qb[0] = aici_regex_start(b);
+  bool disjoint = true;
+  for (uint32_t i = 0; i < n && disjoint; i++) {
+    if (aici_regex_accepting(a, qa[i]) && aici_regex_accepting(b, qb[i])) { disjoint = false; break; }
+    for (uint32_t byte = 0; byte < 256 && disjoint; byte++) {
+      uint32_t x = aici_regex_step(a, qa[i], (uint8_t)byte), y = x ? aici_regex_step(b, qb[i], (uint8_t)byte) : 0;
+      if (!x || !y) continue;
+      uint32_t j = 0;
+      while (j < n && (qa[j] != x || qb[j] != y)) j++;
+      if (j < n) continue;
+      if (n == LIMIT) { disjoint = false; break; }   /* too big to tell */
+      qa[n] = x, qb[n++] = y;
+    }
+  }
+  aici_free(qa), aici_free(qb);
+  return disjoint;
+}
+
+/* patternProperties: keys in a pattern's language, with that pattern's schema. Exact when the
+ * listed keys match no pattern and the patterns are disjoint (else an error); keys matching no
+ * pattern are not offered (narrower than additionalProperties allows). */
+static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const jv_t *props, const jv_t *extra) {
+  uint32_t at = ptr_pushs(c, "patternProperties");
+  sb_t *pats = aici_calloc(pp->n, sizeof(sb_t));
+  for (uint32_t i = 0; i < pp->n && !c->err; i++) {
+    uint32_t at2 = ptr_push(c, pp->keys[i].s, pp->keys[i].n);
+    const char *why = 0;
+    if (!emit_pattern(&pats[i], pp->keys[i].s, pp->keys[i].n, &why)) UNSUPPORTED(c, "patternProperties", why);
+    for (uint32_t j = 0; !c->err && props && props->kind == JV_OBJ && j < props->n; j++)
+      if (key_matches(pats[i].p, pats[i].n, &props->keys[j])) UNSUPPORTED(c, "patternProperties", "a pattern matches a listed property");
+    for (uint32_t j = 0; !c->err && j < extra->n; j++)
+      if (key_matches(pats[i].p, pats[i].n, &extra->keys[j])) UNSUPPORTED(c, "patternProperties", "a pattern matches a required property");
+    for (uint32_t j = 0; !c->err && j < i; j++)
+      if (!regex_disjoint(pats[i].p, pats[i].n, pats[j].p, pats[j].n)) UNSUPPORTED(c, "patternProperties", "patterns that may match one key");
+    if (!c->err) {
+      if (add->n) sb_putc(add, '|');
+      sb_puts(add, "\\x22"), sb_putn(add, pats[i].p, pats[i].n), sb_puts(add, "\\x22");
+      sb_puts(add, c->ws), sb_putc(add, ':'), sb_puts(add, c->ws);
+      emit_value(c, add, &pp->items[i]);
+    }
+    ptr_pop(c, at2);
+  }
+  for (uint32_t i = 0; i < pp->n; i++) aici_free(pats[i].p);
+  aici_free(pats);
+  ptr_pop(c, at);
+  if (add->n) {                        /* one alternation, as one additional-property entry */
+    sb_t t = {0};
+    sb_puts(&t, "(?:"), sb_putn(&t, add->p, add->n), sb_putc(&t, ')');
+    aici_free(add->p);
+    *add = t;
+  }
+}
+
 static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   const char *ws = c->ws;
   const jv_t *props = jv_get(s, "properties"), *req = jv_get(s, "required"), *addl = jv_get(s, "additionalProperties");
@@ -572,7 +699,11 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   /* additional properties: keys that are none of the listed ones */
   sb_t add = {0};
   bool has_add = !addl || addl->kind != JV_FALSE;
-  if (has_add && !c->err) {
+  const jv_t *pp = jv_get(s, "patternProperties");
+  if (pp && pp->kind == JV_OBJ && pp->n && !c->err) {
+    emit_pattern_props(c, &add, pp, props, extra);
+    has_add = add.n > 0;
+  } else if (has_add && !c->err) {
     ktrie_t kt = {0};
     kt_new(&kt);
     for (uint32_t i = 0; i < np; i++) kt_add(&kt, props->keys[i].s, props->keys[i].n);
@@ -885,8 +1016,43 @@ static const jv_t *literal_values(cx_t *c, const jv_t *s, const jv_t *key, uint3
   return 0;
 }
 
+/* Values listed by enum / const at the top of a schema (NULL: not a literal schema). */
+static const jv_t *top_literals(cx_t *c, const jv_t *s, uint32_t *n) {
+  s = deref(c, s);
+  if (!s || s->kind != JV_OBJ) return 0;
+  const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
+  if (k) { *n = 1; return k; }
+  if (e && e->kind == JV_ARR) { *n = e->n; return e->items; }
+  return 0;
+}
+
+/* `a` requires a key that `b` forbids (additionalProperties false, not listed, or false). */
+static bool required_forbidden(cx_t *c, const jv_t *a, const jv_t *b) {
+  a = deref(c, a), b = deref(c, b);
+  if (!a || !b || a->kind != JV_OBJ || b->kind != JV_OBJ) return false;
+  const jv_t *req = jv_get(a, "required"), *props = jv_get(b, "properties"), *addl = jv_get(b, "additionalProperties");
+  if (!req || req->kind != JV_ARR || jv_get(b, "patternProperties")) return false;
+  for (uint32_t i = 0; i < req->n; i++) {
+    const jv_t *k = &req->items[i], *v = 0;
+    if (k->kind != JV_STR) continue;
+    for (uint32_t j = 0; props && props->kind == JV_OBJ && j < props->n; j++)
+      if (props->keys[j].n == k->n && !__builtin_memcmp(props->keys[j].s, k->s, k->n)) v = &props->items[j];
+    if (v ? v->kind == JV_FALSE : addl && addl->kind == JV_FALSE) return true;
+  }
+  return false;
+}
+
 static bool disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
   if (!(kinds_of(c, a) & kinds_of(c, b))) return true;
+  uint32_t la = 0, lb = 0;
+  const jv_t *xa = top_literals(c, a, &la), *xb = top_literals(c, b, &lb);
+  if (xa && xb) {
+    bool overlap = false;
+    for (uint32_t x = 0; x < la && !overlap; x++)
+      for (uint32_t y = 0; y < lb && !overlap; y++) overlap = jv_equal(&xa[x], &xb[y]);
+    if (!overlap) return true;
+  }
+  if (required_forbidden(c, a, b) || required_forbidden(c, b, a)) return true;
   const jv_t *da = deref(c, a);
   const jv_t *pa = da && da->kind == JV_OBJ ? jv_get(da, "properties") : 0;
   for (uint32_t i = 0; pa && pa->kind == JV_OBJ && i < pa->n; i++) {
