@@ -114,6 +114,11 @@ static bool setup(const aici_arg_t *arg) {
   sets = aici_malloc(cap * sizeof(cset_t));
   matcher_start(M, &sets[0]);
   n_seen = 0;
+  if (!sets[0].c[0].s) {
+    aici_logs("json: the schema admits no document\n");
+    M = 0;
+    return false;
+  }
   return true;
 }
 
@@ -194,12 +199,11 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
     /* every token must keep the text valid (a tokenizer may normalize) */
     cset_t c = sets[gen - bt];
     bool valid = true;
-    uint32_t pos = 0;
-    for (uint32_t i = bt ? 0 : from; i < n && valid; i++) {
+    uint32_t pos = from ? plen : 0;    /* from == 1: toks[0] is the kept last token */
+    for (uint32_t i = from; i < n && valid; i++) {
       uint32_t len;
       const uint8_t *b = aici_token_bytes(toks[i], &len);
-      valid = b && pos + len <= plen + ok && !__builtin_memcmp(b, text + pos, len) &&
-              (i < from || matcher_advance(M, &c, b, len));
+      valid = b && pos + len <= plen + ok && !__builtin_memcmp(b, text + pos, len) && matcher_advance(M, &c, b, len);
       pos += len;
     }
     if (valid) {
