@@ -52,7 +52,10 @@ def _resolve(root, ref: str):
 
 
 def _validates(schema, data, root) -> bool:
+    import warnings
+
     import jsonschema
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=__name__)
     try:
         cls = jsonschema.validators.validator_for(root)
         full = dict(root) if isinstance(root, dict) else root
