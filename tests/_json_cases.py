@@ -250,11 +250,12 @@ class Checker:
         err = None if r.branches else ("".join(r.logs).strip() or "stopped without a log line")
         return (req, seq), err, r.elapsed_us
 
-    def accepts(self, handle, text: bytes) -> tuple[bool, int]:
+    def accepts(self, handle, text: bytes, tokens: list[int] | None = None) -> tuple[bool, int]:
         """(accepted: every token allowed and the end allowed (EOS, or the controller stops),
-        tokens taken). Runs on a fork of the compiled sequence, which stays at the prompt."""
+        tokens taken). `tokens`: the text already tokenized. Runs on a fork of the compiled
+        sequence, which stays at the prompt."""
         req, seq = handle
-        toks = self.tok.encode_bytes(text)
+        toks = self.tok.encode_bytes(text) if tokens is None else tokens
         eos = self.tok.eos_token_id
         child = seq.fork()
         try:

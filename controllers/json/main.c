@@ -109,6 +109,7 @@ static bool setup(const aici_arg_t *arg) {
   }
   if (!(trie = aici_trie())) return false;
   aici_token_bytes(0, 0);              /* the token -> bytes table now, not on the first mask */
+  matcher_prepare(M, trie);
   prompt_len = arg->n_all_tokens;
   cap = 64;
   sets = aici_malloc(cap * sizeof(cset_t));
@@ -216,6 +217,12 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
   return done;
 }
 
+static bool any_token(const aici_tokset_t *m) {
+  for (uint32_t i = 0; i < m->n_words; i++)
+    if (m->words[i]) return true;
+  return false;
+}
+
 static bool can_continue(const cset_t *set) {
   cset_t t;
   for (int b = 0; b < 256; b++)
@@ -243,13 +250,10 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   bool accepting = matcher_accepting(M, set);
   if (accepting && !can_continue(set)) return;   /* a complete document: stop */
   if (!accepting && try_fast_forward(arg, res, set)) return;
-  const aici_tokset_t *m = matcher_mask(M, trie, set);
-  aici_tokset_t *out = aici_tokset_tmp();
-  aici_tokset_copy(out, m);
-  if (accepting) aici_tokset_allow(out, eos);
-  else if (!aici_tokset_count(out)) {
+  const aici_tokset_t *m = matcher_mask(M, trie, set, eos);
+  if (!accepting && !any_token(m)) {
     aici_logs("json: no token can continue the document\n");
     return;
   }
-  aici_sample(res, out);
+  aici_sample(res, m);
 }

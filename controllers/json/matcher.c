@@ -13,6 +13,8 @@
 #define ST_CALLS 2
 #define ST_ACCEPT 4
 #define ST_FINAL 8                     /* accepting, and no byte continues */
+#define ST_LOOP_KNOWN 16
+#define ST_LOOP 32                     /* inside a free string: every character comes back here */
 #define CACHE_MAX 256u
 
 typedef struct { uint32_t m, s, parent, depth; } frame_t;
@@ -35,6 +37,7 @@ struct matcher {
   uint32_t cache_n;
   aici_tokset_t *spare;
   cset_t *walk;                        /* one set per trie depth */
+  aici_slice_t *str_slice;             /* tokens of whole characters other than " \ and controls */
 };
 
 static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
@@ -61,6 +64,7 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
       return 0;
     }
     aici_regex_cache_limit(M->re[i], 0);   /* masks are cached here, per configuration set */
+    aici_regex_use_slices(M->re[i], false); /* the string slice below serves the free strings */
   }
   M->cap_fr = 64;
   M->fr = aici_malloc(M->cap_fr * sizeof(frame_t));
@@ -238,6 +242,71 @@ int matcher_forced_byte(matcher_t *M, const cset_t *set) {
   return found;
 }
 
+/* ---- free strings ---------------------------------------------------------------------------
+ * Inside a string without length or pattern, every character leads back to the same state: the
+ * tokens made of whole such characters (~145k of Qwen2's 151k) are then allowed wholesale and
+ * only the others (quotes, escapes, partial characters: ~6k) are walked. */
+static bool in_string_slice(void *ctx, const uint8_t *b, uint32_t n) {
+  (void)ctx;
+  for (uint32_t i = 0; i < n;) {
+    uint8_t c = b[i];
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\') return false;
+      i++;
+      continue;
+    }
+    uint32_t k = c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0 ? 2 : c >= 0xf0 && c < 0xf5 ? 3 : 0;
+    if (!k || i + k >= n) return false;   /* a partial character */
+    uint8_t c1 = b[i + 1];
+    uint8_t lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    if (c1 < lo || c1 > hi) return false;
+    for (uint32_t j = 2; j <= k; j++)
+      if ((b[i + j] & 0xc0) != 0x80) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+/* All k continuation bytes from t lead to s (memo: the states already checked per level). */
+static bool conts_to(aici_regex_t *re, uint32_t t, uint32_t k, uint32_t s, uint32_t memo[3][8], uint32_t *nm) {
+  if (!t) return false;
+  if (!k) return t == s;
+  for (uint32_t i = 0; i < nm[k - 1]; i++)
+    if (memo[k - 1][i] == t) return true;
+  for (uint32_t c = 0x80; c <= 0xbf; c++)
+    if (!conts_to(re, aici_regex_step(re, t, (uint8_t)c), k - 1, s, memo, nm)) return false;
+  if (nm[k - 1] == 8) return false;
+  memo[k - 1][nm[k - 1]++] = t;
+  return true;
+}
+
+static bool string_loop(matcher_t *M, uint32_t m, uint32_t s) {
+  uint8_t f = state_info(M, m, s);
+  if (f & ST_LOOP_KNOWN) return f & ST_LOOP;
+  aici_regex_t *re = M->re[m];
+  bool loop = true;
+  for (uint32_t b = 0x20; b < 0x80 && loop; b++)
+    if (b != '"' && b != '\\') loop = aici_regex_step(re, s, (uint8_t)b) == s;
+  static const uint8_t leads[][4] = {  /* first, last lead byte; second byte range; more bytes */
+    {0xc2, 0xdf, 0x80, 0xbf}, {0xe0, 0xe0, 0xa0, 0xbf}, {0xe1, 0xec, 0x80, 0xbf}, {0xed, 0xed, 0x80, 0x9f},
+    {0xee, 0xef, 0x80, 0xbf}, {0xf0, 0xf0, 0x90, 0xbf}, {0xf1, 0xf3, 0x80, 0xbf}, {0xf4, 0xf4, 0x80, 0x8f}};
+  uint32_t memo[3][8], nm[3] = {0, 0, 0};
+  for (uint32_t r = 0; r < 8 && loop; r++) {
+    uint32_t more = leads[r][0] < 0xe0 ? 0 : leads[r][0] < 0xf0 ? 1 : 2;
+    for (uint32_t lead = leads[r][0]; lead <= leads[r][1] && loop; lead++) {
+      uint32_t t = aici_regex_step(re, s, (uint8_t)lead);
+      for (uint32_t c = leads[r][2]; c <= leads[r][3] && loop; c++)
+        loop = t && conts_to(re, aici_regex_step(re, t, (uint8_t)c), more, s, memo, nm);
+    }
+  }
+  M->info[m][s] = (uint8_t)(f | ST_LOOP_KNOWN | (loop ? ST_LOOP : 0));
+  return loop;
+}
+
+void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
+  if (!M->str_slice) M->str_slice = aici_trie_token_slice(t, in_string_slice, 0);
+}
+
 /* ---- masks ---------------------------------------------------------------------------------
  * Two walks of the token trie. The generic one steps a configuration set per node. The mono one
  * follows a single configuration through its machine's DFA rows (one load per node, as the
@@ -265,12 +334,15 @@ static inline bool boundary(matcher_t *M, uint32_t m, uint32_t s, uint32_t paren
   return (f & ST_CALLS) || ((f & ST_ACCEPT) && parent);
 }
 
+/* Rows are addressed from the table's base (state 0's row): building a row may move the table,
+ * so the base is re-read after anything that can build one. */
 static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32_t *mask) {
   aici_regex_t *re = M->re[c->m];
   uint32_t m = c->m, parent = c->parent, states[1025], sp = 1, p = 1, n = t->n_nodes;
   const aici_trie_node_t *nodes = t->nodes;
   states[0] = c->s;
-  const uint32_t *row = aici_regex_row(re, c->s);
+  aici_regex_row(re, c->s);
+  const uint32_t *base = aici_regex_row(re, 0), *row = base + (size_t)c->s * 256;
   while (p < n) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, size = w1 >> 10;
     uint32_t e = row[w0 & 255], ns = e & ~AICI_REGEX_FINAL;
@@ -278,23 +350,27 @@ static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32
     if (ns) {
       mask[tok >> 5] |= 1u << (tok & 31);
       if (size > 1) {
-        bool fresh;
-        bool b = boundary(M, m, ns, parent, &fresh);
-        if (b) {
+        uint8_t f = ns < M->info_cap[m] ? M->info[m][ns] : 0;
+        if (!f) {
+          f = state_info(M, m, ns);
+          base = aici_regex_row(re, 0);
+        }
+        if ((f & ST_CALLS) || ((f & ST_ACCEPT) && parent)) {
           M->walk[sp] = (cset_t){.n = 1, .c = {{m, ns, parent}}};
           walk_generic(M, nodes, p + 1, p + size, sp + 1, mask);
-          row = aici_regex_row(re, states[sp - 1]);
+          base = aici_regex_row(re, 0);
         } else if (!(e & AICI_REGEX_FINAL)) {
           states[sp++] = ns;
-          row = aici_regex_row(re, ns);
+          row = aici_regex_row(re, ns);      /* builds it if new */
+          base = row - (size_t)ns * 256;
           p++;
           continue;
-        } else if (fresh) row = aici_regex_row(re, states[sp - 1]);
+        }
       }
     }
     p += size;
     sp -= w1 & 1023;
-    row = aici_regex_row(re, states[sp - 1]);
+    row = base + (size_t)states[sp - 1] * 256;
   }
 }
 
@@ -326,16 +402,33 @@ static bool same_set(const cset_t *a, const cset_t *b) {
   return true;
 }
 
+typedef uint32_t v128u __attribute__((vector_size(16), aligned(4)));
+
+/* Vector loops: wasmtime's memory.copy / memory.fill are libcalls that cost more at mask sizes. */
+static void copy_words(uint32_t *restrict d, const uint32_t *restrict s, uint32_t n) {
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) *(v128u *)(d + i) = *(const v128u *)(s + i);
+  for (; i < n; i++) d[i] = s[i];
+}
+
+static void zero_words(uint32_t *d, uint32_t n) {
+  uint32_t i = 0;
+  v128u z = {0, 0, 0, 0};
+  for (; i + 4 <= n; i += 4) *(v128u *)(d + i) = z;
+  for (; i < n; i++) d[i] = 0;
+}
+
 static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_tokset_t *out) {
   uint32_t *w = out->words, nw = out->n_words;
   const aici_slice_t *sl = 0;
   bool fresh;
-  if (set->n == 1 && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh))
-    sl = aici_regex_slice(M->re[set->c[0].m], t, set->c[0].s);
+  if (set->n == 1 && M->str_slice && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh) &&
+      string_loop(M, set->c[0].m, set->c[0].s))
+    sl = M->str_slice;
   if (sl && sl->dense) {
-    for (uint32_t i = 0; i < nw; i++) w[i] = sl->dense[i];
+    copy_words(w, sl->dense, nw);
   } else {
-    __builtin_memset(w, 0, nw * 4);
+    zero_words(w, nw);
     if (sl)
       for (uint32_t i = 0; i < sl->n_words; i++) w[sl->word_idx[i]] |= sl->word_bits[i];
   }
@@ -343,7 +436,7 @@ static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_
   w[nw] = 0;
 }
 
-const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset_t *set) {
+const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_token_t eos) {
   cset_t key = *set;
   sort_set(&key);
   for (uint32_t i = 0; i < M->cache_n; i++)
@@ -358,5 +451,6 @@ const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset
     out = M->spare;
   }
   compute(M, t, &key, out);
+  if (matcher_accepting(M, &key)) aici_tokset_allow(out, eos);   /* a function of the set too */
   return out;
 }

@@ -22,9 +22,11 @@ bool matcher_advance(matcher_t *m, cset_t *set, const uint8_t *bytes, uint32_t n
 bool matcher_accepting(matcher_t *m, const cset_t *set);
 /* The one byte every continuation starts with (-1: none or several; also -1 when accepting). */
 int matcher_forced_byte(matcher_t *m, const cset_t *set);
-/* Tokens whose bytes keep some configuration alive (EOS not included), cached per set; the
- * result is owned by the matcher and valid until the next call. */
-const aici_tokset_t *matcher_mask(matcher_t *m, const aici_trie_t *trie, const cset_t *set);
+/* Tokens whose bytes keep some configuration alive, and `eos` when the set accepts; cached per
+ * set. The result is owned by the matcher: do not change it; valid until the next call. */
+const aici_tokset_t *matcher_mask(matcher_t *m, const aici_trie_t *trie, const cset_t *set, aici_token_t eos);
 uint32_t matcher_machines(const matcher_t *m);
+/* Builds what masks share across schemas (the free-string slice: one pass over the trie). */
+void matcher_prepare(matcher_t *m, const aici_trie_t *trie);
 
 #endif

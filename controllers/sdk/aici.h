@@ -169,6 +169,13 @@ typedef struct {
  * vocabulary), or once the SDK's budget (16 byte sets, rest tries totalling 4x the trie) is spent. */
 const aici_slice_t *aici_trie_slice(const aici_trie_t *trie, const uint32_t *bytes);
 
+/* A slice chosen per token: the tokens for which in_slice(ctx, bytes, len) holds as the mask,
+ * every other token (and those without bytes) in the rest trie; bytes[] is zero. For languages
+ * a byte set cannot describe (e.g. whole UTF-8 characters only). Built on each call (one pass
+ * over the trie); the caller keeps it. */
+typedef bool (*aici_token_pred_fn)(void *ctx, const uint8_t *bytes, uint32_t len);
+aici_slice_t *aici_trie_token_slice(const aici_trie_t *trie, aici_token_pred_fn in_slice, void *ctx);
+
 /* Generic walk: `step(ctx, state, byte)` returns the recognizer's state after `byte`, 0 = dead.
  * Adds (ORs) to `out` every token whose bytes lead from `start` to a live state. */
 typedef uint32_t (*aici_byte_step_fn)(void *ctx, uint32_t state, uint8_t byte);

@@ -214,3 +214,67 @@ const aici_slice_t *aici_trie_slice(const aici_trie_t *tr, const uint32_t *bytes
   slice_cache[n_slice_cache++].slice = s;
   return s;
 }
+
+/* ---- token slices: a slice chosen per token instead of per byte -------------------------------
+ * Same result type as aici_trie_slice (bytes[] zero): the tokens for which in_slice() holds as a
+ * mask, every other token in the rest trie. For languages a byte set cannot describe, such as
+ * "complete UTF-8 characters other than \" and \\". Built on each call; the caller keeps it. */
+aici_slice_t *aici_trie_token_slice(const aici_trie_t *tr, aici_token_pred_fn in_slice, void *ctx) {
+  uint32_t n = tr->n_nodes, nw = (tr->vocab + 31) / 32;
+  const aici_trie_node_t *nodes = tr->nodes;
+  uint32_t *pre = aici_malloc((n + 1) * 4), *words = aici_calloc(nw + 1, 4);
+  if (!pre || !words) { aici_free(pre), aici_free(words); return 0; }
+  uint32_t ntok = 0, max_len = 0;
+  pre[0] = pre[1] = 0;
+  for (uint32_t p = 1; p < n; p++) {   /* pre[p + 1] - pre[p]: node p holds a token outside */
+    uint32_t tok = nodes[p].w0 >> 8, len = 0;
+    bool out = false;
+    if (tok < tr->vocab) {
+      const uint8_t *b = aici_token_bytes(tok, &len);
+      out = !b || !in_slice(ctx, b, len);
+      if (!out) {
+        words[tok >> 5] |= 1u << (tok & 31), ntok++;
+        if (len > max_len) max_len = len;
+      }
+    }
+    pre[p + 1] = pre[p] + out;
+  }
+  uint32_t cnt = 1;
+  for (uint32_t p = 1; p < n; p++) cnt += pre[p + (nodes[p].w1 >> 10)] > pre[p];
+  aici_slice_t *s = aici_calloc(1, sizeof *s);
+  aici_trie_node_t *o = aici_malloc(cnt * sizeof *o);
+  uint32_t *od = aici_malloc((cnt + 1) * 4), *stack = aici_malloc(1025 * 4);
+  o[0].w0 = tr->scratch_token << 8, od[0] = 0;
+  uint32_t k = 1, d = 1;
+  for (uint32_t p = 1; p < n; p++) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1;
+    if (pre[p + (w1 >> 10)] > pre[p]) {
+      uint32_t tok = pre[p + 1] > pre[p] ? w0 >> 8 : tr->scratch_token;
+      o[k].w0 = (w0 & 255) | (tok << 8);
+      od[k++] = d;
+    }
+    d = (w1 >> 10) > 1 ? d + 1 : d - (w1 & 1023);
+  }
+  uint32_t sp = 0;
+  for (uint32_t i = 0; i <= cnt; i++) {
+    uint32_t di = i < cnt ? od[i] : 1;
+    while (sp && od[stack[sp - 1]] >= di) {
+      uint32_t j = stack[--sp];
+      o[j].w1 = ((i - j) << 10) | (od[j] - di);
+    }
+    if (i < cnt) stack[sp++] = i;
+  }
+  o[0].w1 = cnt << 10;
+  s->rest.nodes = o, s->rest.n_nodes = cnt, s->rest.vocab = tr->vocab;
+  s->rest.max_depth = tr->max_depth, s->rest.scratch_token = tr->scratch_token;
+  list_root_kids(&s->rest);
+  s->n_tokens = ntok, s->max_len = max_len;
+  for (uint32_t i = 0; i < nw; i++) s->n_words += words[i] != 0;
+  s->word_idx = aici_malloc(s->n_words * 4 + 4);
+  s->word_bits = aici_malloc(s->n_words * 4 + 4);
+  for (uint32_t i = 0, j = 0; i < nw; i++)
+    if (words[i]) s->word_idx[j] = i, s->word_bits[j++] = words[i];
+  s->dense = words;
+  aici_free(pre), aici_free(od), aici_free(stack);
+  return s;
+}
