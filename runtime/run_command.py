@@ -158,6 +158,9 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     from .controller import check_controller
 
     check_controller(wasm)   # a bad module fails now, in milliseconds, not after the model loads
+    from .preflight import preflight
+
+    preflight(wasm, arg)     # so does an argument the controller rejects (runtime/preflight.py)
 
     t0 = time.perf_counter()
     backend = load_backend(model)
