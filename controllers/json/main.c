@@ -14,6 +14,7 @@ static cset_t *sets;                   /* sets[k]: configurations after k genera
 static uint32_t n_seen, cap;
 static bool fast_forward = true;
 static uint32_t ff_streak;             /* fast-forwards in a row, without a sampled token */
+static uint32_t caps;                  /* the host's capabilities (a host call: asked once) */
 
 static bool opt_is(const char *s, uint32_t n, const char *name, const char **val, uint32_t *vlen) {
   uint32_t k = 0;
@@ -108,6 +109,7 @@ static bool setup(const aici_arg_t *arg) {
     return false;
   }
   if (!(trie = aici_trie())) return false;
+  caps = aici_capabilities();
   aici_token_bytes(0, 0);              /* the token -> bytes table now, not on the first mask */
   matcher_prepare(M, trie);
   prompt_len = arg->n_all_tokens;
@@ -163,7 +165,6 @@ static bool valid_utf8(const uint8_t *s, uint32_t n, uint32_t *prefix) {
  * left to sampling (it may merge with what follows), and the old last token is replaced only
  * if the new split starts differently. */
 static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cset_t *set) {
-  uint32_t caps = aici_capabilities();
   if (!fast_forward || !(caps & AICI_CAP_FF_TOKENS) || ff_streak >= 4) return false;
   uint8_t forced[256];
   uint32_t nf = 0;

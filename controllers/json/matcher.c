@@ -15,6 +15,9 @@
 #define ST_FINAL 8                     /* accepting, and no byte continues */
 #define ST_LOOP_KNOWN 16
 #define ST_LOOP 32                     /* inside a free string: every character comes back here */
+#define ST_SHORT_KNOWN 64
+#define ST_SHORT 128                   /* any SHORT_CHARS string characters keep the DFA live */
+#define SHORT_CHARS 16u
 #define CACHE_MAX 256u
 
 typedef struct { uint32_t m, s, parent, depth; } frame_t;
@@ -38,6 +41,7 @@ struct matcher {
   aici_tokset_t *spare;
   cset_t *walk;                        /* one set per trie depth */
   aici_slice_t *str_slice;             /* tokens of whole characters other than " \ and controls */
+  aici_slice_t *short_slice;           /* those of them of at most SHORT_CHARS characters */
 };
 
 static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
@@ -303,6 +307,61 @@ static bool string_loop(matcher_t *M, uint32_t m, uint32_t s) {
   return loop;
 }
 
+static bool in_short_slice(void *ctx, const uint8_t *b, uint32_t n) {
+  uint32_t chars = 0;
+  for (uint32_t i = 0; i < n; i++) chars += (b[i] & 0xc0) != 0x80;
+  return chars <= SHORT_CHARS && in_string_slice(ctx, b, n);
+}
+
+/* The states after one string character from each of `in` (all must be live), deduplicated;
+ * false if some character dies or the set outgrows `cap`. */
+static bool char_step(aici_regex_t *re, const uint32_t *in, uint32_t n_in, uint32_t *out, uint32_t *n_out, uint32_t cap) {
+  static const uint8_t leads[][4] = {
+    {0xc2, 0xdf, 0x80, 0xbf}, {0xe0, 0xe0, 0xa0, 0xbf}, {0xe1, 0xec, 0x80, 0xbf}, {0xed, 0xed, 0x80, 0x9f},
+    {0xee, 0xef, 0x80, 0xbf}, {0xf0, 0xf0, 0x90, 0xbf}, {0xf1, 0xf3, 0x80, 0xbf}, {0xf4, 0xf4, 0x80, 0x8f}};
+  *n_out = 0;
+#define PUT(set, n, v) do { uint32_t _v = (v), _j = 0; if (!_v) return false; \
+    while (_j < (n) && (set)[_j] != _v) _j++; if (_j == (n)) { if ((n) == cap) return false; (set)[(n)++] = _v; } } while (0)
+  for (uint32_t i = 0; i < n_in; i++) {
+    uint32_t t = in[i];
+    for (uint32_t b = 0x20; b < 0x80; b++)
+      if (b != '"' && b != '\\') PUT(out, *n_out, aici_regex_step(re, t, (uint8_t)b));
+    for (uint32_t r = 0; r < 8; r++) {
+      uint32_t more = leads[r][0] < 0xe0 ? 0 : leads[r][0] < 0xf0 ? 1 : 2;
+      uint32_t a[8], na = 0, c[8], nc = 0;
+      for (uint32_t lead = leads[r][0]; lead <= leads[r][1]; lead++) PUT(a, na, aici_regex_step(re, t, (uint8_t)lead));
+      for (uint32_t k = 0; k < na; k++)
+        for (uint32_t x = leads[r][2]; x <= leads[r][3]; x++) PUT(c, nc, aici_regex_step(re, a[k], (uint8_t)x));
+      for (uint32_t level = 0; level < more; level++) {
+        uint32_t d[8], nd = 0;
+        for (uint32_t k = 0; k < nc; k++)
+          for (uint32_t x = 0x80; x <= 0xbf; x++) PUT(d, nd, aici_regex_step(re, c[k], (uint8_t)x));
+        for (uint32_t k = 0; k < nd; k++) c[k] = d[k];
+        nc = nd;
+      }
+      for (uint32_t k = 0; k < nc; k++) PUT(out, *n_out, c[k]);
+    }
+  }
+#undef PUT
+  return true;
+}
+
+/* Inside a bounded string with room for SHORT_CHARS more characters: the short-token slice. */
+static bool short_room(matcher_t *M, uint32_t m, uint32_t s) {
+  uint8_t f = state_info(M, m, s);
+  if (f & ST_SHORT_KNOWN) return f & ST_SHORT;
+  aici_regex_t *re = M->re[m];
+  uint32_t a[8] = {s}, na = 1, b[8], nb;
+  bool ok = true;
+  for (uint32_t d = 0; d < SHORT_CHARS && ok; d++) {
+    ok = char_step(re, a, na, b, &nb, 8);
+    for (uint32_t k = 0; k < nb; k++) a[k] = b[k];
+    na = nb;
+  }
+  M->info[m][s] = (uint8_t)(state_info(M, m, s) | ST_SHORT_KNOWN | (ok ? ST_SHORT : 0));
+  return ok;
+}
+
 void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
   if (!M->str_slice) M->str_slice = aici_trie_token_slice(t, in_string_slice, 0);
 }
@@ -422,9 +481,14 @@ static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_
   uint32_t *w = out->words, nw = out->n_words;
   const aici_slice_t *sl = 0;
   bool fresh;
-  if (set->n == 1 && M->str_slice && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh) &&
-      string_loop(M, set->c[0].m, set->c[0].s))
-    sl = M->str_slice;
+  if (set->n == 1 && M->str_slice && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh)) {
+    uint32_t m = set->c[0].m, s = set->c[0].s;
+    if (string_loop(M, m, s)) sl = M->str_slice;
+    else if (aici_regex_step(M->re[m], s, 'a') && short_room(M, m, s)) {   /* 'a': a cheap first test */
+      if (!M->short_slice) M->short_slice = aici_trie_token_slice(t, in_short_slice, 0);
+      sl = M->short_slice;
+    }
+  }
   if (sl && sl->dense) {
     copy_words(w, sl->dense, nw);
   } else {
