@@ -13,6 +13,7 @@ static uint32_t prompt_len;
 static cset_t *sets;                   /* sets[k]: configurations after k generated tokens */
 static uint32_t n_seen, cap;
 static bool fast_forward = true;
+static bool check_only;                /* option check: compile, report, stop */
 static uint32_t ff_streak;             /* fast-forwards in a row, without a sampled token */
 static uint32_t caps;                  /* the host's capabilities (a host call: asked once) */
 
@@ -39,12 +40,13 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
   if (opt_is(s, n, "whitespace", &v, &vl)) o->whitespace = v ? parse_uint(v, vl) : 1;
   else if (opt_is(s, n, "coerce_one_of", &v, &vl)) o->coerce_one_of = !v || v[0] != '0';
   else if (opt_is(s, n, "fast_forward", &v, &vl)) fast_forward = !v || v[0] != '0';
+  else if (opt_is(s, n, "check", &v, &vl)) check_only = !v || v[0] != '0';
   else if (opt_is(s, n, "ignore", &v, &vl) && v) {
     if (ignore->n) sb_putc(ignore, ',');
     sb_putn(ignore, v, vl);
   } else {
     aici_logf("json: unknown option %.*s (options: whitespace=N, ignore=KEYWORD[,KEYWORD...], "
-              "coerce_one_of, fast_forward=0)\n", (int)n, s);
+              "coerce_one_of, fast_forward=0, check)\n", (int)n, s);
     return false;
   }
   return true;
@@ -103,6 +105,10 @@ static bool setup(const aici_arg_t *arg) {
     return false;
   }
   if (c.log.n) aici_log(c.log.p, c.log.n);
+  if (check_only) {
+    aici_logf("json: schema ok (%u machines)\n", c.n);
+    return false;
+  }
   M = matcher_new(&c, &cerr);
   if (!M) {
     aici_logf("json: %s\n", cerr);
