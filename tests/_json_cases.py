@@ -113,53 +113,47 @@ def _merge_orders(a: list[str], b: list[str]) -> list[str]:
     return a + [k for k in b if k not in a]
 
 
-def _sub(schema, key, data, root, depth=0):
-    """The schemas that apply to property `key` (a list: allOf/anyOf branches add theirs)."""
-    out = []
+def _applicable(schema, data, root, own, depth=0) -> list:
+    """The subschemas `own(schema)` names, over `schema` and what applies with it: its $ref
+    target, its allOf parts and the anyOf/oneOf branch `data` takes."""
+    out: list = []
     if depth > 20 or not isinstance(schema, dict):
         return out
     if "$ref" in schema:
         t = _resolve(root, schema["$ref"])
         if t is not None:
-            out += _sub(t, key, data, root, depth + 1)
-    props = schema.get("properties")
-    if isinstance(props, dict) and key in props:
-        out.append(props[key])
-    elif isinstance(schema.get("additionalProperties"), dict):
-        out.append(schema["additionalProperties"])
+            out += _applicable(t, data, root, own, depth + 1)
+    out += own(schema)
     for part in schema.get("allOf", []) or []:
-        out += _sub(part, key, data, root, depth + 1)
+        out += _applicable(part, data, root, own, depth + 1)
     for kw in ("oneOf", "anyOf"):
         for alt in schema.get(kw, []) or []:
             if _validates(alt, data, root):
-                out += _sub(alt, key, data, root, depth + 1)
+                out += _applicable(alt, data, root, own, depth + 1)
                 break
     return out
 
 
-def _items(schema, i, data, root, depth=0):
-    out = []
-    if depth > 20 or not isinstance(schema, dict):
-        return out
-    if "$ref" in schema:
-        t = _resolve(root, schema["$ref"])
-        if t is not None:
-            out += _items(t, i, data, root, depth + 1)
-    items, prefix = schema.get("items"), schema.get("prefixItems")
-    if isinstance(items, list):
-        prefix, items = items, schema.get("additionalItems")
-    if isinstance(prefix, list) and i < len(prefix):
-        out.append(prefix[i])
-    elif isinstance(items, dict):
-        out.append(items)
-    for part in schema.get("allOf", []) or []:
-        out += _items(part, i, data, root, depth + 1)
-    for kw in ("oneOf", "anyOf"):
-        for alt in schema.get(kw, []) or []:
-            if _validates(alt, data, root):
-                out += _items(alt, i, data, root, depth + 1)
-                break
-    return out
+def _sub(schema, key, data, root):
+    """The schemas that apply to property `key`."""
+    def own(s):
+        props = s.get("properties")
+        if isinstance(props, dict) and key in props:
+            return [props[key]]
+        return [s["additionalProperties"]] if isinstance(s.get("additionalProperties"), dict) else []
+    return _applicable(schema, data, root, own)
+
+
+def _items(schema, i, data, root):
+    """The schemas that apply to item `i`."""
+    def own(s):
+        items, prefix = s.get("items"), s.get("prefixItems")
+        if isinstance(items, list):
+            prefix, items = items, s.get("additionalItems")
+        if isinstance(prefix, list) and i < len(prefix):
+            return [prefix[i]]
+        return [items] if isinstance(items, dict) else []
+    return _applicable(schema, data, root, own)
 
 
 def ordered(schemas: list, data, root, depth=0):
