@@ -314,37 +314,45 @@ static bool in_short_slice(void *ctx, const uint8_t *b, uint32_t n) {
 }
 
 /* The states after one string character from each of `in` (all must be live), deduplicated;
- * false if some character dies or the set outgrows `cap`. */
-static bool char_step(aici_regex_t *re, const uint32_t *in, uint32_t n_in, uint32_t *out, uint32_t *n_out, uint32_t cap) {
-  static const uint8_t leads[][4] = {
-    {0xc2, 0xdf, 0x80, 0xbf}, {0xe0, 0xe0, 0xa0, 0xbf}, {0xe1, 0xec, 0x80, 0xbf}, {0xed, 0xed, 0x80, 0x9f},
-    {0xee, 0xef, 0x80, 0xbf}, {0xf0, 0xf0, 0x90, 0xbf}, {0xf1, 0xf3, 0x80, 0xbf}, {0xf4, 0xf4, 0x80, 0x8f}};
-  *n_out = 0;
-#define PUT(set, n, v) do { uint32_t _v = (v), _j = 0; if (!_v) return false; \
+ * false if some character dies or the set outgrows `cap`. Reads rows directly: a row is copied
+ * out before another is fetched (fetching may build one and move the table). */
+#define PUT(set, n, v) do { uint32_t _v = (v) & ~AICI_REGEX_FINAL, _j = 0; if (!_v) return false; \
     while (_j < (n) && (set)[_j] != _v) _j++; if (_j == (n)) { if ((n) == cap) return false; (set)[(n)++] = _v; } } while (0)
-  for (uint32_t i = 0; i < n_in; i++) {
-    uint32_t t = in[i];
-    for (uint32_t b = 0x20; b < 0x80; b++)
-      if (b != '"' && b != '\\') PUT(out, *n_out, aici_regex_step(re, t, (uint8_t)b));
-    for (uint32_t r = 0; r < 8; r++) {
-      uint32_t more = leads[r][0] < 0xe0 ? 0 : leads[r][0] < 0xf0 ? 1 : 2;
-      uint32_t a[8], na = 0, c[8], nc = 0;
-      for (uint32_t lead = leads[r][0]; lead <= leads[r][1]; lead++) PUT(a, na, aici_regex_step(re, t, (uint8_t)lead));
-      for (uint32_t k = 0; k < na; k++)
-        for (uint32_t x = leads[r][2]; x <= leads[r][3]; x++) PUT(c, nc, aici_regex_step(re, a[k], (uint8_t)x));
-      for (uint32_t level = 0; level < more; level++) {
-        uint32_t d[8], nd = 0;
-        for (uint32_t k = 0; k < nc; k++)
-          for (uint32_t x = 0x80; x <= 0xbf; x++) PUT(d, nd, aici_regex_step(re, c[k], (uint8_t)x));
-        for (uint32_t k = 0; k < nd; k++) c[k] = d[k];
-        nc = nd;
-      }
-      for (uint32_t k = 0; k < nc; k++) PUT(out, *n_out, c[k]);
+
+/* The states after `k` continuation bytes in [lo, hi] then [0x80, 0xbf] from each of in[]. */
+static bool conts(aici_regex_t *re, uint32_t *set, uint32_t *n, uint32_t k, uint32_t lo, uint32_t hi, uint32_t cap) {
+  for (uint32_t level = 0; level < k; level++) {
+    uint32_t next[8], nn = 0;
+    for (uint32_t i = 0; i < *n; i++) {
+      const uint32_t *row = aici_regex_row(re, set[i]);
+      for (uint32_t x = level ? 0x80 : lo; x <= (level ? 0xbf : hi); x++) PUT(next, nn, row[x]);
     }
+    for (uint32_t i = 0; i < nn; i++) set[i] = next[i];
+    *n = nn;
   }
-#undef PUT
   return true;
 }
+
+static bool char_step(aici_regex_t *re, const uint32_t *in, uint32_t n_in, uint32_t *out, uint32_t *n_out, uint32_t cap) {
+  static const uint8_t leads[][5] = {  /* lead bytes, second byte range, continuation bytes in all */
+    {0xc2, 0xdf, 0x80, 0xbf, 1}, {0xe0, 0xe0, 0xa0, 0xbf, 2}, {0xe1, 0xec, 0x80, 0xbf, 2}, {0xed, 0xed, 0x80, 0x9f, 2},
+    {0xee, 0xef, 0x80, 0xbf, 2}, {0xf0, 0xf0, 0x90, 0xbf, 3}, {0xf1, 0xf3, 0x80, 0xbf, 3}, {0xf4, 0xf4, 0x80, 0x8f, 3}};
+  *n_out = 0;
+  for (uint32_t i = 0; i < n_in; i++) {
+    uint32_t row[256];
+    __builtin_memcpy(row, aici_regex_row(re, in[i]), sizeof row);
+    for (uint32_t b = 0x20; b < 0x80; b++)
+      if (b != '"' && b != '\\') PUT(out, *n_out, row[b]);
+    for (uint32_t r = 0; r < 8; r++) {
+      uint32_t a[8], na = 0;
+      for (uint32_t lead = leads[r][0]; lead <= leads[r][1]; lead++) PUT(a, na, row[lead]);
+      if (!conts(re, a, &na, leads[r][4], leads[r][2], leads[r][3], 8)) return false;
+      for (uint32_t k = 0; k < na; k++) PUT(out, *n_out, a[k]);
+    }
+  }
+  return true;
+}
+#undef PUT
 
 /* Inside a bounded string with room for SHORT_CHARS more characters: the short-token slice. */
 static bool short_room(matcher_t *M, uint32_t m, uint32_t s) {
@@ -364,6 +372,7 @@ static bool short_room(matcher_t *M, uint32_t m, uint32_t s) {
 
 void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
   if (!M->str_slice) M->str_slice = aici_trie_token_slice(t, in_string_slice, 0);
+  if (!M->short_slice) M->short_slice = aici_trie_token_slice(t, in_short_slice, 0);
 }
 
 /* ---- masks ---------------------------------------------------------------------------------
@@ -485,7 +494,6 @@ static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_
     uint32_t m = set->c[0].m, s = set->c[0].s;
     if (string_loop(M, m, s)) sl = M->str_slice;
     else if (aici_regex_step(M->re[m], s, 'a') && short_room(M, m, s)) {   /* 'a': a cheap first test */
-      if (!M->short_slice) M->short_slice = aici_trie_token_slice(t, in_short_slice, 0);
       sl = M->short_slice;
     }
   }

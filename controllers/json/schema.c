@@ -534,45 +534,61 @@ static void kt_add(ktrie_t *t, const char *s, uint32_t n) {
   t->n[node].terminal = true;
 }
 
-/* Key texts that are none of the trie's keys: end early, leave the trie by another character
- * (raw, or the canonical escape: an escape of a listed character would spell a listed key), or
- * follow a child. */
-static void emit_not_keys(sb_t *b, ktrie_t *t, uint32_t node) {
+/* Key texts that are none of the trie's keys: a proper prefix of a key that is no key itself
+ * (E), or a key path, then a character that leaves the trie (raw, or its canonical escape: an
+ * escape of a listed character would spell a listed key), then anything (D, then one shared
+ * STRCHAR* loop, so that every diverged key text is one DFA state). */
+static void emit_early_ends(sb_t *b, ktrie_t *t, uint32_t node) {
   knode_t *x = &t->n[node];
   sb_puts(b, "(?:");
   bool first = true;
-  if (!x->terminal) first = false;     /* the empty alternative */
-  cp_set_t other = {0};
+  if (!x->terminal) first = false;     /* the empty alternative: end here */
+  for (uint32_t j = 0; j < x->n_kids; j++) {
+    if (!first) sb_putc(b, '|');
+    first = false;
+    cp_set_t one = {0};
+    cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
+    emit_cp_set(b, &one);
+    aici_free(one.r);
+    emit_early_ends(b, t, t->n[node].kid[j]);
+  }
+  if (first) sb_puts(b, "[^\\x00-\\xff]");
+  sb_putc(b, ')');
+}
+
+static void emit_divergences(sb_t *b, ktrie_t *t, uint32_t node) {
+  knode_t *x = &t->n[node];
+  cp_set_t other = {0}, low = {0};     /* not children: above \ (raw), and up to \ (escapes too) */
   for (uint32_t j = 0; j < x->n_kids; j++) cps_add(&other, x->kid_cp[j], x->kid_cp[j]);
-  cps_add(&other, 0, 0x5c);            /* escapes and controls: only via canonical forms below */
+  cps_add(&other, 0, 0x5c);
   cps_negate(&other);
-  sb_puts(b, first ? "" : "|");
-  first = false;
-  emit_cp_set(b, &other);
-  sb_t any = {0};
-  emit_strchar(&any);
-  sb_putn(b, any.p, any.n), sb_putc(b, '*');
-  cp_set_t low = {0};                  /* characters up to \ that are not children */
   for (uint32_t c = 0; c <= 0x5c; c++) {
     bool kid = false;
     for (uint32_t j = 0; j < x->n_kids; j++) kid |= x->kid_cp[j] == c;
     if (!kid) cps_add(&low, c, c);
   }
-  if (low.n) {
-    sb_putc(b, '|');
-    emit_cp_set(b, &low);
-    sb_putn(b, any.p, any.n), sb_putc(b, '*');
-  }
-  aici_free(low.r), aici_free(other.r), aici_free(any.p);
+  sb_puts(b, "(?:");
+  emit_cp_set(b, &other);
+  if (low.n) sb_putc(b, '|'), emit_cp_set(b, &low);
+  aici_free(low.r), aici_free(other.r);
   for (uint32_t j = 0; j < x->n_kids; j++) {
     sb_putc(b, '|');
     cp_set_t one = {0};
     cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
     emit_cp_set(b, &one);
     aici_free(one.r);
-    emit_not_keys(b, t, t->n[node].kid[j]);
+    emit_divergences(b, t, t->n[node].kid[j]);
   }
   sb_putc(b, ')');
+}
+
+static void emit_not_keys(sb_t *b, ktrie_t *t, uint32_t node) {
+  sb_puts(b, "(?:");
+  emit_early_ends(b, t, node);
+  sb_putc(b, '|');
+  emit_divergences(b, t, node);
+  emit_strchar(b);
+  sb_puts(b, "*)");
 }
 
 static bool is_required(const jv_t *req, const jv_t *key) {
