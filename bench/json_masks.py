@@ -130,21 +130,34 @@ def main() -> None:
                     texts.append((t["valid"], tok.encode_bytes(instance_text(case["schema"], t["data"]))))
                 except (ValueError, RecursionError):
                     pass
-            handle, err, first_us = checker.open(case["schema"])
             try:
-                if err is None:
+                handle, err, first_us = checker.open(case["schema"])
+            except RuntimeError as e:   # a controller failure: counted as not compiled, and shown
+                print(f"  {case['id']}: {e}", flush=True)
+                s["crashed"] = s.get("crashed", 0) + 1
+                handle, err = None, "crashed"
+            try:
+                if handle is None:
+                    pass
+                elif err is None:
                     s["ok"] += 1
                     compile_ms.append(max(0.0, check_us(case["schema"]) - base_us) / 1e3)
                     for valid, toks in texts:
-                        ok, _ = checker.accepts(handle, tok.decode_bytes(toks), tokens=toks)
+                        try:
+                            ok, _ = checker.accepts(handle, tok.decode_bytes(toks), tokens=toks)
+                            rejected = not ok
+                        except RuntimeError as e:   # counts against both rates
+                            print(f"  {case['id']}: {e}", flush=True)
+                            ok = rejected = False
                         if valid:
                             s["vn"] += 1
                             s["va"] += ok
                         else:
                             s["in"] += 1
-                            s["ir"] += not ok
+                            s["ir"] += rejected
             finally:
-                checker.close_handle(handle)
+                if handle is not None:
+                    checker.close_handle(handle)
             lok, lms, verdicts, times = llg_case(lltok, case, texts, q.eos_token_id, n_words)
             llg_compile.append(lms)
             if lok:

@@ -30,6 +30,7 @@ typedef struct {
   sb_t ptr;                            /* where the compiler is, as a JSON pointer */
   char ws[40];
   uint32_t loops;
+  uint32_t depth;                      /* nesting of emit(): recursion through allOf is bounded */
 } cx_t;
 
 static const jv_t FALSE_SCHEMA = {.kind = JV_FALSE};
@@ -1156,8 +1157,19 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
   sb_putc(b, ')');
 }
 
+static void emit_schema(cx_t *c, sb_t *b, const jv_t *s);
+
 static void emit(cx_t *c, sb_t *b, const jv_t *s) {
   if (c->err) return;
+  if (++c->depth > 48) {
+    UNSUPPORTED(c, "schema", "nested over 48 levels inline, as a recursion through allOf is");
+  } else {
+    emit_schema(c, b, s);
+  }
+  c->depth--;
+}
+
+static void emit_schema(cx_t *c, sb_t *b, const jv_t *s) {
   if (s == &ANY_MARK || s->kind == JV_TRUE) { emit_any_value(c, b); return; }
   if (s->kind == JV_FALSE) { sb_puts(b, "[^\\x00-\\xff]"); return; }
   if (s->kind != JV_OBJ) { fail(c, "bad schema: ", "schema", "expected an object or a boolean"); return; }
