@@ -15,6 +15,7 @@
 typedef struct {
   const jv_t *key;                     /* schema node (or a marker for special machines) */
   uint32_t kind;
+  uint64_t arg;                        /* kind 4 (bounded string): min << 32 | max */
 } mkey_t;
 
 typedef struct {
@@ -184,9 +185,11 @@ static const jv_t *resolve(cx_t *c, const jv_t *ref) {
 }
 
 /* ---- machines -------------------------------------------------------------------------------- */
+static uint64_t key_arg;               /* the arg of the next machine_find / machine_for */
+
 static int32_t machine_find(cx_t *c, const jv_t *schema, uint32_t kind) {
   for (uint32_t i = 0; i < c->n_keys; i++)
-    if (c->keys[i].key == schema && c->keys[i].kind == kind) return (int32_t)i;
+    if (c->keys[i].key == schema && c->keys[i].kind == kind && c->keys[i].arg == key_arg) return (int32_t)i;
   return -1;
 }
 
@@ -203,7 +206,7 @@ static uint32_t machine_for(cx_t *c, const jv_t *schema, uint32_t kind, const ch
     c->ptrs = aici_realloc(c->ptrs, cap * sizeof(char *));
     c->texts = aici_realloc(c->texts, cap * sizeof(machine_src_t));
   }
-  c->keys[i].key = schema, c->keys[i].kind = kind;
+  c->keys[i].key = schema, c->keys[i].kind = kind, c->keys[i].arg = key_arg;
   c->pending[i] = schema;
   c->texts[i].text = 0, c->texts[i].len = 0;
   sb_t p = {0};
@@ -361,6 +364,50 @@ static char *pattern_with_length(const jv_t *pat, uint64_t min, uint64_t max, bo
   return t.p;
 }
 
+/* Shortest and longest match of a regex text, in bytes (max UINT64_MAX: unbounded or too big
+ * to tell). Depth-first over the DFA: a state on the current path again is a loop. */
+#define LEN_STATES 1024u
+typedef struct { aici_regex_t *re; uint64_t *memo; uint8_t *mark; bool failed; } lens_t;
+
+static uint64_t longest(lens_t *l, uint32_t s, uint32_t depth) {
+  if (s >= LEN_STATES || depth > 256) { l->failed = true; return 0; }
+  if (l->mark[s] == 2) return l->memo[s];
+  if (l->mark[s] == 1) { l->failed = true; return 0; }   /* a loop */
+  l->mark[s] = 1;
+  uint64_t best = 0;
+  for (uint32_t byte = 0; byte < 256 && !l->failed; byte++) {
+    uint32_t t = aici_regex_step(l->re, s, (uint8_t)byte);
+    if (t) {
+      uint64_t v = 1 + longest(l, t, depth + 1);
+      if (v > best) best = v;
+    }
+  }
+  l->mark[s] = 2, l->memo[s] = best;
+  return best;
+}
+
+static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_t *max) {
+  *min = 0, *max = UINT64_MAX;
+  aici_regex_t *re = aici_regex_compile(text, len, 0);
+  if (!re) return;
+  uint32_t q[LEN_STATES], d[LEN_STATES], n = 1;
+  uint8_t seen[LEN_STATES] = {0};
+  q[0] = aici_regex_start(re), d[0] = 0;
+  if (q[0] < LEN_STATES) seen[q[0]] = 1;
+  for (uint32_t i = 0; i < n; i++) {       /* breadth first: the shortest match */
+    if (aici_regex_accepting(re, q[i])) { *min = d[i]; break; }
+    for (uint32_t byte = 0; byte < 256; byte++) {
+      uint32_t t = aici_regex_step(re, q[i], (uint8_t)byte);
+      if (!t || t >= LEN_STATES || seen[t] || n == LEN_STATES) continue;
+      seen[t] = 1, q[n] = t, d[n++] = d[i] + 1;
+    }
+  }
+  lens_t l = {re, aici_calloc(LEN_STATES, 8), aici_calloc(LEN_STATES, 1), false};
+  uint64_t v = longest(&l, aici_regex_start(re), 0);
+  if (!l.failed) *max = v;
+  aici_free(l.memo), aici_free(l.mark);
+}
+
 static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   uint64_t min = 0, max = 0;
   bool has_min = get_uint(c, s, "minLength", &min), has_max = get_uint(c, s, "maxLength", &max);
@@ -382,6 +429,20 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
         pat = &narrowed, has_min = has_max = false;
       }
     }
+    if ((has_min && min > 0) || has_max) {
+      /* length bounds the pattern or format already implies: characters <= bytes, and a
+       * format's text is ASCII (one byte a character) */
+      sb_t t = {0};
+      const char *why = 0;
+      bool ok = pat ? emit_pattern(&t, pat->s, pat->n, &why) : emit_format(&t, fmt->s);
+      uint64_t lo, hi;
+      if (ok) {
+        length_bounds(t.p, t.n, &lo, &hi);
+        if (has_max && hi <= max) has_max = false;
+        if (has_min && (min <= (pat ? (lo > 0) : lo))) has_min = false;
+      }
+      aici_free(t.p);
+    }
     if ((has_min && min > 0) || has_max) { UNSUPPORTED(c, has_max ? "maxLength" : "minLength", pat ? "together with pattern" : "together with format"); return; }
     if (pat) {
       const char *why = 0;
@@ -394,8 +455,26 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
       ptr_pop(c, at);
     }
   } else {
-    if (has_min && min > 100000) { UNSUPPORTED(c, "minLength", "over 100000"); return; }
-    if (has_max && max > 100000) { UNSUPPORTED(c, "maxLength", "over 100000"); return; }
+    if (has_min && min > 4000) { UNSUPPORTED(c, "minLength", "over 4000"); return; }
+    if (has_max && max > 4000) { UNSUPPORTED(c, "maxLength", "over 4000"); return; }
+    if (has_max && max > 24) {         /* a bounded string is one NFA copy a character: a machine */
+      b->n -= 4, b->p[b->n] = 0;       /* the opening quote goes in it */
+      key_arg = min << 32 | max;
+      int32_t m = machine_find(c, &ANY_MARK, 4);
+      if (m < 0) {
+        m = (int32_t)machine_for(c, &ANY_MARK, 4, 0, 0);
+        if (c->err) { key_arg = 0; return; }
+        sb_t t = {0};
+        sb_puts(&t, "\\x22");
+        emit_chars(&t, min, max, false);
+        sb_puts(&t, "\\x22");
+        set_text(c, (uint32_t)m, t.p, t.n);
+        aici_free(t.p);
+      }
+      key_arg = 0;
+      emit_call(c, b, (uint32_t)m);
+      return;
+    }
     emit_chars(b, min, max, !has_max);
   }
   sb_puts(b, "\\x22");
@@ -735,7 +814,8 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     aici_free(kt.n);
   }
   uint64_t minp = 0, maxp = 0;
-  if (get_uint(c, s, "minProperties", &minp) && minp > n_req) UNSUPPORTED(c, "minProperties", "more than the required properties");
+  if (get_uint(c, s, "minProperties", &minp) && minp > n_req && minp > 1) UNSUPPORTED(c, "minProperties", "over 1, and more than the required properties");
+  bool nonempty = minp >= 1;           /* minProperties 1: no empty object */
   if (get_uint(c, s, "maxProperties", &maxp) && (has_add || maxp < n)) UNSUPPORTED(c, "maxProperties", "fewer than the properties allowed");
   if (c->err) goto done;
   sb_puts(b, "\\{"), sb_puts(b, ws);
@@ -748,8 +828,9 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     if (k == n) {                      /* only additional properties, or none */
       if (has_add) {
         sb_puts(b, "(?:"), sb_putn(b, add.p, add.n);
-        sb_puts(b, "(?:"), sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, add.p, add.n), sb_puts(b, ")*)?");
-      }
+        sb_puts(b, "(?:"), sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, add.p, add.n), sb_puts(b, ")*)");
+        if (!nonempty) sb_putc(b, '?');
+      } else if (nonempty) sb_puts(b, "[^\\x00-\\xff]");
       break;
     }
     if (k < lead) sb_puts(b, "(?:");
@@ -1130,7 +1211,16 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
     if (c->err) return;
     bool calls = c->n_keys != nm;
     for (uint32_t i = 0; i < r.n && !calls; i++) calls = i + 3 < r.n && !__builtin_memcmp(r.p + i, "\\xff", 4);
-    if (calls) { UNSUPPORTED(c, k ? "const" : "enum", "with constraints on structured values"); aici_free(r.p); return; }
+    /* a call stands for a structured value: scalar literals never take one, structured ones
+     * cannot be checked against it */
+    for (uint32_t i = 0; calls && i < (k ? 1 : e->n); i++) {
+      const jv_t *v = k ? k : &e->items[i];
+      if (v->kind == JV_ARR || v->kind == JV_OBJ) {
+        UNSUPPORTED(c, k ? "const" : "enum", "structured values with constraints beside them");
+        aici_free(r.p);
+        return;
+      }
+    }
     re = aici_regex_compile(r.p, r.n, 0);
     aici_free(r.p);
   }
