@@ -124,3 +124,25 @@ def test_sampled_documents_validate(checker):
 def test_sampled_documents_validate_many(checker):
     cases = [c for s in SLICES for c in sample(s, 60, seed=3)]
     assert _sampled_documents_validate(checker, cases) >= 200
+
+
+@pytest.fixture(scope="module")
+def smollm2_checker():
+    pytest.importorskip("transformers")
+    from aicirt.backends import load_backend
+    try:
+        backend = load_backend(None)
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    tok = backend.runtime_tokenizer()
+    c = Checker(VocabTokenizer(list(tok.token_bytes), tok.eos_token_id), build_cached("json").read_bytes())
+    yield c
+    c.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slice_name", SLICES)
+def test_maskbench_sample_smollm2(smollm2_checker, slice_name):
+    """The default model's own tokenizer (SmolLM2, 49k tokens)."""
+    for case in sample(slice_name, 25, seed=4):
+        _check(smollm2_checker, case)

@@ -174,10 +174,16 @@ static const call_t *calls_of(matcher_t *M, uint32_t m, uint32_t s, uint32_t *n_
   return M->call_pool + off;
 }
 
+static bool told_full;
+
 static void add(cset_t *out, uint32_t m, uint32_t s, uint32_t parent) {
   for (uint32_t i = 0; i < out->n; i++)
     if (out->c[i].m == m && out->c[i].s == s && out->c[i].parent == parent) return;
   if (out->n < MAX_CFGS) out->c[out->n++] = (cfg_t){m, s, parent};
+  else if (!told_full) {               /* narrower, never wider: said once */
+    told_full = true;
+    aici_logs("json: over 16 open alternatives at once; the extra ones are not offered\n");
+  }
 }
 
 static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint8_t byte, cset_t *out, uint32_t depth) {

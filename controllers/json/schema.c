@@ -264,8 +264,13 @@ static void emit_chars(sb_t *b, uint64_t min, uint64_t max, bool unbounded) {
   aici_free(one.p);
 }
 
-static const char DATE[] = "[0-9]{4}\\-(?:0[1-9]|1[0-2])\\-(?:0[1-9]|[12][0-9]|3[01])";
-static const char TIME[] = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?"
+/* Calendar dates exactly (days per month, February 29 in leap years only, no year 0), as
+ * Python's date.fromisoformat; no leap second (:60), which datetime rejects. */
+static const char DATE[] =
+  "(?:(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])\\-(?:(?:0[13578]|1[02])\\-(?:0[1-9]|[12][0-9]|3[01])"
+  "|(?:0[469]|11)\\-(?:0[1-9]|[12][0-9]|30)|02\\-(?:0[1-9]|1[0-9]|2[0-8]))"
+  "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)\\-02\\-29)";
+static const char TIME[] = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?"
                            "(?:[Zz]|[+\\-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
 static const char H4[] = "[0-9a-fA-F]{1,4}";
 static const char LABEL[] = "[a-zA-Z0-9](?:[a-zA-Z0-9\\-]{0,61}[a-zA-Z0-9])?";
@@ -1021,8 +1026,9 @@ static jv_t *merge2(cx_t *c, const jv_t *a, const jv_t *b) {
       if (jv_str_is(k, "const")) { jv_obj_put(o, k->s, k->n, jv_new(JV_ARR)), o->keys[o->n - 1].s = "enum", o->keys[o->n - 1].n = 4; continue; }
       UNSUPPORTED(c, "allOf", "two different values of one keyword");
       return 0;
-    } else {
-      jv_obj_put(o, k->s, k->n, va);
+    } else {                           /* e.g. two patternProperties: not merged, so refused */
+      UNSUPPORTED(c, "allOf", "two different values of one keyword");
+      return 0;
     }
   }
   for (uint32_t j = 0; j < b->n; j++) {
