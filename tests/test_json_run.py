@@ -56,12 +56,12 @@ def test_aicirt_run_json_on_the_default_model(tmp_path):
     pytest.importorskip("transformers")
     jsonschema = pytest.importorskip("jsonschema")
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
-                                               "population": {"type": "integer", "minimum": 0},
+                                               "population": {"type": "integer", "minimum": 0, "maximum": 99999999},
                                                "country": {"type": "string", "enum": ["France", "Germany", "Italy"]}},
               "required": ["city", "population", "country"], "additionalProperties": False}
     try:
         result = run_command.run("json", arg=json.dumps(schema).encode(), prompt="Describe Paris as JSON.",
-                                 max_tokens=64, as_json=True, out=io.StringIO(), err=io.StringIO())
+                                 max_tokens=96, as_json=True, out=io.StringIO(), err=io.StringIO())
     except FileNotFoundError as e:
         pytest.skip(str(e))
     text = result["sequences"][0]["text"]
