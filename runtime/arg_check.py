@@ -75,7 +75,8 @@ def _eos_token_id(folder: Path, raw: tokenizers.Tokenizer) -> int | None:
 
 def first_call_error(runtime: Runtime, wasm: str | os.PathLike, arg: bytes, prompt: str) -> tuple[str, str] | None:
     """Run the controller's first call on `runtime` (over the model's tokenizer, see
-    `model_tokenizer`); `(error, log)` if it ended in error, else None.
+    `model_tokenizer`); `(error, log)` if it ended in error, or stopped at once having logged
+    why (how a controller may reject its argument), else None.
 
     The runtime can then serve the real run (`Engine(backend, runtime=...)`): the controller is
     compiled and the token trie built once. Raises `aicirt.LoadError` for a module the runtime
@@ -91,9 +92,12 @@ def first_call_error(runtime: Runtime, wasm: str | os.PathLike, arg: bytes, prom
         # the runtime's first-call time limit bounds this
         while seq.finish_reason is None and seq.ctrl is not None and seq.ctrl.call_out:
             engine.step()
-        if seq.finish_reason != "error":
-            return None
-        return str(seq.error), "".join(seq.logs)
+        logs = "".join(seq.logs)
+        if seq.finish_reason == "error":
+            return str(seq.error), logs
+        if seq.finish_reason == "stop" and not seq.output_tokens and logs.strip():
+            return "it stopped on its first call", logs   # rejected its argument, saying why in the log
+        return None
 
 
 def same_tokenizer(a: Tokenizer, b: Tokenizer) -> bool:

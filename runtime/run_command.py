@@ -252,20 +252,22 @@ def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None) -> 
     or None where the tokenizer alone is not cheap to get. Raises `RunFailed` if it failed."""
     from .arg_check import first_call_error, model_tokenizer
     from .runtime import Runtime
+    from .tokenizer import ByteTokenizer
 
     tokenizer = model_tokenizer(model)
-    if tokenizer is None:
-        return None
-    runtime = Runtime(tokenizer)
+    # where the model's tokenizer is not cheap to get, the check runs over the byte tokenizer:
+    # what a controller decides from its argument alone (a bad regex or schema) fails there too
+    runtime = Runtime(tokenizer if tokenizer is not None else ByteTokenizer())
     try:
         failed = first_call_error(runtime, wasm, arg, prompt)
     except BaseException:
         runtime.close()
         raise
-    if failed is not None:
+    if failed is not None or tokenizer is None:
         runtime.close()
+    if failed is not None:
         raise RunFailed(f"the controller failed on its first call, before the model loaded: {_why(*failed)}")
-    return runtime
+    return runtime if tokenizer is not None else None
 
 
 def _summary(result: dict, out: IO[str], err: IO[str], printer: StreamPrinter) -> None:

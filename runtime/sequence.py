@@ -210,6 +210,14 @@ class Sequence(Owned):
             self.state = SeqState.FINISHED
 
     # -- fork -------------------------------------------------------------------------------------
+    def fork(self) -> "Sequence":
+        """A copy of this sequence's controller state as a new sequence of the same request (what
+        a fork result does; useful to run alternatives from one compiled state). Raises
+        ValueError unless the sequence is idle, ControllerError if the copy cannot be made."""
+        if self.state is not SeqState.IDLE:
+            raise ValueError(f"{self._describe()} is {self.state.value}: only an idle sequence can be forked")
+        return self._fork(1)[0]
+
     def _fork(self, n: int) -> list["Sequence"]:
         """`n` new sequences whose controllers are copies of this one's (linear memory and every
         mutable global); all of the group get `fork_group` for their next call. Raises

@@ -66,7 +66,7 @@ def test_close_while_a_call_is_stuck(hot_path, scripted_wasm):
     rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
                         limits=aicirt.Limits(call_timeout_s=0.3, soft_deadline_s=0.01))
     seq = rt.new_request(rt.load(scripted_wasm), arg=script(result(branch(mask=[1])), loop_forever())).spawn()
-    rt.submit([StepInput(seq, [1], None)]).wait()
+    assert rt.submit([StepInput(seq, [1], None)]).wait(1.0).results[0].status == "ok"   # the quick first call
     assert rt.submit([StepInput(seq, [1, 1], 1)]).wait().results[0].status == "pending"
     seq.close()                      # deferred: the call is still running
     assert seq.finished
@@ -82,7 +82,7 @@ def test_a_sequence_closed_mid_call_stops_pinning_its_mask_buffer(hot_path, scri
         ctrl = rt.load(scripted_wasm)
         stuck = rt.new_request(ctrl, arg=script(result(branch(mask=[1])), loop_forever())).spawn()
         other = rt.new_request(ctrl, arg=script(result(branch(mask=[1])))).spawn()
-        rt.submit([StepInput(stuck, [1], None)]).wait()
+        assert rt.submit([StepInput(stuck, [1], None)]).wait(1.0).results[0].status == "ok"   # the quick first call
         assert rt.submit([StepInput(stuck, [1, 1], 1)]).wait().results[0].status == "pending"
         stuck.close()
         import time

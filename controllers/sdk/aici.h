@@ -175,6 +175,13 @@ typedef struct {
  * vocabulary), or once the SDK's budget (16 byte sets, rest tries totalling 4x the trie) is spent. */
 const aici_slice_t *aici_trie_slice(const aici_trie_t *trie, const uint32_t *bytes);
 
+/* A slice chosen per token: the tokens for which in_slice(ctx, bytes, len) holds as the mask,
+ * every other token (and those without bytes) in the rest trie; bytes[] is zero. For languages
+ * a byte set cannot describe (e.g. whole UTF-8 characters only). Built on each call (one pass
+ * over the trie); the caller keeps it. */
+typedef bool (*aici_token_pred_fn)(void *ctx, const uint8_t *bytes, uint32_t len);
+aici_slice_t *aici_trie_token_slice(const aici_trie_t *trie, aici_token_pred_fn in_slice, void *ctx);
+
 /* Generic walk: `step(ctx, state, byte)` returns the recognizer's state after `byte`, 0 = dead.
  * Adds (ORs) to `out` every token whose bytes lead from `start` to a live state. */
 typedef uint32_t (*aici_byte_step_fn)(void *ctx, uint32_t state, uint8_t byte);
@@ -214,6 +221,12 @@ void aici_regex_cache_limit(aici_regex_t *re, uint32_t limit);   /* 0 disables c
 void aici_regex_use_slices(aici_regex_t *re, bool on);
 /* The slice that masks from `state` use (NULL: they walk the whole trie). */
 const aici_slice_t *aici_regex_slice(aici_regex_t *re, const aici_trie_t *trie, uint32_t state);
+
+/* The state's transition row (256 entries, built on demand): entry b is the state after byte b,
+ * 0 = dead, with AICI_REGEX_FINAL set when that state is a match nothing extends. For walkers
+ * that step several regexes together; the pointer is valid until a call builds another row. */
+#define AICI_REGEX_FINAL 0x80000000u
+const uint32_t *aici_regex_row(aici_regex_t *re, uint32_t state);
 
 #ifdef __cplusplus
 }

@@ -838,3 +838,9 @@ const aici_tokset_t *aici_regex_mask_cached(aici_regex_t *re, const aici_trie_t 
 }
 
 void aici_regex_cache_limit(aici_regex_t *re, uint32_t limit) { re->cache_limit = limit; }
+
+/* ---- raw rows, for walkers that drive several DFAs at once (controllers/json) ---------------- */
+const uint32_t *aici_regex_row(aici_regex_t *re, uint32_t state) {
+  build_row(re, state);
+  return re->trans + (size_t)state * 256;
+}

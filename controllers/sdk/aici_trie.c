@@ -131,6 +131,50 @@ static struct {
 } slice_cache[MAX_SLICES];
 static uint32_t n_slice_cache, slice_nodes_total;
 
+/* The rest trie of the nodes p with pre[p + size] > pre[p] (cnt of them, the root included;
+ * tokens of nodes without pre[p + 1] > pre[p] become the scratch token), and the slice's token
+ * list from `words`. */
+static void fill_slice(aici_slice_t *s, const aici_trie_t *tr, const uint32_t *pre, uint32_t cnt,
+                       const uint32_t *words, uint32_t ntok, uint32_t max_len) {
+  uint32_t n = tr->n_nodes, nw = (tr->vocab + 31) / 32, d;
+  const aici_trie_node_t *nodes = tr->nodes;
+  aici_trie_node_t *out = aici_malloc(cnt * sizeof *out);
+  uint32_t *od = aici_malloc((cnt + 1) * 4), *stack = aici_malloc(1025 * 4);
+  out[0].w0 = tr->scratch_token << 8, od[0] = 0;
+  uint32_t k = 1;
+  d = 1;
+  for (uint32_t p = 1; p < n; p++) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1;
+    if (pre[p + (w1 >> 10)] > pre[p]) {
+      uint32_t tok = pre[p + 1] > pre[p] ? w0 >> 8 : tr->scratch_token;  /* slice tokens: masked */
+      out[k].w0 = (w0 & 255) | (tok << 8);
+      od[k++] = d;
+    }
+    d = (w1 >> 10) > 1 ? d + 1 : d - (w1 & 1023);
+  }
+  /* sizes and pops of the filtered preorder (as in toktrie.py's serializer) */
+  uint32_t sp = 0;
+  for (uint32_t i = 0; i <= cnt; i++) {
+    uint32_t di = i < cnt ? od[i] : 1;
+    while (sp && od[stack[sp - 1]] >= di) {
+      uint32_t j = stack[--sp];
+      out[j].w1 = ((i - j) << 10) | (od[j] - di);
+    }
+    if (i < cnt) stack[sp++] = i;
+  }
+  out[0].w1 = cnt << 10;
+  s->rest.nodes = out, s->rest.n_nodes = cnt, s->rest.vocab = tr->vocab;
+  s->rest.max_depth = tr->max_depth, s->rest.scratch_token = tr->scratch_token;
+  list_root_kids(&s->rest);
+  s->n_tokens = ntok, s->max_len = max_len;
+  for (uint32_t i = 0; i < nw; i++) s->n_words += words[i] != 0;
+  s->word_idx = aici_malloc(s->n_words * 4 + 4);
+  s->word_bits = aici_malloc(s->n_words * 4 + 4);
+  for (uint32_t i = 0, j = 0; i < nw; i++)
+    if (words[i]) s->word_idx[j] = i, s->word_bits[j++] = words[i];
+  aici_free(od), aici_free(stack);
+}
+
 static aici_slice_t *build_slice(const aici_trie_t *tr, const uint32_t *bytes) {
   uint32_t n = tr->n_nodes, nw = (tr->vocab + 31) / 32;
   const aici_trie_node_t *nodes = tr->nodes;
@@ -160,44 +204,11 @@ static aici_slice_t *build_slice(const aici_trie_t *tr, const uint32_t *bytes) {
     return 0;
   }
   aici_slice_t *s = aici_calloc(1, sizeof *s);
-  aici_trie_node_t *out = aici_malloc(cnt * sizeof *out);
-  uint32_t *od = aici_malloc((cnt + 1) * 4), *stack = aici_malloc(1025 * 4);
-  out[0].w0 = tr->scratch_token << 8, od[0] = 0;
-  uint32_t k = 1;
-  d = 1;
-  for (uint32_t p = 1; p < n; p++) {
-    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1;
-    if (pre[p + (w1 >> 10)] > pre[p]) {
-      uint32_t tok = pre[p + 1] > pre[p] ? w0 >> 8 : tr->scratch_token;  /* slice tokens: masked */
-      out[k].w0 = (w0 & 255) | (tok << 8);
-      od[k++] = d;
-    }
-    d = (w1 >> 10) > 1 ? d + 1 : d - (w1 & 1023);
-  }
-  /* sizes and pops of the filtered preorder (as in toktrie.py's serializer) */
-  uint32_t sp = 0;
-  for (uint32_t i = 0; i <= cnt; i++) {
-    uint32_t di = i < cnt ? od[i] : 1;
-    while (sp && od[stack[sp - 1]] >= di) {
-      uint32_t j = stack[--sp];
-      out[j].w1 = ((i - j) << 10) | (od[j] - di);
-    }
-    if (i < cnt) stack[sp++] = i;
-  }
-  out[0].w1 = cnt << 10;
+  fill_slice(s, tr, pre, cnt, words, ntok, max_len);
   __builtin_memcpy(s->bytes, bytes, 32);
-  s->rest.nodes = out, s->rest.n_nodes = cnt, s->rest.vocab = tr->vocab;
-  s->rest.max_depth = tr->max_depth, s->rest.scratch_token = tr->scratch_token;
-  list_root_kids(&s->rest);
-  s->n_tokens = ntok, s->max_len = max_len;
-  for (uint32_t i = 0; i < nw; i++) s->n_words += words[i] != 0;
-  s->word_idx = aici_malloc(s->n_words * 4 + 4);
-  s->word_bits = aici_malloc(s->n_words * 4 + 4);
-  for (uint32_t i = 0, j = 0; i < nw; i++)
-    if (words[i]) s->word_idx[j] = i, s->word_bits[j++] = words[i];
   s->dense = s->n_words * 4 > nw ? words : 0;   /* many words: a dense OR vectorizes better */
   if (!s->dense) aici_free(words);
-  aici_free(pre), aici_free(od), aici_free(stack);
+  aici_free(pre);
   slice_nodes_total += cnt;
   return s;
 }
@@ -212,5 +223,38 @@ const aici_slice_t *aici_trie_slice(const aici_trie_t *tr, const uint32_t *bytes
   slice_cache[n_slice_cache].trie = tr;
   __builtin_memcpy(slice_cache[n_slice_cache].bytes, bytes, 32);
   slice_cache[n_slice_cache++].slice = s;
+  return s;
+}
+
+/* ---- token slices: a slice chosen per token instead of per byte -------------------------------
+ * Same result type as aici_trie_slice (bytes[] zero): the tokens for which in_slice() holds as a
+ * mask, every other token in the rest trie. For languages a byte set cannot describe, such as
+ * "complete UTF-8 characters other than \" and \\". Built on each call; the caller keeps it. */
+aici_slice_t *aici_trie_token_slice(const aici_trie_t *tr, aici_token_pred_fn in_slice, void *ctx) {
+  uint32_t n = tr->n_nodes, nw = (tr->vocab + 31) / 32;
+  const aici_trie_node_t *nodes = tr->nodes;
+  uint32_t *pre = aici_malloc((n + 1) * 4), *words = aici_calloc(nw + 1, 4);
+  if (!pre || !words) { aici_free(pre), aici_free(words); return 0; }
+  uint32_t ntok = 0, max_len = 0;
+  pre[0] = pre[1] = 0;
+  for (uint32_t p = 1; p < n; p++) {   /* pre[p + 1] - pre[p]: node p holds a token outside */
+    uint32_t tok = nodes[p].w0 >> 8, len = 0;
+    bool out = false;
+    if (tok < tr->vocab) {
+      const uint8_t *b = aici_token_bytes(tok, &len);
+      out = !b || !in_slice(ctx, b, len);
+      if (!out) {
+        words[tok >> 5] |= 1u << (tok & 31), ntok++;
+        if (len > max_len) max_len = len;
+      }
+    }
+    pre[p + 1] = pre[p] + out;
+  }
+  uint32_t cnt = 1;
+  for (uint32_t p = 1; p < n; p++) cnt += pre[p + (nodes[p].w1 >> 10)] > pre[p];
+  aici_slice_t *s = aici_calloc(1, sizeof *s);
+  fill_slice(s, tr, pre, cnt, words, ntok, max_len);
+  s->dense = words;
+  aici_free(pre);
   return s;
 }

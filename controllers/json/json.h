@@ -1,0 +1,82 @@
+/* Internal header of the `json` controller: a JSON reader (DOM), a regex text builder, and the
+ * schema compiler that turns a JSON Schema into regex text for the SDK's DFA engine. */
+#ifndef JSON_CTRL_H
+#define JSON_CTRL_H
+#include "aici.h"
+
+/* ---- JSON values ------------------------------------------------------------------------ */
+enum { JV_NULL, JV_FALSE, JV_TRUE, JV_NUM, JV_STR, JV_ARR, JV_OBJ };
+typedef struct jv {
+  uint8_t kind;
+  uint32_t n;                 /* STR/NUM: bytes of s; ARR/OBJ: items */
+  const char *s;              /* STR: decoded UTF-8; NUM: the number's text as written */
+  double num;
+  struct jv *items;           /* ARR: values; OBJ: values (keys[i] names items[i]) */
+  struct jv *keys;            /* OBJ: JV_STR keys, in document order */
+} jv_t;
+
+/* NULL on a syntax error (*err gets a static message, *at the byte offset). */
+jv_t *jv_parse(const char *text, uint32_t len, const char **err, uint32_t *at);
+const jv_t *jv_get(const jv_t *obj, const char *key);          /* NULL: absent or not an object */
+bool jv_str_is(const jv_t *v, const char *s);
+bool jv_equal(const jv_t *a, const jv_t *b);
+bool jv_is_int(const jv_t *v);                                  /* a number with no fraction */
+jv_t *jv_new(uint8_t kind);
+void jv_obj_put(jv_t *obj, const char *key, uint32_t klen, const jv_t *val);   /* appends */
+
+/* ---- growable text ---------------------------------------------------------------------- */
+typedef struct { char *p; uint32_t n, cap; } sb_t;
+void sb_putn(sb_t *b, const char *s, uint32_t n);
+void sb_puts(sb_t *b, const char *s);
+void sb_putc(sb_t *b, char c);
+void sb_byte(sb_t *b, uint8_t c);               /* one literal byte, escaped for the regex parser */
+void sb_lit(sb_t *b, const char *s, uint32_t n);/* literal bytes */
+void sb_uint(sb_t *b, uint64_t v);
+/* The compact JSON text of `v` (strings escaped as Python's json.dumps(ensure_ascii=False)). */
+void jv_write(sb_t *b, const jv_t *v);
+void jv_write_str(sb_t *b, const char *s, uint32_t n);
+
+/* ---- regex fragments -------------------------------------------------------------------- */
+/* Code-point ranges [lo, hi] (sorted, disjoint) as a regex over their canonical JSON string
+ * encoding: raw UTF-8, and the escapes JSON needs for ", \ and control characters. */
+typedef struct { uint32_t lo, hi; } cp_range_t;
+typedef struct { cp_range_t *r; uint32_t n, cap; } cp_set_t;
+void cps_add(cp_set_t *s, uint32_t lo, uint32_t hi);
+void cps_normalize(cp_set_t *s);
+void cps_negate(cp_set_t *s);                   /* within [0, 0x10FFFF] minus surrogates */
+bool emit_cp_set(sb_t *b, cp_set_t *s);         /* false: empty set (emits a dead class) */
+void emit_strchar(sb_t *b);                     /* any one character of a JSON string */
+/* An ECMA-262 `pattern` (search semantics) as a regex over the JSON string's contents. */
+bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why);
+
+/* ---- numbers ----------------------------------------------------------------------------- */
+typedef struct {
+  bool has_lo, has_hi, lo_excl, hi_excl;
+  double lo, hi;
+} bounds_t;
+/* Integers (is_int) or numbers within bounds; false (with *why) if the bounds cannot be done. */
+bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why);
+
+/* ---- the schema compiler ------------------------------------------------------------------ */
+typedef struct {
+  uint32_t whitespace;        /* 0: compact; N: up to N whitespace bytes between tokens */
+  bool coerce_one_of;         /* oneOf whose branches may overlap: compiled as anyOf */
+  const char *ignore;         /* comma-separated keywords not enforced (stated in the log) */
+} json_opts_t;
+
+/* The compiled schema: machine 0 is the document; a regex may call machine k by the bytes
+ * CALL_BYTE, k >> 8, k & 255 (CALL_BYTE never occurs in UTF-8 text), which stands for one value
+ * of machine k's language: $ref targets, free-form values and large sub-schemas are machines. */
+#define CALL_BYTE 0xffu
+#define MAX_MACHINES 4096u
+typedef struct { char *text; uint32_t len; } machine_src_t;
+typedef struct {
+  machine_src_t *m;
+  uint32_t n;
+  sb_t log;                   /* relaxations taken on request (ignore=...) */
+} compiled_t;
+
+/* false on error: *err gets a heap message such as "unsupported: not at #/properties/a". */
+bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, char **err);
+
+#endif

@@ -1,0 +1,266 @@
+/* json: constrain generation to documents valid under a JSON Schema (see README.md).
+ *
+ * The argument is the schema's text, optionally followed by NUL-separated options; the same
+ * options may sit in the schema's root under "x-aicirt". The schema is compiled on the first
+ * call; what cannot be enforced stops the sequence there with the log line
+ * "json: unsupported: KEYWORD at POINTER".
+ */
+#include "matcher.h"
+
+static matcher_t *M;
+static const aici_trie_t *trie;
+static uint32_t prompt_len;
+static cset_t *sets;                   /* sets[k]: configurations after k generated tokens */
+static uint32_t n_seen, cap;
+static bool fast_forward = true;
+static bool check_only;                /* option check: compile, report, stop */
+static uint32_t ff_streak;             /* fast-forwards in a row, without a sampled token */
+static uint32_t caps;                  /* the host's capabilities (a host call: asked once) */
+
+static bool opt_is(const char *s, uint32_t n, const char *name, const char **val, uint32_t *vlen) {
+  uint32_t k = 0;
+  while (name[k]) k++;
+  if (n < k || __builtin_memcmp(s, name, k)) return false;
+  if (n == k) { *val = 0, *vlen = 0; return true; }
+  if (s[k] != '=') return false;
+  *val = s + k + 1, *vlen = n - k - 1;
+  return true;
+}
+
+static uint32_t parse_uint(const char *s, uint32_t n) {
+  uint32_t v = 0;
+  for (uint32_t i = 0; i < n && s[i] >= '0' && s[i] <= '9' && v < 1000000; i++) v = v * 10 + (uint32_t)(s[i] - '0');
+  return v;
+}
+
+/* name[=value] options, from the argument's NUL-separated tail */
+static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) {
+  const char *v;
+  uint32_t vl;
+  if (opt_is(s, n, "whitespace", &v, &vl)) o->whitespace = v ? parse_uint(v, vl) : 1;
+  else if (opt_is(s, n, "coerce_one_of", &v, &vl)) o->coerce_one_of = !v || v[0] != '0';
+  else if (opt_is(s, n, "fast_forward", &v, &vl)) fast_forward = !v || v[0] != '0';
+  else if (opt_is(s, n, "check", &v, &vl)) check_only = !v || v[0] != '0';
+  else if (opt_is(s, n, "ignore", &v, &vl) && v) {
+    if (ignore->n) sb_putc(ignore, ',');
+    sb_putn(ignore, v, vl);
+  } else {
+    aici_logf("json: unknown option %.*s (options: whitespace=N, ignore=KEYWORD[,KEYWORD...], "
+              "coerce_one_of, fast_forward=0, check)\n", (int)n, s);
+    return false;
+  }
+  return true;
+}
+
+/* The root's "x-aicirt": {"whitespace": 2, "ignore": ["format"], "coerce_one_of": true, ...} */
+static bool schema_options(const jv_t *schema, json_opts_t *o, sb_t *ignore) {
+  const jv_t *x = jv_get(schema, "x-aicirt");
+  if (!x) return true;
+  if (x->kind != JV_OBJ) { aici_logs("json: x-aicirt must be an object\n"); return false; }
+  for (uint32_t i = 0; i < x->n; i++) {
+    const jv_t *k = &x->keys[i], *v = &x->items[i];
+    sb_t t = {0};
+    sb_putn(&t, k->s, k->n);
+    if (v->kind == JV_ARR) {
+      sb_putc(&t, '=');
+      for (uint32_t j = 0; j < v->n; j++) {
+        if (j) sb_putc(&t, ',');
+        if (v->items[j].kind == JV_STR) sb_putn(&t, v->items[j].s, v->items[j].n);
+      }
+    } else if (v->kind == JV_NUM || v->kind == JV_STR) sb_putc(&t, '='), sb_putn(&t, v->s, v->n);
+    else if (v->kind == JV_FALSE) sb_puts(&t, "=0");
+    bool ok = set_option(o, ignore, t.p, t.n);
+    aici_free(t.p);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+static bool setup(const aici_arg_t *arg) {
+  uint32_t n;
+  char *a = (char *)aici_arg(&n);
+  uint32_t len = 0;
+  while (len < n && a[len]) len++;
+  const char *err = 0;
+  uint32_t at = 0;
+  jv_t *schema = jv_parse(a, len, &err, &at);
+  if (!schema) {
+    aici_logf("json: bad schema: not JSON: %s at offset %u\n", err, at);
+    return false;
+  }
+  json_opts_t o = {0};
+  sb_t ignore = {0};
+  for (uint32_t i = len + 1; i < n;) {
+    uint32_t k = i;
+    while (k < n && a[k]) k++;
+    if (k > i && !set_option(&o, &ignore, a + i, k - i)) return false;
+    i = k + 1;
+  }
+  if (!schema_options(schema, &o, &ignore)) return false;
+  o.ignore = ignore.p;
+  compiled_t c = {0};
+  char *cerr = 0;
+  if (!schema_compile(schema, &o, &c, &cerr)) {
+    aici_logf("json: %s\n", cerr);
+    return false;
+  }
+  if (c.log.n) aici_log(c.log.p, c.log.n);
+  if (check_only) {
+    aici_logf("json: schema ok (%u machines)\n", c.n);
+    return false;
+  }
+  M = matcher_new(&c, &cerr);
+  if (!M) {
+    aici_logf("json: %s\n", cerr);
+    return false;
+  }
+  if (!(trie = aici_trie())) return false;
+  caps = aici_capabilities();
+  aici_token_bytes(0, 0);              /* the token -> bytes table now, not on the first mask */
+  matcher_prepare(M, trie);
+  prompt_len = arg->n_all_tokens;
+  cap = 64;
+  sets = aici_malloc(cap * sizeof(cset_t));
+  matcher_start(M, &sets[0]);
+  n_seen = 0;
+  if (!sets[0].c[0].s) {
+    aici_logs("json: the schema admits no document\n");
+    M = 0;
+    return false;
+  }
+  return true;
+}
+
+/* Bring sets[] up to date with the sequence: drop backtracked tokens, feed new ones. */
+static cset_t *current(const aici_arg_t *arg) {
+  uint32_t gen = arg->n_all_tokens - prompt_len;
+  uint32_t keep = arg->backtrack > n_seen ? 0 : n_seen - arg->backtrack;
+  if (keep > gen) keep = gen;
+  if (gen + 1 > cap) {
+    while (gen + 1 > cap) cap *= 2;
+    sets = aici_realloc(sets, cap * sizeof(cset_t));
+  }
+  for (uint32_t k = keep; k < gen; k++) {
+    uint32_t len;
+    const uint8_t *b = aici_token_bytes(arg->all_tokens[prompt_len + k], &len);
+    sets[k + 1] = sets[k];
+    if (sets[k].n && !matcher_advance(M, &sets[k + 1], b, len)) sets[k + 1].n = 0;
+  }
+  n_seen = gen;
+  return &sets[gen];
+}
+
+/* Whether s[0..n) is whole UTF-8 characters; *prefix gets the length of the longest such prefix. */
+static bool valid_utf8(const uint8_t *s, uint32_t n, uint32_t *prefix) {
+  uint32_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    int k = c < 0x80 ? 0 : c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0 ? 2 : c >= 0xf0 && c < 0xf5 ? 3 : -1;
+    if (k < 0 || i + (uint32_t)k >= n) break;
+    bool cont = true;
+    for (int j = 1; j <= k; j++) cont &= (s[i + j] & 0xc0) == 0x80;
+    if (!cont) break;
+    i += (uint32_t)k + 1;
+  }
+  *prefix = i;
+  return i == n;
+}
+
+/* Text the schema forces next, fast-forwarded as the tokenizer would write it: the last token
+ * and the forced text are tokenized together (so the split is canonical), the final token is
+ * left to sampling (it may merge with what follows), and the old last token is replaced only
+ * if the new split starts differently. */
+static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cset_t *set) {
+  if (!fast_forward || !(caps & AICI_CAP_FF_TOKENS) || ff_streak >= 4) return false;
+  uint8_t forced[256];
+  uint32_t nf = 0;
+  cset_t s = *set;
+  while (nf < sizeof forced) {
+    int b = matcher_forced_byte(M, &s);
+    if (b < 0) break;
+    forced[nf++] = (uint8_t)b;
+    cset_t t;
+    matcher_step(M, &s, (uint8_t)b, &t);
+    s = t;
+  }
+  uint32_t ok;
+  valid_utf8(forced, nf, &ok);
+  if (ok < 2) return false;
+  uint32_t gen = arg->n_all_tokens - prompt_len, bt = 0, plen = 0;
+  uint8_t text[512];
+  aici_token_t last = 0;
+  if (gen > 0 && (caps & AICI_CAP_BACKTRACK)) {
+    last = arg->all_tokens[arg->n_all_tokens - 1];
+    const uint8_t *lb = aici_token_bytes(last, &plen);
+    uint32_t v;
+    if (lb && plen <= 256 && valid_utf8(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
+    else plen = 0;
+  }
+  __builtin_memcpy(text + plen, forced, ok);
+  uint32_t nt;
+  aici_token_t *toks = aici_tokenize((const char *)text, plen + ok, &nt);
+  if (!toks) return false;
+  uint32_t from = 0, n = nt ? nt - 1 : 0;   /* the final token stays open */
+  if (bt && n && toks[0] == last) from = 1, bt = 0;
+  bool done = false;
+  if (n > from) {
+    /* every token must keep the text valid (a tokenizer may normalize) */
+    cset_t c = sets[gen - bt];
+    bool valid = true;
+    uint32_t pos = from ? plen : 0;    /* from == 1: toks[0] is the kept last token */
+    for (uint32_t i = from; i < n && valid; i++) {
+      uint32_t len;
+      const uint8_t *b = aici_token_bytes(toks[i], &len);
+      valid = b && pos + len <= plen + ok && !__builtin_memcmp(b, text + pos, len) && matcher_advance(M, &c, b, len);
+      pos += len;
+    }
+    if (valid) {
+      aici_ff(res, bt, toks + from, n - from);
+      ff_streak++;
+      done = true;
+    }
+  }
+  aici_free(toks);
+  return done;
+}
+
+static bool any_token(const aici_tokset_t *m) {
+  for (uint32_t i = 0; i < m->n_words; i++)
+    if (m->words[i]) return true;
+  return false;
+}
+
+static bool can_continue(const cset_t *set) {
+  cset_t t;
+  for (int b = 0; b < 256; b++)
+    if (matcher_step(M, set, (uint8_t)b, &t)) return true;
+  return false;
+}
+
+void aici_step(const aici_arg_t *arg, aici_result_t *res) {
+  if (arg->call_index == 0 && !setup(arg)) return;
+  if (!M) return;
+  if (arg->n_all_tokens < prompt_len) {
+    aici_logs("json: backtracked into the prompt\n");
+    return;
+  }
+  aici_token_t eos = aici_eos_token();
+  if (arg->has_sampled) {
+    if (arg->sampled == eos) return;   /* EOS chosen while the document was complete */
+    ff_streak = 0;
+  }
+  cset_t *set = current(arg);
+  if (!set->n) {
+    aici_logs("json: the text no longer matches the schema\n");
+    return;
+  }
+  bool accepting = matcher_accepting(M, set);
+  if (accepting && !can_continue(set)) return;   /* a complete document: stop */
+  if (!accepting && try_fast_forward(arg, res, set)) return;
+  const aici_tokset_t *m = matcher_mask(M, trie, set, eos);
+  if (!accepting && !any_token(m)) {
+    aici_logs("json: no token can continue the document\n");
+    return;
+  }
+  aici_sample(res, m);
+}

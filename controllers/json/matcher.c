@@ -1,0 +1,534 @@
+/* The pushdown matcher over the schema's machines (see matcher.h).
+ *
+ * A configuration is (machine, DFA state, parent frame); frames are hash-consed, so a whole
+ * stack is one id and configurations compare as three words. On a byte, a configuration may
+ * (a) step within its machine, (b) call: its state has CALL_BYTE, hi, lo transitions, so the
+ * caller's state after them is pushed and the callee starts on the byte, (c) return: its state
+ * accepts, so the caller resumes on the byte. Calls to a machine that ends right after the call
+ * reuse the caller's parent (tail calls), so chains of calls do not grow the stack.
+ */
+#include "matcher.h"
+
+#define ST_KNOWN 1
+#define ST_CALLS 2
+#define ST_ACCEPT 4
+#define ST_FINAL 8                     /* accepting, and no byte continues */
+#define ST_LOOP_KNOWN 16
+#define ST_LOOP 32                     /* inside a free string: every character comes back here */
+#define ST_SHORT_KNOWN 64
+#define ST_SHORT 128                   /* any SHORT_CHARS string characters keep the DFA live */
+#define SHORT_CHARS 16u
+#define CACHE_MAX 256u
+
+typedef struct { uint32_t m, s, parent, depth; } frame_t;
+typedef struct { uint32_t callee, ret; } call_t;
+typedef struct { uint32_t key_m, key_s, off, n; } calls_ent_t;
+typedef struct { cset_t key; aici_tokset_t *mask; } cache_ent_t;
+
+struct matcher {
+  uint32_t n;
+  aici_regex_t **re;
+  uint8_t **info;                      /* per machine, per DFA state: ST_* */
+  uint32_t *info_cap;
+  frame_t *fr;
+  uint32_t n_fr, cap_fr, *fr_ht, fr_ht_cap;
+  calls_ent_t *calls_ht;               /* (machine, state) -> calls in call_pool */
+  uint32_t calls_ht_cap, calls_n;
+  call_t *call_pool;
+  uint32_t call_pool_n, call_pool_cap;
+  cache_ent_t *cache;
+  uint32_t cache_n;
+  aici_tokset_t *spare;
+  cset_t *walk;                        /* one set per trie depth */
+  aici_slice_t *str_slice;             /* tokens of whole characters other than " \ and controls */
+  aici_slice_t *short_slice;           /* those of them of at most SHORT_CHARS characters */
+};
+
+static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t h = 2166136261u;
+  h = (h ^ a) * 16777619u, h = (h ^ b) * 16777619u, h = (h ^ c) * 16777619u;
+  return h ^ (h >> 15);
+}
+
+matcher_t *matcher_new(const compiled_t *src, char **err) {
+  matcher_t *M = aici_calloc(1, sizeof *M);
+  M->n = src->n;
+  M->re = aici_calloc(src->n, sizeof(void *));
+  M->info = aici_calloc(src->n, sizeof(void *));
+  M->info_cap = aici_calloc(src->n, 4);
+  for (uint32_t i = 0; i < src->n; i++) {
+    char *e = 0;
+    M->re[i] = aici_regex_compile(src->m[i].text, src->m[i].len, &e);
+    if (!M->re[i]) {
+      sb_t m = {0};
+      sb_puts(&m, "unsupported: schema at # (a part compiles to a regex the SDK rejects: ");
+      sb_puts(&m, e ? e : "?");
+      sb_putc(&m, ')');
+      *err = m.p;
+      return 0;
+    }
+    aici_regex_cache_limit(M->re[i], 0);   /* masks are cached here, per configuration set */
+    aici_regex_use_slices(M->re[i], false); /* the string slice below serves the free strings */
+  }
+  M->cap_fr = 64;
+  M->fr = aici_malloc(M->cap_fr * sizeof(frame_t));
+  M->n_fr = 1;                         /* frame 0: the empty stack */
+  M->fr[0] = (frame_t){0, 0, 0, 0};
+  M->fr_ht_cap = 256;
+  M->fr_ht = aici_calloc(M->fr_ht_cap, 4);
+  M->calls_ht_cap = 256;
+  M->calls_ht = aici_calloc(M->calls_ht_cap, sizeof(calls_ent_t));
+  M->cache = aici_calloc(CACHE_MAX, sizeof(cache_ent_t));
+  return M;
+}
+
+uint32_t matcher_machines(const matcher_t *M) { return M->n; }
+
+static uint32_t frame(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent) {
+  uint32_t h = hash3(m, s, parent);
+  for (uint32_t k = h & (M->fr_ht_cap - 1);; k = (k + 1) & (M->fr_ht_cap - 1)) {
+    uint32_t f = M->fr_ht[k];
+    if (!f) break;
+    if (M->fr[f].m == m && M->fr[f].s == s && M->fr[f].parent == parent) return f;
+  }
+  if (M->n_fr == M->cap_fr) M->fr = aici_realloc(M->fr, (M->cap_fr *= 2) * sizeof(frame_t));
+  uint32_t f = M->n_fr++;
+  M->fr[f] = (frame_t){m, s, parent, M->fr[parent].depth + 1};
+  if (2 * M->n_fr > M->fr_ht_cap) {    /* rehash at half full */
+    aici_free(M->fr_ht);
+    M->fr_ht_cap *= 2;
+    M->fr_ht = aici_calloc(M->fr_ht_cap, 4);
+    for (uint32_t i = 1; i < M->n_fr; i++) {
+      uint32_t k = hash3(M->fr[i].m, M->fr[i].s, M->fr[i].parent) & (M->fr_ht_cap - 1);
+      while (M->fr_ht[k]) k = (k + 1) & (M->fr_ht_cap - 1);
+      M->fr_ht[k] = i;
+    }
+  } else {
+    uint32_t k = h & (M->fr_ht_cap - 1);
+    while (M->fr_ht[k]) k = (k + 1) & (M->fr_ht_cap - 1);
+    M->fr_ht[k] = f;
+  }
+  return f;
+}
+
+static uint8_t state_info(matcher_t *M, uint32_t m, uint32_t s) {
+  if (s >= M->info_cap[m]) {
+    uint32_t cap = M->info_cap[m] ? M->info_cap[m] : 64;
+    while (cap <= s) cap *= 2;
+    M->info[m] = aici_realloc(M->info[m], cap);
+    __builtin_memset(M->info[m] + M->info_cap[m], 0, cap - M->info_cap[m]);
+    M->info_cap[m] = cap;
+  }
+  uint8_t f = M->info[m][s];
+  if (f) return f;
+  aici_regex_t *re = M->re[m];
+  f = ST_KNOWN;
+  if (aici_regex_step(re, s, CALL_BYTE)) f |= ST_CALLS;
+  if (aici_regex_accepting(re, s)) {
+    f |= ST_ACCEPT;
+    if (!aici_regex_can_continue(re, s)) f |= ST_FINAL;
+  }
+  M->info[m][s] = f;
+  return f;
+}
+
+/* The calls from (m, s): callee machine and the caller's state after the call marker. */
+static const call_t *calls_of(matcher_t *M, uint32_t m, uint32_t s, uint32_t *n_out) {
+  uint32_t h = hash3(m, s, 7);
+  uint32_t k = h & (M->calls_ht_cap - 1);
+  for (; M->calls_ht[k].n; k = (k + 1) & (M->calls_ht_cap - 1))
+    if (M->calls_ht[k].key_m == m && M->calls_ht[k].key_s == s) {
+      *n_out = M->calls_ht[k].n - 1;
+      return M->call_pool + M->calls_ht[k].off;
+    }
+  aici_regex_t *re = M->re[m];
+  uint32_t off = M->call_pool_n, r = aici_regex_step(re, s, CALL_BYTE);
+  for (uint32_t hi = 0; r && hi < 256; hi++) {
+    uint32_t r2 = aici_regex_step(re, r, (uint8_t)hi);
+    for (uint32_t lo = 0; r2 && lo < 256; lo++) {
+      uint32_t r3 = aici_regex_step(re, r2, (uint8_t)lo), callee = hi << 8 | lo;
+      if (!r3 || callee >= M->n) continue;
+      if (M->call_pool_n == M->call_pool_cap)
+        M->call_pool = aici_realloc(M->call_pool, (M->call_pool_cap = M->call_pool_cap ? 2 * M->call_pool_cap : 64) * sizeof(call_t));
+      M->call_pool[M->call_pool_n++] = (call_t){callee, r3};
+    }
+  }
+  if (2 * (M->calls_n + 1) > M->calls_ht_cap) {
+    calls_ent_t *old = M->calls_ht;
+    uint32_t oc = M->calls_ht_cap;
+    M->calls_ht_cap *= 2;
+    M->calls_ht = aici_calloc(M->calls_ht_cap, sizeof(calls_ent_t));
+    for (uint32_t i = 0; i < oc; i++)
+      if (old[i].n) {
+        uint32_t j = hash3(old[i].key_m, old[i].key_s, 7) & (M->calls_ht_cap - 1);
+        while (M->calls_ht[j].n) j = (j + 1) & (M->calls_ht_cap - 1);
+        M->calls_ht[j] = old[i];
+      }
+    aici_free(old);
+    k = h & (M->calls_ht_cap - 1);
+    while (M->calls_ht[k].n) k = (k + 1) & (M->calls_ht_cap - 1);
+  }
+  M->calls_ht[k] = (calls_ent_t){m, s, off, M->call_pool_n - off + 1};
+  M->calls_n++;
+  *n_out = M->call_pool_n - off;
+  return M->call_pool + off;
+}
+
+static bool told_full;
+
+static void add(cset_t *out, uint32_t m, uint32_t s, uint32_t parent) {
+  for (uint32_t i = 0; i < out->n; i++)
+    if (out->c[i].m == m && out->c[i].s == s && out->c[i].parent == parent) return;
+  if (out->n < MAX_CFGS) out->c[out->n++] = (cfg_t){m, s, parent};
+  else if (!told_full) {               /* narrower, never wider: said once */
+    told_full = true;
+    aici_logs("json: over 16 open alternatives at once; the extra ones are not offered\n");
+  }
+}
+
+static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint8_t byte, cset_t *out, uint32_t depth) {
+  uint8_t f = state_info(M, m, s);
+  uint32_t t = aici_regex_step(M->re[m], s, byte);
+  if (t) add(out, m, t, parent);
+  if ((f & ST_CALLS) && depth < 32 && M->fr[parent].depth < MAX_STACK) {
+    uint32_t n;
+    const call_t *calls = calls_of(M, m, s, &n);
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t callee = calls[i].callee, ret = calls[i].ret;
+      uint32_t p = state_info(M, m, ret) & ST_FINAL ? parent : frame(M, m, ret, parent);
+      step_cfg(M, callee, aici_regex_start(M->re[callee]), p, byte, out, depth + 1);
+      calls = calls_of(M, m, s, &n);   /* the pool may have moved */
+    }
+  }
+  if ((f & ST_ACCEPT) && parent && depth < 32) {
+    frame_t fr = M->fr[parent];
+    step_cfg(M, fr.m, fr.s, fr.parent, byte, out, depth + 1);
+  }
+}
+
+bool matcher_step(matcher_t *M, const cset_t *in, uint8_t byte, cset_t *out) {
+  out->n = 0;
+  if (byte == CALL_BYTE) return false;   /* never in UTF-8 text: only the machines' marker */
+  for (uint32_t i = 0; i < in->n; i++) step_cfg(M, in->c[i].m, in->c[i].s, in->c[i].parent, byte, out, 0);
+  return out->n > 0;
+}
+
+void matcher_start(matcher_t *M, cset_t *out) {
+  out->n = 1;
+  out->c[0] = (cfg_t){0, aici_regex_start(M->re[0]), 0};
+}
+
+bool matcher_advance(matcher_t *M, cset_t *set, const uint8_t *bytes, uint32_t n) {
+  cset_t tmp;
+  for (uint32_t i = 0; i < n; i++) {
+    if (!matcher_step(M, set, bytes[i], &tmp)) { set->n = 0; return false; }
+    *set = tmp;
+  }
+  return set->n > 0;
+}
+
+static bool cfg_accepting(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint32_t depth) {
+  if (!(state_info(M, m, s) & ST_ACCEPT)) return false;
+  if (!parent) return true;
+  frame_t f = M->fr[parent];
+  return depth < MAX_STACK && cfg_accepting(M, f.m, f.s, f.parent, depth + 1);
+}
+
+bool matcher_accepting(matcher_t *M, const cset_t *set) {
+  for (uint32_t i = 0; i < set->n; i++)
+    if (cfg_accepting(M, set->c[i].m, set->c[i].s, set->c[i].parent, 0)) return true;
+  return false;
+}
+
+int matcher_forced_byte(matcher_t *M, const cset_t *set) {
+  if (matcher_accepting(M, set)) return -1;
+  int found = -1;
+  cset_t tmp;
+  for (int b = 0; b < 256; b++) {
+    if (!matcher_step(M, set, (uint8_t)b, &tmp)) continue;
+    if (found >= 0) return -1;
+    found = b;
+  }
+  return found;
+}
+
+/* ---- free strings ---------------------------------------------------------------------------
+ * Inside a string without length or pattern, every character leads back to the same state: the
+ * tokens made of whole such characters (~145k of Qwen2's 151k) are then allowed wholesale and
+ * only the others (quotes, escapes, partial characters: ~6k) are walked. */
+static bool in_string_slice(void *ctx, const uint8_t *b, uint32_t n) {
+  (void)ctx;
+  for (uint32_t i = 0; i < n;) {
+    uint8_t c = b[i];
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\') return false;
+      i++;
+      continue;
+    }
+    uint32_t k = c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0 ? 2 : c >= 0xf0 && c < 0xf5 ? 3 : 0;
+    if (!k || i + k >= n) return false;   /* a partial character */
+    uint8_t c1 = b[i + 1];
+    uint8_t lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    if (c1 < lo || c1 > hi) return false;
+    for (uint32_t j = 2; j <= k; j++)
+      if ((b[i + j] & 0xc0) != 0x80) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+/* All k continuation bytes from t lead to s (memo: the states already checked per level). */
+static bool conts_to(aici_regex_t *re, uint32_t t, uint32_t k, uint32_t s, uint32_t memo[3][8], uint32_t *nm) {
+  if (!t) return false;
+  if (!k) return t == s;
+  for (uint32_t i = 0; i < nm[k - 1]; i++)
+    if (memo[k - 1][i] == t) return true;
+  for (uint32_t c = 0x80; c <= 0xbf; c++)
+    if (!conts_to(re, aici_regex_step(re, t, (uint8_t)c), k - 1, s, memo, nm)) return false;
+  if (nm[k - 1] == 8) return false;
+  memo[k - 1][nm[k - 1]++] = t;
+  return true;
+}
+
+static bool string_loop(matcher_t *M, uint32_t m, uint32_t s) {
+  uint8_t f = state_info(M, m, s);
+  if (f & ST_LOOP_KNOWN) return f & ST_LOOP;
+  aici_regex_t *re = M->re[m];
+  bool loop = true;
+  for (uint32_t b = 0x20; b < 0x80 && loop; b++)
+    if (b != '"' && b != '\\') loop = aici_regex_step(re, s, (uint8_t)b) == s;
+  static const uint8_t leads[][4] = {  /* first, last lead byte; second byte range; more bytes */
+    {0xc2, 0xdf, 0x80, 0xbf}, {0xe0, 0xe0, 0xa0, 0xbf}, {0xe1, 0xec, 0x80, 0xbf}, {0xed, 0xed, 0x80, 0x9f},
+    {0xee, 0xef, 0x80, 0xbf}, {0xf0, 0xf0, 0x90, 0xbf}, {0xf1, 0xf3, 0x80, 0xbf}, {0xf4, 0xf4, 0x80, 0x8f}};
+  uint32_t memo[3][8], nm[3] = {0, 0, 0};
+  for (uint32_t r = 0; r < 8 && loop; r++) {
+    uint32_t more = leads[r][0] < 0xe0 ? 0 : leads[r][0] < 0xf0 ? 1 : 2;
+    for (uint32_t lead = leads[r][0]; lead <= leads[r][1] && loop; lead++) {
+      uint32_t t = aici_regex_step(re, s, (uint8_t)lead);
+      for (uint32_t c = leads[r][2]; c <= leads[r][3] && loop; c++)
+        loop = t && conts_to(re, aici_regex_step(re, t, (uint8_t)c), more, s, memo, nm);
+    }
+  }
+  M->info[m][s] = (uint8_t)(f | ST_LOOP_KNOWN | (loop ? ST_LOOP : 0));
+  return loop;
+}
+
+static bool in_short_slice(void *ctx, const uint8_t *b, uint32_t n) {
+  uint32_t chars = 0;
+  for (uint32_t i = 0; i < n; i++) chars += (b[i] & 0xc0) != 0x80;
+  return chars <= SHORT_CHARS && in_string_slice(ctx, b, n);
+}
+
+/* The states after one string character from each of `in` (all must be live), deduplicated;
+ * false if some character dies or the set outgrows `cap`. Reads rows directly: a row is copied
+ * out before another is fetched (fetching may build one and move the table). */
+#define PUT(set, n, v) do { uint32_t _v = (v) & ~AICI_REGEX_FINAL, _j = 0; if (!_v) return false; \
+    while (_j < (n) && (set)[_j] != _v) _j++; if (_j == (n)) { if ((n) == cap) return false; (set)[(n)++] = _v; } } while (0)
+
+/* The states after `k` continuation bytes in [lo, hi] then [0x80, 0xbf] from each of in[]. */
+static bool conts(aici_regex_t *re, uint32_t *set, uint32_t *n, uint32_t k, uint32_t lo, uint32_t hi, uint32_t cap) {
+  for (uint32_t level = 0; level < k; level++) {
+    uint32_t next[8], nn = 0;
+    for (uint32_t i = 0; i < *n; i++) {
+      const uint32_t *row = aici_regex_row(re, set[i]);
+      for (uint32_t x = level ? 0x80 : lo; x <= (level ? 0xbf : hi); x++) PUT(next, nn, row[x]);
+    }
+    for (uint32_t i = 0; i < nn; i++) set[i] = next[i];
+    *n = nn;
+  }
+  return true;
+}
+
+static bool char_step(aici_regex_t *re, const uint32_t *in, uint32_t n_in, uint32_t *out, uint32_t *n_out, uint32_t cap) {
+  static const uint8_t leads[][5] = {  /* lead bytes, second byte range, continuation bytes in all */
+    {0xc2, 0xdf, 0x80, 0xbf, 1}, {0xe0, 0xe0, 0xa0, 0xbf, 2}, {0xe1, 0xec, 0x80, 0xbf, 2}, {0xed, 0xed, 0x80, 0x9f, 2},
+    {0xee, 0xef, 0x80, 0xbf, 2}, {0xf0, 0xf0, 0x90, 0xbf, 3}, {0xf1, 0xf3, 0x80, 0xbf, 3}, {0xf4, 0xf4, 0x80, 0x8f, 3}};
+  *n_out = 0;
+  for (uint32_t i = 0; i < n_in; i++) {
+    uint32_t row[256];
+    __builtin_memcpy(row, aici_regex_row(re, in[i]), sizeof row);
+    for (uint32_t b = 0x20; b < 0x80; b++)
+      if (b != '"' && b != '\\') PUT(out, *n_out, row[b]);
+    for (uint32_t r = 0; r < 8; r++) {
+      uint32_t a[8], na = 0;
+      for (uint32_t lead = leads[r][0]; lead <= leads[r][1]; lead++) PUT(a, na, row[lead]);
+      if (!conts(re, a, &na, leads[r][4], leads[r][2], leads[r][3], 8)) return false;
+      for (uint32_t k = 0; k < na; k++) PUT(out, *n_out, a[k]);
+    }
+  }
+  return true;
+}
+#undef PUT
+
+/* Inside a bounded string with room for SHORT_CHARS more characters: the short-token slice. */
+static bool short_room(matcher_t *M, uint32_t m, uint32_t s) {
+  uint8_t f = state_info(M, m, s);
+  if (f & ST_SHORT_KNOWN) return f & ST_SHORT;
+  aici_regex_t *re = M->re[m];
+  uint32_t a[8] = {s}, na = 1, b[8], nb;
+  bool ok = true;
+  for (uint32_t d = 0; d < SHORT_CHARS && ok; d++) {
+    ok = char_step(re, a, na, b, &nb, 8);
+    for (uint32_t k = 0; k < nb; k++) a[k] = b[k];
+    na = nb;
+  }
+  M->info[m][s] = (uint8_t)(state_info(M, m, s) | ST_SHORT_KNOWN | (ok ? ST_SHORT : 0));
+  return ok;
+}
+
+void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
+  if (!M->str_slice) M->str_slice = aici_trie_token_slice(t, in_string_slice, 0);
+  if (!M->short_slice) M->short_slice = aici_trie_token_slice(t, in_short_slice, 0);
+}
+
+/* ---- masks ---------------------------------------------------------------------------------
+ * Two walks of the token trie. The generic one steps a configuration set per node. The mono one
+ * follows a single configuration through its machine's DFA rows (one load per node, as the
+ * SDK's regex walk) and hands a subtree to the generic walk only where a call or a return may
+ * start: most masks (inside strings, keys, numbers) never leave the mono walk. */
+static void walk_generic(matcher_t *M, const aici_trie_node_t *nodes, uint32_t p, uint32_t end, uint32_t sp,
+                         uint32_t *mask) {
+  cset_t *st = M->walk;
+  while (p < end) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
+    bool live = matcher_step(M, &st[sp - 1], (uint8_t)w0, &st[sp]);
+    mask[tok >> 5] |= (uint32_t)live << (tok & 31);
+    if (live && (w1 >> 10) > 1) {
+      sp++, p++;
+    } else {
+      p += w1 >> 10;
+      sp -= w1 & 1023;
+    }
+  }
+}
+
+static inline bool boundary(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, bool *fresh) {
+  *fresh = !(s < M->info_cap[m] && M->info[m][s]);
+  uint8_t f = state_info(M, m, s);
+  return (f & ST_CALLS) || ((f & ST_ACCEPT) && parent);
+}
+
+/* Rows are addressed from the table's base (state 0's row): building a row may move the table,
+ * so the base is re-read after anything that can build one. */
+static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32_t *mask) {
+  aici_regex_t *re = M->re[c->m];
+  uint32_t m = c->m, parent = c->parent, states[1025], sp = 1, p = 1, n = t->n_nodes;
+  const aici_trie_node_t *nodes = t->nodes;
+  states[0] = c->s;
+  aici_regex_row(re, c->s);
+  const uint32_t *base = aici_regex_row(re, 0), *row = base + (size_t)c->s * 256;
+  while (p < n) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, size = w1 >> 10;
+    uint32_t e = row[w0 & 255], ns = e & ~AICI_REGEX_FINAL;
+    if ((uint8_t)w0 == CALL_BYTE) ns = 0;
+    if (ns) {
+      mask[tok >> 5] |= 1u << (tok & 31);
+      if (size > 1) {
+        uint8_t f = ns < M->info_cap[m] ? M->info[m][ns] : 0;
+        if (!f) {
+          f = state_info(M, m, ns);
+          base = aici_regex_row(re, 0);
+        }
+        if ((f & ST_CALLS) || ((f & ST_ACCEPT) && parent)) {
+          M->walk[sp] = (cset_t){.n = 1, .c = {{m, ns, parent}}};
+          walk_generic(M, nodes, p + 1, p + size, sp + 1, mask);
+          base = aici_regex_row(re, 0);
+        } else if (!(e & AICI_REGEX_FINAL)) {
+          states[sp++] = ns;
+          row = aici_regex_row(re, ns);      /* builds it if new */
+          base = row - (size_t)ns * 256;
+          p++;
+          continue;
+        }
+      }
+    }
+    p += size;
+    sp -= w1 & 1023;
+    row = base + (size_t)states[sp - 1] * 256;
+  }
+}
+
+static void walk(matcher_t *M, const aici_trie_t *t, const cset_t *start, uint32_t *mask) {
+  if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
+  bool fresh;
+  if (start->n == 1 && !boundary(M, start->c[0].m, start->c[0].s, start->c[0].parent, &fresh)) {
+    walk_mono(M, t, &start->c[0], mask);
+    return;
+  }
+  M->walk[0] = *start;
+  walk_generic(M, t->nodes, 1, t->n_nodes, 1, mask);
+}
+
+static void sort_set(cset_t *s) {
+  for (uint32_t i = 1; i < s->n; i++)
+    for (uint32_t j = i; j; j--) {
+      cfg_t a = s->c[j - 1], b = s->c[j];
+      bool gt = a.m != b.m ? a.m > b.m : a.s != b.s ? a.s > b.s : a.parent > b.parent;
+      if (!gt) break;
+      s->c[j - 1] = b, s->c[j] = a;
+    }
+}
+
+static bool same_set(const cset_t *a, const cset_t *b) {
+  if (a->n != b->n) return false;
+  for (uint32_t i = 0; i < a->n; i++)
+    if (a->c[i].m != b->c[i].m || a->c[i].s != b->c[i].s || a->c[i].parent != b->c[i].parent) return false;
+  return true;
+}
+
+typedef uint32_t v128u __attribute__((vector_size(16), aligned(4)));
+
+/* Vector loops: wasmtime's memory.copy / memory.fill are libcalls that cost more at mask sizes. */
+static void copy_words(uint32_t *restrict d, const uint32_t *restrict s, uint32_t n) {
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) *(v128u *)(d + i) = *(const v128u *)(s + i);
+  for (; i < n; i++) d[i] = s[i];
+}
+
+static void zero_words(uint32_t *d, uint32_t n) {
+  uint32_t i = 0;
+  v128u z = {0, 0, 0, 0};
+  for (; i + 4 <= n; i += 4) *(v128u *)(d + i) = z;
+  for (; i < n; i++) d[i] = 0;
+}
+
+static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_tokset_t *out) {
+  uint32_t *w = out->words, nw = out->n_words;
+  const aici_slice_t *sl = 0;
+  bool fresh;
+  if (set->n == 1 && M->str_slice && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh)) {
+    uint32_t m = set->c[0].m, s = set->c[0].s;
+    if (string_loop(M, m, s)) sl = M->str_slice;
+    else if (aici_regex_step(M->re[m], s, 'a') && short_room(M, m, s)) {   /* 'a': a cheap first test */
+      sl = M->short_slice;
+    }
+  }
+  if (sl && sl->dense) {
+    copy_words(w, sl->dense, nw);
+  } else {
+    zero_words(w, nw);
+    if (sl)
+      for (uint32_t i = 0; i < sl->n_words; i++) w[sl->word_idx[i]] |= sl->word_bits[i];
+  }
+  walk(M, sl ? &sl->rest : t, set, w);
+  w[nw] = 0;
+}
+
+const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_token_t eos) {
+  cset_t key = *set;
+  sort_set(&key);
+  for (uint32_t i = 0; i < M->cache_n; i++)
+    if (same_set(&M->cache[i].key, &key)) return M->cache[i].mask;
+  aici_tokset_t *out;
+  if (M->cache_n < CACHE_MAX) {
+    out = aici_tokset_new();
+    M->cache[M->cache_n].key = key;
+    M->cache[M->cache_n++].mask = out;
+  } else {
+    if (!M->spare) M->spare = aici_tokset_new();
+    out = M->spare;
+  }
+  compute(M, t, &key, out);
+  if (matcher_accepting(M, &key)) aici_tokset_allow(out, eos);   /* a function of the set too */
+  return out;
+}

@@ -1,0 +1,428 @@
+/* Strings at the byte level: code-point sets as regexes over their JSON encoding, and ECMA-262
+ * `pattern`s translated to the SDK's byte regex over the string's JSON text.
+ *
+ * Why translate instead of matching decoded text: the DFA steps on the bytes the model writes,
+ * which are JSON-escaped. A character the pattern allows is emitted as its raw UTF-8 bytes, and
+ * the characters JSON must escape (", \, controls) as their escapes; other escape spellings of
+ * ordinary characters (\u0041 for A) are not offered, which only narrows what the model may write.
+ */
+#include "json.h"
+
+void cps_add(cp_set_t *s, uint32_t lo, uint32_t hi) {
+  if (lo > hi) return;
+  if (s->n == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 8;
+    s->r = aici_realloc(s->r, s->cap * sizeof(cp_range_t));
+  }
+  s->r[s->n].lo = lo, s->r[s->n++].hi = hi;
+}
+
+void cps_normalize(cp_set_t *s) {
+  for (uint32_t i = 1; i < s->n; i++)        /* insertion sort: sets are small */
+    for (uint32_t j = i; j && s->r[j - 1].lo > s->r[j].lo; j--) {
+      cp_range_t t = s->r[j]; s->r[j] = s->r[j - 1]; s->r[j - 1] = t;
+    }
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < s->n; i++) {
+    if (k && s->r[i].lo <= s->r[k - 1].hi + 1) {
+      if (s->r[i].hi > s->r[k - 1].hi) s->r[k - 1].hi = s->r[i].hi;
+    } else s->r[k++] = s->r[i];
+  }
+  s->n = k;
+}
+
+void cps_negate(cp_set_t *s) {
+  cps_normalize(s);
+  cp_set_t o = {0};
+  uint32_t next = 0;
+  for (uint32_t i = 0; i < s->n; i++) {
+    if (s->r[i].lo > next) cps_add(&o, next, s->r[i].lo - 1);
+    next = s->r[i].hi + 1;
+  }
+  if (next <= 0x10ffff) cps_add(&o, next, 0x10ffff);
+  aici_free(s->r);
+  *s = o;
+}
+
+static uint32_t enc(uint32_t c, uint8_t *out) {
+  if (c < 0x80) { out[0] = (uint8_t)c; return 1; }
+  if (c < 0x800) { out[0] = (uint8_t)(0xc0 | c >> 6), out[1] = (uint8_t)(0x80 | (c & 63)); return 2; }
+  if (c < 0x10000) {
+    out[0] = (uint8_t)(0xe0 | c >> 12), out[1] = (uint8_t)(0x80 | (c >> 6 & 63)), out[2] = (uint8_t)(0x80 | (c & 63));
+    return 3;
+  }
+  out[0] = (uint8_t)(0xf0 | c >> 18), out[1] = (uint8_t)(0x80 | (c >> 12 & 63));
+  out[2] = (uint8_t)(0x80 | (c >> 6 & 63)), out[3] = (uint8_t)(0x80 | (c & 63));
+  return 4;
+}
+
+static void byte_range(sb_t *b, uint8_t lo, uint8_t hi) {
+  if (lo == hi) { sb_byte(b, lo); return; }
+  sb_putc(b, '[');
+  sb_byte(b, lo);
+  sb_putc(b, '-');
+  sb_byte(b, hi);
+  sb_putc(b, ']');
+}
+
+/* [lo, hi] with one encoded length, split until each byte position is a plain range. */
+static void utf8_range(sb_t *b, uint32_t lo, uint32_t hi, bool *first) {
+  uint8_t l[4], h[4];
+  uint32_t n = enc(lo, l);
+  for (uint32_t i = 1; i < n; i++) {
+    uint32_t m = (1u << (6 * i)) - 1;
+    if ((lo & ~m) != (hi & ~m)) {
+      if (lo & m) { utf8_range(b, lo, lo | m, first); utf8_range(b, (lo | m) + 1, hi, first); return; }
+      if ((hi & m) != m) { utf8_range(b, lo, (hi & ~m) - 1, first); utf8_range(b, hi & ~m, hi, first); return; }
+    }
+  }
+  enc(hi, h);
+  if (!*first) sb_putc(b, '|');
+  *first = false;
+  for (uint32_t i = 0; i < n; i++) byte_range(b, l[i], h[i]);
+}
+
+static void raw_range(sb_t *b, uint32_t lo, uint32_t hi, bool *first) {
+  static const uint32_t ends[] = {0x7f, 0x7ff, 0xffff, 0x10ffff};
+  for (int k = 0; k < 4 && lo <= hi; k++) {
+    if (lo > ends[k]) continue;
+    uint32_t e = hi < ends[k] ? hi : ends[k];
+    if (lo <= 0xdfff && e >= 0xd800) {      /* surrogates have no UTF-8 form */
+      if (lo < 0xd800) utf8_range(b, lo, 0xd7ff, first);
+      if (e > 0xdfff) utf8_range(b, 0xe000, e, first);
+    } else utf8_range(b, lo, e, first);
+    lo = e + 1;
+  }
+}
+
+static void alt(sb_t *b, bool *first, const char *text) {
+  if (!*first) sb_putc(b, '|');
+  *first = false;
+  sb_puts(b, text);
+}
+
+/* The escapes JSON needs (and allows) for the characters it cannot write raw. */
+static void escaped(sb_t *b, uint32_t c, bool *first) {
+  static const char hx[] = "0123456789abcdef";
+  if (c == '"') { alt(b, first, "\\\\\\x22"); return; }
+  if (c == '\\') { alt(b, first, "\\\\\\\\"); return; }
+  const char *short_form = c == '\n' ? "\\\\n" : c == '\r' ? "\\\\r" : c == '\t' ? "\\\\t" : c == '\b' ? "\\\\b"
+                         : c == '\f' ? "\\\\f" : 0;
+  if (short_form) alt(b, first, short_form);
+  alt(b, first, "\\\\u00");
+  sb_putc(b, hx[c >> 4]);
+  char lo = hx[c & 15];
+  if (lo >= 'a') { sb_putc(b, '['); sb_putc(b, lo); sb_putc(b, (char)(lo - 32)); sb_putc(b, ']'); }
+  else sb_putc(b, lo);
+}
+
+bool emit_cp_set(sb_t *b, cp_set_t *s) {
+  cps_normalize(s);
+  bool first = true;
+  sb_puts(b, "(?:");
+  bool all_escaped = s->n && s->r[0].lo == 0 && s->r[0].hi >= '\\';
+  if (all_escaped) alt(b, &first, "\\\\(?:[\\x22\\x5c/bfnrt]|u[0-9a-fA-F]{4})");
+  /* the one-byte characters as one class: the SDK takes a repeated class as a slice candidate */
+  sb_t ascii = {0};
+  for (uint32_t i = 0; i < s->n; i++) {
+    uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
+    for (uint32_t c = lo; c <= hi && c < 0x60; c++)
+      if ((c < 0x20 || c == '"' || c == '\\') && !all_escaped) escaped(b, c, &first);
+    for (uint32_t c = lo < 0x20 ? 0x20 : lo; c <= hi && c < 0x80; c++) {
+      if (c == '"' || c == '\\') continue;
+      uint32_t e = c;
+      while (e + 1 <= hi && e + 1 < 0x80 && e + 1 != '"' && e + 1 != '\\') e++;
+      sb_byte(&ascii, (uint8_t)c);
+      if (e > c) sb_putc(&ascii, '-'), sb_byte(&ascii, (uint8_t)e);
+      c = e;
+    }
+    if (hi >= 0x80) raw_range(b, lo < 0x80 ? 0x80 : lo, hi, &first);
+  }
+  if (ascii.n) {
+    if (!first) sb_putc(b, '|');
+    first = false;
+    sb_putc(b, '['), sb_putn(b, ascii.p, ascii.n), sb_putc(b, ']');
+    aici_free(ascii.p);
+  }
+  if (first) { sb_puts(b, "[^\\x00-\\xff])"); return false; }
+  sb_putc(b, ')');
+  return true;
+}
+
+/* ---- ECMA-262 patterns ---------------------------------------------------------------------- */
+typedef struct {
+  const uint8_t *s;
+  uint32_t n, i;
+  const char *why;
+  sb_t *out;
+} pat_t;
+
+static uint32_t next_cp(pat_t *p) {
+  uint8_t c = p->s[p->i++];
+  if (c < 0x80 || p->i >= p->n + 1) return c;
+  uint32_t n = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : 1, cp = c & (0x3f >> n);
+  for (uint32_t k = 0; k < n && p->i < p->n; k++) cp = cp << 6 | (p->s[p->i++] & 63);
+  return cp;
+}
+
+static void class_escape(cp_set_t *s, char c) {   /* \d \w \s and negations */
+  cp_set_t t = {0};
+  switch (c | 0x20) {
+    case 'd': cps_add(&t, '0', '9'); break;
+    case 'w': cps_add(&t, '0', '9'), cps_add(&t, 'A', 'Z'), cps_add(&t, 'a', 'z'), cps_add(&t, '_', '_'); break;
+    default:
+      cps_add(&t, 9, 13), cps_add(&t, ' ', ' '), cps_add(&t, 0xa0, 0xa0), cps_add(&t, 0x1680, 0x1680);
+      cps_add(&t, 0x2000, 0x200a), cps_add(&t, 0x2028, 0x2029), cps_add(&t, 0x202f, 0x202f);
+      cps_add(&t, 0x205f, 0x205f), cps_add(&t, 0x3000, 0x3000), cps_add(&t, 0xfeff, 0xfeff);
+  }
+  if (c >= 'A' && c <= 'Z') cps_negate(&t);
+  for (uint32_t i = 0; i < t.n; i++) cps_add(s, t.r[i].lo, t.r[i].hi);
+  aici_free(t.r);
+}
+
+static int hexd(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c |= 0x20;
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static int64_t hexn(pat_t *p, uint32_t n) {
+  int64_t v = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    int d = p->i < p->n ? hexd(p->s[p->i]) : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d, p->i++;
+  }
+  return v;
+}
+
+/* After a backslash: a code point (>= 0), a class added to `cls` (-1), or an error (-2). */
+static int64_t escape(pat_t *p, cp_set_t *cls, bool in_class) {
+  if (p->i >= p->n) { p->why = "trailing backslash"; return -2; }
+  uint8_t c = p->s[p->i++];
+  switch (c) {
+    case 'd': case 'D': case 'w': case 'W': case 's': case 'S': class_escape(cls, (char)c); return -1;
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    case 'f': return '\f';
+    case 'v': return '\v';
+    case '0': return 0;
+    case 'b': if (in_class) return '\b'; p->why = "\\b (word boundary)"; return -2;
+    case 'x': { int64_t v = hexn(p, 2); if (v < 0) p->why = "bad \\x escape"; return v < 0 ? -2 : v; }
+    case 'u': {
+      if (p->i < p->n && p->s[p->i] == '{') {
+        p->i++;
+        int64_t v = 0;
+        while (p->i < p->n && hexd(p->s[p->i]) >= 0 && v <= 0x10ffff) v = v * 16 + hexd(p->s[p->i++]);
+        if (p->i >= p->n || p->s[p->i] != '}' || v > 0x10ffff) { p->why = "bad \\u{...} escape"; return -2; }
+        p->i++;
+        return v;
+      }
+      int64_t v = hexn(p, 4);
+      if (v < 0) { p->why = "bad \\u escape"; return -2; }
+      if (v >= 0xd800 && v < 0xdc00 && p->i + 6 <= p->n && p->s[p->i] == '\\' && p->s[p->i + 1] == 'u') {
+        uint32_t save = p->i;
+        p->i += 2;
+        int64_t lo = hexn(p, 4);
+        if (lo >= 0xdc00 && lo < 0xe000) return 0x10000 + ((v - 0xd800) << 10) + (lo - 0xdc00);
+        p->i = save;
+      }
+      return v;
+    }
+    case 'c':
+      if (p->i < p->n && ((p->s[p->i] | 0x20) >= 'a' && (p->s[p->i] | 0x20) <= 'z')) return p->s[p->i++] & 31;
+      p->why = "bad \\c escape";
+      return -2;
+  }
+  if ((c >= '1' && c <= '9') || c == 'k') { p->why = "backreferences"; return -2; }
+  if (c == 'p' || c == 'P') { p->why = "Unicode property escapes"; return -2; }
+  if (c == 'B') { p->why = "\\B"; return -2; }
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) { p->why = "unknown escape"; return -2; }
+  p->i--;
+  return next_cp(p);
+}
+
+static bool emit_set_atom(pat_t *p, cp_set_t *s) {
+  emit_cp_set(p->out, s);
+  aici_free(s->r);
+  return true;
+}
+
+static bool parse_class(pat_t *p) {
+  cp_set_t s = {0};
+  bool neg = p->i < p->n && p->s[p->i] == '^';
+  if (neg) p->i++;
+  for (;;) {
+    if (p->i >= p->n) { p->why = "unterminated [ ]"; return false; }
+    if (p->s[p->i] == ']') { p->i++; break; }   /* ECMA: [] is empty, [^] is anything */
+    int64_t lo;
+    if (p->s[p->i] == '\\') { p->i++; lo = escape(p, &s, true); }
+    else lo = next_cp(p);
+    if (lo == -2) return false;
+    if (lo == -1) continue;
+    if (p->i + 1 < p->n && p->s[p->i] == '-' && p->s[p->i + 1] != ']') {
+      p->i++;
+      int64_t hi;
+      if (p->s[p->i] == '\\') { p->i++; hi = escape(p, &s, true); }
+      else hi = next_cp(p);
+      if (hi == -2) return false;
+      if (hi == -1) { cps_add(&s, (uint32_t)lo, (uint32_t)lo), cps_add(&s, '-', '-'); continue; }
+      if (hi < lo) { p->why = "bad range in [ ]"; return false; }
+      cps_add(&s, (uint32_t)lo, (uint32_t)hi);
+    } else cps_add(&s, (uint32_t)lo, (uint32_t)lo);
+  }
+  if (neg) cps_negate(&s);
+  return emit_set_atom(p, &s);
+}
+
+static bool parse_alt(pat_t *p, uint32_t depth);
+
+static bool parse_atom(pat_t *p, uint32_t depth) {
+  uint32_t c = next_cp(p);
+  cp_set_t s = {0};
+  switch (c) {
+    case '(': {
+      if (p->i < p->n && p->s[p->i] == '?') {
+        if (p->i + 1 < p->n && p->s[p->i + 1] == ':') p->i += 2;
+        else if (p->i + 2 < p->n && p->s[p->i + 1] == '<' && p->s[p->i + 2] != '=' && p->s[p->i + 2] != '!') {
+          while (p->i < p->n && p->s[p->i] != '>') p->i++;
+          p->i++;
+        } else { p->why = "lookaround assertions"; return false; }
+      }
+      sb_puts(p->out, "(?:");
+      if (!parse_alt(p, depth + 1)) return false;
+      if (p->i >= p->n || p->s[p->i] != ')') { p->why = "missing )"; return false; }
+      p->i++;
+      sb_putc(p->out, ')');
+      return true;
+    }
+    case '[': return parse_class(p);
+    case '.':
+      cps_add(&s, '\n', '\n'), cps_add(&s, '\r', '\r'), cps_add(&s, 0x2028, 0x2029);
+      cps_negate(&s);
+      return emit_set_atom(p, &s);
+    case '\\': {
+      int64_t v = escape(p, &s, false);
+      if (v == -2) return false;
+      if (v >= 0) cps_add(&s, (uint32_t)v, (uint32_t)v);
+      return emit_set_atom(p, &s);
+    }
+    case '^': case '$': p->why = "^ or $ inside the pattern"; return false;
+    case '*': case '+': case '?': p->why = "nothing to repeat"; return false;
+    case ')': p->why = "unbalanced )"; return false;
+  }
+  cps_add(&s, c, c);
+  return emit_set_atom(p, &s);
+}
+
+static bool parse_uint(pat_t *p, uint32_t *v) {
+  uint32_t s = p->i;
+  uint64_t x = 0;
+  while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9' && x < 1000000) x = x * 10 + (p->s[p->i++] - '0');
+  *v = (uint32_t)x;
+  return p->i > s;
+}
+
+/* Repeats wider than the SDK's 1000 are written as consecutive pieces of the same atom. */
+static void repeat(sb_t *b, uint32_t atom_at, uint32_t min, uint32_t max, bool unbounded) {
+  uint32_t n = b->n - atom_at;
+  char *atom = aici_malloc(n + 1);
+  __builtin_memcpy(atom, b->p + atom_at, n);
+  b->n = atom_at;
+  for (; min > 1000; min -= 1000) sb_putn(b, atom, n), sb_puts(b, "{1000}");
+  sb_putn(b, atom, n), sb_putc(b, '{'), sb_uint(b, min);
+  if (unbounded) {
+    sb_puts(b, ",}");
+  } else {
+    uint32_t more = max - min, m = more < 1000 - min ? more : 1000 - min;
+    sb_putc(b, ','), sb_uint(b, min + m), sb_putc(b, '}');
+    for (more -= m; more; more -= m) {
+      m = more < 1000 ? more : 1000;
+      sb_putn(b, atom, n), sb_puts(b, "{0,"), sb_uint(b, m), sb_putc(b, '}');
+    }
+  }
+  aici_free(atom);
+}
+
+static bool parse_seq(pat_t *p, uint32_t depth) {
+  while (p->i < p->n && p->s[p->i] != '|' && p->s[p->i] != ')') {
+    if (depth == 0 && p->s[p->i] == '$' && (p->i + 1 == p->n || p->s[p->i + 1] == '|')) return true;
+    uint32_t at = p->out->n;
+    sb_puts(p->out, "(?:");
+    if (!parse_atom(p, depth)) return false;
+    sb_putc(p->out, ')');
+    if (p->i >= p->n) break;
+    uint8_t q = p->s[p->i];
+    uint32_t min = 0, max = 0;
+    bool unbounded = false;
+    if (q == '*') unbounded = true, p->i++;
+    else if (q == '+') min = 1, unbounded = true, p->i++;
+    else if (q == '?') max = 1, p->i++;
+    else if (q == '{') {
+      uint32_t save = p->i++;
+      bool ok = parse_uint(p, &min);
+      max = min;
+      if (ok && p->i < p->n && p->s[p->i] == ',') {
+        p->i++;
+        if (!parse_uint(p, &max)) unbounded = true;
+      }
+      if (!ok || p->i >= p->n || p->s[p->i] != '}') { p->i = save; continue; }   /* a literal { */
+      p->i++;
+      if (!unbounded && max < min) { p->why = "bad {m,n}"; return false; }
+      if (min > 100000 || max > 100000) { p->why = "repeat count over 100000"; return false; }
+    } else continue;
+    if (p->i < p->n && p->s[p->i] == '?') p->i++;   /* lazy: same language */
+    repeat(p->out, at, min, max, unbounded);
+    if (p->i < p->n && (p->s[p->i] == '*' || p->s[p->i] == '+' || p->s[p->i] == '?' || p->s[p->i] == '{')) {
+      p->why = "multiple repeat";
+      return false;
+    }
+  }
+  return true;
+}
+
+static void any_chars(sb_t *b) {
+  cp_set_t s = {0};
+  cps_add(&s, 0, 0x10ffff);
+  emit_cp_set(b, &s);
+  aici_free(s.r);
+  sb_putc(b, '*');
+}
+
+static bool parse_alt(pat_t *p, uint32_t depth) {
+  for (;;) {
+    if (depth == 0) {                  /* search semantics: unanchored ends match anything */
+      bool anchored = p->i < p->n && p->s[p->i] == '^';
+      if (anchored) p->i++;
+      sb_puts(p->out, "(?:");
+      if (!anchored) any_chars(p->out);
+    }
+    if (!parse_seq(p, depth)) return false;
+    if (depth == 0) {
+      bool anchored = p->i < p->n && p->s[p->i] == '$';
+      if (anchored) p->i++;
+      else any_chars(p->out);
+      sb_putc(p->out, ')');
+    }
+    if (p->i < p->n && p->s[p->i] == '|') { p->i++; sb_putc(p->out, '|'); continue; }
+    return true;
+  }
+}
+
+bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why) {
+  pat_t p = {.s = (const uint8_t *)pat, .n = len, .out = b};
+  sb_puts(b, "(?:");
+  bool ok = parse_alt(&p, 0);
+  if (ok && p.i < p.n) p.why = "unbalanced )", ok = false;
+  sb_putc(b, ')');
+  *why = p.why;
+  return ok;
+}
+
+void emit_strchar(sb_t *b) {
+  cp_set_t s = {0};
+  cps_add(&s, 0, 0x10ffff);
+  emit_cp_set(b, &s);
+  aici_free(s.r);
+}

@@ -1,0 +1,1343 @@
+/* JSON Schema -> regex texts for the SDK's DFA engine, one per machine (see json.h).
+ *
+ * Every keyword is either enforced exactly, narrowed (the controller offers a subset of the
+ * valid documents: canonical escapes, no exponent on bounded numbers, properties in schema
+ * order), an annotation, or an error "unsupported: KEYWORD at POINTER". Words that are no JSON
+ * Schema keyword at all (x-..., javaType) constrain nothing for any validator, so they are
+ * skipped like annotations.
+ */
+#include "json.h"
+
+#define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
+#define MAX_REGEX (1u << 20)
+#define MAX_ALTS 64u
+
+typedef struct {
+  const jv_t *key;                     /* schema node (or a marker for special machines) */
+  uint32_t kind;
+  uint64_t arg;                        /* kind 4 (bounded string): min << 32 | max */
+} mkey_t;
+
+typedef struct {
+  const jv_t *root;
+  const json_opts_t *o;
+  compiled_t *out;
+  mkey_t *keys;
+  const jv_t **pending;                /* schema of machine i still to compile (NULL: done) */
+  char **ptrs;                         /* JSON pointer of machine i's schema */
+  machine_src_t *texts;                /* machine i's regex */
+  uint32_t n_keys;
+  char *err;
+  sb_t ptr;                            /* where the compiler is, as a JSON pointer */
+  char ws[40];
+  uint32_t loops;
+  uint32_t depth;                      /* nesting of emit(): recursion through allOf is bounded */
+} cx_t;
+
+static const jv_t FALSE_SCHEMA = {.kind = JV_FALSE};
+static const jv_t ANY_MARK = {.kind = JV_TRUE};
+
+/* ---- errors and pointers --------------------------------------------------------------------- */
+static void fail(cx_t *c, const char *what, const char *kw, const char *detail) {
+  if (c->err) return;
+  sb_t m = {0};
+  sb_puts(&m, what);
+  sb_puts(&m, kw);
+  sb_puts(&m, " at ");
+  sb_puts(&m, c->ptr.n ? c->ptr.p : "#");
+  if (detail) sb_puts(&m, " ("), sb_puts(&m, detail), sb_putc(&m, ')');
+  c->err = m.p;
+}
+#define UNSUPPORTED(c, kw, detail) fail(c, "unsupported: ", kw, detail)
+
+static uint32_t ptr_push(cx_t *c, const char *seg, uint32_t n) {
+  uint32_t at = c->ptr.n;
+  if (!c->ptr.n) sb_putc(&c->ptr, '#');
+  sb_putc(&c->ptr, '/');
+  for (uint32_t i = 0; i < n; i++) {
+    if (seg[i] == '~') sb_puts(&c->ptr, "~0");
+    else if (seg[i] == '/') sb_puts(&c->ptr, "~1");
+    else sb_putc(&c->ptr, seg[i]);
+  }
+  return at;
+}
+static uint32_t ptr_pushs(cx_t *c, const char *seg) {
+  uint32_t n = 0;
+  while (seg[n]) n++;
+  return ptr_push(c, seg, n);
+}
+static uint32_t ptr_pushi(cx_t *c, uint32_t i) {
+  char t[12];
+  int k = 0;
+  do t[k++] = (char)('0' + i % 10), i /= 10; while (i);
+  char s[12];
+  for (int j = 0; j < k; j++) s[j] = t[k - 1 - j];
+  return ptr_push(c, s, (uint32_t)k);
+}
+static void ptr_pop(cx_t *c, uint32_t at) {
+  c->ptr.n = at;
+  if (c->ptr.p) c->ptr.p[at] = 0;
+}
+
+static bool ignored(cx_t *c, const char *kw) {
+  const char *s = c->o->ignore;
+  uint32_t n = 0;
+  while (kw[n]) n++;
+  while (s && *s) {
+    uint32_t k = 0;
+    while (s[k] && s[k] != ',') k++;
+    if (k == n && !__builtin_memcmp(s, kw, n)) return true;
+    s += k + (s[k] == ',');
+  }
+  return false;
+}
+
+static void relax(cx_t *c, const char *kw) {
+  sb_t *l = &c->out->log;
+  sb_puts(l, "json: not enforcing ");
+  sb_puts(l, kw);
+  sb_puts(l, " at ");
+  sb_puts(l, c->ptr.n ? c->ptr.p : "#");
+  sb_puts(l, " (option ignore)\n");
+}
+
+/* ---- keywords -------------------------------------------------------------------------------- */
+static const char *const ANNOTATIONS[] = {
+  "title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
+  "readOnly", "writeOnly", "deprecated", "contentEncoding", "contentMediaType", "contentSchema",
+  "$anchor", "$vocabulary", "definitions", "$defs", "$recursiveAnchor", "$dynamicAnchor", 0};
+static const char *const HANDLED[] = {
+  "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
+  "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
+  "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf",
+  "allOf", "$ref", "minProperties", "maxProperties", "uniqueItems", "patternProperties", 0};
+static const char *const UNSUPPORTED_KWS[] = {
+  "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "contains",
+  "minContains", "maxContains", "propertyNames", "unevaluatedProperties",
+  "unevaluatedItems", "$dynamicRef", "$recursiveRef", 0};
+
+static bool in_list(const jv_t *k, const char *const *l) {
+  for (; *l; l++)
+    if (jv_str_is(k, *l)) return true;
+  return false;
+}
+
+static bool is_constraint_key(const jv_t *k) { return !in_list(k, ANNOTATIONS) && (in_list(k, HANDLED) || in_list(k, UNSUPPORTED_KWS)); }
+
+/* Errors for keywords the compiler cannot enforce (unless ignored on request). */
+static bool check_keywords(cx_t *c, const jv_t *s) {
+  for (uint32_t i = 0; i < s->n; i++) {
+    const jv_t *k = &s->keys[i], *v = &s->items[i];
+    const char *kw = 0;
+    for (const char *const *l = UNSUPPORTED_KWS; *l && !kw; l++)
+      if (jv_str_is(k, *l)) kw = *l;
+    if (jv_str_is(k, "uniqueItems") && v->kind == JV_TRUE) kw = "uniqueItems";
+    if (!kw) continue;
+    if (ignored(c, kw)) { relax(c, kw); continue; }
+    UNSUPPORTED(c, kw, 0);
+    return false;
+  }
+  return true;
+}
+
+/* ---- $ref ------------------------------------------------------------------------------------ */
+static bool seg_eq(const jv_t *k, const char *s, uint32_t n) {
+  sb_t d = {0};                        /* the segment with ~1 ~0 and %25-style escapes undone */
+  for (uint32_t i = 0; i < n; i++) {
+    if (s[i] == '~' && i + 1 < n) { sb_putc(&d, s[i + 1] == '1' ? '/' : '~'); i++; }
+    else if (s[i] == '%' && i + 2 < n) {
+      int h = s[i + 1], l = s[i + 2];
+      h = h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10, l = l <= '9' ? l - '0' : (l | 0x20) - 'a' + 10;
+      sb_putc(&d, (char)(h * 16 + l));
+      i += 2;
+    } else sb_putc(&d, s[i]);
+  }
+  bool eq = k->n == d.n && (!d.n || !__builtin_memcmp(k->s, d.p, d.n));
+  aici_free(d.p);
+  return eq;
+}
+
+static const jv_t *resolve(cx_t *c, const jv_t *ref) {
+  if (ref->kind != JV_STR || !ref->n || ref->s[0] != '#') {
+    UNSUPPORTED(c, "$ref", "only local references (#...) are supported");
+    return 0;
+  }
+  const jv_t *v = c->root;
+  const char *s = ref->s + 1, *end = ref->s + ref->n;
+  while (s < end) {
+    if (*s != '/') { UNSUPPORTED(c, "$ref", "anchors are not supported"); return 0; }
+    const char *seg = ++s;
+    while (s < end && *s != '/') s++;
+    uint32_t n = (uint32_t)(s - seg);
+    const jv_t *next = 0;
+    if (v->kind == JV_OBJ) {
+      for (uint32_t i = 0; i < v->n; i++)
+        if (seg_eq(&v->keys[i], seg, n)) next = &v->items[i];
+    } else if (v->kind == JV_ARR) {
+      uint32_t idx = 0;
+      for (uint32_t i = 0; i < n; i++) idx = idx * 10 + (uint32_t)(seg[i] - '0');
+      if (idx < v->n) next = &v->items[idx];
+    }
+    if (!next) { fail(c, "bad schema: ", "$ref", "no such location"); return 0; }
+    v = next;
+  }
+  return v;
+}
+
+/* ---- machines -------------------------------------------------------------------------------- */
+static uint64_t key_arg;               /* the arg of the next machine_find / machine_for */
+
+static int32_t machine_find(cx_t *c, const jv_t *schema, uint32_t kind) {
+  for (uint32_t i = 0; i < c->n_keys; i++)
+    if (c->keys[i].key == schema && c->keys[i].kind == kind && c->keys[i].arg == key_arg) return (int32_t)i;
+  return -1;
+}
+
+/* The machine for (schema, kind), created pending; `ptr` names it in errors (NULL: here). */
+static uint32_t machine_for(cx_t *c, const jv_t *schema, uint32_t kind, const char *ptr, uint32_t ptr_len) {
+  int32_t found = machine_find(c, schema, kind);
+  if (found >= 0) return (uint32_t)found;
+  if (c->n_keys == MAX_MACHINES) { UNSUPPORTED(c, "schema", "over 4096 machines"); return 0; }
+  uint32_t i = c->n_keys++;
+  if ((i & (i - 1)) == 0) {
+    uint32_t cap = i ? 2 * i : 1;
+    c->keys = aici_realloc(c->keys, cap * sizeof(mkey_t));
+    c->pending = aici_realloc(c->pending, cap * sizeof(void *));
+    c->ptrs = aici_realloc(c->ptrs, cap * sizeof(char *));
+    c->texts = aici_realloc(c->texts, cap * sizeof(machine_src_t));
+  }
+  c->keys[i].key = schema, c->keys[i].kind = kind, c->keys[i].arg = key_arg;
+  c->pending[i] = schema;
+  c->texts[i].text = 0, c->texts[i].len = 0;
+  sb_t p = {0};
+  if (ptr) sb_putn(&p, ptr, ptr_len);
+  else sb_puts(&p, c->ptr.n ? c->ptr.p : "#");
+  c->ptrs[i] = p.p;
+  return i;
+}
+
+static void set_text(cx_t *c, uint32_t m, const char *text, uint32_t n) {
+  char *t = aici_malloc(n + 1);
+  __builtin_memcpy(t, text, n);
+  t[n] = 0;
+  c->texts[m].text = t, c->texts[m].len = n;
+  c->pending[m] = 0;
+}
+
+static void emit_call(cx_t *c, sb_t *b, uint32_t m) {
+  sb_puts(b, "(?:");
+  sb_byte(b, CALL_BYTE), sb_byte(b, (uint8_t)(m >> 8)), sb_byte(b, (uint8_t)m);
+  sb_putc(b, ')');
+}
+
+static void emit(cx_t *c, sb_t *b, const jv_t *s);
+
+/* A sub-schema inline, or as a call when its text is long (cut out into its own machine). */
+static void emit_value(cx_t *c, sb_t *b, const jv_t *s) {
+  int32_t known = machine_find(c, s, 3);
+  if (known >= 0) { emit_call(c, b, (uint32_t)known); return; }
+  uint32_t at = b->n;
+  emit(c, b, s);
+  if (c->err || b->n - at <= OUTLINE_BYTES) return;
+  uint32_t m = machine_for(c, s, 3, 0, 0);
+  if (c->err) return;
+  set_text(c, m, b->p + at, b->n - at);
+  b->n = at, b->p[at] = 0;
+  emit_call(c, b, m);
+}
+
+/* ---- strings --------------------------------------------------------------------------------- */
+static void emit_chars(sb_t *b, uint64_t min, uint64_t max, bool unbounded) {
+  sb_t one = {0};
+  emit_strchar(&one);
+  for (; min > 1000; min -= 1000) sb_putn(b, one.p, one.n), sb_puts(b, "{1000}");
+  if (unbounded) {
+    sb_putn(b, one.p, one.n), sb_putc(b, '{'), sb_uint(b, min), sb_puts(b, ",}");
+  } else {
+    uint64_t more = max - min, m = more < 1000 - min ? more : 1000 - min;
+    sb_putn(b, one.p, one.n), sb_putc(b, '{'), sb_uint(b, min), sb_putc(b, ','), sb_uint(b, min + m), sb_putc(b, '}');
+    for (more -= m; more; more -= m) {
+      m = more < 1000 ? more : 1000;
+      sb_putn(b, one.p, one.n), sb_puts(b, "{0,"), sb_uint(b, m), sb_putc(b, '}');
+    }
+  }
+  aici_free(one.p);
+}
+
+/* Calendar dates exactly (days per month, February 29 in leap years only, no year 0), as
+ * Python's date.fromisoformat; no leap second (:60), which datetime rejects. */
+static const char DATE[] =
+  "(?:(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])\\-(?:(?:0[13578]|1[02])\\-(?:0[1-9]|[12][0-9]|3[01])"
+  "|(?:0[469]|11)\\-(?:0[1-9]|[12][0-9]|30)|02\\-(?:0[1-9]|1[0-9]|2[0-8]))"
+  "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)\\-02\\-29)";
+static const char TIME[] = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?"
+                           "(?:[Zz]|[+\\-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+static const char H4[] = "[0-9a-fA-F]{1,4}";
+static const char LABEL[] = "[a-zA-Z0-9](?:[a-zA-Z0-9\\-]{0,61}[a-zA-Z0-9])?";
+static const char ATEXT[] = "[a-zA-Z0-9!#$%&'*+/=?\\^_`{|}~\\-]+";
+static const char URICH[] = "(?:[a-zA-Z0-9\\-._~:/?#\\[\\]@!$&'()*+,;=]|%[0-9a-fA-F]{2})";
+
+static bool emit_format(sb_t *b, const char *f) {
+  uint32_t n = 0;
+  while (f[n]) n++;
+#define IS(s) (n == sizeof(s) - 1 && !__builtin_memcmp(f, s, n))
+  if (IS("date")) sb_puts(b, DATE);
+  else if (IS("time")) sb_puts(b, TIME);
+  else if (IS("date-time")) sb_puts(b, DATE), sb_puts(b, "[Tt]"), sb_puts(b, TIME);
+  else if (IS("uuid"))
+    sb_puts(b, "[0-9a-fA-F]{8}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{12}");
+  else if (IS("email")) {
+    sb_puts(b, ATEXT), sb_puts(b, "(?:\\."), sb_puts(b, ATEXT), sb_puts(b, ")*@");
+    sb_puts(b, LABEL), sb_puts(b, "(?:\\."), sb_puts(b, LABEL), sb_puts(b, ")+");
+  } else if (IS("hostname")) {
+    sb_puts(b, LABEL), sb_puts(b, "(?:\\."), sb_puts(b, LABEL), sb_puts(b, ")*");
+  } else if (IS("ipv4")) {
+    const char *o = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    sb_puts(b, o);
+    for (int i = 0; i < 3; i++) sb_puts(b, "\\."), sb_puts(b, o);
+  } else if (IS("ipv6")) {
+    sb_puts(b, "(?:");
+    /* k groups, "::", then up to 7-k groups (k = 0..7), or all eight groups */
+    sb_puts(b, "(?:"), sb_puts(b, H4), sb_puts(b, ":){7}"), sb_puts(b, H4);
+    for (int k = 0; k <= 7; k++) {
+      sb_putc(b, '|');
+      if (k) sb_puts(b, "(?:"), sb_puts(b, H4), sb_puts(b, ":){"), sb_uint(b, (uint64_t)k), sb_putc(b, '}');
+      else sb_putc(b, ':');
+      if (7 - k > 0) sb_puts(b, "(?::"), sb_puts(b, H4), sb_puts(b, "){0,"), sb_uint(b, (uint64_t)(7 - k)), sb_puts(b, "}");
+      if (!k) sb_puts(b, "(?::|(?::"), sb_puts(b, H4), sb_puts(b, ")+)"), b->n -= 0;
+    }
+    sb_putc(b, ')');
+  } else if (IS("uri")) {
+    sb_puts(b, "[a-zA-Z][a-zA-Z0-9+.\\-]*:"), sb_puts(b, URICH), sb_putc(b, '+');
+  } else return false;
+  return true;
+#undef IS
+}
+
+static bool get_uint(cx_t *c, const jv_t *s, const char *kw, uint64_t *out) {
+  const jv_t *v = jv_get(s, kw);
+  if (!v) return false;
+  if (v->kind != JV_NUM || v->num < 0 || !jv_is_int(v)) { fail(c, "bad schema: ", kw, "not a non-negative integer"); return false; }
+  *out = v->num > 1e15 ? (uint64_t)1e15 : (uint64_t)v->num;
+  return true;
+}
+
+/* A pattern `^ATOM{a,b}$` (or * + ?) with length bounds: the same pattern with the repeat
+ * narrowed to the bounds (each repeat of one atom is one character). NULL: not of that form. */
+static char *pattern_with_length(const jv_t *pat, uint64_t min, uint64_t max, bool has_max) {
+  const char *p = pat->s;
+  uint32_t n = pat->n, i = 0;
+  if (n < 3 || p[0] != '^' || p[n - 1] != '$' || (n >= 2 && p[n - 2] == '\\')) return 0;
+  i = 1;
+  uint32_t atom = i;
+  if (p[i] == '[') {
+    for (i++; i < n - 1 && p[i] != ']'; i++)
+      if (p[i] == '\\') i++;
+    if (i >= n - 1) return 0;
+    i++;
+  } else if (p[i] == '\\' && i + 1 < n - 1 && ((p[i + 1] | 0x20) == 'd' || (p[i + 1] | 0x20) == 'w' || (p[i + 1] | 0x20) == 's')) i += 2;
+  else if (p[i] == '.') i++;
+  else return 0;
+  uint32_t atom_end = i;
+  uint64_t a = 0, b = 0;
+  bool unbounded = false;
+  if (p[i] == '*') unbounded = true, i++;
+  else if (p[i] == '+') a = 1, unbounded = true, i++;
+  else if (p[i] == '?') b = 1, i++;
+  else if (p[i] == '{') {
+    i++;
+    while (p[i] >= '0' && p[i] <= '9') a = a * 10 + (uint64_t)(p[i++] - '0');
+    b = a;
+    if (p[i] == ',') {
+      i++;
+      if (p[i] == '}') unbounded = true;
+      else { b = 0; while (p[i] >= '0' && p[i] <= '9') b = b * 10 + (uint64_t)(p[i++] - '0'); }
+    }
+    if (p[i] != '}') return 0;
+    i++;
+  } else return 0;
+  if (i != n - 1) return 0;
+  if (min > a) a = min;
+  if (has_max && (unbounded || max < b)) b = max, unbounded = false;
+  sb_t t = {0};
+  sb_putc(&t, '^'), sb_putn(&t, p + atom, atom_end - atom);
+  sb_putc(&t, '{'), sb_uint(&t, a);
+  if (unbounded) sb_putc(&t, ',');
+  else if (b != a) sb_putc(&t, ','), sb_uint(&t, b < a ? a : b);
+  sb_puts(&t, "}$");
+  if (!unbounded && b < a) { aici_free(t.p); sb_t e = {0}; sb_puts(&e, "^[]$"); return e.p; }
+  return t.p;
+}
+
+/* Shortest and longest match of a regex text, in bytes (max UINT64_MAX: unbounded or too big
+ * to tell). Depth-first over the DFA: a state on the current path again is a loop. */
+#define LEN_STATES 1024u
+typedef struct { aici_regex_t *re; uint64_t *memo; uint8_t *mark; bool failed; } lens_t;
+
+static uint64_t longest(lens_t *l, uint32_t s, uint32_t depth) {
+  if (s >= LEN_STATES || depth > 256) { l->failed = true; return 0; }
+  if (l->mark[s] == 2) return l->memo[s];
+  if (l->mark[s] == 1) { l->failed = true; return 0; }   /* a loop */
+  l->mark[s] = 1;
+  uint64_t best = 0;
+  for (uint32_t byte = 0; byte < 256 && !l->failed; byte++) {
+    uint32_t t = aici_regex_step(l->re, s, (uint8_t)byte);
+    if (t) {
+      uint64_t v = 1 + longest(l, t, depth + 1);
+      if (v > best) best = v;
+    }
+  }
+  l->mark[s] = 2, l->memo[s] = best;
+  return best;
+}
+
+static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_t *max) {
+  *min = 0, *max = UINT64_MAX;
+  aici_regex_t *re = aici_regex_compile(text, len, 0);
+  if (!re) return;
+  uint32_t q[LEN_STATES], d[LEN_STATES], n = 1;
+  uint8_t seen[LEN_STATES] = {0};
+  q[0] = aici_regex_start(re), d[0] = 0;
+  if (q[0] < LEN_STATES) seen[q[0]] = 1;
+  for (uint32_t i = 0; i < n; i++) {       /* breadth first: the shortest match */
+    if (aici_regex_accepting(re, q[i])) { *min = d[i]; break; }
+    for (uint32_t byte = 0; byte < 256; byte++) {
+      uint32_t t = aici_regex_step(re, q[i], (uint8_t)byte);
+      if (!t || t >= LEN_STATES || seen[t] || n == LEN_STATES) continue;
+      seen[t] = 1, q[n] = t, d[n++] = d[i] + 1;
+    }
+  }
+  lens_t l = {re, aici_calloc(LEN_STATES, 8), aici_calloc(LEN_STATES, 1), false};
+  uint64_t v = longest(&l, aici_regex_start(re), 0);
+  if (!l.failed) *max = v;
+  aici_free(l.memo), aici_free(l.mark);
+}
+
+static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
+  uint64_t min = 0, max = 0;
+  bool has_min = get_uint(c, s, "minLength", &min), has_max = get_uint(c, s, "maxLength", &max);
+  const jv_t *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
+  if (fmt && fmt->kind == JV_STR && ignored(c, "format")) { relax(c, "format"); fmt = 0; }
+  if (fmt && fmt->kind != JV_STR) fmt = 0;
+  if (has_max && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  sb_puts(b, "\\x22");
+  if (pat || fmt) {
+    if (pat && fmt) { UNSUPPORTED(c, "format", "together with pattern"); return; }
+    if (pat && pat->kind != JV_STR) { fail(c, "bad schema: ", "pattern", "not a string"); return; }
+    jv_t narrowed = {0};
+    if (pat && ((has_min && min > 0) || has_max)) {
+      char *t = pattern_with_length(pat, has_min ? min : 0, max, has_max);
+      if (t) {
+        uint32_t k = 0;
+        while (t[k]) k++;
+        narrowed.kind = JV_STR, narrowed.s = t, narrowed.n = k;
+        pat = &narrowed, has_min = has_max = false;
+      }
+    }
+    if ((has_min && min > 0) || has_max) {
+      /* length bounds the pattern or format already implies: characters <= bytes, and a
+       * format's text is ASCII (one byte a character) */
+      sb_t t = {0};
+      const char *why = 0;
+      bool ok = pat ? emit_pattern(&t, pat->s, pat->n, &why) : emit_format(&t, fmt->s);
+      uint64_t lo, hi;
+      if (ok) {
+        length_bounds(t.p, t.n, &lo, &hi);
+        if (has_max && hi <= max) has_max = false;
+        if (has_min && (min <= (pat ? (lo > 0) : lo))) has_min = false;
+      }
+      aici_free(t.p);
+    }
+    if ((has_min && min > 0) || has_max) { UNSUPPORTED(c, has_max ? "maxLength" : "minLength", pat ? "together with pattern" : "together with format"); return; }
+    if (pat) {
+      const char *why = 0;
+      uint32_t at = ptr_pushs(c, "pattern");
+      if (!emit_pattern(b, pat->s, pat->n, &why)) UNSUPPORTED(c, "pattern", why);
+      ptr_pop(c, at);
+    } else if (!emit_format(b, fmt->s)) {
+      uint32_t at = ptr_pushs(c, "format");
+      UNSUPPORTED(c, "format", fmt->s);
+      ptr_pop(c, at);
+    }
+  } else {
+    if (has_min && min > 4000) { UNSUPPORTED(c, "minLength", "over 4000"); return; }
+    if (has_max && max > 4000) { UNSUPPORTED(c, "maxLength", "over 4000"); return; }
+    if (has_max && max > 24) {         /* a bounded string is one NFA copy a character: a machine */
+      b->n -= 4, b->p[b->n] = 0;       /* the opening quote goes in it */
+      key_arg = min << 32 | max;
+      int32_t m = machine_find(c, &ANY_MARK, 4);
+      if (m < 0) {
+        m = (int32_t)machine_for(c, &ANY_MARK, 4, 0, 0);
+        if (c->err) { key_arg = 0; return; }
+        sb_t t = {0};
+        sb_puts(&t, "\\x22");
+        emit_chars(&t, min, max, false);
+        sb_puts(&t, "\\x22");
+        set_text(c, (uint32_t)m, t.p, t.n);
+        aici_free(t.p);
+      }
+      key_arg = 0;
+      emit_call(c, b, (uint32_t)m);
+      return;
+    }
+    emit_chars(b, min, max, !has_max);
+  }
+  sb_puts(b, "\\x22");
+}
+
+/* ---- numbers --------------------------------------------------------------------------------- */
+static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
+  bounds_t bd = {0};
+  const jv_t *v;
+  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) bd.has_lo = true, bd.lo = v->num;
+  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) bd.has_hi = true, bd.hi = v->num;
+  if ((v = jv_get(s, "exclusiveMinimum"))) {
+    if (v->kind == JV_TRUE) bd.lo_excl = bd.has_lo;
+    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) bd.has_lo = true, bd.lo = v->num, bd.lo_excl = true;
+  }
+  if ((v = jv_get(s, "exclusiveMaximum"))) {
+    if (v->kind == JV_TRUE) bd.hi_excl = bd.has_hi;
+    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) bd.has_hi = true, bd.hi = v->num, bd.hi_excl = true;
+  }
+  uint32_t frac = 0;
+  if ((v = jv_get(s, "multipleOf"))) {
+    double m = v->kind == JV_NUM ? v->num : 0, p = 1;
+    uint32_t k = 0;
+    while (k < 12 && m * p + 1e-9 < 1) p *= 10, k++;
+    bool pow10 = m > 0 && (m * p > 1 - 1e-9 && m * p < 1 + 1e-9);
+    if (!pow10 || (k == 0 && m != 1)) {
+      if (ignored(c, "multipleOf")) relax(c, "multipleOf");
+      else { UNSUPPORTED(c, "multipleOf", "only 1 and powers of 1/10"); return; }
+    } else if (k == 0) is_int = true;
+    else if (!is_int) frac = k;
+  }
+  const char *why = 0;
+  if (!emit_number(b, is_int, &bd, frac, &why)) UNSUPPORTED(c, bd.has_lo ? "minimum" : "maximum", why);
+}
+
+/* ---- arrays ---------------------------------------------------------------------------------- */
+static void emit_array(cx_t *c, sb_t *b, const jv_t *s) {
+  const char *ws = c->ws;
+  uint64_t min = 0, max = 0;
+  get_uint(c, s, "minItems", &min);
+  bool bounded = get_uint(c, s, "maxItems", &max);
+  const jv_t *items = jv_get(s, "items"), *prefix = jv_get(s, "prefixItems"), *rest = items;
+  const char *prefix_kw = "prefixItems";
+  if (items && items->kind == JV_ARR) {          /* draft 4-7 tuple form */
+    prefix = items, prefix_kw = "items";
+    rest = jv_get(s, "additionalItems");
+  }
+  if (!rest) rest = &ANY_MARK;
+  bool rest_ok = rest->kind != JV_FALSE;
+  uint32_t np = prefix && prefix->kind == JV_ARR ? prefix->n : 0;
+  if (bounded && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (min > 10000 || (bounded && max > 10000)) { UNSUPPORTED(c, bounded ? "maxItems" : "minItems", "over 10000"); return; }
+  if (!rest_ok && min > np) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (!rest_ok && (!bounded || max > np)) max = np, bounded = true;
+  sb_puts(b, "\\["), sb_puts(b, ws);
+  /* prefix items nest: [p0(,p1(,p2 rest?)?)?]; the first `min` are not optional */
+  uint32_t opened = 0, k;
+  uint64_t limit = bounded ? max : (uint64_t)-1;
+  for (k = 0; k < np && k < limit; k++) {
+    bool optional = k >= min;
+    if (optional) sb_puts(b, "(?:");
+    if (k) sb_puts(b, ws), sb_puts(b, ","), sb_puts(b, ws);
+    uint32_t at = ptr_pushs(c, prefix_kw);
+    ptr_pushi(c, k);
+    emit_value(c, b, &prefix->items[k]);
+    ptr_pop(c, at);
+    if (c->err) return;
+    opened += optional;
+  }
+  if (rest_ok && k < limit) {
+    uint64_t rmin = min > k ? min - k : 0, rmax = bounded ? max - k : 0;
+    uint32_t at = rest == items ? ptr_pushs(c, "items") : rest == &ANY_MARK ? c->ptr.n : ptr_pushs(c, "additionalItems");
+    sb_t e = {0};
+    emit_value(c, &e, rest);
+    ptr_pop(c, at);
+    if (c->err) return;
+    /* rest items: k == 0: (E(,E){rmin-1,rmax-1})?   k > 0: (,E){rmin,rmax} */
+    bool first = k == 0;
+    if (first) {
+      if (!rmin) sb_puts(b, "(?:");
+      sb_putn(b, e.p, e.n);
+      if (rmin) rmin--;
+      if (bounded) rmax--;
+    }
+    if (!bounded || rmax > 0) {
+      sb_puts(b, "(?:"), sb_puts(b, ws), sb_puts(b, ","), sb_puts(b, ws), sb_putn(b, e.p, e.n), sb_puts(b, "){");
+      sb_uint(b, rmin), sb_putc(b, ',');
+      if (bounded) sb_uint(b, rmax);
+      sb_putc(b, '}');
+    }
+    if (first && !(min > 0)) sb_puts(b, ")?");
+    aici_free(e.p);
+  }
+  for (; opened; opened--) sb_puts(b, ")?");
+  sb_puts(b, ws), sb_puts(b, "\\]");
+}
+
+/* ---- objects --------------------------------------------------------------------------------- */
+typedef struct { uint32_t *kid_cp; uint32_t *kid; uint32_t n_kids, cap; bool terminal; } knode_t;
+typedef struct { knode_t *n; uint32_t count, cap; } ktrie_t;
+
+static uint32_t kt_new(ktrie_t *t) {
+  if (t->count == t->cap) {
+    t->cap = t->cap ? 2 * t->cap : 16;
+    t->n = aici_realloc(t->n, t->cap * sizeof(knode_t));
+  }
+  __builtin_memset(&t->n[t->count], 0, sizeof(knode_t));
+  return t->count++;
+}
+
+static uint32_t utf8_next(const char *s, uint32_t n, uint32_t *i) {
+  uint8_t c = (uint8_t)s[(*i)++];
+  if (c < 0x80) return c;
+  uint32_t k = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : 1, cp = c & (0x3f >> k);
+  for (uint32_t j = 0; j < k && *i < n; j++) cp = cp << 6 | ((uint8_t)s[(*i)++] & 63);
+  return cp;
+}
+
+static void kt_add(ktrie_t *t, const char *s, uint32_t n) {
+  uint32_t node = 0;
+  for (uint32_t i = 0; i < n;) {
+    uint32_t cp = utf8_next(s, n, &i), j = 0;
+    knode_t *x = &t->n[node];
+    while (j < x->n_kids && x->kid_cp[j] != cp) j++;
+    if (j == x->n_kids) {
+      uint32_t child = kt_new(t);
+      x = &t->n[node];
+      if (x->n_kids == x->cap) {
+        x->cap = x->cap ? 2 * x->cap : 2;
+        x->kid_cp = aici_realloc(x->kid_cp, x->cap * 4);
+        x->kid = aici_realloc(x->kid, x->cap * 4);
+      }
+      x->kid_cp[j] = cp, x->kid[j] = child, x->n_kids++;
+    }
+    node = t->n[node].kid[j];
+  }
+  t->n[node].terminal = true;
+}
+
+/* Key texts that are none of the trie's keys: a proper prefix of a key that is no key itself
+ * (E), or a key path, then a character that leaves the trie (raw, or its canonical escape: an
+ * escape of a listed character would spell a listed key), then anything (D, then one shared
+ * STRCHAR* loop, so that every diverged key text is one DFA state). */
+static void emit_early_ends(sb_t *b, ktrie_t *t, uint32_t node) {
+  knode_t *x = &t->n[node];
+  sb_puts(b, "(?:");
+  bool first = true;
+  if (!x->terminal) first = false;     /* the empty alternative: end here */
+  for (uint32_t j = 0; j < x->n_kids; j++) {
+    if (!first) sb_putc(b, '|');
+    first = false;
+    cp_set_t one = {0};
+    cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
+    emit_cp_set(b, &one);
+    aici_free(one.r);
+    emit_early_ends(b, t, t->n[node].kid[j]);
+  }
+  if (first) sb_puts(b, "[^\\x00-\\xff]");
+  sb_putc(b, ')');
+}
+
+static void emit_divergences(sb_t *b, ktrie_t *t, uint32_t node) {
+  knode_t *x = &t->n[node];
+  cp_set_t other = {0}, low = {0};     /* not children: above \ (raw), and up to \ (escapes too) */
+  for (uint32_t j = 0; j < x->n_kids; j++) cps_add(&other, x->kid_cp[j], x->kid_cp[j]);
+  cps_add(&other, 0, 0x5c);
+  cps_negate(&other);
+  for (uint32_t c = 0; c <= 0x5c; c++) {
+    bool kid = false;
+    for (uint32_t j = 0; j < x->n_kids; j++) kid |= x->kid_cp[j] == c;
+    if (!kid) cps_add(&low, c, c);
+  }
+  sb_puts(b, "(?:");
+  emit_cp_set(b, &other);
+  if (low.n) sb_putc(b, '|'), emit_cp_set(b, &low);
+  aici_free(low.r), aici_free(other.r);
+  for (uint32_t j = 0; j < x->n_kids; j++) {
+    sb_putc(b, '|');
+    cp_set_t one = {0};
+    cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
+    emit_cp_set(b, &one);
+    aici_free(one.r);
+    emit_divergences(b, t, t->n[node].kid[j]);
+  }
+  sb_putc(b, ')');
+}
+
+static void emit_not_keys(sb_t *b, ktrie_t *t, uint32_t node) {
+  sb_puts(b, "(?:");
+  emit_early_ends(b, t, node);
+  sb_putc(b, '|');
+  emit_divergences(b, t, node);
+  emit_strchar(b);
+  sb_puts(b, "*)");
+}
+
+static bool is_required(const jv_t *req, const jv_t *key) {
+  if (!req || req->kind != JV_ARR) return false;
+  for (uint32_t i = 0; i < req->n; i++)
+    if (req->items[i].kind == JV_STR && req->items[i].n == key->n && !__builtin_memcmp(req->items[i].s, key->s, key->n))
+      return true;
+  return false;
+}
+
+typedef struct { sb_t text; bool required; } prop_t;
+
+/* Is the JSON text of a key in the language of a string-content regex? */
+static bool key_matches(const char *re_text, uint32_t re_len, const jv_t *key) {
+  aici_regex_t *re = aici_regex_compile(re_text, re_len, 0);
+  if (!re) return true;                /* cannot tell: the caller refuses */
+  sb_t t = {0};
+  jv_write_str(&t, key->s, key->n);
+  uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)t.p + 1, t.n - 2);
+  aici_free(t.p);
+  return st && aici_regex_accepting(re, st);
+}
+
+/* No string in both languages: a breadth-first walk over pairs of DFA states. */
+static bool regex_disjoint(const char *a_text, uint32_t a_len, const char *b_text, uint32_t b_len) {
+  aici_regex_t *a = aici_regex_compile(a_text, a_len, 0), *b = aici_regex_compile(b_text, b_len, 0);
+  if (!a || !b) return false;
+  enum { LIMIT = 4096 };
+  uint32_t *qa = aici_malloc(LIMIT * 4), *qb = aici_malloc(LIMIT * 4), n = 1;
+  qa[0] = aici_regex_start(a), qb[0] = aici_regex_start(b);
+  bool disjoint = true;
+  for (uint32_t i = 0; i < n && disjoint; i++) {
+    if (aici_regex_accepting(a, qa[i]) && aici_regex_accepting(b, qb[i])) { disjoint = false; break; }
+    for (uint32_t byte = 0; byte < 256 && disjoint; byte++) {
+      uint32_t x = aici_regex_step(a, qa[i], (uint8_t)byte), y = x ? aici_regex_step(b, qb[i], (uint8_t)byte) : 0;
+      if (!x || !y) continue;
+      uint32_t j = 0;
+      while (j < n && (qa[j] != x || qb[j] != y)) j++;
+      if (j < n) continue;
+      if (n == LIMIT) { disjoint = false; break; }   /* too big to tell */
+      qa[n] = x, qb[n++] = y;
+    }
+  }
+  aici_free(qa), aici_free(qb);
+  return disjoint;
+}
+
+/* patternProperties: keys in a pattern's language, with that pattern's schema. Exact when the
+ * listed keys match no pattern and the patterns are disjoint (else an error); keys matching no
+ * pattern are not offered (narrower than additionalProperties allows). */
+static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const jv_t *props, const jv_t *extra) {
+  uint32_t at = ptr_pushs(c, "patternProperties");
+  sb_t *pats = aici_calloc(pp->n, sizeof(sb_t));
+  for (uint32_t i = 0; i < pp->n && !c->err; i++) {
+    uint32_t at2 = ptr_push(c, pp->keys[i].s, pp->keys[i].n);
+    const char *why = 0;
+    if (!emit_pattern(&pats[i], pp->keys[i].s, pp->keys[i].n, &why)) UNSUPPORTED(c, "patternProperties", why);
+    for (uint32_t j = 0; !c->err && props && props->kind == JV_OBJ && j < props->n; j++)
+      if (key_matches(pats[i].p, pats[i].n, &props->keys[j])) UNSUPPORTED(c, "patternProperties", "a pattern matches a listed property");
+    for (uint32_t j = 0; !c->err && j < extra->n; j++)
+      if (key_matches(pats[i].p, pats[i].n, &extra->keys[j])) UNSUPPORTED(c, "patternProperties", "a pattern matches a required property");
+    for (uint32_t j = 0; !c->err && j < i; j++)
+      if (!regex_disjoint(pats[i].p, pats[i].n, pats[j].p, pats[j].n)) UNSUPPORTED(c, "patternProperties", "patterns that may match one key");
+    if (!c->err) {
+      if (add->n) sb_putc(add, '|');
+      sb_puts(add, "\\x22"), sb_putn(add, pats[i].p, pats[i].n), sb_puts(add, "\\x22");
+      sb_puts(add, c->ws), sb_putc(add, ':'), sb_puts(add, c->ws);
+      emit_value(c, add, &pp->items[i]);
+    }
+    ptr_pop(c, at2);
+  }
+  for (uint32_t i = 0; i < pp->n; i++) aici_free(pats[i].p);
+  aici_free(pats);
+  ptr_pop(c, at);
+  if (add->n) {                        /* one alternation, as one additional-property entry */
+    sb_t t = {0};
+    sb_puts(&t, "(?:"), sb_putn(&t, add->p, add->n), sb_putc(&t, ')');
+    aici_free(add->p);
+    *add = t;
+  }
+}
+
+static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
+  const char *ws = c->ws;
+  const jv_t *props = jv_get(s, "properties"), *req = jv_get(s, "required"), *addl = jv_get(s, "additionalProperties");
+  if (props && props->kind != JV_OBJ) props = 0;
+  uint32_t np = props ? props->n : 0, n = 0, n_req = 0;
+  prop_t *p = aici_calloc(np + 1, sizeof(prop_t));
+  /* required keys that properties does not list: extra entries whose values follow
+   * additionalProperties, after the listed ones */
+  jv_t *extra = jv_new(JV_OBJ);
+  if (req && req->kind == JV_ARR)
+    for (uint32_t i = 0; i < req->n; i++) {
+      const jv_t *k = &req->items[i];
+      bool listed = false;
+      for (uint32_t j = 0; props && j < props->n; j++) listed |= props->keys[j].n == k->n && !__builtin_memcmp(props->keys[j].s, k->s, k->n);
+      for (uint32_t j = 0; j < extra->n; j++) listed |= extra->keys[j].n == k->n && !__builtin_memcmp(extra->keys[j].s, k->s, k->n);
+      if (k->kind == JV_STR && !listed) jv_obj_put(extra, k->s, k->n, addl ? addl : &ANY_MARK);
+    }
+  uint32_t ne = extra->n;
+  p = aici_realloc(p, (np + ne + 1) * sizeof(prop_t));
+  __builtin_memset(p, 0, (np + ne + 1) * sizeof(prop_t));
+  for (uint32_t i = 0; i < np + ne && !c->err; i++) {
+    const jv_t *key = i < np ? &props->keys[i] : &extra->keys[i - np];
+    const jv_t *val = i < np ? &props->items[i] : &extra->items[i - np];
+    bool r = is_required(req, key);
+    if (val->kind == JV_FALSE) {
+      if (r) { sb_puts(b, "[^\\x00-\\xff]"); aici_free(p); return; }
+      continue;
+    }
+    sb_t *t = &p[n].text;
+    sb_t enc = {0};
+    jv_write_str(&enc, key->s, key->n);
+    sb_lit(t, enc.p, enc.n);
+    aici_free(enc.p);
+    sb_puts(t, ws), sb_putc(t, ':'), sb_puts(t, ws);
+    uint32_t at = i < np ? ptr_pushs(c, "properties") : ptr_pushs(c, "required");
+    ptr_push(c, key->s, key->n);
+    emit_value(c, t, val == &ANY_MARK ? &ANY_MARK : val);
+    ptr_pop(c, at);
+    p[n].required = r, n_req += r;
+    n++;
+  }
+  /* additional properties: keys that are none of the listed ones */
+  sb_t add = {0};
+  bool has_add = !addl || addl->kind != JV_FALSE;
+  const jv_t *pp = jv_get(s, "patternProperties");
+  if (pp && pp->kind == JV_OBJ && pp->n && !c->err) {
+    emit_pattern_props(c, &add, pp, props, extra);
+    has_add = add.n > 0;
+  } else if (has_add && !c->err) {
+    ktrie_t kt = {0};
+    kt_new(&kt);
+    for (uint32_t i = 0; i < np; i++) kt_add(&kt, props->keys[i].s, props->keys[i].n);
+    for (uint32_t i = 0; i < ne; i++) kt_add(&kt, extra->keys[i].s, extra->keys[i].n);
+    sb_puts(&add, "\\x22");
+    emit_not_keys(&add, &kt, 0);
+    sb_puts(&add, "\\x22"), sb_puts(&add, ws), sb_putc(&add, ':'), sb_puts(&add, ws);
+    uint32_t at = addl ? ptr_pushs(c, "additionalProperties") : c->ptr.n;
+    emit_value(c, &add, addl ? addl : &ANY_MARK);
+    ptr_pop(c, at);
+    for (uint32_t i = 0; i < kt.count; i++) aici_free(kt.n[i].kid_cp), aici_free(kt.n[i].kid);
+    aici_free(kt.n);
+  }
+  uint64_t minp = 0, maxp = 0;
+  if (get_uint(c, s, "minProperties", &minp) && minp > n_req && minp > 1) UNSUPPORTED(c, "minProperties", "over 1, and more than the required properties");
+  bool nonempty = minp >= 1;           /* minProperties 1: no empty object */
+  if (get_uint(c, s, "maxProperties", &maxp) && (has_add || maxp < n)) UNSUPPORTED(c, "maxProperties", "fewer than the properties allowed");
+  if (c->err) goto done;
+  sb_puts(b, "\\{"), sb_puts(b, ws);
+  /* T_k (nothing written yet) = P_k S_{k+1} | T_{k+1} for optional k, P_k S_{k+1} for required k;
+   * S_k (something written) = (,P_k)? ... (,A)*. Written out for each leading optional key. */
+  uint32_t first_req = 0;
+  while (first_req < n && !p[first_req].required) first_req++;
+  uint32_t lead = first_req < n ? first_req : n;
+  for (uint32_t k = 0; k <= lead && !c->err; k++) {
+    if (k == n) {                      /* only additional properties, or none */
+      if (has_add) {
+        sb_puts(b, "(?:"), sb_putn(b, add.p, add.n);
+        sb_puts(b, "(?:"), sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, add.p, add.n), sb_puts(b, ")*)");
+        if (!nonempty) sb_putc(b, '?');
+      } else if (nonempty) sb_puts(b, "[^\\x00-\\xff]");
+      break;
+    }
+    if (k < lead) sb_puts(b, "(?:");
+    sb_putn(b, p[k].text.p, p[k].text.n);
+    for (uint32_t i = k + 1; i < n; i++) {
+      if (!p[i].required) sb_puts(b, "(?:");
+      sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, p[i].text.p, p[i].text.n);
+      if (!p[i].required) sb_puts(b, ")?");
+    }
+    if (has_add) sb_puts(b, "(?:"), sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, add.p, add.n), sb_puts(b, ")*");
+    if (k < lead) sb_putc(b, '|');
+    if (b->n > MAX_REGEX) { UNSUPPORTED(c, "properties", "too many optional properties before the first required one"); break; }
+  }
+  for (uint32_t k = 0; k < lead; k++) sb_putc(b, ')');
+  sb_puts(b, ws), sb_puts(b, "\\}");
+done:
+  for (uint32_t i = 0; i < n; i++) aici_free(p[i].text.p);
+  aici_free(p), aici_free(add.p);
+}
+
+/* ---- free-form values: one recursive machine ------------------------------------------------- */
+static void emit_any_value(cx_t *c, sb_t *b) {
+  uint32_t m = machine_for(c, &ANY_MARK, 1, 0, 0);
+  if (c->err) return;
+  if (c->pending[m]) {
+    sb_t t = {0};
+    const char *ws = c->ws;
+    sb_t call = {0};
+    emit_call(c, &call, m);
+    sb_puts(&t, "null|true|false|");
+    bounds_t none = {0};
+    const char *why;
+    emit_number(&t, false, &none, 0, &why);
+    sb_puts(&t, "|\\x22");
+    emit_chars(&t, 0, 0, true);
+    sb_puts(&t, "\\x22|\\["), sb_puts(&t, ws), sb_puts(&t, "(?:"), sb_putn(&t, call.p, call.n);
+    sb_puts(&t, "(?:"), sb_puts(&t, ws), sb_putc(&t, ','), sb_puts(&t, ws), sb_putn(&t, call.p, call.n);
+    sb_puts(&t, ")*)?"), sb_puts(&t, ws), sb_puts(&t, "\\]|\\{"), sb_puts(&t, ws);
+    sb_t kv = {0};
+    sb_puts(&kv, "\\x22"), emit_chars(&kv, 0, 0, true), sb_puts(&kv, "\\x22"), sb_puts(&kv, ws), sb_putc(&kv, ':');
+    sb_puts(&kv, ws), sb_putn(&kv, call.p, call.n);
+    sb_puts(&t, "(?:"), sb_putn(&t, kv.p, kv.n), sb_puts(&t, "(?:"), sb_puts(&t, ws), sb_putc(&t, ','), sb_puts(&t, ws);
+    sb_putn(&t, kv.p, kv.n), sb_puts(&t, ")*)?"), sb_puts(&t, ws), sb_puts(&t, "\\}");
+    set_text(c, m, t.p, t.n);
+    aici_free(t.p), aici_free(kv.p), aici_free(call.p);
+  }
+  emit_call(c, b, m);
+}
+
+/* ---- allOf: merged into one schema where the keywords allow ---------------------------------- */
+static jv_t *obj_without(const jv_t *s, const char *const *drop) {
+  jv_t *o = jv_new(JV_OBJ);
+  for (uint32_t i = 0; i < s->n; i++)
+    if (!in_list(&s->keys[i], drop)) jv_obj_put(o, s->keys[i].s, s->keys[i].n, &s->items[i]);
+  return o;
+}
+
+static jv_t *all_of2(const jv_t *a, const jv_t *b) {
+  jv_t *arr = jv_new(JV_ARR);
+  arr->n = 2;
+  arr->items = aici_malloc(2 * sizeof(jv_t));
+  arr->items[0] = *a, arr->items[1] = *b;
+  jv_t *o = jv_new(JV_OBJ);
+  jv_obj_put(o, "allOf", 5, arr);
+  return o;
+}
+
+static const jv_t *deref(cx_t *c, const jv_t *s) {
+  for (uint32_t guard = 0; s && s->kind == JV_OBJ && guard < 32; guard++) {
+    const jv_t *r = jv_get(s, "$ref");
+    if (!r) return s;
+    bool siblings = false;
+    for (uint32_t i = 0; i < s->n; i++) siblings |= !jv_str_is(&s->keys[i], "$ref") && is_constraint_key(&s->keys[i]);
+    const jv_t *t = resolve(c, r);
+    if (!t) return 0;
+    if (siblings) {
+      static const char *const drop[] = {"$ref", 0};
+      return all_of2(t, obj_without(s, drop));
+    }
+    s = t;
+  }
+  if (s && s->kind == JV_OBJ && jv_get(s, "$ref")) { UNSUPPORTED(c, "$ref", "a chain of 32 references"); return 0; }
+  return s;
+}
+
+static uint32_t type_bits(const jv_t *t) {     /* null bool object array string integer number */
+  static const char *const names[] = {"null", "boolean", "object", "array", "string", "integer", "number", 0};
+  uint32_t bits = 0;
+  for (uint32_t k = 0; names[k]; k++) {
+    if (t->kind == JV_STR && jv_str_is(t, names[k])) bits |= 1u << k;
+    if (t->kind == JV_ARR)
+      for (uint32_t i = 0; i < t->n; i++)
+        if (jv_str_is(&t->items[i], names[k])) bits |= 1u << k;
+  }
+  if (bits & 64) bits |= 32;           /* number includes integer */
+  return bits;
+}
+
+static jv_t *types_value(uint32_t bits) {
+  static const char *const names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
+  jv_t *arr = jv_new(JV_ARR);
+  if (bits & 64) bits &= ~32u;
+  for (uint32_t k = 0; k < 7; k++)
+    if (bits & (1u << k)) {
+      arr->items = aici_realloc(arr->items, (arr->n + 1) * sizeof(jv_t));
+      jv_t *v = &arr->items[arr->n++];
+      __builtin_memset(v, 0, sizeof *v);
+      v->kind = JV_STR, v->s = names[k];
+      uint32_t l = 0;
+      while (names[k][l]) l++;
+      v->n = l;
+    }
+  return arr;
+}
+
+/* The merge of two object schemas; NULL (with c->err) when a keyword pair cannot be merged. */
+static jv_t *merge2(cx_t *c, const jv_t *a, const jv_t *b) {
+  jv_t *o = jv_new(JV_OBJ);
+  static const char *const MAXES[] = {"minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum", 0};
+  static const char *const MINS[] = {"maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum", 0};
+  static const char *const SAME[] = {"pattern", "format", "multipleOf", "const", "uniqueItems", 0};
+  for (uint32_t i = 0; i < a->n; i++) {
+    const jv_t *k = &a->keys[i], *va = &a->items[i], *vb = 0;
+    for (uint32_t j = 0; j < b->n; j++)
+      if (b->keys[j].n == k->n && !__builtin_memcmp(b->keys[j].s, k->s, k->n)) vb = &b->items[j];
+    if (!vb || jv_equal(va, vb) || in_list(k, ANNOTATIONS) || !is_constraint_key(k)) {
+      if (!jv_str_is(k, "properties")) { jv_obj_put(o, k->s, k->n, va); continue; }
+    }
+    if (jv_str_is(k, "type")) {
+      uint32_t bits = type_bits(va) & type_bits(vb);
+      jv_obj_put(o, k->s, k->n, types_value(bits));
+    } else if (in_list(k, MAXES) || in_list(k, MINS)) {
+      if (va->kind == JV_NUM && vb->kind == JV_NUM) {
+        bool take_a = in_list(k, MAXES) ? va->num >= vb->num : va->num <= vb->num;
+        jv_obj_put(o, k->s, k->n, take_a ? va : vb);
+      } else { UNSUPPORTED(c, "allOf", "boolean exclusive bounds on both sides"); return 0; }
+    } else if (jv_str_is(k, "required")) {
+      jv_t *r = jv_new(JV_ARR);
+      uint32_t na = va->kind == JV_ARR ? va->n : 0, nb = vb->kind == JV_ARR ? vb->n : 0;
+      r->items = aici_malloc((na + nb + 1) * sizeof(jv_t));
+      for (uint32_t x = 0; x < na; x++) r->items[r->n++] = va->items[x];
+      for (uint32_t x = 0; x < nb; x++) {
+        bool dup = false;
+        for (uint32_t y = 0; y < na; y++) dup |= jv_equal(&va->items[y], &vb->items[x]);
+        if (!dup) r->items[r->n++] = vb->items[x];
+      }
+      jv_obj_put(o, k->s, k->n, r);
+    } else if (jv_str_is(k, "enum")) {
+      jv_t *r = jv_new(JV_ARR);
+      if (va->kind == JV_ARR && vb->kind == JV_ARR) {
+        r->items = aici_malloc((va->n + 1) * sizeof(jv_t));
+        for (uint32_t x = 0; x < va->n; x++)
+          for (uint32_t y = 0; y < vb->n; y++)
+            if (jv_equal(&va->items[x], &vb->items[y])) { r->items[r->n++] = va->items[x]; break; }
+      }
+      jv_obj_put(o, k->s, k->n, r);
+    } else if (jv_str_is(k, "properties")) {
+      /* a key listed on one side only meets the other side's additionalProperties */
+      const jv_t *pb = vb && vb->kind == JV_OBJ ? vb : 0, *pa = va->kind == JV_OBJ ? va : 0;
+      const jv_t *adda = jv_get(a, "additionalProperties"), *addb = jv_get(b, "additionalProperties");
+      jv_t *r = jv_new(JV_OBJ);
+      for (uint32_t x = 0; pa && x < pa->n; x++) {
+        const jv_t *other = 0;
+        for (uint32_t y = 0; pb && y < pb->n; y++)
+          if (pb->keys[y].n == pa->keys[x].n && !__builtin_memcmp(pb->keys[y].s, pa->keys[x].s, pa->keys[x].n)) other = &pb->items[y];
+        if (!other) other = addb;
+        jv_obj_put(r, pa->keys[x].s, pa->keys[x].n, other ? all_of2(&pa->items[x], other) : &pa->items[x]);
+      }
+      for (uint32_t y = 0; pb && y < pb->n; y++) {
+        bool seen = false;
+        for (uint32_t x = 0; pa && x < pa->n; x++)
+          seen |= pb->keys[y].n == pa->keys[x].n && !__builtin_memcmp(pb->keys[y].s, pa->keys[x].s, pb->keys[y].n);
+        if (!seen) jv_obj_put(r, pb->keys[y].s, pb->keys[y].n, adda ? all_of2(&pb->items[y], adda) : &pb->items[y]);
+      }
+      jv_obj_put(o, k->s, k->n, r);
+    } else if (jv_str_is(k, "additionalProperties") || (jv_str_is(k, "items") && va->kind != JV_ARR && vb->kind != JV_ARR) ||
+               jv_str_is(k, "additionalItems")) {
+      jv_obj_put(o, k->s, k->n, all_of2(va, vb));
+    } else if (jv_str_is(k, "anyOf") || jv_str_is(k, "oneOf")) {
+      if (va->kind != JV_ARR || vb->kind != JV_ARR || va->n * vb->n > MAX_ALTS) { UNSUPPORTED(c, "allOf", "of two large anyOf/oneOf"); return 0; }
+      if (jv_str_is(k, "oneOf")) { UNSUPPORTED(c, "allOf", "of two oneOf"); return 0; }
+      jv_t *r = jv_new(JV_ARR);
+      r->items = aici_malloc((va->n * vb->n + 1) * sizeof(jv_t));
+      for (uint32_t x = 0; x < va->n; x++)
+        for (uint32_t y = 0; y < vb->n; y++) r->items[r->n++] = *all_of2(&va->items[x], &vb->items[y]);
+      jv_obj_put(o, k->s, k->n, r);
+    } else if (in_list(k, SAME) || jv_str_is(k, "items") || jv_str_is(k, "prefixItems")) {
+      if (jv_str_is(k, "const")) { jv_obj_put(o, k->s, k->n, jv_new(JV_ARR)), o->keys[o->n - 1].s = "enum", o->keys[o->n - 1].n = 4; continue; }
+      UNSUPPORTED(c, "allOf", "two different values of one keyword");
+      return 0;
+    } else {                           /* e.g. two patternProperties: not merged, so refused */
+      UNSUPPORTED(c, "allOf", "two different values of one keyword");
+      return 0;
+    }
+  }
+  for (uint32_t j = 0; j < b->n; j++) {
+    const jv_t *k = &b->keys[j];
+    bool in_a = false;
+    for (uint32_t i = 0; i < a->n; i++) in_a |= a->keys[i].n == k->n && !__builtin_memcmp(a->keys[i].s, k->s, k->n);
+    if (in_a) continue;
+    if (jv_str_is(k, "properties")) {   /* a's additionalProperties applies to b's keys */
+      const jv_t *adda = jv_get(a, "additionalProperties");
+      if (adda && b->items[j].kind == JV_OBJ) {
+        jv_t *r = jv_new(JV_OBJ);
+        for (uint32_t y = 0; y < b->items[j].n; y++)
+          jv_obj_put(r, b->items[j].keys[y].s, b->items[j].keys[y].n, all_of2(&b->items[j].items[y], adda));
+        jv_obj_put(o, k->s, k->n, r);
+        continue;
+      }
+    }
+    jv_obj_put(o, k->s, k->n, &b->items[j]);
+  }
+  return o;
+}
+
+/* allOf (and $ref with siblings) flattened and merged into one schema without allOf/$ref. */
+static const jv_t *flatten(cx_t *c, const jv_t *s) {
+  if (++c->loops > 100000) { UNSUPPORTED(c, "allOf", "merging does not terminate (recursive allOf)"); return 0; }
+  s = deref(c, s);
+  if (!s || s->kind != JV_OBJ) return s;
+  const jv_t *all = jv_get(s, "allOf");
+  if (!all) return s;
+  if (all->kind != JV_ARR) { fail(c, "bad schema: ", "allOf", "not an array"); return 0; }
+  static const char *const drop[] = {"allOf", 0};
+  const jv_t *acc = obj_without(s, drop);
+  for (uint32_t i = 0; i < all->n && acc; i++) {
+    uint32_t at = ptr_pushs(c, "allOf");
+    ptr_pushi(c, i);
+    const jv_t *part = flatten(c, &all->items[i]);
+    if (part && !c->err && !check_keywords(c, part)) part = 0;
+    ptr_pop(c, at);
+    if (!part) return 0;
+    if (part->kind == JV_FALSE) return &FALSE_SCHEMA;
+    if (part->kind != JV_OBJ) continue;  /* true */
+    acc = merge2(c, acc, part);
+    if (acc && jv_get(acc, "$ref")) acc = flatten(c, acc);
+  }
+  return acc;
+}
+
+/* ---- oneOf: only when its branches cannot both match ------------------------------------------- */
+static uint32_t kinds_of(cx_t *c, const jv_t *s) {
+  s = deref(c, s);
+  if (!s || s->kind == JV_FALSE) return 0;
+  if (s->kind != JV_OBJ) return 127;
+  uint32_t bits = 127;
+  const jv_t *t = jv_get(s, "type"), *e = jv_get(s, "enum"), *k = jv_get(s, "const");
+  if (t) bits = type_bits(t);
+  if (k) e = 0;
+  if (e || k) {
+    uint32_t vb = 0;
+    for (uint32_t i = 0; e ? i < (e->kind == JV_ARR ? e->n : 0) : i < 1; i++) {
+      const jv_t *v = e ? &e->items[i] : k;
+      vb |= v->kind == JV_NULL ? 1 : v->kind <= JV_TRUE ? 2 : v->kind == JV_OBJ ? 4 : v->kind == JV_ARR ? 8
+          : v->kind == JV_STR ? 16 : jv_is_int(v) ? 96 : 64;
+    }
+    bits &= vb;
+  }
+  const jv_t *alts = jv_get(s, "anyOf");
+  if (alts && alts->kind == JV_ARR) {
+    uint32_t u = 0;
+    for (uint32_t i = 0; i < alts->n; i++) u |= kinds_of(c, &alts->items[i]);
+    bits &= u;
+  }
+  return bits;
+}
+
+/* The values a required property can take, when its schema lists them (const / enum). */
+static const jv_t *literal_values(cx_t *c, const jv_t *s, const jv_t *key, uint32_t *n) {
+  s = deref(c, s);
+  if (!s || s->kind != JV_OBJ || !is_required(jv_get(s, "required"), key)) return 0;
+  const jv_t *p = jv_get(s, "properties");
+  if (!p || p->kind != JV_OBJ) return 0;
+  for (uint32_t i = 0; i < p->n; i++)
+    if (p->keys[i].n == key->n && !__builtin_memcmp(p->keys[i].s, key->s, key->n)) {
+      const jv_t *v = deref(c, &p->items[i]);
+      if (!v || v->kind != JV_OBJ) return 0;
+      const jv_t *k = jv_get(v, "const"), *e = jv_get(v, "enum");
+      if (k) { *n = 1; return k; }
+      if (e && e->kind == JV_ARR) { *n = e->n; return e->items; }
+    }
+  return 0;
+}
+
+/* Values listed by enum / const at the top of a schema (NULL: not a literal schema). */
+static const jv_t *top_literals(cx_t *c, const jv_t *s, uint32_t *n) {
+  s = deref(c, s);
+  if (!s || s->kind != JV_OBJ) return 0;
+  const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
+  if (k) { *n = 1; return k; }
+  if (e && e->kind == JV_ARR) { *n = e->n; return e->items; }
+  return 0;
+}
+
+/* `a` requires a key that `b` forbids (additionalProperties false, not listed, or false). */
+static bool required_forbidden(cx_t *c, const jv_t *a, const jv_t *b) {
+  a = deref(c, a), b = deref(c, b);
+  if (!a || !b || a->kind != JV_OBJ || b->kind != JV_OBJ) return false;
+  const jv_t *req = jv_get(a, "required"), *props = jv_get(b, "properties"), *addl = jv_get(b, "additionalProperties");
+  if (!req || req->kind != JV_ARR || jv_get(b, "patternProperties")) return false;
+  for (uint32_t i = 0; i < req->n; i++) {
+    const jv_t *k = &req->items[i], *v = 0;
+    if (k->kind != JV_STR) continue;
+    for (uint32_t j = 0; props && props->kind == JV_OBJ && j < props->n; j++)
+      if (props->keys[j].n == k->n && !__builtin_memcmp(props->keys[j].s, k->s, k->n)) v = &props->items[j];
+    if (v ? v->kind == JV_FALSE : addl && addl->kind == JV_FALSE) return true;
+  }
+  return false;
+}
+
+static bool disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
+  if (!(kinds_of(c, a) & kinds_of(c, b))) return true;
+  uint32_t la = 0, lb = 0;
+  const jv_t *xa = top_literals(c, a, &la), *xb = top_literals(c, b, &lb);
+  if (xa && xb) {
+    bool overlap = false;
+    for (uint32_t x = 0; x < la && !overlap; x++)
+      for (uint32_t y = 0; y < lb && !overlap; y++) overlap = jv_equal(&xa[x], &xb[y]);
+    if (!overlap) return true;
+  }
+  if (required_forbidden(c, a, b) || required_forbidden(c, b, a)) return true;
+  const jv_t *da = deref(c, a);
+  const jv_t *pa = da && da->kind == JV_OBJ ? jv_get(da, "properties") : 0;
+  for (uint32_t i = 0; pa && pa->kind == JV_OBJ && i < pa->n; i++) {
+    uint32_t na = 0, nb = 0;
+    const jv_t *va = literal_values(c, a, &pa->keys[i], &na), *vb = literal_values(c, b, &pa->keys[i], &nb);
+    if (!va || !vb) continue;
+    bool overlap = false;
+    for (uint32_t x = 0; x < na && !overlap; x++)
+      for (uint32_t y = 0; y < nb && !overlap; y++) overlap = jv_equal(&va[x], &vb[y]);
+    if (!overlap) return true;
+  }
+  return false;
+}
+
+/* ---- the dispatcher -------------------------------------------------------------------------- */
+static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
+  const jv_t *alts = jv_get(s, kw);
+  if (!alts || alts->kind != JV_ARR || !alts->n) { fail(c, "bad schema: ", kw, "not a non-empty array"); return; }
+  const char *const drop[] = {kw, 0};  /* oneOf first: a sibling anyOf is distributed in */
+  const jv_t *rest = obj_without(s, drop);
+  bool siblings = false;
+  for (uint32_t i = 0; i < rest->n; i++) siblings |= is_constraint_key(&rest->keys[i]);
+  if (kw[0] == 'o') {
+    for (uint32_t i = 0; i < alts->n; i++)
+      for (uint32_t j = i + 1; j < alts->n; j++)
+        if (!disjoint(c, &alts->items[i], &alts->items[j]) && !c->err) {
+          if (c->o->coerce_one_of) { relax(c, "oneOf (as anyOf: option coerce_one_of)"); goto go; }
+          UNSUPPORTED(c, "oneOf", "branches that may overlap; the option coerce_one_of compiles it as anyOf");
+          return;
+        }
+  }
+go:
+  sb_puts(b, "(?:");
+  for (uint32_t i = 0; i < alts->n && !c->err; i++) {
+    if (i) sb_putc(b, '|');
+    uint32_t at = ptr_pushs(c, kw);
+    ptr_pushi(c, i);
+    const jv_t *alt = siblings ? all_of2(rest, &alts->items[i]) : &alts->items[i];
+    emit(c, b, alt);
+    ptr_pop(c, at);
+  }
+  sb_putc(b, ')');
+}
+
+/* enum / const: the literals that the rest of the schema allows. */
+static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
+  const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
+  if (e && e->kind != JV_ARR) { fail(c, "bad schema: ", "enum", "not an array"); return; }
+  static const char *const drop[] = {"enum", "const", 0};
+  const jv_t *rest = obj_without(s, drop);
+  bool constrained = false;
+  for (uint32_t i = 0; i < rest->n; i++) constrained |= is_constraint_key(&rest->keys[i]);
+  aici_regex_t *re = 0;
+  if (constrained) {                   /* keep the literals that the rest's language holds */
+    sb_t r = {0};
+    uint32_t nm = c->n_keys;
+    emit(c, &r, rest);
+    if (c->err) return;
+    bool calls = c->n_keys != nm;
+    for (uint32_t i = 0; i < r.n && !calls; i++) calls = i + 3 < r.n && !__builtin_memcmp(r.p + i, "\\xff", 4);
+    /* a call stands for a structured value: scalar literals never take one, structured ones
+     * cannot be checked against it */
+    for (uint32_t i = 0; calls && i < (k ? 1 : e->n); i++) {
+      const jv_t *v = k ? k : &e->items[i];
+      if (v->kind == JV_ARR || v->kind == JV_OBJ) {
+        UNSUPPORTED(c, k ? "const" : "enum", "structured values with constraints beside them");
+        aici_free(r.p);
+        return;
+      }
+    }
+    re = aici_regex_compile(r.p, r.n, 0);
+    aici_free(r.p);
+  }
+  sb_puts(b, "(?:");
+  bool any = false;
+  uint32_t n = k ? 1 : e->n;
+  for (uint32_t i = 0; i < n; i++) {
+    const jv_t *v = k ? k : &e->items[i];
+    sb_t t = {0};
+    jv_write(&t, v);
+    bool keep = true;
+    if (re) {
+      uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)t.p, t.n);
+      keep = st && aici_regex_accepting(re, st);
+    }
+    if (keep) {
+      if (any) sb_putc(b, '|');
+      sb_lit(b, t.p, t.n);
+      any = true;
+    }
+    aici_free(t.p);
+  }
+  if (!any) sb_puts(b, "[^\\x00-\\xff]");
+  sb_putc(b, ')');
+}
+
+static void emit_schema(cx_t *c, sb_t *b, const jv_t *s);
+
+static void emit(cx_t *c, sb_t *b, const jv_t *s) {
+  if (c->err) return;
+  if (++c->depth > 48) {
+    UNSUPPORTED(c, "schema", "nested over 48 levels inline, as a recursion through allOf is");
+  } else {
+    emit_schema(c, b, s);
+  }
+  c->depth--;
+}
+
+static void emit_schema(cx_t *c, sb_t *b, const jv_t *s) {
+  if (s == &ANY_MARK || s->kind == JV_TRUE) { emit_any_value(c, b); return; }
+  if (s->kind == JV_FALSE) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (s->kind != JV_OBJ) { fail(c, "bad schema: ", "schema", "expected an object or a boolean"); return; }
+  if (!check_keywords(c, s)) return;
+  const jv_t *r = jv_get(s, "$ref");
+  if (r && !jv_get(s, "allOf")) {
+    bool siblings = false;
+    for (uint32_t i = 0; i < s->n; i++) siblings |= !jv_str_is(&s->keys[i], "$ref") && is_constraint_key(&s->keys[i]);
+    if (!siblings) {                   /* a call: one machine per target, recursion included */
+      const jv_t *t = resolve(c, r);
+      if (!t) return;
+      uint32_t m = machine_for(c, t, 2, r->s, r->n);   /* compiled later, named by the ref */
+      if (c->err) return;
+      emit_call(c, b, m);
+      return;
+    }
+  }
+  if (jv_get(s, "allOf") || r) {
+    const jv_t *m = flatten(c, s);
+    if (!m || c->err) return;
+    emit(c, b, m);
+    return;
+  }
+  if (jv_get(s, "oneOf")) { emit_alts(c, b, s, "oneOf"); return; }
+  if (jv_get(s, "anyOf")) { emit_alts(c, b, s, "anyOf"); return; }
+  if (jv_get(s, "enum") || jv_get(s, "const")) { emit_literals(c, b, s); return; }
+  const jv_t *t = jv_get(s, "type");
+  uint32_t bits = t ? type_bits(t) : 127;
+  if (t && !bits) {
+    if (t->kind == JV_ARR && t->n == 0) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+    fail(c, "bad schema: ", "type", "unknown type name");
+    return;
+  }
+  sb_puts(b, "(?:");
+  bool first = true;
+#define ALT() (sb_puts(b, first ? "" : "|"), first = false)
+  if (bits & 1) ALT(), sb_puts(b, "null");
+  if (bits & 2) ALT(), sb_puts(b, "true|false");
+  if (bits & 4) ALT(), emit_object(c, b, s);
+  if (bits & 8) ALT(), emit_array(c, b, s);
+  if (bits & 16) ALT(), emit_string(c, b, s);
+  if (bits & 64) ALT(), emit_num(c, b, s, false);
+  else if (bits & 32) ALT(), emit_num(c, b, s, true);
+#undef ALT
+  sb_putc(b, ')');
+}
+
+bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, char **err) {
+  cx_t c = {.root = schema, .o = o, .out = out};
+  if (o->whitespace) {
+    sb_t w = {0};
+    sb_puts(&w, "[\\x20\\x0a\\x0d\\x09]{0,");
+    sb_uint(&w, o->whitespace > 64 ? 64 : o->whitespace);
+    sb_putc(&w, '}');
+    __builtin_memcpy(c.ws, w.p, w.n + 1);
+    aici_free(w.p);
+  }
+  machine_for(&c, schema, 0, "#", 1);
+  for (uint32_t i = 0; i < c.n_keys && !c.err; i++) {
+    if (!c.pending[i]) continue;       /* written already (free-form values, outlined schemas) */
+    const jv_t *s = c.pending[i];
+    aici_free(c.ptr.p);
+    c.ptr = (sb_t){0};
+    if (c.ptrs[i][0] && c.ptrs[i][1]) sb_puts(&c.ptr, c.ptrs[i]);   /* "#" alone: the root */
+    sb_t text = {0};
+    emit(&c, &text, s);
+    set_text(&c, i, text.p ? text.p : "", text.n);
+    aici_free(text.p);
+  }
+  for (uint32_t i = 0; i < c.n_keys; i++) aici_free(c.ptrs[i]);
+  out->m = c.texts, out->n = c.n_keys;
+  aici_free(c.keys), aici_free(c.pending), aici_free(c.ptrs), aici_free(c.ptr.p);
+  if (c.err) { *err = c.err; return false; }
+  return true;
+}
