@@ -100,8 +100,9 @@ def convert_gguf(gguf_dir: Path, gguf_name: str, dest: Path) -> None:
     # refuses ("quantized with gguf and is not serializable").
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.hf_quantizer = None
-    model.is_quantized = False
+    # setattr: torch's stubs type Module attributes as Tensor | Module (and torch may be absent)
+    setattr(model, "hf_quantizer", None)  # noqa: B010
+    setattr(model, "is_quantized", False)  # noqa: B010
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     try:

@@ -108,7 +108,7 @@ class TransformersBackend(Backend):
 
     def format_prompt(self, prompt: str, *, chat: bool = True) -> list[TokenId]:
         if chat and getattr(self.hf_tokenizer, "chat_template", None):
-            ids = self.hf_tokenizer.apply_chat_template(
+            ids: Any = self.hf_tokenizer.apply_chat_template(   # a list, or a BatchEncoding in newer versions
                 [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]
