@@ -25,7 +25,7 @@ def test_check_names_the_problem(tmp_path):
 
 def test_run_without_an_optional_extra_says_what_to_install_in_one_line(scripted_wasm, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)    # as if llama-cpp-python were not installed
-    r = CliRunner().invoke(main, ["run", str(scripted_wasm), "--model", "llamacpp:model.gguf"])
+    r = CliRunner().invoke(main, ["run", "yesno", "--model", "llamacpp:model.gguf"])
     assert r.exit_code == 1
     assert r.output.count("\n") == 1 and "pip install 'aicirt[llamacpp]'" in r.output, r.output
     assert "Traceback" not in r.output
@@ -35,7 +35,9 @@ def test_run_exits_non_zero_with_one_line_when_a_sequence_fails():
     r = CliRunner().invoke(main, ["run", "regex", "--arg", "(", "--model", "scripted", "--prompt", "x"])
     assert r.exit_code == 1, r.output
     last = r.output.strip().splitlines()[-1]
-    assert last.startswith("Error: sequence #0 ended in error: ") and "regex: missing ) at offset 1" in last
+    # rejected on its first call, over the byte tokenizer, before the (scripted) model loads
+    assert last.startswith("Error: the controller failed on its first call, before the model loaded: ")
+    assert "regex: missing ) at offset 1" in last
 
 
 def test_run_exits_zero_when_every_sequence_ends_well():

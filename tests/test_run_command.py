@@ -72,7 +72,8 @@ def test_a_trap_is_a_failure_named_in_one_line(scripted_wasm):
 
 def test_json_prints_the_result_then_fails(scripted_wasm):
     from scripted import bad_result_ptr
-    e, out, _ = _fails(scripted_wasm, bad_result_ptr(), as_json=True)
+    # a healthy first call (a failing one is reported before the model loads, with no result)
+    e, out, _ = _fails(scripted_wasm, result(branch(mask=[ord("A")])), bad_result_ptr(), as_json=True)
     data = json.loads(out)
     assert data["sequences"][0]["finish_reason"] == "error" and e.result == data
     assert str(e).startswith("sequence #0 ended in error: ")
