@@ -311,29 +311,17 @@ void aicirt_free(void *p) { free(p); }
 /* ---- The imports ------------------------------------------------------------------------------- */
 #define SLOT(caller, ctx) void *ctx = p_caller_context(caller); aicirt_slot *s = (aicirt_slot *)p_get_data(ctx)
 
-static void *h_vocab_size(void *env, void *caller, wt_val_raw_t *a, size_t n) {
-    SLOT(caller, ctx); (void)ctx;
-    a[0].i32 = (int32_t)s->vocab_size;
-    return 0;
-}
-
-static void *h_eos_token(void *env, void *caller, wt_val_raw_t *a, size_t n) {
-    SLOT(caller, ctx); (void)ctx;
-    a[0].i32 = (int32_t)s->eos_token;
-    return 0;
-}
-
-static void *h_self_seq_id(void *env, void *caller, wt_val_raw_t *a, size_t n) {
-    SLOT(caller, ctx); (void)ctx;
-    a[0].i32 = (int32_t)s->seq_id;
-    return 0;
-}
-
-static void *h_capabilities(void *env, void *caller, wt_val_raw_t *a, size_t n) {
-    SLOT(caller, ctx); (void)ctx;
-    a[0].i32 = (int32_t)s->capabilities;
-    return 0;
-}
+/* The scalar imports: one slot field each. */
+#define SCALAR_IMPORT(fn, field)                                                  \
+    static void *fn(void *env, void *caller, wt_val_raw_t *a, size_t n) {       \
+        SLOT(caller, ctx); (void)ctx;                                           \
+        a[0].i32 = (int32_t)s->field;                                           \
+        return 0;                                                               \
+    }
+SCALAR_IMPORT(h_vocab_size, vocab_size)
+SCALAR_IMPORT(h_eos_token, eos_token)
+SCALAR_IMPORT(h_self_seq_id, seq_id)
+SCALAR_IMPORT(h_capabilities, capabilities)
 
 static void *return_list(aicirt_slot *s, void *ctx, const char *name, uint32_t retptr, const uint8_t *data,
                          uint32_t len) {
