@@ -1,8 +1,8 @@
 """Property tests over everything that parses untrusted bytes (issue 10 item 6): module
 validation and rewriting, the fork-safety decoder, result lifting from arbitrary guest memory,
 host-import arguments, the token-trie path. The targets live in tests/fuzz/ (atheris runs the
-same ones on demand: tests/fuzz/fuzz_parsers.py). The HTTP server's request parsing is not
-fuzzed here: there is no server yet."""
+same ones on demand: tests/fuzz/fuzz_parsers.py). The HTTP server's request parsing has its
+own file, tests/test_server_fuzz.py."""
 from __future__ import annotations
 
 import wasmtime

@@ -228,7 +228,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
 async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 past `limit` bytes (before reading it all when the length is declared)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    # isascii: str.isdigit() also holds for '²' (Latin-1 0xB2), which int() refuses
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise P.ApiError(413, f"body of {declared} bytes is over the limit of {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():

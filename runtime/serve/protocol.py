@@ -46,17 +46,64 @@ def validation_message(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
+#: JSON nested deeper than this is refused: Python's decoder would hit its recursion limit a little
+#: further on (a 500), `controller_arg` is encoded again later, and no request needs more.
+MAX_JSON_DEPTH = 128
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON (nor are NaN and Infinity)")
+
+
+def _text_problem(data: object) -> str | None:
+    """Where parsed JSON nests deeper than MAX_JSON_DEPTH or holds a string that is not Unicode
+    text (a lone surrogate, from an escape such as `\\udcff`: it cannot be encoded for the model
+    or the controller), else None. Iterative: the depth is what it checks."""
+    stack: list[tuple[object, str, int]] = [(data, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, str):
+            bad = _surrogate(value)
+            if bad is not None:
+                return f"{where or 'body'}: the string holds a lone surrogate \\u{bad:04x} (not Unicode text)"
+        elif isinstance(value, (dict, list)):
+            if depth == MAX_JSON_DEPTH:
+                return f"{where or 'body'}: nested deeper than {MAX_JSON_DEPTH} levels"
+            for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
+                path = f"{where}.{key}" if where else str(key)
+                bad = _surrogate(key) if isinstance(key, str) else None
+                if bad is not None:
+                    return f"{where or 'body'}: a key holds a lone surrogate \\u{bad:04x} (not Unicode text)"
+                stack.append((item, path[:200], depth + 1))
+    return None
+
+
+def _surrogate(s: str) -> int | None:
+    if s.isascii():
+        return None
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return ord(s[e.start])
+    return None
+
+
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
 def parse(model: type[_Model], raw: bytes) -> _Model:
     """Validate a JSON body; raises `ApiError(400)` naming the problem."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(raw, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ApiError(400, f"invalid JSON body: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # bad JSON or encoding, NaN, an integer past Python's 4300 digits
         raise ApiError(400, f"invalid JSON body: {e}") from None
     if not isinstance(data, dict):
         raise ApiError(400, f"the body must be a JSON object, not {type(data).__name__}")
+    problem = _text_problem(data)
+    if problem is not None:
+        raise ApiError(400, problem)
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -74,7 +121,7 @@ class _Sampling(_Strict):
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
     top_k: Annotated[int, Field(ge=-1)] | None = None          # AICI's -1 = off, as 0
     max_tokens: Annotated[int, Field(ge=1)] | None = None
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=0)] | None = None
     controller: Annotated[str, Field(min_length=1, max_length=300)] | None = None
     controller_arg: Any = ""
 
