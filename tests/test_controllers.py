@@ -113,14 +113,91 @@ def test_choice_forks_and_joins(wasm):
     assert v["choices"] == b"red\ngreen\nblue\n"
 
 
-def test_choice_without_fork_capability(wasm):
-    caps = aicirt.Capabilities.ALL & ~aicirt.Capabilities.FORK
-    s = only(run(wasm["choice"], b"a\nb", "x", capabilities=caps))
-    assert s.finish_reason == "error"
-    assert any("does not grant fork" in line for line in s.logs)
+C = aicirt.Capabilities
+# Grants under which each shipped controller must fall back from a splice kind to masks.
+NO_FF = C.ALL & ~(C.FF_TOKENS | C.CONDITIONAL_FF_TOKENS)
+NO_CONDITIONAL = C.ALL & ~C.CONDITIONAL_FF_TOKENS
+CONDITIONAL_ONLY = C.ALL & ~C.FF_TOKENS        # conditional ff-tokens need ff-tokens as well
+
+
+def grant(caps):
+    return (caps.name or "none").lower()
+
+
+@pytest.mark.parametrize("caps", [NO_FF, NO_CONDITIONAL, CONDITIONAL_ONLY, C.NONE], ids=grant)
+@pytest.mark.parametrize("answer", ["Yes", "No"])
+def test_yesno_without_ff_tokens_says_the_whole_answer(wasm, caps, answer):
+    req = run(wasm["yesno"], b"", answer, capabilities=caps)
+    s = only(req)
+    assert (s.finish_reason, s.text_bytes) == ("stop", answer.encode()), s.error
+    assert req.variables["answer"] == answer.lower().encode()
+
+
+@pytest.mark.parametrize("caps", [NO_FF, CONDITIONAL_ONLY, C.NONE], ids=grant)
+def test_countdown_without_ff_tokens_forces_it_by_masks(wasm, caps):
+    # the model wants "x" throughout: only the masks make the countdown
+    s = only(run(wasm["countdown"], b"2", "x" * 30, capabilities=caps))
+    assert (s.finish_reason, s.text_bytes) == ("stop", b" 2 1 liftoff!"), s.error
+
+
+@pytest.mark.parametrize("caps", [NO_FF, CONDITIONAL_ONLY], ids=grant)
+def test_choice_forks_without_ff_tokens(wasm, caps):
+    req = run(wasm["choice"], b"red\ngreen\nblue", "x", capabilities=caps)
+    assert all(s.finish_reason == "stop" for s in req.sequences), [s.error for s in req.sequences]
+    assert [k.text_bytes for k in req.sequences[1:]] == [b"red", b"green", b"blue"]
+    assert req.variables["choices"] == b"red\ngreen\nblue\n"
+
+
+@pytest.mark.parametrize("caps", [C.ALL & ~C.FORK, C.NONE], ids=grant)
+@pytest.mark.parametrize("wanted", ["blue", "green"])
+def test_choice_without_fork_picks_one_option_by_masks(wasm, caps, wanted):
+    req = run(wasm["choice"], b"red\ngreen\nblue", wanted, capabilities=caps)
+    s = only(req)
+    assert (s.finish_reason, s.text_bytes) == ("stop", wanted.encode()), s.error
+    assert req.variables["choices"] == wanted.encode() + b"\n"
+
+
+def test_choice_without_fork_ends_a_prefix_option_at_eos(wasm):
+    # "ab" is complete while "abc" goes on: EOS is allowed there, and ends the sequence
+    req = run(wasm["choice"], b"abc\nab", list(b"ab") + [EOS], capabilities=C.NONE)
+    s = only(req)
+    assert (s.finish_reason, s.text_bytes) == ("eos", b"ab")
+    assert req.variables["choices"] == b"ab\n"
 
 
 def test_yesno_answers_that_start_alike_are_an_error(wasm):
     s = only(run(wasm["yesno"], b"ab\nac", "x"))     # byte tokens: both start with 'a'
     assert s.finish_reason == "error" and s.text_bytes == b""
     assert any("need distinct first tokens" in line for line in s.logs), s.logs
+
+
+# --- every shipped controller under the fuzzer, with random capability grants ----------------------
+def _in(options):
+    return lambda f: f.finish_reason != "stop" or f.text_bytes in options or f"{f.text_bytes!r} not in {options}"
+
+
+FUZZED = {   # name: (argument, a property of each sequence that ends without error)
+    "yesno": (b"", _in({b"Yes", b"No"})),
+    "choice": (b"red\ngreen\nblue", _in({b"", b"red", b"green", b"blue"})),   # b"": the parent of a fork
+    "countdown": (b"3", _in({b" 3 2 1 liftoff!"})),
+    "regex": (b"[a-z]{2,5}", lambda f: f.finish_reason != "stop" or re.fullmatch(rb"[a-z]{2,5}", f.text_bytes)
+              is not None),
+    "splice": (b"", None),
+    "json": (b'{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}', None),
+}
+
+
+def test_every_shipped_controller_is_fuzzed():
+    assert set(FUZZED) == set(shipped_controllers())
+
+
+@pytest.mark.parametrize("name", sorted(FUZZED))
+def test_shipped_controller_passes_the_fuzzer_under_random_grants(wasm, name):
+    """Random capabilities per run (`capabilities=None`): each controller uses a splice kind only
+    where it is granted and falls back to masks, and still says what it should."""
+    from aicirt.testing import fuzz
+
+    arg, check = FUZZED[name]
+    report = fuzz(wasm[name], arg, steps=600, seed=11, check=check, shrink=False)
+    assert report.ok, report
+    assert len(report.finish_reasons) and report.runs > 1

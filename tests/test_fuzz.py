@@ -3,6 +3,7 @@ pytest fixture and Hypothesis strategy."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,8 +72,11 @@ def test_a_failing_check_shrinks_to_fewer_choices(scripted_wasm):
         assert f.plan.size < raw.plan.size and sum(1 for v in f.plan.streams["0"] if v) <= 2
 
 
+FF_UNCHECKED = Path(__file__).parent / "controllers" / "ff_unchecked.c"
+
+
 def test_using_an_ungranted_capability_is_a_failure():
-    report = fuzz(toolchain.build_cached("countdown"), steps=50, capabilities=Capabilities.NONE)
+    report = fuzz(toolchain.build_cached(FF_UNCHECKED), steps=50, capabilities=Capabilities.NONE)
     assert not report.ok and "capability `ff-tokens` was not granted" in report.failures[0].message
 
 
@@ -181,7 +185,7 @@ def test_cli_fuzz_passes_and_fails_with_exit_status_and_reproducer(tmp_path):
     ok = CliRunner().invoke(main, ["fuzz", "regex", "--arg", "[0-9]{3}", "--steps", "300", "--seed", "5"])
     assert ok.exit_code == 0, ok.output
     assert "300 steps" in ok.output and "ok" in ok.output
-    bad = CliRunner().invoke(main, ["fuzz", "countdown", "--steps", "100", "-c", "none", "--out", str(tmp_path)])
+    bad = CliRunner().invoke(main, ["fuzz", str(FF_UNCHECKED), "--steps", "100", "-c", "none", "--out", str(tmp_path)])
     assert bad.exit_code == 1 and "ff-tokens" in bad.output
     (repro,) = tmp_path.glob("*.json")
     again = CliRunner().invoke(main, ["fuzz", "--replay", str(repro)])
