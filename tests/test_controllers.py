@@ -16,6 +16,15 @@ from aicirt.engine import Engine
 from aicirt.toolchain import build_cached, shipped_controllers
 
 EOS = 256
+C = aicirt.Capabilities
+# Grants under which each shipped controller must fall back from a splice kind to masks.
+NO_FF = C.ALL & ~(C.FF_TOKENS | C.CONDITIONAL_FF_TOKENS)
+NO_CONDITIONAL = C.ALL & ~C.CONDITIONAL_FF_TOKENS
+CONDITIONAL_ONLY = C.ALL & ~C.FF_TOKENS        # conditional ff-tokens need ff-tokens as well
+
+
+def grant(caps):
+    return (caps.name or "none").lower()
 
 
 @pytest.fixture(scope="session")
@@ -91,6 +100,17 @@ def test_splice_conditional_ff_and_backtrack(wasm):
     assert len(s.text_bytes) == 10
 
 
+@pytest.mark.parametrize("caps", [NO_CONDITIONAL, NO_FF, C.ALL & ~C.BACKTRACK, C.NONE], ids=grant)
+def test_splice_rules_under_partial_grants(wasm, caps):
+    # without conditional ff-tokens "=>" follows up the step after (ff, or masks); "->" backtracks
+    # the step after where it may, else its X is masked out: no 'b' in the output either way
+    s = only(run(wasm["splice"], b"a => XYZ\nb -> Q\nmax 10", "aXYZbcdefghij", capabilities=caps))
+    assert s.finish_reason == "stop", s.error
+    assert s.text_bytes.startswith(b"aXYZ") and b"b" not in s.text_bytes and len(s.text_bytes) == 10
+    if caps & C.BACKTRACK and caps & C.FF_TOKENS:
+        assert s.text_bytes.startswith(b"aXYZQ")
+
+
 def test_countdown_rejects_a_non_number(wasm):
     s = only(run(wasm["countdown"], b"four", "x"))
     assert s.finish_reason == "error" and s.text_bytes == b""
@@ -111,17 +131,6 @@ def test_choice_forks_and_joins(wasm):
     v = req.variables
     assert [v[f"choice.{i}"] for i in range(3)] == [b"red", b"green", b"blue"]
     assert v["choices"] == b"red\ngreen\nblue\n"
-
-
-C = aicirt.Capabilities
-# Grants under which each shipped controller must fall back from a splice kind to masks.
-NO_FF = C.ALL & ~(C.FF_TOKENS | C.CONDITIONAL_FF_TOKENS)
-NO_CONDITIONAL = C.ALL & ~C.CONDITIONAL_FF_TOKENS
-CONDITIONAL_ONLY = C.ALL & ~C.FF_TOKENS        # conditional ff-tokens need ff-tokens as well
-
-
-def grant(caps):
-    return (caps.name or "none").lower()
 
 
 @pytest.mark.parametrize("caps", [NO_FF, NO_CONDITIONAL, CONDITIONAL_ONLY, C.NONE], ids=grant)
@@ -176,13 +185,18 @@ def _in(options):
     return lambda f: f.finish_reason != "stop" or f.text_bytes in options or f"{f.text_bytes!r} not in {options}"
 
 
+# 30 rules, so that uniform random sampling fires one about one step in eight: "=>" on a-p, "->"
+# on q-z and 0-3 (some with nothing to fast-forward)
+SPLICE_RULES = "\n".join([f"{c} => {c.upper() * (i % 3)}" for i, c in enumerate("abcdefghijklmnop")]
+                         + [f"{c} -> {c.upper() * (i % 2)}" for i, c in enumerate("qrstuvwxyz0123")]
+                         + ["max 24"]).encode()
 FUZZED = {   # name: (argument, a property of each sequence that ends without error)
     "yesno": (b"", _in({b"Yes", b"No"})),
     "choice": (b"red\ngreen\nblue", _in({b"", b"red", b"green", b"blue"})),   # b"": the parent of a fork
     "countdown": (b"3", _in({b" 3 2 1 liftoff!"})),
     "regex": (b"[a-z]{2,5}", lambda f: f.finish_reason != "stop" or re.fullmatch(rb"[a-z]{2,5}", f.text_bytes)
               is not None),
-    "splice": (b"", None),
+    "splice": (SPLICE_RULES, None),
     "json": (b'{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}', None),
 }
 
