@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import wasmtime
 from fuzz import host_targets, targets
+from fuzz.mutate import mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -54,19 +55,8 @@ MUTATE = dict(max_examples=400, deadline=None, suppress_health_check=[HealthChec
 
 @st.composite
 def mutated(draw, base: bytes = RICH):
-    raw = bytearray(base)
-    for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(8, len(raw) - 1))
-        op = draw(st.sampled_from(["flip", "drop", "insert", "byte"]))
-        if op == "flip":
-            raw[i] ^= 1 << draw(st.integers(0, 7))
-        elif op == "drop":
-            del raw[i]
-        elif op == "insert":
-            raw.insert(i, draw(st.integers(0, 255)))
-        else:
-            raw[i] = draw(st.sampled_from([0x00, 0x0B, 0x26, 0x7F, 0x80, 0xFC, 0xFD, 0xFF]))
-    return bytes(raw)
+    return mutate(draw, base, start=8, inserts=st.integers(0, 255).map(lambda b: bytes([b])),
+                  overwrites=st.sampled_from([0x00, 0x0B, 0x26, 0x7F, 0x80, 0xFC, 0xFD, 0xFF]))
 
 
 def test_the_rich_module_is_a_runnable_controller(rt):

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from fuzz import server_targets as S  # noqa: E402
+from fuzz.mutate import mutate  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -169,19 +170,8 @@ def mutated_body(draw):
             "/v1/completions": {"prompt": "Hi ", "max_tokens": 6, "stream": True, "controller": "yesno"},
             "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6},
             "/v1/controllers/tags": {"module_id": S.module_id(), "tags": ["fuzz-tag"]}}[path]
-    raw = bytearray(json.dumps(good).encode())
-    for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(0, len(raw) - 1))
-        op = draw(st.sampled_from(["flip", "drop", "insert", "byte"]))
-        if op == "flip":
-            raw[i] ^= 1 << draw(st.integers(0, 7))
-        elif op == "drop":
-            del raw[i]
-        elif op == "insert":
-            raw[i:i] = draw(st.sampled_from([b"\\udcff", b"[", b"{", b"NaN", b"1e999", b"\x00", b"\xff", b'"', b"\\"]))
-        else:
-            raw[i] = draw(st.integers(0, 255))
-    return path, bytes(raw)
+    inserts = st.sampled_from([b"\\udcff", b"[", b"{", b"NaN", b"1e999", b"\x00", b"\xff", b'"', b"\\"])
+    return path, mutate(draw, json.dumps(good).encode(), inserts=inserts, overwrites=st.integers(0, 255))
 
 
 @settings(**FAST)
