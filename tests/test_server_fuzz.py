@@ -7,6 +7,7 @@ requests that follow get what they got alone. The targets live in tests/fuzz/ser
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import pytest
 
@@ -98,6 +99,7 @@ def test_raw_bytes_on_every_route(data):
 @given(st.sampled_from(JSON_ROUTES), JSON, st.booleans())
 def test_any_json_value_on_every_json_route(path, value, ascii_only):
     S.request("POST", path, encode(value, ascii_only))
+    S.check_healthy()
 
 
 def _fields():
@@ -178,6 +180,7 @@ def mutated_body(draw):
 @given(mutated_body())
 def test_mutated_well_formed_bodies(case):
     S.request("POST", *case)
+    S.check_healthy()
 
 
 HEADER = st.binary(max_size=24).map(lambda b: bytes(c for c in b if c >= 0x20 and c != 0x7F))
@@ -196,7 +199,7 @@ def test_odd_headers_and_query_strings(route, headers, right, query):
         headers[right] = b"Bearer " + S.KEY.encode()
     elif right:
         headers[right] = S.KEY.encode()
-    r = S.request(method, path, body, headers, query.encode("utf-8", "surrogatepass").hex())
+    r = S.request(method, path, body, headers, quote(query.encode("utf-8", "surrogatepass"), safe="=&?"))
     if not right and b"api-key" not in headers and b"authorization" not in headers:
         assert r.status_code == 401
 
@@ -204,7 +207,6 @@ def test_odd_headers_and_query_strings(route, headers, right, query):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=20) | st.builds(S.module_id))
 def test_delete_any_name(name):
-    from urllib.parse import quote
     S.request("DELETE", "/v1/controllers/" + quote(name.encode(), safe=""))
     S.check_healthy()
 
@@ -213,6 +215,7 @@ def test_delete_any_name(name):
 @given(st.binary(max_size=200).map(lambda b: b"\0asm\x01\0\0\0" + b) | st.binary(max_size=64))
 def test_uploads_of_any_bytes(data):
     S.request("POST", "/v1/controllers", data)
+    S.check_healthy()
 
 
 @pytest.mark.parametrize("declared", [b"\xb2", b"\xb9\xb9", b"-1", b"1e9", b"99999999999999999999", b" 12", b""])
