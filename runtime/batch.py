@@ -2,7 +2,8 @@
 
 The common result (one branch, a mask, no splices) is lifted by the hot path straight into the
 batch's mask row. Everything else is read by `lift.py` from a numpy view of linear memory; here
-it is placed in mask rows, post-return is called and forks are made. Any violation ends only
+it is placed in mask rows and forks are made; its post-return runs on the worker, first thing in
+the sequence's next call (`Native.defer_post`). Any violation ends only
 that sequence. Sequence states change only through the sequence's own transitions.
 """
 from __future__ import annotations
@@ -137,8 +138,10 @@ class BatchHandle:
             counts = bool(seq.slot.started) and seq.calls > 1   # its own running time, not a queue's
             late = seq._mark_late(counts)
             if late >= self.rt.limits.max_late_steps:
+                stage = Stage(seq.slot.stage)   # where the worker is stuck (it writes this as it goes)
+                where = "" if stage is Stage.MID_PROCESS else f", in {stage.where}"
                 seq._finish(f"controller was late {late} steps in a row "
-                            f"(soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms)")
+                            f"(soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms{where})")
                 return StepResult(seq, "error", error=seq.error)
             return StepResult(seq, "pending")
         assert seq.mask_buffer is not None   # a call is out: _start set it
@@ -197,9 +200,7 @@ class BatchHandle:
                     row = len(self.masks) + len(self._extra)
                     self._extra.append(mask[None, :])
             branches.append(Branch(row, temperature, splices))
-        self.native.post(s)
-        if s.status == Status.TRAP:
-            raise InvalidResult("cabi_post_mid-process: " + self.native.error_text(s))
+        self.native.defer_post(s)
         forks: list[Sequence] = []
         if len(branches) > 1:
             try:

@@ -8,6 +8,9 @@ sequence belongs to a worker thread; between calls to the engine's thread.
                     RUNNING --late-----> LATE --collect--> IDLE
     IDLE | FINISHED --close--> CLOSED
     RUNNING | LATE  --close--> CLOSING --(its call ends)--> CLOSED
+
+A call that is given up on (late too many steps in a row) leaves the sequence FINISHED with the
+call still out on its worker: closing it is then CLOSING too, until the call ends.
 """
 from __future__ import annotations
 
@@ -42,8 +45,6 @@ class SeqState(enum.Enum):
     CLOSED = "closed"
 
 
-_CALL_OUT = (SeqState.RUNNING, SeqState.LATE, SeqState.CLOSING)
-
 
 class Sequence(Owned):
     """A live controller instance. Made by :meth:`Request.spawn` or by a fork, never directly.
@@ -61,6 +62,7 @@ class Sequence(Owned):
         self.state = SeqState.IDLE
         self.error: str | None = None
         self.calls = 0
+        self._out = False                          # a call was started and not yet collected
         self.late_steps = 0
         self.mask_buffer: tuple | None = None      # (batch mask array, row) a running call writes into
         self.seen: list[int] = []                  # tokens as the controller last saw them
@@ -127,7 +129,7 @@ class Sequence(Owned):
     @property
     def call_out(self) -> bool:
         """A call was started and not yet collected (it may still be running)."""
-        return self.state in _CALL_OUT
+        return self._out
 
     def _start(self, item: "StepInput", mask_row: CData, mask_buffer: tuple[np.ndarray, int]) -> None:
         """IDLE -> RUNNING: fill the slot with the net edit from what the controller saw to
@@ -180,6 +182,7 @@ class Sequence(Owned):
         s.budget_us = (self._call_s if self.calls else self._first_s) * 1e6
         s.done = 0
         self.calls += 1
+        self._out = True
         self.mask_buffer = mask_buffer
         self.state = SeqState.RUNNING
         self.runtime._call_started(self)
@@ -196,6 +199,7 @@ class Sequence(Owned):
         """The call's result was taken: back to IDLE, or freed if it was closed meanwhile."""
         self.mask_buffer = None
         self.late_steps = 0
+        self._out = False
         self.runtime._call_collected(self)
         if self.state is SeqState.CLOSING:
             self._free()
@@ -231,6 +235,8 @@ class Sequence(Owned):
                 instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
                 child.seen = list(self.seen)
                 child.calls = self.calls
+                for field in ("post_pending", "post_ptr", "post_left_us"):   # part of the copied state
+                    setattr(child.slot, field, getattr(self.slot, field))
         except Exception as e:
             for child in children:
                 child.close()
@@ -253,7 +259,7 @@ class Sequence(Owned):
     # -- lifetime ----------------------------------------------------------------------------------
     def _release(self) -> None:
         """Free the instance and its Store; while a call is still out, once it ends."""
-        if self.state in (SeqState.RUNNING, SeqState.LATE):
+        if self._out and self.state is not SeqState.CLOSING:
             self.state = SeqState.CLOSING
             self.runtime._closing(self)
         elif self.state is not SeqState.CLOSING:

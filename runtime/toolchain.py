@@ -6,10 +6,13 @@ are the host's. Zig sources get the SDK's C files plus the `aici` Zig module (sd
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -159,7 +162,9 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
     name = path.stem if path.is_file() else path.resolve().name
     out = Path(out) if out is not None else Path.cwd() / f"{name}.wasm"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")   # unique per build
+    os.close(fd)
+    tmp = Path(tmp_name)
     t0 = time.monotonic()
     try:
         r = _run(compile_command(path, tmp, sdk), path.name, progress)
@@ -175,14 +180,25 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
 
 
 def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
-    """Hash of everything a build reads: the sources, the SDK and the compile command's shape."""
+    """Hash of everything a build reads: the sources and the headers beside them, the SDK, the
+    compiler's version and the compile command's shape."""
     path = resolve(src)
     cs, zs = _sources(path)
+    headers = sorted((path if path.is_dir() else path.parent).glob("*.h"))
     h = hashlib.sha256(" ".join(compile_command(path, Path("OUT"), sdk)).encode())
-    for f in [*cs, *zs, *sorted(SDK_DIR.glob("*.[ch]")), SDK_DIR / "aici.zig"]:
+    h.update(_compiler_version().encode())
+    for f in [*cs, *zs, *headers, *sorted(SDK_DIR.glob("*.[ch]")), SDK_DIR / "aici.zig"]:
         if f.exists():
             h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler_version() -> str:
+    try:
+        return importlib.metadata.version("ziglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
 
 
 def build_cached(src: str | os.PathLike, cache_dir: Path | None = None, *, progress: bool = False,

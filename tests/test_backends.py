@@ -70,8 +70,20 @@ def test_converted_dir_changes_with_the_file(tmp_path, monkeypatch):
     g.write_bytes(b"a")
     first = model_files.converted_dir(tmp_path, "m.gguf")
     g.write_bytes(b"ab")
-    assert model_files.converted_dir(tmp_path, "m.gguf") != first
+    second = model_files.converted_dir(tmp_path, "m.gguf")
+    assert second != first
     assert first.parent == tmp_path / "cache" / "aicirt" / "models"
+    g.write_bytes(b"ac")      # same size, other content
+    assert model_files.converted_dir(tmp_path, "m.gguf") not in (first, second)
+
+
+def test_converted_dir_is_shared_by_copies_in_other_folders(tmp_path, monkeypatch):
+    """Every venv that installs the same model package shares one conversion."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for d in ("venv1", "venv2"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "m.gguf").write_bytes(b"weights" * 1000)
+    assert model_files.converted_dir(tmp_path / "venv1", "m.gguf") == model_files.converted_dir(tmp_path / "venv2", "m.gguf")
 
 
 # --- transformers on the real model -----------------------------------------------------------

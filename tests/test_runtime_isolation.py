@@ -88,3 +88,27 @@ def test_extra_workers_leave_once_the_stall_is_over(make_rt, scripted_wasm):
         runtime.submit([StepInput(good, [1] * 70)]).wait()
         time.sleep(0.01)
     assert runtime._pool.threads == runtime.workers
+
+
+def test_a_sequence_given_up_as_late_can_be_closed_while_its_call_runs(make_rt, scripted_wasm):
+    """Ended for lateness, its call still on a worker: closing it frees the instance only once
+    the call has stopped (at its hard limit), and the runtime goes on serving others."""
+    runtime = make_rt(call_timeout_s=1.0, soft_deadline_s=0.01)
+    ctrl = runtime.load(scripted_wasm)
+    bad = runtime.new_request(ctrl, arg=script(HEALTHY, loop_forever())).spawn()
+    good = runtime.new_request(ctrl, arg=script(HEALTHY)).spawn()
+    runtime.submit([StepInput(bad, [1]), StepInput(good, [1])]).wait(1.0)
+    for k in range(40):
+        r = runtime.submit([StepInput(bad, [1, 1])]).wait().results[0]
+        if r.status == "error":
+            break
+    assert r.status == "error" and "late 10 steps" in r.error, r.error
+    assert bad.call_out                     # given up on, still running
+    bad.close()
+    assert runtime.live_sequences == 2    # not freed under the running call
+    t0 = time.perf_counter()
+    while runtime.live_sequences > 1 and time.perf_counter() - t0 < 5:
+        out = runtime.submit([StepInput(good, [1] * (k + 3))]).wait()
+        assert out.results[0].status == "ok"
+        time.sleep(0.02)
+    assert runtime.live_sequences == 1

@@ -183,3 +183,22 @@ def test_bad_unchanged_hint_is_refused(rt, scripted_wasm):
     seq = rt.new_request(rt.load(scripted_wasm), arg=script(result(branch(mask=[65])))).spawn()
     r = rt.submit([StepInput(seq, [1, 2], None, 5)]).wait().results[0]
     assert r.status == "error" and "unchanged=5" in r.error
+
+
+def test_post_return_runs_after_every_result_and_is_part_of_a_fork(rt):
+    """Post-return of a lifted result (here a fast-forward) runs on the worker before the next
+    call; a fork made before it has run copies it with the state, so the child agrees."""
+    from hostile.wat import module, splice as ff_splice
+    counted = module(ff_splice(ff=(66,)) + " (i32.store (i32.const 3200) (i32.add (i32.const 65) (global.get $posts)))",
+                     post="(global.set $posts (i32.add (global.get $posts) (i32.const 1)))",
+                     extra="(global $posts (mut i32) (i32.const 0))")
+    seq = rt.new_request(rt.load(counted), capabilities=Capabilities.ALL).spawn()
+    seen = [1]
+    for expect in (65, 66):
+        _, r = step(rt, seq, list(seen))
+        assert r.status == "ok" and r.branches[0].splices[0].ff_tokens == (expect,), r.error
+        seen.append(expect)
+    child = seq.fork()        # the parent's last post-return has not run yet
+    for s in (seq, child):
+        _, r = step(rt, s, list(seen))
+        assert r.status == "ok" and r.branches[0].splices[0].ff_tokens == (67,), r.error

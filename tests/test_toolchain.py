@@ -112,6 +112,23 @@ def test_build_cache_reuses_output(tmp_path):
     assert build_cached("yesno", tmp_path) == a and a.stat().st_mtime_ns == mtime
 
 
+
+def test_build_cache_key_covers_headers_beside_the_source(tmp_path):
+    src = tmp_path / "ctl"
+    src.mkdir()
+    (src / "answer.h").write_text("#define ANSWER 65\n")
+    (src / "main.c").write_text(
+        '#include "aici.h"\n#include "answer.h"\n'
+        "void aici_step(const aici_arg_t *arg, aici_result_t *res) {\n"
+        "    aici_tokset_t *m = aici_tokset_tmp();\n"
+        "    aici_tokset_allow_range(m, ANSWER, ANSWER + 1);\n"
+        "    aici_sample(res, m);\n}\n")
+    first = build_cached(src, tmp_path / "cache")
+    (src / "answer.h").write_text("#define ANSWER 66\n")
+    second = build_cached(src, tmp_path / "cache")
+    assert second != first and second.read_bytes() != first.read_bytes()
+
+
 @require.tool("wasm-tools")
 @pytest.mark.parametrize("name", shipped_controllers())
 def test_shipped_controllers_are_components(name, tmp_path):

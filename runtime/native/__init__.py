@@ -67,7 +67,6 @@ class Native:
         self.ffi = impl.ffi
         # the hot operations, bound once (no extra Python frame per call)
         self.make_pool = impl.make_pool
-        self.post = impl.post
         self.memory = impl.memory
         self.check_mask = impl.check_mask
         self.new_vars = impl.new_vars
@@ -93,6 +92,16 @@ class Native:
             return b""
         slot.call_log_len = 0
         return bytes(self.ffi.buffer(slot.log + (slot.log_len - n), n))
+
+    @staticmethod
+    def defer_post(slot: CData) -> None:
+        """A lifted result's post-return: the worker runs it first thing in the sequence's next
+        call, on what its call left of the time limit (never on the engine's thread, never on a
+        fresh limit). A fork copies the pending post-return with the state it belongs to."""
+        if slot.has_post:
+            slot.post_pending = 1
+            slot.post_ptr = slot.result_ptr
+            slot.post_left_us = slot.budget_us - slot.elapsed_us
 
     def set_fault(self, slot: CData, message: str) -> None:
         data = message.encode("utf-8", "replace")[:self.FAULT_BYTES]

@@ -31,7 +31,6 @@ class Compiled:
             return native.dispatch(index, slot, ctx, args)
 
         self._py_import = py_import
-        self.post = lib.aicirt_post
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
         self.release = lib.aicirt_slot_release
 

@@ -97,17 +97,16 @@ class Fallback:
             self.ffi.memmove(self.ffi.cast("uint8_t *", self.memory(s)[0] + ptr), src, n * 4)
         return ptr
 
-    def post(self, s: CData) -> None:
-        """Post-return runs on what is left of the call's time limit."""
-        if not s.has_post:
-            return
-        left = s.budget_us - (time.perf_counter() * 1e6 - s.started_us)
-        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, int(left / s.tick_us) + 1 if left > 0 else 1)
+    def _post(self, s: CData, result_ptr: int, left_us: float) -> bool:
+        """step.c's run_post: post-return on what is left of its call's time limit."""
+        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, int(left_us / s.tick_us) + 1 if left_us > 0 else 1)
         s.stage = Stage.POST
         a = self.ffi.new("wt_val_raw_t[1]")
-        a[0].i32 = s.result_ptr - (1 << 32) if s.result_ptr >= 1 << 31 else s.result_ptr
-        if not self._call(s, s.ctx, "f_post", a, 1):
-            s.status = Status.TRAP
+        a[0].i32 = result_ptr - (1 << 32) if result_ptr >= 1 << 31 else result_ptr
+        if self._call(s, s.ctx, "f_post", a, 1):
+            return True
+        s.status = Status.TRAP
+        return False
 
     def check_mask(self, mem: int, size: int, ptr: int, words: int, vocab_size: int, row: int) -> tuple[int, int, int]:
         """step.c's aicirt_check_mask."""
@@ -147,8 +146,8 @@ class Fallback:
         st, d0, d1 = self.check_mask(base, size, rd(b + abi.BRANCH_MASK_PTR), rd(b + abi.BRANCH_MASK_LEN),
                                      s.vocab_size, int(self.ffi.cast("uintptr_t", s.mask_row)))
         s.status, s.detail[0], s.detail[1] = st, d0, d1
-        if st == Status.OK:
-            self.post(s)
+        if st == Status.OK and s.has_post:
+            self._post(s, s.result_ptr, s.budget_us - (time.perf_counter() * 1e6 - s.started_us))
 
     def step(self, s: CData) -> None:
         t0 = time.perf_counter()
@@ -168,6 +167,13 @@ class Fallback:
                 return
             t0 = time.perf_counter()
             s.started_us = t0 * 1e6
+        if s.post_pending:   # step.c: a lifted result's post-return, on the worker
+            s.post_pending = 0
+            if not self._post(s, s.post_ptr, s.post_left_us):
+                s.elapsed_us = (time.perf_counter() - t0) * 1e6
+                s.done = 1
+                return
+            s.started_us = time.perf_counter() * 1e6
         self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
         s.stage = Stage.ARGUMENTS
         tokens = self._write_list(s, s.tokens, s.n_tokens)

@@ -15,7 +15,6 @@ typedef struct { uint32_t seq_id, append, name_len, len; uint8_t *name, *value; 
 CDEF_STEP = """
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
                 void *get_data, void *trap_new, void *error_delete);
-void aicirt_post(aicirt_slot *s);
 uint8_t *aicirt_memory(aicirt_slot *s, size_t *size);
 int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t words, uint32_t vocab_size,
                       uint32_t *row, uint32_t *detail);

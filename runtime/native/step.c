@@ -4,7 +4,8 @@
  * GIL released: allocate and write the arguments through the guest's cabi_realloc, call
  * mid-process, lift the common result (one branch, a mask, no splices) straight into the batch's
  * mask row, then call cabi_post_mid-process. Anything rarer (stop, forks, splices, no mask) is left to Python
- * (status AICIRT_LIFT), which reads the same linear memory through a numpy view.
+ * (status AICIRT_LIFT), which reads the same linear memory through a numpy view; that result's
+ * post-return runs here too, first thing in the sequence's next call.
  *
  * libwasmtime is not linked: the function pointers come from the library wasmtime-py already
  * loaded (aicirt_bind), so there is exactly one copy of wasmtime in the process.
@@ -34,6 +35,9 @@ typedef struct {
     wt_func_t f_realloc, f_mid, f_post, f_init;
     wt_memory_t mem;
     int32_t has_post, needs_init;   /* needs_init: run _initialize before this (first) call */
+    int32_t post_pending;           /* a lifted result's post-return, run first thing in the next call */
+    uint32_t post_ptr;
+    double post_left_us;            /* what its call left of its time limit */
     uint64_t deadline_ticks, first_call_ticks;
     double budget_us, tick_us;      /* this call's time limit; the epoch tick */
     /* in */
@@ -144,15 +148,15 @@ static inline uint32_t rd32(const uint8_t *m, uint64_t off) {
     return v;
 }
 
-/* Post-return runs on what is left of the call's time limit, never on a fresh one. */
-void aicirt_post(aicirt_slot *s) {
-    if (!s->has_post) return;
-    double left = s->budget_us - (now_us() - s->started_us);
-    p_deadline(s->ctx, left > 0 ? (uint64_t)(left / s->tick_us) + 1 : 1);
+/* Post-return runs on what is left of its call's time limit (`left_us`), never on a fresh one. */
+static int run_post(aicirt_slot *s, uint32_t result_ptr, double left_us) {
+    p_deadline(s->ctx, left_us > 0 ? (uint64_t)(left_us / s->tick_us) + 1 : 1);
     s->stage = AICIRT_STAGE_POST;
     wt_val_raw_t a[1];
-    a[0].i32 = (int32_t)s->result_ptr;
-    if (!call(s, s->ctx, &s->f_post, a, 1)) s->status = AICIRT_TRAP;
+    a[0].i32 = (int32_t)result_ptr;
+    if (call(s, s->ctx, &s->f_post, a, 1)) return 1;
+    s->status = AICIRT_TRAP;
+    return 0;
 }
 
 /* The mask rule (SPEC §2/§3), the one C copy of it: `words` must be ceil(V/32), the list inside
@@ -192,7 +196,7 @@ static void lift(aicirt_slot *s) {
     memcpy(&s->temp, b + ABI_BRANCH_TEMP_VALUE, 4);
     s->status = aicirt_check_mask(m, size, rd32(b, ABI_BRANCH_MASK_PTR), rd32(b, ABI_BRANCH_MASK_LEN),
                                   s->vocab_size, s->mask_row, s->detail);
-    if (s->status == AICIRT_OK) aicirt_post(s);
+    if (s->status == AICIRT_OK && s->has_post) run_post(s, s->result_ptr, s->budget_us - (now_us() - s->started_us));
 }
 
 void aicirt_step(aicirt_slot *s) {
@@ -211,6 +215,13 @@ void aicirt_step(aicirt_slot *s) {
             goto out;
         }
         t0 = s->started_us = now_us();
+    }
+    /* A result Python lifted (status AICIRT_LIFT) is post-returned here, on the worker, before
+     * the next call: a looping post-return then delays only its own sequence. */
+    if (s->post_pending) {
+        s->post_pending = 0;
+        if (!run_post(s, s->post_ptr, s->post_left_us)) goto out;
+        s->started_us = now_us();
     }
     p_deadline(s->ctx, s->deadline_ticks);  /* one budget for the step's realloc + mid-process + post */
     s->stage = AICIRT_STAGE_ARGUMENTS;

@@ -33,6 +33,7 @@ class Kind:
     respawn: int = 0
     wait_hostile: bool = False      # within_s also covers the hostile sequence's own end
     take_var_changes: bool = True   # False: the engine never takes variable changes (they pile up)
+    settle: bool = False            # after the healthy finish, step on until the hostile ends (to see its error)
     within_s: float | None = None
     limits: dict = field(default_factory=dict)
     xfail: str | None = None
@@ -44,8 +45,6 @@ def c(mode: str, **kw) -> dict:
 
 DEFAULT_HARD_LIMIT = {"call_timeout_s": 1.0, "first_call_timeout_s": 1.0}   # SPEC §4's: 40 soft deadlines
 STUCK = "time limit|late 10 steps"    # SPEC §4: either hard limit may end a stuck controller
-FIRST_CALL_STALL = ("issue 10 item 1: a batch holding a slow first call or a looping _initialize waits for it "
-                    "(up to first_call_timeout_s) instead of leaving it pending")
 
 KINDS = [
     # -- time: isolation (issue 10 item 1, SPEC §4) ---------------------------------------------
@@ -63,12 +62,11 @@ KINDS = [
          module("(if (i32.gt_u (local.get $tn) (i32.const 0)) (then " + wat.spin(150_000_000) + "))"),
          respawn=12, limits={**DEFAULT_HARD_LIMIT, "soft_deadline_s": 0.025}, within_s=1.0),
     Kind("loop-in-initialize", "item 1", "error: _initialize", module(initialize=wat.loop_forever()),
-         within_s=1.0, limits={"first_call_timeout_s": 2.0},
-         xfail=FIRST_CALL_STALL),
+         within_s=1.0, settle=True, limits={"first_call_timeout_s": 2.0, "soft_deadline_s": 0.025}),
     Kind("spin-just-past-soft-deadline", "item 1, §4 soft deadline", "legal", **c("spin-every-call:40")),
     Kind("loop-in-post-return", "item 1 post-return", "error: cabi_post_mid-process",
-         module(splice(ff=(66,)), post=wat.loop_forever()), within_s=0.8, limits=DEFAULT_HARD_LIMIT,
-         xfail="issue 10 item 1: post-return runs on the engine thread with a fresh time budget"),
+         module(splice(ff=(66,)), post=wat.loop_forever()), within_s=0.8, settle=True,
+         limits={**DEFAULT_HARD_LIMIT, "soft_deadline_s": 0.025}),
     # -- results: SPEC §3 invalid results ---------------------------------------------------------
     Kind("trap-unreachable", "§3 trap", "error: unreachable", module("unreachable")),
     Kind("divide-by-zero", "§3 trap", "error: divide by zero",

@@ -43,9 +43,10 @@ def healthy_specs(scripted_wasm) -> list[Spec]:
 
 def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: int = 1, respawn: int = 0,
               max_steps: int = 300, max_tokens: int = 8, wait_hostile: bool = False,
-              take_var_changes: bool = True) -> Outcome:
+              take_var_changes: bool = True, settle: bool = False) -> Outcome:
     """Healthy sequences labelled h0, h1, ... (forks h1.1, ...), hostile ones x0, x1, ...; runs
-    until every healthy sequence has finished (`wait_hostile`: every sequence). `respawn`: a new
+    until every healthy sequence has finished (`wait_hostile`: every sequence; `settle`: then
+    on until the hostile ones end too, `elapsed_s` still timing the healthy). `respawn`: a new
     hostile request every step, up to this many."""
     settings = EngineSettings(max_tokens=max_tokens, take_var_changes=take_var_changes)
     engine = FuzzEngine(rt, lambda label: Choices(replay=[]), Choices(replay=[]), settings)
@@ -66,16 +67,24 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
             add(hostile, f"x{n_hostile}")
             n_hostile += 1
     worst = 0.0
+    elapsed = None
+
+    def live(prefixes: tuple[str, ...]) -> bool:
+        return any(t.label.startswith(prefixes) and not t.finished for t in engine.tracks)
+
     try:
-        waited = ("h", "x") if wait_hostile else ("h",)
-        while any(t.label.startswith(waited) and not t.finished for t in engine.tracks) and engine.steps < max_steps:
+        waited = ("h", "x") if wait_hostile or settle else ("h",)
+        while live(waited) and engine.steps < max_steps:
             s0 = time.perf_counter()
             engine.step()
             worst = max(worst, time.perf_counter() - s0)
             if hostile is not None and n_hostile < respawn:
                 add(hostile, f"x{n_hostile}")
                 n_hostile += 1
-        elapsed = time.perf_counter() - t0
+            if elapsed is None and not live(("h", "x") if wait_hostile else ("h",)):
+                elapsed = time.perf_counter() - t0
+        if elapsed is None:
+            elapsed = time.perf_counter() - t0
     finally:
         engine.close()
     return Outcome({t.label: (tuple(t.tokens), t.finish_reason, t.error) for t in engine.tracks if t.label.startswith("h")},

@@ -70,11 +70,17 @@ def resolve(model: str | os.PathLike[str] | None) -> tuple[str, Path, str | None
 
 
 def converted_dir(gguf_dir: Path, gguf_name: str) -> Path:
-    """The cache folder for one GGUF file (it may not exist yet)."""
+    """The cache folder for one GGUF file (it may not exist yet). Keyed by the file's content
+    (its size, first and last MiB), not its path: every venv that installs the same model package
+    shares one conversion."""
     path = (gguf_dir / gguf_name).resolve()
-    stat = path.stat()
-    key = hashlib.sha256(f"{path}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
-    return cache_root() / f"{path.stem}-{key}"
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{path.name}|{size}|".encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return cache_root() / f"{path.stem}-{h.hexdigest()[:16]}"
 
 
 def is_converted(folder: Path) -> bool:
