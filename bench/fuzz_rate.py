@@ -1,8 +1,7 @@
 """How fast the fuzzer drives the shipped controllers, and how long the hostile suite takes.
 
-Fuzzer: `aicirt.testing.Fuzzer` steps/s per shipped controller (all capabilities granted: the
-shipped controllers that use fast-forward do not all check their grants, which random grants
-report as failures), against the baseline in the same run: a bare loop over the same public API
+Fuzzer: `aicirt.testing.Fuzzer` steps/s per shipped controller (random capability grants, as
+`aicirt fuzz` runs it), against the baseline in the same run: a bare loop over the same public API
 (submit, wait, take the lowest allowed token, apply the splice; no checks, no randomness), so
 the ratio is what the fuzzer's engine and checks cost per step.
 Hostile suite: every kind of tests/hostile/kinds.py, on the current hot path, beside healthy
@@ -25,17 +24,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import aicirt  # noqa: E402
-from aicirt import Capabilities, toolchain  # noqa: E402
+from aicirt import toolchain  # noqa: E402
 from aicirt.testing import Fuzzer  # noqa: E402
 
-SHIPPED = {"regex": "[0-9]{1,4}-[a-z]{2,6}", "yesno": "", "choice": "red|green|blue", "splice": "", "countdown": ""}
+SHIPPED = {"regex": "[0-9]{1,4}-[a-z]{2,6}", "yesno": "", "choice": "red\ngreen\nblue", "splice": "", "countdown": "",
+           "json": '{"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, '
+                   '"required": ["n", "ok"]}'}
 
 
 def fuzz_rates(steps: int) -> dict:
     out = {}
     for name, arg in SHIPPED.items():
         wasm = toolchain.build_cached(name)
-        with Fuzzer(wasm, arg, capabilities=Capabilities.ALL) as fz:
+        with Fuzzer(wasm, arg) as fz:   # random grants
             report = fz.fuzz(steps=steps, seed=0)
         bare = bare_rate(wasm, arg, steps)
         out[name] = {"steps": report.steps, "steps_per_s": round(report.steps_per_s), "runs": report.runs,
