@@ -18,12 +18,19 @@
 #define ST_SHORT_KNOWN 64
 #define ST_SHORT 128                   /* any SHORT_CHARS string characters keep the DFA live */
 #define SHORT_CHARS 16u
-#define CACHE_MAX 256u
+#define CACHE_MAX 256u                 /* masks cached per sequence */
+#define CACHE_BYTES (4u << 20)         /* and their stored words at most */
+#define NO_LIST 0xffffffffu
+#define BASE_ZERO 0u
+#define BASE_STR 1u
+#define BASE_SHORT 2u
 
 typedef struct { uint32_t m, s, parent, depth; } frame_t;
 typedef struct { uint32_t callee, ret; } call_t;
 typedef struct { uint32_t key_m, key_s, off, n; } calls_ent_t;
-typedef struct { cset_t key; aici_tokset_t *mask; } cache_ent_t;
+/* A cached mask, stored as the words where it differs from its base (all zero, or a slice's
+ * dense mask), or whole (idx NULL, n = n_words) when that is no smaller. */
+typedef struct { cset_t key; uint32_t hash, base, n, *idx, *val; } cache_ent_t;
 
 struct matcher {
   uint32_t n;
@@ -37,8 +44,12 @@ struct matcher {
   call_t *call_pool;
   uint32_t call_pool_n, call_pool_cap;
   cache_ent_t *cache;
-  uint32_t cache_n;
-  aici_tokset_t *spare;
+  uint32_t cache_n, cache_bytes;
+  /* The mask handed out: one buffer, allocated before any fork (its pages are then resident in
+   * every child) and rewritten in place. Its content is base `out_base` with the words
+   * out_idx[0..out_n) changed (out_n == NO_LIST: unknown, rewrite it whole). */
+  aici_tokset_t *out;
+  uint32_t out_base, out_n, *out_idx, out_ent;
   cset_t *walk;                        /* one set per trie depth */
   aici_slice_t *str_slice;             /* tokens of whole characters other than " \ and controls */
   aici_slice_t *short_slice;           /* those of them of at most SHORT_CHARS characters */
@@ -379,6 +390,12 @@ static bool short_room(matcher_t *M, uint32_t m, uint32_t s) {
 void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
   if (!M->str_slice) M->str_slice = aici_trie_token_slice(t, in_string_slice, 0);
   if (!M->short_slice) M->short_slice = aici_trie_token_slice(t, in_short_slice, 0);
+  if (!M->out) {
+    M->out = aici_tokset_new();
+    M->out_idx = aici_malloc(M->out->n_words * 4 + 4);
+    M->out_base = BASE_ZERO, M->out_n = 0, M->out_ent = NO_LIST;
+  }
+  if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
 }
 
 /* ---- masks ---------------------------------------------------------------------------------
@@ -492,8 +509,47 @@ static void zero_words(uint32_t *d, uint32_t n) {
   for (; i < n; i++) d[i] = 0;
 }
 
-static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_tokset_t *out) {
-  uint32_t *w = out->words, nw = out->n_words;
+static const uint32_t *base_words(const matcher_t *M, uint32_t base) {
+  return base == BASE_STR ? M->str_slice->dense : base == BASE_SHORT ? M->short_slice->dense : 0;
+}
+
+/* Sets the out buffer to `base`: only the words changed since, when they are known. */
+static void out_reset(matcher_t *M, uint32_t base) {
+  uint32_t *w = M->out->words, nw = M->out->n_words;
+  const uint32_t *b = base_words(M, base);
+  if (M->out_n != NO_LIST && M->out_base == base) {
+    for (uint32_t i = 0; i < M->out_n; i++) w[M->out_idx[i]] = b ? b[M->out_idx[i]] : 0;
+  } else if (b) {
+    copy_words(w, b, nw);
+  } else {
+    zero_words(w, nw);
+  }
+  M->out_base = base, M->out_n = 0, M->out_ent = NO_LIST;
+  w[nw] = 0;
+}
+
+/* The words of the out buffer that differ from its base, into out_idx (NO_LIST past `limit`). */
+static void out_diff(matcher_t *M, uint32_t limit) {
+  const uint32_t *w = M->out->words, *b = base_words(M, M->out_base);
+  uint32_t nw = M->out->n_words, n = 0, i = 0;
+  v128u z = {0, 0, 0, 0};
+  for (; i + 4 <= nw; i += 4) {
+    v128u d = *(const v128u *)(w + i) ^ (b ? *(const v128u *)(b + i) : z);
+    if (!(d[0] | d[1] | d[2] | d[3])) continue;
+    if (n + 4 > limit) { M->out_n = NO_LIST; return; }
+    for (uint32_t k = 0; k < 4; k++)
+      if (d[k]) M->out_idx[n++] = i + k;
+  }
+  for (; i < nw; i++)
+    if (w[i] != (b ? b[i] : 0)) {
+      if (n + 1 > limit) { M->out_n = NO_LIST; return; }
+      M->out_idx[n++] = i;
+    }
+  M->out_n = n;
+}
+
+/* The configuration set's mask, into the out buffer. */
+static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set) {
   const aici_slice_t *sl = 0;
   bool fresh;
   if (set->n == 1 && M->str_slice && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh)) {
@@ -503,32 +559,67 @@ static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_
       sl = M->short_slice;
     }
   }
-  if (sl && sl->dense) {
-    copy_words(w, sl->dense, nw);
+  out_reset(M, sl == M->str_slice ? BASE_STR : sl ? BASE_SHORT : BASE_ZERO);
+  walk(M, sl ? &sl->rest : t, set, M->out->words);
+  M->out->words[M->out->n_words] = 0;
+}
+
+static uint32_t set_hash(const cset_t *s) {
+  uint32_t h = s->n;
+  for (uint32_t i = 0; i < s->n; i++) h = hash3(h ^ s->c[i].m, s->c[i].s, s->c[i].parent);
+  return h;
+}
+
+/* Keeps the out buffer's mask as cache entry `e`: its changed words, or a whole copy. */
+static void cache_store(matcher_t *M, cache_ent_t *e) {
+  uint32_t nw = M->out->n_words;
+  out_diff(M, nw / 2);
+  e->base = M->out_base;
+  if (M->out_n == NO_LIST) {
+    e->n = nw, e->idx = 0;
+    e->val = aici_malloc(nw * 4);
+    copy_words(e->val, M->out->words, nw);
   } else {
-    zero_words(w, nw);
-    if (sl)
-      for (uint32_t i = 0; i < sl->n_words; i++) w[sl->word_idx[i]] |= sl->word_bits[i];
+    e->n = M->out_n;
+    e->idx = aici_malloc(e->n * 4 + 4);
+    e->val = aici_malloc(e->n * 4 + 4);
+    for (uint32_t i = 0; i < e->n; i++) e->idx[i] = M->out_idx[i], e->val[i] = M->out->words[M->out_idx[i]];
   }
-  walk(M, sl ? &sl->rest : t, set, w);
-  w[nw] = 0;
+  M->cache_bytes += e->idx ? 8 * e->n : 4 * e->n;
+}
+
+static void cache_load(matcher_t *M, const cache_ent_t *e) {
+  uint32_t *w = M->out->words;
+  if (!e->idx) {
+    copy_words(w, e->val, e->n);
+    M->out_n = NO_LIST;
+    return;
+  }
+  out_reset(M, e->base);
+  for (uint32_t i = 0; i < e->n; i++) w[e->idx[i]] = e->val[i], M->out_idx[i] = e->idx[i];
+  M->out_n = e->n;
 }
 
 const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_token_t eos) {
+  if (!M->out) matcher_prepare(M, t);
   cset_t key = *set;
   sort_set(&key);
-  for (uint32_t i = 0; i < M->cache_n; i++)
-    if (same_set(&M->cache[i].key, &key)) return M->cache[i].mask;
-  aici_tokset_t *out;
-  if (M->cache_n < CACHE_MAX) {
-    out = aici_tokset_new();
-    M->cache[M->cache_n].key = key;
-    M->cache[M->cache_n++].mask = out;
-  } else {
-    if (!M->spare) M->spare = aici_tokset_new();
-    out = M->spare;
+  uint32_t h = set_hash(&key);
+  for (uint32_t i = 0; i < M->cache_n; i++) {
+    cache_ent_t *e = &M->cache[i];
+    if (e->hash != h || !same_set(&e->key, &key)) continue;
+    if (M->out_ent != i) cache_load(M, e);
+    M->out_ent = i;
+    return M->out;
   }
-  compute(M, t, &key, out);
-  if (matcher_accepting(M, &key)) aici_tokset_allow(out, eos);   /* a function of the set too */
-  return out;
+  compute(M, t, &key);
+  if (matcher_accepting(M, &key)) aici_tokset_allow(M->out, eos);   /* a function of the set too */
+  M->out_n = NO_LIST;
+  if (M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
+    cache_ent_t *e = &M->cache[M->cache_n];
+    e->key = key, e->hash = h;
+    cache_store(M, e);
+    M->out_ent = M->cache_n++;
+  }
+  return M->out;
 }
