@@ -511,18 +511,49 @@ static uint32_t intern(aici_regex_t *re, uint32_t n) {
   return d;
 }
 
+/* The row of DFA state d. Byte classes that the same members of d's NFA-state list consume
+ * (the same signature) lead to the same state: each signature's closure and lookup are done
+ * once (inside a JSON string, most of the pattern's classes share one or two signatures). */
 static void build_row(aici_regex_t *re, uint32_t d) {
   if (re->flags[d] & BUILT) return;
-  uint32_t next[256];
-  for (uint32_t c = 0; c < re->n_cls; c++) {
-    uint8_t b = re->rep[c];
-    uint32_t n = 0;
-    re->gen++;
-    for (uint32_t i = 0; i < re->set_len[d]; i++) {
-      nfa_t *x = &re->nfa[re->pool[re->set_off[d] + i]];
-      if (x->kind == N_CONSUME && (re->sets[x->set][b >> 5] >> (b & 31)) & 1) closure(re, x->out, &n);
+  uint32_t next[256], len = re->set_len[d];
+  const uint32_t *members = re->pool + re->set_off[d];
+  if (len <= 64) {
+    uint64_t sig[256], seen_sig[256];
+    uint32_t seen_next[256], n_seen = 0;
+    __builtin_memset(sig, 0, re->n_cls * sizeof sig[0]);
+    for (uint32_t i = 0; i < len; i++) {
+      const nfa_t *x = &re->nfa[members[i]];
+      if (x->kind != N_CONSUME) continue;
+      const uint32_t *bs = re->sets[x->set];
+      for (uint32_t c = 0; c < re->n_cls; c++) {
+        uint8_t b = re->rep[c];
+        sig[c] |= (uint64_t)((bs[b >> 5] >> (b & 31)) & 1) << i;
+      }
     }
-    next[c] = intern(re, n);
+    for (uint32_t c = 0; c < re->n_cls; c++) {
+      uint32_t k = 0;
+      while (k < n_seen && seen_sig[k] != sig[c]) k++;
+      if (k == n_seen) {
+        uint32_t n = 0;
+        re->gen++;
+        for (uint64_t m = sig[c]; m; m &= m - 1)   /* pool may move in intern: re-read members */
+          closure(re, re->nfa[re->pool[re->set_off[d] + (uint32_t)__builtin_ctzll(m)]].out, &n);
+        seen_sig[k] = sig[c], seen_next[k] = intern(re, n), n_seen++;
+      }
+      next[c] = seen_next[k];
+    }
+  } else {
+    for (uint32_t c = 0; c < re->n_cls; c++) {
+      uint8_t b = re->rep[c];
+      uint32_t n = 0;
+      re->gen++;
+      for (uint32_t i = 0; i < len; i++) {
+        nfa_t *x = &re->nfa[re->pool[re->set_off[d] + i]];
+        if (x->kind == N_CONSUME && (re->sets[x->set][b >> 5] >> (b & 31)) & 1) closure(re, x->out, &n);
+      }
+      next[c] = intern(re, n);
+    }
   }
   for (uint32_t c = 0; c < re->n_cls; c++)
     if (next[c] && (re->flags[next[c]] & FINAL)) next[c] |= END_BIT;
