@@ -26,6 +26,8 @@
 #define BASE_SHORT 2u
 
 typedef struct { uint32_t m, s, parent, depth; } frame_t;
+typedef struct { uint8_t n, b[96]; } reps_t;
+typedef struct { reps_t ascii, cont, lead[8], second[8]; } char_reps_t;   /* see fill_reps */
 typedef struct { uint32_t callee, ret; } call_t;
 typedef struct { uint32_t key_m, key_s, off, n; } calls_ent_t;
 /* A cached mask, stored as the words where it differs from its base (all zero, or a slice's
@@ -36,6 +38,7 @@ struct matcher {
   uint32_t n;
   aici_regex_t **re;
   uint8_t **info;                      /* per machine, per DFA state: ST_* */
+  char_reps_t **reps;                  /* per machine, made on first use */
   uint32_t *info_cap;
   frame_t *fr;
   uint32_t n_fr, cap_fr, *fr_ht, fr_ht_cap;
@@ -67,6 +70,7 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
   M->re = aici_calloc(src->n, sizeof(void *));
   M->info = aici_calloc(src->n, sizeof(void *));
   M->info_cap = aici_calloc(src->n, 4);
+  M->reps = aici_calloc(src->n, sizeof(void *));
   for (uint32_t i = 0; i < src->n; i++) {
     char *e = 0;
     M->re[i] = aici_regex_compile(src->m[i].text, src->m[i].len, &e);
@@ -288,14 +292,47 @@ static bool in_string_slice(void *ctx, const uint8_t *b, uint32_t n) {
   return true;
 }
 
+/* UTF-8 lead byte ranges: lead bytes, second byte range, continuation bytes in all. */
+static const uint8_t LEADS[8][5] = {
+  {0xc2, 0xdf, 0x80, 0xbf, 1}, {0xe0, 0xe0, 0xa0, 0xbf, 2}, {0xe1, 0xec, 0x80, 0xbf, 2}, {0xed, 0xed, 0x80, 0x9f, 2},
+  {0xee, 0xef, 0x80, 0xbf, 2}, {0xf0, 0xf0, 0x90, 0xbf, 3}, {0xf1, 0xf3, 0x80, 0xbf, 3}, {0xf4, 0xf4, 0x80, 0x8f, 3}};
+
+/* One byte per byte class of the machine's regex within [lo, hi] (`str`: not " or \): the probes
+ * below step on these only (bytes of one class lead every state to the same state). */
+static void fill_reps(const uint8_t *cls, uint32_t lo, uint32_t hi, bool str, reps_t *out) {
+  uint32_t seen[8] = {0};
+  out->n = 0;
+  for (uint32_t b = lo; b <= hi; b++) {
+    if (str && (b == '"' || b == '\\')) continue;
+    uint8_t c = cls[b];
+    if ((seen[c >> 5] >> (c & 31)) & 1) continue;
+    seen[c >> 5] |= 1u << (c & 31);
+    out->b[out->n++] = (uint8_t)b;
+  }
+}
+
+static const char_reps_t *reps_of(matcher_t *M, uint32_t m) {
+  if (M->reps[m]) return M->reps[m];
+  char_reps_t *R = aici_malloc(sizeof *R);
+  const uint8_t *cls = aici_regex_classes(M->re[m], 0);
+  fill_reps(cls, 0x20, 0x7f, true, &R->ascii);
+  fill_reps(cls, 0x80, 0xbf, false, &R->cont);
+  for (uint32_t r = 0; r < 8; r++) {
+    fill_reps(cls, LEADS[r][0], LEADS[r][1], false, &R->lead[r]);
+    fill_reps(cls, LEADS[r][2], LEADS[r][3], false, &R->second[r]);
+  }
+  return M->reps[m] = R;
+}
+
 /* All k continuation bytes from t lead to s (memo: the states already checked per level). */
-static bool conts_to(aici_regex_t *re, uint32_t t, uint32_t k, uint32_t s, uint32_t memo[3][8], uint32_t *nm) {
+static bool conts_to(aici_regex_t *re, const char_reps_t *R, uint32_t t, uint32_t k, uint32_t s, uint32_t memo[3][8],
+                     uint32_t *nm) {
   if (!t) return false;
   if (!k) return t == s;
   for (uint32_t i = 0; i < nm[k - 1]; i++)
     if (memo[k - 1][i] == t) return true;
-  for (uint32_t c = 0x80; c <= 0xbf; c++)
-    if (!conts_to(re, aici_regex_step(re, t, (uint8_t)c), k - 1, s, memo, nm)) return false;
+  for (uint32_t i = 0; i < R->cont.n; i++)
+    if (!conts_to(re, R, aici_regex_step(re, t, R->cont.b[i]), k - 1, s, memo, nm)) return false;
   if (nm[k - 1] == 8) return false;
   memo[k - 1][nm[k - 1]++] = t;
   return true;
@@ -305,19 +342,15 @@ static bool string_loop(matcher_t *M, uint32_t m, uint32_t s) {
   uint8_t f = state_info(M, m, s);
   if (f & ST_LOOP_KNOWN) return f & ST_LOOP;
   aici_regex_t *re = M->re[m];
+  const char_reps_t *R = reps_of(M, m);
   bool loop = true;
-  for (uint32_t b = 0x20; b < 0x80 && loop; b++)
-    if (b != '"' && b != '\\') loop = aici_regex_step(re, s, (uint8_t)b) == s;
-  static const uint8_t leads[][4] = {  /* first, last lead byte; second byte range; more bytes */
-    {0xc2, 0xdf, 0x80, 0xbf}, {0xe0, 0xe0, 0xa0, 0xbf}, {0xe1, 0xec, 0x80, 0xbf}, {0xed, 0xed, 0x80, 0x9f},
-    {0xee, 0xef, 0x80, 0xbf}, {0xf0, 0xf0, 0x90, 0xbf}, {0xf1, 0xf3, 0x80, 0xbf}, {0xf4, 0xf4, 0x80, 0x8f}};
+  for (uint32_t i = 0; i < R->ascii.n && loop; i++) loop = aici_regex_step(re, s, R->ascii.b[i]) == s;
   uint32_t memo[3][8], nm[3] = {0, 0, 0};
   for (uint32_t r = 0; r < 8 && loop; r++) {
-    uint32_t more = leads[r][0] < 0xe0 ? 0 : leads[r][0] < 0xf0 ? 1 : 2;
-    for (uint32_t lead = leads[r][0]; lead <= leads[r][1] && loop; lead++) {
-      uint32_t t = aici_regex_step(re, s, (uint8_t)lead);
-      for (uint32_t c = leads[r][2]; c <= leads[r][3] && loop; c++)
-        loop = t && conts_to(re, aici_regex_step(re, t, (uint8_t)c), more, s, memo, nm);
+    for (uint32_t i = 0; i < R->lead[r].n && loop; i++) {
+      uint32_t t = aici_regex_step(re, s, R->lead[r].b[i]);
+      for (uint32_t j = 0; j < R->second[r].n && loop; j++)
+        loop = t && conts_to(re, R, aici_regex_step(re, t, R->second[r].b[j]), LEADS[r][4] - 1u, s, memo, nm);
     }
   }
   M->info[m][s] = (uint8_t)(f | ST_LOOP_KNOWN | (loop ? ST_LOOP : 0));
@@ -336,13 +369,14 @@ static bool in_short_slice(void *ctx, const uint8_t *b, uint32_t n) {
 #define PUT(set, n, v) do { uint32_t _v = (v) & ~AICI_REGEX_FINAL, _j = 0; if (!_v) return false; \
     while (_j < (n) && (set)[_j] != _v) _j++; if (_j == (n)) { if ((n) == cap) return false; (set)[(n)++] = _v; } } while (0)
 
-/* The states after `k` continuation bytes in [lo, hi] then [0x80, 0xbf] from each of in[]. */
-static bool conts(aici_regex_t *re, uint32_t *set, uint32_t *n, uint32_t k, uint32_t lo, uint32_t hi, uint32_t cap) {
-  for (uint32_t level = 0; level < k; level++) {
+/* The states after the lead range r's k continuation bytes from each of set[]. */
+static bool conts(aici_regex_t *re, const char_reps_t *R, uint32_t *set, uint32_t *n, uint32_t r, uint32_t cap) {
+  for (uint32_t level = 0; level < LEADS[r][4]; level++) {
     uint32_t next[8], nn = 0;
+    const reps_t *bytes = level ? &R->cont : &R->second[r];
     for (uint32_t i = 0; i < *n; i++) {
       const uint32_t *row = aici_regex_row(re, set[i]);
-      for (uint32_t x = level ? 0x80 : lo; x <= (level ? 0xbf : hi); x++) PUT(next, nn, row[x]);
+      for (uint32_t x = 0; x < bytes->n; x++) PUT(next, nn, row[bytes->b[x]]);
     }
     for (uint32_t i = 0; i < nn; i++) set[i] = next[i];
     *n = nn;
@@ -350,20 +384,17 @@ static bool conts(aici_regex_t *re, uint32_t *set, uint32_t *n, uint32_t k, uint
   return true;
 }
 
-static bool char_step(aici_regex_t *re, const uint32_t *in, uint32_t n_in, uint32_t *out, uint32_t *n_out, uint32_t cap) {
-  static const uint8_t leads[][5] = {  /* lead bytes, second byte range, continuation bytes in all */
-    {0xc2, 0xdf, 0x80, 0xbf, 1}, {0xe0, 0xe0, 0xa0, 0xbf, 2}, {0xe1, 0xec, 0x80, 0xbf, 2}, {0xed, 0xed, 0x80, 0x9f, 2},
-    {0xee, 0xef, 0x80, 0xbf, 2}, {0xf0, 0xf0, 0x90, 0xbf, 3}, {0xf1, 0xf3, 0x80, 0xbf, 3}, {0xf4, 0xf4, 0x80, 0x8f, 3}};
+static bool char_step(aici_regex_t *re, const char_reps_t *R, const uint32_t *in, uint32_t n_in, uint32_t *out,
+                      uint32_t *n_out, uint32_t cap) {
   *n_out = 0;
   for (uint32_t i = 0; i < n_in; i++) {
     uint32_t row[256];
     __builtin_memcpy(row, aici_regex_row(re, in[i]), sizeof row);
-    for (uint32_t b = 0x20; b < 0x80; b++)
-      if (b != '"' && b != '\\') PUT(out, *n_out, row[b]);
+    for (uint32_t x = 0; x < R->ascii.n; x++) PUT(out, *n_out, row[R->ascii.b[x]]);
     for (uint32_t r = 0; r < 8; r++) {
       uint32_t a[8], na = 0;
-      for (uint32_t lead = leads[r][0]; lead <= leads[r][1]; lead++) PUT(a, na, row[lead]);
-      if (!conts(re, a, &na, leads[r][4], leads[r][2], leads[r][3], 8)) return false;
+      for (uint32_t x = 0; x < R->lead[r].n; x++) PUT(a, na, row[R->lead[r].b[x]]);
+      if (!conts(re, R, a, &na, r, 8)) return false;
       for (uint32_t k = 0; k < na; k++) PUT(out, *n_out, a[k]);
     }
   }
@@ -376,10 +407,11 @@ static bool short_room(matcher_t *M, uint32_t m, uint32_t s) {
   uint8_t f = state_info(M, m, s);
   if (f & ST_SHORT_KNOWN) return f & ST_SHORT;
   aici_regex_t *re = M->re[m];
+  const char_reps_t *R = reps_of(M, m);
   uint32_t a[8] = {s}, na = 1, b[8], nb;
   bool ok = true;
   for (uint32_t d = 0; d < SHORT_CHARS && ok; d++) {
-    ok = char_step(re, a, na, b, &nb, 8);
+    ok = char_step(re, R, a, na, b, &nb, 8);
     for (uint32_t k = 0; k < nb; k++) a[k] = b[k];
     na = nb;
   }

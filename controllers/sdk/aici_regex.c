@@ -875,3 +875,8 @@ const uint32_t *aici_regex_row(aici_regex_t *re, uint32_t state) {
   build_row(re, state);
   return re->trans + (size_t)state * 256;
 }
+
+const uint8_t *aici_regex_classes(const aici_regex_t *re, uint32_t *n_classes) {
+  if (n_classes) *n_classes = re->n_cls;
+  return re->cls;
+}
