@@ -15,9 +15,11 @@
 #define ST_FINAL 8                     /* accepting, and no byte continues */
 #define ST_LOOP_KNOWN 16
 #define ST_LOOP 32                     /* inside a free string: every character comes back here */
-#define ST_SHORT_KNOWN 64
-#define ST_SHORT 128                   /* any SHORT_CHARS string characters keep the DFA live */
+#define ST_ROOM_KNOWN 64
+#define ROOM_SHIFT 8                   /* room: see room_of */
 #define SHORT_CHARS 16u
+#define ROOM_SHORT SHORT_CHARS
+#define ROOM_NONE (SHORT_CHARS + 1)
 #define CACHE_MAX 256u                 /* masks cached per sequence */
 #define CACHE_BYTES (4u << 20)         /* and their stored words at most */
 #define NO_LIST 0xffffffffu
@@ -37,7 +39,7 @@ typedef struct { cset_t key; uint32_t hash, base, n, *idx, *val; } cache_ent_t;
 struct matcher {
   uint32_t n;
   aici_regex_t **re;
-  uint8_t **info;                      /* per machine, per DFA state: ST_* */
+  uint16_t **info;                     /* per machine, per DFA state: ST_*, room << ROOM_SHIFT */
   char_reps_t **reps;                  /* per machine, made on first use */
   uint32_t *info_cap;
   frame_t *fr;
@@ -56,6 +58,7 @@ struct matcher {
   cset_t *walk;                        /* one set per trie depth */
   aici_slice_t *str_slice;             /* tokens of whole characters other than " \ and controls */
   aici_slice_t *short_slice;           /* those of them of at most SHORT_CHARS characters */
+  uint8_t *nchars;                     /* per token: its characters if a str_slice token (<= 255), else 0 */
 };
 
 static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
@@ -126,15 +129,15 @@ static uint32_t frame(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent) {
   return f;
 }
 
-static uint8_t state_info(matcher_t *M, uint32_t m, uint32_t s) {
+static uint16_t state_info(matcher_t *M, uint32_t m, uint32_t s) {
   if (s >= M->info_cap[m]) {
     uint32_t cap = M->info_cap[m] ? M->info_cap[m] : 64;
     while (cap <= s) cap *= 2;
-    M->info[m] = aici_realloc(M->info[m], cap);
-    __builtin_memset(M->info[m] + M->info_cap[m], 0, cap - M->info_cap[m]);
+    M->info[m] = aici_realloc(M->info[m], cap * sizeof(uint16_t));
+    __builtin_memset(M->info[m] + M->info_cap[m], 0, (cap - M->info_cap[m]) * sizeof(uint16_t));
     M->info_cap[m] = cap;
   }
-  uint8_t f = M->info[m][s];
+  uint16_t f = M->info[m][s];
   if (f) return f;
   aici_regex_t *re = M->re[m];
   f = ST_KNOWN;
@@ -202,7 +205,7 @@ static void add(cset_t *out, uint32_t m, uint32_t s, uint32_t parent) {
 }
 
 static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint8_t byte, cset_t *out, uint32_t depth) {
-  uint8_t f = state_info(M, m, s);
+  uint16_t f = state_info(M, m, s);
   uint32_t t = aici_regex_step(M->re[m], s, byte);
   if (t) add(out, m, t, parent);
   if ((f & ST_CALLS) && depth < 32 && M->fr[parent].depth < MAX_STACK) {
@@ -339,7 +342,7 @@ static bool conts_to(aici_regex_t *re, const char_reps_t *R, uint32_t t, uint32_
 }
 
 static bool string_loop(matcher_t *M, uint32_t m, uint32_t s) {
-  uint8_t f = state_info(M, m, s);
+  uint16_t f = state_info(M, m, s);
   if (f & ST_LOOP_KNOWN) return f & ST_LOOP;
   aici_regex_t *re = M->re[m];
   const char_reps_t *R = reps_of(M, m);
@@ -353,7 +356,7 @@ static bool string_loop(matcher_t *M, uint32_t m, uint32_t s) {
         loop = t && conts_to(re, R, aici_regex_step(re, t, R->second[r].b[j]), LEADS[r][4] - 1u, s, memo, nm);
     }
   }
-  M->info[m][s] = (uint8_t)(f | ST_LOOP_KNOWN | (loop ? ST_LOOP : 0));
+  M->info[m][s] = (uint16_t)(f | ST_LOOP_KNOWN | (loop ? ST_LOOP : 0));
   return loop;
 }
 
@@ -369,8 +372,17 @@ static bool in_short_slice(void *ctx, const uint8_t *b, uint32_t n) {
 #define PUT(set, n, v) do { uint32_t _v = (v) & ~AICI_REGEX_FINAL, _j = 0; if (!_v) return false; \
     while (_j < (n) && (set)[_j] != _v) _j++; if (_j == (n)) { if ((n) == cap) return false; (set)[(n)++] = _v; } } while (0)
 
-/* The states after the lead range r's k continuation bytes from each of set[]. */
-static bool conts(aici_regex_t *re, const char_reps_t *R, uint32_t *set, uint32_t *n, uint32_t r, uint32_t cap) {
+/* Whether none of set[0..n) is a call or a match state (see room_of). */
+static bool clean_set(matcher_t *M, uint32_t m, const uint32_t *set, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (state_info(M, m, set[i]) & (ST_CALLS | ST_ACCEPT)) return false;
+  return true;
+}
+
+/* The states after the lead range r's continuation bytes from each of set[]. */
+static bool conts(matcher_t *M, uint32_t m, const char_reps_t *R, uint32_t *set, uint32_t *n, uint32_t r, uint32_t cap,
+                  bool *clean) {
+  aici_regex_t *re = M->re[m];
   for (uint32_t level = 0; level < LEADS[r][4]; level++) {
     uint32_t next[8], nn = 0;
     const reps_t *bytes = level ? &R->cont : &R->second[r];
@@ -380,43 +392,83 @@ static bool conts(aici_regex_t *re, const char_reps_t *R, uint32_t *set, uint32_
     }
     for (uint32_t i = 0; i < nn; i++) set[i] = next[i];
     *n = nn;
+    if (level + 1 < LEADS[r][4]) *clean &= clean_set(M, m, set, nn);
   }
   return true;
 }
 
-static bool char_step(aici_regex_t *re, const char_reps_t *R, const uint32_t *in, uint32_t n_in, uint32_t *out,
-                      uint32_t *n_out, uint32_t cap) {
+/* The states after one string character from each of in[] (all live, else false); *clean: and
+ * every state met, the results included, is neither a call nor a match. */
+static bool char_step(matcher_t *M, uint32_t m, const char_reps_t *R, const uint32_t *in, uint32_t n_in, uint32_t *out,
+                      uint32_t *n_out, uint32_t cap, bool *clean) {
   *n_out = 0;
   for (uint32_t i = 0; i < n_in; i++) {
     uint32_t row[256];
-    __builtin_memcpy(row, aici_regex_row(re, in[i]), sizeof row);
+    __builtin_memcpy(row, aici_regex_row(M->re[m], in[i]), sizeof row);
     for (uint32_t x = 0; x < R->ascii.n; x++) PUT(out, *n_out, row[R->ascii.b[x]]);
     for (uint32_t r = 0; r < 8; r++) {
       uint32_t a[8], na = 0;
       for (uint32_t x = 0; x < R->lead[r].n; x++) PUT(a, na, row[R->lead[r].b[x]]);
-      if (!conts(re, R, a, &na, r, 8)) return false;
+      *clean &= clean_set(M, m, a, na);
+      if (!conts(M, m, R, a, &na, r, 8, clean)) return false;
       for (uint32_t k = 0; k < na; k++) PUT(out, *n_out, a[k]);
     }
   }
+  *clean &= clean_set(M, m, out, *n_out);
   return true;
 }
 #undef PUT
 
-/* Inside a bounded string with room for SHORT_CHARS more characters: the short-token slice. */
-static bool short_room(matcher_t *M, uint32_t m, uint32_t s) {
-  uint8_t f = state_info(M, m, s);
-  if (f & ST_SHORT_KNOWN) return f & ST_SHORT;
+/* Whether some whole string character from t (after the lead byte of range r: k continuation
+ * bytes still to come) ends in a live state that is no call and no match. `clean`: every state
+ * on the way was neither (else false, said through *clean). */
+static bool char_lives(matcher_t *M, uint32_t m, const char_reps_t *R, uint32_t t, uint32_t k, uint32_t r, bool *clean) {
+  if (!t) return false;
+  if (state_info(M, m, t) & (ST_CALLS | ST_ACCEPT)) *clean = false;
+  if (!k) return true;
+  const reps_t *bytes = k == LEADS[r][4] ? &R->second[r] : &R->cont;
+  for (uint32_t i = 0; i < bytes->n; i++)
+    if (char_lives(M, m, R, aici_regex_step(M->re[m], t, bytes->b[i]), k - 1, r, clean)) return true;
+  return false;
+}
+
+/* Whether no whole string character is live from any of a[], every state met being clean. */
+static bool no_char(matcher_t *M, uint32_t m, const char_reps_t *R, const uint32_t *a, uint32_t na) {
   aici_regex_t *re = M->re[m];
+  for (uint32_t i = 0; i < na; i++) {
+    bool clean = true;
+    for (uint32_t x = 0; x < R->ascii.n; x++)
+      if (aici_regex_step(re, a[i], R->ascii.b[x])) return false;
+    for (uint32_t r = 0; r < 8; r++)
+      for (uint32_t x = 0; x < R->lead[r].n; x++)
+        if (char_lives(M, m, R, aici_regex_step(re, a[i], R->lead[r].b[x]), LEADS[r][4], r, &clean)) return false;
+    if (!clean) return false;
+  }
+  return true;
+}
+
+/* Inside a bounded string, the room left, in characters (cached per state):
+ *   ROOM_SHORT  any SHORT_CHARS string characters keep the DFA live (the short-token slice);
+ *   0..15       exactly: any string of up to that many characters keeps it live, none longer
+ *               does, and no call or match is met on the way (a token of whole string
+ *               characters is then allowed iff it has at most that many);
+ *   ROOM_NONE   neither. */
+static uint32_t room_of(matcher_t *M, uint32_t m, uint32_t s) {
+  uint16_t f = state_info(M, m, s);
+  if (f & ST_ROOM_KNOWN) return f >> ROOM_SHIFT;
   const char_reps_t *R = reps_of(M, m);
-  uint32_t a[8] = {s}, na = 1, b[8], nb;
-  bool ok = true;
-  for (uint32_t d = 0; d < SHORT_CHARS && ok; d++) {
-    ok = char_step(re, R, a, na, b, &nb, 8);
+  uint32_t a[8] = {s}, na = 1, b[8], nb, room = ROOM_SHORT;
+  bool clean = true;
+  for (uint32_t d = 0; d < SHORT_CHARS; d++) {
+    if (!char_step(M, m, R, a, na, b, &nb, 8, &clean)) {
+      room = clean && no_char(M, m, R, a, na) ? d : ROOM_NONE;
+      break;
+    }
     for (uint32_t k = 0; k < nb; k++) a[k] = b[k];
     na = nb;
   }
-  M->info[m][s] = (uint8_t)(state_info(M, m, s) | ST_SHORT_KNOWN | (ok ? ST_SHORT : 0));
-  return ok;
+  M->info[m][s] = (uint16_t)(state_info(M, m, s) | ST_ROOM_KNOWN | room << ROOM_SHIFT);
+  return room;
 }
 
 void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
@@ -428,6 +480,17 @@ void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
     M->out_base = BASE_ZERO, M->out_n = 0, M->out_ent = NO_LIST;
   }
   if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
+  if (!M->nchars) {
+    uint32_t padded = (t->vocab + 31) / 32 * 32;
+    M->nchars = aici_calloc(padded + 16, 1);
+    for (uint32_t tok = 0; tok < t->vocab; tok++) {
+      uint32_t len, n = 0;
+      const uint8_t *b = aici_token_bytes(tok, &len);
+      if (!b || !in_string_slice(0, b, len)) continue;
+      for (uint32_t i = 0; i < len; i++) n += (b[i] & 0xc0) != 0x80;
+      M->nchars[tok] = (uint8_t)(n < 255 ? n : 255);
+    }
+  }
 }
 
 /* ---- masks ---------------------------------------------------------------------------------
@@ -453,7 +516,7 @@ static void walk_generic(matcher_t *M, const aici_trie_node_t *nodes, uint32_t p
 
 static inline bool boundary(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, bool *fresh) {
   *fresh = !(s < M->info_cap[m] && M->info[m][s]);
-  uint8_t f = state_info(M, m, s);
+  uint16_t f = state_info(M, m, s);
   return (f & ST_CALLS) || ((f & ST_ACCEPT) && parent);
 }
 
@@ -473,7 +536,7 @@ static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32
     if (ns) {
       mask[tok >> 5] |= 1u << (tok & 31);
       if (size > 1) {
-        uint8_t f = ns < M->info_cap[m] ? M->info[m][ns] : 0;
+        uint16_t f = ns < M->info_cap[m] ? M->info[m][ns] : 0;
         if (!f) {
           f = state_info(M, m, ns);
           base = aici_regex_row(re, 0);
@@ -581,17 +644,38 @@ static void out_diff(matcher_t *M, uint32_t limit) {
 }
 
 /* The configuration set's mask, into the out buffer. */
+typedef uint8_t u8x16 __attribute__((vector_size(16), aligned(1)));
+typedef signed char i8x16 __attribute__((vector_size(16)));
+
+/* The tokens of whole string characters, at most `room` of them: from the per-token counts. */
+static void count_mask(const uint8_t *nchars, uint32_t room, uint32_t *w, uint32_t nw) {
+  u8x16 lim = (u8x16){0} + (uint8_t)room;
+  for (uint32_t i = 0; i < nw; i++) {   /* count 0 (not such a token) wraps to 255: never below */
+    u8x16 a = *(const u8x16 *)(nchars + 32 * i) - 1, b = *(const u8x16 *)(nchars + 32 * i + 16) - 1;
+    w[i] = (uint32_t)__builtin_wasm_bitmask_i8x16((i8x16)(a < lim)) |
+           (uint32_t)__builtin_wasm_bitmask_i8x16((i8x16)(b < lim)) << 16;
+  }
+}
+
+/* The configuration set's mask, into the out buffer. */
 static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set) {
   const aici_slice_t *sl = 0;
+  uint32_t room = ROOM_NONE;
   bool fresh;
   if (set->n == 1 && M->str_slice && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh)) {
     uint32_t m = set->c[0].m, s = set->c[0].s;
     if (string_loop(M, m, s)) sl = M->str_slice;
-    else if (aici_regex_step(M->re[m], s, 'a') && short_room(M, m, s)) {   /* 'a': a cheap first test */
-      sl = M->short_slice;
+    else if (aici_regex_step(M->re[m], s, 'a')) {   /* 'a': a cheap first test */
+      room = room_of(M, m, s);
+      sl = room == ROOM_SHORT ? M->short_slice : room != ROOM_NONE ? M->str_slice : 0;
     }
   }
-  out_reset(M, sl == M->str_slice ? BASE_STR : sl ? BASE_SHORT : BASE_ZERO);
+  if (room < ROOM_SHORT) {   /* the counts decide the whole-character tokens; the others are walked */
+    count_mask(M->nchars, room, M->out->words, M->out->n_words);
+    M->out_base = BASE_ZERO, M->out_n = NO_LIST, M->out_ent = NO_LIST;
+  } else {
+    out_reset(M, sl == M->str_slice ? BASE_STR : sl ? BASE_SHORT : BASE_ZERO);
+  }
   walk(M, sl ? &sl->rest : t, set, M->out->words);
   M->out->words[M->out->n_words] = 0;
 }
