@@ -18,6 +18,7 @@
 #define ST_ROOM_KNOWN 64
 #define ROOM_SHIFT 8                   /* room: see room_of */
 #define SHORT_CHARS 16u
+#define PROBE_CAP 32u                  /* DFA states a string probe follows at once */
 #define ROOM_SHORT SHORT_CHARS
 #define ROOM_NONE (SHORT_CHARS + 1)
 #define CACHE_MAX 256u                 /* masks cached per sequence */
@@ -384,7 +385,7 @@ static bool conts(matcher_t *M, uint32_t m, const char_reps_t *R, uint32_t *set,
                   bool *clean) {
   aici_regex_t *re = M->re[m];
   for (uint32_t level = 0; level < LEADS[r][4]; level++) {
-    uint32_t next[8], nn = 0;
+    uint32_t next[PROBE_CAP], nn = 0;
     const reps_t *bytes = level ? &R->cont : &R->second[r];
     for (uint32_t i = 0; i < *n; i++) {
       const uint32_t *row = aici_regex_row(re, set[i]);
@@ -407,10 +408,10 @@ static bool char_step(matcher_t *M, uint32_t m, const char_reps_t *R, const uint
     __builtin_memcpy(row, aici_regex_row(M->re[m], in[i]), sizeof row);
     for (uint32_t x = 0; x < R->ascii.n; x++) PUT(out, *n_out, row[R->ascii.b[x]]);
     for (uint32_t r = 0; r < 8; r++) {
-      uint32_t a[8], na = 0;
+      uint32_t a[PROBE_CAP], na = 0;
       for (uint32_t x = 0; x < R->lead[r].n; x++) PUT(a, na, row[R->lead[r].b[x]]);
       *clean &= clean_set(M, m, a, na);
-      if (!conts(M, m, R, a, &na, r, 8, clean)) return false;
+      if (!conts(M, m, R, a, &na, r, PROBE_CAP, clean)) return false;
       for (uint32_t k = 0; k < na; k++) PUT(out, *n_out, a[k]);
     }
   }
@@ -457,10 +458,10 @@ static uint32_t room_of(matcher_t *M, uint32_t m, uint32_t s) {
   uint16_t f = state_info(M, m, s);
   if (f & ST_ROOM_KNOWN) return f >> ROOM_SHIFT;
   const char_reps_t *R = reps_of(M, m);
-  uint32_t a[8] = {s}, na = 1, b[8], nb, room = ROOM_SHORT;
+  uint32_t a[PROBE_CAP] = {s}, na = 1, b[PROBE_CAP], nb, room = ROOM_SHORT;
   bool clean = true;
   for (uint32_t d = 0; d < SHORT_CHARS; d++) {
-    if (!char_step(M, m, R, a, na, b, &nb, 8, &clean)) {
+    if (!char_step(M, m, R, a, na, b, &nb, PROBE_CAP, &clean)) {
       room = clean && no_char(M, m, R, a, na) ? d : ROOM_NONE;
       break;
     }
