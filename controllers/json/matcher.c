@@ -59,6 +59,7 @@ struct matcher {
   cset_t *walk;                        /* one set per trie depth */
   aici_slice_t *str_slice;             /* tokens of whole characters other than " \ and controls */
   aici_slice_t *short_slice;           /* those of them of at most SHORT_CHARS characters */
+  bool reference;                      /* matcher_reference */
   uint8_t *nchars;                     /* per token: its characters if a str_slice token (<= 255), else 0 */
 };
 
@@ -102,6 +103,8 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
 }
 
 uint32_t matcher_machines(const matcher_t *M) { return M->n; }
+
+void matcher_reference(matcher_t *M, bool on) { M->reference = on; }
 
 static uint32_t frame(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent) {
   uint32_t h = hash3(m, s, parent);
@@ -663,7 +666,7 @@ static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set) {
   const aici_slice_t *sl = 0;
   uint32_t room = ROOM_NONE;
   bool fresh;
-  if (set->n == 1 && M->str_slice && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh)) {
+  if (set->n == 1 && M->str_slice && !M->reference && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh)) {
     uint32_t m = set->c[0].m, s = set->c[0].s;
     if (string_loop(M, m, s)) sl = M->str_slice;
     else if (aici_regex_step(M->re[m], s, 'a')) {   /* 'a': a cheap first test */
@@ -732,7 +735,7 @@ const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset
   compute(M, t, &key);
   if (matcher_accepting(M, &key)) aici_tokset_allow(M->out, eos);   /* a function of the set too */
   M->out_n = NO_LIST;
-  if (M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
+  if (!M->reference && M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
     cache_ent_t *e = &M->cache[M->cache_n];
     e->key = key, e->hash = h;
     cache_store(M, e);

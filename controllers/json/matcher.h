@@ -28,5 +28,8 @@ const aici_tokset_t *matcher_mask(matcher_t *m, const aici_trie_t *trie, const c
 uint32_t matcher_machines(const matcher_t *m);
 /* Builds what masks share across schemas (the free-string slice: one pass over the trie). */
 void matcher_prepare(matcher_t *m, const aici_trie_t *trie);
+/* on: masks by plain walks of the whole trie (no slices, character counts or string probes):
+ * the reference the fast paths must agree with, bit for bit (tests compare the two). */
+void matcher_reference(matcher_t *m, bool on);
 
 #endif
