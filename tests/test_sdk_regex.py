@@ -36,6 +36,10 @@ PATTERNS = [
     rb"x{0}y?",
     rb"\(\d+\)\.\*",
     rb"(true|false|null|-?\d+(\.\d+)?)",
+    # the same subexpressions before the same successor (compiled once, shared) and before others
+    rb"(?:ab|cd)x|(?:ab|cd)x?y|e(?:ab|cd)x",
+    rb"(?:|b(?:|a(?:|s[^s]))|[^b])[a-z]*\"",
+    rb"(?:[a-c]+|d)(?:[a-c]+|d){0,2}(?:[a-c]+|d)*",
 ]
 
 

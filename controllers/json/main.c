@@ -14,6 +14,7 @@ static cset_t *sets;                   /* sets[k]: configurations after k genera
 static uint32_t n_seen, cap;
 static bool fast_forward = true;
 static bool check_only;                /* option check: compile, report, stop */
+static bool reference_masks;           /* option reference_masks: see matcher_reference */
 static uint32_t ff_streak;             /* fast-forwards in a row, without a sampled token */
 static uint32_t caps;                  /* the host's capabilities (a host call: asked once) */
 
@@ -41,12 +42,13 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
   else if (opt_is(s, n, "coerce_one_of", &v, &vl)) o->coerce_one_of = !v || v[0] != '0';
   else if (opt_is(s, n, "fast_forward", &v, &vl)) fast_forward = !v || v[0] != '0';
   else if (opt_is(s, n, "check", &v, &vl)) check_only = !v || v[0] != '0';
+  else if (opt_is(s, n, "reference_masks", &v, &vl)) reference_masks = !v || v[0] != '0';
   else if (opt_is(s, n, "ignore", &v, &vl) && v) {
     if (ignore->n) sb_putc(ignore, ',');
     sb_putn(ignore, v, vl);
   } else {
     aici_logf("json: unknown option %.*s (options: whitespace=N, ignore=KEYWORD[,KEYWORD...], "
-              "coerce_one_of, fast_forward=0, check)\n", (int)n, s);
+              "coerce_one_of, fast_forward=0, check, reference_masks)\n", (int)n, s);
     return false;
   }
   return true;
@@ -115,6 +117,7 @@ static bool setup(const aici_arg_t *arg) {
     return false;
   }
   if (!(trie = aici_trie())) return false;
+  matcher_reference(M, reference_masks);
   caps = aici_capabilities();
   aici_token_bytes(0, 0);              /* the token -> bytes table now, not on the first mask */
   matcher_prepare(M, trie);

@@ -15,20 +15,33 @@
 #define ST_FINAL 8                     /* accepting, and no byte continues */
 #define ST_LOOP_KNOWN 16
 #define ST_LOOP 32                     /* inside a free string: every character comes back here */
-#define ST_SHORT_KNOWN 64
-#define ST_SHORT 128                   /* any SHORT_CHARS string characters keep the DFA live */
+#define ST_ROOM_KNOWN 64
+#define ROOM_SHIFT 8                   /* room: see room_of */
 #define SHORT_CHARS 16u
-#define CACHE_MAX 256u
+#define PROBE_CAP 32u                  /* DFA states a string probe follows at once */
+#define ROOM_SHORT SHORT_CHARS
+#define ROOM_NONE (SHORT_CHARS + 1)
+#define CACHE_MAX 256u                 /* masks cached per sequence */
+#define CACHE_BYTES (4u << 20)         /* and their stored words at most */
+#define NO_LIST 0xffffffffu
+#define BASE_ZERO 0u
+#define BASE_STR 1u
+#define BASE_SHORT 2u
 
 typedef struct { uint32_t m, s, parent, depth; } frame_t;
+typedef struct { uint8_t n, b[96]; } reps_t;
+typedef struct { reps_t ascii, cont, lead[8], second[8]; } char_reps_t;   /* see fill_reps */
 typedef struct { uint32_t callee, ret; } call_t;
 typedef struct { uint32_t key_m, key_s, off, n; } calls_ent_t;
-typedef struct { cset_t key; aici_tokset_t *mask; } cache_ent_t;
+/* A cached mask, stored as the words where it differs from its base (all zero, or a slice's
+ * dense mask), or whole (idx NULL, n = n_words) when that is no smaller. */
+typedef struct { cset_t key; uint32_t hash, base, n, *idx, *val; } cache_ent_t;
 
 struct matcher {
   uint32_t n;
   aici_regex_t **re;
-  uint8_t **info;                      /* per machine, per DFA state: ST_* */
+  uint16_t **info;                     /* per machine, per DFA state: ST_*, room << ROOM_SHIFT */
+  char_reps_t **reps;                  /* per machine, made on first use */
   uint32_t *info_cap;
   frame_t *fr;
   uint32_t n_fr, cap_fr, *fr_ht, fr_ht_cap;
@@ -37,11 +50,17 @@ struct matcher {
   call_t *call_pool;
   uint32_t call_pool_n, call_pool_cap;
   cache_ent_t *cache;
-  uint32_t cache_n;
-  aici_tokset_t *spare;
+  uint32_t cache_n, cache_bytes;
+  /* The mask handed out: one buffer, allocated before any fork (its pages are then resident in
+   * every child) and rewritten in place. Its content is base `out_base` with the words
+   * out_idx[0..out_n) changed (out_n == NO_LIST: unknown, rewrite it whole). */
+  aici_tokset_t *out;
+  uint32_t out_base, out_n, *out_idx, out_ent;
   cset_t *walk;                        /* one set per trie depth */
   aici_slice_t *str_slice;             /* tokens of whole characters other than " \ and controls */
   aici_slice_t *short_slice;           /* those of them of at most SHORT_CHARS characters */
+  bool reference;                      /* matcher_reference */
+  uint8_t *nchars;                     /* per token: its characters if a str_slice token (<= 255), else 0 */
 };
 
 static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
@@ -56,6 +75,7 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
   M->re = aici_calloc(src->n, sizeof(void *));
   M->info = aici_calloc(src->n, sizeof(void *));
   M->info_cap = aici_calloc(src->n, 4);
+  M->reps = aici_calloc(src->n, sizeof(void *));
   for (uint32_t i = 0; i < src->n; i++) {
     char *e = 0;
     M->re[i] = aici_regex_compile(src->m[i].text, src->m[i].len, &e);
@@ -84,6 +104,8 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
 
 uint32_t matcher_machines(const matcher_t *M) { return M->n; }
 
+void matcher_reference(matcher_t *M, bool on) { M->reference = on; }
+
 static uint32_t frame(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent) {
   uint32_t h = hash3(m, s, parent);
   for (uint32_t k = h & (M->fr_ht_cap - 1);; k = (k + 1) & (M->fr_ht_cap - 1)) {
@@ -111,15 +133,15 @@ static uint32_t frame(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent) {
   return f;
 }
 
-static uint8_t state_info(matcher_t *M, uint32_t m, uint32_t s) {
+static uint16_t state_info(matcher_t *M, uint32_t m, uint32_t s) {
   if (s >= M->info_cap[m]) {
     uint32_t cap = M->info_cap[m] ? M->info_cap[m] : 64;
     while (cap <= s) cap *= 2;
-    M->info[m] = aici_realloc(M->info[m], cap);
-    __builtin_memset(M->info[m] + M->info_cap[m], 0, cap - M->info_cap[m]);
+    M->info[m] = aici_realloc(M->info[m], cap * sizeof(uint16_t));
+    __builtin_memset(M->info[m] + M->info_cap[m], 0, (cap - M->info_cap[m]) * sizeof(uint16_t));
     M->info_cap[m] = cap;
   }
-  uint8_t f = M->info[m][s];
+  uint16_t f = M->info[m][s];
   if (f) return f;
   aici_regex_t *re = M->re[m];
   f = ST_KNOWN;
@@ -187,7 +209,7 @@ static void add(cset_t *out, uint32_t m, uint32_t s, uint32_t parent) {
 }
 
 static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint8_t byte, cset_t *out, uint32_t depth) {
-  uint8_t f = state_info(M, m, s);
+  uint16_t f = state_info(M, m, s);
   uint32_t t = aici_regex_step(M->re[m], s, byte);
   if (t) add(out, m, t, parent);
   if ((f & ST_CALLS) && depth < 32 && M->fr[parent].depth < MAX_STACK) {
@@ -277,39 +299,68 @@ static bool in_string_slice(void *ctx, const uint8_t *b, uint32_t n) {
   return true;
 }
 
+/* UTF-8 lead byte ranges: lead bytes, second byte range, continuation bytes in all. */
+static const uint8_t LEADS[8][5] = {
+  {0xc2, 0xdf, 0x80, 0xbf, 1}, {0xe0, 0xe0, 0xa0, 0xbf, 2}, {0xe1, 0xec, 0x80, 0xbf, 2}, {0xed, 0xed, 0x80, 0x9f, 2},
+  {0xee, 0xef, 0x80, 0xbf, 2}, {0xf0, 0xf0, 0x90, 0xbf, 3}, {0xf1, 0xf3, 0x80, 0xbf, 3}, {0xf4, 0xf4, 0x80, 0x8f, 3}};
+
+/* One byte per byte class of the machine's regex within [lo, hi] (`str`: not " or \): the probes
+ * below step on these only (bytes of one class lead every state to the same state). */
+static void fill_reps(const uint8_t *cls, uint32_t lo, uint32_t hi, bool str, reps_t *out) {
+  uint32_t seen[8] = {0};
+  out->n = 0;
+  for (uint32_t b = lo; b <= hi; b++) {
+    if (str && (b == '"' || b == '\\')) continue;
+    uint8_t c = cls[b];
+    if ((seen[c >> 5] >> (c & 31)) & 1) continue;
+    seen[c >> 5] |= 1u << (c & 31);
+    out->b[out->n++] = (uint8_t)b;
+  }
+}
+
+static const char_reps_t *reps_of(matcher_t *M, uint32_t m) {
+  if (M->reps[m]) return M->reps[m];
+  char_reps_t *R = aici_malloc(sizeof *R);
+  const uint8_t *cls = aici_regex_classes(M->re[m], 0);
+  fill_reps(cls, 0x20, 0x7f, true, &R->ascii);
+  fill_reps(cls, 0x80, 0xbf, false, &R->cont);
+  for (uint32_t r = 0; r < 8; r++) {
+    fill_reps(cls, LEADS[r][0], LEADS[r][1], false, &R->lead[r]);
+    fill_reps(cls, LEADS[r][2], LEADS[r][3], false, &R->second[r]);
+  }
+  return M->reps[m] = R;
+}
+
 /* All k continuation bytes from t lead to s (memo: the states already checked per level). */
-static bool conts_to(aici_regex_t *re, uint32_t t, uint32_t k, uint32_t s, uint32_t memo[3][8], uint32_t *nm) {
+static bool conts_to(aici_regex_t *re, const char_reps_t *R, uint32_t t, uint32_t k, uint32_t s, uint32_t memo[3][8],
+                     uint32_t *nm) {
   if (!t) return false;
   if (!k) return t == s;
   for (uint32_t i = 0; i < nm[k - 1]; i++)
     if (memo[k - 1][i] == t) return true;
-  for (uint32_t c = 0x80; c <= 0xbf; c++)
-    if (!conts_to(re, aici_regex_step(re, t, (uint8_t)c), k - 1, s, memo, nm)) return false;
+  for (uint32_t i = 0; i < R->cont.n; i++)
+    if (!conts_to(re, R, aici_regex_step(re, t, R->cont.b[i]), k - 1, s, memo, nm)) return false;
   if (nm[k - 1] == 8) return false;
   memo[k - 1][nm[k - 1]++] = t;
   return true;
 }
 
 static bool string_loop(matcher_t *M, uint32_t m, uint32_t s) {
-  uint8_t f = state_info(M, m, s);
+  uint16_t f = state_info(M, m, s);
   if (f & ST_LOOP_KNOWN) return f & ST_LOOP;
   aici_regex_t *re = M->re[m];
+  const char_reps_t *R = reps_of(M, m);
   bool loop = true;
-  for (uint32_t b = 0x20; b < 0x80 && loop; b++)
-    if (b != '"' && b != '\\') loop = aici_regex_step(re, s, (uint8_t)b) == s;
-  static const uint8_t leads[][4] = {  /* first, last lead byte; second byte range; more bytes */
-    {0xc2, 0xdf, 0x80, 0xbf}, {0xe0, 0xe0, 0xa0, 0xbf}, {0xe1, 0xec, 0x80, 0xbf}, {0xed, 0xed, 0x80, 0x9f},
-    {0xee, 0xef, 0x80, 0xbf}, {0xf0, 0xf0, 0x90, 0xbf}, {0xf1, 0xf3, 0x80, 0xbf}, {0xf4, 0xf4, 0x80, 0x8f}};
+  for (uint32_t i = 0; i < R->ascii.n && loop; i++) loop = aici_regex_step(re, s, R->ascii.b[i]) == s;
   uint32_t memo[3][8], nm[3] = {0, 0, 0};
   for (uint32_t r = 0; r < 8 && loop; r++) {
-    uint32_t more = leads[r][0] < 0xe0 ? 0 : leads[r][0] < 0xf0 ? 1 : 2;
-    for (uint32_t lead = leads[r][0]; lead <= leads[r][1] && loop; lead++) {
-      uint32_t t = aici_regex_step(re, s, (uint8_t)lead);
-      for (uint32_t c = leads[r][2]; c <= leads[r][3] && loop; c++)
-        loop = t && conts_to(re, aici_regex_step(re, t, (uint8_t)c), more, s, memo, nm);
+    for (uint32_t i = 0; i < R->lead[r].n && loop; i++) {
+      uint32_t t = aici_regex_step(re, s, R->lead[r].b[i]);
+      for (uint32_t j = 0; j < R->second[r].n && loop; j++)
+        loop = t && conts_to(re, R, aici_regex_step(re, t, R->second[r].b[j]), LEADS[r][4] - 1u, s, memo, nm);
     }
   }
-  M->info[m][s] = (uint8_t)(f | ST_LOOP_KNOWN | (loop ? ST_LOOP : 0));
+  M->info[m][s] = (uint16_t)(f | ST_LOOP_KNOWN | (loop ? ST_LOOP : 0));
   return loop;
 }
 
@@ -325,60 +376,125 @@ static bool in_short_slice(void *ctx, const uint8_t *b, uint32_t n) {
 #define PUT(set, n, v) do { uint32_t _v = (v) & ~AICI_REGEX_FINAL, _j = 0; if (!_v) return false; \
     while (_j < (n) && (set)[_j] != _v) _j++; if (_j == (n)) { if ((n) == cap) return false; (set)[(n)++] = _v; } } while (0)
 
-/* The states after `k` continuation bytes in [lo, hi] then [0x80, 0xbf] from each of in[]. */
-static bool conts(aici_regex_t *re, uint32_t *set, uint32_t *n, uint32_t k, uint32_t lo, uint32_t hi, uint32_t cap) {
-  for (uint32_t level = 0; level < k; level++) {
-    uint32_t next[8], nn = 0;
+/* Whether none of set[0..n) is a call or a match state (see room_of). */
+static bool clean_set(matcher_t *M, uint32_t m, const uint32_t *set, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (state_info(M, m, set[i]) & (ST_CALLS | ST_ACCEPT)) return false;
+  return true;
+}
+
+/* The states after the lead range r's continuation bytes from each of set[]. */
+static bool conts(matcher_t *M, uint32_t m, const char_reps_t *R, uint32_t *set, uint32_t *n, uint32_t r, uint32_t cap,
+                  bool *clean) {
+  aici_regex_t *re = M->re[m];
+  for (uint32_t level = 0; level < LEADS[r][4]; level++) {
+    uint32_t next[PROBE_CAP], nn = 0;
+    const reps_t *bytes = level ? &R->cont : &R->second[r];
     for (uint32_t i = 0; i < *n; i++) {
       const uint32_t *row = aici_regex_row(re, set[i]);
-      for (uint32_t x = level ? 0x80 : lo; x <= (level ? 0xbf : hi); x++) PUT(next, nn, row[x]);
+      for (uint32_t x = 0; x < bytes->n; x++) PUT(next, nn, row[bytes->b[x]]);
     }
     for (uint32_t i = 0; i < nn; i++) set[i] = next[i];
     *n = nn;
+    if (level + 1 < LEADS[r][4]) *clean &= clean_set(M, m, set, nn);
   }
   return true;
 }
 
-static bool char_step(aici_regex_t *re, const uint32_t *in, uint32_t n_in, uint32_t *out, uint32_t *n_out, uint32_t cap) {
-  static const uint8_t leads[][5] = {  /* lead bytes, second byte range, continuation bytes in all */
-    {0xc2, 0xdf, 0x80, 0xbf, 1}, {0xe0, 0xe0, 0xa0, 0xbf, 2}, {0xe1, 0xec, 0x80, 0xbf, 2}, {0xed, 0xed, 0x80, 0x9f, 2},
-    {0xee, 0xef, 0x80, 0xbf, 2}, {0xf0, 0xf0, 0x90, 0xbf, 3}, {0xf1, 0xf3, 0x80, 0xbf, 3}, {0xf4, 0xf4, 0x80, 0x8f, 3}};
+/* The states after one string character from each of in[] (all live, else false); *clean: and
+ * every state met, the results included, is neither a call nor a match. */
+static bool char_step(matcher_t *M, uint32_t m, const char_reps_t *R, const uint32_t *in, uint32_t n_in, uint32_t *out,
+                      uint32_t *n_out, uint32_t cap, bool *clean) {
   *n_out = 0;
   for (uint32_t i = 0; i < n_in; i++) {
     uint32_t row[256];
-    __builtin_memcpy(row, aici_regex_row(re, in[i]), sizeof row);
-    for (uint32_t b = 0x20; b < 0x80; b++)
-      if (b != '"' && b != '\\') PUT(out, *n_out, row[b]);
+    __builtin_memcpy(row, aici_regex_row(M->re[m], in[i]), sizeof row);
+    for (uint32_t x = 0; x < R->ascii.n; x++) PUT(out, *n_out, row[R->ascii.b[x]]);
     for (uint32_t r = 0; r < 8; r++) {
-      uint32_t a[8], na = 0;
-      for (uint32_t lead = leads[r][0]; lead <= leads[r][1]; lead++) PUT(a, na, row[lead]);
-      if (!conts(re, a, &na, leads[r][4], leads[r][2], leads[r][3], 8)) return false;
+      uint32_t a[PROBE_CAP], na = 0;
+      for (uint32_t x = 0; x < R->lead[r].n; x++) PUT(a, na, row[R->lead[r].b[x]]);
+      *clean &= clean_set(M, m, a, na);
+      if (!conts(M, m, R, a, &na, r, PROBE_CAP, clean)) return false;
       for (uint32_t k = 0; k < na; k++) PUT(out, *n_out, a[k]);
     }
   }
+  *clean &= clean_set(M, m, out, *n_out);
   return true;
 }
 #undef PUT
 
-/* Inside a bounded string with room for SHORT_CHARS more characters: the short-token slice. */
-static bool short_room(matcher_t *M, uint32_t m, uint32_t s) {
-  uint8_t f = state_info(M, m, s);
-  if (f & ST_SHORT_KNOWN) return f & ST_SHORT;
+/* Whether some whole string character from t (after the lead byte of range r: k continuation
+ * bytes still to come) ends in a live state that is no call and no match. `clean`: every state
+ * on the way was neither (else false, said through *clean). */
+static bool char_lives(matcher_t *M, uint32_t m, const char_reps_t *R, uint32_t t, uint32_t k, uint32_t r, bool *clean) {
+  if (!t) return false;
+  if (state_info(M, m, t) & (ST_CALLS | ST_ACCEPT)) *clean = false;
+  if (!k) return true;
+  const reps_t *bytes = k == LEADS[r][4] ? &R->second[r] : &R->cont;
+  for (uint32_t i = 0; i < bytes->n; i++)
+    if (char_lives(M, m, R, aici_regex_step(M->re[m], t, bytes->b[i]), k - 1, r, clean)) return true;
+  return false;
+}
+
+/* Whether no whole string character is live from any of a[], every state met being clean. */
+static bool no_char(matcher_t *M, uint32_t m, const char_reps_t *R, const uint32_t *a, uint32_t na) {
   aici_regex_t *re = M->re[m];
-  uint32_t a[8] = {s}, na = 1, b[8], nb;
-  bool ok = true;
-  for (uint32_t d = 0; d < SHORT_CHARS && ok; d++) {
-    ok = char_step(re, a, na, b, &nb, 8);
+  for (uint32_t i = 0; i < na; i++) {
+    bool clean = true;
+    for (uint32_t x = 0; x < R->ascii.n; x++)
+      if (aici_regex_step(re, a[i], R->ascii.b[x])) return false;
+    for (uint32_t r = 0; r < 8; r++)
+      for (uint32_t x = 0; x < R->lead[r].n; x++)
+        if (char_lives(M, m, R, aici_regex_step(re, a[i], R->lead[r].b[x]), LEADS[r][4], r, &clean)) return false;
+    if (!clean) return false;
+  }
+  return true;
+}
+
+/* Inside a bounded string, the room left, in characters (cached per state):
+ *   ROOM_SHORT  any SHORT_CHARS string characters keep the DFA live (the short-token slice);
+ *   0..15       exactly: any string of up to that many characters keeps it live, none longer
+ *               does, and no call or match is met on the way (a token of whole string
+ *               characters is then allowed iff it has at most that many);
+ *   ROOM_NONE   neither. */
+static uint32_t room_of(matcher_t *M, uint32_t m, uint32_t s) {
+  uint16_t f = state_info(M, m, s);
+  if (f & ST_ROOM_KNOWN) return f >> ROOM_SHIFT;
+  const char_reps_t *R = reps_of(M, m);
+  uint32_t a[PROBE_CAP] = {s}, na = 1, b[PROBE_CAP], nb, room = ROOM_SHORT;
+  bool clean = true;
+  for (uint32_t d = 0; d < SHORT_CHARS; d++) {
+    if (!char_step(M, m, R, a, na, b, &nb, PROBE_CAP, &clean)) {
+      room = clean && no_char(M, m, R, a, na) ? d : ROOM_NONE;
+      break;
+    }
     for (uint32_t k = 0; k < nb; k++) a[k] = b[k];
     na = nb;
   }
-  M->info[m][s] = (uint8_t)(state_info(M, m, s) | ST_SHORT_KNOWN | (ok ? ST_SHORT : 0));
-  return ok;
+  M->info[m][s] = (uint16_t)(state_info(M, m, s) | ST_ROOM_KNOWN | room << ROOM_SHIFT);
+  return room;
 }
 
 void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
   if (!M->str_slice) M->str_slice = aici_trie_token_slice(t, in_string_slice, 0);
   if (!M->short_slice) M->short_slice = aici_trie_token_slice(t, in_short_slice, 0);
+  if (!M->out) {
+    M->out = aici_tokset_new();
+    M->out_idx = aici_malloc(M->out->n_words * 4 + 4);
+    M->out_base = BASE_ZERO, M->out_n = 0, M->out_ent = NO_LIST;
+  }
+  if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
+  if (!M->nchars) {
+    uint32_t padded = (t->vocab + 31) / 32 * 32;
+    M->nchars = aici_calloc(padded + 16, 1);
+    for (uint32_t tok = 0; tok < t->vocab; tok++) {
+      uint32_t len, n = 0;
+      const uint8_t *b = aici_token_bytes(tok, &len);
+      if (!b || !in_string_slice(0, b, len)) continue;
+      for (uint32_t i = 0; i < len; i++) n += (b[i] & 0xc0) != 0x80;
+      M->nchars[tok] = (uint8_t)(n < 255 ? n : 255);
+    }
+  }
 }
 
 /* ---- masks ---------------------------------------------------------------------------------
@@ -404,7 +520,7 @@ static void walk_generic(matcher_t *M, const aici_trie_node_t *nodes, uint32_t p
 
 static inline bool boundary(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, bool *fresh) {
   *fresh = !(s < M->info_cap[m] && M->info[m][s]);
-  uint8_t f = state_info(M, m, s);
+  uint16_t f = state_info(M, m, s);
   return (f & ST_CALLS) || ((f & ST_ACCEPT) && parent);
 }
 
@@ -424,7 +540,7 @@ static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32
     if (ns) {
       mask[tok >> 5] |= 1u << (tok & 31);
       if (size > 1) {
-        uint8_t f = ns < M->info_cap[m] ? M->info[m][ns] : 0;
+        uint16_t f = ns < M->info_cap[m] ? M->info[m][ns] : 0;
         if (!f) {
           f = state_info(M, m, ns);
           base = aici_regex_row(re, 0);
@@ -492,43 +608,138 @@ static void zero_words(uint32_t *d, uint32_t n) {
   for (; i < n; i++) d[i] = 0;
 }
 
-static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_tokset_t *out) {
-  uint32_t *w = out->words, nw = out->n_words;
-  const aici_slice_t *sl = 0;
-  bool fresh;
-  if (set->n == 1 && M->str_slice && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh)) {
-    uint32_t m = set->c[0].m, s = set->c[0].s;
-    if (string_loop(M, m, s)) sl = M->str_slice;
-    else if (aici_regex_step(M->re[m], s, 'a') && short_room(M, m, s)) {   /* 'a': a cheap first test */
-      sl = M->short_slice;
-    }
-  }
-  if (sl && sl->dense) {
-    copy_words(w, sl->dense, nw);
+static const uint32_t *base_words(const matcher_t *M, uint32_t base) {
+  return base == BASE_STR ? M->str_slice->dense : base == BASE_SHORT ? M->short_slice->dense : 0;
+}
+
+/* Sets the out buffer to `base`: only the words changed since, when they are known. */
+static void out_reset(matcher_t *M, uint32_t base) {
+  uint32_t *w = M->out->words, nw = M->out->n_words;
+  const uint32_t *b = base_words(M, base);
+  if (M->out_n != NO_LIST && M->out_base == base) {
+    for (uint32_t i = 0; i < M->out_n; i++) w[M->out_idx[i]] = b ? b[M->out_idx[i]] : 0;
+  } else if (b) {
+    copy_words(w, b, nw);
   } else {
     zero_words(w, nw);
-    if (sl)
-      for (uint32_t i = 0; i < sl->n_words; i++) w[sl->word_idx[i]] |= sl->word_bits[i];
   }
-  walk(M, sl ? &sl->rest : t, set, w);
+  M->out_base = base, M->out_n = 0, M->out_ent = NO_LIST;
   w[nw] = 0;
 }
 
+/* The words of the out buffer that differ from its base, into out_idx (NO_LIST past `limit`). */
+static void out_diff(matcher_t *M, uint32_t limit) {
+  const uint32_t *w = M->out->words, *b = base_words(M, M->out_base);
+  uint32_t nw = M->out->n_words, n = 0, i = 0;
+  v128u z = {0, 0, 0, 0};
+  for (; i + 4 <= nw; i += 4) {
+    v128u d = *(const v128u *)(w + i) ^ (b ? *(const v128u *)(b + i) : z);
+    if (!(d[0] | d[1] | d[2] | d[3])) continue;
+    if (n + 4 > limit) { M->out_n = NO_LIST; return; }
+    for (uint32_t k = 0; k < 4; k++)
+      if (d[k]) M->out_idx[n++] = i + k;
+  }
+  for (; i < nw; i++)
+    if (w[i] != (b ? b[i] : 0)) {
+      if (n + 1 > limit) { M->out_n = NO_LIST; return; }
+      M->out_idx[n++] = i;
+    }
+  M->out_n = n;
+}
+
+/* The configuration set's mask, into the out buffer. */
+typedef uint8_t u8x16 __attribute__((vector_size(16), aligned(1)));
+typedef signed char i8x16 __attribute__((vector_size(16)));
+
+/* The tokens of whole string characters, at most `room` of them: from the per-token counts. */
+static void count_mask(const uint8_t *nchars, uint32_t room, uint32_t *w, uint32_t nw) {
+  u8x16 lim = (u8x16){0} + (uint8_t)room;
+  for (uint32_t i = 0; i < nw; i++) {   /* count 0 (not such a token) wraps to 255: never below */
+    u8x16 a = *(const u8x16 *)(nchars + 32 * i) - 1, b = *(const u8x16 *)(nchars + 32 * i + 16) - 1;
+    w[i] = (uint32_t)__builtin_wasm_bitmask_i8x16((i8x16)(a < lim)) |
+           (uint32_t)__builtin_wasm_bitmask_i8x16((i8x16)(b < lim)) << 16;
+  }
+}
+
+/* The configuration set's mask, into the out buffer. */
+static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set) {
+  const aici_slice_t *sl = 0;
+  uint32_t room = ROOM_NONE;
+  bool fresh;
+  if (set->n == 1 && M->str_slice && !M->reference && !boundary(M, set->c[0].m, set->c[0].s, set->c[0].parent, &fresh)) {
+    uint32_t m = set->c[0].m, s = set->c[0].s;
+    if (string_loop(M, m, s)) sl = M->str_slice;
+    else if (aici_regex_step(M->re[m], s, 'a')) {   /* 'a': a cheap first test */
+      room = room_of(M, m, s);
+      sl = room == ROOM_SHORT ? M->short_slice : room != ROOM_NONE ? M->str_slice : 0;
+    }
+  }
+  if (room < ROOM_SHORT) {   /* the counts decide the whole-character tokens; the others are walked */
+    count_mask(M->nchars, room, M->out->words, M->out->n_words);
+    M->out_base = BASE_ZERO, M->out_n = NO_LIST, M->out_ent = NO_LIST;
+  } else {
+    out_reset(M, sl == M->str_slice ? BASE_STR : sl ? BASE_SHORT : BASE_ZERO);
+  }
+  walk(M, sl ? &sl->rest : t, set, M->out->words);
+  M->out->words[M->out->n_words] = 0;
+}
+
+static uint32_t set_hash(const cset_t *s) {
+  uint32_t h = s->n;
+  for (uint32_t i = 0; i < s->n; i++) h = hash3(h ^ s->c[i].m, s->c[i].s, s->c[i].parent);
+  return h;
+}
+
+/* Keeps the out buffer's mask as cache entry `e`: its changed words, or a whole copy. */
+static void cache_store(matcher_t *M, cache_ent_t *e) {
+  uint32_t nw = M->out->n_words;
+  out_diff(M, nw / 2);
+  e->base = M->out_base;
+  if (M->out_n == NO_LIST) {
+    e->n = nw, e->idx = 0;
+    e->val = aici_malloc(nw * 4);
+    copy_words(e->val, M->out->words, nw);
+  } else {
+    e->n = M->out_n;
+    e->idx = aici_malloc(e->n * 4 + 4);
+    e->val = aici_malloc(e->n * 4 + 4);
+    for (uint32_t i = 0; i < e->n; i++) e->idx[i] = M->out_idx[i], e->val[i] = M->out->words[M->out_idx[i]];
+  }
+  M->cache_bytes += e->idx ? 8 * e->n : 4 * e->n;
+}
+
+static void cache_load(matcher_t *M, const cache_ent_t *e) {
+  uint32_t *w = M->out->words;
+  if (!e->idx) {
+    copy_words(w, e->val, e->n);
+    M->out_n = NO_LIST;
+    return;
+  }
+  out_reset(M, e->base);
+  for (uint32_t i = 0; i < e->n; i++) w[e->idx[i]] = e->val[i], M->out_idx[i] = e->idx[i];
+  M->out_n = e->n;
+}
+
 const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_token_t eos) {
+  if (!M->out) matcher_prepare(M, t);
   cset_t key = *set;
   sort_set(&key);
-  for (uint32_t i = 0; i < M->cache_n; i++)
-    if (same_set(&M->cache[i].key, &key)) return M->cache[i].mask;
-  aici_tokset_t *out;
-  if (M->cache_n < CACHE_MAX) {
-    out = aici_tokset_new();
-    M->cache[M->cache_n].key = key;
-    M->cache[M->cache_n++].mask = out;
-  } else {
-    if (!M->spare) M->spare = aici_tokset_new();
-    out = M->spare;
+  uint32_t h = set_hash(&key);
+  for (uint32_t i = 0; i < M->cache_n; i++) {
+    cache_ent_t *e = &M->cache[i];
+    if (e->hash != h || !same_set(&e->key, &key)) continue;
+    if (M->out_ent != i) cache_load(M, e);
+    M->out_ent = i;
+    return M->out;
   }
-  compute(M, t, &key, out);
-  if (matcher_accepting(M, &key)) aici_tokset_allow(out, eos);   /* a function of the set too */
-  return out;
+  compute(M, t, &key);
+  if (matcher_accepting(M, &key)) aici_tokset_allow(M->out, eos);   /* a function of the set too */
+  M->out_n = NO_LIST;
+  if (!M->reference && M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
+    cache_ent_t *e = &M->cache[M->cache_n];
+    e->key = key, e->hash = h;
+    cache_store(M, e);
+    M->out_ent = M->cache_n++;
+  }
+  return M->out;
 }

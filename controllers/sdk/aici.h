@@ -227,6 +227,10 @@ const aici_slice_t *aici_regex_slice(aici_regex_t *re, const aici_trie_t *trie, 
  * that step several regexes together; the pointer is valid until a call builds another row. */
 #define AICI_REGEX_FINAL 0x80000000u
 const uint32_t *aici_regex_row(aici_regex_t *re, uint32_t state);
+/* The pattern's byte classes: bytes in one class lead every state to the same state, so a walker
+ * that probes a range of bytes may probe one byte per class. Returns the byte -> class table (256
+ * entries, fixed at compile time); *n_classes (if non-NULL) gets the number of classes. */
+const uint8_t *aici_regex_classes(const aici_regex_t *re, uint32_t *n_classes);
 
 #ifdef __cplusplus
 }

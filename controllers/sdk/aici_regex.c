@@ -314,31 +314,116 @@ static uint32_t nfa_new(aici_regex_t *re, uint8_t kind, uint32_t out, uint32_t o
   return re->n_nfa++;
 }
 
-static uint32_t compile(aici_regex_t *re, const ast_t *ast, uint32_t node, uint32_t next) {
-  const ast_t *x = &ast[node];
+/* Fragment sharing: the NFA of a subexpression depends only on its structure and on its
+ * successor, so structurally equal subexpressions (canon[]: one id per structure) compiled before
+ * the same successor share one fragment. Schema-made patterns repeat the same pieces (a string
+ * character, "any other key" after each key prefix): unshared, each copy got its own DFA states. */
+typedef struct {
+  const ast_t *ast;
+  const uint32_t *canon;
+  uint32_t *memo, cap, n;              /* open addressing: (canon node, next) -> NFA state + 1 */
+} frag_t;
+
+static uint32_t hash2(uint32_t a, uint32_t b) {
+  uint32_t h = (a * 0x9e3779b1u) ^ (b + 0x7f4a7c15u + (a << 6) + (a >> 2));
+  return h ^ (h >> 16);
+}
+
+static uint32_t *memo_slot(frag_t *f, uint32_t node, uint32_t next) {
+  uint32_t k = hash2(f->canon[node], next) & (f->cap - 1);
+  for (;; k = (k + 1) & (f->cap - 1)) {
+    uint32_t *e = f->memo + 3 * k;
+    if (!e[2] || (e[0] == f->canon[node] && e[1] == next)) return e;
+  }
+}
+
+static void memo_put(frag_t *f, uint32_t node, uint32_t next, uint32_t state) {
+  if (2 * (f->n + 1) > f->cap) {
+    uint32_t *old = f->memo, oc = f->cap;
+    f->cap = 2 * oc;
+    f->memo = aici_calloc(f->cap, 12);
+    f->n = 0;
+    for (uint32_t i = 0; i < oc; i++)
+      if (old[3 * i + 2]) {
+        uint32_t k = hash2(old[3 * i], old[3 * i + 1]) & (f->cap - 1);
+        while (f->memo[3 * k + 2]) k = (k + 1) & (f->cap - 1);
+        __builtin_memcpy(f->memo + 3 * k, old + 3 * i, 12);
+        f->n++;
+      }
+    aici_free(old);
+  }
+  uint32_t *e = memo_slot(f, node, next);
+  if (!e[2]) f->n++;
+  e[0] = f->canon[node], e[1] = next, e[2] = state + 1;
+}
+
+static uint32_t compile(aici_regex_t *re, frag_t *f, uint32_t node, uint32_t next) {
+  const ast_t *x = &f->ast[node];
+  if (x->kind == A_EMPTY) return next;
+  uint32_t *e = memo_slot(f, node, next);
+  if (e[2]) return e[2] - 1;
+  uint32_t out;
   switch (x->kind) {
-    case A_EMPTY: return next;
-    case A_SET: return nfa_new(re, N_CONSUME, next, 0, x->set);
-    case A_CAT: return compile(re, ast, x->a, compile(re, ast, x->b, next));
+    case A_SET: out = nfa_new(re, N_CONSUME, next, 0, x->set); break;
+    case A_CAT: out = compile(re, f, x->a, compile(re, f, x->b, next)); break;
     case A_ALT: {
-      uint32_t a = compile(re, ast, x->a, next), b = compile(re, ast, x->b, next);
-      return nfa_new(re, N_SPLIT, a, b, 0);
+      uint32_t a = compile(re, f, x->a, next), b = compile(re, f, x->b, next);
+      out = nfa_new(re, N_SPLIT, a, b, 0);
+      break;
     }
     default: {                         /* A_REP */
       uint32_t tail = next;
       if (x->max < 0) {                /* loop: L -> body -> L | next */
         uint32_t loop = nfa_new(re, N_SPLIT, 0, next, 0);
-        uint32_t body = compile(re, ast, x->a, loop);
+        uint32_t body = compile(re, f, x->a, loop);
         if (!re->overflow) re->nfa[loop].out = body;
         tail = loop;
       } else {
         for (int32_t i = x->min; i < x->max && !re->overflow; i++)  /* optional copies */
-          tail = nfa_new(re, N_SPLIT, compile(re, ast, x->a, tail), next, 0);
+          tail = nfa_new(re, N_SPLIT, compile(re, f, x->a, tail), next, 0);
       }
-      for (int32_t i = 0; i < x->min && !re->overflow; i++) tail = compile(re, ast, x->a, tail);
-      return tail;
+      for (int32_t i = 0; i < x->min && !re->overflow; i++) tail = compile(re, f, x->a, tail);
+      out = tail;
     }
   }
+  memo_put(f, node, next, out);
+  return out;
+}
+
+/* canon[i]: one id per structure (children come before parents: ids are in parse order); byte
+ * sets are compared by content. */
+static uint32_t *canonical_ids(const aici_regex_t *re, const ast_t *ast, uint32_t n) {
+  uint32_t *canon = aici_malloc(n * 4 + 4), *set_canon = aici_malloc(re->n_sets * 4 + 4);
+  uint32_t cap = 16;
+  while (cap < 2 * (n + re->n_sets)) cap *= 2;
+  uint32_t *ht = aici_calloc(cap, 4);      /* set ids + 1, then node ids + 1 (separate passes) */
+  for (uint32_t i = 0; i < re->n_sets; i++) {
+    uint32_t h = 2166136261u;
+    for (int w = 0; w < 8; w++) h = (h ^ re->sets[i][w]) * 16777619u;
+    uint32_t k = h & (cap - 1);
+    while (ht[k] && __builtin_memcmp(re->sets[ht[k] - 1], re->sets[i], 32)) k = (k + 1) & (cap - 1);
+    if (!ht[k]) ht[k] = i + 1;
+    set_canon[i] = ht[k] - 1;
+  }
+  __builtin_memset(ht, 0, cap * 4);
+  for (uint32_t i = 0; i < n; i++) {
+    const ast_t *x = &ast[i];
+    uint32_t a = x->kind == A_SET ? set_canon[x->set] : x->kind == A_EMPTY ? 0 : canon[x->a];
+    uint32_t b = x->kind == A_CAT || x->kind == A_ALT ? canon[x->b] : (uint32_t)x->min * 65537u + (uint32_t)x->max;
+    uint32_t k = hash2(hash2(x->kind, a), b) & (cap - 1);
+    for (;; k = (k + 1) & (cap - 1)) {
+      if (!ht[k]) { ht[k] = i + 1; canon[i] = i; break; }
+      const ast_t *y = &ast[ht[k] - 1];
+      if (y->kind != x->kind) continue;
+      bool same = x->kind == A_EMPTY ||
+                  (x->kind == A_SET && set_canon[y->set] == a) ||
+                  ((x->kind == A_CAT || x->kind == A_ALT) && canon[y->a] == a && canon[y->b] == canon[x->b]) ||
+                  (x->kind == A_REP && canon[y->a] == a && y->min == x->min && y->max == x->max);
+      if (same) { canon[i] = canon[ht[k] - 1]; break; }
+    }
+  }
+  aici_free(ht), aici_free(set_canon);
+  return canon;
 }
 
 /* Keep only NFA states from which MATCH is reachable, so that a non-empty DFA state is always
@@ -511,18 +596,49 @@ static uint32_t intern(aici_regex_t *re, uint32_t n) {
   return d;
 }
 
+/* The row of DFA state d. Byte classes that the same members of d's NFA-state list consume
+ * (the same signature) lead to the same state: each signature's closure and lookup are done
+ * once (inside a JSON string, most of the pattern's classes share one or two signatures). */
 static void build_row(aici_regex_t *re, uint32_t d) {
   if (re->flags[d] & BUILT) return;
-  uint32_t next[256];
-  for (uint32_t c = 0; c < re->n_cls; c++) {
-    uint8_t b = re->rep[c];
-    uint32_t n = 0;
-    re->gen++;
-    for (uint32_t i = 0; i < re->set_len[d]; i++) {
-      nfa_t *x = &re->nfa[re->pool[re->set_off[d] + i]];
-      if (x->kind == N_CONSUME && (re->sets[x->set][b >> 5] >> (b & 31)) & 1) closure(re, x->out, &n);
+  uint32_t next[256], len = re->set_len[d];
+  const uint32_t *members = re->pool + re->set_off[d];
+  if (len <= 64) {
+    uint64_t sig[256], seen_sig[256];
+    uint32_t seen_next[256], n_seen = 0;
+    __builtin_memset(sig, 0, re->n_cls * sizeof sig[0]);
+    for (uint32_t i = 0; i < len; i++) {
+      const nfa_t *x = &re->nfa[members[i]];
+      if (x->kind != N_CONSUME) continue;
+      const uint32_t *bs = re->sets[x->set];
+      for (uint32_t c = 0; c < re->n_cls; c++) {
+        uint8_t b = re->rep[c];
+        sig[c] |= (uint64_t)((bs[b >> 5] >> (b & 31)) & 1) << i;
+      }
     }
-    next[c] = intern(re, n);
+    for (uint32_t c = 0; c < re->n_cls; c++) {
+      uint32_t k = 0;
+      while (k < n_seen && seen_sig[k] != sig[c]) k++;
+      if (k == n_seen) {
+        uint32_t n = 0;
+        re->gen++;
+        for (uint64_t m = sig[c]; m; m &= m - 1)   /* pool may move in intern: re-read members */
+          closure(re, re->nfa[re->pool[re->set_off[d] + (uint32_t)__builtin_ctzll(m)]].out, &n);
+        seen_sig[k] = sig[c], seen_next[k] = intern(re, n), n_seen++;
+      }
+      next[c] = seen_next[k];
+    }
+  } else {
+    for (uint32_t c = 0; c < re->n_cls; c++) {
+      uint8_t b = re->rep[c];
+      uint32_t n = 0;
+      re->gen++;
+      for (uint32_t i = 0; i < len; i++) {
+        nfa_t *x = &re->nfa[re->pool[re->set_off[d] + i]];
+        if (x->kind == N_CONSUME && (re->sets[x->set][b >> 5] >> (b & 31)) & 1) closure(re, x->out, &n);
+      }
+      next[c] = intern(re, n);
+    }
   }
   for (uint32_t c = 0; c < re->n_cls; c++)
     if (next[c] && (re->flags[next[c]] & FINAL)) next[c] |= END_BIT;
@@ -539,7 +655,10 @@ aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err) {
   if (!p.err) {
     nfa_new(re, N_FAIL, 0, 0, 0);      /* NFA state 0: the dead end */
     uint32_t match = nfa_new(re, N_MATCH, 0, 0, 0);
-    re->start_nfa = compile(re, p.ast, root, match);
+    frag_t f = {.ast = p.ast, .canon = canonical_ids(re, p.ast, p.n_ast), .cap = 256};
+    f.memo = aici_calloc(f.cap, 12);
+    re->start_nfa = compile(re, &f, root, match);
+    aici_free(f.memo), aici_free((void *)f.canon);
     if (re->overflow) p.err = "pattern too large (over 200000 NFA states)";
     else collect(re, p.ast, root, false);
   }
@@ -843,4 +962,9 @@ void aici_regex_cache_limit(aici_regex_t *re, uint32_t limit) { re->cache_limit 
 const uint32_t *aici_regex_row(aici_regex_t *re, uint32_t state) {
   build_row(re, state);
   return re->trans + (size_t)state * 256;
+}
+
+const uint8_t *aici_regex_classes(const aici_regex_t *re, uint32_t *n_classes) {
+  if (n_classes) *n_classes = re->n_cls;
+  return re->cls;
 }

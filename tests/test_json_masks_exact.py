@@ -1,0 +1,112 @@
+"""The `json` controller's fast mask paths (cached masks kept as diffs, the free-string and
+short-token slices, character counts in bounded strings, string probes over byte classes) give
+the same masks, bit for bit, as plain walks of the whole trie (the option `reference_masks`),
+at every step of documents written token by token with Qwen2's vocabulary.
+
+The default run covers hand-written schemas aimed at each path; `-m slow` adds a sample of the
+MaskBench cases (every instance, valid or not, up to the token where it is rejected).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from _json_cases import SLICES, Checker, VocabTokenizer, data_dir, instance_text, sample
+from _vocabs import qwen_token_bytes
+from aicirt.toolchain import build_cached
+
+STR = {"type": "string"}
+CASES = [
+    (STR, ['"hello world, this is a long free string with ünïcödé and 漢字 in it"']),
+    ({"type": "string", "pattern": "^[ -\u007f]*$"}, ['"printable ASCII only, no more"']),
+    ({"type": "string", "maxLength": 10}, ['"abcdefghij"', '"ab"', '""', '"é漢x"']),
+    ({"type": "string", "minLength": 3, "maxLength": 40},
+     ['"a string of some thirty-nine characters"', '"abc"']),
+    ({"type": "string", "minLength": 20, "maxLength": 255}, ['"' + "word " * 30 + '"']),
+    ({"type": "object", "properties": {k: {"type": "integer"} for k in
+                                       ["all", "currentconn", "expirytime", "logintime", "numofconnections",
+                                        "sid", "username", "lastactivitytime"]}},
+     ['{"all":1,"sid":2,"other_key_here":"x","another":[1,2]}', '{"expirytime":5}']),
+    ({"type": "object", "patternProperties": {"^.{1,255}$": {}}}, ['{"key1":"value","k":{"a":null}}']),
+    ({"type": "object", "properties": {"email": {"type": "string", "format": "email"}}, "required": ["email"],
+      "additionalProperties": False}, ['{"email":"john.doe@example.com"}']),
+    ({"type": "array", "items": {"type": "string", "maxLength": 5}}, ['["abcde","","xy","12345"]']),
+    ({"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                       "tags": {"type": "array", "items": STR}},
+      "required": ["name"]}, ['{"name":"Alice Liddell","tags":["a","b c"]}']),
+]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    vocab, eos = qwen_token_bytes()
+    tok = VocabTokenizer(vocab, eos)
+    wasm = build_cached("json").read_bytes()
+    fast, ref = Checker(tok, wasm), Checker(tok, wasm, options=b"\0fast_forward=0\0reference_masks")
+    yield tok, fast, ref
+    fast.close()
+    ref.close()
+
+
+def masks_along(checker: Checker, schema, toks: list[int]) -> list[np.ndarray]:
+    """The masks before each token, and after the last unless the controller stopped there (a
+    complete document); stops early where a token is not allowed."""
+    handle, err, _ = checker.open(schema)
+    assert err is None, err
+    req, seq = handle
+    child = seq.fork()
+    out = []
+    try:
+        r, mask = checker._submit(child, [], None, record=False)
+        for k, t in enumerate(toks + [None]):
+            if not r.branches or mask is None:
+                break
+            out.append(np.array(mask, copy=True))
+            if t is None or not (int(mask[t >> 5]) >> (t & 31)) & 1:
+                break
+            r, mask = checker._submit(child, toks[:k + 1], t, record=False)
+    finally:
+        child.close()
+        checker.close_handle(handle)
+    return out
+
+
+def _same(pair, schema, text: bytes, must_accept: bool):
+    tok, fast, ref = pair
+    toks = tok.encode_bytes(text)
+    a, b = masks_along(fast, schema, toks), masks_along(ref, schema, toks)
+    assert len(a) == len(b), (text, len(a), len(b))
+    for k, (x, y) in enumerate(zip(a, b)):
+        if not np.array_equal(x, y):
+            diff = np.nonzero(np.unpackbits((x ^ y).view(np.uint8), bitorder="little"))[0][:5]
+            pytest.fail(f"{json.dumps(schema)[:80]} {text[:40]!r}: masks differ before token {k}, "
+                        f"tokens {[(int(t), tok.token_bytes[t]) for t in diff]}")
+    if must_accept:
+        allowed = all((int(m[t >> 5]) >> (t & 31)) & 1 for m, t in zip(a, toks))
+        assert len(a) >= len(toks) and allowed, (text, "rejected at token", len(a) - 1)
+
+
+@pytest.mark.parametrize("schema,docs", CASES, ids=[json.dumps(c[0])[:40] for c in CASES])
+def test_fast_masks_are_reference_masks(pair, schema, docs):
+    for doc in docs:
+        _same(pair, schema, doc.encode("utf-8"), must_accept=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not data_dir().is_dir(), reason="no ../shared/jsonschema test cases here")
+@pytest.mark.parametrize("slice_name", SLICES)
+def test_fast_masks_are_reference_masks_maskbench(pair, slice_name):
+    tok, fast, _ = pair
+    for case in sample(slice_name, 12, seed=2):
+        handle, err, _ = fast.open(case["schema"])
+        fast.close_handle(handle)
+        if err is not None:
+            continue
+        for t in case["tests"]:
+            try:
+                text = instance_text(case["schema"], t["data"])
+            except (ValueError, RecursionError):
+                continue
+            _same(pair, case["schema"], text, must_accept=False)
