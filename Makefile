@@ -10,7 +10,7 @@ PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 # tests look for `wasm-tools` on PATH, and without this they were skipped.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup-bench-json setup setup-model setup-vllm test test-slow test-vllm typecheck demo demo-vllm bench bench-vllm clean
+.PHONY: setup setup-model setup-bench-json setup-vllm test test-slow test-vllm typecheck demo demo-vllm bench bench-json bench-vllm clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,10 @@ bench: setup-model
 	$(BIN)/python bench/mask_speed.py
 	$(BIN)/python bench/end_to_end.py
 	$(BIN)/python bench/engine_history.py
+
+# JSON Schema masks against llguidance and xgrammar (bench/json_masks.py --help: --full, --slices)
+bench-json: setup-bench-json
+	$(BIN)/python bench/json_masks.py
 
 # vLLM's CPU build (docs/vllm.md). It pins torch==2.13.0+cpu itself and pulls in torchvision,
 # torchaudio and torchcodec, whose ops do not register against the CPU torch ("operator
