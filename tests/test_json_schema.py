@@ -70,6 +70,18 @@ CASES = [
     ({"type": "string", "minLength": 2, "maxLength": 3}, '"a"', False),
     ({"type": "string", "minLength": 2, "maxLength": 3}, '"abcd"', False),
     ({"type": "string", "maxLength": 2}, '"éé"', True),                # characters, not bytes
+    # long strings: a chain of machines past 256 characters (blocks, then a short tail)
+    ({"type": "string", "maxLength": 600}, '"' + "a" * 600 + '"', True),
+    ({"type": "string", "maxLength": 600}, '"' + "a" * 601 + '"', False),
+    ({"type": "string", "maxLength": 512}, '"' + "a" * 512 + '"', True),
+    ({"type": "string", "maxLength": 512}, '"' + "a" * 513 + '"', False),
+    ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "é" * 300 + '"', True),
+    ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "é" * 299 + '"', False),
+    ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "\\n" * 700 + '"', True),
+    ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "\\n" * 701 + '"', False),
+    ({"type": "string", "minLength": 600}, '"' + "b" * 599 + '"', False),
+    ({"type": "string", "minLength": 600}, '"' + "b" * 900 + '"', True),
+    ({"type": "string", "maxLength": 131072}, '"short"', True),
     ({"type": "string", "pattern": "^[a-z]+[0-9]?$"}, '"abc1"', True),
     ({"type": "string", "pattern": "^[a-z]+[0-9]?$"}, '"abc12"', False),
     ({"type": "string", "pattern": "[0-9]{2}"}, '"x12y"', True),       # search semantics
@@ -163,6 +175,21 @@ def test_keyword_semantics_qwen(qwen_checker):
             assert ok == accepted, (schema, text)
         finally:
             qwen_checker.close_handle(handle)
+
+
+# Keyword combinations beyond the plain ones: documents sampled under their masks (random logits)
+# validate with `jsonschema`.
+COMBINATIONS = [
+    {"type": "object", "properties": {"body": {"type": "string", "minLength": 270, "maxLength": 32767}},
+     "required": ["body"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "string", "maxLength": 5000}, "maxItems": 3},
+]
+
+
+def test_sampled_documents_of_keyword_combinations_validate(qwen_checker):
+    from _json_cases import sampled_documents_validate
+    cases = [{"id": f"combination {i}", "schema": s} for i, s in enumerate(COMBINATIONS)]
+    assert sampled_documents_validate(qwen_checker, cases, per_schema=2, max_tokens=1500) >= len(cases)
 
 
 @pytest.mark.parametrize("schema, message", [

@@ -11,6 +11,9 @@
 #define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
 #define MAX_REGEX (1u << 20)
 #define MAX_ALTS 64u
+#define STR_BLOCK 256u   /* characters one string machine spells (see string_machine) */
+#define STR_MAX 262144u  /* (a rest machine per block) */
+#define STR_INF 0xffffffffu
 
 typedef struct {
   const jv_t *key;                     /* schema node (or a marker for special machines) */
@@ -247,20 +250,26 @@ static void emit_value(cx_t *c, sb_t *b, const jv_t *s) {
 }
 
 /* ---- strings --------------------------------------------------------------------------------- */
+/* `one` (a regex) min..max times (unbounded: min or more), in repeats of at most 1000 (the SDK's
+ * limit). */
+static void emit_repeat(sb_t *b, const sb_t *one, uint64_t min, uint64_t max, bool unbounded) {
+  for (; min > 1000; min -= 1000, max -= 1000) sb_putn(b, one->p, one->n), sb_puts(b, "{1000}");
+  if (unbounded) {
+    sb_putn(b, one->p, one->n), sb_putc(b, '{'), sb_uint(b, min), sb_puts(b, ",}");
+  } else {
+    uint64_t more = max - min, m = more < 1000 - min ? more : 1000 - min;
+    sb_putn(b, one->p, one->n), sb_putc(b, '{'), sb_uint(b, min), sb_putc(b, ','), sb_uint(b, min + m), sb_putc(b, '}');
+    for (more -= m; more; more -= m) {
+      m = more < 1000 ? more : 1000;
+      sb_putn(b, one->p, one->n), sb_puts(b, "{0,"), sb_uint(b, m), sb_putc(b, '}');
+    }
+  }
+}
+
 static void emit_chars(sb_t *b, uint64_t min, uint64_t max, bool unbounded) {
   sb_t one = {0};
   emit_strchar(&one);
-  for (; min > 1000; min -= 1000) sb_putn(b, one.p, one.n), sb_puts(b, "{1000}");
-  if (unbounded) {
-    sb_putn(b, one.p, one.n), sb_putc(b, '{'), sb_uint(b, min), sb_puts(b, ",}");
-  } else {
-    uint64_t more = max - min, m = more < 1000 - min ? more : 1000 - min;
-    sb_putn(b, one.p, one.n), sb_putc(b, '{'), sb_uint(b, min), sb_putc(b, ','), sb_uint(b, min + m), sb_putc(b, '}');
-    for (more -= m; more; more -= m) {
-      m = more < 1000 ? more : 1000;
-      sb_putn(b, one.p, one.n), sb_puts(b, "{0,"), sb_uint(b, m), sb_putc(b, '}');
-    }
-  }
+  emit_repeat(b, &one, min, max, unbounded);
   aici_free(one.p);
 }
 
@@ -413,6 +422,69 @@ static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_
   aici_free(l.memo), aici_free(l.mark);
 }
 
+/* Long strings: machines that count characters. The DFA of a bounded string has ~20 states a
+ * character (1 KiB each), so no machine spells more than STR_BLOCK characters:
+ *   top(min, max)  `"` then up to STR_BLOCK characters inline (the fast masks of bounded
+ *                  strings: one configuration), else exactly STR_BLOCK, then rest(...)
+ *   rest(lo, hi)   the rest and the closing quote: short(lo, hi) while hi < STR_BLOCK, or a whole
+ *                  block then rest(lo - STR_BLOCK, hi - STR_BLOCK); both while lo < STR_BLOCK <= hi
+ *                  (two configurations until the block decides); unbounded: blocks, then a free
+ *                  string
+ *   block          exactly STR_BLOCK characters (shared)
+ *   short(a, b)    a..b characters and the closing quote
+ * A rest is a few calls (tiny), the block and the shorts are shared, and the calls after which
+ * nothing follows are tail calls: memory stays bounded whatever the length. */
+enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7 };
+
+static uint32_t string_machine(cx_t *c, uint32_t kind, uint64_t lo, uint64_t hi) {
+  key_arg = lo << 32 | hi;
+  int32_t m = machine_find(c, &ANY_MARK, kind);
+  if (m >= 0) { key_arg = 0; return (uint32_t)m; }
+  m = (int32_t)machine_for(c, &ANY_MARK, kind, 0, 0);
+  key_arg = 0;
+  if (c->err) return 0;
+  sb_t t = {0};
+  if (kind == MK_BLOCK) emit_chars(&t, STR_BLOCK, STR_BLOCK, false);
+  else if (kind == MK_SHORT || (kind == MK_REST && hi == STR_INF && lo <= STR_BLOCK)) {
+    emit_chars(&t, lo, hi, hi == STR_INF);
+    sb_puts(&t, "\\x22");
+  } else if (kind == MK_TOP) {
+    sb_puts(&t, "\\x22");
+    if (hi == STR_INF ? lo <= STR_BLOCK : hi < STR_BLOCK) {
+      emit_chars(&t, lo, hi, hi == STR_INF);
+      sb_puts(&t, "\\x22");
+    } else {                           /* the DFA tells the two apart: no second configuration */
+      sb_puts(&t, "(?:");
+      if (lo < STR_BLOCK) emit_chars(&t, lo, STR_BLOCK - 1, false), sb_puts(&t, "\\x22|");
+      emit_chars(&t, STR_BLOCK, STR_BLOCK, false);
+      uint64_t rlo = lo > STR_BLOCK ? lo - STR_BLOCK : 0, rhi = hi == STR_INF ? STR_INF : hi - STR_BLOCK;
+      emit_call(c, &t, string_machine(c, MK_REST, rlo, rhi));
+      sb_putc(&t, ')');
+    }
+  } else if (hi == STR_INF) {          /* rest, unbounded, lo > STR_BLOCK: whole blocks first */
+    sb_t one = {0};
+    emit_call(c, &one, string_machine(c, MK_BLOCK, 0, 0));
+    emit_repeat(&t, &one, lo / STR_BLOCK, lo / STR_BLOCK, false);
+    aici_free(one.p);
+    emit_chars(&t, lo % STR_BLOCK, 0, true);
+    sb_puts(&t, "\\x22");
+  } else {                             /* rest, bounded */
+    sb_puts(&t, "(?:");
+    if (lo < STR_BLOCK) {
+      emit_call(c, &t, string_machine(c, MK_SHORT, lo, hi < STR_BLOCK ? hi : STR_BLOCK - 1));
+      if (hi >= STR_BLOCK) sb_putc(&t, '|');
+    }
+    if (hi >= STR_BLOCK) {
+      emit_call(c, &t, string_machine(c, MK_BLOCK, 0, 0));
+      emit_call(c, &t, string_machine(c, MK_REST, lo > STR_BLOCK ? lo - STR_BLOCK : 0, hi - STR_BLOCK));
+    }
+    sb_putc(&t, ')');
+  }
+  if (!c->err) set_text(c, (uint32_t)m, t.p, t.n);
+  aici_free(t.p);
+  return (uint32_t)m;
+}
+
 static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   uint64_t min = 0, max = 0;
   bool has_min = get_uint(c, s, "minLength", &min), has_max = get_uint(c, s, "maxLength", &max);
@@ -460,24 +532,13 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
       ptr_pop(c, at);
     }
   } else {
-    if (has_min && min > 4000) { UNSUPPORTED(c, "minLength", "over 4000"); return; }
-    if (has_max && max > 4000) { UNSUPPORTED(c, "maxLength", "over 4000"); return; }
-    if (has_max && max > 24) {         /* a bounded string is one NFA copy a character: a machine */
+    if (min > STR_MAX || (has_max && max > STR_MAX)) {
+      UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 262144");
+      return;
+    }
+    if ((has_max && max > 24) || min > STR_BLOCK) {   /* one NFA copy a character: machines */
       b->n -= 4, b->p[b->n] = 0;       /* the opening quote goes in it */
-      key_arg = min << 32 | max;
-      int32_t m = machine_find(c, &ANY_MARK, 4);
-      if (m < 0) {
-        m = (int32_t)machine_for(c, &ANY_MARK, 4, 0, 0);
-        if (c->err) { key_arg = 0; return; }
-        sb_t t = {0};
-        sb_puts(&t, "\\x22");
-        emit_chars(&t, min, max, false);
-        sb_puts(&t, "\\x22");
-        set_text(c, (uint32_t)m, t.p, t.n);
-        aici_free(t.p);
-      }
-      key_arg = 0;
-      emit_call(c, b, (uint32_t)m);
+      emit_call(c, b, string_machine(c, MK_TOP, min, has_max ? max : STR_INF));
       return;
     }
     emit_chars(b, min, max, !has_max);
