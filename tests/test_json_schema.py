@@ -62,6 +62,14 @@ CASES = [
     ({"type": "number", "exclusiveMaximum": 1}, "0.999", True),
     ({"type": "number", "exclusiveMaximum": 1}, "1", False),
     ({"type": "number"}, "-1.5e+20", True),
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5}, "0.5", True),      # bounds read exactly
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5}, "0.4999", False),
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5}, "1.4999", True),
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5}, "1.50", False),
+    ({"type": "number", "minimum": -90.25, "maximum": 90.25}, "-90.25", True),
+    ({"type": "number", "minimum": -90.25, "maximum": 90.25}, "-90.26", False),
+    ({"type": "number", "exclusiveMinimum": 0.1, "multipleOf": 0.01}, "0.11", True),
+    ({"type": "number", "exclusiveMinimum": 0.1, "multipleOf": 0.01}, "0.105", False),
     ({"type": "number", "multipleOf": 0.01}, "3.14", True),
     ({"type": "number", "multipleOf": 0.01}, "3.141", False),
     ({"type": "string"}, '"tab\\t \\u00e9 é \\"q\\""', True),
@@ -183,6 +191,9 @@ COMBINATIONS = [
     {"type": "object", "properties": {"body": {"type": "string", "minLength": 270, "maxLength": 32767}},
      "required": ["body"], "additionalProperties": False},
     {"type": "array", "items": {"type": "string", "maxLength": 5000}, "maxItems": 3},
+    {"type": "object", "properties": {"p": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5},
+                                      "q": {"type": "number", "exclusiveMinimum": -0.25, "multipleOf": 0.01}},
+     "required": ["p", "q"]},
 ]
 
 
@@ -190,6 +201,43 @@ def test_sampled_documents_of_keyword_combinations_validate(qwen_checker):
     from _json_cases import sampled_documents_validate
     cases = [{"id": f"combination {i}", "schema": s} for i, s in enumerate(COMBINATIONS)]
     assert sampled_documents_validate(qwen_checker, cases, per_schema=2, max_tokens=1500) >= len(cases)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5},
+    {"type": "number", "exclusiveMinimum": -1.5, "maximum": -0.05},
+    {"type": "number", "minimum": -0.5, "maximum": 0.25},
+    {"type": "number", "minimum": 1.25, "maximum": 1.25},
+    {"type": "number", "exclusiveMinimum": 0, "maximum": 2.5, "multipleOf": 0.1},
+    {"type": "number", "minimum": 1e-3, "maximum": 12.5e1},
+])
+def test_number_bounds_agree_with_decimal_comparison(qwen_checker, schema):
+    """Every candidate near the bounds is accepted exactly when it is valid (as Decimal compares;
+    `-0` and exponent forms are the narrowing: never offered under bounds)."""
+    from decimal import Decimal
+    bounds = [Decimal(str(schema[k])) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in schema]
+    texts = {"0", "1", "-1", "0.5", "2", "100"}
+    for b in bounds:
+        for delta in ("0", "0.1", "0.01", "0.001", "1"):
+            for x in (b + Decimal(delta), b - Decimal(delta)):
+                texts |= {f"{x:f}", f"{x:f}0", f"{x:f}.0" if "." not in f"{x:f}" else f"{x:f}"}
+
+    def valid(d):
+        return ((d >= Decimal(str(schema["minimum"]))) if "minimum" in schema else True) and \
+            ((d <= Decimal(str(schema["maximum"]))) if "maximum" in schema else True) and \
+            ((d > Decimal(str(schema["exclusiveMinimum"]))) if "exclusiveMinimum" in schema else True) and \
+            ((d < Decimal(str(schema["exclusiveMaximum"]))) if "exclusiveMaximum" in schema else True) and \
+            (d % Decimal(str(schema["multipleOf"])) == 0 if "multipleOf" in schema else True)
+    handle, err, _ = qwen_checker.open(schema)
+    try:
+        assert err is None, err
+        for text in sorted(texts):
+            if text.startswith("-0") and Decimal(text) == 0:
+                continue
+            ok, _ = qwen_checker.accepts(handle, text.encode())
+            assert ok == valid(Decimal(text)), (schema, text)
+    finally:
+        qwen_checker.close_handle(handle)
 
 
 @pytest.mark.parametrize("schema, message", [

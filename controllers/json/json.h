@@ -53,6 +53,8 @@ bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why);
 typedef struct {
   bool has_lo, has_hi, lo_excl, hi_excl;
   double lo, hi;
+  const char *lo_text, *hi_text;      /* the bounds as written (JSON number text) */
+  uint32_t lo_len, hi_len;
 } bounds_t;
 /* Integers (is_int) or numbers within bounds; false (with *why) if the bounds cannot be done. */
 bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why);

@@ -550,16 +550,20 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
 static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
   bounds_t bd = {0};
   const jv_t *v;
-  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) bd.has_lo = true, bd.lo = v->num;
-  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) bd.has_hi = true, bd.hi = v->num;
+#define LO(v) (bd.has_lo = true, bd.lo = v->num, bd.lo_text = v->s, bd.lo_len = v->n)
+#define HI(v) (bd.has_hi = true, bd.hi = v->num, bd.hi_text = v->s, bd.hi_len = v->n)
+  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) LO(v);
+  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) HI(v);
   if ((v = jv_get(s, "exclusiveMinimum"))) {
     if (v->kind == JV_TRUE) bd.lo_excl = bd.has_lo;
-    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) bd.has_lo = true, bd.lo = v->num, bd.lo_excl = true;
+    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) LO(v), bd.lo_excl = true;
   }
   if ((v = jv_get(s, "exclusiveMaximum"))) {
     if (v->kind == JV_TRUE) bd.hi_excl = bd.has_hi;
-    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) bd.has_hi = true, bd.hi = v->num, bd.hi_excl = true;
+    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) HI(v), bd.hi_excl = true;
   }
+#undef LO
+#undef HI
   uint32_t frac = 0;
   if ((v = jv_get(s, "multipleOf"))) {
     double m = v->kind == JV_NUM ? v->num : 0, p = 1;
