@@ -107,6 +107,10 @@ CASES = [
     ({"type": "string", "format": "time"}, '"25:00:00Z"', False),
     ({"type": "string", "format": "email"}, '"first.last@example.org"', True),
     ({"type": "string", "format": "email"}, '"no-at-sign"', False),
+    ({"type": "string", "format": "email", "maxLength": 255}, '"first.last@mail.example.org"', True),
+    ({"type": "string", "format": "email", "maxLength": 255}, '"first..last@example.org"', False),
+    ({"type": "string", "format": "email", "maxLength": 30}, '"abc.de@mail.ex.org"', True),   # narrower: sized to fit
+    ({"type": "string", "format": "email", "maxLength": 30}, '"' + "a" * 20 + '@example.org"', False),
     ({"type": "string", "format": "uuid"}, '"123e4567-e89b-12d3-a456-426614174000"', True),
     ({"type": "string", "format": "ipv4"}, '"192.168.0.255"', True),
     ({"type": "string", "format": "ipv4"}, '"192.168.0.256"', False),
@@ -194,6 +198,7 @@ COMBINATIONS = [
     {"type": "object", "properties": {"p": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5},
                                       "q": {"type": "number", "exclusiveMinimum": -0.25, "multipleOf": 0.01}},
      "required": ["p", "q"]},
+    {"type": "array", "items": {"type": "string", "format": "email", "maxLength": 40}, "minItems": 1},
 ]
 
 
@@ -249,6 +254,7 @@ def test_number_bounds_agree_with_decimal_comparison(qwen_checker, schema):
     ({"type": "string", "pattern": "(?=a)b"}, "unsupported: pattern at #/pattern (lookaround assertions)"),
     ({"$defs": {"a": {"dependentRequired": {"x": ["y"]}}}, "$ref": "#/$defs/a"}, "unsupported: dependentRequired at #/$defs/a"),
     ({"type": "integer", "multipleOf": 3}, "unsupported: multipleOf at #"),
+    ({"type": "string", "format": "email", "maxLength": 8}, "unsupported: maxLength at # (together with format)"),
     ({"$ref": "other.json#/a"}, "unsupported: $ref at #"),
 ])
 def test_unsupported_keywords_are_errors_naming_keyword_and_pointer(schema, message):

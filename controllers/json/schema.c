@@ -323,6 +323,32 @@ static bool emit_format(sb_t *b, const char *f) {
 #undef IS
 }
 
+/* format email within maxLength `max`: the same shape with its repeats bounded, so that no
+ * match is longer (narrower than the format: the local part, the labels and their count sized to
+ * fit, the roomiest shape first). False when even a small address does not fit. */
+static bool emit_email_within(sb_t *b, uint64_t max) {
+  /* (u, k): local parts of 1 + u atoms (an atom: a character or `.` and one), labels of k */
+  static const uint32_t shapes[][2] = {{62, 63}, {31, 63}, {31, 40}, {31, 24}, {20, 24}, {15, 16}, {8, 10}, {4, 6}, {2, 3}};
+  const uint32_t n_shapes = sizeof shapes / sizeof shapes[0];
+  for (uint32_t i = 0; i < 2 * n_shapes; i++) {   /* at least 2 labels after the first, else 1 */
+    uint64_t u = shapes[i % n_shapes][0], k = shapes[i % n_shapes][1], fixed = 2 + 2 * u + k;
+    if (max < fixed + k + 1) continue;
+    uint64_t d = (max - fixed) / (k + 1);
+    if (d < (i < n_shapes ? 2u : 1u)) continue;
+    if (d > 127) d = 127;
+    const char *atext = "[a-zA-Z0-9!#$%&'*+/=?\\^_`{|}~\\-]";
+    sb_puts(b, atext), sb_puts(b, "(?:"), sb_puts(b, atext), sb_puts(b, "|\\."), sb_puts(b, atext);
+    sb_puts(b, "){0,"), sb_uint(b, u), sb_puts(b, "}@");
+    sb_t label = {0};
+    sb_puts(&label, "[a-zA-Z0-9](?:[a-zA-Z0-9\\-]{0,"), sb_uint(&label, k - 2), sb_puts(&label, "}[a-zA-Z0-9])?");
+    sb_putn(b, label.p, label.n), sb_puts(b, "(?:\\."), sb_putn(b, label.p, label.n);
+    sb_puts(b, "){1,"), sb_uint(b, d), sb_putc(b, '}');
+    aici_free(label.p);
+    return true;
+  }
+  return false;
+}
+
 static bool get_uint(cx_t *c, const jv_t *s, const char *kw, uint64_t *out) {
   const jv_t *v = jv_get(s, kw);
   if (!v) return false;
@@ -506,6 +532,13 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
         pat = &narrowed, has_min = has_max = false;
       }
     }
+    bool email_within = false;         /* a bounded email: its own narrower shape */
+    if (fmt && has_max && !pat && jv_str_is(fmt, "email")) {
+      sb_t t = {0};
+      email_within = emit_email_within(&t, max);
+      aici_free(t.p);
+      has_max = !email_within;
+    }
     if ((has_min && min > 0) || has_max) {
       /* length bounds the pattern or format already implies: characters <= bytes, and a
        * format's text is ASCII (one byte a character) */
@@ -526,6 +559,8 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
       uint32_t at = ptr_pushs(c, "pattern");
       if (!emit_pattern(b, pat->s, pat->n, &why)) UNSUPPORTED(c, "pattern", why);
       ptr_pop(c, at);
+    } else if (email_within) {
+      emit_email_within(b, max);
     } else if (!emit_format(b, fmt->s)) {
       uint32_t at = ptr_pushs(c, "format");
       UNSUPPORTED(c, "format", fmt->s);
