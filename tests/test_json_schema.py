@@ -78,11 +78,15 @@ CASES = [
     ({"type": "string", "minLength": 2, "maxLength": 3}, '"a"', False),
     ({"type": "string", "minLength": 2, "maxLength": 3}, '"abcd"', False),
     ({"type": "string", "maxLength": 2}, '"éé"', True),                # characters, not bytes
-    # long strings: a chain of machines past 256 characters (blocks, then a short tail)
+    # long strings: a chain of machines past 128 characters (blocks, then a short tail)
     ({"type": "string", "maxLength": 600}, '"' + "a" * 600 + '"', True),
     ({"type": "string", "maxLength": 600}, '"' + "a" * 601 + '"', False),
     ({"type": "string", "maxLength": 512}, '"' + "a" * 512 + '"', True),
     ({"type": "string", "maxLength": 512}, '"' + "a" * 513 + '"', False),
+    ({"type": "string", "maxLength": 256}, '"' + "a" * 128 + '"', True),
+    ({"type": "string", "maxLength": 256}, '"' + "a" * 129 + '"', True),
+    ({"type": "string", "maxLength": 256}, '"' + "a" * 256 + '"', True),
+    ({"type": "string", "maxLength": 256}, '"' + "a" * 257 + '"', False),
     ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "é" * 300 + '"', True),
     ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "é" * 299 + '"', False),
     ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "\\n" * 700 + '"', True),

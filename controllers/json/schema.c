@@ -11,7 +11,7 @@
 #define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
 #define MAX_REGEX (1u << 20)
 #define MAX_ALTS 64u
-#define STR_BLOCK 256u   /* characters one string machine spells (see string_machine) */
+#define STR_BLOCK 128u   /* characters one string machine spells (see string_machine) */
 #define STR_MAX 262144u  /* (a rest machine per block) */
 #define STR_INF 0xffffffffu
 
