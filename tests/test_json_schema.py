@@ -101,6 +101,17 @@ CASES = [
     ({"type": "string", "pattern": "^a\\.b$"}, '"a.b"', True),
     ({"type": "string", "pattern": "^a\\.b$"}, '"axb"', False),
     ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}, '"abcd"', False),
+    # pattern with length bounds: lengths counted on the pattern; a maxLength it does not imply
+    # bounds its unbounded repeats (and unanchored ends) to fit
+    ({"type": "string", "pattern": "^mystring-[a-zA-Z0-9]+$", "minLength": 10, "maxLength": 24}, '"mystring-abcdefghijklmno"', True),
+    ({"type": "string", "pattern": "^mystring-[a-zA-Z0-9]+$", "minLength": 10, "maxLength": 24}, '"mystring-abcdefghijklmnop"', False),
+    ({"type": "string", "pattern": "^https?://.+$", "maxLength": 1024}, '"https://example.org/a?b"', True),
+    ({"type": "string", "pattern": "^https?://.+$", "maxLength": 1024}, '"ftp://example.org"', False),
+    ({"type": "string", "pattern": "^([0-9]{5})(-([0-9]{4}))?$", "minLength": 5, "maxLength": 10}, '"12345-6789"', True),
+    ({"type": "string", "pattern": "[0-9]{10,10}", "minLength": 10, "maxLength": 10}, '"1234567890"', True),
+    ({"type": "string", "pattern": "[0-9]{10,10}", "minLength": 10, "maxLength": 10}, '"a1234567890"', False),
+    ({"type": "string", "pattern": "^ab", "maxLength": 5}, '"abcde"', True),
+    ({"type": "string", "pattern": "^ab", "maxLength": 5}, '"abcdef"', False),
     ({"type": "string", "format": "date"}, '"2024-02-29"', True),
     ({"type": "string", "format": "date"}, '"2024-13-01"', False),
     ({"type": "string", "format": "date"}, '"2020-02-31"', False),
@@ -203,6 +214,9 @@ COMBINATIONS = [
                                       "q": {"type": "number", "exclusiveMinimum": -0.25, "multipleOf": 0.01}},
      "required": ["p", "q"]},
     {"type": "array", "items": {"type": "string", "format": "email", "maxLength": 40}, "minItems": 1},
+    {"type": "object", "properties": {"u": {"type": "string", "pattern": "^https?://.+$", "maxLength": 60},
+                                      "z": {"type": "string", "pattern": "[0-9]{3}", "minLength": 3, "maxLength": 8}},
+     "required": ["u", "z"]},
 ]
 
 
@@ -259,6 +273,7 @@ def test_number_bounds_agree_with_decimal_comparison(qwen_checker, schema):
     ({"$defs": {"a": {"dependentRequired": {"x": ["y"]}}}, "$ref": "#/$defs/a"}, "unsupported: dependentRequired at #/$defs/a"),
     ({"type": "integer", "multipleOf": 3}, "unsupported: multipleOf at #"),
     ({"type": "string", "format": "email", "maxLength": 8}, "unsupported: maxLength at # (together with format)"),
+    ({"type": "string", "pattern": "^abcd", "maxLength": 3}, "unsupported: maxLength at # (together with pattern)"),
     ({"$ref": "other.json#/a"}, "unsupported: $ref at #"),
 ])
 def test_unsupported_keywords_are_errors_naming_keyword_and_pointer(schema, message):
