@@ -46,6 +46,8 @@ TREE = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integ
                                                            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
                            "required": ["v"], "additionalProperties": False}},
         "$ref": "#/$defs/node"}
+EVERY_KEY = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}, "b": {"type": "integer"}},
+             "patternProperties": {".*": {"type": "string"}}, "required": ["a"]}
 CASES = [
     # (schema, text, accepted?)
     ({"type": "integer"}, "-42", True),
@@ -172,6 +174,22 @@ CASES = [
     ({"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False}, '{"x-a":1}', True),
     ({"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False}, '{"y":1}', False),
     (True, '[{"any":["thing",1.5,null]}]', True),
+    # a pattern property every key matches: on listed properties too, in place of additionalProperties
+    (EVERY_KEY, '{"a":"x","c":"y"}', True),
+    (EVERY_KEY, '{"a":"x","c":1}', False),
+    (EVERY_KEY, '{"a":"x","b":1}', False),                           # b: integer and string
+    (EVERY_KEY, '{"a":"xyzw"}', False),
+    # an integer multipleOf between bounds: the multiples
+    ({"type": "integer", "minimum": 16, "maximum": 100, "multipleOf": 4}, "100", True),
+    ({"type": "integer", "minimum": 16, "maximum": 100, "multipleOf": 4}, "18", False),
+    ({"type": "integer", "exclusiveMinimum": -10, "maximum": 10, "multipleOf": 7}, "-7", True),
+    ({"type": "integer", "exclusiveMinimum": -10, "maximum": 10, "multipleOf": 7}, "14", False),
+    # $ref to a plain-name fragment: $anchor, or a draft 4-7 id "#name"
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"x": {"id": "#xid", "type": "integer"}},
+      "properties": {"a": {"$ref": "#xid"}}}, '{"a":1}', True),
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"x": {"id": "#xid", "type": "integer"}},
+      "properties": {"a": {"$ref": "#xid"}}}, '{"a":"s"}', False),
+    ({"$defs": {"y": {"$anchor": "yy", "type": "string"}}, "properties": {"b": {"$ref": "#yy"}}}, '{"b":2}', False),
 ]
 
 
@@ -217,6 +235,8 @@ COMBINATIONS = [
     {"type": "object", "properties": {"u": {"type": "string", "pattern": "^https?://.+$", "maxLength": 60},
                                       "z": {"type": "string", "pattern": "[0-9]{3}", "minLength": 3, "maxLength": 8}},
      "required": ["u", "z"]},
+    EVERY_KEY,
+    {"type": "array", "items": {"type": "integer", "minimum": -20, "maximum": 50, "multipleOf": 6}},
 ]
 
 
@@ -275,6 +295,7 @@ def test_number_bounds_agree_with_decimal_comparison(qwen_checker, schema):
     ({"type": "string", "format": "email", "maxLength": 8}, "unsupported: maxLength at # (together with format)"),
     ({"type": "string", "pattern": "^abcd", "maxLength": 3}, "unsupported: maxLength at # (together with pattern)"),
     ({"$ref": "other.json#/a"}, "unsupported: $ref at #"),
+    ({"type": "integer", "minimum": 0, "multipleOf": 12}, "unsupported: multipleOf at #"),
 ])
 def test_unsupported_keywords_are_errors_naming_keyword_and_pointer(schema, message):
     h, br = session(schema)

@@ -161,6 +161,27 @@ static bool seg_eq(const jv_t *k, const char *s, uint32_t n) {
   return eq;
 }
 
+/* The sub-schema named by a plain-name fragment: `$anchor: NAME`, or (drafts 4-7) `id` / `$id`
+ * `#NAME`; values that are data (enum, const, default, examples) are not searched. */
+static const jv_t *find_anchor(const jv_t *v, const char *name, uint32_t n, uint32_t depth) {
+  if (depth > 64 || (v->kind != JV_OBJ && v->kind != JV_ARR)) return 0;
+  if (v->kind == JV_OBJ) {
+    const jv_t *a = jv_get(v, "$anchor");
+    if (a && a->kind == JV_STR && a->n == n && !__builtin_memcmp(a->s, name, n)) return v;
+    for (const char *const *k = (const char *const[]){"id", "$id", 0}; *k; k++) {
+      a = jv_get(v, *k);
+      if (a && a->kind == JV_STR && a->n == n + 1 && a->s[0] == '#' && !__builtin_memcmp(a->s + 1, name, n)) return v;
+    }
+  }
+  static const char *const DATA[] = {"enum", "const", "default", "examples", 0};
+  for (uint32_t i = 0; i < v->n; i++) {
+    if (v->kind == JV_OBJ && in_list(&v->keys[i], DATA)) continue;
+    const jv_t *f = find_anchor(&v->items[i], name, n, depth + 1);
+    if (f) return f;
+  }
+  return 0;
+}
+
 static const jv_t *resolve(cx_t *c, const jv_t *ref) {
   if (ref->kind != JV_STR || !ref->n || ref->s[0] != '#') {
     UNSUPPORTED(c, "$ref", "only local references (#...) are supported");
@@ -169,7 +190,11 @@ static const jv_t *resolve(cx_t *c, const jv_t *ref) {
   const jv_t *v = c->root;
   const char *s = ref->s + 1, *end = ref->s + ref->n;
   while (s < end) {
-    if (*s != '/') { UNSUPPORTED(c, "$ref", "anchors are not supported"); return 0; }
+    if (*s != '/') {                   /* a plain name: an anchor */
+      const jv_t *a = v == c->root ? find_anchor(c->root, s, (uint32_t)(end - s), 0) : 0;
+      if (!a) fail(c, "bad schema: ", "$ref", "no such anchor");
+      return a;
+    }
     const char *seg = ++s;
     while (s < end && *s != '/') s++;
     uint32_t n = (uint32_t)(s - seg);
@@ -235,6 +260,7 @@ static void emit_call(cx_t *c, sb_t *b, uint32_t m) {
 }
 
 static void emit(cx_t *c, sb_t *b, const jv_t *s);
+static jv_t *all_of2(const jv_t *a, const jv_t *b);
 
 /* A sub-schema inline, or as a call when its text is long (cut out into its own machine). */
 static void emit_value(cx_t *c, sb_t *b, const jv_t *s) {
@@ -603,6 +629,27 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
 }
 
 /* ---- numbers --------------------------------------------------------------------------------- */
+/* An integer multipleOf between bounds: the multiples themselves, when there are at most 512
+ * (written as integers: narrower than a number's 12.0). False: not of that kind. */
+static bool emit_multiples(sb_t *b, const jv_t *mv, const bounds_t *bd) {
+  if (mv->kind != JV_NUM || !jv_is_int(mv) || mv->num < 1 || mv->num > 1e15 || !bd->has_lo || !bd->has_hi) return false;
+  if (bd->lo < -1e15 || bd->hi > 1e15) return false;
+  int64_t m = (int64_t)mv->num, lo = (int64_t)bd->lo, hi = (int64_t)bd->hi;
+  if ((double)lo < bd->lo || (bd->lo_excl && (double)lo == bd->lo)) lo++;
+  if ((double)hi > bd->hi || (bd->hi_excl && (double)hi == bd->hi)) hi--;
+  int64_t first = lo % m == 0 ? lo : lo > 0 ? lo + (m - lo % m) : lo - lo % m;
+  if (first > hi) { sb_puts(b, "[^\\x00-\\xff]"); return true; }
+  if ((hi - first) / m >= 512) return false;
+  sb_puts(b, "(?:");
+  for (int64_t x = first; x <= hi; x += m) {
+    if (x != first) sb_putc(b, '|');
+    if (x < 0) sb_puts(b, "\\-");
+    sb_uint(b, (uint64_t)(x < 0 ? -x : x));
+  }
+  sb_putc(b, ')');
+  return true;
+}
+
 static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
   bounds_t bd = {0};
   const jv_t *v;
@@ -628,7 +675,8 @@ static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
     bool pow10 = m > 0 && (m * p > 1 - 1e-9 && m * p < 1 + 1e-9);
     if (!pow10 || (k == 0 && m != 1)) {
       if (ignored(c, "multipleOf")) relax(c, "multipleOf");
-      else { UNSUPPORTED(c, "multipleOf", "only 1 and powers of 1/10"); return; }
+      else if (!emit_multiples(b, v, &bd)) { UNSUPPORTED(c, "multipleOf", "only 1 and powers of 1/10, or up to 512 integer multiples between bounds"); return; }
+      else return;
     } else if (k == 0) is_int = true;
     else if (!is_int) frac = k;
   }
@@ -881,6 +929,13 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   const char *ws = c->ws;
   const jv_t *props = jv_get(s, "properties"), *req = jv_get(s, "required"), *addl = jv_get(s, "additionalProperties");
   if (props && props->kind != JV_OBJ) props = 0;
+  const jv_t *pp = jv_get(s, "patternProperties"), *every = 0;
+  if (pp && pp->kind == JV_OBJ && pp->n == 1) {
+    /* one pattern that every key matches (".*"): its schema applies to the listed properties
+     * too, and takes the place of additionalProperties (which then applies to no key) */
+    static const char *const ALL_KEYS[] = {"", ".*", "^.*", ".*$", 0};
+    if (in_list(&pp->keys[0], ALL_KEYS)) every = &pp->items[0], addl = every, pp = 0;
+  }
   uint32_t np = props ? props->n : 0, n = 0, n_req = 0;
   prop_t *p = aici_calloc(np + 1, sizeof(prop_t));
   /* required keys that properties does not list: extra entries whose values follow
@@ -900,6 +955,7 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   for (uint32_t i = 0; i < np + ne && !c->err; i++) {
     const jv_t *key = i < np ? &props->keys[i] : &extra->keys[i - np];
     const jv_t *val = i < np ? &props->items[i] : &extra->items[i - np];
+    if (every && i < np) val = all_of2(val, every);
     bool r = is_required(req, key);
     if (val->kind == JV_FALSE) {
       if (r) { sb_puts(b, "[^\\x00-\\xff]"); aici_free(p); return; }
@@ -921,7 +977,6 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   /* additional properties: keys that are none of the listed ones */
   sb_t add = {0};
   bool has_add = !addl || addl->kind != JV_FALSE;
-  const jv_t *pp = jv_get(s, "patternProperties");
   if (pp && pp->kind == JV_OBJ && pp->n && !c->err) {
     emit_pattern_props(c, &add, pp, props, extra);
     has_add = add.n > 0;
@@ -933,7 +988,7 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     sb_puts(&add, "\\x22");
     emit_not_keys(&add, &kt, 0);
     sb_puts(&add, "\\x22"), sb_puts(&add, ws), sb_putc(&add, ':'), sb_puts(&add, ws);
-    uint32_t at = addl ? ptr_pushs(c, "additionalProperties") : c->ptr.n;
+    uint32_t at = every ? ptr_pushs(c, "patternProperties") : addl ? ptr_pushs(c, "additionalProperties") : c->ptr.n;
     emit_value(c, &add, addl ? addl : &ANY_MARK);
     ptr_pop(c, at);
     for (uint32_t i = 0; i < kt.count; i++) aici_free(kt.n[i].kid_cp), aici_free(kt.n[i].kid);
