@@ -114,6 +114,12 @@ CASES = [
     ({"type": "string", "pattern": "[0-9]{10,10}", "minLength": 10, "maxLength": 10}, '"a1234567890"', False),
     ({"type": "string", "pattern": "^ab", "maxLength": 5}, '"abcde"', True),
     ({"type": "string", "pattern": "^ab", "maxLength": 5}, '"abcdef"', False),
+    # a minLength the pattern does not imply: its unanchored end takes the rest (narrower)
+    ({"type": "string", "pattern": "[0-9a-f]+", "minLength": 12, "maxLength": 12}, '"507f191e810c"', True),
+    ({"type": "string", "pattern": "[0-9a-f]+", "minLength": 12, "maxLength": 12}, '"507f191e810"', False),
+    ({"type": "string", "pattern": "[0-9a-f]+", "minLength": 12, "maxLength": 12}, '"zzzzzzzzzzzz"', False),
+    ({"type": "string", "pattern": "^https?://", "minLength": 12}, '"https://a.b"', False),
+    ({"type": "string", "pattern": "^https?://", "minLength": 12}, '"http://a.bcd"', True),   # (https: 13 and up)
     ({"type": "string", "format": "date"}, '"2024-02-29"', True),
     ({"type": "string", "format": "date"}, '"2024-13-01"', False),
     ({"type": "string", "format": "date"}, '"2020-02-31"', False),
@@ -294,6 +300,7 @@ def test_number_bounds_agree_with_decimal_comparison(qwen_checker, schema):
     ({"type": "integer", "multipleOf": 3}, "unsupported: multipleOf at #"),
     ({"type": "string", "format": "email", "maxLength": 8}, "unsupported: maxLength at # (together with format)"),
     ({"type": "string", "pattern": "^abcd", "maxLength": 3}, "unsupported: maxLength at # (together with pattern)"),
+    ({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3}, "unsupported: minLength at # (together with pattern)"),
     ({"$ref": "other.json#/a"}, "unsupported: $ref at #"),
     ({"type": "integer", "minimum": 0, "multipleOf": 12}, "unsupported: multipleOf at #"),
 ])

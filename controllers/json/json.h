@@ -49,11 +49,11 @@ void emit_strchar(sb_t *b);                     /* any one character of a JSON s
 /* An ECMA-262 `pattern` (search semantics) as a regex over the JSON string's contents. */
 bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why);
 /* The same with every unbounded repeat (and unanchored end) allowed at most `cap` more repeats
- * (PAT_NO_CAP: none), and the language's shortest and longest match in characters (*hi
- * UINT64_MAX: unbounded). */
+ * (PAT_NO_CAP: none), an unanchored end at least `end_min` characters, and the language's
+ * shortest and longest match in characters (*hi UINT64_MAX: unbounded). */
 #define PAT_NO_CAP UINT64_MAX
-bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t *lo, uint64_t *hi,
-                         const char **why);
+bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t end_min, uint64_t *lo,
+                         uint64_t *hi, const char **why);
 
 /* ---- numbers ----------------------------------------------------------------------------- */
 typedef struct {

@@ -156,6 +156,7 @@ typedef struct {
   const char *why;
   sb_t *out;
   uint64_t cap;                        /* unbounded repeats: at most cap more (PAT_NO_CAP: none) */
+  uint64_t end_min;                    /* an unanchored end: at least this many characters */
   uint64_t lo, hi;                     /* length in characters of what was just parsed */
 } pat_t;
 
@@ -399,31 +400,33 @@ static bool parse_seq(pat_t *p, uint32_t depth) {
   return true;
 }
 
-static void any_chars(pat_t *p) {      /* an unanchored end */
+static uint64_t any_chars(pat_t *p, uint64_t min) {   /* an unanchored end; its longest */
+  uint32_t at = p->out->n;
   emit_strchar(p->out);
-  if (p->cap == PAT_NO_CAP) sb_putc(p->out, '*');
-  else sb_puts(p->out, "{0,"), sb_uint(p->out, p->cap), sb_putc(p->out, '}');
+  bool unbounded = p->cap == PAT_NO_CAP;
+  repeat(p->out, at, (uint32_t)min, unbounded ? 0 : (uint32_t)(min + p->cap), unbounded);
+  return unbounded ? LEN_INF : min + p->cap;
 }
 
 static bool parse_alt(pat_t *p, uint32_t depth) {
   uint64_t lo = LEN_INF, hi = 0;
   for (;;) {
-    uint64_t ends = 0;                 /* the unanchored ends' longest */
+    uint64_t ends = 0, end_min = 0;    /* the unanchored ends' longest, and shortest */
     if (depth == 0) {                  /* search semantics: unanchored ends match anything */
       bool anchored = p->i < p->n && p->s[p->i] == '^';
       if (anchored) p->i++;
       sb_puts(p->out, "(?:");
-      if (!anchored) any_chars(p), ends = len_add(ends, p->cap == PAT_NO_CAP ? LEN_INF : p->cap);
+      if (!anchored) ends = len_add(ends, any_chars(p, 0));
     }
     if (!parse_seq(p, depth)) return false;
     uint64_t slo = p->lo, shi = p->hi;
     if (depth == 0) {
       bool anchored = p->i < p->n && p->s[p->i] == '$';
       if (anchored) p->i++;
-      else any_chars(p), ends = len_add(ends, p->cap == PAT_NO_CAP ? LEN_INF : p->cap);
+      else ends = len_add(ends, any_chars(p, p->end_min)), end_min = p->end_min;
       sb_putc(p->out, ')');
     }
-    shi = len_add(shi, ends);
+    shi = len_add(shi, ends), slo = len_add(slo, end_min);
     if (slo < lo) lo = slo;
     if (shi > hi) hi = shi;
     if (p->i < p->n && p->s[p->i] == '|') { p->i++; sb_putc(p->out, '|'); continue; }
@@ -432,9 +435,9 @@ static bool parse_alt(pat_t *p, uint32_t depth) {
   }
 }
 
-bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t *lo, uint64_t *hi,
-                         const char **why) {
-  pat_t p = {.s = (const uint8_t *)pat, .n = len, .out = b, .cap = cap};
+bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t end_min, uint64_t *lo,
+                         uint64_t *hi, const char **why) {
+  pat_t p = {.s = (const uint8_t *)pat, .n = len, .out = b, .cap = cap, .end_min = end_min};
   sb_puts(b, "(?:");
   bool ok = parse_alt(&p, 0);
   if (ok && p.i < p.n) p.why = "unbalanced )", ok = false;
@@ -446,7 +449,7 @@ bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, u
 }
 
 bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why) {
-  return emit_pattern_capped(b, pat, len, PAT_NO_CAP, 0, 0, why);
+  return emit_pattern_capped(b, pat, len, PAT_NO_CAP, 0, 0, 0, why);
 }
 
 void emit_strchar(sb_t *b) {

@@ -559,19 +559,25 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
         pat = &narrowed, has_min = has_max = false;
       }
     }
-    uint64_t cap = PAT_NO_CAP;         /* a pattern's lengths in characters, exactly */
+    uint64_t cap = PAT_NO_CAP, end_min = 0;   /* a pattern's lengths in characters, exactly */
     if (pat && ((has_min && min > 0) || has_max)) {
       sb_t t = {0};
       uint64_t lo = 0, hi = 0;
       const char *why = 0;
-      if (emit_pattern_capped(&t, pat->s, pat->n, PAT_NO_CAP, &lo, &hi, &why)) {
+      if (emit_pattern_capped(&t, pat->s, pat->n, PAT_NO_CAP, 0, &lo, &hi, &why)) {
+        if (has_min && lo < min) {     /* narrower: an unanchored end takes the missing length */
+          uint64_t lo2 = 0;
+          t.n = 0;
+          emit_pattern_capped(&t, pat->s, pat->n, PAT_NO_CAP, min - lo, &lo2, &hi, &why);
+          if (lo2 >= min) end_min = min - lo, lo = lo2;
+        }
         if (has_min && lo >= min) has_min = false;
         if (has_max && hi <= max) has_max = false;
         for (uint64_t a = 0, z = PAT_CAP_MAX + 1; has_max && a < z;) {
           /* narrower: the unbounded repeats at most `cap` more, the largest cap that fits */
           uint64_t mid = (a + z) / 2;
           t.n = 0;
-          emit_pattern_capped(&t, pat->s, pat->n, mid, &lo, &hi, &why);
+          emit_pattern_capped(&t, pat->s, pat->n, mid, end_min, &lo, &hi, &why);
           if (hi <= max) cap = mid, a = mid + 1;
           else z = mid;
           if (a >= z && cap != PAT_NO_CAP) has_max = false;
@@ -604,7 +610,7 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
     if (pat) {
       const char *why = 0;
       uint32_t at = ptr_pushs(c, "pattern");
-      if (!emit_pattern_capped(b, pat->s, pat->n, cap, 0, 0, &why)) UNSUPPORTED(c, "pattern", why);
+      if (!emit_pattern_capped(b, pat->s, pat->n, cap, end_min, 0, 0, &why)) UNSUPPORTED(c, "pattern", why);
       ptr_pop(c, at);
     } else if (email_within) {
       emit_email_within(b, max);
