@@ -231,17 +231,13 @@ def test_keyword_semantics_qwen(qwen_checker):
 # Keyword combinations beyond the plain ones: documents sampled under their masks (random logits)
 # validate with `jsonschema`.
 COMBINATIONS = [
-    {"type": "object", "properties": {"body": {"type": "string", "minLength": 270, "maxLength": 32767}},
-     "required": ["body"], "additionalProperties": False},
-    {"type": "array", "items": {"type": "string", "maxLength": 5000}, "maxItems": 3},
     {"type": "object", "properties": {"p": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5},
                                       "q": {"type": "number", "exclusiveMinimum": -0.25, "multipleOf": 0.01}},
-     "required": ["p", "q"]},
+     "required": ["p", "q"], "additionalProperties": False},
     {"type": "array", "items": {"type": "string", "format": "email", "maxLength": 40}, "minItems": 1},
     {"type": "object", "properties": {"u": {"type": "string", "pattern": "^https?://.+$", "maxLength": 60},
                                       "z": {"type": "string", "pattern": "[0-9]{3}", "minLength": 3, "maxLength": 8}},
-     "required": ["u", "z"]},
-    EVERY_KEY,
+     "required": ["u", "z"], "additionalProperties": False},
     {"type": "array", "items": {"type": "integer", "minimum": -20, "maximum": 50, "multipleOf": 6}},
 ]
 
@@ -249,6 +245,17 @@ COMBINATIONS = [
 def test_sampled_documents_of_keyword_combinations_validate(qwen_checker):
     from _json_cases import sampled_documents_validate
     cases = [{"id": f"combination {i}", "schema": s} for i, s in enumerate(COMBINATIONS)]
+    assert sampled_documents_validate(qwen_checker, cases, per_schema=2) == 2 * len(cases)
+
+
+@pytest.mark.slow
+def test_sampled_long_strings_validate(qwen_checker):
+    """Past 128 characters (the chain of string machines): masks there take milliseconds."""
+    from _json_cases import sampled_documents_validate
+    schemas = [{"type": "object", "properties": {"body": {"type": "string", "minLength": 270, "maxLength": 32767}},
+                "required": ["body"], "additionalProperties": False},
+               {"type": "array", "items": {"type": "string", "maxLength": 5000}, "maxItems": 3}]
+    cases = [{"id": f"long {i}", "schema": s} for i, s in enumerate(schemas)]
     assert sampled_documents_validate(qwen_checker, cases, per_schema=2, max_tokens=1500) >= len(cases)
 
 
