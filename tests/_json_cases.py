@@ -9,7 +9,11 @@ from __future__ import annotations
 import functools
 import json
 import random
+import warnings
 from pathlib import Path
+
+import numpy as np
+
 from aicirt import StepInput
 
 SLICES = ["Github_trivial", "Github_easy", "Glaiveai2K", "Handwritten", "Synthesized"]
@@ -288,3 +292,62 @@ def check_case(checker: Checker, case: dict) -> dict:
     finally:
         checker.close_handle(handle)
     return out
+
+
+def sample_document(checker, handle, rng, max_tokens=150, closing_after=20):
+    """Random logits, sampled under the masks; past `closing_after` tokens, tokens that close
+    something (quotes, brackets, EOS) are preferred so that most documents end. None if
+    unfinished."""
+    req, seq = handle
+    vocab, eos = checker.tok.token_bytes, checker.tok.eos_token_id
+    child = seq.fork()
+    toks: list[int] = []
+    try:
+        r, mask = checker._submit(child, [], None, record=False)
+        for _ in range(max_tokens):
+            if not r.branches:
+                return b"".join(vocab[t] for t in toks)
+            if mask is None:       # fast-forward: take the splice
+                sp = r.branches[0].splices[0]
+                toks = toks[:len(toks) - sp.backtrack] + list(sp.ff_tokens)
+                r, mask = checker._submit(child, toks, None, record=False)
+                continue
+            allowed = np.nonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))[0]
+            if len(toks) > closing_after:
+                closing = [t for t in allowed if t == eos or (vocab[t][:1] in (b'"', b"]", b"}", b","))]
+                allowed = closing or allowed
+            t = int(rng.choice(allowed))
+            if t == eos:
+                return b"".join(vocab[t] for t in toks)
+            toks.append(t)
+            r, mask = checker._submit(child, toks, t, record=False)
+        return None
+    finally:
+        child.close()
+
+
+def sampled_documents_validate(checker, cases, per_schema=2, max_tokens=150):
+    """Documents sampled under the masks of each case's schema validate with `jsonschema`; how many
+    were sampled (unfinished ones are not counted)."""
+    import jsonschema
+    rng = np.random.default_rng(0)
+    done = 0
+    for case in cases:
+        handle, err, _ = checker.open(case["schema"])
+        try:
+            if err is not None:
+                continue
+            for _ in range(per_schema):
+                doc = sample_document(checker, handle, rng, max_tokens=max_tokens)
+                if doc is None:
+                    continue
+                data = json.loads(doc.decode("utf-8"))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    cls = jsonschema.validators.validator_for(case["schema"])
+                    errors = list(cls(case["schema"]).iter_errors(data))
+                assert not errors, (case["id"], doc[:300], errors[0].message[:200])
+                done += 1
+        finally:
+            checker.close_handle(handle)
+    return done

@@ -8,15 +8,12 @@ with `jsonschema`.
 """
 from __future__ import annotations
 
-import functools
-import json
 import re
-import warnings
 
-import numpy as np
 import pytest
 
-from _json_cases import SLICES, Checker, VocabTokenizer, check_case, data_dir, load_slice, sample
+from _json_cases import (SLICES, Checker, VocabTokenizer, check_case, data_dir, load_slice, sample,
+                         sampled_documents_validate)
 from _vocabs import qwen_token_bytes
 from aicirt.toolchain import build_cached
 
@@ -58,72 +55,15 @@ def test_maskbench_every_case(checker, slice_name):
 
 
 # -- documents sampled under the masks ----------------------------------------------------------
-def _sample_document(checker, handle, rng, max_tokens=150, closing_after=20):
-    """Random logits, sampled under the masks; past `closing_after` tokens, tokens that close
-    something (quotes, brackets, EOS) are preferred so that most documents end. None if
-    unfinished."""
-    req, seq = handle
-    vocab, eos = checker.tok.token_bytes, checker.tok.eos_token_id
-    child = seq.fork()
-    toks: list[int] = []
-    try:
-        r, mask = checker._submit(child, [], None, record=False)
-        for _ in range(max_tokens):
-            if not r.branches:
-                return b"".join(vocab[t] for t in toks)
-            if mask is None:       # fast-forward: take the splice
-                sp = r.branches[0].splices[0]
-                toks = toks[:len(toks) - sp.backtrack] + list(sp.ff_tokens)
-                r, mask = checker._submit(child, toks, None, record=False)
-                continue
-            allowed = np.nonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))[0]
-            if len(toks) > closing_after:
-                closing = [t for t in allowed if t == eos or (vocab[t][:1] in (b'"', b"]", b"}", b","))]
-                allowed = closing or allowed
-            t = int(rng.choice(allowed))
-            if t == eos:
-                return b"".join(vocab[t] for t in toks)
-            toks.append(t)
-            r, mask = checker._submit(child, toks, t, record=False)
-        return None
-    finally:
-        child.close()
-
-
-def _sampled_documents_validate(checker, cases, per_schema=2):
-    import jsonschema
-    rng = np.random.default_rng(0)
-    done = 0
-    for case in cases:
-        handle, err, _ = checker.open(case["schema"])
-        try:
-            if err is not None:
-                continue
-            for _ in range(per_schema):
-                doc = _sample_document(checker, handle, rng)
-                if doc is None:
-                    continue
-                data = json.loads(doc.decode("utf-8"))
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    cls = jsonschema.validators.validator_for(case["schema"])
-                    errors = list(cls(case["schema"]).iter_errors(data))
-                assert not errors, (case["id"], doc[:300], errors[0].message[:200])
-                done += 1
-        finally:
-            checker.close_handle(handle)
-    return done
-
-
 def test_sampled_documents_validate(checker):
     cases = [c for s in SLICES[:3] for c in sample(s, 2, seed=2)]
-    assert _sampled_documents_validate(checker, cases, per_schema=1) >= 3
+    assert sampled_documents_validate(checker, cases, per_schema=1) >= 3
 
 
 @pytest.mark.slow
 def test_sampled_documents_validate_many(checker):
     cases = [c for s in SLICES for c in sample(s, 60, seed=3)]
-    assert _sampled_documents_validate(checker, cases) >= 200
+    assert sampled_documents_validate(checker, cases) >= 200
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,8 @@ TREE = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integ
                                                            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
                            "required": ["v"], "additionalProperties": False}},
         "$ref": "#/$defs/node"}
+EVERY_KEY = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}, "b": {"type": "integer"}},
+             "patternProperties": {".*": {"type": "string"}}, "required": ["a"]}
 CASES = [
     # (schema, text, accepted?)
     ({"type": "integer"}, "-42", True),
@@ -62,6 +64,14 @@ CASES = [
     ({"type": "number", "exclusiveMaximum": 1}, "0.999", True),
     ({"type": "number", "exclusiveMaximum": 1}, "1", False),
     ({"type": "number"}, "-1.5e+20", True),
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5}, "0.5", True),      # bounds read exactly
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5}, "0.4999", False),
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5}, "1.4999", True),
+    ({"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5}, "1.50", False),
+    ({"type": "number", "minimum": -90.25, "maximum": 90.25}, "-90.25", True),
+    ({"type": "number", "minimum": -90.25, "maximum": 90.25}, "-90.26", False),
+    ({"type": "number", "exclusiveMinimum": 0.1, "multipleOf": 0.01}, "0.11", True),
+    ({"type": "number", "exclusiveMinimum": 0.1, "multipleOf": 0.01}, "0.105", False),
     ({"type": "number", "multipleOf": 0.01}, "3.14", True),
     ({"type": "number", "multipleOf": 0.01}, "3.141", False),
     ({"type": "string"}, '"tab\\t \\u00e9 é \\"q\\""', True),
@@ -70,6 +80,22 @@ CASES = [
     ({"type": "string", "minLength": 2, "maxLength": 3}, '"a"', False),
     ({"type": "string", "minLength": 2, "maxLength": 3}, '"abcd"', False),
     ({"type": "string", "maxLength": 2}, '"éé"', True),                # characters, not bytes
+    # long strings: a chain of machines past 128 characters (blocks, then a short tail)
+    ({"type": "string", "maxLength": 600}, '"' + "a" * 600 + '"', True),
+    ({"type": "string", "maxLength": 600}, '"' + "a" * 601 + '"', False),
+    ({"type": "string", "maxLength": 512}, '"' + "a" * 512 + '"', True),
+    ({"type": "string", "maxLength": 512}, '"' + "a" * 513 + '"', False),
+    ({"type": "string", "maxLength": 256}, '"' + "a" * 128 + '"', True),
+    ({"type": "string", "maxLength": 256}, '"' + "a" * 129 + '"', True),
+    ({"type": "string", "maxLength": 256}, '"' + "a" * 256 + '"', True),
+    ({"type": "string", "maxLength": 256}, '"' + "a" * 257 + '"', False),
+    ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "é" * 300 + '"', True),
+    ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "é" * 299 + '"', False),
+    ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "\\n" * 700 + '"', True),
+    ({"type": "string", "minLength": 300, "maxLength": 700}, '"' + "\\n" * 701 + '"', False),
+    ({"type": "string", "minLength": 600}, '"' + "b" * 599 + '"', False),
+    ({"type": "string", "minLength": 600}, '"' + "b" * 900 + '"', True),
+    ({"type": "string", "maxLength": 131072}, '"short"', True),
     ({"type": "string", "pattern": "^[a-z]+[0-9]?$"}, '"abc1"', True),
     ({"type": "string", "pattern": "^[a-z]+[0-9]?$"}, '"abc12"', False),
     ({"type": "string", "pattern": "[0-9]{2}"}, '"x12y"', True),       # search semantics
@@ -77,6 +103,23 @@ CASES = [
     ({"type": "string", "pattern": "^a\\.b$"}, '"a.b"', True),
     ({"type": "string", "pattern": "^a\\.b$"}, '"axb"', False),
     ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}, '"abcd"', False),
+    # pattern with length bounds: lengths counted on the pattern; a maxLength it does not imply
+    # bounds its unbounded repeats (and unanchored ends) to fit
+    ({"type": "string", "pattern": "^mystring-[a-zA-Z0-9]+$", "minLength": 10, "maxLength": 24}, '"mystring-abcdefghijklmno"', True),
+    ({"type": "string", "pattern": "^mystring-[a-zA-Z0-9]+$", "minLength": 10, "maxLength": 24}, '"mystring-abcdefghijklmnop"', False),
+    ({"type": "string", "pattern": "^https?://.+$", "maxLength": 1024}, '"https://example.org/a?b"', True),
+    ({"type": "string", "pattern": "^https?://.+$", "maxLength": 1024}, '"ftp://example.org"', False),
+    ({"type": "string", "pattern": "^([0-9]{5})(-([0-9]{4}))?$", "minLength": 5, "maxLength": 10}, '"12345-6789"', True),
+    ({"type": "string", "pattern": "[0-9]{10,10}", "minLength": 10, "maxLength": 10}, '"1234567890"', True),
+    ({"type": "string", "pattern": "[0-9]{10,10}", "minLength": 10, "maxLength": 10}, '"a1234567890"', False),
+    ({"type": "string", "pattern": "^ab", "maxLength": 5}, '"abcde"', True),
+    ({"type": "string", "pattern": "^ab", "maxLength": 5}, '"abcdef"', False),
+    # a minLength the pattern does not imply: its unanchored end takes the rest (narrower)
+    ({"type": "string", "pattern": "[0-9a-f]+", "minLength": 12, "maxLength": 12}, '"507f191e810c"', True),
+    ({"type": "string", "pattern": "[0-9a-f]+", "minLength": 12, "maxLength": 12}, '"507f191e810"', False),
+    ({"type": "string", "pattern": "[0-9a-f]+", "minLength": 12, "maxLength": 12}, '"zzzzzzzzzzzz"', False),
+    ({"type": "string", "pattern": "^https?://", "minLength": 12}, '"https://a.b"', False),
+    ({"type": "string", "pattern": "^https?://", "minLength": 12}, '"http://a.bcd"', True),   # (https: 13 and up)
     ({"type": "string", "format": "date"}, '"2024-02-29"', True),
     ({"type": "string", "format": "date"}, '"2024-13-01"', False),
     ({"type": "string", "format": "date"}, '"2020-02-31"', False),
@@ -87,6 +130,10 @@ CASES = [
     ({"type": "string", "format": "time"}, '"25:00:00Z"', False),
     ({"type": "string", "format": "email"}, '"first.last@example.org"', True),
     ({"type": "string", "format": "email"}, '"no-at-sign"', False),
+    ({"type": "string", "format": "email", "maxLength": 255}, '"first.last@mail.example.org"', True),
+    ({"type": "string", "format": "email", "maxLength": 255}, '"first..last@example.org"', False),
+    ({"type": "string", "format": "email", "maxLength": 30}, '"abc.de@mail.ex.org"', True),   # narrower: sized to fit
+    ({"type": "string", "format": "email", "maxLength": 30}, '"' + "a" * 20 + '@example.org"', False),
     ({"type": "string", "format": "uuid"}, '"123e4567-e89b-12d3-a456-426614174000"', True),
     ({"type": "string", "format": "ipv4"}, '"192.168.0.255"', True),
     ({"type": "string", "format": "ipv4"}, '"192.168.0.256"', False),
@@ -133,6 +180,22 @@ CASES = [
     ({"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False}, '{"x-a":1}', True),
     ({"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False}, '{"y":1}', False),
     (True, '[{"any":["thing",1.5,null]}]', True),
+    # a pattern property every key matches: on listed properties too, in place of additionalProperties
+    (EVERY_KEY, '{"a":"x","c":"y"}', True),
+    (EVERY_KEY, '{"a":"x","c":1}', False),
+    (EVERY_KEY, '{"a":"x","b":1}', False),                           # b: integer and string
+    (EVERY_KEY, '{"a":"xyzw"}', False),
+    # an integer multipleOf between bounds: the multiples
+    ({"type": "integer", "minimum": 16, "maximum": 100, "multipleOf": 4}, "100", True),
+    ({"type": "integer", "minimum": 16, "maximum": 100, "multipleOf": 4}, "18", False),
+    ({"type": "integer", "exclusiveMinimum": -10, "maximum": 10, "multipleOf": 7}, "-7", True),
+    ({"type": "integer", "exclusiveMinimum": -10, "maximum": 10, "multipleOf": 7}, "14", False),
+    # $ref to a plain-name fragment: $anchor, or a draft 4-7 id "#name"
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"x": {"id": "#xid", "type": "integer"}},
+      "properties": {"a": {"$ref": "#xid"}}}, '{"a":1}', True),
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"x": {"id": "#xid", "type": "integer"}},
+      "properties": {"a": {"$ref": "#xid"}}}, '{"a":"s"}', False),
+    ({"$defs": {"y": {"$anchor": "yy", "type": "string"}}, "properties": {"b": {"$ref": "#yy"}}}, '{"b":2}', False),
 ]
 
 
@@ -165,6 +228,74 @@ def test_keyword_semantics_qwen(qwen_checker):
             qwen_checker.close_handle(handle)
 
 
+# Keyword combinations beyond the plain ones: documents sampled under their masks (random logits)
+# validate with `jsonschema`.
+COMBINATIONS = [
+    {"type": "object", "properties": {"p": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5},
+                                      "q": {"type": "number", "exclusiveMinimum": -0.25, "multipleOf": 0.01}},
+     "required": ["p", "q"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "string", "format": "email", "maxLength": 40}, "minItems": 1},
+    {"type": "object", "properties": {"u": {"type": "string", "pattern": "^https?://.+$", "maxLength": 60},
+                                      "z": {"type": "string", "pattern": "[0-9]{3}", "minLength": 3, "maxLength": 8}},
+     "required": ["u", "z"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "integer", "minimum": -20, "maximum": 50, "multipleOf": 6}},
+]
+
+
+def test_sampled_documents_of_keyword_combinations_validate(qwen_checker):
+    from _json_cases import sampled_documents_validate
+    cases = [{"id": f"combination {i}", "schema": s} for i, s in enumerate(COMBINATIONS)]
+    assert sampled_documents_validate(qwen_checker, cases, per_schema=2) == 2 * len(cases)
+
+
+@pytest.mark.slow
+def test_sampled_long_strings_validate(qwen_checker):
+    """Past 128 characters (the chain of string machines): masks there take milliseconds."""
+    from _json_cases import sampled_documents_validate
+    schemas = [{"type": "object", "properties": {"body": {"type": "string", "minLength": 270, "maxLength": 32767}},
+                "required": ["body"], "additionalProperties": False},
+               {"type": "array", "items": {"type": "string", "maxLength": 5000}, "maxItems": 3}]
+    cases = [{"id": f"long {i}", "schema": s} for i, s in enumerate(schemas)]
+    assert sampled_documents_validate(qwen_checker, cases, per_schema=2, max_tokens=1500) >= len(cases)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "number", "minimum": 0.5, "exclusiveMaximum": 1.5},
+    {"type": "number", "exclusiveMinimum": -1.5, "maximum": -0.05},
+    {"type": "number", "minimum": -0.5, "maximum": 0.25},
+    {"type": "number", "minimum": 1.25, "maximum": 1.25},
+    {"type": "number", "exclusiveMinimum": 0, "maximum": 2.5, "multipleOf": 0.1},
+    {"type": "number", "minimum": 1e-3, "maximum": 12.5e1},
+])
+def test_number_bounds_agree_with_decimal_comparison(qwen_checker, schema):
+    """Every candidate near the bounds is accepted exactly when it is valid (as Decimal compares;
+    `-0` and exponent forms are the narrowing: never offered under bounds)."""
+    from decimal import Decimal
+    bounds = [Decimal(str(schema[k])) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in schema]
+    texts = {"0", "1", "-1", "0.5", "2", "100"}
+    for b in bounds:
+        for delta in ("0", "0.1", "0.01", "0.001", "1"):
+            for x in (b + Decimal(delta), b - Decimal(delta)):
+                texts |= {f"{x:f}", f"{x:f}0", f"{x:f}.0" if "." not in f"{x:f}" else f"{x:f}"}
+
+    def valid(d):
+        return ((d >= Decimal(str(schema["minimum"]))) if "minimum" in schema else True) and \
+            ((d <= Decimal(str(schema["maximum"]))) if "maximum" in schema else True) and \
+            ((d > Decimal(str(schema["exclusiveMinimum"]))) if "exclusiveMinimum" in schema else True) and \
+            ((d < Decimal(str(schema["exclusiveMaximum"]))) if "exclusiveMaximum" in schema else True) and \
+            (d % Decimal(str(schema["multipleOf"])) == 0 if "multipleOf" in schema else True)
+    handle, err, _ = qwen_checker.open(schema)
+    try:
+        assert err is None, err
+        for text in sorted(texts):
+            if text.startswith("-0") and Decimal(text) == 0:
+                continue
+            ok, _ = qwen_checker.accepts(handle, text.encode())
+            assert ok == valid(Decimal(text)), (schema, text)
+    finally:
+        qwen_checker.close_handle(handle)
+
+
 @pytest.mark.parametrize("schema, message", [
     ({"not": {"type": "null"}}, "unsupported: not at #"),
     ({"properties": {"a": {"if": {"type": "string"}}}}, "unsupported: if at #/properties/a"),
@@ -174,7 +305,11 @@ def test_keyword_semantics_qwen(qwen_checker):
     ({"type": "string", "pattern": "(?=a)b"}, "unsupported: pattern at #/pattern (lookaround assertions)"),
     ({"$defs": {"a": {"dependentRequired": {"x": ["y"]}}}, "$ref": "#/$defs/a"}, "unsupported: dependentRequired at #/$defs/a"),
     ({"type": "integer", "multipleOf": 3}, "unsupported: multipleOf at #"),
+    ({"type": "string", "format": "email", "maxLength": 8}, "unsupported: maxLength at # (together with format)"),
+    ({"type": "string", "pattern": "^abcd", "maxLength": 3}, "unsupported: maxLength at # (together with pattern)"),
+    ({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3}, "unsupported: minLength at # (together with pattern)"),
     ({"$ref": "other.json#/a"}, "unsupported: $ref at #"),
+    ({"type": "integer", "minimum": 0, "multipleOf": 12}, "unsupported: multipleOf at #"),
 ])
 def test_unsupported_keywords_are_errors_naming_keyword_and_pointer(schema, message):
     h, br = session(schema)

@@ -48,11 +48,19 @@ bool emit_cp_set(sb_t *b, cp_set_t *s);         /* false: empty set (emits a dea
 void emit_strchar(sb_t *b);                     /* any one character of a JSON string */
 /* An ECMA-262 `pattern` (search semantics) as a regex over the JSON string's contents. */
 bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why);
+/* The same with every unbounded repeat (and unanchored end) allowed at most `cap` more repeats
+ * (PAT_NO_CAP: none), an unanchored end at least `end_min` characters, and the language's
+ * shortest and longest match in characters (*hi UINT64_MAX: unbounded). */
+#define PAT_NO_CAP UINT64_MAX
+bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t end_min, uint64_t *lo,
+                         uint64_t *hi, const char **why);
 
 /* ---- numbers ----------------------------------------------------------------------------- */
 typedef struct {
   bool has_lo, has_hi, lo_excl, hi_excl;
   double lo, hi;
+  const char *lo_text, *hi_text;      /* the bounds as written (JSON number text) */
+  uint32_t lo_len, hi_len;
 } bounds_t;
 /* Integers (is_int) or numbers within bounds; false (with *why) if the bounds cannot be done. */
 bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why);

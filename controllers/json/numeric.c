@@ -1,6 +1,8 @@
 /* Numbers within bounds as regexes: integer ranges digit by digit, and numbers written without
  * an exponent as integer part + fraction (bounded numbers offer no exponent: a narrower, exact
- * language). Bounds of a `number` must be integers; `multipleOf` 10^-k limits fraction digits. */
+ * language). A bound is read exactly from its JSON text (0.1 is no binary fraction here): the
+ * integer part is compared as a range, the fraction digit by digit. `multipleOf` 10^-k limits
+ * the significant fraction digits to k. */
 #include "json.h"
 
 static uint32_t digits(uint64_t v, char *out) {
@@ -80,6 +82,7 @@ static void uint_range(sb_t *b, uint64_t lo, uint64_t hi, bool hi_inf) {
 }
 
 #define BIG 9.0e18
+#define FRAC_MAX 32u                   /* fraction digits of a bound */
 
 static bool to_u64(double v, uint64_t *out) {
   if (v < 0 || v >= BIG) return false;
@@ -87,28 +90,162 @@ static bool to_u64(double v, uint64_t *out) {
   return true;
 }
 
-/* Magnitudes m (the part after an optional '-') in [lo, hi] written as I(.F)? */
-typedef struct { const char *any, *zero, *nonzero; } frac_t;
+/* A non-negative decimal: integer part and fraction digits (no trailing zeros). */
+typedef struct { uint64_t ip; char f[FRAC_MAX]; uint32_t nf; } dec_t;
 
-static bool magnitude(sb_t *b, bool *first, const char *sign, uint64_t lo, bool lo_open, uint64_t hi,
-                      bool hi_open, bool hi_inf, const frac_t *f) {
-#define ALT() (sb_puts(b, *first ? "" : "|"), *first = false, sb_puts(b, sign))
-  if (!hi_inf && (hi < lo || (hi == lo && (lo_open || hi_open)))) return true;
-  if (f->any[0] == 0 && !lo_open && !hi_open) {    /* integers: one range */
-    ALT();
-    uint_range(b, lo, hi, hi_inf);
-    return true;
+/* The magnitude of a JSON number's text, exactly; false if too large or too fine. */
+static bool dec_parse(const char *s, uint32_t n, dec_t *d) {
+  char dig[64];
+  uint32_t nd = 0, i = 0, point = 0;
+  int64_t exp = 0;
+  if (i < n && s[i] == '-') i++;
+  for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+    if (nd == 64) return false;
+    dig[nd++] = s[i];
   }
-  if (!hi_inf && hi == lo) { ALT(); uint_range(b, lo, lo, false); sb_puts(b, f->zero); return true; }
-  ALT(); uint_range(b, lo, lo, false); sb_puts(b, lo_open ? f->nonzero : f->any);
-  if (hi_inf) { ALT(); uint_range(b, lo + 1, 0, true); sb_puts(b, f->any); return true; }
-  if (hi > lo + 1) { ALT(); uint_range(b, lo + 1, hi - 1, false); sb_puts(b, f->any); }
-  if (!hi_open) { ALT(); uint_range(b, hi, hi, false); sb_puts(b, f->zero); }
-  return true;
+  point = nd;
+  if (i < n && s[i] == '.')
+    for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+      if (nd == 64) return false;
+      dig[nd++] = s[i];
+    }
+  if (i < n && (s[i] | 0x20) == 'e') {
+    bool neg = ++i < n && s[i] == '-';
+    if (i < n && (s[i] == '-' || s[i] == '+')) i++;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+      if ((exp = exp * 10 + (s[i] - '0')) > 64) return false;
+    if (neg) exp = -exp;
+  }
+  int64_t p = (int64_t)point + exp;    /* digits before the point */
+  d->ip = 0, d->nf = 0;
+  for (int64_t k = 0; k < p; k++) {
+    uint32_t v = k < nd ? (uint32_t)(dig[k] - '0') : 0;
+    if (d->ip > (uint64_t)(BIG / 10)) return false;
+    d->ip = d->ip * 10 + v;
+  }
+  for (int64_t k = p; k < (int64_t)nd; k++) {   /* before the first digit (p < 0): zeros */
+    if (d->nf == FRAC_MAX) return false;
+    d->f[d->nf++] = k < 0 ? '0' : dig[k];
+  }
+  while (d->nf && d->f[d->nf - 1] == '0') d->nf--;
+  return (double)d->ip < BIG;
+}
+
+static int dec_cmp(const dec_t *a, const dec_t *b) {
+  if (a->ip != b->ip) return a->ip < b->ip ? -1 : 1;
+  for (uint32_t i = 0;; i++) {         /* no trailing zeros: an ended fraction is the smaller */
+    if (i == a->nf || i == b->nf) return a->nf == b->nf ? 0 : i == a->nf ? -1 : 1;
+    if (a->f[i] != b->f[i]) return a->f[i] < b->f[i] ? -1 : 1;
+  }
+}
+
+/* One side of a fraction constraint: 0.s against 0.d (d: digits left), inclusive or not. */
+enum { B_NONE, B_INCL, B_EXCL };
+typedef struct { const char *d; uint32_t n; uint8_t mode; } fb_t;
+#define UNLIMITED 0xffffffffu
+
+static bool zero_ok(fb_t lo, fb_t hi) {   /* does 0.000... meet both sides */
+  bool l = lo.mode == B_NONE || (lo.n == 0 && lo.mode == B_INCL);
+  bool h = hi.mode != B_EXCL || hi.n > 0;
+  return l && h;
+}
+
+/* Digit strings s (empty too if allow_empty) with lo <= 0.s <= hi as the modes say, and at most
+ * `budget` significant digits (zeros after them). Alternatives by first digit, grouped. */
+static void frac_digits_re(sb_t *b, fb_t lo, fb_t hi, uint32_t budget, bool allow_empty) {
+  if (lo.mode == B_INCL && lo.n == 0) lo.mode = B_NONE;   /* >= 0: no constraint */
+  bool z = zero_ok(lo, hi);
+  if (hi.mode != B_NONE && hi.n == 0) {                   /* <= 0 (or < 0): zeros only */
+    if (z) sb_puts(b, allow_empty ? "0*" : "0+");
+    else sb_puts(b, "[^\\x00-\\xff]");
+    return;
+  }
+  if (budget == 0) {
+    if (z) sb_puts(b, allow_empty ? "0*" : "0+");
+    else sb_puts(b, "[^\\x00-\\xff]");
+    return;
+  }
+  if (lo.mode == B_NONE && hi.mode == B_NONE) {
+    if (budget == UNLIMITED) sb_puts(b, allow_empty ? "[0-9]*" : "[0-9]+");
+    else sb_puts(b, "(?:[0-9]{1,"), sb_uint(b, budget), sb_puts(b, allow_empty ? "}0*)?" : "}0*)");
+    return;
+  }
+  if (lo.mode == B_EXCL && lo.n == 0 && hi.mode == B_NONE && budget == UNLIMITED) {
+    sb_puts(b, "0*[1-9][0-9]*");       /* > 0 */
+    return;
+  }
+  /* the residual constraints after each first digit: -1 dead, else (lo, hi) */
+  fb_t rl[10], rh[10];
+  bool dead[10];
+  for (uint32_t dgt = 0; dgt < 10; dgt++) {
+    char ch = (char)('0' + dgt);
+    dead[dgt] = false;
+    rl[dgt] = (fb_t){0, 0, B_NONE}, rh[dgt] = (fb_t){0, 0, B_NONE};
+    if (lo.mode != B_NONE) {
+      if (lo.n == 0) { if (dgt == 0) rl[dgt] = lo; }      /* > 0: a zero digit settles nothing */
+      else if (ch == lo.d[0]) rl[dgt] = (fb_t){lo.d + 1, lo.n - 1, lo.mode};
+      else if (ch < lo.d[0]) dead[dgt] = true;
+    }
+    if (hi.mode != B_NONE) {
+      if (ch == hi.d[0]) rh[dgt] = (fb_t){hi.d + 1, hi.n - 1, hi.mode};
+      else if (ch > hi.d[0]) dead[dgt] = true;
+    }
+  }
+  sb_puts(b, "(?:");
+  bool first = true;
+  if (allow_empty && z) first = false;  /* the empty alternative */
+  for (uint32_t d0 = 0; d0 < 10;) {
+    uint32_t d1 = d0;
+    while (d1 + 1 < 10 && dead[d1 + 1] == dead[d0] && rl[d1 + 1].d == rl[d0].d && rl[d1 + 1].mode == rl[d0].mode &&
+           rl[d1 + 1].n == rl[d0].n && rh[d1 + 1].d == rh[d0].d && rh[d1 + 1].mode == rh[d0].mode && rh[d1 + 1].n == rh[d0].n)
+      d1++;
+    if (!dead[d0]) {
+      if (!first) sb_putc(b, '|');
+      first = false;
+      if (d0 == d1) sb_putc(b, (char)('0' + d0));
+      else sb_putc(b, '['), sb_putc(b, (char)('0' + d0)), sb_putc(b, '-'), sb_putc(b, (char)('0' + d1)), sb_putc(b, ']');
+      frac_digits_re(b, rl[d0], rh[d0], budget == UNLIMITED ? UNLIMITED : budget - 1, true);
+    }
+    d0 = d1 + 1;
+  }
+  if (first) sb_puts(b, "[^\\x00-\\xff]");
+  sb_putc(b, ')');
+}
+
+/* The optional fraction `(\.S)?` of a magnitude with these fraction constraints. */
+static void frac_part(sb_t *b, fb_t lo, fb_t hi, uint32_t budget) {
+  bool z = zero_ok(lo.mode == B_INCL && lo.n == 0 ? (fb_t){0, 0, B_NONE} : lo, hi);
+  sb_puts(b, z ? "(?:\\." : "\\.");
+  frac_digits_re(b, lo, hi, budget, false);
+  if (z) sb_puts(b, ")?");
+}
+
+/* Magnitudes m (after an optional sign) with lo <= m <= hi (modes: inclusive, exclusive; hi
+ * B_NONE: unbounded) written as I(.F)?. */
+static void magnitude(sb_t *b, bool *first, const char *sign, const dec_t *lo, uint8_t lo_mode, const dec_t *hi,
+                      uint8_t hi_mode, uint32_t budget) {
+  if (hi_mode != B_NONE) {
+    int c = dec_cmp(lo, hi);
+    if (c > 0 || (c == 0 && (lo_mode == B_EXCL || hi_mode == B_EXCL))) return;
+  }
+  fb_t none = {0, 0, B_NONE}, l = {lo->f, lo->nf, lo_mode}, h = {hi ? hi->f : 0, hi ? hi->nf : 0, hi_mode};
+#define ALT() (sb_puts(b, *first ? "" : "|"), *first = false, sb_puts(b, sign))
+  if (hi_mode != B_NONE && lo->ip == hi->ip) {
+    ALT(), uint_range(b, lo->ip, lo->ip, false), frac_part(b, l, h, budget);
+    return;
+  }
+  ALT(), uint_range(b, lo->ip, lo->ip, false), frac_part(b, l, none, budget);
+  if (hi_mode == B_NONE) { ALT(), uint_range(b, lo->ip + 1, 0, true), frac_part(b, none, none, budget); return; }
+  if (hi->ip > lo->ip + 1) ALT(), uint_range(b, lo->ip + 1, hi->ip - 1, false), frac_part(b, none, none, budget);
+  ALT(), uint_range(b, hi->ip, hi->ip, false), frac_part(b, none, h, budget);
 #undef ALT
 }
 
-static bool is_integral(double v) { return v == (double)(int64_t)v; }
+static void int_part(sb_t *b, bool *first, const char *sign, uint64_t lo, uint64_t hi, bool hi_inf) {
+  if (!hi_inf && hi < lo) return;
+  sb_puts(b, *first ? "" : "|"), *first = false, sb_puts(b, sign);
+  uint_range(b, lo, hi, hi_inf);
+}
 
 bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why) {
   if (!bd->has_lo && !bd->has_hi) {
@@ -119,58 +256,55 @@ bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits,
     return true;
   }
   double lo = bd->lo, hi = bd->hi;
-  bool lo_open = bd->lo_excl, hi_open = bd->hi_excl;
   if ((bd->has_lo && (lo <= -BIG || lo >= BIG)) || (bd->has_hi && (hi <= -BIG || hi >= BIG))) {
     *why = "a bound beyond 9e18";
     return false;
   }
+  bool first = true;
+  sb_puts(b, "(?:");
   if (is_int) {                        /* integer bounds: closed, rounded inwards */
+    bool lo_open = bd->lo_excl, hi_open = bd->hi_excl;
     if (bd->has_lo) {
       double c = (double)(int64_t)lo;
       if (c < lo) c += 1;
       if (lo_open && c == lo) c += 1;
-      lo = c, lo_open = false;
+      lo = c;
     }
     if (bd->has_hi) {
       double c = (double)(int64_t)hi;
       if (c > hi) c -= 1;
       if (hi_open && c == hi) c -= 1;
-      hi = c, hi_open = false;
+      hi = c;
     }
-  } else if ((bd->has_lo && !is_integral(lo)) || (bd->has_hi && !is_integral(hi))) {
-    *why = "a non-integer bound on a number";
-    return false;
-  }
-  frac_t f = {0};
-  sb_t a = {0}, z = {0};
-  if (is_int) f.any = f.zero = "", f.nonzero = "[^\\x00-\\xff]";
-  else if (frac_digits) {
-    f.zero = "(?:\\.0+)?";
-    sb_puts(&a, "(?:\\.[0-9]{1,"), sb_uint(&a, frac_digits), sb_puts(&a, "}0*)?");
-    sb_puts(&z, "\\.[0-9]{0,"), sb_uint(&z, frac_digits - 1), sb_puts(&z, "}[1-9]0*");
-    f.any = a.p, f.nonzero = z.p;
-  } else f.any = "(?:\\.[0-9]+)?", f.zero = "(?:\\.0+)?", f.nonzero = "\\.[0-9]*[1-9][0-9]*";
-  bool first = true;
-  sb_puts(b, "(?:");
-  /* x >= 0 */
-  if (!bd->has_hi || hi > 0 || (hi == 0 && !hi_open)) {
     uint64_t l = 0, h = 0;
-    bool lopen = false;
-    if (bd->has_lo && lo >= 0) to_u64(lo, &l), lopen = lo_open;
-    if (bd->has_hi) to_u64(hi, &h);
-    magnitude(b, &first, "", l, lopen, h, hi_open, !bd->has_hi, &f);
-  }
-  /* x < 0: m = -x > 0 */
-  if (!bd->has_lo || lo < 0) {
-    uint64_t l = 0, h = 0;
-    bool lopen = true;
-    if (bd->has_hi && hi < 0) to_u64(-hi, &l), lopen = hi_open;
-    if (bd->has_lo) to_u64(-lo, &h);
-    if (is_int && l == 0) l = 1, lopen = false;
-    magnitude(b, &first, "\\-", l, lopen, h, lo_open, !bd->has_lo, &f);
+    if (!bd->has_hi || hi >= 0) {      /* x >= 0 */
+      if (bd->has_lo && lo >= 0) to_u64(lo, &l);
+      if (bd->has_hi) to_u64(hi, &h);
+      int_part(b, &first, "", l, h, !bd->has_hi);
+    }
+    if (!bd->has_lo || lo < 0) {       /* x < 0: m = -x >= 1 */
+      l = 1, h = 0;
+      if (bd->has_hi && hi < 0) to_u64(-hi, &l);
+      if (bd->has_lo) to_u64(-lo, &h);
+      int_part(b, &first, "\\-", l, h, !bd->has_lo);
+    }
+  } else {
+    dec_t dl = {0}, dh = {0}, zero = {0};
+    bool lneg = false, hneg = false;
+    if (bd->has_lo && !dec_parse(bd->lo_text, bd->lo_len, &dl)) { *why = "a bound with over 32 fraction digits"; return false; }
+    if (bd->has_hi && !dec_parse(bd->hi_text, bd->hi_len, &dh)) { *why = "a bound with over 32 fraction digits"; return false; }
+    lneg = bd->has_lo && bd->lo_text[0] == '-' && (dl.ip || dl.nf);
+    hneg = bd->has_hi && bd->hi_text[0] == '-' && (dh.ip || dh.nf);
+    uint8_t lm = bd->lo_excl ? B_EXCL : B_INCL, hm = bd->hi_excl ? B_EXCL : B_INCL;
+    uint32_t budget = frac_digits ? frac_digits : UNLIMITED;
+    if (!bd->has_hi || !hneg)          /* x >= 0: m in [max(lo, 0), hi] */
+      magnitude(b, &first, "", bd->has_lo && !lneg ? &dl : &zero, bd->has_lo && !lneg ? lm : B_INCL,
+                bd->has_hi ? &dh : 0, bd->has_hi ? hm : B_NONE, budget);
+    if (!bd->has_lo || lneg)           /* x < 0: m = -x in (max(-hi, 0), -lo] */
+      magnitude(b, &first, "\\-", bd->has_hi && hneg ? &dh : &zero, bd->has_hi && hneg ? hm : B_EXCL,
+                bd->has_lo ? &dl : 0, bd->has_lo ? lm : B_NONE, budget);
   }
   if (first) sb_puts(b, "[^\\x00-\\xff]");
   sb_putc(b, ')');
-  aici_free(a.p), aici_free(z.p);
   return true;
 }

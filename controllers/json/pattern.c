@@ -155,7 +155,17 @@ typedef struct {
   uint32_t n, i;
   const char *why;
   sb_t *out;
+  uint64_t cap;                        /* unbounded repeats: at most cap more (PAT_NO_CAP: none) */
+  uint64_t end_min;                    /* an unanchored end: at least this many characters */
+  uint64_t lo, hi;                     /* length in characters of what was just parsed */
 } pat_t;
+
+#define LEN_INF (UINT64_MAX / 4)
+static uint64_t len_add(uint64_t a, uint64_t b) { return a >= LEN_INF || b >= LEN_INF ? LEN_INF : a + b; }
+static uint64_t len_mul(uint64_t a, uint64_t k) {
+  if (!a || !k) return 0;
+  return a >= LEN_INF || k >= LEN_INF || a > LEN_INF / k ? LEN_INF : a * k;
+}
 
 static uint32_t next_cp(pat_t *p) {
   uint8_t c = p->s[p->i++];
@@ -244,6 +254,7 @@ static int64_t escape(pat_t *p, cp_set_t *cls, bool in_class) {
 }
 
 static bool emit_set_atom(pat_t *p, cp_set_t *s) {
+  p->lo = p->hi = 1;                   /* one character */
   emit_cp_set(p->out, s);
   aici_free(s->r);
   return true;
@@ -291,7 +302,7 @@ static bool parse_atom(pat_t *p, uint32_t depth) {
         } else { p->why = "lookaround assertions"; return false; }
       }
       sb_puts(p->out, "(?:");
-      if (!parse_alt(p, depth + 1)) return false;
+      if (!parse_alt(p, depth + 1)) return false;   /* sets p->lo, p->hi */
       if (p->i >= p->n || p->s[p->i] != ')') { p->why = "missing )"; return false; }
       p->i++;
       sb_putc(p->out, ')');
@@ -346,19 +357,20 @@ static void repeat(sb_t *b, uint32_t atom_at, uint32_t min, uint32_t max, bool u
 }
 
 static bool parse_seq(pat_t *p, uint32_t depth) {
+  uint64_t lo = 0, hi = 0;
   while (p->i < p->n && p->s[p->i] != '|' && p->s[p->i] != ')') {
-    if (depth == 0 && p->s[p->i] == '$' && (p->i + 1 == p->n || p->s[p->i + 1] == '|')) return true;
+    if (depth == 0 && p->s[p->i] == '$' && (p->i + 1 == p->n || p->s[p->i + 1] == '|')) break;
     uint32_t at = p->out->n;
     sb_puts(p->out, "(?:");
     if (!parse_atom(p, depth)) return false;
     sb_putc(p->out, ')');
-    if (p->i >= p->n) break;
-    uint8_t q = p->s[p->i];
-    uint32_t min = 0, max = 0;
+    uint64_t alo = p->lo, ahi = p->hi;
+    uint32_t min = 1, max = 1;
     bool unbounded = false;
-    if (q == '*') unbounded = true, p->i++;
+    uint8_t q = p->i < p->n ? p->s[p->i] : 0;
+    if (q == '*') min = 0, unbounded = true, p->i++;
     else if (q == '+') min = 1, unbounded = true, p->i++;
-    else if (q == '?') max = 1, p->i++;
+    else if (q == '?') min = 0, max = 1, p->i++;
     else if (q == '{') {
       uint32_t save = p->i++;
       bool ok = parse_uint(p, &min);
@@ -367,57 +379,77 @@ static bool parse_seq(pat_t *p, uint32_t depth) {
         p->i++;
         if (!parse_uint(p, &max)) unbounded = true;
       }
-      if (!ok || p->i >= p->n || p->s[p->i] != '}') { p->i = save; continue; }   /* a literal { */
+      if (!ok || p->i >= p->n || p->s[p->i] != '}') { p->i = save; lo = len_add(lo, alo), hi = len_add(hi, ahi); continue; }   /* a literal { */
       p->i++;
       if (!unbounded && max < min) { p->why = "bad {m,n}"; return false; }
       if (min > 100000 || max > 100000) { p->why = "repeat count over 100000"; return false; }
-    } else continue;
+    } else {
+      lo = len_add(lo, alo), hi = len_add(hi, ahi);
+      continue;
+    }
     if (p->i < p->n && p->s[p->i] == '?') p->i++;   /* lazy: same language */
+    if (unbounded && p->cap != PAT_NO_CAP) max = min + (uint32_t)p->cap, unbounded = false;
+    lo = len_add(lo, len_mul(alo, min)), hi = len_add(hi, unbounded ? (ahi ? LEN_INF : 0) : len_mul(ahi, max));
     repeat(p->out, at, min, max, unbounded);
     if (p->i < p->n && (p->s[p->i] == '*' || p->s[p->i] == '+' || p->s[p->i] == '?' || p->s[p->i] == '{')) {
       p->why = "multiple repeat";
       return false;
     }
   }
+  p->lo = lo, p->hi = hi;
   return true;
 }
 
-static void any_chars(sb_t *b) {
-  cp_set_t s = {0};
-  cps_add(&s, 0, 0x10ffff);
-  emit_cp_set(b, &s);
-  aici_free(s.r);
-  sb_putc(b, '*');
+static uint64_t any_chars(pat_t *p, uint64_t min) {   /* an unanchored end; its longest */
+  uint32_t at = p->out->n;
+  emit_strchar(p->out);
+  bool unbounded = p->cap == PAT_NO_CAP;
+  repeat(p->out, at, (uint32_t)min, unbounded ? 0 : (uint32_t)(min + p->cap), unbounded);
+  return unbounded ? LEN_INF : min + p->cap;
 }
 
 static bool parse_alt(pat_t *p, uint32_t depth) {
+  uint64_t lo = LEN_INF, hi = 0;
   for (;;) {
+    uint64_t ends = 0, end_min = 0;    /* the unanchored ends' longest, and shortest */
     if (depth == 0) {                  /* search semantics: unanchored ends match anything */
       bool anchored = p->i < p->n && p->s[p->i] == '^';
       if (anchored) p->i++;
       sb_puts(p->out, "(?:");
-      if (!anchored) any_chars(p->out);
+      if (!anchored) ends = len_add(ends, any_chars(p, 0));
     }
     if (!parse_seq(p, depth)) return false;
+    uint64_t slo = p->lo, shi = p->hi;
     if (depth == 0) {
       bool anchored = p->i < p->n && p->s[p->i] == '$';
       if (anchored) p->i++;
-      else any_chars(p->out);
+      else ends = len_add(ends, any_chars(p, p->end_min)), end_min = p->end_min;
       sb_putc(p->out, ')');
     }
+    shi = len_add(shi, ends), slo = len_add(slo, end_min);
+    if (slo < lo) lo = slo;
+    if (shi > hi) hi = shi;
     if (p->i < p->n && p->s[p->i] == '|') { p->i++; sb_putc(p->out, '|'); continue; }
+    p->lo = lo, p->hi = hi;
     return true;
   }
 }
 
-bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why) {
-  pat_t p = {.s = (const uint8_t *)pat, .n = len, .out = b};
+bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t end_min, uint64_t *lo,
+                         uint64_t *hi, const char **why) {
+  pat_t p = {.s = (const uint8_t *)pat, .n = len, .out = b, .cap = cap, .end_min = end_min};
   sb_puts(b, "(?:");
   bool ok = parse_alt(&p, 0);
   if (ok && p.i < p.n) p.why = "unbalanced )", ok = false;
   sb_putc(b, ')');
   *why = p.why;
+  if (lo) *lo = p.lo;
+  if (hi) *hi = p.hi >= LEN_INF ? UINT64_MAX : p.hi;
   return ok;
+}
+
+bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why) {
+  return emit_pattern_capped(b, pat, len, PAT_NO_CAP, 0, 0, 0, why);
 }
 
 void emit_strchar(sb_t *b) {

@@ -11,6 +11,10 @@
 #define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
 #define MAX_REGEX (1u << 20)
 #define MAX_ALTS 64u
+#define STR_BLOCK 128u   /* characters one string machine spells (see string_machine) */
+#define STR_MAX 262144u  /* (a rest machine per block) */
+#define PAT_CAP_MAX 128u /* a pattern narrowed to a maxLength: unbounded repeats at most this many more */
+#define STR_INF 0xffffffffu
 
 typedef struct {
   const jv_t *key;                     /* schema node (or a marker for special machines) */
@@ -157,6 +161,27 @@ static bool seg_eq(const jv_t *k, const char *s, uint32_t n) {
   return eq;
 }
 
+/* The sub-schema named by a plain-name fragment: `$anchor: NAME`, or (drafts 4-7) `id` / `$id`
+ * `#NAME`; values that are data (enum, const, default, examples) are not searched. */
+static const jv_t *find_anchor(const jv_t *v, const char *name, uint32_t n, uint32_t depth) {
+  if (depth > 64 || (v->kind != JV_OBJ && v->kind != JV_ARR)) return 0;
+  if (v->kind == JV_OBJ) {
+    const jv_t *a = jv_get(v, "$anchor");
+    if (a && a->kind == JV_STR && a->n == n && !__builtin_memcmp(a->s, name, n)) return v;
+    for (const char *const *k = (const char *const[]){"id", "$id", 0}; *k; k++) {
+      a = jv_get(v, *k);
+      if (a && a->kind == JV_STR && a->n == n + 1 && a->s[0] == '#' && !__builtin_memcmp(a->s + 1, name, n)) return v;
+    }
+  }
+  static const char *const DATA[] = {"enum", "const", "default", "examples", 0};
+  for (uint32_t i = 0; i < v->n; i++) {
+    if (v->kind == JV_OBJ && in_list(&v->keys[i], DATA)) continue;
+    const jv_t *f = find_anchor(&v->items[i], name, n, depth + 1);
+    if (f) return f;
+  }
+  return 0;
+}
+
 static const jv_t *resolve(cx_t *c, const jv_t *ref) {
   if (ref->kind != JV_STR || !ref->n || ref->s[0] != '#') {
     UNSUPPORTED(c, "$ref", "only local references (#...) are supported");
@@ -165,7 +190,11 @@ static const jv_t *resolve(cx_t *c, const jv_t *ref) {
   const jv_t *v = c->root;
   const char *s = ref->s + 1, *end = ref->s + ref->n;
   while (s < end) {
-    if (*s != '/') { UNSUPPORTED(c, "$ref", "anchors are not supported"); return 0; }
+    if (*s != '/') {                   /* a plain name: an anchor */
+      const jv_t *a = v == c->root ? find_anchor(c->root, s, (uint32_t)(end - s), 0) : 0;
+      if (!a) fail(c, "bad schema: ", "$ref", "no such anchor");
+      return a;
+    }
     const char *seg = ++s;
     while (s < end && *s != '/') s++;
     uint32_t n = (uint32_t)(s - seg);
@@ -231,6 +260,7 @@ static void emit_call(cx_t *c, sb_t *b, uint32_t m) {
 }
 
 static void emit(cx_t *c, sb_t *b, const jv_t *s);
+static jv_t *all_of2(const jv_t *a, const jv_t *b);
 
 /* A sub-schema inline, or as a call when its text is long (cut out into its own machine). */
 static void emit_value(cx_t *c, sb_t *b, const jv_t *s) {
@@ -247,20 +277,26 @@ static void emit_value(cx_t *c, sb_t *b, const jv_t *s) {
 }
 
 /* ---- strings --------------------------------------------------------------------------------- */
+/* `one` (a regex) min..max times (unbounded: min or more), in repeats of at most 1000 (the SDK's
+ * limit). */
+static void emit_repeat(sb_t *b, const sb_t *one, uint64_t min, uint64_t max, bool unbounded) {
+  for (; min > 1000; min -= 1000, max -= 1000) sb_putn(b, one->p, one->n), sb_puts(b, "{1000}");
+  if (unbounded) {
+    sb_putn(b, one->p, one->n), sb_putc(b, '{'), sb_uint(b, min), sb_puts(b, ",}");
+  } else {
+    uint64_t more = max - min, m = more < 1000 - min ? more : 1000 - min;
+    sb_putn(b, one->p, one->n), sb_putc(b, '{'), sb_uint(b, min), sb_putc(b, ','), sb_uint(b, min + m), sb_putc(b, '}');
+    for (more -= m; more; more -= m) {
+      m = more < 1000 ? more : 1000;
+      sb_putn(b, one->p, one->n), sb_puts(b, "{0,"), sb_uint(b, m), sb_putc(b, '}');
+    }
+  }
+}
+
 static void emit_chars(sb_t *b, uint64_t min, uint64_t max, bool unbounded) {
   sb_t one = {0};
   emit_strchar(&one);
-  for (; min > 1000; min -= 1000) sb_putn(b, one.p, one.n), sb_puts(b, "{1000}");
-  if (unbounded) {
-    sb_putn(b, one.p, one.n), sb_putc(b, '{'), sb_uint(b, min), sb_puts(b, ",}");
-  } else {
-    uint64_t more = max - min, m = more < 1000 - min ? more : 1000 - min;
-    sb_putn(b, one.p, one.n), sb_putc(b, '{'), sb_uint(b, min), sb_putc(b, ','), sb_uint(b, min + m), sb_putc(b, '}');
-    for (more -= m; more; more -= m) {
-      m = more < 1000 ? more : 1000;
-      sb_putn(b, one.p, one.n), sb_puts(b, "{0,"), sb_uint(b, m), sb_putc(b, '}');
-    }
-  }
+  emit_repeat(b, &one, min, max, unbounded);
   aici_free(one.p);
 }
 
@@ -312,6 +348,32 @@ static bool emit_format(sb_t *b, const char *f) {
   } else return false;
   return true;
 #undef IS
+}
+
+/* format email within maxLength `max`: the same shape with its repeats bounded, so that no
+ * match is longer (narrower than the format: the local part, the labels and their count sized to
+ * fit, the roomiest shape first). False when even a small address does not fit. */
+static bool emit_email_within(sb_t *b, uint64_t max) {
+  /* (u, k): local parts of 1 + u atoms (an atom: a character or `.` and one), labels of k */
+  static const uint32_t shapes[][2] = {{62, 63}, {31, 63}, {31, 40}, {31, 24}, {20, 24}, {15, 16}, {8, 10}, {4, 6}, {2, 3}};
+  const uint32_t n_shapes = sizeof shapes / sizeof shapes[0];
+  for (uint32_t i = 0; i < 2 * n_shapes; i++) {   /* at least 2 labels after the first, else 1 */
+    uint64_t u = shapes[i % n_shapes][0], k = shapes[i % n_shapes][1], fixed = 2 + 2 * u + k;
+    if (max < fixed + k + 1) continue;
+    uint64_t d = (max - fixed) / (k + 1);
+    if (d < (i < n_shapes ? 2u : 1u)) continue;
+    if (d > 127) d = 127;
+    const char *atext = "[a-zA-Z0-9!#$%&'*+/=?\\^_`{|}~\\-]";
+    sb_puts(b, atext), sb_puts(b, "(?:"), sb_puts(b, atext), sb_puts(b, "|\\."), sb_puts(b, atext);
+    sb_puts(b, "){0,"), sb_uint(b, u), sb_puts(b, "}@");
+    sb_t label = {0};
+    sb_puts(&label, "[a-zA-Z0-9](?:[a-zA-Z0-9\\-]{0,"), sb_uint(&label, k - 2), sb_puts(&label, "}[a-zA-Z0-9])?");
+    sb_putn(b, label.p, label.n), sb_puts(b, "(?:\\."), sb_putn(b, label.p, label.n);
+    sb_puts(b, "){1,"), sb_uint(b, d), sb_putc(b, '}');
+    aici_free(label.p);
+    return true;
+  }
+  return false;
 }
 
 static bool get_uint(cx_t *c, const jv_t *s, const char *kw, uint64_t *out) {
@@ -413,6 +475,69 @@ static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_
   aici_free(l.memo), aici_free(l.mark);
 }
 
+/* Long strings: machines that count characters. The DFA of a bounded string has ~20 states a
+ * character (1 KiB each), so no machine spells more than STR_BLOCK characters:
+ *   top(min, max)  `"` then up to STR_BLOCK characters inline (the fast masks of bounded
+ *                  strings: one configuration), else exactly STR_BLOCK, then rest(...)
+ *   rest(lo, hi)   the rest and the closing quote: short(lo, hi) while hi < STR_BLOCK, or a whole
+ *                  block then rest(lo - STR_BLOCK, hi - STR_BLOCK); both while lo < STR_BLOCK <= hi
+ *                  (two configurations until the block decides); unbounded: blocks, then a free
+ *                  string
+ *   block          exactly STR_BLOCK characters (shared)
+ *   short(a, b)    a..b characters and the closing quote
+ * A rest is a few calls (tiny), the block and the shorts are shared, and the calls after which
+ * nothing follows are tail calls: memory stays bounded whatever the length. */
+enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7 };
+
+static uint32_t string_machine(cx_t *c, uint32_t kind, uint64_t lo, uint64_t hi) {
+  key_arg = lo << 32 | hi;
+  int32_t m = machine_find(c, &ANY_MARK, kind);
+  if (m >= 0) { key_arg = 0; return (uint32_t)m; }
+  m = (int32_t)machine_for(c, &ANY_MARK, kind, 0, 0);
+  key_arg = 0;
+  if (c->err) return 0;
+  sb_t t = {0};
+  if (kind == MK_BLOCK) emit_chars(&t, STR_BLOCK, STR_BLOCK, false);
+  else if (kind == MK_SHORT || (kind == MK_REST && hi == STR_INF && lo <= STR_BLOCK)) {
+    emit_chars(&t, lo, hi, hi == STR_INF);
+    sb_puts(&t, "\\x22");
+  } else if (kind == MK_TOP) {
+    sb_puts(&t, "\\x22");
+    if (hi == STR_INF ? lo <= STR_BLOCK : hi < STR_BLOCK) {
+      emit_chars(&t, lo, hi, hi == STR_INF);
+      sb_puts(&t, "\\x22");
+    } else {                           /* the DFA tells the two apart: no second configuration */
+      sb_puts(&t, "(?:");
+      if (lo < STR_BLOCK) emit_chars(&t, lo, STR_BLOCK - 1, false), sb_puts(&t, "\\x22|");
+      emit_chars(&t, STR_BLOCK, STR_BLOCK, false);
+      uint64_t rlo = lo > STR_BLOCK ? lo - STR_BLOCK : 0, rhi = hi == STR_INF ? STR_INF : hi - STR_BLOCK;
+      emit_call(c, &t, string_machine(c, MK_REST, rlo, rhi));
+      sb_putc(&t, ')');
+    }
+  } else if (hi == STR_INF) {          /* rest, unbounded, lo > STR_BLOCK: whole blocks first */
+    sb_t one = {0};
+    emit_call(c, &one, string_machine(c, MK_BLOCK, 0, 0));
+    emit_repeat(&t, &one, lo / STR_BLOCK, lo / STR_BLOCK, false);
+    aici_free(one.p);
+    emit_chars(&t, lo % STR_BLOCK, 0, true);
+    sb_puts(&t, "\\x22");
+  } else {                             /* rest, bounded */
+    sb_puts(&t, "(?:");
+    if (lo < STR_BLOCK) {
+      emit_call(c, &t, string_machine(c, MK_SHORT, lo, hi < STR_BLOCK ? hi : STR_BLOCK - 1));
+      if (hi >= STR_BLOCK) sb_putc(&t, '|');
+    }
+    if (hi >= STR_BLOCK) {
+      emit_call(c, &t, string_machine(c, MK_BLOCK, 0, 0));
+      emit_call(c, &t, string_machine(c, MK_REST, lo > STR_BLOCK ? lo - STR_BLOCK : 0, hi - STR_BLOCK));
+    }
+    sb_putc(&t, ')');
+  }
+  if (!c->err) set_text(c, (uint32_t)m, t.p, t.n);
+  aici_free(t.p);
+  return (uint32_t)m;
+}
+
 static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   uint64_t min = 0, max = 0;
   bool has_min = get_uint(c, s, "minLength", &min), has_max = get_uint(c, s, "maxLength", &max);
@@ -434,6 +559,39 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
         pat = &narrowed, has_min = has_max = false;
       }
     }
+    uint64_t cap = PAT_NO_CAP, end_min = 0;   /* a pattern's lengths in characters, exactly */
+    if (pat && ((has_min && min > 0) || has_max)) {
+      sb_t t = {0};
+      uint64_t lo = 0, hi = 0;
+      const char *why = 0;
+      if (emit_pattern_capped(&t, pat->s, pat->n, PAT_NO_CAP, 0, &lo, &hi, &why)) {
+        if (has_min && lo < min) {     /* narrower: an unanchored end takes the missing length */
+          uint64_t lo2 = 0;
+          t.n = 0;
+          emit_pattern_capped(&t, pat->s, pat->n, PAT_NO_CAP, min - lo, &lo2, &hi, &why);
+          if (lo2 >= min) end_min = min - lo, lo = lo2;
+        }
+        if (has_min && lo >= min) has_min = false;
+        if (has_max && hi <= max) has_max = false;
+        for (uint64_t a = 0, z = PAT_CAP_MAX + 1; has_max && a < z;) {
+          /* narrower: the unbounded repeats at most `cap` more, the largest cap that fits */
+          uint64_t mid = (a + z) / 2;
+          t.n = 0;
+          emit_pattern_capped(&t, pat->s, pat->n, mid, end_min, &lo, &hi, &why);
+          if (hi <= max) cap = mid, a = mid + 1;
+          else z = mid;
+          if (a >= z && cap != PAT_NO_CAP) has_max = false;
+        }
+      }
+      aici_free(t.p);
+    }
+    bool email_within = false;         /* a bounded email: its own narrower shape */
+    if (fmt && has_max && !pat && jv_str_is(fmt, "email")) {
+      sb_t t = {0};
+      email_within = emit_email_within(&t, max);
+      aici_free(t.p);
+      has_max = !email_within;
+    }
     if ((has_min && min > 0) || has_max) {
       /* length bounds the pattern or format already implies: characters <= bytes, and a
        * format's text is ASCII (one byte a character) */
@@ -452,32 +610,23 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
     if (pat) {
       const char *why = 0;
       uint32_t at = ptr_pushs(c, "pattern");
-      if (!emit_pattern(b, pat->s, pat->n, &why)) UNSUPPORTED(c, "pattern", why);
+      if (!emit_pattern_capped(b, pat->s, pat->n, cap, end_min, 0, 0, &why)) UNSUPPORTED(c, "pattern", why);
       ptr_pop(c, at);
+    } else if (email_within) {
+      emit_email_within(b, max);
     } else if (!emit_format(b, fmt->s)) {
       uint32_t at = ptr_pushs(c, "format");
       UNSUPPORTED(c, "format", fmt->s);
       ptr_pop(c, at);
     }
   } else {
-    if (has_min && min > 4000) { UNSUPPORTED(c, "minLength", "over 4000"); return; }
-    if (has_max && max > 4000) { UNSUPPORTED(c, "maxLength", "over 4000"); return; }
-    if (has_max && max > 24) {         /* a bounded string is one NFA copy a character: a machine */
+    if (min > STR_MAX || (has_max && max > STR_MAX)) {
+      UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 262144");
+      return;
+    }
+    if ((has_max && max > 24) || min > STR_BLOCK) {   /* one NFA copy a character: machines */
       b->n -= 4, b->p[b->n] = 0;       /* the opening quote goes in it */
-      key_arg = min << 32 | max;
-      int32_t m = machine_find(c, &ANY_MARK, 4);
-      if (m < 0) {
-        m = (int32_t)machine_for(c, &ANY_MARK, 4, 0, 0);
-        if (c->err) { key_arg = 0; return; }
-        sb_t t = {0};
-        sb_puts(&t, "\\x22");
-        emit_chars(&t, min, max, false);
-        sb_puts(&t, "\\x22");
-        set_text(c, (uint32_t)m, t.p, t.n);
-        aici_free(t.p);
-      }
-      key_arg = 0;
-      emit_call(c, b, (uint32_t)m);
+      emit_call(c, b, string_machine(c, MK_TOP, min, has_max ? max : STR_INF));
       return;
     }
     emit_chars(b, min, max, !has_max);
@@ -486,19 +635,44 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
 }
 
 /* ---- numbers --------------------------------------------------------------------------------- */
+/* An integer multipleOf between bounds: the multiples themselves, when there are at most 512
+ * (written as integers: narrower than a number's 12.0). False: not of that kind. */
+static bool emit_multiples(sb_t *b, const jv_t *mv, const bounds_t *bd) {
+  if (mv->kind != JV_NUM || !jv_is_int(mv) || mv->num < 1 || mv->num > 1e15 || !bd->has_lo || !bd->has_hi) return false;
+  if (bd->lo < -1e15 || bd->hi > 1e15) return false;
+  int64_t m = (int64_t)mv->num, lo = (int64_t)bd->lo, hi = (int64_t)bd->hi;
+  if ((double)lo < bd->lo || (bd->lo_excl && (double)lo == bd->lo)) lo++;
+  if ((double)hi > bd->hi || (bd->hi_excl && (double)hi == bd->hi)) hi--;
+  int64_t first = lo % m == 0 ? lo : lo > 0 ? lo + (m - lo % m) : lo - lo % m;
+  if (first > hi) { sb_puts(b, "[^\\x00-\\xff]"); return true; }
+  if ((hi - first) / m >= 512) return false;
+  sb_puts(b, "(?:");
+  for (int64_t x = first; x <= hi; x += m) {
+    if (x != first) sb_putc(b, '|');
+    if (x < 0) sb_puts(b, "\\-");
+    sb_uint(b, (uint64_t)(x < 0 ? -x : x));
+  }
+  sb_putc(b, ')');
+  return true;
+}
+
 static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
   bounds_t bd = {0};
   const jv_t *v;
-  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) bd.has_lo = true, bd.lo = v->num;
-  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) bd.has_hi = true, bd.hi = v->num;
+#define LO(v) (bd.has_lo = true, bd.lo = v->num, bd.lo_text = v->s, bd.lo_len = v->n)
+#define HI(v) (bd.has_hi = true, bd.hi = v->num, bd.hi_text = v->s, bd.hi_len = v->n)
+  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) LO(v);
+  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) HI(v);
   if ((v = jv_get(s, "exclusiveMinimum"))) {
     if (v->kind == JV_TRUE) bd.lo_excl = bd.has_lo;
-    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) bd.has_lo = true, bd.lo = v->num, bd.lo_excl = true;
+    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) LO(v), bd.lo_excl = true;
   }
   if ((v = jv_get(s, "exclusiveMaximum"))) {
     if (v->kind == JV_TRUE) bd.hi_excl = bd.has_hi;
-    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) bd.has_hi = true, bd.hi = v->num, bd.hi_excl = true;
+    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) HI(v), bd.hi_excl = true;
   }
+#undef LO
+#undef HI
   uint32_t frac = 0;
   if ((v = jv_get(s, "multipleOf"))) {
     double m = v->kind == JV_NUM ? v->num : 0, p = 1;
@@ -507,7 +681,8 @@ static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
     bool pow10 = m > 0 && (m * p > 1 - 1e-9 && m * p < 1 + 1e-9);
     if (!pow10 || (k == 0 && m != 1)) {
       if (ignored(c, "multipleOf")) relax(c, "multipleOf");
-      else { UNSUPPORTED(c, "multipleOf", "only 1 and powers of 1/10"); return; }
+      else if (!emit_multiples(b, v, &bd)) { UNSUPPORTED(c, "multipleOf", "only 1 and powers of 1/10, or up to 512 integer multiples between bounds"); return; }
+      else return;
     } else if (k == 0) is_int = true;
     else if (!is_int) frac = k;
   }
@@ -760,6 +935,13 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   const char *ws = c->ws;
   const jv_t *props = jv_get(s, "properties"), *req = jv_get(s, "required"), *addl = jv_get(s, "additionalProperties");
   if (props && props->kind != JV_OBJ) props = 0;
+  const jv_t *pp = jv_get(s, "patternProperties"), *every = 0;
+  if (pp && pp->kind == JV_OBJ && pp->n == 1) {
+    /* one pattern that every key matches (".*"): its schema applies to the listed properties
+     * too, and takes the place of additionalProperties (which then applies to no key) */
+    static const char *const ALL_KEYS[] = {"", ".*", "^.*", ".*$", 0};
+    if (in_list(&pp->keys[0], ALL_KEYS)) every = &pp->items[0], addl = every, pp = 0;
+  }
   uint32_t np = props ? props->n : 0, n = 0, n_req = 0;
   prop_t *p = aici_calloc(np + 1, sizeof(prop_t));
   /* required keys that properties does not list: extra entries whose values follow
@@ -779,6 +961,7 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   for (uint32_t i = 0; i < np + ne && !c->err; i++) {
     const jv_t *key = i < np ? &props->keys[i] : &extra->keys[i - np];
     const jv_t *val = i < np ? &props->items[i] : &extra->items[i - np];
+    if (every && i < np) val = all_of2(val, every);
     bool r = is_required(req, key);
     if (val->kind == JV_FALSE) {
       if (r) { sb_puts(b, "[^\\x00-\\xff]"); aici_free(p); return; }
@@ -800,7 +983,6 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   /* additional properties: keys that are none of the listed ones */
   sb_t add = {0};
   bool has_add = !addl || addl->kind != JV_FALSE;
-  const jv_t *pp = jv_get(s, "patternProperties");
   if (pp && pp->kind == JV_OBJ && pp->n && !c->err) {
     emit_pattern_props(c, &add, pp, props, extra);
     has_add = add.n > 0;
@@ -812,7 +994,7 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     sb_puts(&add, "\\x22");
     emit_not_keys(&add, &kt, 0);
     sb_puts(&add, "\\x22"), sb_puts(&add, ws), sb_putc(&add, ':'), sb_puts(&add, ws);
-    uint32_t at = addl ? ptr_pushs(c, "additionalProperties") : c->ptr.n;
+    uint32_t at = every ? ptr_pushs(c, "patternProperties") : addl ? ptr_pushs(c, "additionalProperties") : c->ptr.n;
     emit_value(c, &add, addl ? addl : &ANY_MARK);
     ptr_pop(c, at);
     for (uint32_t i = 0; i < kt.count; i++) aici_free(kt.n[i].kid_cp), aici_free(kt.n[i].kid);
