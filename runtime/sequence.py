@@ -45,7 +45,6 @@ class SeqState(enum.Enum):
     CLOSED = "closed"
 
 
-
 class Sequence(Owned):
     """A live controller instance. Made by :meth:`Request.spawn` or by a fork, never directly.
 
@@ -62,9 +61,8 @@ class Sequence(Owned):
         self.state = SeqState.IDLE
         self.error: str | None = None
         self.calls = 0
-        self._out = False                          # a call was started and not yet collected
         self.late_steps = 0
-        self.mask_buffer: tuple | None = None      # (batch mask array, row) a running call writes into
+        self.mask_buffer: tuple | None = None      # (batch mask array, row) a call out writes into; None: no call out
         self.seen: list[int] = []                  # tokens as the controller last saw them
         self.fork_group: list[int] = []            # to report on the next call
         self._native = native
@@ -129,7 +127,7 @@ class Sequence(Owned):
     @property
     def call_out(self) -> bool:
         """A call was started and not yet collected (it may still be running)."""
-        return self._out
+        return self.mask_buffer is not None
 
     def _start(self, item: "StepInput", mask_row: CData, mask_buffer: tuple[np.ndarray, int]) -> None:
         """IDLE -> RUNNING: fill the slot with the net edit from what the controller saw to
@@ -182,7 +180,6 @@ class Sequence(Owned):
         s.budget_us = (self._call_s if self.calls else self._first_s) * 1e6
         s.done = 0
         self.calls += 1
-        self._out = True
         self.mask_buffer = mask_buffer
         self.state = SeqState.RUNNING
         self.runtime._call_started(self)
@@ -199,7 +196,6 @@ class Sequence(Owned):
         """The call's result was taken: back to IDLE, or freed if it was closed meanwhile."""
         self.mask_buffer = None
         self.late_steps = 0
-        self._out = False
         self.runtime._call_collected(self)
         if self.state is SeqState.CLOSING:
             self._free()
@@ -235,8 +231,7 @@ class Sequence(Owned):
                 instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
                 child.seen = list(self.seen)
                 child.calls = self.calls
-                for field in ("post_pending", "post_ptr", "post_left_us"):   # part of the copied state
-                    setattr(child.slot, field, getattr(self.slot, field))
+                self._native.copy_pending_post(self.slot, child.slot)
         except Exception as e:
             for child in children:
                 child.close()
@@ -259,7 +254,7 @@ class Sequence(Owned):
     # -- lifetime ----------------------------------------------------------------------------------
     def _release(self) -> None:
         """Free the instance and its Store; while a call is still out, once it ends."""
-        if self._out and self.state is not SeqState.CLOSING:
+        if self.call_out and self.state is not SeqState.CLOSING:
             self.state = SeqState.CLOSING
             self.runtime._closing(self)
         elif self.state is not SeqState.CLOSING:

@@ -103,6 +103,11 @@ class Native:
             slot.post_ptr = slot.result_ptr
             slot.post_left_us = slot.budget_us - slot.elapsed_us
 
+    @staticmethod
+    def copy_pending_post(src: CData, dst: CData) -> None:
+        """A fork's copy of `defer_post`'s record: the child's state is the parent's before it."""
+        dst.post_pending, dst.post_ptr, dst.post_left_us = src.post_pending, src.post_ptr, src.post_left_us
+
     def set_fault(self, slot: CData, message: str) -> None:
         data = message.encode("utf-8", "replace")[:self.FAULT_BYTES]
         self.ffi.memmove(slot.fault, data, len(data))

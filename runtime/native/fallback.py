@@ -150,6 +150,14 @@ class Fallback:
             self._post(s, s.result_ptr, s.budget_us - (time.perf_counter() * 1e6 - s.started_us))
 
     def step(self, s: CData) -> None:
+        """step.c's aicirt_step."""
+        t0 = self._run(s)
+        s.elapsed_us = (time.perf_counter() - t0) * 1e6
+        s.done = 1
+
+    def _run(self, s: CData) -> float:
+        """The call, stopping at the first failure (step.c's `goto out`); returns when the call's
+        own time began (after `_initialize`)."""
         t0 = time.perf_counter()
         s.started_us = t0 * 1e6
         s.started = 1
@@ -162,17 +170,13 @@ class Fallback:
             self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
             if not self._call(s, s.ctx, "f_init", self.ffi.new("wt_val_raw_t[1]"), 0):
                 s.status = Status.TRAP
-                s.elapsed_us = (time.perf_counter() - t0) * 1e6
-                s.done = 1
-                return
+                return t0
             t0 = time.perf_counter()
             s.started_us = t0 * 1e6
         if s.post_pending:   # step.c: a lifted result's post-return, on the worker
             s.post_pending = 0
             if not self._post(s, s.post_ptr, s.post_left_us):
-                s.elapsed_us = (time.perf_counter() - t0) * 1e6
-                s.done = 1
-                return
+                return t0
             s.started_us = time.perf_counter() * 1e6
         self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
         s.stage = Stage.ARGUMENTS
@@ -188,8 +192,7 @@ class Fallback:
                 self._lift(s)
             else:
                 s.status = Status.TRAP
-        s.elapsed_us = (time.perf_counter() - t0) * 1e6
-        s.done = 1
+        return t0
 
     def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "ThreadPool":
         return ThreadPool(self, workers, max_workers, stall_s)

@@ -73,7 +73,8 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
         return any(t.label.startswith(prefixes) and not t.finished for t in engine.tracks)
 
     try:
-        waited = ("h", "x") if wait_hostile or settle else ("h",)
+        timed = ("h", "x") if wait_hostile else ("h",)
+        waited = ("h", "x") if settle else timed
         while live(waited) and engine.steps < max_steps:
             s0 = time.perf_counter()
             engine.step()
@@ -81,7 +82,7 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
             if hostile is not None and n_hostile < respawn:
                 add(hostile, f"x{n_hostile}")
                 n_hostile += 1
-            if elapsed is None and not live(("h", "x") if wait_hostile else ("h",)):
+            if elapsed is None and not live(timed):
                 elapsed = time.perf_counter() - t0
         if elapsed is None:
             elapsed = time.perf_counter() - t0
