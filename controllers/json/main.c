@@ -227,12 +227,6 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
   return done;
 }
 
-static bool any_token(const aici_tokset_t *m) {
-  for (uint32_t i = 0; i < m->n_words; i++)
-    if (m->words[i]) return true;
-  return false;
-}
-
 static bool can_continue(const cset_t *set) {
   cset_t t;
   for (int b = 0; b < 256; b++)
@@ -261,7 +255,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (accepting && !can_continue(set)) return;   /* a complete document: stop */
   if (!accepting && try_fast_forward(arg, res, set)) return;
   const aici_tokset_t *m = matcher_mask(M, trie, set, eos);
-  if (!accepting && !any_token(m)) {
+  if (!accepting && aici_tokset_empty(m)) {
     aici_logs("json: no token can continue the document\n");
     return;
   }

@@ -52,12 +52,6 @@ static uint32_t current_state(const aici_arg_t *arg) {
   return states[gen];
 }
 
-static bool any_token(const aici_tokset_t *m) {
-  for (uint32_t i = 0; i < m->n_words; i++)
-    if (m->words[i]) return true;
-  return false;
-}
-
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (arg->call_index == 0 && !setup(arg)) return;
   if (!re) return;
@@ -87,7 +81,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     aici_regex_mask_write(re, trie, s, m);
   }
   if (accepting) aici_tokset_allow(m, eos);
-  else if (!any_token(m)) {
+  else if (aici_tokset_empty(m)) {
     aici_logs("regex: no token can continue the match\n");
     return;
   }

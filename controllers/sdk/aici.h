@@ -129,6 +129,7 @@ void aici_tokset_and(aici_tokset_t *dst, const aici_tokset_t *src);
 void aici_tokset_or(aici_tokset_t *dst, const aici_tokset_t *src);
 void aici_tokset_sub(aici_tokset_t *dst, const aici_tokset_t *src);               /* dst &= ~src */
 uint32_t aici_tokset_count(const aici_tokset_t *s);
+bool aici_tokset_empty(const aici_tokset_t *s);                                  /* no token allowed */
 
 /* ---- token trie (docs/token-trie.md) ---------------------------------------------------- */
 typedef struct {

@@ -86,6 +86,7 @@ pub extern fn aici_tokset_has(s: *const TokSet, t: Token) bool;
 pub extern fn aici_tokset_allow_range(s: *TokSet, lo: Token, hi: Token) void;
 pub extern fn aici_tokset_deny_range(s: *TokSet, lo: Token, hi: Token) void;
 pub extern fn aici_tokset_count(s: *const TokSet) u32;
+pub extern fn aici_tokset_empty(s: *const TokSet) bool;
 pub extern fn aici_tokset_copy(dst: *TokSet, src: *const TokSet) void;
 pub extern fn aici_tokset_and(dst: *TokSet, src: *const TokSet) void;
 pub extern fn aici_tokset_or(dst: *TokSet, src: *const TokSet) void;

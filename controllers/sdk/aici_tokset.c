@@ -86,6 +86,12 @@ void aici_tokset_sub(aici_tokset_t *d, const aici_tokset_t *s) {
   for (; i + 4 <= n; i += 4) *(v128u *)(dw + i) &= ~*(const v128u *)(sw + i);
   for (; i < n; i++) dw[i] &= ~sw[i];
 }
+bool aici_tokset_empty(const aici_tokset_t *s) {
+  for (uint32_t i = 0; i < s->n_words; i++)
+    if (s->words[i]) return false;   /* most sets allow a token early on */
+  return true;
+}
+
 uint32_t aici_tokset_count(const aici_tokset_t *s) {
   uint32_t c = 0;
   const uint32_t *w = s->words;
