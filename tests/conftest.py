@@ -92,10 +92,11 @@ def mask_tokens(outcome, row: int) -> list[int]:
     return [int(t) for t in np.nonzero(bits)[0]]
 
 
-# The vLLM tests run in `make test-vllm`, in a .venv that has vLLM's CPU build (and torch); the
-# README's test command installs neither, so there they are not collected rather than skipped.
+# The vLLM tests run in `make test-vllm`, in a .venv that has vLLM's CPU build (and torch), and
+# the real-model end-to-end tests in `make test-slow` (the model extra); the README's test command
+# installs none of these, so there they are not collected rather than skipped.
 _NEEDS = {"test_vllm_offline.py": "vllm", "test_vllm_processor.py": "vllm", "test_vllm_serve.py": "vllm",
-          "test_vllm_torch_masks.py": "torch"}
+          "test_vllm_torch_masks.py": "torch", "test_engine_e2e.py": "transformers"}
 
 
 def pytest_ignore_collect(collection_path, config):
