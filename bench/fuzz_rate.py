@@ -26,6 +26,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import aicirt  # noqa: E402
 from aicirt import toolchain  # noqa: E402
 from aicirt.testing import Fuzzer  # noqa: E402
+from aicirt.results import splice_for  # noqa: E402
 
 SHIPPED = {"regex": "[0-9]{1,4}-[a-z]{2,6}", "yesno": "", "choice": "red\ngreen\nblue", "splice": "", "countdown": "",
            "json": '{"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, '
@@ -69,7 +70,7 @@ def bare_rate(wasm, arg: str, steps: int) -> float:
             if b.mask_row is not None:
                 sampled = int(np.flatnonzero(np.unpackbits(out.masks[b.mask_row].view(np.uint8), bitorder="little"))[0])
                 tokens = tokens + [sampled]
-            sp = next((x for x in b.splices if not x.when_sampled or sampled in x.when_sampled), None)
+            sp = splice_for(b.splices, sampled)
             if sp is not None:
                 tokens = tokens[:len(tokens) - sp.backtrack] + list(sp.ff_tokens)
         return done / (time.perf_counter() - t0)

@@ -34,6 +34,12 @@ class Splice:
     ff_tokens: tuple[TokenId, ...]
 
 
+def splice_for(splices: "tuple[Splice, ...] | list[Splice]", sampled: TokenId) -> Splice | None:
+    """The splice that applies once `sampled` is appended (SPEC §3): the first whose
+    `when_sampled` is empty or contains it; None when none does. Every host applies this rule."""
+    return next((sp for sp in splices if not sp.when_sampled or sampled in sp.when_sampled), None)
+
+
 @dataclass(frozen=True)
 class Branch:
     """`mask_row` indexes `BatchOutcome.masks` (None: do not sample; one unconditional splice)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..batch import BatchOutcome
-from ..results import Splice, StepResult
+from ..results import Splice, StepResult, splice_for
 from .backends.base import Backend
 from .sampling import apply_masks, sample
 from .types import Event, FinishEvent, ForkEvent, GenSeq, LogEvent, TokensEvent
@@ -62,6 +62,7 @@ class Applier:
 
     def _plan(self, s: GenSeq, r: StepResult, masks: np.ndarray, draws: list[_Draw], events: list[Event]) -> None:
         """Turn one controller result into draws (sampling) or direct edits."""
+        s.controller_us += r.elapsed_us
         if r.logs:
             s.logs.append(r.logs)
             events.append(LogEvent(s.request, s, r.logs))
@@ -124,7 +125,7 @@ class Applier:
         # The client sees the sampled token even when a splice takes it back at once, so a
         # replaced token shows as a visible backtrack.
         events.append(TokensEvent(s.request, s, 0, [d.token]))
-        splice = next((sp for sp in d.splices if not sp.when_sampled or d.token in sp.when_sampled), None)
+        splice = splice_for(d.splices, d.token)
         if splice is not None and (splice.backtrack or splice.ff_tokens):
             self._splice(s, splice, events)
         elif d.token == self.backend.eos_token_id and not s.request.params.ignore_eos:

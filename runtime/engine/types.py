@@ -50,6 +50,7 @@ class GenSeq:
     finish_reason: str | None = None       # "stop" | "eos" | "length" | "error" | "abort" (or abort's reason)
     error: str | None = None
     logs: list[str] = field(default_factory=list)
+    controller_us: float = 0.0             # time its controller's calls took, summed (AICI's `micros`)
     text_bytes: bytes = b""                # output text, set when the sequence finishes
 
     @property

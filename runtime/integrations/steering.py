@@ -39,7 +39,7 @@ import numpy as np
 
 from ..capabilities import Capabilities
 from ..errors import AicirtError
-from ..results import StepInput, StepResult
+from ..results import StepInput, StepResult, splice_for
 
 log = logging.getLogger("aicirt.integrations")
 
@@ -134,7 +134,7 @@ class Steered:
         elif expect == _SAMPLE:
             token = appended[0]
             self._report_sampled = token
-            splice = next((sp for sp in self._splices if not sp.when_sampled or token in sp.when_sampled), None)
+            splice = splice_for(self._splices, token)
             if splice is not None:   # backtrack is 0: the capability is not granted
                 self._forced.extend(splice.ff_tokens)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..capabilities import Capabilities
 from ..errors import ControllerError
-from ..results import StepInput, StepResult
+from ..results import StepInput, StepResult, splice_for
 from .choices import Choices
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ class FuzzEngine:
             allowed = np.flatnonzero(np.unpackbits(masks[branch.mask_row].view(np.uint8), bitorder="little"))
             sampled = int(allowed[t.choices.below(len(allowed))])
             tokens.append(sampled)
-            splice = next((s for s in branch.splices if not s.when_sampled or sampled in s.when_sampled), None)
+            splice = splice_for(branch.splices, sampled)
         else:
             splice = branch.splices[0]
         if splice is not None:
