@@ -221,6 +221,6 @@ def serve(settings: Settings, *, log: IO[str] | None = None) -> None:
     server = app.state.server
     log.write(f"aicirt serve: store {server.store.root}; context {server.context} tokens; "
               f"listening on http://{settings.host}:{settings.port}"
-              f"{' (API key required)' if settings.api_key else ''}\n")
+              f"{' (API key required)' if settings.api_key else ''}; settings and limits: GET /v1/config\n")
     log.flush()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=5)

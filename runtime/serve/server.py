@@ -39,7 +39,7 @@ class Server:
             settings.model_name or settings.model or backend.name)
         self.context = P.context_length(self.backend, settings.max_context)
         # The runtime's compile cache is the store's modules/ folder: uploads compile once, here.
-        runtime = Runtime(self.backend.runtime_tokenizer(), workers=settings.workers,
+        runtime = Runtime(self.backend.runtime_tokenizer(), limits=settings.limits, workers=settings.workers,
                           cache_dir=self.store.root, max_sequences=max(1024, settings.max_batch * 17))
         self.runtime = runtime
         self.store._compiler = self._compile
