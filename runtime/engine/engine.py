@@ -60,9 +60,8 @@ class Engine:
     Not thread-safe: drive it from one thread.
     """
 
-    def __init__(self, backend: Backend, runtime: Any = None, *, workers: int = 2,
+    def __init__(self, backend: Backend, runtime: Runtime | None = None, *, workers: int = 2,
                  limits: Limits | None = None) -> None:
-        # `runtime`: a Runtime or anything with its interface (the server's TimedRuntime wraps one)
         self.backend = backend
         self._runtime = runtime
         self._owns_runtime = runtime is None
