@@ -19,7 +19,7 @@ import wasmtime
 
 from .batch import BatchHandle, MaskBuffers
 from .capabilities import Capabilities
-from .controller import Controller, Source, load_controller
+from .controller import Controller, Source
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
@@ -30,6 +30,7 @@ from .paths import user_cache_dir
 from .request import Request
 from .results import StepInput
 from .sequence import Sequence
+from .snapshot import InitHost, load_initialized
 
 if TYPE_CHECKING:
     from .native.compiled import CPool
@@ -100,7 +101,8 @@ class Runtime(Owned):
         self._host = HostImports(self.native, tokenizer, _weak_lookup(self), self.limits.host_arg_bytes)
         if prebuild_trie:
             self._host.prebuild_trie()
-        self._pres: dict[str, wasmtime.InstancePre] = {}
+        self._init_host = InitHost(tokenizer, lambda host=self._host: host.trie, self.eos_token)
+        self._pres: dict[tuple[str, bool], wasmtime.InstancePre] = {}
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         self._masks = MaskBuffers(self.mask_words)
         self._lock = threading.Lock()
@@ -116,12 +118,11 @@ class Runtime(Owned):
 
     # -- controllers and requests --------------------------------------------------------------
     def load(self, src: Source) -> Controller:
-        """A controller from a path or bytes: validated, rewritten for fork, compiled (cached).
-        Raises LoadError naming what is wrong."""
+        """A controller from a path or bytes: validated, rewritten for fork, compiled (cached);
+        one with an init export starts every request from its init snapshot for this tokenizer
+        (aicirt.snapshot). Raises LoadError naming what is wrong."""
         self._check_open()
-        ctrl = load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
-                               compile_timeout_s=self.limits.compile_timeout_s, cache_dir=self.cache_dir,
-                               memory_bytes=self.limits.memory_bytes)
+        ctrl = load_initialized(self.engine, self.engine_key, src, self._init_host, self.limits, self.cache_dir)
         self._controllers.add(ctrl)
         return ctrl
 
@@ -153,11 +154,12 @@ class Runtime(Owned):
 
     # -- internals used by sequences and batches --------------------------------------------
     def _instance_pre(self, controller: Controller) -> wasmtime.InstancePre:
-        pre = self._pres.get(controller.sha256)
+        key = (controller.sha256, controller.snapshot)
+        pre = self._pres.get(key)
         if pre is None:
             linker = wasmtime.Linker(self.engine)
             define_imports(self.native, linker, self._host, controller.wasi_imports)
-            pre = self._pres[controller.sha256] = linker.instantiate_pre(controller.module)
+            pre = self._pres[key] = linker.instantiate_pre(controller.module)
         return pre
 
     def _register(self, seq: Sequence) -> None:
