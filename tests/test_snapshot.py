@@ -107,10 +107,10 @@ def test_json_controller_snapshot_state_and_masks_match(rt):
     for c in (ctrl, plain(rt, src)):
         s = rt.new_request(c, schema).spawn()
         toks, seen = [1, 2], []
-        for text in ('{"a": 1', ', "b": "x'):
+        for text in ('{"a":1', ',"b":"x', '"}'):
             out = rt.submit([StepInput(s, toks, None)]).wait()
             r = out.results[0]
-            assert r.status == "ok", r.error
+            assert r.status == "ok" and r.branches, (r.error, r.logs)
             seen.append(mask_tokens(out, r.branches[0].mask_row) if r.branches[0].mask_row is not None else r.branches)
             toks = toks + list(text.encode())
         tokens.append(seen)
