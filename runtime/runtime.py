@@ -101,7 +101,8 @@ class Runtime(Owned):
         self._host = HostImports(self.native, tokenizer, _weak_lookup(self), self.limits.host_arg_bytes)
         if prebuild_trie:
             self._host.prebuild_trie()
-        self._init_host = InitHost(tokenizer, lambda host=self._host: host.trie, self.eos_token)
+        host = self._host     # the init snapshots' trie: the same one, never a reference to self
+        self._init_host = InitHost(tokenizer, lambda: host.trie, self.eos_token)
         self._pres: dict[tuple[str, bool], wasmtime.InstancePre] = {}
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         self._masks = MaskBuffers(self.mask_words)
