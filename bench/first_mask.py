@@ -12,8 +12,10 @@ against llguidance building a matcher for the same grammar and filling its first
 
 Controllers: `json` on a 3-field object schema, `regex` on the README's `(19|20)[0-9]{2}` and on an
 e-mail pattern (whose repeated classes build token slices on the first mask), `yesno` (no
-per-tokenizer work; baseline: llguidance on the regex `Yes|No`). Qwen2's tokenizer (151,646
-tokens). Rounds alternate ours / no snapshot / llguidance per case, so load drifts hit all three;
+per-tokenizer work but its default answers' tokens; baseline: llguidance on the regex `Yes|No`).
+Qwen2's tokenizer (151,851 ids). Rounds interleave ours / no snapshot / llguidance per case, in an
+order rotated round by round (the first after a pause meets a cold worker), so that load drifts
+and wake-ups hit all three alike;
 figures are medians over rounds, ratios are of medians in this run. Each figure is given as wall
 time and as this process's CPU time (all threads: the worker's Wasm, the host imports, the hand-
 off); on a shared, loaded machine the wall time mostly measures waiting for a core.
@@ -127,9 +129,11 @@ def main() -> None:
     for case, *spec in CASES:                        # warm-up: code paths, page cache
         for fn in runs.values():
             fn(*spec)
-    for _ in range(args.rounds):
+    order = list(runs)
+    for r in range(args.rounds):
         for case, *spec in CASES:
-            for k, fn in runs.items():
+            for k in order[r % 3:] + order[:r % 3]:     # rotated: none always runs first (cold worker)
+                fn = runs[k]
                 w, c = timed(fn, *spec)
                 wall[case][k].append(w)
                 cpu[case][k].append(c)

@@ -37,6 +37,7 @@ from .controller import (_RULES, INIT_EXPORT, Controller, Source, _compiled, _re
                          load_controller, read_source, validate)
 from .errors import LoadError
 from .limits import Limits
+from .native.traps import summarize_trap
 from .wasm_binary import WasmFormatError, export_mutable_globals, snapshot_module
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ def _trap_text(e: Exception, limits: Limits) -> str:
     text = str(e).strip()
     if "interrupt" in text:
         return f"it ran past the time limit of {limits.compile_timeout_s:g} s (Limits.compile_timeout_s)"
-    return text.splitlines()[0] if text else type(e).__name__
+    return summarize_trap(text) if text else type(e).__name__
 
 
 def load_initialized(engine: wasmtime.Engine, engine_key: str, src: Source, host: InitHost, limits: Limits,

@@ -141,6 +141,19 @@ def test_init_that_breaks_the_rules_is_a_load_error(rt, init, needle):
     assert needle in str(e.value)
 
 
+def test_init_log_and_wasi_output_are_in_the_load_error(rt):
+    body = """
+      (data (i32.const 300) "hello from init\\n")
+      (data (i32.const 400) "\\2c\\01\\00\\00\\10\\00\\00\\00")          ;; iovec {300, 16}
+      (func (export "aicirt_init")
+        (drop (call $fd_write (i32.const 1) (i32.const 400) (i32.const 1) (i32.const 500)))
+        unreachable)"""
+    src = wasmtime.wat2wasm(f'(module (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) '
+                            f'(result i32))) {IMPORTS} {BASE} {body})')
+    with pytest.raises(LoadError, match=r"unreachable.*its log: hello from init"):
+        rt.load(src)
+
+
 def test_init_past_the_time_limit_is_a_load_error(rt, make_rt):
     src = wat('(func (export "aicirt_init") (loop $l (br $l)))')
     plain(rt, src)                               # compiled (and cached) under the usual limit
