@@ -203,5 +203,6 @@ class Runtime(Owned):
         for seq in seqs:
             seq._free()
         self._pres.clear()
+        self._init_host.forget()
         for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
             ctrl._release()

@@ -118,6 +118,14 @@ def test_json_controller_snapshot_state_and_masks_match(rt):
     assert tokens[0] == tokens[1]
 
 
+def test_loading_again_reuses_the_snapshot_and_close_lets_it_go(make_rt):
+    runtime = make_rt()
+    first = runtime.load(wat(GOOD_INIT))
+    assert runtime.load(wat(GOOD_INIT)).module is first.module      # not deserialized again
+    runtime.close()
+    assert runtime._init_host.modules == {} and first.module is None   # the engine is not kept alive
+
+
 def test_fork_of_a_snapshot_copies_globals(rt):
     ctrl = rt.load(wat(GOOD_INIT))
     parent = rt.new_request(ctrl).spawn()
