@@ -7,6 +7,8 @@ import struct
 
 import pytest
 import wasmtime
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import mask_tokens
 
 import aicirt
@@ -219,3 +221,26 @@ def test_snapshot_module_rewrite():
     ex["grab"](store)                                             # passive segments keep their index
     assert mem.read(store, 200, 207) == b"passive"
     assert memory_runs(bytes(65536 * 2)) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(pages=st.integers(1, 4), writes=st.lists(st.tuples(st.integers(0, 4 * 65536 - 1), st.binary(min_size=1, max_size=300)),
+                                                 max_size=8),
+       g32=st.integers(-(1 << 31), (1 << 31) - 1), g64=st.integers(-(1 << 63), (1 << 63) - 1),
+       f32=st.floats(width=32, allow_nan=False), f64=st.floats(allow_nan=False))
+def test_snapshot_module_holds_any_memory_and_globals(pages, writes, g32, g64, f32, f64):
+    src = wasmtime.wat2wasm("""(module (memory (export "memory") 1) (data (i32.const 100) "seg")
+      (global (export "a") (mut i32) (i32.const 1)) (global (export "b") (mut i64) (i64.const 2))
+      (global (export "c") (mut f32) (f32.const 3)) (global (export "d") (mut f64) (f64.const 4))
+      (global (export "k") i32 (i32.const 7)))""")
+    memory = bytearray(pages * 65536)
+    for off, data in writes:
+        data = data[:len(memory) - off] if off < len(memory) else b""
+        memory[off:off + len(data)] = data
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    out = snapshot_module(src, bytes(memory), {0: g32, 1: g64, 2: f32, 3: f64}, set())
+    ex = wasmtime.Instance(store, wasmtime.Module(engine, out), []).exports(store)
+    mem = ex["memory"]
+    assert bytes(mem.read(store, 0, mem.data_len(store))) == bytes(memory)
+    assert [ex[n].value(store) for n in "abcdk"] == [g32, g64, f32, f64, 7]
