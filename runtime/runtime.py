@@ -21,7 +21,7 @@ import wasmtime
 
 from .batch import BatchHandle, RowsHandle
 from .capabilities import Capabilities
-from .controller import Controller, Source, load_controller
+from .controller import Controller, Source
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
@@ -32,6 +32,7 @@ from .paths import user_cache_dir
 from .registry import Registry
 from .request import Request
 from .results import StepInput
+from .snapshot import InitHost, load_initialized
 
 if TYPE_CHECKING:
     from .native import EditArrays
@@ -135,7 +136,9 @@ class Runtime(Owned):
         self._host = HostImports(self.native, tokenizer, self.registry.lookup, self.limits.host_arg_bytes)
         if prebuild_trie:
             self._host.prebuild_trie()
-        self._pres: dict[str, wasmtime.InstancePre] = {}
+        host = self._host     # the init snapshots' trie: the same one, never a reference to self
+        self._init_host = InitHost(tokenizer, lambda: host.trie, self.eos_token)
+        self._pres: dict[tuple[str, bool], wasmtime.InstancePre] = {}
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         # the worker threads that run controller calls (step.c's pool, or the fallback's)
         self.pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
@@ -147,12 +150,12 @@ class Runtime(Owned):
 
     # -- controllers and requests --------------------------------------------------------------
     def load(self, src: Source) -> Controller:
-        """A controller from a path or bytes: validated, rewritten for fork, compiled (cached).
-        Raises LoadError naming what is wrong."""
+        """A controller from a path or bytes: validated, rewritten for fork, compiled (cached);
+        one with an init export starts every request from its init snapshot for this tokenizer
+        (aicirt.snapshot). Raises LoadError naming what is wrong."""
         self.check_open()
-        ctrl = load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
-                               compile_timeout_s=self.limits.compile_timeout_s, cache_dir=self.cache_dir,
-                               memory_bytes=self.limits.memory_bytes)
+        with self.clock.ticking():   # an init export runs under the epoch clock
+            ctrl = load_initialized(self.engine, self.engine_key, src, self._init_host, self.limits, self.cache_dir)
         self._controllers.add(ctrl)
         return ctrl
 
@@ -205,11 +208,12 @@ class Runtime(Owned):
 
     def instance_pre(self, controller: Controller) -> wasmtime.InstancePre:
         """The linked, ready-to-instantiate form of `controller` (made once, kept)."""
-        pre = self._pres.get(controller.sha256)
+        key = (controller.sha256, controller.snapshot)
+        pre = self._pres.get(key)
         if pre is None:
             linker = wasmtime.Linker(self.engine)
             define_imports(self.native, linker, self._host, controller.wasi_imports)
-            pre = self._pres[controller.sha256] = linker.instantiate_pre(controller.module)
+            pre = self._pres[key] = linker.instantiate_pre(controller.module)
         return pre
 
     def _release(self) -> None:
@@ -218,5 +222,6 @@ class Runtime(Owned):
         for seq in self.registry.clear():
             seq._free()
         self._pres.clear()
+        self._init_host.forget()
         for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
             ctrl._release()
