@@ -135,7 +135,7 @@ class BatchHandle:
                 seq._collected()
             return StepResult(seq, "error", error="sequence was closed")
         if not seq.slot.done:
-            counts = bool(seq.slot.started) and seq.calls > 1   # its own running time, not a queue's
+            counts = seq.calls > 1 and self.native.late_is_own(seq.slot, self.rt.limits.soft_deadline_s)
             late = seq._mark_late(counts)
             if late >= self.rt.limits.max_late_steps:
                 stage = Stage(seq.slot.stage)   # where the worker is stuck (it writes this as it goes)

@@ -84,6 +84,7 @@ class Sequence(Owned):
         slot.log_cap = limits.log_bytes
         slot.first_call_ticks = self._ticks_first
         slot.tick_us = limits.epoch_tick_s * 1e6
+        slot.wall_factor = limits.wall_backstop_factor
         self._tok_buf = native.ffi.new("uint32_t[]", 16)   # argument buffers, reused call to call
         self._group_buf = None
         slot.tokens = self._tok_buf
@@ -231,7 +232,7 @@ class Sequence(Owned):
                 instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
                 child.seen = list(self.seen)
                 child.calls = self.calls
-                self._native.copy_pending_post(self.slot, child.slot)
+                self._native.copy_fork_state(self.slot, child.slot)
         except Exception as e:
             for child in children:
                 child.close()

@@ -24,6 +24,11 @@ int aicirt_pool_threads(aicirt_pool *p);
 int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n);
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us);
 void aicirt_pool_free(aicirt_pool *p);
+int aicirt_pool_stats(aicirt_pool *p, int *out);
+void aicirt_bind_clock(void *error_new);
+void aicirt_clock_start(aicirt_slot *s, double budget_us);
+double aicirt_call_cpu_us(aicirt_slot *s);
+void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind);
 
 void aicirt_log_append(aicirt_slot *s, const uint8_t *data, uint32_t n);
 void aicirt_slot_release(aicirt_slot *s);
@@ -51,6 +56,9 @@ wasmtime_error_t *wasmtime_func_call_unchecked(void *ctx, const wt_func_t *f, wt
 uint8_t *wasmtime_memory_data(void *ctx, const wt_memory_t *m);
 size_t wasmtime_memory_data_size(void *ctx, const wt_memory_t *m);
 void wasmtime_context_set_epoch_deadline(void *ctx, uint64_t ticks);
+wasmtime_error_t *wasmtime_error_new(const char *msg);
+typedef wasmtime_error_t *(*wt_epoch_cb)(void *ctx, void *data, uint64_t *delta, uint8_t *kind);
+void wasmtime_store_epoch_deadline_callback(void *store, wt_epoch_cb func, void *data, void *finalizer);
 bool wasmtime_trap_code(const wasm_trap_t *trap, uint8_t *code);
 void wasm_trap_message(const wasm_trap_t *trap, wasm_byte_vec_t *out);
 void wasm_trap_delete(wasm_trap_t *trap);
