@@ -98,11 +98,10 @@ class CPool:
         return self.lib.aicirt_pool_threads(self.ptr)
 
     def stats(self) -> PoolStats:
-        """The pool now: workers alive, stalled (lowered priority, leaving after their call), busy,
-        calls queued, and whether it is saturated (stalled calls hold every extra worker)."""
-        out = self.ffi.new("int[4]")
+        """The pool now (see PoolStats)."""
+        out = self.ffi.new("int[5]")
         saturated = self.lib.aicirt_pool_stats(self.ptr, out)
-        return PoolStats(out[0], out[1], out[2], out[3], bool(saturated))
+        return PoolStats(*out, bool(saturated))
 
     def close(self) -> None:
         ptr, self.ptr = self.ptr, None

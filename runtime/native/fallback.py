@@ -475,8 +475,9 @@ class ThreadPool:
         """CPool.stats."""
         with self.cv:
             stalled = len(self.stalled)
-            return PoolStats(len(self.busy_since), stalled, sum(1 for v in self.busy_since.values() if v),
-                             len(self.queue), stalled > 0 and stalled >= self.max - self.base)
+            return PoolStats(len(self.busy_since), stalled, len(self.turns),
+                             sum(1 for v in self.busy_since.values() if v), len(self.queue),
+                             stalled > 0 and stalled >= self.max - self.base)
 
     def close(self) -> None:
         with self.cv:

@@ -636,11 +636,13 @@ int aicirt_pool_threads(aicirt_pool *p) {
     return n;
 }
 
-/* out[0..3]: workers alive, of which stalled (taking turns, leaving after their call), busy, calls
- * queued; returns 1 if the pool is saturated (stalled calls hold every extra worker), else 0. */
+/* out[0..4]: workers alive, of which stalled (taking turns, leaving after their call), stalled
+ * calls running now (holding a turn), workers busy, calls queued; returns 1 if the pool is
+ * saturated (stalled calls hold every extra worker), else 0. */
 int aicirt_pool_stats(aicirt_pool *p, int *out) {
     pthread_mutex_lock(&p->mu);
-    out[0] = p->live; out[1] = p->stalled; out[2] = p->busy; out[3] = (int)(p->tail - p->head);
+    out[0] = p->live; out[1] = p->stalled; out[2] = p->run_stalled; out[3] = p->busy;
+    out[4] = (int)(p->tail - p->head);
     int saturated = p->stalled > 0 && p->stalled >= p->max_threads - p->base_threads;
     pthread_mutex_unlock(&p->mu);
     return saturated;
