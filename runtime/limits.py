@@ -32,7 +32,9 @@ class Limits:
     upload_bytes: int = 64 << 20        # module size
     compile_timeout_s: float = 30.0
     epoch_tick_s: float = 0.01          # granularity of the hard time limit
-    max_extra_workers: int = 16         # workers started in place of ones stuck past half the soft deadline
+    # workers started in place of ones stuck past half the soft deadline; the stuck ones take turns
+    # (at most half the cores at once), so an extra worker costs a parked thread, not a core
+    max_extra_workers: int = 32
     max_splices: int = 64               # splices in one branch of a result
     max_result_tokens: int = 1 << 16    # token ids in one result's splices (when-sampled + ff-tokens)
 

@@ -101,7 +101,7 @@ class CPool:
         """The pool now (see PoolStats)."""
         out = self.ffi.new("int[5]")
         saturated = self.lib.aicirt_pool_stats(self.ptr, out)
-        return PoolStats(*out, bool(saturated))
+        return PoolStats(out[0], out[1], out[2], out[3], out[4], bool(saturated))
 
     def close(self) -> None:
         ptr, self.ptr = self.ptr, None

@@ -49,8 +49,12 @@ class Fallback:
         def on_epoch(ctx: CData, data: CData, delta: CData, kind: CData) -> CData:
             return self._on_epoch(self.ffi.cast("aicirt_slot *", data), delta, kind)
 
-        self._on_epoch_cb: CData = on_epoch
-        self.epoch_callback = int(self.ffi.cast("uintptr_t", on_epoch))
+        self._on_epoch_cb: CData = on_epoch   # a cdata at run time, as `trampoline`; kept alive here
+
+    @property
+    def epoch_callback(self) -> int:
+        """The epoch-deadline callback's address, for wasmtime_store_epoch_deadline_callback."""
+        return int(self.ffi.cast("uintptr_t", self._on_epoch_cb))
 
     # -- the hard time limits, in CPU time (step.c's clock section) ------------------------------
     def clock_start(self, s: CData, budget_us: float) -> None:
