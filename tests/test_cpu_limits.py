@@ -5,6 +5,8 @@ the cores; lateness the machine caused is not charged; a fork child keeps its pa
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -93,21 +95,36 @@ def test_stalled_calls_take_turns_and_never_use_more_cores_than_their_share(make
     assert (cpu1 - cpu0) / 1e6 <= stalled_turns() * (wall1 - wall0) * 1.2 + 0.02
 
 
-def test_a_late_step_the_machine_caused_is_not_charged(hot_path, scripted_wasm):
-    """One worker, one extra: the legal call waits for its turn behind a looper, so it is late,
-    but it never uses the soft deadline in CPU; max_late_steps=1 would end it at once if it
-    were charged. The looper is charged (its CPU passes the deadline) and ends."""
-    limits = aicirt.Limits(soft_deadline_s=0.1, max_late_steps=1, max_extra_workers=1, call_timeout_s=1.0)
+def test_a_late_step_the_machine_caused_is_not_charged(make_rt, scripted_wasm):
+    """Busy processes (four a core) starve a call that needs 20 ms of CPU: it is late in
+    wall-clock time, but its own time stays under the 50 ms soft deadline, so max_late_steps=1
+    (which ended it at once when every started call was charged) does not end it."""
+    runtime = make_rt(soft_deadline_s=0.05, max_late_steps=1)
+    ctrl = runtime.load(scripted_wasm)
+    n = spin_for_cpu(runtime, ctrl, 0.02)
+    seq = runtime.new_request(ctrl, arg=script(HEALTHY, spin(n, HEALTHY))).spawn()
+    assert runtime.submit([StepInput(seq, [1])]).wait(5.0).results[0].status == "ok"
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.2)   # let them start
+        (r,) = run_until_settled(runtime, [seq], tokens=(1, 65))
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert r.status == "ok", r.error
+
+
+def test_a_stuck_call_waiting_for_its_turn_is_charged(hot_path, scripted_wasm):
+    """Two loopers on one turn: the one waiting for its turn is still charged for lateness (its
+    wait is its share of the cores among stuck calls), so both end at max_late_steps."""
+    limits = aicirt.Limits(soft_deadline_s=0.05, max_late_steps=3, call_timeout_s=0.5)
     with aicirt.Runtime(aicirt.ByteTokenizer(), workers=1, cache_dir=False, limits=limits) as rt:
         ctrl = rt.load(scripted_wasm)
-        n = spin_for_cpu(rt, ctrl, 0.06)   # past the 50 ms stall threshold, under the 100 ms deadline
-        looper = rt.new_request(ctrl, arg=script(HEALTHY, loop_forever())).spawn()
-        legal = rt.new_request(ctrl, arg=script(HEALTHY, spin(n, HEALTHY))).spawn()
-        first = rt.submit([StepInput(looper, [1]), StepInput(legal, [1])]).wait(5.0)
-        assert [r.status for r in first.results] == ["ok", "ok"]
-        bad, good = run_until_settled(rt, [looper, legal], tokens=(1, 65))
-        assert good.status == "ok", good.error
-        assert bad.status == "error" and "late 1 steps" in bad.error, bad.error
+        bad = [rt.new_request(ctrl, arg=script(HEALTHY, loop_forever())).spawn() for _ in range(2)]
+        assert [r.status for r in rt.submit([StepInput(s, [1]) for s in bad]).wait(5.0).results] == ["ok", "ok"]
+        results = run_until_settled(rt, bad, tokens=(1, 65))
+        assert all(r.status == "error" and "late 3 steps" in r.error for r in results), [r.error for r in results]
 
 
 def test_the_pool_is_saturated_when_stalled_calls_hold_every_extra_worker(make_rt, scripted_wasm):

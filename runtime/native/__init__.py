@@ -77,6 +77,7 @@ class Native:
         self.host_callback = impl.host_callback
         self.clock_start = impl.clock_start     # (slot, budget_us): the running call's clocks, on its thread
         self.call_cpu_us = impl.call_cpu_us     # (slot) -> µs of CPU its call has used (any thread)
+        self.call_own_us = impl.call_own_us     # (slot) -> that plus its waits for a turn as a stalled call
         self.epoch_callback = impl.epoch_callback
 
     # -- slots ---------------------------------------------------------------------------------
@@ -116,9 +117,10 @@ class Native:
 
     def late_is_own(self, slot: CData, soft_deadline_s: float) -> bool:
         """Whether a call still running at the soft deadline is late by its own doing (SPEC §4):
-        it has started and used at least the soft deadline in CPU time. A call that is late only
-        because it did not get a CPU (or is still queued) is not."""
-        return bool(slot.started) and self.call_cpu_us(slot) >= soft_deadline_s * 1e6
+        its own time (`call_own_us`: CPU used, plus waits for its turn among stuck calls) has
+        reached the soft deadline. A call that is late only because the machine gave it no CPU,
+        or that is still queued, is not."""
+        return self.call_own_us(slot) >= soft_deadline_s * 1e6
 
     def set_fault(self, slot: CData, message: str) -> None:
         data = message.encode("utf-8", "replace")[:self.FAULT_BYTES]

@@ -31,6 +31,7 @@ class Compiled:
         self.epoch_callback = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aicirt_epoch_cb")))
         self.clock_start = lib.aicirt_clock_start
         self.call_cpu_us = lib.aicirt_call_cpu_us
+        self.call_own_us = lib.aicirt_call_own_us
 
         @ffi.def_extern(name="aicirt_py_import")
         def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi

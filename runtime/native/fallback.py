@@ -79,6 +79,13 @@ class Fallback:
             return float(s.cpu_us)
         return float(s.cpu_us) if s.done else max(0.0, (now - start) / 1e3)
 
+    def call_own_us(self, s: CData) -> float:
+        """step.c's aicirt_call_own_us."""
+        if not s.started:
+            return 0.0
+        since = s.turn_wait_since_us
+        return self.call_cpu_us(s) + s.turn_wait_us + (time.perf_counter() * 1e6 - since if since > 0 else 0.0)
+
     def _on_epoch(self, s: CData, delta: CData, kind: CData) -> CData:
         """step.c's aicirt_epoch_cb."""
         cpu = (time.thread_time_ns() - s.cpu_start_ns) / 1e3
@@ -90,7 +97,7 @@ class Fallback:
             return self._limit_error(s, cpu, wall)
         pool = getattr(_worker, "pool", None)
         if pool is not None:   # waiting for its turn is the pool's doing, not the machine's
-            s.wall_start_us += pool.stalled_turn(now / 1e6) * 1e6
+            s.wall_start_us += pool.stalled_turn(s, now / 1e6) * 1e6
         return self.ffi.NULL
 
     def _limit_error(self, s: CData, cpu_us: float, wall_us: float) -> CData:
@@ -226,6 +233,7 @@ class Fallback:
         t0 = time.perf_counter()
         s.started_us = t0 * 1e6
         s.cpu_us = 0
+        s.turn_wait_us = s.turn_wait_since_us = 0
         s.calls_run += 1
         self.clock_start(s, s.budget_us)   # before `started`: the engine thread reads the clock then
         s.started = 1
@@ -398,18 +406,22 @@ class ThreadPool:
         if self.turns.pop(me, None) is not None:
             self._grant_turns()
 
-    def _take_turn(self, me: threading.Thread) -> float:
+    def _take_turn(self, me: threading.Thread, s: CData) -> float:
         """step.c's take_turn (under self.cv): seconds spent waiting."""
         t0 = time.perf_counter()
+        s.turn_wait_since_us = t0 * 1e6
         self.waiting_turn.append(me)
         self._grant_turns()
         while me not in self.turns and not self.stop:
             self.cv.wait()
         if me not in self.turns and me in self.waiting_turn:
             self.waiting_turn.remove(me)
-        return time.perf_counter() - t0
+        waited = time.perf_counter() - t0
+        s.turn_wait_us += waited * 1e6
+        s.turn_wait_since_us = 0
+        return waited
 
-    def stalled_turn(self, now: float) -> float:
+    def stalled_turn(self, s: CData, now: float) -> float:
         """step.c's stalled_turn, from the epoch callback on the worker running the call: seconds
         waited for a turn."""
         me = threading.current_thread()
@@ -421,10 +433,10 @@ class ThreadPool:
                 return 0.0
             self.stalled.add(me)
             if me not in self.turns:
-                return self._take_turn(me)
+                return self._take_turn(me, s)
             if self.waiting_turn and now - self.turns[me] >= STALL_SLICE_S:
                 self._release_turn(me)
-                return self._take_turn(me)
+                return self._take_turn(me, s)
             return 0.0
 
     def _work(self) -> None:

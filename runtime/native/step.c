@@ -78,6 +78,8 @@ typedef struct {
     double wall_start_us;           /* when that part began, for the wall-clock backstop */
     double wall_factor;             /* the backstop: this times the call's limit (Limits.wall_backstop_factor; 0: none) */
     double cpu_us;                  /* out: the CPU time the call used */
+    double turn_wait_us;            /* what the call waited for its turns as a stalled call, so far */
+    double turn_wait_since_us;      /* when its current wait for a turn began; 0: not waiting */
 } aicirt_slot;
 /* CDEF END */
 
@@ -173,7 +175,16 @@ double aicirt_call_cpu_us(aicirt_slot *s) {
     return now > start ? (double)(now - start) / 1e3 : 0;
 }
 
-static double stalled_turn(double now);
+static double stalled_turn(aicirt_slot *s, double now);
+
+/* The call's own time (µs): the CPU it used plus what it waited for its turns as a stalled call
+ * (waiting for a turn is a stuck call's share of the cores, not the machine's doing). Read by the
+ * engine thread for the lateness rule (SPEC §4); 0 before the call starts. */
+double aicirt_call_own_us(aicirt_slot *s) {
+    if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return 0;
+    double since = s->turn_wait_since_us;
+    return aicirt_call_cpu_us(s) + s->turn_wait_us + (since > 0 ? now_us() - since : 0);
+}
 
 /* Why the limit ended the call, in the slot's fault (the message the sequence gets), and the
  * error that makes wasmtime unwind the call. */
@@ -204,7 +215,7 @@ void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind) {
     *kind = 0;   /* WASMTIME_UPDATE_DEADLINE_CONTINUE */
     if (cpu >= s->cpu_budget_us || (s->wall_factor > 0 && wall >= s->wall_factor * limit))
         return limit_error(s, cpu, wall);
-    s->wall_start_us += stalled_turn(now);   /* waiting for its turn is the pool's doing, not the machine's */
+    s->wall_start_us += stalled_turn(s, now);   /* waiting for its turn is the pool's doing, not the machine's */
     return 0;
 }
 
@@ -295,6 +306,7 @@ static void lift(aicirt_slot *s) {
 void aicirt_step(aicirt_slot *s) {
     double t0 = s->started_us = now_us();
     s->cpu_us = 0;
+    s->turn_wait_us = s->turn_wait_since_us = 0;
     s->calls_run++;
     aicirt_clock_start(s, s->budget_us);   /* before `started`: the engine thread reads the clock then */
     __atomic_store_n(&s->started, 1, __ATOMIC_RELEASE);
@@ -442,9 +454,10 @@ static void release_turn(aicirt_pool *p, int i) {
     grant_turns(p);
 }
 
-/* Queue for a turn and wait for it (under p->mu); returns the µs spent waiting. */
-static double take_turn(aicirt_pool *p, int i) {
-    double t0 = now_us();
+/* Queue for a turn and wait for it (under p->mu); returns the µs spent waiting (also added to the
+ * call's turn_wait_us). */
+static double take_turn(aicirt_pool *p, int i, aicirt_slot *s) {
+    double t0 = s->turn_wait_since_us = now_us();
     p->waiting_turn[(p->turn_head + p->turn_len) % MAX_THREADS] = i;
     p->turn_len++;
     grant_turns(p);
@@ -458,13 +471,16 @@ static double take_turn(aicirt_pool *p, int i) {
                 break;
             }
     }
-    return now_us() - t0;
+    double waited = now_us() - t0;
+    s->turn_wait_us += waited;
+    s->turn_wait_since_us = 0;
+    return waited;
 }
 
 /* From the epoch callback, on the thread running the call: a pool worker whose call has run past
  * the stall threshold becomes stalled (it is replaced, and leaves after this call) and from then
  * on runs only in its turn. Returns the µs it waited, which the wall-clock backstop leaves out. */
-static double stalled_turn(double now) {
+static double stalled_turn(aicirt_slot *s, double now) {
     worker_arg *w = tl_worker;
     if (!w) return 0;   /* not a pool worker (a start function on the engine's thread) */
     aicirt_pool *p = w->p;
@@ -482,10 +498,10 @@ static double stalled_turn(double now) {
         p->stalled++;
     }
     if (!p->holds[i]) {
-        waited = take_turn(p, i);
+        waited = take_turn(p, i, s);
     } else if (p->turn_len && now - p->turn_since[i] >= STALL_SLICE_US) {   /* others wait: let one run */
         release_turn(p, i);
-        waited = take_turn(p, i);
+        waited = take_turn(p, i, s);
     }
     pthread_mutex_unlock(&p->mu);
     return waited;
