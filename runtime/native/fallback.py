@@ -113,7 +113,7 @@ class Fallback:
                    f"{cpu_us / 1e6:.2f} s of CPU (the machine is too busy): the time limit's backstop "
                    f"(Limits.wall_backstop_factor x {limit})")
         self.native.set_fault(s, msg)
-        return self.lib.wasmtime_error_new(s.fault)
+        return self.lib.wasmtime_error_new(msg.encode("utf-8"))
 
     # -- memory and calls ------------------------------------------------------------------------
     def memory(self, s: CData) -> tuple[int, int]:
