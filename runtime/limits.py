@@ -10,12 +10,19 @@ class Limits:
 
     A breach ends only the sequence concerned (finish reason ``error``), except the soft
     deadline, which makes the sequence no-op for the step and applies the late result next step.
+
+    The two call limits count the CPU time of the thread running the call, checked at each epoch
+    tick (SPEC §4): a busy machine slows a call down but never spends its budget. A call starved of
+    CPU still ends after `wall_backstop_factor` times its limit in wall-clock time. The soft
+    deadline is wall-clock; a late step counts towards `max_late_steps` only once the call's own
+    time (its CPU time, plus any wait for its turn among stuck calls) has reached the soft deadline.
     """
 
     soft_deadline_s: float = 0.025      # after the forward pass ends (i.e. from BatchHandle.wait)
     max_late_steps: int = 10            # consecutive late steps before the sequence errors
-    call_timeout_s: float = 1.0         # one mid-process call (epoch interruption)
-    first_call_timeout_s: float = 1.0   # first call, which processes the prompt
+    call_timeout_s: float = 1.0         # CPU time of one mid-process call (checked at each epoch tick)
+    first_call_timeout_s: float = 1.0   # CPU time of the first call, which processes the prompt
+    wall_backstop_factor: float = 10.0  # a call also ends after this many times its limit in wall-clock time
     memory_bytes: int = 64 << 20        # linear memory per instance
     stack_bytes: int = 512 << 10        # Wasm stack
     max_forks: int = 16                 # sequences a request may add by forking
@@ -25,7 +32,9 @@ class Limits:
     upload_bytes: int = 64 << 20        # module size
     compile_timeout_s: float = 30.0
     epoch_tick_s: float = 0.01          # granularity of the hard time limit
-    max_extra_workers: int = 16         # workers added while every worker is stuck past the soft deadline
+    # workers started in place of ones stuck past half the soft deadline; the stuck ones take turns
+    # (at most half the cores at once), so an extra worker costs a parked thread, not a core
+    max_extra_workers: int = 32
     max_splices: int = 64               # splices in one branch of a result
     max_result_tokens: int = 1 << 16    # token ids in one result's splices (when-sampled + ff-tokens)
 
@@ -40,6 +49,8 @@ class Limits:
         for name in ("max_extra_workers", "max_splices", "max_result_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Limits.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not self.wall_backstop_factor >= 1:
+            raise ValueError(f"Limits.wall_backstop_factor must be >= 1, got {self.wall_backstop_factor!r}")
         if self.max_forks < 0:
             raise ValueError(f"Limits.max_forks must be >= 0, got {self.max_forks!r}")
 

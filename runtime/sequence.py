@@ -83,10 +83,10 @@ class Sequence(Owned):
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         slot.log_cap = limits.log_bytes
         slot.first_call_ticks = limits.ticks(limits.first_call_timeout_s)
-        slot.call_ticks = limits.ticks(limits.call_timeout_s)
         slot.first_budget_us = limits.first_call_timeout_s * 1e6
         slot.call_budget_us = limits.call_timeout_s * 1e6
         slot.tick_us = limits.epoch_tick_s * 1e6
+        slot.wall_factor = limits.wall_backstop_factor
         self._group_buf = None                     # the fork group reported on the next call
         self.store: wasmtime.Store | None = wasmtime.Store(rt.engine)
         self.store.set_limits(memory_size=limits.memory_bytes)
@@ -202,9 +202,7 @@ class Sequence(Owned):
                 assert self.store and self.memory and child.store and child.memory   # all open here
                 instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
                 self._native.copy_seen(self.slot, child.slot)
-                child.slot.calls = self.slot.calls
-                child.slot.needs_init = self.slot.needs_init   # the state copied is initialized iff the parent's is
-                self._native.copy_pending_post(self.slot, child.slot)
+                self._native.copy_fork_state(self.slot, child.slot)
         except Exception as e:
             for child in children:
                 child.close()

@@ -47,7 +47,7 @@ def test_a_slow_first_call_does_not_hold_up_the_batch(make_rt, scripted_wasm):
         out = runtime.submit([StepInput(slow, [1]), StepInput(good, [1] * (k + 1))]).wait()
         assert out.results[0].status == "pending" and out.results[1].status == "ok", out.results[1].error
     assert time.perf_counter() - t0 < 1.5            # not held up by the 2 s call
-    for _ in range(400):
+    for _ in range(2000):   # 2 s of CPU: on a busy machine, up to the 20 s wall-clock backstop
         r = runtime.submit([StepInput(slow, [1])]).wait().results[0]
         if r.status != "pending":
             break
@@ -84,7 +84,7 @@ def test_extra_workers_leave_once_the_stall_is_over(make_rt, scripted_wasm):
         if not live:
             break
     t0 = time.perf_counter()   # the loopers' calls end at their 0.3 s limit; then the extra workers leave
-    while runtime.pool.threads > runtime.workers and time.perf_counter() - t0 < 3:
+    while runtime.pool.threads > runtime.workers and time.perf_counter() - t0 < 10:   # 0.3 s of CPU each
         runtime.submit([StepInput(good, [1] * 70)]).wait()
         time.sleep(0.01)
     assert runtime.pool.threads == runtime.workers
@@ -107,8 +107,8 @@ def test_a_sequence_given_up_as_late_can_be_closed_while_its_call_runs(make_rt, 
     bad.close()
     assert runtime.live_sequences == 2    # not freed under the running call
     t0 = time.perf_counter()
-    while runtime.live_sequences > 1 and time.perf_counter() - t0 < 5:
+    while runtime.live_sequences > 1 and time.perf_counter() - t0 < 20:   # 1 s of CPU; the backstop: 10 s
         out = runtime.submit([StepInput(good, [1] * (k + 3))]).wait()
-        assert out.results[0].status == "ok"
+        assert out.results[0].status in ("ok", "pending"), out.results[0].error   # pending: a very busy machine
         time.sleep(0.02)
     assert runtime.live_sequences == 1

@@ -58,23 +58,22 @@ def test_invalid_results_end_only_that_sequence(rt, scripted_wasm, steps, needle
 
 def test_first_call_time_limit(make_rt, scripted_wasm):
     runtime = make_rt(first_call_timeout_s=0.2, call_timeout_s=30)
-    t0 = time.perf_counter()
     r, _ = run_beside_healthy(runtime, scripted_wasm, loop_forever())
     assert r.status == "error" and "time limit" in r.error
-    assert time.perf_counter() - t0 < 2
+    assert "s of CPU in its first call, over its time limit of 0.2 s (Limits.first_call_timeout_s)" in r.error, r.error
 
 
 def test_call_time_limit_interrupts_an_endless_loop(make_rt, scripted_wasm):
-    runtime = make_rt(first_call_timeout_s=30, call_timeout_s=0.2, soft_deadline_s=0.01)
+    # many late steps allowed: the call limit (0.2 s of CPU), not lateness, must end it
+    runtime = make_rt(first_call_timeout_s=30, call_timeout_s=0.2, soft_deadline_s=0.01, max_late_steps=100_000)
     req = runtime.new_request(runtime.load(scripted_wasm), arg=script(HEALTHY, loop_forever()))
     seq = req.spawn()
     assert runtime.submit([StepInput(seq, [1], None)]).wait(1.0).results[0].status == "ok"   # the quick first call
-    t0 = time.perf_counter()
     statuses = []
-    while not seq.finished and time.perf_counter() - t0 < 5:
+    while not seq.finished:   # ends at 0.2 s of CPU (or the backstop: 2 s of wall-clock time)
         statuses.append(runtime.submit([StepInput(seq, [1, 65], 65)]).wait(0.05).results[0])
     assert statuses[0].status == "pending" and statuses[-1].status == "error"
-    assert "time limit" in statuses[-1].error and time.perf_counter() - t0 < 2
+    assert "time limit" in statuses[-1].error and "(Limits.call_timeout_s)" in statuses[-1].error, statuses[-1].error
 
 
 def test_fork_without_a_free_instance_slot(hot_path, scripted_wasm):

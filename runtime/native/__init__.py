@@ -93,6 +93,10 @@ class Native:
         self.seen_tokens = impl.seen_tokens
         self.copy_seen = impl.copy_seen
         self.collect_rows = impl.collect_rows
+        self.clock_start = impl.clock_start     # (slot, budget_us): the running call's clocks, on its thread
+        self.call_cpu_us = impl.call_cpu_us     # (slot) -> µs of CPU its call has used (any thread)
+        self.call_own_us = impl.call_own_us     # (slot) -> that plus its waits for a turn as a stalled call
+        self.epoch_callback = impl.epoch_callback
 
     # -- slots ---------------------------------------------------------------------------------
     def new_slot(self) -> CData:
@@ -119,12 +123,22 @@ class Native:
         if slot.has_post:
             slot.post_pending = 1
             slot.post_ptr = slot.result_ptr
-            slot.post_left_us = slot.budget_us - slot.elapsed_us
+            slot.post_left_us = slot.budget_us - slot.cpu_us   # the limit counts CPU time (SPEC §4)
 
     @staticmethod
-    def copy_pending_post(src: CData, dst: CData) -> None:
-        """A fork's copy of `defer_post`'s record: the child's state is the parent's before it."""
+    def copy_fork_state(src: CData, dst: CData) -> None:
+        """A fork's copy of the per-call record that goes with the controller's state: the pending
+        post-return (`defer_post`), whether `_initialize` has run (a child of an initialized
+        parent must not run it again: wasi-libc's guard traps), and the calls made so far."""
         dst.post_pending, dst.post_ptr, dst.post_left_us = src.post_pending, src.post_ptr, src.post_left_us
+        dst.needs_init, dst.calls = src.needs_init, src.calls
+
+    def late_is_own(self, slot: CData, soft_deadline_s: float) -> bool:
+        """Whether a call still running at the soft deadline is late by its own doing (SPEC §4):
+        its own time (`call_own_us`: CPU used, plus waits for its turn among stuck calls) has
+        reached the soft deadline. A call that is late only because the machine gave it no CPU,
+        or that is still queued, is not."""
+        return self.call_own_us(slot) >= soft_deadline_s * 1e6
 
     def set_fault(self, slot: CData, message: str) -> None:
         data = message.encode("utf-8", "replace")[:self.FAULT_BYTES]
@@ -144,7 +158,11 @@ class Native:
         return self.fault_text(slot) or text
 
     def set_deadline(self, ctx: CData, ticks: int) -> None:
-        self.wtlib.wasmtime_context_set_epoch_deadline(self.wt.cast("void *", self.addr(ctx)), ticks)
+        """From a host import, on the call's thread: give the running call a fresh time limit of
+        `ticks` epoch ticks (of CPU time, from now), e.g. after host work that is not its own."""
+        slot = self.ffi.cast("aicirt_slot *", self.addr(self.wtlib.wasmtime_context_get_data(
+            self.wt.cast("void *", self.addr(ctx)))))
+        self.clock_start(slot, ticks * slot.tick_us)
 
     # -- Python host imports: one process-wide registry, as the C trampoline is one symbol -----
     @staticmethod

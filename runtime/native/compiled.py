@@ -7,6 +7,7 @@ import numpy as np
 
 from . import fn_addr
 from .build import load_extension
+from .pool_stats import PoolStats
 from .types import CData, CLib
 
 if TYPE_CHECKING:
@@ -32,6 +33,12 @@ class Compiled:
             "wasmtime_trap_new", "wasmtime_error_delete")))
         if size != ffi.sizeof("aicirt_slot"):
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
+        lib.aicirt_bind_clock(ffi.cast("void *", fn_addr("wasmtime_error_new")))
+        #: step.c's epoch-deadline callback, for wasmtime_store_epoch_deadline_callback (its address)
+        self.epoch_callback = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aicirt_epoch_cb")))
+        self.clock_start = lib.aicirt_clock_start
+        self.call_cpu_us = lib.aicirt_call_cpu_us
+        self.call_own_us = lib.aicirt_call_own_us
 
         @ffi.def_extern(name="aicirt_py_import")
         def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi
@@ -95,7 +102,9 @@ class Compiled:
 
 
 class CPool:
-    """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released)."""
+    """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released).
+    `workers` run at normal priority; a worker stalled past `stall_s` lowers its priority and is
+    replaced, up to `max_workers` threads in all (step.c explains)."""
 
     def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float) -> None:
         self.ffi, self.lib = ffi, lib
@@ -133,8 +142,14 @@ class CPool:
 
     @property
     def threads(self) -> int:
-        """Workers alive now: the base ones plus any started while others were stalled."""
+        """Workers alive now: the base ones plus any started in place of stalled ones."""
         return self.lib.aicirt_pool_threads(self.ptr)
+
+    def stats(self) -> PoolStats:
+        """The pool now (see PoolStats)."""
+        out = self.ffi.new("int[5]")
+        saturated = self.lib.aicirt_pool_stats(self.ptr, out)
+        return PoolStats(out[0], out[1], out[2], out[3], out[4], bool(saturated))
 
     def close(self) -> None:
         ptr, self.ptr = self.ptr, None

@@ -6,6 +6,7 @@ for line. Every host import is a Python callback here (with the GIL), variables 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -15,6 +16,7 @@ import numpy as np
 
 from .. import abi
 from ..abi import RowKind, RowStatus, Stage, Status
+from .pool_stats import PoolStats
 from .types import CData
 
 if TYPE_CHECKING:
@@ -43,6 +45,76 @@ class Fallback:
 
         # a cdata at run time (types-cffi says the decorated function); kept alive as long as this object
         self._trampoline: CData = trampoline
+
+        @self.ffi.callback("wt_epoch_cb")
+        def on_epoch(ctx: CData, data: CData, delta: CData, kind: CData) -> CData:
+            return self._on_epoch(self.ffi.cast("aicirt_slot *", data), delta, kind)
+
+        self._on_epoch_cb: CData = on_epoch   # a cdata at run time, as `trampoline`; kept alive here
+
+    @property
+    def epoch_callback(self) -> int:
+        """The epoch-deadline callback's address, for wasmtime_store_epoch_deadline_callback."""
+        return int(self.ffi.cast("uintptr_t", self._on_epoch_cb))
+
+    # -- the hard time limits, in CPU time (step.c's clock section) ------------------------------
+    def clock_start(self, s: CData, budget_us: float) -> None:
+        """step.c's aicirt_clock_start: the running call's clocks, on the calling thread."""
+        s.cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
+        s.cpu_start_ns = time.thread_time_ns()
+        s.cpu_budget_us = budget_us
+        s.wall_start_us = time.perf_counter() * 1e6
+        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, 1)
+
+    @staticmethod
+    def call_cpu_us(s: CData) -> float:
+        """step.c's aicirt_call_cpu_us."""
+        if not s.started:
+            return 0.0
+        if s.done:
+            return float(s.cpu_us)
+        start = s.cpu_start_ns
+        try:
+            now = time.clock_gettime_ns(s.cpu_clock)
+        except OSError:   # its thread just left: the call is done
+            return float(s.cpu_us)
+        return float(s.cpu_us) if s.done else max(0.0, (now - start) / 1e3)
+
+    def call_own_us(self, s: CData) -> float:
+        """step.c's aicirt_call_own_us."""
+        if not s.started:
+            return 0.0
+        since = s.turn_wait_since_us
+        return self.call_cpu_us(s) + s.turn_wait_us + (time.perf_counter() * 1e6 - since if since > 0 else 0.0)
+
+    def _on_epoch(self, s: CData, delta: CData, kind: CData) -> CData:
+        """step.c's aicirt_epoch_cb."""
+        cpu = (time.thread_time_ns() - s.cpu_start_ns) / 1e3
+        now = time.perf_counter() * 1e6
+        wall = now - s.wall_start_us
+        limit = max(s.budget_us, s.cpu_budget_us)
+        delta[0], kind[0] = 1, 0
+        if cpu >= s.cpu_budget_us or (s.wall_factor > 0 and wall >= s.wall_factor * limit):
+            return self._limit_error(s, cpu, wall)
+        pool = getattr(_worker, "pool", None)
+        if pool is not None:   # waiting for its turn is the pool's doing, not the machine's
+            s.wall_start_us += pool.stalled_turn(s, now / 1e6) * 1e6
+        return self.ffi.NULL
+
+    def _limit_error(self, s: CData, cpu_us: float, wall_us: float) -> CData:
+        """step.c's limit_error."""
+        first = s.calls <= 1   # counted when the call was queued
+        which = "its first call" if first else "one call"
+        limit = "Limits.first_call_timeout_s" if first else "Limits.call_timeout_s"
+        if cpu_us >= s.cpu_budget_us:
+            msg = (f"trap: interrupted: controller used {cpu_us / 1e6:.2f} s of CPU in {which}, "
+                   f"over its time limit of {s.cpu_budget_us / 1e6:g} s ({limit})")
+        else:
+            msg = (f"trap: interrupted: {which} ran {wall_us / 1e6:.1f} s of wall-clock time with "
+                   f"{cpu_us / 1e6:.2f} s of CPU (the machine is too busy): the time limit's backstop "
+                   f"(Limits.wall_backstop_factor x {limit})")
+        self.native.set_fault(s, msg)
+        return self.lib.wasmtime_error_new(msg.encode("utf-8"))
 
     # -- memory and calls ------------------------------------------------------------------------
     def memory(self, s: CData) -> tuple[int, int]:
@@ -98,9 +170,8 @@ class Fallback:
             self.ffi.memmove(self.ffi.cast("uint8_t *", self.memory(s)[0] + ptr), src, n * 4)
         return ptr
 
-    def _post(self, s: CData, result_ptr: int, left_us: float) -> bool:
+    def _post(self, s: CData, result_ptr: int) -> bool:
         """step.c's run_post: post-return on what is left of its call's time limit."""
-        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, int(left_us / s.tick_us) + 1 if left_us > 0 else 1)
         s.stage = Stage.POST
         a = self.ffi.new("wt_val_raw_t[1]")
         a[0].i32 = result_ptr - (1 << 32) if result_ptr >= 1 << 31 else result_ptr
@@ -148,12 +219,13 @@ class Fallback:
                                      s.vocab_size, int(self.ffi.cast("uintptr_t", s.mask_row)))
         s.status, s.detail[0], s.detail[1] = st, d0, d1
         if st == Status.OK and s.has_post:
-            self._post(s, s.result_ptr, s.budget_us - (time.perf_counter() * 1e6 - s.started_us))
+            self._post(s, s.result_ptr)
 
     def step(self, s: CData) -> None:
         """step.c's aicirt_step."""
         t0 = self._run(s)
         s.elapsed_us = (time.perf_counter() - t0) * 1e6
+        s.cpu_us = (time.thread_time_ns() - s.cpu_start_ns) / 1e3
         s.done = 1
 
     def _run(self, s: CData) -> float:
@@ -161,6 +233,9 @@ class Fallback:
         own time began (after `_initialize`)."""
         t0 = time.perf_counter()
         s.started_us = t0 * 1e6
+        s.cpu_us = 0
+        s.turn_wait_us = s.turn_wait_since_us = 0
+        self.clock_start(s, s.budget_us)   # before `started`: the engine thread reads the clock then
         s.started = 1
         s.error = s.trap = self.ffi.NULL
         s.n_branches = 0
@@ -168,18 +243,19 @@ class Fallback:
         if s.needs_init:
             s.needs_init = 0
             s.stage = Stage.INITIALIZE
-            self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
             if not self._call(s, s.ctx, "f_init", self.ffi.new("wt_val_raw_t[1]"), 0):
                 s.status = Status.TRAP
                 return t0
             t0 = time.perf_counter()
             s.started_us = t0 * 1e6
+            self.clock_start(s, s.budget_us)
         if s.post_pending:   # step.c: a lifted result's post-return, on the worker
             s.post_pending = 0
-            if not self._post(s, s.post_ptr, s.post_left_us):
+            self.clock_start(s, max(s.post_left_us, 0))
+            if not self._post(s, s.post_ptr):
                 return t0
             s.started_us = time.perf_counter() * 1e6
-        self.lib.wasmtime_context_set_epoch_deadline(s.ctx, s.deadline_ticks)
+            self.clock_start(s, s.budget_us)
         s.stage = Stage.ARGUMENTS
         tokens = self._write_list(s, s.tokens, s.n_tokens)
         group = -1 if tokens < 0 else self._write_list(s, s.group, s.n_group)
@@ -300,7 +376,6 @@ class Fallback:
             s.sampled_is_some = int(smp >= 0)
             s.sampled = max(smp, 0)
             s.mask_row = self.ffi.cast("uint32_t *", mask_base + i * words * 4)
-            s.deadline_ticks = s.call_ticks if s.calls else s.first_call_ticks
             s.budget_us = s.call_budget_us if s.calls else s.first_budget_us
             s.done = 0
             s.calls += 1
@@ -385,9 +460,14 @@ class PyVars:
         pass
 
 
+_worker = threading.local()   # `pool` on a ThreadPool's worker threads (step.c's tl_worker)
+STALL_SLICE_S = 0.01            # step.c's STALL_SLICE_US
+
+
 class ThreadPool:
-    """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same growth
-    rule (another worker when every worker is stalled past `stall_s` and calls are queued)."""
+    """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same rule for
+    stalls (a worker whose call runs past `stall_s` is replaced, up to `max_workers` threads in
+    all, and leaves after the call; stalled calls take turns, at most `run_stalled_max` at once)."""
 
     def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float) -> None:
         self.impl = impl
@@ -395,6 +475,11 @@ class ThreadPool:
         self.cv = threading.Condition()
         self.queue: deque = deque()
         self.busy_since: dict[threading.Thread, float] = {}   # 0.0 when idle
+        self.stalled: set[threading.Thread] = set()
+        cores = os.cpu_count() or 1
+        self.run_stalled_max = cores // 2 if cores >= 4 else 1
+        self.turns: dict[threading.Thread, float] = {}         # holding a turn: since when
+        self.waiting_turn: deque[threading.Thread] = deque()
         self.stop = False
         self.all: list[threading.Thread] = []
         with self.cv:
@@ -404,23 +489,67 @@ class ThreadPool:
     def _spawn(self) -> None:
         t = threading.Thread(target=self._work, daemon=True, name="aicirt-worker")
         self.busy_since[t] = 0.0
-        self.all.append(t)
+        self.all = [w for w in self.all if w.is_alive()] + [t]
         t.start()
 
-    def _grow_if_stalled(self) -> None:
-        if not self.queue or len(self.busy_since) >= self.max:
-            return
-        now = time.perf_counter()
-        if all(since and now - since >= self.stall_s for since in self.busy_since.values()):
+    def _replace_stalled(self) -> None:
+        """Keep `base` workers free of stalled calls (under self.cv)."""
+        while not self.stop and len(self.busy_since) - len(self.stalled) < self.base \
+                and len(self.busy_since) < self.max:
             self._spawn()
+
+    def _grant_turns(self) -> None:
+        """step.c's grant_turns (under self.cv)."""
+        granted = False
+        while self.waiting_turn and len(self.turns) < self.run_stalled_max:
+            self.turns[self.waiting_turn.popleft()] = time.perf_counter()
+            granted = True
+        if granted:
+            self.cv.notify_all()
+
+    def _release_turn(self, me: threading.Thread) -> None:
+        if self.turns.pop(me, None) is not None:
+            self._grant_turns()
+
+    def _take_turn(self, me: threading.Thread, s: CData) -> float:
+        """step.c's take_turn (under self.cv): seconds spent waiting."""
+        t0 = time.perf_counter()
+        s.turn_wait_since_us = t0 * 1e6
+        self.waiting_turn.append(me)
+        self._grant_turns()
+        while me not in self.turns and not self.stop:
+            self.cv.wait()
+        if me not in self.turns and me in self.waiting_turn:
+            self.waiting_turn.remove(me)
+        waited = time.perf_counter() - t0
+        s.turn_wait_us += waited * 1e6
+        s.turn_wait_since_us = 0
+        return waited
+
+    def stalled_turn(self, s: CData, now: float) -> float:
+        """step.c's stalled_turn, from the epoch callback on the worker running the call: seconds
+        waited for a turn."""
+        me = threading.current_thread()
+        since = self.busy_since.get(me, 0.0)
+        if me not in self.stalled and (not since or now - since < self.stall_s):
+            return 0.0
+        with self.cv:
+            if self.stop:
+                return 0.0
+            self.stalled.add(me)
+            if me not in self.turns:
+                return self._take_turn(me, s)
+            if self.waiting_turn and now - self.turns[me] >= STALL_SLICE_S:
+                self._release_turn(me)
+                return self._take_turn(me, s)
+            return 0.0
 
     def _work(self) -> None:
         me = threading.current_thread()
+        _worker.pool = self
         with self.cv:
             while True:
                 while not self.queue and not self.stop:
-                    if len(self.busy_since) > self.base:
-                        break
                     self.cv.wait()
                 if not self.queue:
                     break
@@ -433,6 +562,10 @@ class ThreadPool:
                     self.cv.acquire()
                 self.busy_since[me] = 0.0
                 self.cv.notify_all()
+                self._release_turn(me)
+                if me in self.stalled:   # leave; the worker that replaced it stays
+                    break
+            self.stalled.discard(me)
             del self.busy_since[me]
 
     def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", mask_base: int,
@@ -447,7 +580,7 @@ class ThreadPool:
             for s in slots:
                 s.started = 0
                 self.queue.append(s)
-            self._grow_if_stalled()
+            self._replace_stalled()
             self.cv.notify_all()
 
     def wait(self, ptrs: np.ndarray, timeout_s: float) -> int:
@@ -459,7 +592,7 @@ class ThreadPool:
             if not left or now >= deadline:
                 return left
             with self.cv:
-                self._grow_if_stalled()
+                self._replace_stalled()
             time.sleep(0.0002)
 
     @property
@@ -473,9 +606,17 @@ class ThreadPool:
         with self.cv:
             return len(self.busy_since)
 
+    def stats(self) -> PoolStats:
+        """CPool.stats."""
+        with self.cv:
+            stalled = len(self.stalled)
+            return PoolStats(len(self.busy_since), stalled, len(self.turns),
+                             sum(1 for v in self.busy_since.values() if v), len(self.queue),
+                             stalled > 0 and stalled >= self.max - self.base)
+
     def close(self) -> None:
         with self.cv:
             self.stop = True
-            self.cv.notify_all()
+            self.cv.notify_all()   # wakes calls waiting for a turn too
         for t in list(self.all):
             t.join()

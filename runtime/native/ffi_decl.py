@@ -32,6 +32,12 @@ void aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, u
                          double *elapsed_us);
 int aicirt_seen_copy(const aicirt_slot *src, aicirt_slot *dst);
 void aicirt_seen_free(aicirt_slot *s);
+int aicirt_pool_stats(aicirt_pool *p, int *out);
+void aicirt_bind_clock(void *error_new);
+void aicirt_clock_start(aicirt_slot *s, double budget_us);
+double aicirt_call_cpu_us(aicirt_slot *s);
+double aicirt_call_own_us(aicirt_slot *s);
+void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind);
 
 void aicirt_log_append(aicirt_slot *s, const uint8_t *data, uint32_t n);
 void aicirt_slot_release(aicirt_slot *s);
@@ -59,6 +65,9 @@ wasmtime_error_t *wasmtime_func_call_unchecked(void *ctx, const wt_func_t *f, wt
 uint8_t *wasmtime_memory_data(void *ctx, const wt_memory_t *m);
 size_t wasmtime_memory_data_size(void *ctx, const wt_memory_t *m);
 void wasmtime_context_set_epoch_deadline(void *ctx, uint64_t ticks);
+wasmtime_error_t *wasmtime_error_new(const char *msg);
+typedef wasmtime_error_t *(*wt_epoch_cb)(void *ctx, void *data, uint64_t *delta, uint8_t *kind);
+void wasmtime_store_epoch_deadline_callback(void *store, wt_epoch_cb func, void *data, void *finalizer);
 bool wasmtime_trap_code(const wasm_trap_t *trap, uint8_t *code);
 void wasm_trap_message(const wasm_trap_t *trap, wasm_byte_vec_t *out);
 void wasm_trap_delete(wasm_trap_t *trap);

@@ -19,10 +19,19 @@ def context_addr(store: wasmtime.Store) -> int:
 
 
 def bind(native: "Native", slot: CData, store: wasmtime.Store) -> None:
-    """Make `slot` the Store's data (host.c's imports find their sequence through it)."""
+    """Make `slot` the Store's data (host.c's imports find their sequence through it), and the
+    data of the Store's epoch-deadline callback, which holds its calls to their limits in CPU
+    time (step.c). The clock starts now, on this thread, under the first-call limit
+    (`slot.first_call_ticks`), for a start function that runs while instantiating."""
     ctx = context_addr(store)
     slot.ctx = native.ffi.cast("void *", ctx)
     wt_ffi.wasmtime_context_set_data(store._context(), native.addr(slot))
+    wt, store_ptr = native.wt, ctypes.cast(store.ptr(), ctypes.c_void_p).value or 0
+    native.wtlib.wasmtime_store_epoch_deadline_callback(
+        wt.cast("void *", store_ptr), wt.cast("wt_epoch_cb", native.epoch_callback),
+        wt.cast("void *", native.addr(slot)), wt.NULL)
+    slot.budget_us = slot.first_call_ticks * slot.tick_us
+    native.clock_start(slot, slot.budget_us)
 
 
 def bind_exports(native: "Native", slot: CData, funcs: dict, memory: wasmtime.Memory) -> None:

@@ -16,11 +16,13 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ABI_* layouts, AICIRT_* statuses and HOST_* import indices are #defined above this file,
  * generated from runtime/abi.py (abi.c_header()). */
@@ -39,7 +41,7 @@ typedef struct {
     int32_t post_pending;           /* a lifted result's post-return, run first thing in the next call */
     uint32_t post_ptr;
     double post_left_us;            /* what its call left of its time limit */
-    uint64_t deadline_ticks, first_call_ticks;
+    uint64_t first_call_ticks;      /* a start function's limit, in epoch ticks (instantiation) */
     double budget_us, tick_us;      /* this call's time limit; the epoch tick */
     /* in */
     uint32_t backtrack, n_tokens, sampled_is_some, sampled, n_group;
@@ -76,8 +78,16 @@ typedef struct {
     int32_t stopped;                /* finished, closing or closed: no more calls */
     uint32_t calls;                 /* calls started so far */
     uint64_t stamp;                 /* the last batch that took it (a duplicate in one batch is refused) */
-    uint64_t call_ticks;            /* a later call's hard limit (first_call_ticks: the first call's) */
     double first_budget_us, call_budget_us;
+    /* the call's clocks, read by the epoch-deadline callback (SPEC §4: the hard limits count CPU time) */
+    int32_t cpu_clock;              /* the CPU clock (clockid_t) of the thread running the call */
+    int64_t cpu_start_ns;           /* that clock when the call (or its current part) began */
+    double cpu_budget_us;           /* the CPU time that part may use */
+    double wall_start_us;           /* when that part began, for the wall-clock backstop */
+    double wall_factor;             /* the backstop: this times the call's limit (Limits.wall_backstop_factor; 0: none) */
+    double cpu_us;                  /* out: the CPU time the call used */
+    double turn_wait_us;            /* what the call waited for its turns as a stalled call, so far */
+    double turn_wait_since_us;      /* when its current wait for a turn began; 0: not waiting */
 } aicirt_slot;
 /* CDEF END */
 
@@ -89,6 +99,7 @@ typedef void *(*caller_context_fn)(void *caller);
 typedef void *(*context_get_data_fn)(void *ctx);
 typedef void *(*trap_new_fn)(const char *msg, size_t len);
 typedef void (*error_delete_fn)(void *err);
+typedef void *(*error_new_fn)(const char *msg);
 
 static call_unchecked_fn p_call;
 static memory_data_fn p_mem_data;
@@ -98,6 +109,7 @@ static caller_context_fn p_caller_context;
 static context_get_data_fn p_get_data;
 static trap_new_fn p_trap_new;
 static error_delete_fn p_error_delete;
+static error_new_fn p_error_new;
 
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
                 void *get_data, void *trap_new, void *error_delete) {
@@ -129,6 +141,96 @@ static int call(aicirt_slot *s, void *ctx, const wt_func_t *f, wt_val_raw_t *arg
     return 1;
 }
 
+/* ---- The hard time limits, in CPU time (SPEC §4) ---------------------------------------------
+ * Every store has aicirt_epoch_cb as its epoch-deadline callback (data: its slot), and a call
+ * runs with a deadline of one tick, so the callback runs at each epoch tick the call is in Wasm,
+ * ON the thread running it. It compares the CPU time of that thread since the call began
+ * (CLOCK_THREAD_CPUTIME_ID) with the call's limit: a busy machine slows a call down but never
+ * spends its budget. A generous wall-clock backstop (Limits.wall_backstop_factor times the call's
+ * limit, not counting time it waited for its turn in the pool) still ends a call that is starved
+ * of CPU for that long. On a worker, a call past the pool's stall threshold runs only in its
+ * turn, and waits for it here (see the pool). */
+static int64_t cpu_now_ns(clockid_t clock) {
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double cpu_used_us(aicirt_slot *s) {
+    return (double)(cpu_now_ns(CLOCK_THREAD_CPUTIME_ID) - s->cpu_start_ns) / 1e3;
+}
+
+/* Start (or restart) the running call's clocks on the calling thread: `budget_us` of CPU from
+ * now, the wall-clock backstop from the call's own limit. */
+void aicirt_clock_start(aicirt_slot *s, double budget_us) {
+    clockid_t clock;
+    if (pthread_getcpuclockid(pthread_self(), &clock) != 0) clock = CLOCK_THREAD_CPUTIME_ID;
+    s->cpu_clock = (int32_t)clock;
+    __atomic_store_n(&s->cpu_start_ns, cpu_now_ns(CLOCK_THREAD_CPUTIME_ID), __ATOMIC_RELEASE);
+    s->cpu_budget_us = budget_us;
+    s->wall_start_us = now_us();
+    p_deadline(s->ctx, 1);
+}
+
+/* The CPU time (µs) the slot's call has used: read from another thread while it runs (the
+ * lateness rule, SPEC §4), what it used once it is done, 0 before it starts. */
+double aicirt_call_cpu_us(aicirt_slot *s) {
+    if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return 0;
+    if (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) return s->cpu_us;
+    int64_t now = cpu_now_ns((clockid_t)s->cpu_clock);
+    int64_t start = __atomic_load_n(&s->cpu_start_ns, __ATOMIC_ACQUIRE);
+    if (now < 0 || __atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) return s->cpu_us;   /* it just ended */
+    return now > start ? (double)(now - start) / 1e3 : 0;
+}
+
+static double stalled_turn(aicirt_slot *s, double now);
+
+/* The call's own time (µs): the CPU it used plus what it waited for its turns as a stalled call
+ * (waiting for a turn is a stuck call's share of the cores, not the machine's doing). Read by the
+ * engine thread for the lateness rule (SPEC §4); 0 before the call starts. */
+double aicirt_call_own_us(aicirt_slot *s) {
+    if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return 0;
+    double since = s->turn_wait_since_us;
+    return aicirt_call_cpu_us(s) + s->turn_wait_us + (since > 0 ? now_us() - since : 0);
+}
+
+/* Why the limit ended the call, in the slot's fault (the message the sequence gets), and the
+ * error that makes wasmtime unwind the call. */
+static void *limit_error(aicirt_slot *s, double cpu_us, double wall_us) {
+    int first = s->calls <= 1;   /* counted when the call was queued */
+    const char *which = first ? "its first call" : "one call";
+    const char *limit = first ? "Limits.first_call_timeout_s" : "Limits.call_timeout_s";
+    int n = cpu_us >= s->cpu_budget_us
+        ? snprintf(s->fault, sizeof s->fault,
+                   "trap: interrupted: controller used %.2f s of CPU in %s, over its time limit of %g s (%s)",
+                   cpu_us / 1e6, which, s->cpu_budget_us / 1e6, limit)
+        : snprintf(s->fault, sizeof s->fault,
+                   "trap: interrupted: %s ran %.1f s of wall-clock time with %.2f s of CPU (the machine is "
+                   "too busy): the time limit's backstop (Limits.wall_backstop_factor x %s)",
+                   which, wall_us / 1e6, cpu_us / 1e6, limit);
+    s->fault_len = n < 0 ? 0 : n < (int)sizeof s->fault ? n : (int)sizeof s->fault - 1;
+    return p_error_new(s->fault);
+}
+
+/* wasmtime's epoch-deadline callback (wasmtime_store_epoch_deadline_callback): continue for one
+ * more tick, or end the call with an error naming the limit. */
+void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind) {
+    (void)ctx;
+    aicirt_slot *s = data;
+    double cpu = cpu_used_us(s), now = now_us(), wall = now - s->wall_start_us;
+    double limit = s->budget_us > s->cpu_budget_us ? s->budget_us : s->cpu_budget_us;
+    *delta = 1;
+    *kind = 0;   /* WASMTIME_UPDATE_DEADLINE_CONTINUE */
+    if (cpu >= s->cpu_budget_us || (s->wall_factor > 0 && wall >= s->wall_factor * limit))
+        return limit_error(s, cpu, wall);
+    s->wall_start_us += stalled_turn(s, now);   /* waiting for its turn is the pool's doing, not the machine's */
+    return 0;
+}
+
+void aicirt_bind_clock(void *error_new) {
+    p_error_new = (error_new_fn)error_new;
+}
+
 /* Allocate `bytes` in the guest (cabi_realloc) with `align`; returns the guest pointer, or -1 with
  * s->status set (the call trapped, or the memory it returned is not inside linear memory). */
 static int64_t guest_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t bytes) {
@@ -158,9 +260,9 @@ static inline uint32_t rd32(const uint8_t *m, uint64_t off) {
     return v;
 }
 
-/* Post-return runs on what is left of its call's time limit (`left_us`), never on a fresh one. */
-static int run_post(aicirt_slot *s, uint32_t result_ptr, double left_us) {
-    p_deadline(s->ctx, left_us > 0 ? (uint64_t)(left_us / s->tick_us) + 1 : 1);
+/* Post-return runs on what is left of its call's time limit, never on a fresh one: within the
+ * call under the call's clock, or (deferred) under clock_start(s, what the call left). */
+static int run_post(aicirt_slot *s, uint32_t result_ptr) {
     s->stage = AICIRT_STAGE_POST;
     wt_val_raw_t a[1];
     a[0].i32 = (int32_t)result_ptr;
@@ -206,11 +308,14 @@ static void lift(aicirt_slot *s) {
     memcpy(&s->temp, b + ABI_BRANCH_TEMP_VALUE, 4);
     s->status = aicirt_check_mask(m, size, rd32(b, ABI_BRANCH_MASK_PTR), rd32(b, ABI_BRANCH_MASK_LEN),
                                   s->vocab_size, s->mask_row, s->detail);
-    if (s->status == AICIRT_OK && s->has_post) run_post(s, s->result_ptr, s->budget_us - (now_us() - s->started_us));
+    if (s->status == AICIRT_OK && s->has_post) run_post(s, s->result_ptr);
 }
 
 void aicirt_step(aicirt_slot *s) {
     double t0 = s->started_us = now_us();
+    s->cpu_us = 0;
+    s->turn_wait_us = s->turn_wait_since_us = 0;
+    aicirt_clock_start(s, s->budget_us);   /* before `started`: the engine thread reads the clock then */
     __atomic_store_n(&s->started, 1, __ATOMIC_RELEASE);
     s->error = s->trap = 0;
     s->n_branches = 0;
@@ -218,22 +323,24 @@ void aicirt_step(aicirt_slot *s) {
     if (s->needs_init) {   /* the instance's _initialize runs here, on the worker, under its own limit */
         s->needs_init = 0;
         s->stage = AICIRT_STAGE_INITIALIZE;
-        p_deadline(s->ctx, s->deadline_ticks);
         wt_val_raw_t none[1];
         if (!call(s, s->ctx, &s->f_init, none, 0)) {
             s->status = AICIRT_TRAP;
             goto out;
         }
         t0 = s->started_us = now_us();
+        aicirt_clock_start(s, s->budget_us);
     }
     /* A result Python lifted (status AICIRT_LIFT) is post-returned here, on the worker, before
      * the next call: a looping post-return then delays only its own sequence. */
     if (s->post_pending) {
         s->post_pending = 0;
-        if (!run_post(s, s->post_ptr, s->post_left_us)) goto out;
+        aicirt_clock_start(s, s->post_left_us > 0 ? s->post_left_us : 0);
+        if (!run_post(s, s->post_ptr)) goto out;
         s->started_us = now_us();
+        aicirt_clock_start(s, s->budget_us);
     }
-    p_deadline(s->ctx, s->deadline_ticks);  /* one budget for the step's realloc + mid-process + post */
+    /* one budget for the step's realloc + mid-process + post */
     s->stage = AICIRT_STAGE_ARGUMENTS;
     int64_t tokens = write_list(s, s->tokens, s->n_tokens);
     int64_t group = tokens < 0 ? -1 : write_list(s, s->group, s->n_group);
@@ -255,6 +362,7 @@ void aicirt_step(aicirt_slot *s) {
     }
 out:
     s->elapsed_us = now_us() - t0;
+    s->cpu_us = cpu_used_us(s);
     __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 }
 
@@ -267,12 +375,20 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
  * Plain pthreads, not Python threads: a submit wakes a worker in a few µs and a wait returns as
  * soon as the last `done` flag flips, with the GIL released throughout. Slots queue FIFO.
  *
- * Isolation: a worker whose call has run past `stall_us` (the soft deadline) is stalled. When
- * every worker is stalled and calls are queued, the pool starts another worker (up to
- * `max_threads`), so that a stuck controller delays nobody but itself; the extra workers leave
- * again once the queue is empty. Host imports in Python take the GIL themselves. */
+ * Isolation without oversubscribing the cores: a worker whose call has run past `stall_us` (the
+ * soft deadline) is stalled. The engine thread starts a fresh worker in its place (up to
+ * `max_threads` in all), so `base_threads` workers are always free for healthy calls, and the
+ * stalled one leaves once its call ends. Stalled calls take turns to run: at most `run_stalled_max`
+ * (half the cores, at least one) at once, each for a slice of STALL_SLICE_US while others wait,
+ * in FIFO order; the others wait inside the epoch callback, on their own thread, where they are
+ * not runnable and their CPU clocks (their time limits) stand still. So the runnable workers are
+ * at most `base_threads` plus that bounded few however many calls are stuck, and sixteen
+ * loopers cost a legal call beside them wall-clock time, never CPU budget. When stalled calls
+ * hold every extra worker the pool is saturated (aicirt_pool_stats): a further stuck call holds
+ * up the queue. Host imports in Python take the GIL themselves. */
 #define SPIN_US 50.0
 #define MAX_THREADS 64
+#define STALL_SLICE_US 10000.0
 
 typedef struct aicirt_pool aicirt_pool;
 typedef struct { aicirt_pool *p; int index; } worker_arg;
@@ -283,13 +399,22 @@ struct aicirt_pool {
     aicirt_slot **queue;
     size_t head, tail, cap;   /* ring buffer of pending slots */
     int stop, waiting;
-    int base_threads, max_threads, live, busy;
+    int base_threads, max_threads, live, busy, stalled;
     double stall_us;
     pthread_t threads[MAX_THREADS];
-    int started[MAX_THREADS], alive[MAX_THREADS];
+    int started[MAX_THREADS], alive[MAX_THREADS], demoted[MAX_THREADS];
     double busy_since[MAX_THREADS];   /* when its current call started; 0 when idle */
     worker_arg args[MAX_THREADS];
+    /* stalled calls' turns: at most run_stalled_max hold one; the rest wait in FIFO order */
+    pthread_cond_t turn;
+    int run_stalled_max, run_stalled;
+    int holds[MAX_THREADS];
+    double turn_since[MAX_THREADS];
+    int waiting_turn[MAX_THREADS];    /* FIFO ring of worker indices */
+    int turn_head, turn_len;
 };
+
+static __thread worker_arg *tl_worker;   /* the pool worker this thread is, if any */
 
 static void *worker(void *arg);
 
@@ -300,6 +425,7 @@ static int spawn_worker(aicirt_pool *p) {
         if (p->started[i]) { pthread_join(p->threads[i], 0); p->started[i] = 0; }
         p->args[i] = (worker_arg){p, i};
         p->alive[i] = 1;
+        p->demoted[i] = 0;
         p->busy_since[i] = 0;
         if (pthread_create(&p->threads[i], 0, worker, &p->args[i]) != 0) { p->alive[i] = 0; return 0; }
         p->started[i] = 1;
@@ -309,22 +435,93 @@ static int spawn_worker(aicirt_pool *p) {
     return 0;
 }
 
-/* Queued work and every worker stalled in a long call: add one (under p->mu). */
-static void grow_if_stalled(aicirt_pool *p) {
-    if (p->head == p->tail || p->live >= p->max_threads || p->busy < p->live) return;
-    double now = now_us();
-    for (int i = 0; i < MAX_THREADS; i++)
-        if (p->alive[i] && (p->busy_since[i] == 0 || now - p->busy_since[i] < p->stall_us)) return;
-    spawn_worker(p);
+/* Keep `base_threads` workers free of stalled calls: replace stalled ones (under p->mu). */
+static void replace_stalled(aicirt_pool *p) {
+    while (!p->stop && p->live - p->stalled < p->base_threads && p->live < p->max_threads)
+        if (!spawn_worker(p)) break;
+}
+
+/* Give turns to waiting stalled calls while there is room (under p->mu). */
+static void grant_turns(aicirt_pool *p) {
+    int granted = 0;
+    while (p->turn_len && p->run_stalled < p->run_stalled_max) {
+        int j = p->waiting_turn[p->turn_head];
+        p->turn_head = (p->turn_head + 1) % MAX_THREADS;
+        p->turn_len--;
+        p->holds[j] = 1;
+        p->turn_since[j] = now_us();
+        p->run_stalled++;
+        granted = 1;
+    }
+    if (granted) pthread_cond_broadcast(&p->turn);
+}
+
+static void release_turn(aicirt_pool *p, int i) {
+    if (!p->holds[i]) return;
+    p->holds[i] = 0;
+    p->run_stalled--;
+    grant_turns(p);
+}
+
+/* Queue for a turn and wait for it (under p->mu); returns the µs spent waiting (also added to the
+ * call's turn_wait_us). */
+static double take_turn(aicirt_pool *p, int i, aicirt_slot *s) {
+    double t0 = s->turn_wait_since_us = now_us();
+    p->waiting_turn[(p->turn_head + p->turn_len) % MAX_THREADS] = i;
+    p->turn_len++;
+    grant_turns(p);
+    while (!p->holds[i] && !p->stop) pthread_cond_wait(&p->turn, &p->mu);
+    if (!p->holds[i]) {   /* stopping: run on, out of turn (the call ends at its limit) */
+        for (int k = 0; k < p->turn_len; k++)
+            if (p->waiting_turn[(p->turn_head + k) % MAX_THREADS] == i) {
+                for (int m = k; m + 1 < p->turn_len; m++)
+                    p->waiting_turn[(p->turn_head + m) % MAX_THREADS] = p->waiting_turn[(p->turn_head + m + 1) % MAX_THREADS];
+                p->turn_len--;
+                break;
+            }
+    }
+    double waited = now_us() - t0;
+    s->turn_wait_us += waited;
+    s->turn_wait_since_us = 0;
+    return waited;
+}
+
+/* From the epoch callback, on the thread running the call: a pool worker whose call has run past
+ * the stall threshold becomes stalled (it is replaced, and leaves after this call) and from then
+ * on runs only in its turn. Returns the µs it waited, which the wall-clock backstop leaves out. */
+static double stalled_turn(aicirt_slot *s, double now) {
+    worker_arg *w = tl_worker;
+    if (!w) return 0;   /* not a pool worker (a start function on the engine's thread) */
+    aicirt_pool *p = w->p;
+    int i = w->index;
+    double since = p->busy_since[i];   /* its own entry: written by this thread only */
+    if (!p->demoted[i] && (since == 0 || now - since < p->stall_us)) return 0;
+    double waited = 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->stop) {   /* closing: no turns, the call runs on to its limit */
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
+    if (!p->demoted[i]) {
+        p->demoted[i] = 1;
+        p->stalled++;
+    }
+    if (!p->holds[i]) {
+        waited = take_turn(p, i, s);
+    } else if (p->turn_len && now - p->turn_since[i] >= STALL_SLICE_US) {   /* others wait: let one run */
+        release_turn(p, i);
+        waited = take_turn(p, i, s);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return waited;
 }
 
 static void *worker(void *arg) {
-    worker_arg *w = arg;
+    worker_arg *w = tl_worker = arg;
     aicirt_pool *p = w->p;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (p->head == p->tail && !p->stop) {
-            if (p->live > p->base_threads) break;   /* an extra worker: no queue, so leave */
             /* Spin a little before sleeping: the engine's next submit often follows within
              * microseconds, and a futex wake-up costs tens of µs on a VM. */
             pthread_mutex_unlock(&p->mu);
@@ -346,7 +543,10 @@ static void *worker(void *arg) {
         p->busy--;
         p->busy_since[w->index] = 0;
         if (p->waiting) pthread_cond_broadcast(&p->done);
+        release_turn(p, w->index);
+        if (p->demoted[w->index]) break;   /* stalled: leave; the worker that replaced it stays */
     }
+    if (p->demoted[w->index]) p->stalled--;
     p->alive[w->index] = 0;
     p->live--;
     pthread_mutex_unlock(&p->mu);
@@ -362,6 +562,9 @@ aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
     pthread_mutex_init(&p->mu, 0);
     pthread_cond_init(&p->work, 0);
     pthread_cond_init(&p->done, 0);
+    pthread_cond_init(&p->turn, 0);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    p->run_stalled_max = cores >= 4 ? (int)(cores / 2) : 1;
     p->cap = 1024;
     p->queue = malloc(p->cap * sizeof *p->queue);
     p->base_threads = n_threads;
@@ -392,7 +595,7 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
         p->queue[(p->tail + i) % p->cap] = slots[i];
     }
     __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
-    grow_if_stalled(p);
+    replace_stalled(p);
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -405,7 +608,7 @@ static int count_left(aicirt_slot **slots, int n) {
 }
 
 /* Wait until every slot is done or `timeout_us` passes; returns how many are not done. While
- * waiting, a pool whose workers are all stalled is grown (see above). */
+ * waiting, stalled workers are replaced (see above). */
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
     double t_end = now_us() + timeout_us;
     /* Spin briefly first: the caller is idle anyway, and a futex sleep + wake-up costs tens of µs
@@ -419,10 +622,10 @@ int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (!(left = count_left(slots, n))) break;
-        grow_if_stalled(p);
+        replace_stalled(p);
         double now = now_us();
         if (now >= t_end) break;
-        /* wake at least every half stall period to look for stalled workers */
+        /* wake at least every half stall period to replace stalled workers */
         double slice = t_end - now < p->stall_us / 2 ? t_end - now : p->stall_us / 2;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -437,11 +640,12 @@ int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
     return left;
 }
 
-/* Let the queue drain (running calls end by their epoch deadline), then join the threads. */
+/* Let the queue drain (running calls end by their time limits), then join the threads. */
 void aicirt_pool_free(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->work);
+    pthread_cond_broadcast(&p->turn);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < MAX_THREADS; i++)
         if (p->started[i]) pthread_join(p->threads[i], 0);
@@ -457,12 +661,24 @@ int aicirt_pool_pending(aicirt_pool *p) {
     return n;
 }
 
-/* Workers alive now (base plus extra ones started for stalls). */
+/* Workers alive now (base plus extra ones started in place of stalled ones). */
 int aicirt_pool_threads(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     int n = p->live;
     pthread_mutex_unlock(&p->mu);
     return n;
+}
+
+/* out[0..4]: workers alive, of which stalled (taking turns, leaving after their call), stalled
+ * calls running now (holding a turn), workers busy, calls queued; returns 1 if the pool is
+ * saturated (stalled calls hold every extra worker), else 0. */
+int aicirt_pool_stats(aicirt_pool *p, int *out) {
+    pthread_mutex_lock(&p->mu);
+    out[0] = p->live; out[1] = p->stalled; out[2] = p->run_stalled; out[3] = p->busy;
+    out[4] = (int)(p->tail - p->head);
+    int saturated = p->stalled > 0 && p->stalled >= p->max_threads - p->base_threads;
+    pthread_mutex_unlock(&p->mu);
+    return saturated;
 }
 
 /* ---- Rows: one engine step for a whole batch in one call ----------------------------------------
@@ -537,7 +753,6 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
         s->sampled_is_some = smp >= 0;
         s->sampled = smp >= 0 ? (uint32_t)smp : 0;
         s->mask_row = mask_base + (size_t)i * words;
-        s->deadline_ticks = s->calls ? s->call_ticks : s->first_call_ticks;
         s->budget_us = s->calls ? s->call_budget_us : s->first_budget_us;
         s->done = 0;
         s->calls++;

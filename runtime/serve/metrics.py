@@ -24,6 +24,8 @@ DESCRIPTIONS = {
     "aicirt_queue_depth": ("gauge", "Requests admitted and waiting to join the batch."),
     "aicirt_running_requests": ("gauge", "Requests in the running batch."),
     "aicirt_live_sequences": ("gauge", "Sequences the engine is decoding."),
+    "aicirt_worker_pool_saturated": ("gauge", "1 while stalled controller calls hold every extra worker "
+                                              "(Limits.max_extra_workers): a further stuck call delays healthy ones."),
 }
 
 
