@@ -122,7 +122,13 @@ def main() -> None:
     rates = fuzz_rates(args.steps)
     total_steps = sum(r["steps"] for r in rates.values())
     total_s = sum(r["steps"] / r["steps_per_s"] for r in rates.values() if r["steps_per_s"])
-    result = {"steps_per_s": round(total_steps / total_s) if total_s else 0, "per_controller": rates}
+    bare_s = sum(r["steps"] / r["baseline_bare_loop_steps_per_s"] for r in rates.values()
+                 if r["baseline_bare_loop_steps_per_s"])
+    result = {"steps_per_s": round(total_steps / total_s) if total_s else 0,
+              # the same steps in a bare submit/wait loop, and the fuzzer's rate over it (same run)
+              "bare_loop_steps_per_s": round(total_steps / bare_s) if bare_s else 0,
+              "fuzzer_vs_bare": round(bare_s / total_s, 3) if total_s and bare_s else None,
+              "per_controller": rates}
     result.update(hostile_suite() if not args.no_hostile else {"hostile_cases": 0, "hostile_survived": 0})
     result["hot_path"] = aicirt.native.get_native().mode
     print(json.dumps(result))
