@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import struct
+import threading
 from typing import TYPE_CHECKING, Callable
 
 from . import fn_addr
 from .build import load_extension
+from .fallback import MAX_NESTED_IMPORTS, escaped_text
 from .types import CData, CLib
 
 if TYPE_CHECKING:
@@ -27,9 +29,25 @@ class Compiled:
         if size != ffi.sizeof("aicirt_slot"):
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
 
-        @ffi.def_extern(name="aicirt_py_import")
+        def on_error(exc_type: type, exc: BaseException, tb: object) -> int:
+            # an exception that left the handler: the sequence's fault (cffi would print it and return 0)
+            native.set_fault(tb.tb_frame.f_locals["slot"], escaped_text(exc, tb))  # type: ignore[attr-defined]
+            return 1
+
+        nesting = threading.local()
+
+        @ffi.def_extern(name="aicirt_py_import", onerror=on_error)
         def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi
-            return native.dispatch(index, slot, ctx, args)
+            depth = nesting.__dict__.get("depth", 0)
+            if depth >= MAX_NESTED_IMPORTS:   # fallback.py's trampoline: fail while there is room
+                native.set_fault(slot, f"host import failed: RecursionError: host imports nested over "
+                                       f"{MAX_NESTED_IMPORTS} deep (a cabi_realloc calling host imports)")
+                return 1
+            nesting.depth = depth + 1
+            try:
+                return native.dispatch(index, slot, ctx, args)
+            finally:
+                nesting.depth = depth
 
         self._py_import = py_import
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))

@@ -19,6 +19,21 @@ from .types import CData
 if TYPE_CHECKING:
     from . import Native
 
+# Host imports nested in one another on a thread (each cabi_realloc that calls a host import is
+# one level, about ten Python frames here): far below Python's recursion limit, far above any use.
+MAX_NESTED_IMPORTS = 16
+
+
+def escaped_text(exc: BaseException, tb: object) -> str:
+    """A fault for an exception that escaped a host import's handler, in the handler's own words
+    ("host import `name` failed: Type: message"); the name from the handler's frame if it ran."""
+    what = "host import"
+    while tb is not None:
+        what = tb.tb_frame.f_locals.get("what", what)  # type: ignore[attr-defined]
+        tb = tb.tb_next  # type: ignore[attr-defined]
+    return f"{what} failed: {type(exc).__name__}: {exc}"
+
+
 class Fallback:
     mode = "python"
 
@@ -26,15 +41,41 @@ class Fallback:
         self.native = native
         self.ffi, self.lib = native.wt, native.wtlib
 
-        @self.ffi.callback("wasm_trap_t *(void *, void *, wt_val_raw_t *, size_t)")
-        def trampoline(env: CData, caller: CData, args: CData, n: int) -> CData:
+        nesting = threading.local()
+
+        def fail(caller: CData, text: str) -> CData:
+            """The import's trap, with `text` as its sequence's fault."""
             ctx = self.lib.wasmtime_caller_context(caller)
             slot: CData = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
-            if not native.dispatch(int(self.ffi.cast("intptr_t", env)), slot, ctx, args):
-                return self.ffi.NULL
-            trap, slot.host_trap = slot.host_trap, self.ffi.NULL
-            return self.ffi.cast("wasm_trap_t *", trap) if trap != self.ffi.NULL else \
-                self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
+            native.set_fault(slot, text)
+            return self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
+
+        def on_error(exc_type: type, exc: BaseException, tb: object) -> CData:
+            # cffi's last word for an exception that left the trampoline (else it prints it and
+            # returns NULL: a success); the trampoline's own frame holds `caller`
+            return fail(tb.tb_frame.f_locals["caller"], escaped_text(exc, tb))  # type: ignore[attr-defined]
+
+        # types-cffi's onerror returns None; cffi uses its return value as the callback's
+        @self.ffi.callback("wasm_trap_t *(void *, void *, wt_val_raw_t *, size_t)",
+                           onerror=on_error)  # type: ignore[arg-type]
+        def trampoline(env: CData, caller: CData, args: CData, n: int) -> CData:
+            # a host import whose cabi_realloc calls host imports nests Python frames: fail it
+            # while there is room, not at Python's recursion limit, where the failure could not run
+            depth = nesting.__dict__.get("depth", 0)
+            if depth >= MAX_NESTED_IMPORTS:
+                return fail(caller, f"host import failed: RecursionError: host imports nested over "
+                                    f"{MAX_NESTED_IMPORTS} deep (a cabi_realloc calling host imports)")
+            nesting.depth = depth + 1
+            try:
+                ctx = self.lib.wasmtime_caller_context(caller)
+                slot: CData = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
+                if not native.dispatch(int(self.ffi.cast("intptr_t", env)), slot, ctx, args):
+                    return self.ffi.NULL
+                trap, slot.host_trap = slot.host_trap, self.ffi.NULL
+                return self.ffi.cast("wasm_trap_t *", trap) if trap != self.ffi.NULL else \
+                    self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
+            finally:
+                nesting.depth = depth
 
         # a cdata at run time (types-cffi says the decorated function); kept alive as long as this object
         self._trampoline: CData = trampoline
@@ -329,7 +370,7 @@ class PyVars:
             for name in self.order:
                 e = self.values[name]
                 tail = bytes(e.value[len(e.value) - e.pending_len:]) if e.pending == "append" else bytes(e.value)
-                out.append((e.writer, e.pending, name, tail))
+                out.append((e.writer, "append" if e.pending == "append" else "set", name, tail))
                 e.pending = None
             self.order = {}
             return out
