@@ -105,7 +105,7 @@ def read_tokens(mem: np.ndarray, ptr: int, n: int, vocab_size: int, what: str, b
     ids = mem[ptr:ptr + n * 4].view(np.uint32)
     if n and int(ids.max()) >= vocab_size:
         raise InvalidResult(f"{what}: token id {int(ids.max())} >= vocab size {vocab_size}")
-    return tuple(int(t) for t in ids)
+    return tuple(ids.tolist())   # in C: no Python step per token id
 
 
 def read_splices(mem: np.ndarray, ptr: int, n: int, k: int, vocab_size: int, capabilities: Capabilities,
@@ -113,13 +113,15 @@ def read_splices(mem: np.ndarray, ptr: int, n: int, k: int, vocab_size: int, cap
     if ptr + n * abi.SPLICE_SIZE > len(mem):
         raise InvalidResult(f"branch {k}: splice list [{ptr}, {ptr + n * abi.SPLICE_SIZE}) is outside linear memory")
     out = []
-    for j in range(n):
-        p = ptr + j * abi.SPLICE_SIZE
-        f = lambda off: int(mem[p + off:p + off + 4].view(np.uint32)[0])  # noqa: E731
+    # every record in one read (n is at most Limits.max_splices): five uint32 fields a splice
+    fields = mem[ptr:ptr + n * abi.SPLICE_SIZE].view(np.uint32).reshape(n, abi.SPLICE_SIZE // 4).tolist()
+    w = abi.SPLICE_WHEN_PTR // 4, abi.SPLICE_WHEN_LEN // 4, abi.SPLICE_BACKTRACK // 4, abi.SPLICE_FF_PTR // 4, \
+        abi.SPLICE_FF_LEN // 4
+    for j, rec in enumerate(fields):
         where = f"branch {k} splice {j}"
-        when = read_tokens(mem, f(abi.SPLICE_WHEN_PTR), f(abi.SPLICE_WHEN_LEN), vocab_size, where + " when-sampled", budget)
-        backtrack = f(abi.SPLICE_BACKTRACK)
-        ff = read_tokens(mem, f(abi.SPLICE_FF_PTR), f(abi.SPLICE_FF_LEN), vocab_size, where + " ff-tokens", budget)
+        when = read_tokens(mem, rec[w[0]], rec[w[1]], vocab_size, where + " when-sampled", budget)
+        backtrack = rec[w[2]]
+        ff = read_tokens(mem, rec[w[3]], rec[w[4]], vocab_size, where + " ff-tokens", budget)
         if when and not capabilities & Capabilities.CONDITIONAL_FF_TOKENS:
             raise InvalidResult(f"{where}: conditional splice but capability `conditional-ff-tokens` was not granted")
         if backtrack and not capabilities & Capabilities.BACKTRACK:

@@ -57,7 +57,12 @@ class Request(Owned):
         return self.vars.get(name)
 
     def take_var_changes(self) -> list[tuple[int, str, str, bytes]]:
-        """Variable changes since the last call: (seq_id, "set" | "append", name, value), in order."""
+        """Variable changes since the last call: (seq_id, "set" | "append", name, value), at most
+        one a name, in the order each name was first changed since the last call. Changes are
+        coalesced (host.c): a set after anything is one "set" of the whole value, appends after
+        appends one "append" of their concatenation; seq_id is the last sequence that changed it.
+        Applied in order, they give the variables' values. Changes not taken cost no memory
+        beyond the variables themselves (Limits.variable_bytes counts their native size)."""
         return self.vars.take_changes()
 
     def _release(self) -> None:

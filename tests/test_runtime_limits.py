@@ -170,14 +170,15 @@ def test_host_argument_limit(make_rt, scripted_wasm):
 
 
 def test_variable_limit(make_rt, scripted_wasm):
-    # each variable counts 32 bytes beside its name and value: "trace" 32+5+28 and "k" 32+1+40
-    # make 138 after the first step; the trace grows by 28 a step, so the second needs 166
-    runtime = make_rt(variable_bytes=160)
-    steps = var_set("k", "x" * 40, HEALTHY), var_set("k", "y" * 40, HEALTHY)
+    # variables count what host.c allocates for them: the first one's tables (16 entries of 52
+    # bytes, 16 hash slots of 4) make 896, then each name and value is its malloc chunk:
+    # "trace" 32 + 48 (28 bytes) and "k" 32 + 48 (40 bytes) make 1056 after the first step; the
+    # second step's trace (56 bytes: 64) and k (100 bytes: 112) would make 1136
+    runtime = make_rt(variable_bytes=1100)
+    steps = var_set("k", "x" * 40, HEALTHY), var_set("k", "y" * 100, HEALTHY)
     req = runtime.new_request(runtime.load(scripted_wasm), arg=script(*steps, HEALTHY))
     seq = req.spawn()
-    # the "trace" variable the scripted controller keeps counts too: take changes as an engine would
     assert runtime.submit([StepInput(seq, [1], None)]).wait().results[0].status == "ok"
-    req.take_var_changes()
+    assert req.vars.held == 1056
     r = runtime.submit([StepInput(seq, [1, 65], 65)]).wait().results[0]
     assert r.status == "error" and "Limits.variable_bytes" in r.error

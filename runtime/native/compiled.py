@@ -1,12 +1,15 @@
 """The compiled hot path: step.c's worker pool and host.c's native imports and variables."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import struct
+import threading
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from . import fn_addr
 from .build import load_extension
+from .fallback import MAX_NESTED_IMPORTS, escaped_text
 from .pool_stats import PoolStats
 from .types import CData, CLib
 
@@ -40,9 +43,25 @@ class Compiled:
         self.call_cpu_us = lib.aicirt_call_cpu_us
         self.call_own_us = lib.aicirt_call_own_us
 
-        @ffi.def_extern(name="aicirt_py_import")
+        def on_error(exc_type: type, exc: BaseException, tb: object) -> int:
+            # an exception that left the handler: the sequence's fault (cffi would print it and return 0)
+            native.set_fault(tb.tb_frame.f_locals["slot"], escaped_text(exc, tb))  # type: ignore[attr-defined]
+            return 1
+
+        nesting = threading.local()
+
+        @ffi.def_extern(name="aicirt_py_import", onerror=on_error)
         def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi
-            return native.dispatch(index, slot, ctx, args)
+            depth = nesting.__dict__.get("depth", 0)
+            if depth >= MAX_NESTED_IMPORTS:   # fallback.py's trampoline: fail while there is room
+                native.set_fault(slot, f"host import failed: RecursionError: host imports nested over "
+                                       f"{MAX_NESTED_IMPORTS} deep (a cabi_realloc calling host imports)")
+                return 1
+            nesting.depth = depth + 1
+            try:
+                return native.dispatch(index, slot, ctx, args)
+            finally:
+                nesting.depth = depth
 
         self._py_import = py_import
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
@@ -158,13 +177,21 @@ class CPool:
 
 
 class CVars:
-    """A request's variables in host.c (shared by its forks' worker threads; mutex inside)."""
+    """A request's variables in host.c (shared by its forks' worker threads; mutex inside).
+
+    `held` is what they take in native memory, as Limits.variable_bytes counts it (host.c's
+    accounting); the changes not yet taken are coalesced per name, so they add nothing to it."""
 
     def __init__(self, ffi: "CompiledFFI", lib: CLib, limit: int) -> None:
         self.ffi, self.lib, self.limit = ffi, lib, limit
         self.ptr = lib.aicirt_vars_new(limit)
         if self.ptr == ffi.NULL:
             raise MemoryError("request variables")
+
+    @property
+    def held(self) -> int:
+        """Bytes of native memory the variables take (names, values, tables; malloc overhead included)."""
+        return self.lib.aicirt_vars_held(self.ptr)
 
     def get(self, name: str) -> bytes | None:
         ffi = self.ffi
@@ -181,6 +208,7 @@ class CVars:
             self.lib.aicirt_free(copy[0])
 
     def set(self, seq_id: int, name: str, value: bytes, append: bool) -> None:
+        """Raises ValueError over Limits.variable_bytes, MemoryError out of host memory."""
         raw = name.encode("utf-8")
         would = self.ffi.new("uint64_t *")
         rc = self.lib.aicirt_vars_set(self.ptr, seq_id, raw, len(raw), value, len(value), int(append), would)
@@ -190,31 +218,45 @@ class CVars:
         if rc < 0:
             raise MemoryError("request variables")
 
-    def _read(self, n: int, out: CData) -> list[tuple[int, str, str, bytes]]:
+    def _records(self, take: "Callable[[CData, CData, CData], int]") -> list[tuple[int, str, str, bytes]]:
+        """host.c's record buffer, read in one copy."""
         ffi = self.ffi
-        try:
-            return [(c.seq_id, "append" if c.append else "set",
-                     bytes(ffi.buffer(c.name, c.name_len)).decode("utf-8"), bytes(ffi.buffer(c.value, c.len)))
-                    for c in (out[0][i] for i in range(n))]
-        finally:
-            if n:
-                self.lib.aicirt_vars_free_changes(out[0], n)
-
-    def take_changes(self) -> list[tuple[int, str, str, bytes]]:
-        out = self.ffi.new("aicirt_var_change **")
-        return self._read(self.lib.aicirt_vars_take(self.ptr, out), out)
-
-    def snapshot(self) -> dict[str, bytes]:
-        out = self.ffi.new("aicirt_var_change **")
-        n = self.lib.aicirt_vars_snapshot(self.ptr, out)
+        out, nbytes = ffi.new("uint8_t **"), ffi.new("uint64_t *")
+        n = take(self.ptr, out, nbytes)
         if n < 0:
             raise MemoryError("request variables")
         if n == 0:
+            return []
+        try:
+            data = bytes(ffi.buffer(out[0], nbytes[0]))
+        finally:
             self.lib.aicirt_free(out[0])
-            return {}
-        return {name: value for _, _, name, value in self._read(n, out)}
+        return parse_records(data, n)
+
+    def take_changes(self) -> list[tuple[int, str, str, bytes]]:
+        return self._records(self.lib.aicirt_vars_take)
+
+    def snapshot(self) -> dict[str, bytes]:
+        return {name: value for _, _, name, value in self._records(self.lib.aicirt_vars_snapshot)}
 
     def close(self) -> None:
         ptr, self.ptr = self.ptr, None
         if ptr is not None:
             self.lib.aicirt_vars_free(ptr)
+
+
+_HEAD = struct.Struct("<4I")
+
+
+def parse_records(data: bytes, n: int) -> list[tuple[int, str, str, bytes]]:
+    """host.c's records: (seq_id, "set" | "append", name, value), `n` of them."""
+    out = []
+    off, head = 0, _HEAD.unpack_from
+    for _ in range(n):
+        seq_id, append, nlen, vlen = head(data, off)
+        off += 16
+        name = data[off:off + nlen].decode("utf-8")
+        off += nlen
+        out.append((seq_id, "append" if append else "set", name, data[off:off + vlen]))
+        off += vlen
+    return out

@@ -22,8 +22,19 @@ from .types import CData
 if TYPE_CHECKING:
     from . import EditArrays, Native
 
-# Each variable and each change record counts this much beside its name and value (host.c's VAR_OVERHEAD).
-VAR_OVERHEAD = 32
+# Host imports nested in one another on a thread (each cabi_realloc that calls a host import is
+# one level, about ten Python frames here): far below Python's recursion limit, far above any use.
+MAX_NESTED_IMPORTS = 16
+
+
+def escaped_text(exc: BaseException, tb: object) -> str:
+    """A fault for an exception that escaped a host import's handler, in the handler's own words
+    ("host import `name` failed: Type: message"); the name from the handler's frame if it ran."""
+    what = "host import"
+    while tb is not None:
+        what = tb.tb_frame.f_locals.get("what", what)  # type: ignore[attr-defined]
+        tb = tb.tb_next  # type: ignore[attr-defined]
+    return f"{what} failed: {type(exc).__name__}: {exc}"
 
 
 class Fallback:
@@ -33,15 +44,41 @@ class Fallback:
         self.native = native
         self.ffi, self.lib = native.wt, native.wtlib
 
-        @self.ffi.callback("wasm_trap_t *(void *, void *, wt_val_raw_t *, size_t)")
-        def trampoline(env: CData, caller: CData, args: CData, n: int) -> CData:
+        nesting = threading.local()
+
+        def fail(caller: CData, text: str) -> CData:
+            """The import's trap, with `text` as its sequence's fault."""
             ctx = self.lib.wasmtime_caller_context(caller)
             slot: CData = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
-            if not native.dispatch(int(self.ffi.cast("intptr_t", env)), slot, ctx, args):
-                return self.ffi.NULL
-            trap, slot.host_trap = slot.host_trap, self.ffi.NULL
-            return self.ffi.cast("wasm_trap_t *", trap) if trap != self.ffi.NULL else \
-                self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
+            native.set_fault(slot, text)
+            return self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
+
+        def on_error(exc_type: type, exc: BaseException, tb: object) -> CData:
+            # cffi's last word for an exception that left the trampoline (else it prints it and
+            # returns NULL: a success); the trampoline's own frame holds `caller`
+            return fail(tb.tb_frame.f_locals["caller"], escaped_text(exc, tb))  # type: ignore[attr-defined]
+
+        # types-cffi's onerror returns None; cffi uses its return value as the callback's
+        @self.ffi.callback("wasm_trap_t *(void *, void *, wt_val_raw_t *, size_t)",
+                           onerror=on_error)  # type: ignore[arg-type]
+        def trampoline(env: CData, caller: CData, args: CData, n: int) -> CData:
+            # a host import whose cabi_realloc calls host imports nests Python frames: fail it
+            # while there is room, not at Python's recursion limit, where the failure could not run
+            depth = nesting.__dict__.get("depth", 0)
+            if depth >= MAX_NESTED_IMPORTS:
+                return fail(caller, f"host import failed: RecursionError: host imports nested over "
+                                    f"{MAX_NESTED_IMPORTS} deep (a cabi_realloc calling host imports)")
+            nesting.depth = depth + 1
+            try:
+                ctx = self.lib.wasmtime_caller_context(caller)
+                slot: CData = self.ffi.cast("aicirt_slot *", self.lib.wasmtime_context_get_data(ctx))
+                if not native.dispatch(int(self.ffi.cast("intptr_t", env)), slot, ctx, args):
+                    return self.ffi.NULL
+                trap, slot.host_trap = slot.host_trap, self.ffi.NULL
+                return self.ffi.cast("wasm_trap_t *", trap) if trap != self.ffi.NULL else \
+                    self.lib.wasmtime_trap_new(slot.fault, slot.fault_len)
+            finally:
+                nesting.depth = depth
 
         # a cdata at run time (types-cffi says the decorated function); kept alive as long as this object
         self._trampoline: CData = trampoline
@@ -417,44 +454,112 @@ _logs: dict[int, object] = {}   # slot address -> its log buffer (the fallback's
 _seen: dict[int, object] = {}   # slot address -> the buffer of tokens its controller saw
 
 
+def chunk(n: int) -> int:
+    """host.c's chunk(): the bytes glibc's malloc takes for an n-byte block (0 for none)."""
+    if not n:
+        return 0
+    if n >= 128 << 10:
+        return (n + 16 + 4095) & ~4095
+    return max(32, (n + 8 + 15) & ~15)
+
+
+# host.c's ENT_COST: sizeof(var_entry) (two pointers, seven uint32, padded to 48) and its uint32 in `order`
+ENT_COST = 48 + 4
+
+
+class _Var:
+    __slots__ = ("value", "cap", "pending", "pending_len", "writer")
+
+    def __init__(self) -> None:
+        self.value = bytearray()
+        self.cap = self.pending_len = self.writer = 0
+        self.pending: str | None = None   # None, "append" or "set": the change not yet taken
+
+
 class PyVars:
-    """host.c's aicirt_vars in Python: same accounting, same messages."""
+    """host.c's aicirt_vars in Python: the same accounting (held counts what host.c would
+    allocate, to the byte), the same coalescing of changes, the same messages."""
 
     ptr = None   # no native state: the slot's `vars` stays NULL
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.values: dict[str, bytes] = {}
-        self.changes: list[tuple[int, str, str, bytes]] = []
-        self.held = self.pending = 0
+        self.values: dict[str, _Var] = {}
+        self.order: dict[str, None] = {}   # changed since the last take, first change first
+        self.held = 0
+        self.ents_cap = self.slots_cap = 0
         self.lock = threading.Lock()
+
+    def _tables(self, ents_cap: int, slots_cap: int) -> int:
+        return ents_cap * ENT_COST + slots_cap * 4
 
     def get(self, name: str) -> bytes | None:
         with self.lock:
-            return self.values.get(name)
+            e = self.values.get(name)
+            return bytes(e.value) if e is not None else None
 
     def set(self, seq_id: int, name: str, value: bytes, append: bool) -> None:
-        n = len(name.encode("utf-8"))
+        """host.c's aicirt_vars_set. Raises ValueError over Limits.variable_bytes."""
         with self.lock:
-            old = self.values.get(name)
-            new = (old or b"") + value if append else value
-            held = self.held - (VAR_OVERHEAD + n + len(old) if old is not None else 0) + VAR_OVERHEAD + n + len(new)
-            pending = self.pending + VAR_OVERHEAD + n + len(value)
-            if held > self.limit or pending > self.limit:
-                raise ValueError(f"variables would take {max(held, pending)} bytes, over the limit of {self.limit} "
+            e = self.values.get(name)
+            held, vlen = self.held, len(value)
+            new_len = (len(e.value) if append and e is not None else 0) + vlen
+            ents_cap, slots_cap = self.ents_cap, self.slots_cap
+            if e is None:
+                n = len(self.values)
+                if n == ents_cap:
+                    ents_cap = ents_cap * 2 if ents_cap else 16
+                if (n + 1) * 4 > slots_cap * 3:
+                    slots_cap = slots_cap * 2 if slots_cap else 16
+                held += (self._tables(ents_cap, slots_cap) - self._tables(self.ents_cap, self.slots_cap)
+                         + chunk(len(name.encode("utf-8"))))
+            else:
+                held -= chunk(e.cap)
+            cap = new_len
+            if append and e is not None and new_len > e.cap:
+                want = e.cap * 2
+                room = self.limit - held if self.limit > held + chunk(new_len) else 0
+                if want > new_len and chunk(want) <= room:
+                    cap = want
+            elif e is not None and new_len <= e.cap and (append or new_len * 2 > e.cap):
+                cap = e.cap
+            held += chunk(cap)
+            if held > self.limit:
+                raise ValueError(f"variables would take {held} bytes, over the limit of {self.limit} "
                                  f"(Limits.variable_bytes)")
-            self.values[name] = new
-            self.held, self.pending = held, pending
-            self.changes.append((seq_id, "append" if append else "set", name, value))
+            if e is None:
+                e = self.values[name] = _Var()
+                self.ents_cap, self.slots_cap = ents_cap, slots_cap
+            e.cap = cap
+            if append:
+                e.value += value
+            else:
+                e.value = bytearray(value)
+            if e.pending is None:
+                self.order[name] = None
+                e.pending_len = 0
+            if not append:
+                e.pending = "set"
+            elif e.pending != "set":
+                e.pending, e.pending_len = "append", e.pending_len + vlen
+            e.writer = seq_id
+            self.held = held
 
     def take_changes(self) -> list[tuple[int, str, str, bytes]]:
+        """host.c's aicirt_vars_take: one record per variable changed since the last take."""
         with self.lock:
-            out, self.changes, self.pending = self.changes, [], 0
+            out = []
+            for name in self.order:
+                e = self.values[name]
+                tail = bytes(e.value[len(e.value) - e.pending_len:]) if e.pending == "append" else bytes(e.value)
+                out.append((e.writer, "append" if e.pending == "append" else "set", name, tail))
+                e.pending = None
+            self.order = {}
             return out
 
     def snapshot(self) -> dict[str, bytes]:
         with self.lock:
-            return dict(self.values)
+            return {name: bytes(e.value) for name, e in self.values.items()}
 
     def close(self) -> None:
         pass

@@ -6,10 +6,8 @@ _STEP_C = (Path(__file__).resolve().parent / "step.c").read_text()
 # The slot and wasmtime handle layouts, declared once in step.c between its CDEF markers.
 CDEF_SLOT = _STEP_C[_STEP_C.index("/* CDEF BEGIN */"):_STEP_C.index("/* CDEF END */")]
 
-# A variable change as host.c records it.
-CDEF_VARS = """
-typedef struct { uint32_t seq_id, append, name_len, len; uint8_t *name, *value; } aicirt_var_change;
-"""
+# host.c's variables are opaque to the fallback (it keeps its own in Python).
+CDEF_VARS = ""
 
 # step.c and host.c, compiled mode only.
 CDEF_STEP = """
@@ -46,9 +44,9 @@ void aicirt_vars_free(aicirt_vars *v);
 int aicirt_vars_set(aicirt_vars *v, uint32_t seq_id, const uint8_t *name, uint32_t nlen, const uint8_t *val,
                     uint32_t vlen, int append, uint64_t *would);
 int aicirt_vars_get(aicirt_vars *v, const uint8_t *name, uint32_t nlen, uint8_t **copy, uint32_t *len);
-size_t aicirt_vars_take(aicirt_vars *v, aicirt_var_change **out);
-int64_t aicirt_vars_snapshot(aicirt_vars *v, aicirt_var_change **out);
-void aicirt_vars_free_changes(aicirt_var_change *c, size_t n);
+uint64_t aicirt_vars_held(aicirt_vars *v);
+int64_t aicirt_vars_take(aicirt_vars *v, uint8_t **out, uint64_t *bytes);
+int64_t aicirt_vars_snapshot(aicirt_vars *v, uint8_t **out, uint64_t *bytes);
 void aicirt_free(void *p);
 void *aicirt_host_callback(int index);
 uint8_t *aicirt_ctx_memory(aicirt_slot *s, void *ctx, size_t *size);

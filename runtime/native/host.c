@@ -9,7 +9,7 @@
  * The Store's data pointer is the sequence's slot. A guest that passes something invalid gets a
  * trap whose message is also kept in its own slot (`fault`): never in a process-global place.
  * Variables live in one `aicirt_vars` per request (shared by its forks, guarded by a mutex);
- * every change is also recorded for the embedder to stream, in order.
+ * the changes not yet taken are marks on them, coalesced per name, for the embedder to stream.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -133,21 +133,48 @@ void aicirt_slot_release(aicirt_slot *s) {
 }
 
 /* ---- Variables --------------------------------------------------------------------------------- */
-/* Each variable and each change record counts this much beside its name and value, so that a
- * flood of empty appends is bounded by Limits.variable_bytes too. */
-#define VAR_OVERHEAD 32
+/* Accounting (Limits.variable_bytes) counts what the variables really take in native memory: the
+ * entry array, the hash slots and the pending-change order (their allocated capacity), and each
+ * name and value as the malloc chunk that holds it (glibc on 64-bit: 8 bytes of header, 16-byte
+ * granules, 32 at least; a chunk past the mmap threshold rounds to pages). fallback.py's PyVars
+ * computes the same numbers.
+ *
+ * Changes are coalesced per name between two takes, so the changes not yet taken cost nothing but
+ * a mark on the variable: a `set` after anything replaces the pending change (its value is then the
+ * variable's whole value), appends after appends concatenate (their value is the variable's tail).
+ * A take therefore writes at most one record per variable, in the order each was first changed
+ * since the last take, with the last writer's seq-id; it is one buffer (aicirt_vars_take). */
+#define PENDING_NONE 0
+#define PENDING_APPEND 1
+#define PENDING_SET 2
 
-typedef struct { uint8_t *name; uint8_t *value; uint32_t name_len, len, hash, used; } var_entry;
-typedef struct { uint32_t seq_id, append, name_len, len; uint8_t *name, *value; } aicirt_var_change;
+typedef struct {
+    uint8_t *name, *value;
+    uint32_t name_len, len, cap, hash;
+    uint32_t pending, pending_len, writer;   /* the change not yet taken */
+} var_entry;
 
 struct aicirt_vars {
     pthread_mutex_t mu;
-    var_entry *tab;
-    uint32_t cap, n;                 /* open addressing; cap a power of two; no deletion */
-    aicirt_var_change *changes;
-    size_t n_changes, changes_cap;
-    uint64_t held, pending, limit;
+    var_entry *ents;                 /* insertion order; indices are stable (no deletion) */
+    uint32_t *order;                 /* entries changed since the last take, first change first */
+    uint32_t *slots;                 /* open addressing over ents: index + 1, 0 empty; cap a power of two */
+    uint32_t n, ents_cap, slots_cap, n_order;
+    uint64_t held, limit;
 };
+
+#define ENT_COST (sizeof(var_entry) + sizeof(uint32_t))   /* an entry and its place in `order` */
+
+static uint64_t chunk(uint64_t n) {
+    if (!n) return 0;                                      /* nothing allocated */
+    if (n >= (128u << 10)) return (n + 16 + 4095) & ~(uint64_t)4095;
+    uint64_t c = (n + 8 + 15) & ~(uint64_t)15;
+    return c < 32 ? 32 : c;
+}
+
+static uint64_t tables_bytes(uint32_t ents_cap, uint32_t slots_cap) {
+    return (uint64_t)ents_cap * ENT_COST + (uint64_t)slots_cap * sizeof(uint32_t);
+}
 
 static uint32_t fnv1a(const uint8_t *p, uint32_t n) {
     uint32_t h = 2166136261u;
@@ -163,111 +190,137 @@ aicirt_vars *aicirt_vars_new(uint64_t limit) {
     return v;
 }
 
-static void free_changes(aicirt_var_change *c, size_t n) {
-    for (size_t i = 0; i < n; i++) { free(c[i].name); free(c[i].value); }
-    free(c);
-}
-
-void aicirt_vars_free_changes(aicirt_var_change *c, size_t n) { free_changes(c, n); }
-
 void aicirt_vars_free(aicirt_vars *v) {
     if (!v) return;
-    for (uint32_t i = 0; i < v->cap; i++)
-        if (v->tab[i].used) { free(v->tab[i].name); free(v->tab[i].value); }
-    free(v->tab);
-    free_changes(v->changes, v->n_changes);
+    for (uint32_t i = 0; i < v->n; i++) { free(v->ents[i].name); free(v->ents[i].value); }
+    free(v->ents);
+    free(v->order);
+    free(v->slots);
     pthread_mutex_destroy(&v->mu);
     free(v);
 }
 
-static var_entry *find(aicirt_vars *v, const uint8_t *name, uint32_t n, uint32_t h) {
-    if (!v->cap) return 0;
-    for (uint32_t i = h & (v->cap - 1);; i = (i + 1) & (v->cap - 1)) {
-        var_entry *e = &v->tab[i];
-        if (!e->used) return e;
-        if (e->hash == h && e->name_len == n && !memcmp(e->name, name, n)) return e;
+uint64_t aicirt_vars_held(aicirt_vars *v) {
+    pthread_mutex_lock(&v->mu);
+    uint64_t held = v->held;
+    pthread_mutex_unlock(&v->mu);
+    return held;
+}
+
+/* The slot for `name`: holding its entry's index + 1, or empty (0) where it would go. */
+static uint32_t *find(aicirt_vars *v, const uint8_t *name, uint32_t n, uint32_t h) {
+    for (uint32_t i = h & (v->slots_cap - 1);; i = (i + 1) & (v->slots_cap - 1)) {
+        uint32_t k = v->slots[i];
+        if (!k) return &v->slots[i];
+        var_entry *e = &v->ents[k - 1];
+        if (e->hash == h && e->name_len == n && !memcmp(e->name, name, n)) return &v->slots[i];
     }
 }
 
-static int grow_table(aicirt_vars *v) {
-    uint32_t cap = v->cap ? v->cap * 2 : 16;
-    var_entry *tab = calloc(cap, sizeof *tab);
-    if (!tab) return 0;
-    for (uint32_t i = 0; i < v->cap; i++) {
-        if (!v->tab[i].used) continue;
-        uint32_t j = v->tab[i].hash & (cap - 1);
-        while (tab[j].used) j = (j + 1) & (cap - 1);
-        tab[j] = v->tab[i];
+/* Room for one more entry (held already counts the new capacities); 0 when out of memory. */
+static int grow(aicirt_vars *v, uint32_t ents_cap, uint32_t slots_cap) {
+    if (ents_cap != v->ents_cap) {
+        var_entry *e = realloc(v->ents, ents_cap * sizeof *e);
+        if (!e) return 0;
+        v->ents = e;
+        uint32_t *o = realloc(v->order, ents_cap * sizeof *o);
+        if (!o) return 0;
+        v->order = o;
+        v->ents_cap = ents_cap;
     }
-    free(v->tab);
-    v->tab = tab;
-    v->cap = cap;
+    if (slots_cap != v->slots_cap) {
+        uint32_t *slots = calloc(slots_cap, sizeof *slots);
+        if (!slots) return 0;
+        for (uint32_t i = 0; i < v->n; i++) {
+            uint32_t j = v->ents[i].hash & (slots_cap - 1);
+            while (slots[j]) j = (j + 1) & (slots_cap - 1);
+            slots[j] = i + 1;
+        }
+        free(v->slots);
+        v->slots = slots;
+        v->slots_cap = slots_cap;
+    }
     return 1;
 }
 
-static uint8_t *bytes_dup(const uint8_t *p, uint32_t n) {
-    uint8_t *q = malloc(n ? n : 1);
-    if (q && n) memcpy(q, p, n);
-    return q;
-}
-
 /* Set or append. Returns 0, 1 when over the limit (*would: the bytes it would take), -1 when out
- * of memory. Nothing changes unless it returns 0. */
+ * of memory. Nothing changes unless it returns 0. Appends grow the value geometrically (amortised
+ * O(1) a byte), never past what the limit leaves. */
 int aicirt_vars_set(aicirt_vars *v, uint32_t seq_id, const uint8_t *name, uint32_t nlen, const uint8_t *val,
                     uint32_t vlen, int append, uint64_t *would) {
     uint32_t h = fnv1a(name, nlen);
     int rc = -1;
     pthread_mutex_lock(&v->mu);
-    if ((v->n + 1) * 4 > v->cap * 3 && !grow_table(v)) goto out;
-    var_entry *e = find(v, name, nlen, h);
-    uint64_t old = e->used ? (uint64_t)VAR_OVERHEAD + nlen + e->len : 0;
-    uint64_t new_len = (append && e->used ? e->len : 0) + (uint64_t)vlen;
-    uint64_t held = v->held - old + VAR_OVERHEAD + nlen + new_len;
-    uint64_t pending = v->pending + VAR_OVERHEAD + nlen + vlen;
-    if (held > v->limit || pending > v->limit) {
-        *would = held > pending ? held : pending;
+    uint32_t *slot = v->slots_cap ? find(v, name, nlen, h) : 0;
+    var_entry *e = slot && *slot ? &v->ents[*slot - 1] : 0;
+    uint64_t held = v->held, new_len = (append && e ? e->len : 0) + (uint64_t)vlen;
+    uint32_t ents_cap = v->ents_cap, slots_cap = v->slots_cap;
+    if (!e) {
+        if (v->n == ents_cap) ents_cap = ents_cap ? ents_cap * 2 : 16;
+        if ((uint64_t)(v->n + 1) * 4 > (uint64_t)slots_cap * 3) slots_cap = slots_cap ? slots_cap * 2 : 16;
+        held += tables_bytes(ents_cap, slots_cap) - tables_bytes(v->ents_cap, v->slots_cap) + chunk(nlen);
+    } else {
+        held -= chunk(e->cap);
+    }
+    uint64_t cap = new_len;
+    if (append && e && new_len > e->cap) {   /* geometric, within the limit */
+        uint64_t want = (uint64_t)e->cap * 2, room = v->limit > held + chunk(new_len) ? v->limit - held : 0;
+        if (want > new_len && chunk(want) <= room) cap = want;
+    } else if (e && new_len <= e->cap && (append || new_len * 2 > e->cap)) {
+        cap = e->cap;                     /* fits: keep the buffer */
+    }
+    held += chunk(cap);
+    if (held > v->limit) {
+        *would = held;
         rc = 1;
         goto out;
     }
-    if (new_len > UINT32_MAX) goto out;
-    if (v->n_changes == v->changes_cap) {
-        size_t cap = v->changes_cap ? v->changes_cap * 2 : 16;
-        aicirt_var_change *c = realloc(v->changes, cap * sizeof *c);
-        if (!c) goto out;
-        v->changes = c;
-        v->changes_cap = cap;
+    if (new_len > UINT32_MAX || cap > UINT32_MAX) goto out;
+    if (!e) {   /* whatever is allocated here is counted at once, even if a later step fails */
+        uint64_t before = tables_bytes(v->ents_cap, v->slots_cap);
+        int grown = grow(v, ents_cap, slots_cap);
+        v->held += tables_bytes(v->ents_cap, v->slots_cap) - before;
+        uint8_t *ename = grown && nlen ? malloc(nlen) : 0;
+        if (!grown || (nlen && !ename)) goto out;
+        if (nlen) memcpy(ename, name, nlen);
+        slot = find(v, name, nlen, h);
+        e = &v->ents[v->n];
+        *e = (var_entry){ename, 0, nlen, 0, 0, h, PENDING_NONE, 0, 0};
+        *slot = ++v->n;
+        v->held += chunk(nlen);   /* a new entry stays (empty) if its value cannot be allocated */
     }
-    uint8_t *cname = bytes_dup(name, nlen), *cval = bytes_dup(val, vlen);
-    uint8_t *value = malloc(new_len ? new_len : 1);
-    uint8_t *ename = e->used ? e->name : bytes_dup(name, nlen);
-    if (!cname || !cval || !value || !ename) {
-        free(cname); free(cval); free(value);
-        if (!e->used) free(ename);
-        goto out;
+    if (cap != e->cap) {   /* a set copies nothing old: a fresh block, exactly the size counted */
+        uint8_t *value = !cap ? 0 : append ? realloc(e->value, cap) : malloc(cap);
+        if (cap && !value) goto out;
+        if (!append || !cap) free(e->value);
+        e->value = value;
+        e->cap = (uint32_t)cap;
     }
-    if (append && e->used) memcpy(value, e->value, e->len);
-    memcpy(value + (new_len - vlen), val, vlen);
-    if (e->used) free(e->value);
-    else { e->used = 1; e->hash = h; e->name = ename; e->name_len = nlen; v->n++; }
-    e->value = value;
+    if (vlen) memcpy(e->value + (new_len - vlen), val, vlen);
     e->len = (uint32_t)new_len;
-    v->changes[v->n_changes++] = (aicirt_var_change){seq_id, (uint32_t)append, nlen, vlen, cname, cval};
+    if (e->pending == PENDING_NONE) {
+        v->order[v->n_order++] = (uint32_t)(e - v->ents);
+        e->pending_len = 0;
+    }
+    if (!append) e->pending = PENDING_SET;
+    else if (e->pending != PENDING_SET) { e->pending = PENDING_APPEND; e->pending_len += vlen; }
+    e->writer = seq_id;
     v->held = held;
-    v->pending = pending;
     rc = 0;
 out:
     pthread_mutex_unlock(&v->mu);
     return rc;
 }
-
 /* 1 and a malloc'd copy of the value (free with aicirt_free) if set, 0 if not, -1 out of memory. */
 int aicirt_vars_get(aicirt_vars *v, const uint8_t *name, uint32_t nlen, uint8_t **copy, uint32_t *len) {
     uint32_t h = fnv1a(name, nlen);
     int rc = 0;
     pthread_mutex_lock(&v->mu);
-    var_entry *e = find(v, name, nlen, h);
-    if (e && e->used) {
-        *copy = bytes_dup(e->value, e->len);
+    uint32_t *slot = v->slots_cap ? find(v, name, nlen, h) : 0;
+    if (slot && *slot) {
+        var_entry *e = &v->ents[*slot - 1];
+        *copy = malloc(e->len ? e->len : 1);
+        if (*copy && e->len) memcpy(*copy, e->value, e->len);
         *len = e->len;
         rc = *copy ? 1 : -1;
     }
@@ -275,33 +328,61 @@ int aicirt_vars_get(aicirt_vars *v, const uint8_t *name, uint32_t nlen, uint8_t 
     return rc;
 }
 
-/* The changes since the last take, in order (free with aicirt_vars_free_changes). */
-size_t aicirt_vars_take(aicirt_vars *v, aicirt_var_change **out) {
+/* Records of (uint32 seq_id, uint32 append, uint32 name_len, uint32 value_len, name, value), one
+ * after another in one malloc'd buffer (free with aicirt_free); *out NULL when there are none. */
+#define REC_HEAD 16
+
+static int64_t write_records(var_entry **es, uint32_t n, int changes, uint8_t **out, uint64_t *bytes) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += REC_HEAD + es[i]->name_len + (changes && es[i]->pending == PENDING_APPEND ? es[i]->pending_len : es[i]->len);
+    *out = 0;
+    *bytes = total;
+    if (!n) return 0;
+    uint8_t *buf = malloc(total), *p = buf;
+    if (!buf) return -1;
+    for (uint32_t i = 0; i < n; i++) {
+        var_entry *e = es[i];
+        int app = changes && e->pending == PENDING_APPEND;
+        uint32_t vlen = app ? e->pending_len : e->len, head[4] = {changes ? e->writer : 0, (uint32_t)app, e->name_len, vlen};
+        memcpy(p, head, REC_HEAD);
+        if (e->name_len) memcpy(p + REC_HEAD, e->name, e->name_len);
+        if (vlen) memcpy(p + REC_HEAD + e->name_len, e->value + (e->len - vlen), vlen);
+        p += REC_HEAD + e->name_len + vlen;
+    }
+    *out = buf;
+    return n;
+}
+
+/* The changes since the last take (coalesced per name, see above) as records; -1 when out of
+ * memory (nothing is taken then). */
+int64_t aicirt_vars_take(aicirt_vars *v, uint8_t **out, uint64_t *bytes) {
     pthread_mutex_lock(&v->mu);
-    size_t n = v->n_changes;
-    *out = v->changes;
-    v->changes = 0;
-    v->n_changes = v->changes_cap = 0;
-    v->pending = 0;
+    int64_t n = -1;
+    var_entry **es = malloc((v->n_order ? v->n_order : 1) * sizeof *es);
+    if (es) {
+        for (uint32_t i = 0; i < v->n_order; i++) es[i] = &v->ents[v->order[i]];
+        n = write_records(es, v->n_order, 1, out, bytes);
+        if (n >= 0) {
+            for (uint32_t i = 0; i < v->n_order; i++) es[i]->pending = PENDING_NONE;
+            v->n_order = 0;
+        }
+        free(es);
+    }
     pthread_mutex_unlock(&v->mu);
     return n;
 }
 
-/* Every variable as a change record (seq_id 0), for a snapshot; -1 when out of memory. */
-int64_t aicirt_vars_snapshot(aicirt_vars *v, aicirt_var_change **out) {
-    int64_t n = 0;
+/* Every variable as a record (seq_id 0, set), for a snapshot; -1 when out of memory. */
+int64_t aicirt_vars_snapshot(aicirt_vars *v, uint8_t **out, uint64_t *bytes) {
     pthread_mutex_lock(&v->mu);
-    aicirt_var_change *c = calloc(v->n ? v->n : 1, sizeof *c);
-    if (!c) { n = -1; goto out; }
-    for (uint32_t i = 0; i < v->cap; i++) {
-        var_entry *e = &v->tab[i];
-        if (!e->used) continue;
-        c[n] = (aicirt_var_change){0, 0, e->name_len, e->len, bytes_dup(e->name, e->name_len), bytes_dup(e->value, e->len)};
-        if (!c[n].name || !c[n].value) { free_changes(c, (size_t)n + 1); n = -1; goto out; }
-        n++;
+    int64_t n = -1;
+    var_entry **es = malloc((v->n ? v->n : 1) * sizeof *es);
+    if (es) {
+        for (uint32_t i = 0; i < v->n; i++) es[i] = &v->ents[i];
+        n = write_records(es, v->n, 0, out, bytes);
+        free(es);
     }
-    *out = c;
-out:
     pthread_mutex_unlock(&v->mu);
     return n;
 }

@@ -1,11 +1,16 @@
 """Optional backend: a GGUF model through llama-cpp-python (`pip install aicirt[llamacpp]`).
 
-Not exercised in CI: llama-cpp-python builds from source (about 15 minutes). It is imported only
-when this backend is asked for (`--model llamacpp:FILE.gguf`).
+Not exercised in CI: llama-cpp-python builds from source (about 6-15 minutes); `make test-slow`
+builds it (`make setup-llamacpp`, with -DGGML_NATIVE=OFF: a native build dies with SIGILL on
+some VMs) and runs tests/test_llamacpp.py. It is imported only when this backend is asked for
+(`--model llamacpp:FILE.gguf`).
 
 Design: one llama.cpp context holds one sequence at a time. Each cache is the sequence's token
 list; a forward first rewinds the context to the longest prefix it shares with that list (which
-`Llama.eval` trims from the KV cache) and evaluates the rest. One sequence decodes at about
+`Llama.eval` trims from the KV cache) and evaluates the rest. The next-token logits are read from
+the context itself (`llama_get_logits_ith(ctx, -1)`, the last evaluated token): with
+`logits_all=False`, llama-cpp-python 0.3.x never fills `Llama.scores[n_tokens - 1]`, which
+read as all zeros (every greedy step took the lowest allowed token). One sequence decodes at about
 13 ms/token for SmolLM2-135M; forks and interleaved requests re-evaluate from their common
 prefix when they take turns, so for many forks prefer the transformers backend.
 """
@@ -98,10 +103,18 @@ class LlamaCppBackend(Backend):
             common = min(common, len(target) - 1)  # always evaluate at least the last token
             self.llm.n_tokens = common              # eval() trims the KV cache from n_tokens on
             self.llm.eval(target[common:])
-            out[i] = self.llm.scores[self.llm.n_tokens - 1]
+            out[i] = self._last_logits()
             cache.state = target
             cache.length = len(target)
         return out
+
+    def _last_logits(self) -> np.ndarray:
+        """The logits after the last evaluated token (a view of llama.cpp's buffer: copy it)."""
+        import llama_cpp
+        ptr = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+        if not ptr:
+            raise RuntimeError("llama.cpp returned no logits for the last token")
+        return np.ctypeslib.as_array(ptr, shape=(self.vocab_size,))
 
     def backtrack(self, cache: KVCache, length: int) -> None:
         self._check_backtrack(cache, length)
