@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import wasmtime
 
-from . import abi
 from .errors import ControllerError
 from .native import instance
 from .native.types import CData
@@ -93,21 +92,13 @@ class Sequence(Owned):
         instance.bind(native, slot, self.store)
         rt._register(self)
         try:
-            self.instance: wasmtime.Instance | None = rt._instance_pre(request.controller).instantiate(self.store)
+            self.instance: wasmtime.Instance | None
+            self.instance, memory, self._globals = instance.instantiate(
+                native, slot, rt._instance_pre(request.controller), self.store, request.controller)
         except Exception as e:  # start function trapped, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
-        ex = self.instance.exports(self.store)
-        memory = ex["memory"]
-        assert isinstance(memory, wasmtime.Memory)   # the loader checked the export
         self.memory: wasmtime.Memory | None = memory
-        self._globals = {idx: ex[name] for idx, name in request.controller.globals.items()}
-        instance.bind_exports(native, slot, {
-            "f_realloc": ex[abi.EXPORT_REALLOC],
-            "f_mid": ex[abi.EXPORT_MID_PROCESS],
-            "f_post": ex[abi.EXPORT_POST] if request.controller.has_post else None,
-            "f_init": ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None,
-        }, self.memory)
 
     def _describe(self) -> str:
         return f"sequence {self.id}"
@@ -228,9 +219,11 @@ class Sequence(Owned):
                 child = Sequence(self.request)
                 children.append(child)
                 assert self.store and self.memory and child.store and child.memory   # all open here
-                instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
+                instance.copy_state(self._native, self.request.controller, self.store, self.memory, self._globals,
+                                    child.store, child.memory, child._globals)
                 child.seen = list(self.seen)
                 child.calls = self.calls
+                child.slot.needs_init = self.slot.needs_init   # the copied state has run _initialize if the parent's had
                 self._native.copy_pending_post(self.slot, child.slot)
         except Exception as e:
             for child in children:
