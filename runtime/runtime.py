@@ -23,8 +23,9 @@ from .controller import Controller, Source, load_controller
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
-from .native.engine_config import make_engine
+from .native.engine_config import KEEP_RESIDENT, make_engine
 from .native.linker import define_imports
+from .native.resident import ResidentSlots
 from .owned import Owned
 from .paths import user_cache_dir
 from .request import Request
@@ -88,6 +89,8 @@ class Runtime(Owned):
         self.eos_token = int(eos) if eos is not None else 0
         self.mask_words = (self.vocab_size + 31) // 32
         self.engine = make_engine(self.limits.stack_bytes, self.limits.memory_bytes, max_sequences)
+        # what freed pooled slots keep resident: bounded, and given back when idle
+        self.resident = ResidentSlots(self.limits.resident_bytes, self.limits.resident_idle_s, KEEP_RESIDENT)
         self.engine_key = hashlib.sha256(
             f"wasmtime-{importlib.metadata.version('wasmtime')}"
             f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]
@@ -199,6 +202,7 @@ class Runtime(Owned):
             seqs = list(self._seqs.values())
         for seq in seqs:
             seq._free()
+        self.resident.close()
         self._pres.clear()
         for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
             ctrl._release()

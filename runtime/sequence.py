@@ -91,10 +91,13 @@ class Sequence(Owned):
         self.store.set_epoch_deadline(self._ticks_first)   # a start function runs under the first-call limit
         instance.bind(native, slot, self.store)
         rt._register(self)
+        resident = rt.resident
         try:
             self.instance: wasmtime.Instance | None
-            self.instance, memory, self._globals = instance.instantiate(
-                native, slot, rt._instance_pre(request.controller), self.store, request.controller)
+            with resident.lock:   # a slot is taken and recorded as taken at once (resident.py)
+                self.instance, memory, self._globals = instance.instantiate(
+                    native, slot, rt._instance_pre(request.controller), self.store, request.controller)
+                resident.taken(instance.memory_base(memory, self.store))
         except Exception as e:  # start function trapped, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
@@ -261,10 +264,16 @@ class Sequence(Owned):
         self.mask_buffer = None
         self._final_log = self._native.log_bytes(self.slot)
         self.runtime._unregister(self)
+        store, memory, self.store = self.store, getattr(self, "memory", None), None   # no memory: instantiation failed
         self.instance = self.memory = None
         self._globals = {}
         self._release_slot()
-        store, self.store = self.store, None
-        if store is not None:
+        if store is not None and memory is not None:
+            resident = self.runtime.resident
+            base, size = instance.memory_base(memory, store), memory.data_len(store)
+            with resident.lock:   # the slot is freed and recorded as free at once (resident.py)
+                store.close()
+                resident.freed(base, size)
+        elif store is not None:
             store.close()
 

@@ -110,7 +110,8 @@ def _offset(native: "Native", field: str) -> int:
     return off
 
 
-def _base(memory: wasmtime.Memory, store: wasmtime.Store) -> int:
+def memory_base(memory: wasmtime.Memory, store: wasmtime.Store) -> int:
+    """The address of linear memory's byte 0 (with the pooling allocator: its slot's base)."""
     return ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value or 0
 
 
@@ -125,11 +126,11 @@ def copy_state(native: "Native", controller: "Controller",
     wasmtime.WasmtimeError if the copy cannot be made (e.g. memory cannot grow)."""
     plan = _plan(controller)
     if plan.image is None:   # a fresh instance's nonzero pages: the data image, the same for every instance
-        plan.image = native.nonzero_extent(_base(dst_memory, dst), dst_memory.data_len(dst))
+        plan.image = native.nonzero_extent(memory_base(dst_memory, dst), dst_memory.data_len(dst))
     grow = src_memory.size(src) - dst_memory.size(dst)
     if grow > 0:
         dst_memory.grow(dst, grow)
-    written = native.copy_changed(_base(dst_memory, dst), _base(src_memory, src), src_memory.data_len(src), plan.image)
+    written = native.copy_changed(memory_base(dst_memory, dst), memory_base(src_memory, src), src_memory.data_len(src), plan.image)
     # Raw value copies: the globals are numeric (the rewriter refuses others), and wasmtime-py's
     # Global.value/set_value cost ~10 µs each through Val objects.
     raw = wt_ffi.wasmtime_val_t()

@@ -24,6 +24,8 @@ DESCRIPTIONS = {
     "aicirt_queue_depth": ("gauge", "Requests admitted and waiting to join the batch."),
     "aicirt_running_requests": ("gauge", "Requests in the running batch."),
     "aicirt_live_sequences": ("gauge", "Sequences the engine is decoding."),
+    "aicirt_resident_slot_bytes": ("gauge", "Linear memory freed pooled slots keep resident for reuse "
+                                            "(at most Limits.resident_bytes; given back when idle)."),
 }
 
 
