@@ -69,6 +69,8 @@ class Runtime(Owned):
     compiled modules (None: the user cache dir; False: no disk cache); `max_sequences` the live
     instances the pooling allocator has slots for; `prebuild_trie` builds the vocabulary's token
     trie (for the `token-trie` import; ~1 s at 150k tokens) on a background thread right away.
+    `resident` (:class:`~aicirt.native.resident.ResidentSlots`) is what freed pooled slots keep
+    resident for reuse (bounded by `Limits.resident_bytes`, given back when idle).
     Raises ValueError for a bad tokenizer or settings. Use after `close()` raises ValueError.
     """
 

@@ -9,7 +9,9 @@ slot (by the base address of its memory) and
 * bounds what freed slots hold together by ``Limits.resident_bytes``: past it, the slots freed
   longest ago are given back at once;
 * gives back everything freed slots hold once the runtime has made or freed no instance for
-  ``Limits.resident_idle_s`` (a daemon thread checks a few times a period).
+  ``Limits.resident_idle_s`` (a daemon thread checks a few times a period), and then also the
+  free pages of the C heap (glibc's ``malloc_trim``): a burst's Stores, variables and logs are
+  malloc'd, and glibc keeps what they freed (its mmap threshold rises after a large free).
 
 Giving back is ``madvise(MADV_DONTNEED)`` over the slot's reset memory: its contents do not change
 (zeros, or the module's copy-on-write image, which the kernel maps back), only the pages leave
@@ -30,12 +32,16 @@ from collections import OrderedDict
 
 _PAGE = mmap.PAGESIZE
 _MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
-_madvise = None
+_madvise = _malloc_trim = None
 if sys.platform.startswith("linux") and _MADV_DONTNEED is not None:
     _libc = ctypes.CDLL(None, use_errno=True)
     _madvise = _libc.madvise
     _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     _madvise.restype = ctypes.c_int
+    _malloc_trim = getattr(_libc, "malloc_trim", None)   # glibc; not musl
+    if _malloc_trim is not None:
+        _malloc_trim.argtypes = [ctypes.c_size_t]
+        _malloc_trim.restype = ctypes.c_int
 
 
 def give_back(base: int, size: int) -> bool:
@@ -71,6 +77,7 @@ class ResidentSlots:
         self._held = 0
         self._given_back = 0
         self._last_activity = time.monotonic()
+        self._active = False          # an instance made or freed since the last idle trim
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -81,12 +88,14 @@ class ResidentSlots:
         if held is not None:
             self._held -= held
         self._last_activity = time.monotonic()
+        self._active = True
 
     def freed(self, base: int, memory_bytes: int) -> None:
         """The slot at `base` was freed (its Store closed) with `memory_bytes` of linear memory:
         wasmtime keeps min(that, keep_resident) of it. Past the budget, the oldest go back now."""
         held = min(memory_bytes, self.keep_resident)
         self._last_activity = time.monotonic()
+        self._active = True
         if held <= 0:
             return
         self._held += held - self._free.pop(base, 0)
@@ -124,8 +133,12 @@ class ResidentSlots:
 
     def _trim_if_idle(self) -> None:
         with self.lock:
-            if self._free and time.monotonic() - self._last_activity >= self.idle_s:
-                self._trim_locked(0)
+            if not (self._active and time.monotonic() - self._last_activity >= self.idle_s):
+                return
+            self._active = False
+            self._trim_locked(0)
+        if _malloc_trim is not None:
+            _malloc_trim(0)
 
     def _start_idle_thread(self) -> None:
         if self._thread is None and not self._closed.is_set():
