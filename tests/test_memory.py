@@ -186,3 +186,26 @@ def test_resident_settings_are_validated():
     slots = ResidentSlots(0, 1.0, MIB)
     slots.close()
     slots.close()   # idempotent
+
+
+def test_large_freed_buffers_go_back_to_the_os():
+    """glibc raises its mmap threshold after a large free unless pinned: the next large buffer
+    then comes from the heap and stays resident once freed (the variable floods' RSS growth)."""
+    import ctypes
+
+    from aicirt.native import resident
+    aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False).close()   # a Runtime pins it
+    if not resident.pin_mmap_threshold():
+        pytest.skip("not glibc on Linux")
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    first = libc.malloc(16 * MIB)
+    ctypes.memset(first, 1, 16 * MIB)
+    libc.free(first)                       # unpinned, this would raise the threshold to 16 MiB
+    before = rss_bytes()
+    second = libc.malloc(16 * MIB)
+    ctypes.memset(second, 1, 16 * MIB)
+    libc.free(second)
+    assert rss_bytes() - before < 8 * MIB

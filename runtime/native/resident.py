@@ -11,7 +11,8 @@ slot (by the base address of its memory) and
 * gives back everything freed slots hold once the runtime has made or freed no instance for
   ``Limits.resident_idle_s`` (a daemon thread checks a few times a period), and then also the
   free pages of the C heap (glibc's ``malloc_trim``): a burst's Stores, variables and logs are
-  malloc'd, and glibc keeps what they freed (its mmap threshold rises after a large free).
+  malloc'd, and glibc keeps what they freed. For the same reason a Runtime pins glibc's mmap
+  threshold at its default (:func:`pin_mmap_threshold`), so that large freed buffers go back.
 
 Giving back is ``madvise(MADV_DONTNEED)`` over the slot's reset memory: its contents do not change
 (zeros, or the module's copy-on-write image, which the kernel maps back), only the pages leave
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import sys
 import threading
 import time
@@ -42,6 +44,31 @@ if sys.platform.startswith("linux") and _MADV_DONTNEED is not None:
     if _malloc_trim is not None:
         _malloc_trim.argtypes = [ctypes.c_size_t]
         _malloc_trim.restype = ctypes.c_int
+
+_M_MMAP_THRESHOLD = -3          # glibc's mallopt parameter
+_MMAP_THRESHOLD = 128 << 10     # glibc's default, pinned
+_pinned = False
+
+
+def pin_mmap_threshold() -> bool:
+    """Keep glibc's mmap threshold at its default (128 KiB) instead of letting it rise: by
+    default, freeing one large mmapped buffer raises the threshold to that size (up to 32 MiB),
+    after which large buffers (a flood of variables, a huge text to tokenize) come from the heap
+    and stay there once freed, fragmenting it (+20 MiB RSS from a few variable floods, measured
+    with bench/hostile_soak.py's mix). Pinned, each is its own mapping and goes back at free.
+    Once per process, glibc only, and not where the user set the threshold (MALLOC_MMAP_THRESHOLD_
+    or GLIBC_TUNABLES). Returns whether it is pinned."""
+    global _pinned
+    if _pinned:
+        return True
+    if _madvise is None or "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get(
+            "GLIBC_TUNABLES", ""):
+        return False
+    mallopt = getattr(_libc, "mallopt", None)
+    if mallopt is not None:
+        mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        _pinned = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) == 1
+    return _pinned
 
 
 def give_back(base: int, size: int) -> bool:
@@ -72,6 +99,7 @@ class ResidentSlots:
         self.budget_bytes = budget_bytes
         self.idle_s = idle_s
         self.keep_resident = keep_resident
+        pin_mmap_threshold()
         self.lock = threading.Lock()
         self._free: OrderedDict[int, int] = OrderedDict()   # base address -> bytes held, oldest first
         self._held = 0
