@@ -26,14 +26,20 @@ VAR_OVERHEAD = 32
 PAGE = 4096   # pages.c's AICIRT_PAGE
 
 
+_pagemap_fd: int | None = None
+
+
 def _backed(addr: int, pages: int) -> np.ndarray:
     """pages.c's aicirt_page_backed for `pages` pages from `addr`: present or swapped (all True
     where /proc/self/pagemap cannot be read)."""
+    global _pagemap_fd
+    raw = b""
     try:
-        with open("/proc/self/pagemap", "rb", buffering=0) as f:
-            raw = os.pread(f.fileno(), 8 * pages, 8 * (addr // PAGE))
+        if _pagemap_fd is None:
+            _pagemap_fd = os.open("/proc/self/pagemap", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        raw = os.pread(_pagemap_fd, 8 * pages, 8 * (addr // PAGE))
     except OSError:
-        raw = b""
+        pass
     if len(raw) != 8 * pages or os.sysconf("SC_PAGESIZE") != PAGE:
         return np.ones(pages, dtype=bool)
     return (np.frombuffer(raw, dtype=np.uint64) >> np.uint64(62)) != 0
@@ -76,7 +82,10 @@ class Fallback:
             return 0
         s, d = _pages(src, n), _pages(dst, n)
         changed = _backed(src, n // PAGE)
-        changed[changed] = s[changed].any(axis=1)
+        if changed.all():
+            changed = s.max(axis=1) != 0          # a SIMD reduction, no temporary of the memory's size
+        elif changed.any():
+            changed[changed] = s[changed].max(axis=1) != 0
         lo, hi = image[0] // PAGE, -(-image[1] // PAGE)
         if hi > lo:
             changed[lo:hi] = (s[lo:hi] != d[lo:hi]).any(axis=1)
