@@ -92,7 +92,8 @@ class Runtime(Owned):
         self.mask_words = (self.vocab_size + 31) // 32
         self.engine = make_engine(self.limits.stack_bytes, self.limits.memory_bytes, max_sequences)
         # what freed pooled slots keep resident: bounded, and given back when idle
-        self.resident = ResidentSlots(self.limits.resident_bytes, self.limits.resident_idle_s, KEEP_RESIDENT)
+        self.resident = ResidentSlots(self.limits.resident_bytes, self.limits.resident_idle_s, KEEP_RESIDENT,
+                                      pool=self.engine)
         self.engine_key = hashlib.sha256(
             f"wasmtime-{importlib.metadata.version('wasmtime')}"
             f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]

@@ -86,12 +86,13 @@ class ResidentSlots:
 
     `budget_bytes` (>= 0) bounds what they hold together; `idle_s` (> 0) is how long the runtime
     must make and free no instance before all of it is given back; `keep_resident` is what
-    wasmtime keeps of each freed slot (bytes). :meth:`taken` and :meth:`freed` must be called
+    wasmtime keeps of each freed slot (bytes); `pool` the Engine whose slots these are (kept
+    alive until :meth:`close`). :meth:`taken` and :meth:`freed` must be called
     with :attr:`lock` held, together with the instantiation or the Store's close they record.
     Raises ValueError for a negative budget or a non-positive idle time.
     """
 
-    def __init__(self, budget_bytes: int, idle_s: float, keep_resident: int) -> None:
+    def __init__(self, budget_bytes: int, idle_s: float, keep_resident: int, pool: object = None) -> None:
         if budget_bytes < 0:
             raise ValueError(f"resident budget must be >= 0 bytes, got {budget_bytes!r}")
         if not idle_s > 0:
@@ -99,6 +100,9 @@ class ResidentSlots:
         self.budget_bytes = budget_bytes
         self.idle_s = idle_s
         self.keep_resident = keep_resident
+        # The pool's owner (the wasmtime Engine), held so that its slots stay mapped for as long as
+        # a trim may touch them: madvise over an unmapped and reused range would zero live memory.
+        self._pool = pool
         pin_mmap_threshold()
         self.lock = threading.Lock()
         self._free: OrderedDict[int, int] = OrderedDict()   # base address -> bytes held, oldest first
@@ -124,7 +128,7 @@ class ResidentSlots:
         held = min(memory_bytes, self.keep_resident)
         self._last_activity = time.monotonic()
         self._active = True
-        if held <= 0:
+        if held <= 0 or self._closed.is_set():
             return
         self._held += held - self._free.pop(base, 0)
         self._free[base] = held
@@ -176,10 +180,15 @@ class ResidentSlots:
             self._thread.start()
 
     def close(self) -> None:
-        """Stop the idle watch (idempotent); what freed slots hold goes with the engine."""
+        """Stop the idle watch and forget the freed slots (idempotent): nothing is given back
+        after this, so the engine may go; what freed slots hold goes with it."""
         self._closed.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+        with self.lock:
+            self._free.clear()
+            self._held = 0
+            self._pool = None
 
 
 def _watch_idle(ref: "weakref.ref[ResidentSlots]", closed: threading.Event, period_s: float) -> None:
