@@ -2,7 +2,10 @@
 
 Each mask row (uint32 words, xgrammar's/AICI's bit layout) becomes an additive bias row of the
 logits' width, dtype and device: 0 where the token is allowed, -inf where not (and past the
-mask's width: models often pad their vocabulary). A row is masked with one in-place `add_`.
+mask's width: models often pad their vocabulary). A row is masked with one in-place add (numpy's
+for CPU float32 logits, which runs on the calling thread: torch's `add_` splits a row over its
+OpenMP pool, and on a loaded machine the step then waits for descheduled threads, ms a row;
+torch's `add_` elsewhere, e.g. on a GPU). A logit of +inf where the mask disallows becomes NaN.
 Building a bias costs one `np.unpackbits` and one integer multiply (the bit pattern of -inf is
 written directly); :class:`MaskBiases` keeps built biases by mask content, so a mask the
 controller has cached (the same words again) costs a hash of its words and the `add_` only.
@@ -47,34 +50,51 @@ class MaskBiases:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
         self._key: tuple = ()
-        self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self._rows: OrderedDict[bytes, tuple[torch.Tensor, np.ndarray | None]] = OrderedDict()
         self.hits = self.misses = 0
 
     def bias(self, words: np.ndarray, logits: torch.Tensor) -> torch.Tensor:
         """The bias row of `words` for `logits`' width, dtype and device."""
+        return self._entry(words, logits)[0]
+
+    def _entry(self, words: np.ndarray, logits: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
+        """(the bias as a tensor, the same memory as a float32 numpy array where it is one)."""
         key = (logits.shape[1], logits.dtype, logits.device)
         if key != self._key:
             self._key, self._rows = key, OrderedDict()
         content = words.tobytes()
-        row = self._rows.get(content)
-        if row is not None:
+        entry = self._rows.get(content)
+        if entry is not None:
             self._rows.move_to_end(content)
             self.hits += 1
-            return row
+            return entry
         self.misses += 1
         row = torch.from_numpy(mask_bias(words, logits.shape[1])).to(device=logits.device, dtype=logits.dtype)
+        entry = (row, row.numpy() if _numpy_ok(row) else None)
         size = row.numel() * row.element_size()
         if size <= self.max_bytes:
             while self._rows and (len(self._rows) + 1) * size > self.max_bytes:
                 self._rows.popitem(last=False)
-            self._rows[content] = row
-        return row
+            self._rows[content] = entry
+        return entry
+
+
+def _numpy_ok(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.dtype == torch.float32 and not t.requires_grad
 
 
 def mask_rows(logits: torch.Tensor, rows: list[int], masks: np.ndarray, biases: MaskBiases | None = None) -> None:
     """Set `logits[rows[k], t] = -inf` wherever bit t of `masks[k]` is clear (and past the mask's
     width), in place; `biases` keeps the built bias rows between calls (None: built each call)."""
     biases = biases if biases is not None else MaskBiases(0)
+    if _numpy_ok(logits):
+        # numpy on CPU float32: one thread, no OpenMP parallel region (torch splits a 49k-element
+        # add over its pool, which on a loaded machine waits for descheduled threads: ms a row)
+        view = logits.numpy()
+        for k, r in enumerate(rows):
+            out = view[r]
+            np.add(out, biases._entry(masks[k], logits)[1], out=out)
+        return
     for k, r in enumerate(rows):
         logits[r].add_(biases.bias(masks[k], logits))
 
