@@ -57,6 +57,14 @@ class MaskBiases:
         """The bias row of `words` for `logits`' width, dtype and device."""
         return self._entry(words, logits)[0]
 
+    def array(self, words: np.ndarray, logits: torch.Tensor) -> np.ndarray:
+        """The same row as a float32 numpy array (sharing its memory). Raises ValueError unless
+        `logits` is a CPU float32 tensor."""
+        row = self._entry(words, logits)[1]
+        if row is None:
+            raise ValueError(f"a numpy bias needs CPU float32 logits, got {logits.dtype} on {logits.device}")
+        return row
+
     def _entry(self, words: np.ndarray, logits: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
         """(the bias as a tensor, the same memory as a float32 numpy array where it is one)."""
         key = (logits.shape[1], logits.dtype, logits.device)
@@ -93,7 +101,7 @@ def mask_rows(logits: torch.Tensor, rows: list[int], masks: np.ndarray, biases: 
         view = logits.numpy()
         for k, r in enumerate(rows):
             out = view[r]
-            np.add(out, biases._entry(masks[k], logits)[1], out=out)
+            np.add(out, biases.array(masks[k], logits), out=out)
         return
     for k, r in enumerate(rows):
         logits[r].add_(biases.bias(masks[k], logits))
