@@ -201,35 +201,54 @@ def rm(names: tuple[str, ...], server: str | None, api_key: str | None, store: s
 
 # --- serve ----------------------------------------------------------------------------------------
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=4242, show_default=True)
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A settings file (TOML or JSON): setting names as below (max_batch = 8), limits in a "
+                   "[limits] table. Flags and the environment win over it.")
+@click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="[default: 4242]")
 @click.option("--model", "-m", default=None, help="As for `aicirt run` (default: smollm2; scripted for tests).")
 @click.option("--api-key", envvar="AICIRT_API_KEY", default=None,
               help="Require this key (header `api-key` or `Authorization: Bearer`) [env AICIRT_API_KEY].")
-@click.option("--allow-remote", is_flag=True, help="Listen on a non-loopback address without an API key.")
+@click.option("--allow-remote", is_flag=True, default=None,
+              help="Listen on a non-loopback address without an API key.")
 @click.option("--store", type=click.Path(file_okay=False), default=None,
               help="Controller store folder [env AICIRT_STORE; default: the user's data folder].")
-@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Requests decoding at once.")
-@click.option("--max-queue", type=click.IntRange(min=0), default=256, show_default=True,
-              help="Requests waiting beyond those; more get 503 with Retry-After.")
-@click.option("--max-context", type=click.IntRange(min=2), default=None,
-              help="Prompt + generated tokens per sequence (default: the model's).")
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Controller threads.")
-def serve(host: str, port: int, model: str | None, api_key: str | None, allow_remote: bool, store: str | None,
-          max_batch: int, max_queue: int, max_context: int | None, workers: int) -> None:
+@click.option("--max-batch", type=int, default=None, help="Requests decoding at once [default: 64].")
+@click.option("--max-queue", type=int, default=None,
+              help="Requests waiting beyond those; more get 503 with Retry-After [default: 256].")
+@click.option("--max-context", type=int, default=None,
+              help="Prompt + generated tokens per sequence [default: the model's].")
+@click.option("--default-max-tokens", type=int, default=None,
+              help="Tokens a request may generate when it gives no max_tokens [default: 256].")
+@click.option("--max-upload-bytes", type=int, default=None, help="Largest controller upload [default: 64 MiB].")
+@click.option("--workers", type=int, default=None, help="Controller threads [default: 2].")
+@click.option("--limit", "limits", multiple=True, metavar="NAME=VALUE",
+              help="A controller sandbox limit (aicirt.Limits; seconds, bytes), e.g. call_timeout_s=0.5; "
+                   "repeatable. `GET /v1/config` lists them all.")
+def serve(config: str | None, host: str | None, port: int | None, model: str | None, api_key: str | None,
+          allow_remote: bool | None, store: str | None, max_batch: int | None, max_queue: int | None,
+          max_context: int | None, default_max_tokens: int | None, max_upload_bytes: int | None,
+          workers: int | None, limits: tuple[str, ...]) -> None:
     """Serve controllers over HTTP: AICI's REST API and OpenAI's (docs/server.md).
 
     One engine shared by every request (continuous batching). Without --api-key it listens only
-    on a loopback address unless --allow-remote is given.
+    on a loopback address unless --allow-remote is given. Settings come from the flags, then
+    the environment, then --config, then the defaults; a wrong one is named in the error.
     """
     from aicirt.serve.commands import serve as do_serve
     from aicirt.serve.settings import Settings
 
     try:
-        settings = Settings.from_env(host=host, port=port, model=model, api_key=api_key, allow_remote=allow_remote,
-                                     store=store, max_batch=max_batch, max_queue=max_queue,
-                                     max_context=max_context, workers=workers)
+        given_limits = {}
+        for item in limits:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise ValueError(f"--limit takes NAME=VALUE, got {item!r}")
+            given_limits[name.strip()] = value.strip()
+        settings = Settings.load(config, limits=given_limits, host=host, port=port, model=model, api_key=api_key,
+                                 allow_remote=allow_remote or None, store=store, max_batch=max_batch, max_queue=max_queue,
+                                 max_context=max_context, default_max_tokens=default_max_tokens,
+                                 max_upload_bytes=max_upload_bytes, workers=workers)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     try:

@@ -132,7 +132,7 @@ def main() -> None:
             "engine_us_fresh": own_med["fresh"], "engine_us_history": own_med["history"],
             "engine_history_ratio": own_med["history"] / own_med["fresh"],
             "held_requests_fresh": len(fresh.scheduler), "held_requests_history": len(aged.scheduler),
-            "runtime_sequences_fresh": len(fresh_rt._seqs), "runtime_sequences_history": len(aged_rt._seqs),
+            "runtime_sequences_fresh": len(fresh_rt.registry), "runtime_sequences_history": len(aged_rt.registry),
             "history_build_s": history_s, "target_ratio": 1.1,
         }
     finally:

@@ -64,7 +64,7 @@ def use_wasmtime_py_callbacks(rt: aicirt.Runtime, ctrl: aicirt.Controller) -> No
 
         def cb(caller, *args, _impl=impl, _name=name):
             ctx = ctypes.cast(caller._context(), ctypes.c_void_p).value
-            seq = rt._seqs[wt_ffi.wasmtime_context_get_data(caller._context())]
+            seq = rt.registry.lookup(wt_ffi.wasmtime_context_get_data(caller._context()))
             g = Guest(native, seq.slot, native.ffi.cast("void *", ctx), _name, rt.limits.host_arg_bytes)
             try:
                 return _impl(seq, g, *(a & 0xFFFFFFFF for a in args))

@@ -14,13 +14,15 @@ over `--rounds` passes, every pass measuring each N in turn):
 - ttft_p50_ms / ttft_p99_ms: request sent -> first `run` object with text;
 - errors: requests that did not end with status 200, `[DONE]` and no fork error;
 - speedup: tokens_per_s at N / tokens_per_s at 1 (what batching buys over one at a time);
-- batching_gain: tokens_per_s at N / (N x tokens_per_s at 1), the issue's measure: 1.0 means N
-  streams cost no more per step than one (perfect batching), 1/N that they were served serially.
+- batching_efficiency: speedup / N: 1.0 means N streams cost no more per step than one (perfect
+  batching), 1/N that they were served serially.
+Top level, one number: batching_gain = tokens_per_s at the largest N / tokens_per_s at N = 1,
+each round's ratio taken within that round, the median over rounds (the speedup at the largest N).
 
     python bench/server_load.py [--models scripted,smollm2] [--concurrency 1,8,32,64] [--max-tokens 32] [--rounds 2]
 
 The last line is one JSON object: the last model's figures at top level (by default the real
-model), each model's under its name.
+model), `batching_gain` among them, each model's under its name.
 """
 from __future__ import annotations
 
@@ -160,7 +162,10 @@ def bench_model(model: str, levels: list[int], max_tokens: int, rounds: int) -> 
         out[key] = [round(median([r[key] for r in by_level[n]]), 2) for n in levels]
     out["errors"] = [sum(r["errors"] for r in by_level[n]) for n in levels]
     out["speedup"] = [round(median(speedups[n]), 3) for n in levels]
-    out["batching_gain"] = [round(median(speedups[n]) * levels[0] / n, 3) for n in levels]
+    out["batching_efficiency"] = [round(median(speedups[n]) * levels[0] / n, 3) for n in levels]
+    largest = max(levels)
+    out["largest_concurrency"] = largest
+    out["batching_gain"] = round(median(speedups[largest]), 3)
     out["error_samples"] = [s for n in levels for r in by_level[n] for s in r["error_samples"]][:5]
     return out
 
@@ -179,6 +184,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="passes over the levels; figures are medians")
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
+    if levels[0] != 1 or any(n < 1 for n in levels):
+        ap.error(f"--concurrency must start with 1 (the baseline) and hold only N >= 1, got {args.concurrency}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     report: dict = {}
     for model in args.models.split(","):

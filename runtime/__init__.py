@@ -4,7 +4,8 @@ The embedding surface (see docs/embedding.md): :class:`Runtime` loads controller
 `mid-process` calls on worker threads while the engine runs its forward pass. Importing aicirt
 pulls in no model framework.
 """
-from .batch import BatchHandle, BatchOutcome
+from .abi import RowKind
+from .batch import BatchHandle, BatchOutcome, RowsHandle, RowsOutcome
 from .capabilities import Capabilities
 from .controller import Controller
 from .errors import AicirtError, ControllerError, LoadError, MissingExtraError
@@ -17,6 +18,6 @@ from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
 __all__ = [
     "AicirtError", "BatchHandle", "BatchOutcome", "Branch", "ByteTokenizer", "Capabilities", "Controller",
-    "ControllerError", "HFTokenizer", "Limits", "LoadError", "MissingExtraError", "Request", "Runtime", "SeqState",
+    "ControllerError", "HFTokenizer", "Limits", "LoadError", "MissingExtraError", "Request", "RowKind", "RowsHandle", "RowsOutcome", "Runtime", "SeqState",
     "Sequence", "Splice", "StepInput", "StepResult", "Tokenizer",
 ]

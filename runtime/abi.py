@@ -93,6 +93,23 @@ class Stage(IntEnum):
         return {0: "_initialize", 1: "cabi_realloc (arguments)", 2: "mid-process", 3: "cabi_post_mid-process"}[self]
 
 
+class RowStatus(IntEnum):
+    """How the rows API took each row of a batch (both hot paths)."""
+    STARTED = 0     # its call is queued
+    STOPPED = 1     # finished or closed: no call
+    LATE = 2        # its call from an earlier step is still out
+    BAD_TOKEN = 3   # the sampled token is not an id of the vocabulary (detail[0])
+    NO_MEMORY = 4   # its token buffer could not grow
+    BAD_EDIT = 5    # its edit keeps more tokens than the controller saw
+
+
+class RowKind(IntEnum):
+    """What a row's result is, as the rows API returns it (`RowsOutcome.kind`)."""
+    MASK = 0        # one branch: sample under `masks[row]` at `temperature[row]` (NaN: the request's own)
+    PENDING = 1     # late: no-op this step; its result comes with a later step
+    OTHER = 2       # anything else (splices, forks, stop, error, logs): `RowsOutcome.results[row]`
+
+
 _LAYOUT_NAMES = [n for n in dir() if n.startswith(("BRANCH_", "SPLICE_", "RESULT_", "OPTION_"))]
 
 
@@ -102,5 +119,7 @@ def c_header() -> str:
     lines += [f"#define ABI_{n} {globals()[n]}" for n in _LAYOUT_NAMES]
     lines += [f"#define AICIRT_{s.name} ({s.value})" for s in Status]
     lines += [f"#define AICIRT_STAGE_{s.name} {s.value}" for s in Stage]
+    lines += [f"#define ROW_{s.name} {s.value}" for s in RowStatus]
+    lines += [f"#define KIND_{s.name} {s.value}" for s in RowKind]
     lines += [f"#define HOST_{name.upper().replace('-', '_')} {i}" for i, name in enumerate(HOST_IMPORTS)]
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .engine.backends import ScriptedBackend
-from .engine import Engine, SamplingParams
+from .engine import Engine, GenSeq, SamplingParams
 from .runtime import Runtime
 from .tokenizer import HFTokenizer, Tokenizer
 
@@ -92,12 +92,20 @@ def first_call_error(runtime: Runtime, wasm: str | os.PathLike, arg: bytes, prom
         # the runtime's first-call time limit bounds this
         while seq.finish_reason is None and seq.ctrl is not None and seq.ctrl.call_out:
             engine.step()
-        logs = "".join(seq.logs)
-        if seq.finish_reason == "error":
-            return str(seq.error), logs
-        if seq.finish_reason == "stop" and not seq.output_tokens and logs.strip():
-            return "it stopped on its first call", logs   # rejected its argument, saying why in the log
-        return None
+        return first_call_failure(seq)
+
+
+def first_call_failure(seq: GenSeq) -> tuple[str, str] | None:
+    """`(error, log)` if `seq`, which has had only its first call, ended in error or stopped at
+    once having logged why (how a controller rejects its argument); None otherwise. The one rule
+    of a refused start: `aicirt run` applies it before the model loads, `aicirt serve` answers
+    such a request with a 400. Word it with `aicirt.errors.failure_message(error, log)`."""
+    logs = "".join(seq.logs)
+    if seq.finish_reason == "error":
+        return str(seq.error), logs
+    if seq.finish_reason == "stop" and not seq.output_tokens and logs.strip():
+        return "it stopped on its first call", logs   # rejected its argument, saying why in the log
+    return None
 
 
 def same_tokenizer(a: Tokenizer, b: Tokenizer) -> bool:

@@ -1,46 +1,64 @@
 """One engine step's worth of `mid-process` calls: submit now, run on workers, collect at wait().
 
-The common result (one branch, a mask, no splices) is lifted by the hot path straight into the
-batch's mask row. Everything else is read by `lift.py` from a numpy view of linear memory; here
-it is placed in mask rows and forks are made; its post-return runs on the worker, first thing in
-the sequence's next call (`Native.defer_post`). Any violation ends only
-that sequence. Sequence states change only through the sequence's own transitions.
+Two layers over one implementation:
+
+* the rows API (:class:`RowsHandle`, from :meth:`Runtime.submit_rows`): sequences addressed by
+  their integer `index`, inputs and outputs as arrays. The common row (the sampled token
+  appended; one branch with a mask back) is prepared, run and collected by the hot path with no
+  Python object per sequence: the caller gets `kind`, `temperature` and the mask matrix. Only
+  the rare rows (splices, forks, stop, errors, logs, late calls) are lifted into
+  :class:`StepResult` objects, in `RowsOutcome.results`.
+* the object API (:class:`BatchHandle`, from :meth:`Runtime.submit`): `StepInput`s in, one
+  `StepResult` per item out; a thin layer that builds the rows' arrays and wraps their results.
+
+A rare result is read by `lift.py` from a numpy view of linear memory; here it is placed in mask
+rows and forks are made; its post-return runs on the worker, first thing in the sequence's next
+call (`Native.defer_post`). Any violation ends only that sequence. Sequence states change only
+through the sequence's own transitions.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence as Seq
 
 import numpy as np
 
-from .abi import Stage, Status
+from .abi import RowKind, RowStatus, Stage, Status
 from .errors import ControllerError
 from .lift import InvalidResult, check_temperature, read_branches, status_message
+from .native import EditArrays
 from .results import Branch, StepInput, StepResult
 from .sequence import Sequence, SeqState
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 
+_stamps = itertools.count(1)   # one per batch, process-wide: a slot never sees one twice
+_MISUSE = {1: "is submitted twice in one batch", 2: "is in a batch that has not been waited for", 3: "is closed"}
 
-class MaskBuffers:
-    """Two alternating mask arrays, reused so steady-state steps write to resident pages (a fresh
-    array costs a page fault per 4 KiB on first write: ~10 µs p99 per sequence-step at 151k).
 
-    An outcome's `masks` therefore stays valid until the next-but-one `submit`. A buffer that a
-    late call may still write into is never reused. Rows no branch refers to hold stale data."""
+class RowsOutcome:
+    """What `RowsHandle.wait` returns, one row per submitted row:
 
-    def __init__(self, words: int) -> None:
-        self.words = words
-        self.buffers: list[np.ndarray | None] = [None, None]
-        self.turn = 0
+    - `kind[i]` (:class:`aicirt.RowKind`): MASK (sample under `masks[i]` at `temperature[i]`,
+      NaN: the request's own), PENDING (late: no-op this step), OTHER (see `results[i]`);
+    - `masks`: uint32 [rows (+ extra rows for forks' branches), ceil(V/32)], valid until the
+      next-but-one submit; `results[i]` refers to its rows by `Branch.mask_row`;
+    - `results`: a StepResult for each row that is not MASK (and for late ones);
+    - `elapsed_us[i]`: its call's time (0 for rows not run).
+    """
 
-    def take(self, rows: int, pinned: set[int]) -> np.ndarray:
-        self.turn ^= 1
-        buf = self.buffers[self.turn]
-        if buf is None or buf.shape[0] < rows or id(buf) in pinned:
-            buf = self.buffers[self.turn] = np.empty((max(rows, 8), self.words), dtype=np.uint32)
-        return buf[:rows]
+    def __init__(self, masks: np.ndarray, kind: np.ndarray, temperature: np.ndarray, elapsed_us: np.ndarray,
+                 results: dict[int, StepResult], wait_us: float, blocked_us: float):
+        self.masks = masks
+        self.kind = kind
+        self.temperature = temperature
+        self.elapsed_us = elapsed_us
+        self.results = results
+        self.wait_us = wait_us        # all of wait(): blocking plus lifting results
+        self.blocked_us = blocked_us  # blocked on controllers still running: the time not hidden
 
 
 class BatchOutcome:
@@ -50,93 +68,118 @@ class BatchOutcome:
     def __init__(self, masks: np.ndarray, results: list[StepResult], wait_us: float, blocked_us: float):
         self.masks = masks
         self.results = results
-        self.wait_us = wait_us        # all of wait(): blocking plus lifting results
-        self.blocked_us = blocked_us  # blocked on controllers still running: the time not hidden
+        self.wait_us = wait_us
+        self.blocked_us = blocked_us
 
 
-def _check_items(runtime: "Runtime", items: list) -> None:
-    """Misuse is refused before anything runs: ValueError (TypeError for a wrong item type)."""
-    seen: set[int] = set()
-    for item in items:
-        if not isinstance(item, StepInput):
-            raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
-        seq = item.seq
-        if not isinstance(seq, Sequence) or seq.runtime is not runtime:
-            raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
-        if id(seq) in seen:
-            raise ValueError(f"sequence {seq.id} is submitted twice in one batch")
-        seen.add(id(seq))
-        if seq.state in (SeqState.CLOSING, SeqState.CLOSED):
-            raise ValueError(f"sequence {seq.id} is closed")
-        if seq.state is SeqState.RUNNING:
-            raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
+def _int_array(values: object, name: str, dtype: type) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(f"{name} must be a one-dimensional array of integers, got {arr.dtype} of shape {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=dtype)
 
 
-class BatchHandle:
-    """Returned by :meth:`Runtime.submit`; the controllers run until :meth:`wait`, which may be
-    called once."""
+class RowsHandle:
+    """Returned by :meth:`Runtime.submit_rows`; the controllers run until :meth:`wait`, which may
+    be called once. Raises in the constructor, before anything runs, for misuse (see there)."""
 
-    def __init__(self, runtime: "Runtime", items: Iterable[StepInput]):
-        runtime._check_open()
-        items = list(items)
-        _check_items(runtime, items)
+    def __init__(self, runtime: "Runtime", index: object, sampled: object,
+                 edits: "Mapping[int, tuple[Seq[int], int]] | EditArrays | None" = None):
+        runtime.check_open()
         self.rt = runtime
-        self.native = native = runtime.native
-        W = runtime.mask_words
-        self.masks = runtime._masks.take(len(items), runtime._pinned_buffers())
+        self.registry = registry = runtime.registry
+        self.index = _int_array(index, "index", np.int64)
+        n = len(self.index)
+        self.sampled = _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
+        if len(self.sampled) != n:
+            raise ValueError(f"sampled has {len(self.sampled)} entries for {n} rows")
+        self.ptrs = registry.ptrs(self.index)
+        self.edits = edits if isinstance(edits, EditArrays) or edits is None else _edit_arrays(edits, n)
+        if self.edits is not None and len(self.edits.of_row) != n:
+            raise ValueError(f"edits cover {len(self.edits.of_row)} rows, the batch has {n}")
+        self.masks = registry.take_masks(n)
+        self.row_status = np.zeros(n, dtype=np.int8)
         self._extra: list[np.ndarray] = []
-        self.results: list[StepResult | None] = [None] * len(items)
-        self._running: list[tuple[int, Sequence]] = []
-        self._late: list[tuple[int, Sequence]] = []   # calls from earlier steps, still out
         self._waited = False
-        base = self.masks.ctypes.data
-        for i, item in enumerate(items):
-            seq = item.seq
-            if seq.finished:
-                self.results[i] = StepResult(seq, "error", error=seq.error or "sequence has stopped")
-            elif seq.state is SeqState.LATE:
-                self._late.append((i, seq))
-            else:
-                try:
-                    seq._start(item, native.ffi.cast("uint32_t *", base + i * W * 4), (self.masks, i))
-                except ValueError as e:   # the engine's mistake; still only this sequence's problem
-                    seq._finish(f"invalid step input: {e}")
-                    self.results[i] = StepResult(seq, "error", error=seq.error)
-                    continue
-                self._running.append((i, seq))
-        if self._running:
-            runtime._pool.submit([seq.slot for _, seq in self._running])
+        vocab = runtime.vocab_size
+        bad_edit = self._bad_edit_row(vocab)
+        if bad_edit is not None:
+            row, token = bad_edit
+            registry.at(int(self.index[row]))._finish(f"invalid step input: token {token} is not a token id of "
+                                                      f"this vocabulary (0..{vocab - 1})")
+        rc, misuse = runtime.pool.start_rows(self.ptrs, self.sampled, self.edits, self.masks.ctypes.data,
+                                             runtime.mask_words, next(_stamps), self.row_status)
+        if rc < 0:
+            seq = registry.at(int(self.index[-rc - 1]))
+            raise ValueError(f"sequence {seq.id} {_MISUSE.get(misuse, 'could not be queued')}")
 
-    def wait(self, timeout_s: float | None = None) -> BatchOutcome:
-        """Collect results. Sequences not done within the soft deadline (`timeout_s`, default
-        Limits.soft_deadline_s) are "pending": they no-op this step and their result comes with
-        a later step. Only a call that has started and is not a first call counts towards
+    def _bad_edit_row(self, vocab: int) -> tuple[int, int] | None:
+        """The first row whose edit holds a token past the vocabulary (the engine's mistake:
+        still only that sequence's problem), and the token."""
+        e = self.edits
+        if e is None or not e.tokens.size or int(e.tokens.max()) < vocab:
+            return None
+        first = int(np.argmax(e.tokens >= vocab))
+        edit = int(np.searchsorted(e.offsets, first, side="right")) - 1
+        return int(np.flatnonzero(e.of_row == edit)[0]), int(e.tokens[first])
+
+    def wait(self, timeout_s: float | None = None) -> RowsOutcome:
+        """Collect results. Rows not done within the soft deadline (`timeout_s`, default
+        Limits.soft_deadline_s) are PENDING: they no-op this step and their result comes with a
+        later step. Only a call that has started and is not a first call counts towards
         Limits.max_late_steps: a call still queued behind others, or a first call (bounded by
         Limits.first_call_timeout_s), is simply pending. Raises ValueError if called twice."""
         if self._waited:
-            raise ValueError("this batch was already waited for (BatchHandle.wait may be called once)")
+            raise ValueError("this batch was already waited for (wait may be called once)")
         self._waited = True
         t0 = time.perf_counter()
-        limits = self.rt.limits
-        budget = limits.soft_deadline_s if timeout_s is None else timeout_s
-        slots = [seq.slot for _, seq in self._running] + [seq.slot for _, seq in self._late]
-        if slots and not self.rt.closed:
-            self.rt._pool.wait(slots, budget)
+        rt, st = self.rt, self.row_status
+        budget = rt.limits.soft_deadline_s if timeout_s is None else timeout_s
+        out = self.ptrs[(st == RowStatus.STARTED) | (st == RowStatus.LATE)]
+        if len(out) and not rt.closed:
+            rt.pool.wait(out, budget)
         blocked_us = (time.perf_counter() - t0) * 1e6
-        for i, seq in self._late + self._running:
-            self.results[i] = self._settle(i, seq)
+        n = len(self.index)
+        kind = np.empty(n, dtype=np.uint8)
+        temperature = np.full(n, math.nan, dtype=np.float32)
+        elapsed = np.zeros(n, dtype=np.float64)
+        if n:
+            rt.native.collect_rows(self.ptrs, st, kind, temperature, elapsed)
+        results: dict[int, StepResult] = {}
+        for i in np.flatnonzero(kind != RowKind.MASK).tolist():
+            r = results[i] = self._rare(i, self.registry.at(int(self.index[i])), int(st[i]))
+            kind[i] = RowKind.PENDING if r.status == "pending" else RowKind.OTHER
+            elapsed[i] = r.elapsed_us
         masks = np.concatenate([self.masks, *self._extra]) if self._extra else self.masks
-        self.rt._reap()
-        return BatchOutcome(masks, self.results, (time.perf_counter() - t0) * 1e6, blocked_us)  # type: ignore[arg-type]
+        for seq in self.registry.reap():
+            seq._collected()
+        return RowsOutcome(masks, kind, temperature, elapsed, results, (time.perf_counter() - t0) * 1e6, blocked_us)
+
+    # -- the rare rows -----------------------------------------------------------------------------
+    def _rare(self, i: int, seq: Sequence, status: int) -> StepResult:
+        if status == RowStatus.STOPPED:
+            return StepResult(seq, "error", error=seq.error or "sequence has stopped")
+        if status in (RowStatus.BAD_TOKEN, RowStatus.NO_MEMORY, RowStatus.BAD_EDIT):
+            vocab = self.rt.vocab_size
+            seq._finish("invalid step input: " + (
+                f"token {seq.slot.detail[0]} is not a token id of this vocabulary (0..{vocab - 1})"
+                if status == RowStatus.BAD_TOKEN else
+                "its token list could not grow (out of memory)" if status == RowStatus.NO_MEMORY else
+                f"its edit keeps more tokens than the controller saw ({seq.slot.n_seen})"))
+            return StepResult(seq, "error", error=seq.error)
+        return self._settle(i, seq)
 
     def _settle(self, i: int, seq: Sequence) -> StepResult:
         if seq.state in (SeqState.CLOSING, SeqState.CLOSED):   # closed by its owner meanwhile
-            if seq.state is SeqState.CLOSING and seq.slot.done:
-                seq._collected()
+            if seq.state is SeqState.CLOSING:
+                if seq.slot.done:
+                    seq._collected()
+                else:
+                    self.registry.hold(seq, self.masks)   # its call may still write into this step's array
             return StepResult(seq, "error", error="sequence was closed")
         if not seq.slot.done:
             counts = bool(seq.slot.started) and seq.calls > 1   # its own running time, not a queue's
-            late = seq._mark_late(counts)
+            late = seq._mark_late(self.masks, i, counts)
             if late >= self.rt.limits.max_late_steps:
                 stage = Stage(seq.slot.stage)   # where the worker is stuck (it writes this as it goes)
                 where = "" if stage is Stage.MID_PROCESS else f", in {stage.where}"
@@ -144,17 +187,18 @@ class BatchHandle:
                             f"(soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms{where})")
                 return StepResult(seq, "error", error=seq.error)
             return StepResult(seq, "pending")
-        assert seq.mask_buffer is not None   # a call is out: _start set it
-        masks, row = seq.mask_buffer
-        return self._collect(i, seq, None if masks is self.masks and row == i else masks[row])
+        src_row = None
+        if seq.mask_buffer is not None:   # an earlier step's call: its mask sits in that step's array
+            masks, row = seq.mask_buffer
+            src_row = masks[row]
+        return self._collect(i, seq, src_row)
 
-    # -- lifting -------------------------------------------------------------------------------
     def _collect(self, i: int, seq: Sequence, src_row: np.ndarray | None) -> StepResult:
         s = seq.slot
         status = s.status
         try:
             if status == Status.OK:
-                if src_row is not None:   # an earlier step's call: its mask sits in that step's array
+                if src_row is not None:
                     self.masks[i] = src_row
                 temperature = check_temperature(float(s.temp), 0) if s.temp_is_some else None
                 result = StepResult(seq, "ok", [Branch(i, temperature)])
@@ -163,7 +207,7 @@ class BatchHandle:
             elif status == Status.TRAP:
                 stage = Stage(s.stage)
                 where = "" if stage is Stage.MID_PROCESS else f"{stage.where}: "
-                raise InvalidResult(where + self.native.error_text(s))
+                raise InvalidResult(where + self.rt.native.error_text(s))
             elif status == Status.BAD_RESULT:
                 raise InvalidResult(f"mid-process returned result pointer {s.result_ptr} (branch list at "
                                     f"{s.branches_ptr}, {s.n_branches} branches) outside linear memory")
@@ -182,13 +226,14 @@ class BatchHandle:
 
     def _lift(self, i: int, seq: Sequence) -> StepResult:
         rt, s = self.rt, seq.slot
-        ptr, size = self.native.memory(s)
-        mem = np.frombuffer(self.native.ffi.buffer(self.native.ffi.cast("uint8_t *", ptr), size), dtype=np.uint8)
+        native = rt.native
+        ptr, size = native.memory(s)
+        mem = np.frombuffer(native.ffi.buffer(native.ffi.cast("uint8_t *", ptr), size), dtype=np.uint8)
         req = seq.request
         lifted = read_branches(mem, s.branches_ptr, s.n_branches, vocab_size=rt.vocab_size,
-                               capabilities=req.capabilities, n_seen=len(seq.seen),
+                               capabilities=req.capabilities, n_seen=int(s.n_seen),
                                forks_left=rt.limits.max_forks - req.forks, limits=rt.limits,
-                               check_mask=self.native.check_mask)
+                               check_mask=native.check_mask)
         branches = []
         for k, (mask, temperature, splices) in enumerate(lifted):
             row = None
@@ -200,7 +245,7 @@ class BatchHandle:
                     row = len(self.masks) + len(self._extra)
                     self._extra.append(mask[None, :])
             branches.append(Branch(row, temperature, splices))
-        self.native.defer_post(s)
+        native.defer_post(s)
         forks: list[Sequence] = []
         if len(branches) > 1:
             try:
@@ -208,3 +253,103 @@ class BatchHandle:
             except ControllerError as e:   # e.g. no free instance slot: only this sequence fails
                 raise InvalidResult(str(e)) from None
         return StepResult(seq, "ok", branches, forks)
+
+
+def _edit_arrays(edits: "Mapping[int, tuple[Seq[int], int]]", n: int) -> EditArrays:
+    """EditArrays from {row: (tokens past the first `unchanged`, unchanged)}."""
+    of_row = np.full(n, -1, dtype=np.int32)
+    parts, lengths, unchanged = [], [0], []
+    for e, (row, (tokens, kept)) in enumerate(edits.items()):
+        if not 0 <= row < n:
+            raise ValueError(f"edit for row {row} of a batch of {n}")
+        of_row[row] = e
+        arr = np.asarray(tokens, dtype=np.int64) if len(tokens) else np.empty(0, np.int64)
+        if arr.size and arr.min() < 0:
+            raise ValueError(f"edit for row {row}: token {int(arr.min())} is negative")
+        parts.append(arr)
+        lengths.append(len(arr))
+        unchanged.append(kept)
+    flat = np.concatenate(parts).astype(np.uint32) if parts else np.empty(0, np.uint32)
+    return EditArrays(of_row, np.cumsum(lengths, dtype=np.int64), flat, np.asarray(unchanged, dtype=np.uint32))
+
+
+# -- the object API ------------------------------------------------------------------------------
+def _check_items(runtime: "Runtime", items: list) -> None:
+    """Misuse is refused before anything runs: ValueError (TypeError for a wrong item type)."""
+    seen: set[int] = set()
+    for item in items:
+        if not isinstance(item, StepInput):
+            raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
+        seq = item.seq
+        if not isinstance(seq, Sequence) or seq.runtime is not runtime:
+            raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
+        if id(seq) in seen:
+            raise ValueError(f"sequence {seq.id} is submitted twice in one batch")
+        seen.add(id(seq))
+        state = seq.state
+        if state in (SeqState.CLOSING, SeqState.CLOSED):
+            raise ValueError(f"sequence {seq.id} is closed")
+        if state is SeqState.RUNNING:
+            raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
+
+
+def _item_edit(item: StepInput, vocab: int) -> "tuple[np.ndarray, int] | str":
+    """The row edit for one StepInput of a sequence about to be called: (tokens past the kept
+    prefix, kept prefix), or why the input is invalid."""
+    tokens, sampled, unchanged = item.tokens, item.sampled, item.unchanged
+    kept = 0   # without a hint the hot path compares the whole list (in C: cheap)
+    if unchanged is not None:
+        if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
+            return f"unchanged={unchanged!r} is not a prefix length of the {len(tokens)} tokens"
+        kept = min(unchanged, int(item.seq.slot.n_seen))
+    suffix = tokens[kept:]
+    for t in suffix if sampled is None else (*suffix, sampled):
+        if not (isinstance(t, int) and 0 <= t < vocab):   # checked before anything changes
+            return f"token {t!r} is not a token id of this vocabulary (0..{vocab - 1})"
+    return np.asarray(suffix, dtype=np.uint32) if suffix else np.empty(0, np.uint32), kept
+
+
+class BatchHandle:
+    """Returned by :meth:`Runtime.submit`; the controllers run until :meth:`wait`, which may be
+    called once."""
+
+    def __init__(self, runtime: "Runtime", items: Iterable[StepInput]):
+        runtime.check_open()
+        items = list(items)
+        _check_items(runtime, items)
+        n = len(items)
+        vocab = runtime.vocab_size
+        sampled = np.full(n, -1, dtype=np.int32)
+        of_row = np.full(n, -1, dtype=np.int32)
+        parts: list[np.ndarray] = []
+        kept: list[int] = []
+        for i, item in enumerate(items):
+            if item.seq.state is not SeqState.IDLE:
+                continue   # finished or late: the rows API answers for it
+            edit = _item_edit(item, vocab)
+            if isinstance(edit, str):   # the engine's mistake; still only this sequence's problem
+                item.seq._finish(f"invalid step input: {edit}")
+                continue
+            of_row[i] = len(parts)
+            parts.append(edit[0])
+            kept.append(edit[1])
+            if item.sampled is not None:
+                sampled[i] = item.sampled
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in parts], out=offsets[1:])
+        edits = EditArrays(of_row, offsets, np.concatenate(parts) if parts else np.empty(0, np.uint32),
+                           np.asarray(kept, dtype=np.uint32))
+        self._seqs = [item.seq for item in items]
+        self._rows = RowsHandle(runtime, np.fromiter((s.index for s in self._seqs), np.int64, n), sampled, edits)
+
+    def wait(self, timeout_s: float | None = None) -> BatchOutcome:
+        """Collect results (see :meth:`RowsHandle.wait`). Raises ValueError if called twice."""
+        out = self._rows.wait(timeout_s)
+        results = []
+        for i, seq in enumerate(self._seqs):
+            r = out.results.get(i)
+            if r is None:   # a MASK row, collected by the hot path
+                t = float(out.temperature[i])
+                r = StepResult(seq, "ok", [Branch(i, None if math.isnan(t) else t)], elapsed_us=float(out.elapsed_us[i]))
+            results.append(r)
+        return BatchOutcome(out.masks, results, out.wait_us, out.blocked_us)

@@ -1,5 +1,6 @@
 """Loading a controller: read, check against the contract and the limits, rewrite for fork,
-compile in a child process under the time limit, cache what was accepted."""
+compile in a child process under the time limit, cache what was accepted. (A Runtime then
+starts controllers with an init export from a snapshot: :mod:`aicirt.snapshot`.)"""
 from __future__ import annotations
 
 import hashlib
@@ -24,6 +25,10 @@ from .native.engine_config import make_engine
 from .wasm_binary import WasmFormatError, export_mutable_globals, module_facts
 
 _DEFAULT_MEMORY = Limits().memory_bytes
+#: The optional per-tokenizer init export, core type () -> (): run once per (controller,
+#: tokenizer) at load, after `_initialize`; requests start from a snapshot of its result
+#: (docs/snapshots.md). Not part of WIT world `controller`, like `_initialize`.
+INIT_EXPORT = "aicirt_init"
 
 
 @dataclass(eq=False)
@@ -38,6 +43,8 @@ class Controller:
     has_initialize: bool
     wasi_imports: list[tuple[str, wasmtime.FuncType]] = field(default_factory=list)
     name: str = ""
+    has_init: bool = False           # exports INIT_EXPORT
+    snapshot: bool = False           # `module` starts where `_initialize` and the init export left off
 
     def _release(self) -> None:
         """Its Runtime closed: drop the compiled code, which would keep that runtime's wasmtime
@@ -81,9 +88,14 @@ def read_source(src: Source, max_bytes: int) -> tuple[bytes, str]:
 
 
 def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
-    """Check exports and imports against SPEC §2. Returns (has_post, has_initialize, wasi imports)."""
+    """Check exports and imports against SPEC §2 (and the init export's type). Returns
+    (has_post, has_initialize, wasi imports)."""
     exports = {e.name: e.type for e in module.exports}
     problems = []
+    init = exports.get(INIT_EXPORT)
+    if init is not None and (not isinstance(init, wasmtime.FuncType) or _sig(init) != ([], [])):
+        got = _fmt(_sig(init)) if isinstance(init, wasmtime.FuncType) else "not a function"
+        problems.append(f"export `{INIT_EXPORT}` (the per-tokenizer init) has type {got}, expected () -> ()")
     if not isinstance(exports.get("memory"), wasmtime.MemoryType):
         problems.append("missing export `memory` (a linear memory)")
     for fname, want in {**abi.REQUIRED_FUNCS, **abi.OPTIONAL_FUNCS}.items():
@@ -209,7 +221,7 @@ def _compiled(engine: wasmtime.Engine, wasm: bytes, name: str, key: tuple, cache
 
 def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, max_bytes: int,
                     compile_timeout_s: float, cache_dir: Path | None,
-                    memory_bytes: int | None = None) -> Controller:
+                    memory_bytes: int | None = None, name: str | None = None) -> Controller:
     """Read, check, rewrite and compile a controller (compiled code cached on disk and in this
     process, accepted modules only).
 
@@ -229,18 +241,25 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, ma
     key = (sha, engine_key, memory_bytes, _RULES)
     cached = cache_dir / f"{sha}-{engine_key}-r{_RULES}.cwasm" if cache_dir else None
     module, artifact = _compiled(engine, wasm, name, key, cached, compile_timeout_s, memory_bytes)
-    has_post, has_init, wasi = validate(module, name)
+    has_post, has_initialize, wasi = validate(module, name)
     if artifact is not None:    # only now, so that nothing refused is ever cached
-        _remember(key, artifact)
-        if cached is not None:
-            try:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cached.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_bytes(artifact)
-                os.replace(tmp, cached)
-            except OSError:
-                pass  # a read-only cache only costs a recompile next time
-    return Controller(sha, module, len(data), globals_, has_post, has_init, wasi, name)
+        keep_artifact(key, artifact, cached)
+    has_init = any(e.name == INIT_EXPORT for e in module.exports)
+    return Controller(sha, module, len(data), globals_, has_post, has_initialize, wasi, name, has_init)
+
+
+def keep_artifact(key: tuple, artifact: bytes | bytearray, cached: Path | None) -> None:
+    """Keep an accepted module's serialized form in this process and, if `cached`, on disk
+    (written atomically; a read-only cache only costs a recompile next time)."""
+    _remember(key, artifact)
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(artifact)
+            os.replace(tmp, cached)
+        except OSError:
+            pass
 
 
 def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0,

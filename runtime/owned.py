@@ -1,7 +1,7 @@
 """The one ownership base of every native-backed object (Runtime, Request, Sequence, BatchHandle).
 
 `close()` is idempotent; `with` closes; using an object after close raises ``ValueError`` naming
-it. Subclasses implement `_release()` (called once) and call `_check_open()` where a use after
+it. Subclasses implement `_release()` (called once) and call `check_open()` where a use after
 close would otherwise reach freed native state.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ T = TypeVar("T", bound="Owned")
 class Owned:
     _closed: bool = False
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise ValueError(f"{self._describe()} is closed")
 
@@ -35,7 +35,7 @@ class Owned:
         raise NotImplementedError
 
     def __enter__(self: T) -> T:
-        self._check_open()
+        self.check_open()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -38,8 +38,8 @@ class Request(Owned):
         prompt). Raises ControllerError if the instance cannot be made or its `_initialize`
         fails; ValueError if the request or its runtime is closed."""
         from .sequence import Sequence
-        self._check_open()
-        self.runtime._check_open()
+        self.check_open()
+        self.runtime.check_open()
         seq = Sequence.instantiate(self)
         self.sequences.append(seq)
         return seq

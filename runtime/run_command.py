@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .engine import Engine, Event, FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, SamplingParams, TokensEvent
-from .errors import AicirtError
+from .errors import AicirtError, failure_message
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -22,23 +22,14 @@ if TYPE_CHECKING:
 class RunFailed(AicirtError):
     """A sequence ended in error, or the controller rejected its argument before the model loaded.
 
-    The message is one line saying why (the runtime's error and the controller's last log line);
-    `result` is the run's result dict when the run got that far (it has been printed already).
+    The message is one line saying why, worded by `aicirt.errors.failure_message`: the
+    controller's own reason (its last log line) first, then the runtime's error; `result` is the
+    run's result dict when the run got that far (it has been printed already).
     """
 
     def __init__(self, message: str, result: dict | None = None):
         super().__init__(message)
         self.result = result
-
-
-def _last_log_line(logs: str) -> str:
-    return next((ln.strip() for ln in reversed(logs.splitlines()) if ln.strip()), "")
-
-
-def _why(error: str, logs: str) -> str:
-    """The runtime's error, plus the controller's last log line (a controller that fails says why there)."""
-    line = _last_log_line(logs)
-    return f"{error}; controller log: {line}" if line and line not in error else error
 
 
 def failure(result: dict) -> str | None:
@@ -50,7 +41,7 @@ def failure(result: dict) -> str | None:
     head = f"sequence #{first['label']} ended in error"
     if len(result["sequences"]) > 1:
         head = f"{len(failed)} of {len(result['sequences'])} sequences ended in error; #{first['label']}"
-    return f"{head}: {_why(first['error'] or 'error', first['logs'])}"
+    return f"{head}: {failure_message(first['error'] or 'error', first['logs'] or '')}"
 
 
 def resolve_controller(src: str, *, progress: bool = True) -> Path:
@@ -266,7 +257,9 @@ def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None) -> 
     if failed is not None or tokenizer is None:
         runtime.close()
     if failed is not None:
-        raise RunFailed(f"the controller failed on its first call, before the model loaded: {_why(*failed)}")
+        error, log = failed
+        raise RunFailed(failure_message(f"the controller failed on its first call, before the model loaded: {error}",
+                                        log))
     return runtime if tokenizer is not None else None
 
 

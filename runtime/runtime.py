@@ -7,19 +7,21 @@ sequence with status "error" and a message, and every other sequence carries on.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import os
 import threading
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Literal
+from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Mapping
+from typing import Sequence as SeqOf
 
 import wasmtime
 
-from .batch import BatchHandle, MaskBuffers
+from .batch import BatchHandle, RowsHandle
 from .capabilities import Capabilities
-from .controller import Controller, Source, load_controller
+from .controller import Controller, Source
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
@@ -27,37 +29,73 @@ from .native.engine_config import make_engine
 from .native.linker import define_imports
 from .owned import Owned
 from .paths import user_cache_dir
+from .registry import Registry
 from .request import Request
 from .results import StepInput
-from .sequence import Sequence
+from .snapshot import InitHost, load_initialized
 
 if TYPE_CHECKING:
+    from .native import EditArrays
     from .native.compiled import CPool
     from .native.fallback import ThreadPool
     from .tokenizer import Tokenizer
 
 
-def _tick(engine: wasmtime.Engine, closed: threading.Event, period_s: float) -> None:
-    """The epoch clock behind the hard time limit: one tick every `period_s`."""
-    while not closed.wait(period_s):
-        engine.increment_epoch()
+class EpochClock:
+    """The epoch clock behind the hard time limit: one tick every `period_s` while calls are
+    running or queued, and no wake-up at all while none is (`kick` after queueing calls)."""
+
+    def __init__(self, engine: wasmtime.Engine, pool: "CPool | ThreadPool", period_s: float) -> None:
+        self._engine, self._pool, self._period_s = engine, pool, period_s
+        self._work = threading.Event()
+        self.closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="aicirt-epoch")
+        self._draining = False
+        self._guests = 0   # guest code run outside the pool (a start function at instantiation)
+        self._lock = threading.Lock()
+        self._thread.start()
+
+    @contextlib.contextmanager
+    def ticking(self) -> Iterator[None]:
+        """Tick while the block runs guest code outside the pool (e.g. instantiation)."""
+        with self._lock:
+            self._guests += 1
+        self._work.set()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._guests -= 1
+
+    def kick(self) -> None:
+        """Calls were queued: tick until they have all ended."""
+        if not self._work.is_set():
+            self._work.set()
+
+    def drain(self) -> None:
+        """The pool is closing: tick until `close`, whatever the pool says."""
+        self._draining = True
+        self._work.set()
+
+    def _run(self) -> None:
+        while not self.closed.is_set():
+            self._work.clear()
+            if not (self._draining or self._guests or self._pool.pending):   # a kick after this sets the event
+                self._work.wait()
+                continue
+            if not self.closed.wait(self._period_s):
+                self._engine.increment_epoch()
+
+    def close(self) -> None:
+        self.closed.set()
+        self._work.set()
 
 
-def _shutdown(pool: "CPool | ThreadPool", closed: threading.Event, host: HostImports) -> None:
+def _shutdown(pool: "CPool | ThreadPool", clock: EpochClock, host: HostImports) -> None:
+    clock.drain()
     pool.close()       # waits for running calls; the epoch clock still ticks, so they end
-    closed.set()
+    clock.close()
     host.close()
-
-
-def _weak_lookup(rt: "Runtime") -> Callable[[int], Sequence]:
-    ref = weakref.ref(rt)
-
-    def lookup(slot_addr: int) -> Sequence:
-        runtime = ref()
-        if runtime is None:
-            raise LookupError("the runtime is gone")
-        return runtime._seqs[slot_addr]
-    return lookup
 
 
 class Runtime(Owned):
@@ -93,35 +131,31 @@ class Runtime(Owned):
             f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]
         self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
-        self._seqs: dict[int, Sequence] = {}        # slot address -> sequence (host imports find theirs)
-        self._calls_out: set[Sequence] = set()      # calls started and not yet collected
-        self._closing_seqs: list[Sequence] = []     # closed while their call was out
+        self.registry = Registry(self.mask_words)   # live sequences, calls out past their batch, mask arrays
         # The handlers live in a process-wide registry: they must not keep this runtime alive.
-        self._host = HostImports(self.native, tokenizer, _weak_lookup(self), self.limits.host_arg_bytes)
+        self._host = HostImports(self.native, tokenizer, self.registry.lookup, self.limits.host_arg_bytes)
         if prebuild_trie:
             self._host.prebuild_trie()
-        self._pres: dict[str, wasmtime.InstancePre] = {}
+        host = self._host     # the init snapshots' trie: the same one, never a reference to self
+        self._init_host = InitHost(tokenizer, lambda: host.trie, self.eos_token)
+        self._pres: dict[tuple[str, bool], wasmtime.InstancePre] = {}
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
-        self._masks = MaskBuffers(self.mask_words)
-        self._lock = threading.Lock()
-        self._pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
-                                           self.limits.soft_deadline_s / 2)
-        self._stop_clock = threading.Event()
-        self._ticker = threading.Thread(target=_tick, args=(self.engine, self._stop_clock, self.limits.epoch_tick_s),
-                                        daemon=True, name="aicirt-epoch")
-        self._ticker.start()
+        # the worker threads that run controller calls (step.c's pool, or the fallback's)
+        self.pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
+                                          self.limits.soft_deadline_s / 2)
+        self.clock = EpochClock(self.engine, self.pool, self.limits.epoch_tick_s)
         # At interpreter exit (or when collected), let running calls end before Python goes away:
         # worker threads may still call back into Python through host imports.
-        self._shutdown = weakref.finalize(self, _shutdown, self._pool, self._stop_clock, self._host)
+        self._shutdown = weakref.finalize(self, _shutdown, self.pool, self.clock, self._host)
 
     # -- controllers and requests --------------------------------------------------------------
     def load(self, src: Source) -> Controller:
-        """A controller from a path or bytes: validated, rewritten for fork, compiled (cached).
-        Raises LoadError naming what is wrong."""
-        self._check_open()
-        ctrl = load_controller(self.engine, self.engine_key, src, max_bytes=self.limits.upload_bytes,
-                               compile_timeout_s=self.limits.compile_timeout_s, cache_dir=self.cache_dir,
-                               memory_bytes=self.limits.memory_bytes)
+        """A controller from a path or bytes: validated, rewritten for fork, compiled (cached);
+        one with an init export starts every request from its init snapshot for this tokenizer
+        (aicirt.snapshot). Raises LoadError naming what is wrong."""
+        self.check_open()
+        with self.clock.ticking():   # an init export runs under the epoch clock
+            ctrl = load_initialized(self.engine, self.engine_key, src, self._init_host, self.limits, self.cache_dir)
         self._controllers.add(ctrl)
         return ctrl
 
@@ -129,7 +163,7 @@ class Runtime(Owned):
                     capabilities: Capabilities = Capabilities.ALL) -> Request:
         """A request for `controller` (from :meth:`load`) with its argument and the capabilities
         this host grants. Raises TypeError for a controller that is not a loaded Controller."""
-        self._check_open()
+        self.check_open()
         if not isinstance(controller, Controller):
             raise TypeError(f"new_request takes a Controller from Runtime.load, got {type(controller).__name__}")
         if isinstance(arg, str):
@@ -144,61 +178,50 @@ class Runtime(Owned):
         Raises, before anything runs: TypeError for an item that is not a StepInput; ValueError
         for a sequence of another runtime, one submitted twice, one closed, one still in a batch
         not waited for, or a closed runtime."""
-        return BatchHandle(self, items)
+        handle = BatchHandle(self, items)
+        self.clock.kick()
+        return handle
+
+    def submit_rows(self, index: object, sampled: object,
+                    edits: "Mapping[int, tuple[SeqOf[int], int]] | EditArrays | None" = None) -> RowsHandle:
+        """The array fast path of :meth:`submit`: start `mid-process` for the sequences at
+        `index` (int array of `Sequence.index`), row i with the token `sampled[i]` sampled at the
+        previous step (int array; -1: none) appended to what its controller saw. A row whose
+        tokens changed otherwise (the prompt, a splice, a fork's branch) has an entry in `edits`:
+        {row: (tokens past the first `kept`, kept)}, `kept` at most the tokens the controller
+        saw (the engine knows: the least length it backtracked to; 0 always works); the
+        controller gets the least net edit. A row whose call is still out (PENDING last step)
+        carries nothing. Returns at once; `.wait()` after the forward pass gives a
+        :class:`RowsOutcome` (arrays; objects only for the rare rows).
+
+        Raises, before anything runs: TypeError for arrays that are not of integers; ValueError
+        for an index that is no live sequence of this runtime, a closed one, one submitted twice,
+        one still in a batch not waited for, mismatched lengths, or a closed runtime."""
+        handle = RowsHandle(self, index, sampled, edits)
+        self.clock.kick()
+        return handle
 
     @property
     def live_sequences(self) -> int:
         """Sequences whose instance and Store are still allocated (closing ones included)."""
-        return len(self._seqs)
+        return len(self.registry)
 
-    # -- internals used by sequences and batches --------------------------------------------
-    def _instance_pre(self, controller: Controller) -> wasmtime.InstancePre:
-        pre = self._pres.get(controller.sha256)
+    def instance_pre(self, controller: Controller) -> wasmtime.InstancePre:
+        """The linked, ready-to-instantiate form of `controller` (made once, kept)."""
+        key = (controller.sha256, controller.snapshot)
+        pre = self._pres.get(key)
         if pre is None:
             linker = wasmtime.Linker(self.engine)
             define_imports(self.native, linker, self._host, controller.wasi_imports)
-            pre = self._pres[controller.sha256] = linker.instantiate_pre(controller.module)
+            pre = self._pres[key] = linker.instantiate_pre(controller.module)
         return pre
-
-    def _register(self, seq: Sequence) -> None:
-        with self._lock:
-            self._seqs[self.native.addr(seq.slot)] = seq
-
-    def _unregister(self, seq: Sequence) -> None:
-        with self._lock:
-            self._seqs.pop(self.native.addr(seq.slot), None)
-            self._calls_out.discard(seq)
-
-    def _call_started(self, seq: Sequence) -> None:
-        self._calls_out.add(seq)
-
-    def _call_collected(self, seq: Sequence) -> None:
-        self._calls_out.discard(seq)
-
-    def _pinned_buffers(self) -> set[int]:
-        """Mask arrays a call still out may write into (never reused while so)."""
-        return {id(s.mask_buffer[0].base) for s in self._calls_out if s.mask_buffer is not None}
-
-    def _closing(self, seq: Sequence) -> None:
-        with self._lock:
-            self._closing_seqs.append(seq)
-
-    def _reap(self) -> None:
-        """Free sequences closed while their call was out, once the call has ended."""
-        with self._lock:
-            done = [s for s in self._closing_seqs if s.slot.done]
-            self._closing_seqs = [s for s in self._closing_seqs if not s.slot.done]
-        for s in done:
-            s._collected()
 
     def _release(self) -> None:
         """Stop the workers and the epoch clock and free every sequence."""
         self._shutdown()       # running calls end (by their deadline) before this returns
-        with self._lock:
-            self._closing_seqs.clear()
-            seqs = list(self._seqs.values())
-        for seq in seqs:
+        for seq in self.registry.clear():
             seq._free()
         self._pres.clear()
+        self._init_host.forget()
         for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
             ctrl._release()

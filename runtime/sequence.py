@@ -11,6 +11,10 @@ sequence belongs to a worker thread; between calls to the engine's thread.
 
 A call that is given up on (late too many steps in a row) leaves the sequence FINISHED with the
 call still out on its worker: closing it is then CLOSING too, until the call ends.
+
+What the hot path needs on every step lives in the native slot, not here, so that a batch of
+common rows touches no Python object per sequence: the tokens the controller has seen, whether a
+call is out (RUNNING is derived from it), the call count, whether it may be called at all.
 """
 from __future__ import annotations
 
@@ -48,8 +52,9 @@ class SeqState(enum.Enum):
 class Sequence(Owned):
     """A live controller instance. Made by :meth:`Request.spawn` or by a fork, never directly.
 
-    `id` is the WIT seq-id; `state` a :class:`SeqState`; `error` says why it failed (then
-    `finished`); `log` is its controller log (the last Limits.log_bytes bytes).
+    `id` is the WIT seq-id; `index` the integer the rows API addresses it by (reused after
+    close); `state` a :class:`SeqState`; `error` says why it failed (then `finished`); `log` is its
+    controller log (the last Limits.log_bytes bytes).
     """
 
     def __init__(self, request: "Request") -> None:
@@ -58,20 +63,15 @@ class Sequence(Owned):
         self.request = request
         self.runtime = rt
         self.id = next(_ids)
-        self.state = SeqState.IDLE
+        self._state = SeqState.IDLE   # IDLE covers RUNNING: a call out in a batch not yet waited for
         self.error: str | None = None
-        self.calls = 0
         self.late_steps = 0
-        self.mask_buffer: tuple | None = None      # (batch mask array, row) a call out writes into; None: no call out
-        self.seen: list[int] = []                  # tokens as the controller last saw them
-        self.fork_group: list[int] = []            # to report on the next call
+        self.mask_buffer: tuple | None = None      # (mask array, row) a late call writes into
         self._native = native
+        self._registry = rt.registry
         limits = rt.limits
-        self._ticks_first = limits.ticks(limits.first_call_timeout_s)
-        self._ticks_call = limits.ticks(limits.call_timeout_s)
-        self._first_s, self._call_s = limits.first_call_timeout_s, limits.call_timeout_s
         slot = self.slot = native.new_slot()
-        # the slot's native buffers (its log) are freed once, at close or when collected unclosed
+        # the slot's native buffers (its log, its tokens) are freed once, at close or when collected unclosed
         self._release_slot = weakref.finalize(self, native.release, slot)
         slot.seq_id = self.id
         slot.vocab_size = rt.vocab_size
@@ -82,18 +82,20 @@ class Sequence(Owned):
         slot.arg, slot.arg_len = request.arg_buffer, len(request.arg)
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         slot.log_cap = limits.log_bytes
-        slot.first_call_ticks = self._ticks_first
+        slot.first_call_ticks = limits.ticks(limits.first_call_timeout_s)
+        slot.call_ticks = limits.ticks(limits.call_timeout_s)
+        slot.first_budget_us = limits.first_call_timeout_s * 1e6
+        slot.call_budget_us = limits.call_timeout_s * 1e6
         slot.tick_us = limits.epoch_tick_s * 1e6
-        self._tok_buf = native.ffi.new("uint32_t[]", 16)   # argument buffers, reused call to call
-        self._group_buf = None
-        slot.tokens = self._tok_buf
+        self._group_buf = None                     # the fork group reported on the next call
         self.store: wasmtime.Store | None = wasmtime.Store(rt.engine)
         self.store.set_limits(memory_size=limits.memory_bytes)
-        self.store.set_epoch_deadline(self._ticks_first)   # a start function runs under the first-call limit
+        self.store.set_epoch_deadline(slot.first_call_ticks)   # a start function runs under the first-call limit
         instance.bind(native, slot, self.store)
-        rt._register(self)
+        self.index = self._registry.add(self, native.addr(slot))
         try:
-            self.instance: wasmtime.Instance | None = rt._instance_pre(request.controller).instantiate(self.store)
+            with rt.clock.ticking():   # a start function runs under the first-call limit
+                self.instance: wasmtime.Instance | None = rt.instance_pre(request.controller).instantiate(self.store)
         except Exception as e:  # start function trapped, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
@@ -120,75 +122,41 @@ class Sequence(Owned):
 
     # -- what the batch may ask ----------------------------------------------------------------
     @property
+    def state(self) -> SeqState:
+        if self._state is SeqState.IDLE and self.slot.call_out:
+            return SeqState.RUNNING
+        return self._state
+
+    @property
     def finished(self) -> bool:
         """Stopped, failed or closed: no more calls."""
-        return self.state in (SeqState.FINISHED, SeqState.CLOSING, SeqState.CLOSED)
+        return self._state in (SeqState.FINISHED, SeqState.CLOSING, SeqState.CLOSED)
 
     @property
     def call_out(self) -> bool:
         """A call was started and not yet collected (it may still be running)."""
-        return self.mask_buffer is not None
+        return self._state is not SeqState.CLOSED and bool(self.slot.call_out)
 
-    def _start(self, item: "StepInput", mask_row: CData, mask_buffer: tuple[np.ndarray, int]) -> None:
-        """IDLE -> RUNNING: fill the slot with the net edit from what the controller saw to
-        `item.tokens`. Raises ValueError, changing nothing, for a token that is not an id of the
-        vocabulary or a bad `unchanged` hint (the caller then fails this sequence)."""
-        tokens, sampled, unchanged = item.tokens, item.sampled, item.unchanged
-        seen = self.seen
-        n = len(seen)
-        if unchanged is not None:
-            if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
-                raise ValueError(f"unchanged={unchanged!r} is not a prefix length of the {len(tokens)} tokens")
-            cp, limit = min(unchanged, n), min(n, len(tokens))
-            while cp < limit and seen[cp] == tokens[cp]:
-                cp += 1
-        elif len(tokens) >= n and tokens[:n] == seen:
-            cp = n
-        else:
-            cp = 0
-            for cp, (a, b) in enumerate(zip(seen, tokens)):  # noqa: B007
-                if a != b:
-                    break
-            else:
-                cp = min(n, len(tokens))
-        new = tokens[cp:]
-        vocab = self.slot.vocab_size
-        for t in new if sampled is None else (*new, sampled):
-            if not (isinstance(t, int) and 0 <= t < vocab):   # checked before anything changes
-                raise ValueError(f"token {t!r} is not a token id of this vocabulary (0..{vocab - 1})")
-        del seen[cp:]
-        seen.extend(new)
-        s = self.slot
-        s.backtrack = n - cp
-        s.n_tokens = len(new)
-        if new:
-            if len(new) > len(self._tok_buf):
-                self._tok_buf = self._native.ffi.new("uint32_t[]", max(len(new), 2 * len(self._tok_buf)))
-                s.tokens = self._tok_buf
-            self._tok_buf[0:len(new)] = new
-        s.sampled_is_some = sampled is not None
-        s.sampled = sampled or 0
-        if self.fork_group:
-            self._group_buf = self._native.ffi.new("uint32_t[]", self.fork_group)
-            s.group = self._group_buf
-            s.n_group = len(self.fork_group)
-            self.fork_group = []
-        else:
-            s.n_group = 0
-        s.mask_row = mask_row
-        s.deadline_ticks = self._ticks_call if self.calls else self._ticks_first
-        s.budget_us = (self._call_s if self.calls else self._first_s) * 1e6
-        s.done = 0
-        self.calls += 1
-        self.mask_buffer = mask_buffer
-        self.state = SeqState.RUNNING
-        self.runtime._call_started(self)
+    @property
+    def calls(self) -> int:
+        """`mid-process` calls started so far."""
+        return int(self.slot.calls)
 
-    def _mark_late(self, counts: bool = True) -> int:
-        """RUNNING|LATE -> LATE (the call missed another deadline); returns the steps late in a
-        row (`counts`: whether this step is charged to the controller)."""
-        if self.state is not SeqState.CLOSING:
-            self.state = SeqState.LATE
+    @property
+    def seen(self) -> list[int]:
+        """The tokens as the controller last saw them (a copy)."""
+        return self._native.seen_tokens(self.slot) if self._state is not SeqState.CLOSED else []
+
+    def _mark_late(self, masks: "np.ndarray", row: int, counts: bool = True) -> int:
+        """RUNNING|LATE -> LATE (the call missed another deadline; it writes into `masks[row]`,
+        which stays pinned); returns the steps late in a row (`counts`: whether this step is
+        charged to the controller)."""
+        if self._state is SeqState.IDLE:
+            self._state = SeqState.LATE
+        self.slot.call_out = 2
+        if self.mask_buffer is None:
+            self.mask_buffer = (masks, row)
+            self._registry.hold(self, masks)
         self.late_steps += counts
         return self.late_steps
 
@@ -196,18 +164,22 @@ class Sequence(Owned):
         """The call's result was taken: back to IDLE, or freed if it was closed meanwhile."""
         self.mask_buffer = None
         self.late_steps = 0
-        self.runtime._call_collected(self)
-        if self.state is SeqState.CLOSING:
+        self._registry.unhold(self)
+        if self._state is SeqState.CLOSED:
+            return
+        self.slot.call_out = 0
+        if self._state is SeqState.CLOSING:
             self._free()
-        elif self.state in (SeqState.RUNNING, SeqState.LATE):
-            self.state = SeqState.IDLE
+        elif self._state is SeqState.LATE:
+            self._state = SeqState.IDLE
 
     def _finish(self, error: str | None = None) -> None:
         """-> FINISHED (stopped, or failed with `error`); a closing sequence stays closing."""
         if error is not None and self.error is None:
             self.error = error
-        if self.state in (SeqState.IDLE, SeqState.RUNNING, SeqState.LATE):
-            self.state = SeqState.FINISHED
+        if self._state in (SeqState.IDLE, SeqState.LATE):
+            self._state = SeqState.FINISHED
+            self.slot.stopped = 1
 
     # -- fork -------------------------------------------------------------------------------------
     def fork(self) -> "Sequence":
@@ -220,7 +192,7 @@ class Sequence(Owned):
 
     def _fork(self, n: int) -> list["Sequence"]:
         """`n` new sequences whose controllers are copies of this one's (linear memory and every
-        mutable global); all of the group get `fork_group` for their next call. Raises
+        mutable global); all of the group get the fork group on their next call. Raises
         ControllerError (closing any child made) if a copy cannot be made."""
         children: list[Sequence] = []
         try:
@@ -229,8 +201,9 @@ class Sequence(Owned):
                 children.append(child)
                 assert self.store and self.memory and child.store and child.memory   # all open here
                 instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
-                child.seen = list(self.seen)
-                child.calls = self.calls
+                self._native.copy_seen(self.slot, child.slot)
+                child.slot.calls = self.slot.calls
+                child.slot.needs_init = self.slot.needs_init   # the state copied is initialized iff the parent's is
                 self._native.copy_pending_post(self.slot, child.slot)
         except Exception as e:
             for child in children:
@@ -239,14 +212,20 @@ class Sequence(Owned):
         self.request._adopt(children)
         group = [self.id] + [c.id for c in children]
         for member in (self, *children):
-            member.fork_group = group
+            member._report_group(group)
         return children
+
+    def _report_group(self, group: list[int]) -> None:
+        """The fork group this sequence's next call reports (`fork-group`)."""
+        self._group_buf = self._native.ffi.new("uint32_t[]", group)
+        self.slot.group = self._group_buf
+        self.slot.n_group = len(group)
 
     # -- log -------------------------------------------------------------------------------------
     @property
     def log(self) -> bytes:
         """The controller's log (the last Limits.log_bytes bytes; kept after close)."""
-        return self._native.log_bytes(self.slot) if self.state is not SeqState.CLOSED else self._final_log
+        return self._native.log_bytes(self.slot) if self._state is not SeqState.CLOSED else self._final_log
 
     def _take_call_log(self) -> str:
         return self._native.take_call_log(self.slot).decode("utf-8", "replace")
@@ -254,24 +233,26 @@ class Sequence(Owned):
     # -- lifetime ----------------------------------------------------------------------------------
     def _release(self) -> None:
         """Free the instance and its Store; while a call is still out, once it ends."""
-        if self.call_out and self.state is not SeqState.CLOSING:
-            self.state = SeqState.CLOSING
-            self.runtime._closing(self)
-        elif self.state is not SeqState.CLOSING:
+        if self._state is SeqState.CLOSING:
+            return
+        self.slot.stopped = 1
+        if self.call_out:
+            self._state = SeqState.CLOSING
+            self._registry.closing(self)
+        else:
             self._free()
 
     def _free(self) -> None:
-        if self.state is SeqState.CLOSED:
+        if self._state is SeqState.CLOSED:
             return
         self._closed = True
-        self.state = SeqState.CLOSED
-        self.mask_buffer = None
         self._final_log = self._native.log_bytes(self.slot)
-        self.runtime._unregister(self)
+        self._state = SeqState.CLOSED
+        self.mask_buffer = None
+        self._registry.remove(self, self._native.addr(self.slot))
         self.instance = self.memory = None
         self._globals = {}
         self._release_slot()
         store, self.store = self.store, None
         if store is not None:
             store.close()
-

@@ -3,11 +3,13 @@
 Fork copies a parent's linear memory *and every mutable global* into a fresh instance. Globals
 that the module does not export (wasi-libc's `__stack_pointer`, say) are invisible from the host,
 so at load time we append an export for each such global, named ``aicirt-global-<index>``.
-Nothing else in the module changes. Every read is bounds-checked: malformed input raises
+Nothing else in the module changes. (:func:`snapshot_module` writes the other rewrite, an init
+snapshot: see :mod:`aicirt.snapshot`.) Every read is bounds-checked: malformed input raises
 :class:`WasmFormatError`, never an IndexError or a hang.
 """
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -401,3 +403,152 @@ def _element_segments(r: _Reader, globals_init: list[int | None]) -> list[Segmen
         if active:
             out.append(SegmentInfo(k, table, offset, n))
     return out
+
+
+# -- init snapshots: the module whose instances start where an instance's init left off ---------
+def _sleb(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if (n == 0 and not b & 0x40) or (n == -1 and b & 0x40):
+            out.append(b)
+            return bytes(out)
+        out.append(b | 0x80)
+
+
+def _const(valtype: int, value: int | float) -> bytes:
+    """A constant expression for a global's value (i32/i64 signed, f32/f64 IEEE)."""
+    if valtype == 0x7F:
+        v = int(value) & 0xFFFFFFFF
+        return b"\x41" + _sleb(v - (1 << 32) if v >= 1 << 31 else v) + b"\x0b"
+    if valtype == 0x7E:
+        v = int(value) & 0xFFFFFFFFFFFFFFFF
+        return b"\x42" + _sleb(v - (1 << 64) if v >= 1 << 63 else v) + b"\x0b"
+    if valtype == 0x7D:
+        return b"\x43" + struct.pack("<f", value) + b"\x0b"
+    return b"\x44" + struct.pack("<d", value) + b"\x0b"
+
+
+def memory_runs(memory: bytes, page: int = WASM_PAGE) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of the runs of `page`-sized blocks that hold a non-zero byte: the data
+    segments of a snapshot. Zero blocks are left out (fresh memory is zero); whole blocks are
+    kept, so the segments stay dense and wasmtime maps them as one copy-on-write image."""
+    runs: list[tuple[int, bytes]] = []
+    start = None
+    zero = bytes(page)
+    for off in range(0, len(memory), page):
+        used = memory[off:off + page] != zero[:len(memory) - off]
+        if used and start is None:
+            start = off
+        elif not used and start is not None:
+            runs.append((start, memory[start:off]))
+            start = None
+    if start is not None:
+        runs.append((start, memory[start:]))
+    return runs
+
+
+def snapshot_module(wasm: bytes, memory: bytes, globals_now: dict[int, int | float],
+                    drop_exports: set[str]) -> bytes:
+    """`wasm` rewritten so that a fresh instance holds `memory` and the mutable globals'
+    `globals_now` (index -> value) at start: the memory's minimum grown to `len(memory)` (a
+    multiple of 64 KiB), every active data segment emptied (its index kept, for `memory.init` of
+    the passive ones) and the memory's non-zero blocks appended as active segments, each mutable
+    global's initializer replaced, the start function and the exports in `drop_exports` (the init
+    functions already run) removed. Tables, code and everything else are unchanged.
+
+    Raises :class:`WasmFormatError` for a malformed module and for one this cannot snapshot:
+    not exactly one defined 32-bit memory with 64 KiB pages, or a mutable global left out of
+    `globals_now`."""
+    if len(memory) % WASM_PAGE:
+        raise WasmFormatError(f"a snapshot's memory is whole 64 KiB pages, not {len(memory)} bytes")
+    globals_, _ = globals_and_exports(wasm)
+    n_imported_globals = sum(g.imported for g in globals_)
+    missing = [g.index for g in globals_ if g.mutable and not g.imported and g.index not in globals_now]
+    if missing:
+        raise WasmFormatError(f"no snapshot value for mutable global {missing[0]}")
+    facts = module_facts(wasm)
+    if len(facts.memories) != 1 or facts.memories[0].imported or facts.memories[0].is64:
+        raise WasmFormatError("a snapshot needs exactly one defined 32-bit memory")
+    runs = memory_runs(memory)
+    out = bytearray(MAGIC)
+
+    def emit(sid: int, payload: bytes) -> None:
+        out.extend(bytes([sid]) + _leb(len(payload)) + payload)
+
+    had_data = False
+    for sid, header, start, end in sections(wasm):
+        r = _Reader(wasm, start, end)
+        if sid == _SEC_MEMORY:
+            r.leb(32)
+            flags = r.byte()
+            if flags & ~0x03:
+                raise WasmFormatError("a snapshot needs a memory with 64 KiB pages")
+            old_min = r.leb()
+            max_pages = r.leb() if flags & 1 else None
+            pages = max(old_min, len(memory) // WASM_PAGE)
+            if max_pages is not None and pages > max_pages:
+                raise WasmFormatError(f"the snapshot's {pages} pages are over the memory's maximum of {max_pages}")
+            emit(sid, _leb(1) + bytes([flags]) + _leb(pages) + (_leb(max_pages) if max_pages is not None else b""))
+        elif sid == _SEC_GLOBAL:
+            n = r.leb(32)
+            payload = bytearray(_leb(n))
+            for k in range(n):
+                t_at = r.pos
+                t = _skip_valtype(r)
+                mut = r.byte() == 1
+                e_at = r.pos
+                _skip_const_expr(r)
+                index = n_imported_globals + k
+                payload += wasm[t_at:e_at]
+                payload += _const(t, globals_now[index]) if mut else wasm[e_at:r.pos]
+            emit(sid, bytes(payload))
+        elif sid == _SEC_EXPORT:
+            kept = []
+            for _ in range(r.leb(32)):
+                at = r.pos
+                name = r.name()
+                r.byte(), r.leb(32)
+                if name not in drop_exports:
+                    kept.append(wasm[at:r.pos])
+            emit(sid, _leb(len(kept)) + b"".join(kept))
+        elif sid == _SEC_START:
+            continue
+        elif sid == 12:       # data count: the segments we keep plus the snapshot's
+            emit(sid, _leb(r.leb(32) + len(runs)))
+        elif sid == _SEC_DATA:
+            had_data = True
+            emit(sid, _snapshot_data(r, runs))
+        else:
+            out.extend(wasm[header:end])
+    if not had_data and runs:
+        emit(_SEC_DATA, _leb(len(runs)) + b"".join(_active(off, data) for off, data in runs))
+    return bytes(out)
+
+
+def _active(offset: int, data: bytes) -> bytes:
+    return b"\x00" + _const(0x7F, offset) + _leb(len(data)) + data
+
+
+def _snapshot_data(r: _Reader, runs: list[tuple[int, bytes]]) -> bytes:
+    """The data section: passive segments as they were, active ones emptied (the snapshot holds
+    what they wrote, and what the program wrote over it since), then the snapshot's runs."""
+    n = r.leb(32)
+    parts = [_leb(n + len(runs))]
+    for k in range(n):
+        at = r.pos
+        flags = r.leb(32)
+        if flags == 1:
+            r.take(r.leb(32))
+            parts.append(r.data[at:r.pos])
+            continue
+        if flags not in (0, 2):
+            raise WasmFormatError(f"data segment {k}: unknown flags {flags}")
+        if flags == 2 and r.leb(32) != 0:
+            raise WasmFormatError(f"data segment {k} is for a second memory")
+        _skip_const_expr(r)
+        r.take(r.leb(32))
+        parts.append(_active(0, b""))
+    parts += [_active(off, data) for off, data in runs]
+    return b"".join(parts)

@@ -36,8 +36,9 @@ def test_run_exits_non_zero_with_one_line_when_a_sequence_fails():
     assert r.exit_code == 1, r.output
     last = r.output.strip().splitlines()[-1]
     # rejected on its first call, over the byte tokenizer, before the (scripted) model loads
-    assert last.startswith("Error: the controller failed on its first call, before the model loaded: ")
-    assert "regex: missing ) at offset 1" in last
+    # the controller's own reason first (aicirt.errors.failure_message), then where and the Wasm detail
+    assert last.startswith("Error: regex: missing ) at offset 1"), last
+    assert "(the controller failed on its first call, before the model loaded: trap: " in last
 
 
 def test_run_exits_zero_when_every_sequence_ends_well():

@@ -24,7 +24,7 @@ def engine(runtime):
 
 
 def live_instances(runtime) -> int:
-    return len(runtime._seqs)
+    return len(runtime.registry)
 
 
 # --- queues and retirement -------------------------------------------------------------------

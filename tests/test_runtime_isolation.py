@@ -84,10 +84,10 @@ def test_extra_workers_leave_once_the_stall_is_over(make_rt, scripted_wasm):
         if not live:
             break
     t0 = time.perf_counter()   # the loopers' calls end at their 0.3 s limit; then the extra workers leave
-    while runtime._pool.threads > runtime.workers and time.perf_counter() - t0 < 3:
+    while runtime.pool.threads > runtime.workers and time.perf_counter() - t0 < 3:
         runtime.submit([StepInput(good, [1] * 70)]).wait()
         time.sleep(0.01)
-    assert runtime._pool.threads == runtime.workers
+    assert runtime.pool.threads == runtime.workers
 
 
 def test_a_sequence_given_up_as_late_can_be_closed_while_its_call_runs(make_rt, scripted_wasm):

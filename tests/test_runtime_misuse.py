@@ -144,8 +144,8 @@ def test_random_lifetimes_leave_no_instance_store_or_pinned_buffer(hot_path, scr
                     live.remove(s)
         assert made == n_total
         assert rt.live_sequences == 0
-        assert not rt._calls_out and not rt._closing_seqs
-        assert rt._pinned_buffers() == set()
+        assert not rt.registry.calls_out and not rt.registry.closing_count
+        assert rt.registry.pinned_buffers() == set()
 
 
 def _vm_mib() -> int:

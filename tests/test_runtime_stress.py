@@ -87,8 +87,8 @@ def test_a_sequence_closed_mid_call_stops_pinning_its_mask_buffer(hot_path, scri
         stuck.close()
         import time
         t0, k = time.perf_counter(), 0
-        while rt._calls_out and time.perf_counter() - t0 < 3:   # the call hits its limit in ~0.2 s
+        while rt.registry.calls_out and time.perf_counter() - t0 < 3:   # the call hits its limit in ~0.2 s
             k += 1
             rt.submit([StepInput(other, [1] * (k + 1), None)]).wait()
             time.sleep(0.01)
-        assert not rt._calls_out and stuck.state is aicirt.SeqState.CLOSED
+        assert not rt.registry.calls_out and stuck.state is aicirt.SeqState.CLOSED

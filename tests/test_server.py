@@ -278,6 +278,33 @@ def test_controller_that_fails_to_instantiate_is_a_400(url, trapping_id):
     assert "controller failed to start" in r.json()["message"] and "unreachable" in r.json()["message"]
 
 
+#: Arguments the shipped controllers refuse on their first call, and the reason each logs:
+#: the regex one traps after logging it, the json one stops having logged it.
+REFUSED = [("regex", "(", "regex: missing ) at offset 1 in pattern '('"),
+           ("json", json.dumps({"type": "frobnicate"}), "json: bad schema: type at # (unknown type name)")]
+
+
+def _refused_bodies(controller: str, arg: str) -> list[tuple[str, dict]]:
+    ctrl = {"controller": controller, "controller_arg": arg}
+    chat = {"messages": [{"role": "user", "content": "Go"}], **ctrl}
+    return [("/v1/run", {"prompt": "Go: ", **ctrl}),
+            ("/v1/completions", {"prompt": "Go: ", **ctrl}),
+            ("/v1/completions", {"prompt": "Go: ", "stream": True, **ctrl}),
+            ("/v1/chat/completions", chat),
+            ("/v1/chat/completions", {**chat, "stream": True})]
+
+
+@pytest.mark.parametrize("controller, arg, reason", REFUSED, ids=["regex-paren", "json-bad-schema"])
+def test_a_refused_argument_is_a_400_leading_with_the_controllers_reason_on_every_route(
+        url, controller, arg, reason):
+    for path, body in _refused_bodies(controller, arg):
+        r = post_json(url, path, body)
+        assert r.status_code == 400, (path, body, r.text)
+        message = r.json()["message"]
+        assert message.startswith(reason + " (controller failed to start: "), (path, message)
+        assert r.json()["error"]["message"] == message and "\n" not in message
+
+
 def test_bad_requests_change_no_other_output(url, trapping_id):
     good = {"controller": "regex", "controller_arg": "[a-z]{30}", "prompt": "Steady: ", "max_tokens": 40}
     alone = aici_run(url, good)["texts"]

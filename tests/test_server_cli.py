@@ -100,3 +100,25 @@ def test_run_locally_by_tag_and_module_id(tmp_path):
 def test_server_errors_are_one_line(tmp_path):
     code, out = _cli("tags", "--server", "http://127.0.0.1:9")
     assert code == 1 and "cannot reach the server" in out
+
+
+@pytest.mark.parametrize("controller, arg, reason", [
+    ("regex", "(", "regex: missing ) at offset 1 in pattern '('"),
+    ("json", json.dumps({"type": "frobnicate"}), "json: bad schema: type at # (unknown type name)")])
+def test_run_leads_a_refused_argument_with_the_controllers_reason_locally_and_against_a_server(
+        server_url, tmp_path, controller, arg, reason):
+    args = ["run", controller, "--arg", arg, "--prompt", "Go"]
+    for where, extra in [("local", ["--model", "scripted", "--store", str(tmp_path)]),
+                         ("server", ["--server", server_url])]:
+        code, out = _cli(*args, *extra)
+        last = out.strip().splitlines()[-1]
+        assert code == 1 and last.startswith(f"Error: {reason} ("), (where, out)
+
+
+def test_run_against_a_server_fails_when_a_sequence_fails_as_locally_does(server_url, scripted_wasm, tmp_path):
+    from scripted import branch, log, result, script, trap
+
+    steps = script(result(branch(mask=[ord("A")])), log("giving up: bad state\n", trap())).decode("ascii")
+    code, out = _cli("run", str(scripted_wasm), "--arg", steps, "--prompt", "hi", "--no-chat", "--server", server_url)
+    last = out.strip().splitlines()[-1]
+    assert code == 1 and last.startswith("Error: sequence #0 ended in error: giving up: bad state ("), out

@@ -44,6 +44,21 @@ def test_put_is_content_addressed_with_precompiled_artifact(store, wasm):
     assert store.verify() == ([], [])
 
 
+def test_modules_are_listed_in_the_order_stored_even_within_one_second(store, wasm, monkeypatch):
+    """`ls` order is total: modules stored within the same second (created_at ties) keep the
+    order they were stored in, whatever their ids, and re-storing one does not move it."""
+    import aicirt.serve.store as store_module
+
+    monkeypatch.setattr(store_module.time, "time", lambda: 1_700_000_000.0)   # every upload in one second
+    blobs = sorted((variant(wasm, k) for k in range(6)), key=lambda b: hashlib.sha256(b).hexdigest(), reverse=True)
+    ids = [store.put(b).module_id for b in blobs]       # ids in descending order: a tie-break by id reverses them
+    store.put(blobs[0])                                  # stored again: keeps its place
+    assert [m.module_id for m in store.modules()] == ids
+    store.remove(ids[2])
+    again = store.put(blobs[2]).module_id                # removed and stored anew: now the last
+    assert [m.module_id for m in store.modules()] == ids[:2] + ids[3:] + [again]
+
+
 def test_tags_move_list_and_remove(store, wasm):
     a = store.put(variant(wasm, 1), tags=["v1", "latest"]).module_id
     b = store.put(variant(wasm, 2)).module_id

@@ -3,7 +3,9 @@
  * The argument is the schema's text, optionally followed by NUL-separated options; the same
  * options may sit in the schema's root under "x-aicirt". The schema is compiled on the first
  * call; what cannot be enforced stops the sequence there with the log line
- * "json: unsupported: KEYWORD at POINTER".
+ * "json: unsupported: KEYWORD at POINTER". What depends only on the tokenizer (the token trie,
+ * the token -> bytes table, the string slices and character counts) is built in the init, once
+ * per tokenizer (docs/snapshots.md), so that a request's first call only compiles its schema.
  */
 #include "matcher.h"
 
@@ -78,6 +80,14 @@ static bool schema_options(const jv_t *schema, json_opts_t *o, sb_t *ignore) {
   return true;
 }
 
+/* Once per tokenizer, before any request: no argument, no sequence (docs/snapshots.md). */
+AICI_EXPORT_INIT void json_init(void) {
+  trie = aici_trie();
+  if (!trie) return;                   /* logged; the first call reports it again */
+  aici_token_bytes(0, 0);
+  matcher_prepare_tokenizer(trie);
+}
+
 static bool setup(const aici_arg_t *arg) {
   uint32_t n;
   char *a = (char *)aici_arg(&n);
@@ -119,7 +129,7 @@ static bool setup(const aici_arg_t *arg) {
   if (!(trie = aici_trie())) return false;
   matcher_reference(M, reference_masks);
   caps = aici_capabilities();
-  aici_token_bytes(0, 0);              /* the token -> bytes table now, not on the first mask */
+  aici_token_bytes(0, 0);              /* the token -> bytes table now (from the init, if it ran) */
   matcher_prepare(M, trie);
   prompt_len = arg->n_all_tokens;
   cap = 64;

@@ -475,26 +475,39 @@ static uint32_t room_of(matcher_t *M, uint32_t m, uint32_t s) {
   return room;
 }
 
+/* What masks share across schemas, per tokenizer: built by json_init (once per tokenizer, in
+ * the init snapshot) or, without a snapshot, by the first matcher_prepare. */
+static struct {
+  aici_slice_t *str_slice, *short_slice;
+  uint8_t *nchars;
+} tok_tables;
+
+void matcher_prepare_tokenizer(const aici_trie_t *t) {
+  if (!tok_tables.str_slice) tok_tables.str_slice = aici_trie_token_slice(t, in_string_slice, 0);
+  if (!tok_tables.short_slice) tok_tables.short_slice = aici_trie_token_slice(t, in_short_slice, 0);
+  if (!tok_tables.nchars) {
+    uint32_t padded = (t->vocab + 31) / 32 * 32;
+    uint8_t *nchars = aici_calloc(padded + 16, 1);
+    for (uint32_t tok = 0; tok < t->vocab; tok++) {
+      uint32_t len, n = 0;
+      const uint8_t *b = aici_token_bytes(tok, &len);
+      if (!b || !in_string_slice(0, b, len)) continue;
+      for (uint32_t i = 0; i < len; i++) n += (b[i] & 0xc0) != 0x80;
+      nchars[tok] = (uint8_t)(n < 255 ? n : 255);
+    }
+    tok_tables.nchars = nchars;
+  }
+}
+
 void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
-  if (!M->str_slice) M->str_slice = aici_trie_token_slice(t, in_string_slice, 0);
-  if (!M->short_slice) M->short_slice = aici_trie_token_slice(t, in_short_slice, 0);
+  matcher_prepare_tokenizer(t);
+  M->str_slice = tok_tables.str_slice, M->short_slice = tok_tables.short_slice, M->nchars = tok_tables.nchars;
   if (!M->out) {
     M->out = aici_tokset_new();
     M->out_idx = aici_malloc(M->out->n_words * 4 + 4);
     M->out_base = BASE_ZERO, M->out_n = 0, M->out_ent = NO_LIST;
   }
   if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
-  if (!M->nchars) {
-    uint32_t padded = (t->vocab + 31) / 32 * 32;
-    M->nchars = aici_calloc(padded + 16, 1);
-    for (uint32_t tok = 0; tok < t->vocab; tok++) {
-      uint32_t len, n = 0;
-      const uint8_t *b = aici_token_bytes(tok, &len);
-      if (!b || !in_string_slice(0, b, len)) continue;
-      for (uint32_t i = 0; i < len; i++) n += (b[i] & 0xc0) != 0x80;
-      M->nchars[tok] = (uint8_t)(n < 255 ? n : 255);
-    }
-  }
 }
 
 /* ---- masks ---------------------------------------------------------------------------------

@@ -27,8 +27,11 @@ int matcher_forced_byte(matcher_t *m, const cset_t *set);
 const aici_tokset_t *matcher_mask(matcher_t *m, const aici_trie_t *trie, const cset_t *set, aici_token_t eos);
 uint32_t matcher_machines(const matcher_t *m);
 /* Builds what masks share across schemas (the free-string and short-token slices, per-token
- * character counts: passes over the trie) and the mask buffer, before any fork: children then
- * find them in memory they already hold. */
+ * character counts: passes over the trie), once per tokenizer: in the init (json_init), so that
+ * every request starts with them from the snapshot. Idempotent. */
+void matcher_prepare_tokenizer(const aici_trie_t *trie);
+/* The matcher's share of those tables (built now if the init did not) and its mask buffer,
+ * before any fork: children then find them in memory they already hold. */
 void matcher_prepare(matcher_t *m, const aici_trie_t *trie);
 /* on: masks by plain walks of the whole trie (no slices, character counts or string probes):
  * the reference the fast paths must agree with, bit for bit (tests compare the two). */

@@ -1,4 +1,6 @@
-/* regex: constrain generation to a regex given as the argument (see README.md). */
+/* regex: constrain generation to a regex given as the argument (see README.md). The token trie
+ * and the token -> bytes table depend only on the tokenizer: the init builds them once per
+ * tokenizer (docs/snapshots.md), so a request's first call only compiles its pattern. */
 #include "aici.h"
 
 static aici_regex_t *re;
@@ -6,6 +8,10 @@ static const aici_trie_t *trie;
 static uint32_t prompt_len;
 static uint32_t *states, n_seen, cap;  /* states[k]: DFA state after k generated tokens */
 static bool use_cache = true, use_slices = true, log_slice = false;
+
+AICI_EXPORT_INIT void regex_init(void) {
+  if ((trie = aici_trie())) aici_token_bytes(0, 0);
+}
 
 static bool setup(const aici_arg_t *arg) {
   uint32_t n;
@@ -25,7 +31,7 @@ static bool setup(const aici_arg_t *arg) {
   if (!use_cache) aici_regex_cache_limit(re, 0);
   aici_regex_use_slices(re, use_slices);
   if (!(trie = aici_trie())) return false;
-  aici_token_bytes(0, 0);              /* build the token -> bytes table now, not on step 1 */
+  aici_token_bytes(0, 0);              /* the token -> bytes table now, not on step 1 (init built it) */
   prompt_len = arg->n_all_tokens;
   cap = 64;
   states = aici_malloc(cap * 4);

@@ -80,6 +80,20 @@ aici_branch_t *aici_ff(aici_result_t *res, uint32_t backtrack, const aici_token_
 aici_branch_t *aici_noop(aici_result_t *res);   /* no mask, splice (0, []): wait this step */
 uint32_t aici_result_branches(const aici_result_t *res);
 
+/* ---- per-tokenizer init (optional; docs/snapshots.md) ------------------------------------ */
+/* Put in front of a `void f(void)` to export it as `aicirt_init`: a Runtime runs it once per
+ * (controller, tokenizer) at load, after the constructors, and starts every request from a
+ * snapshot of the memory and globals it leaves (so its work is not repeated per request):
+ *
+ *     static const aici_trie_t *trie;
+ *     AICI_EXPORT_INIT void my_init(void) { trie = aici_trie(); aici_token_bytes(0, 0); }
+ *
+ * It may call aici_vocab_size, aici_eos_token, aici_trie, aici_token_bytes, aici_trie_slice,
+ * aici_tokenize, aici_detokenize and log; not aici_arg, aici_self_seq_id, aici_capabilities or
+ * the variables (no request, no sequence yet: the load fails, naming the call). A trap in it
+ * fails the load. Hosts without snapshots never call it: code must not rely on it having run. */
+#define AICI_EXPORT_INIT __attribute__((export_name("aicirt_init")))
+
 /* ---- host ------------------------------------------------------------------------------- */
 #define AICI_CAP_FORK 1u
 #define AICI_CAP_BACKTRACK 2u

@@ -4,6 +4,11 @@
 //!     const aici = @import("aici");
 //!     export fn aici_step(arg: *const aici.Arg, res: *aici.Result) void { ... }
 //!
+//! Optional per-tokenizer init (aici.h's AICI_EXPORT_INIT; rules in docs/snapshots.md): run once
+//! per (controller, tokenizer) at load, every request starts from a snapshot of what it built:
+//!
+//!     export fn aicirt_init() void { _ = aici.aici_trie(); }
+//!
 //! (Zig 0.15+ has no @cImport, hence hand-written declarations; keep them in step with aici.h.)
 pub const Token = u32;
 

@@ -3,11 +3,19 @@
  * conditional splice where the host grants conditional ff-tokens (and ff-tokens), else by an
  * unconditional splice the next step where it grants ff-tokens, else forced one token a step by
  * masks. Each call reads where it is from the tokens it sees, so a host that takes tokens back
- * only makes it repeat them. The answer goes to variable "answer". */
+ * only makes it repeat them. The answer goes to variable "answer". The default answers are
+ * tokenized once per tokenizer, in the init (docs/snapshots.md). */
 #include "aici.h"
 
 static aici_token_t *opt[2];
 static uint32_t n_opt[2], prompt_len;
+static aici_token_t *yes_no[2];        /* "Yes" and "No" tokenized by the init (once per tokenizer) */
+static uint32_t n_yes_no[2];
+
+AICI_EXPORT_INIT void yesno_init(void) {
+  yes_no[0] = aici_tokenize("Yes", 3, &n_yes_no[0]);
+  yes_no[1] = aici_tokenize("No", 2, &n_yes_no[1]);
+}
 
 static void parse_arg(void) {
   uint32_t n;
@@ -17,7 +25,10 @@ static void parse_arg(void) {
   uint32_t nl = 0;
   while (nl < n && a[nl] != '\n') nl++;
   if (nl < n) text[0] = a, len[0] = nl, text[1] = a + nl + 1, len[1] = n - nl - 1;
-  for (int i = 0; i < 2; i++) opt[i] = aici_tokenize(text[i], len[i], &n_opt[i]);
+  for (int i = 0; i < 2; i++) {
+    if (nl == n && yes_no[i]) opt[i] = yes_no[i], n_opt[i] = n_yes_no[i];   /* the defaults, from the init */
+    else opt[i] = aici_tokenize(text[i], len[i], &n_opt[i]);
+  }
   if (!n_opt[0] || !n_opt[1] || opt[0][0] == opt[1][0])
     aici_fail("yesno: the two answers need distinct first tokens");
 }

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..batch import BatchOutcome
+from ..abi import RowKind
+from ..batch import RowsOutcome
 from ..results import Splice, StepResult, splice_for
 from .backends.base import Backend
 from .sampling import apply_masks, sample
@@ -42,20 +43,27 @@ class Applier:
     def __init__(self, backend: Backend):
         self.backend = backend
 
-    def apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: BatchOutcome | None, mask_vocab: int,
+    def apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: RowsOutcome | None, mask_vocab: int,
               events: list[Event]) -> None:
         """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3).
 
-        `controlled` are the sequences of `live` with a controller, in the order of
-        `outcome.results`; `mask_vocab` is the width the masks cover (the runtime's vocabulary)."""
+        `controlled` are the sequences of `live` with a controller, in the order of the
+        outcome's rows; `mask_vocab` is the width the masks cover (the runtime's vocabulary)."""
         draws: list[_Draw] = []
         for s in live:
             if s.ctrl is None:
                 s.sampled = None
                 draws.append(_Draw(s, _logits(s), None, s.request.params.temperature))
         if outcome is not None:
-            for s, r in zip(controlled, outcome.results):
-                self._plan(s, r, outcome.masks, draws, events)
+            masks, kind, temperature, elapsed = outcome.masks, outcome.kind, outcome.temperature, outcome.elapsed_us
+            for i, s in enumerate(controlled):
+                k = kind[i]
+                if k == RowKind.MASK:    # the common row: sample under its mask
+                    s.controller_us += elapsed[i]
+                    t = temperature[i]
+                    draws.append(_Draw(s, _logits(s), masks[i], s.request.params.temperature if t != t else float(t)))
+                elif k == RowKind.OTHER:
+                    self._plan(s, outcome.results[i], masks, draws, events)
         self._sample(draws, mask_vocab)
         for d in draws:
             self._commit(d, events)
@@ -79,7 +87,7 @@ class Applier:
         for child_ctrl in r.forks:
             child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
                            cache=self.backend.fork(s.cache), ctrl=child_ctrl, logits=s.logits,
-                           generated=s.generated, parent=s.label, unchanged=s.unchanged)
+                           generated=s.generated, parent=s.label, unchanged=s.unchanged, synced=s.synced)
             s.request.sequences.append(child)
             targets.append(child)
             events.append(ForkEvent(s.request, s, child))

@@ -35,7 +35,6 @@ import numpy as np
 
 from ..capabilities import Capabilities
 from ..errors import AicirtError
-from ..results import StepInput
 from .apply import Applier
 from .backends.base import Backend
 from .sampling import SamplingParams
@@ -43,7 +42,7 @@ from .scheduler import Scheduler
 from .types import EngineStats, Event, GenRequest, GenSeq, VarEvent
 
 if TYPE_CHECKING:
-    from ..batch import BatchHandle, BatchOutcome
+    from ..batch import RowsHandle, RowsOutcome
     from ..controller import Controller, Source
     from ..limits import Limits
     from ..request import Request
@@ -61,9 +60,8 @@ class Engine:
     Not thread-safe: drive it from one thread.
     """
 
-    def __init__(self, backend: Backend, runtime: Any = None, *, workers: int = 2,
+    def __init__(self, backend: Backend, runtime: Runtime | None = None, *, workers: int = 2,
                  limits: Limits | None = None) -> None:
-        # `runtime`: a Runtime or anything with its interface (the server's TimedRuntime wraps one)
         self.backend = backend
         self._runtime = runtime
         self._owns_runtime = runtime is None
@@ -224,15 +222,29 @@ class Engine:
                 batch.append((s, s.tokens[start:]))
         return batch
 
-    def _submit(self, controlled: list[GenSeq]) -> BatchHandle | None:
-        """Start the controllers on worker threads; None when no sequence has one."""
-        handle = None
-        if controlled:
-            handle = self.runtime.submit([StepInput(s.ctrl, s.tokens, s.sampled, s.unchanged) for s in controlled])
-            for s in controlled:
-                s.unchanged = len(s.tokens)
-                s.sampled = None
-        return handle
+    def _submit(self, controlled: list[GenSeq]) -> RowsHandle | None:
+        """Start the controllers on worker threads (the runtime's rows API: a row is the
+        sequence's index and the token it sampled; only a sequence whose tokens changed
+        otherwise, by a prompt, a splice or a fork, hands over its tokens past the part its
+        controller saw unchanged); None when no sequence has one."""
+        if not controlled:
+            return None
+        n = len(controlled)
+        sampled = np.full(n, -1, dtype=np.int32)
+        edits: dict[int, tuple[list[int], int]] = {}
+        for i, s in enumerate(controlled):
+            kept, toks, smp = s.unchanged, s.tokens, s.sampled
+            if kept == s.synced and len(toks) == kept + (smp is not None) and (smp is None or toks[-1] == smp):
+                if smp is not None:
+                    sampled[i] = smp        # the common row: the sampled token appended (or nothing changed)
+            else:
+                edits[i] = (toks[kept:], kept)
+                if smp is not None:
+                    sampled[i] = smp
+            s.unchanged = s.synced = len(toks)
+            s.sampled = None
+        index = np.fromiter((s.ctrl.index for s in controlled), dtype=np.int64, count=n)
+        return self.runtime.submit_rows(index, sampled, edits or None)
 
     def _forward(self, batch: list[tuple[GenSeq, list[int]]]) -> None:
         """The forward pass, overlapping the controllers."""
@@ -241,7 +253,7 @@ class Engine:
             for (s, _), row in zip(batch, logits):
                 s.logits = row
 
-    def _apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: BatchOutcome | None,
+    def _apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: RowsOutcome | None,
                events: list[Event]) -> None:
         """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3)."""
         mask_vocab = self.runtime.vocab_size if outcome is not None else 0
@@ -257,7 +269,7 @@ class Engine:
             if r.ctrl is not None:
                 r.ctrl.close()
 
-    def _count(self, batch: list[tuple[GenSeq, list[int]]], outcome: BatchOutcome | None,
+    def _count(self, batch: list[tuple[GenSeq, list[int]]], outcome: RowsOutcome | None,
                t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
         stats = self.stats
         stats.steps += 1
@@ -267,7 +279,7 @@ class Engine:
         stats.apply_s += t4 - t3
         stats.forwarded_tokens += sum(len(toks) for _, toks in batch)
         if outcome is not None:
-            stats.controller_s += sum(r.elapsed_us for r in outcome.results) / 1e6
+            stats.controller_s += float(outcome.elapsed_us.sum()) / 1e6
             stats.blocked_s += outcome.blocked_us / 1e6
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ class GenSeq:
     generated: int = 0                     # tokens appended (sampled or fast-forwarded)
     idle_steps: int = 0                    # consecutive no-op steps
     unchanged: int = 0                     # leading tokens unchanged since the last submit (runtime hint)
+    synced: int = 0                        # tokens its controller saw at the last submit
     parent: int | None = None              # label of the sequence this one forked from
     finish_reason: str | None = None       # "stop" | "eos" | "length" | "error" | "abort" (or abort's reason)
     error: str | None = None

@@ -22,9 +22,11 @@ import itertools
 import os
 import threading
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import cffi
+import numpy as np
 from wasmtime import _ffi as wt_ffi
 
 from ..abi import Status
@@ -32,7 +34,20 @@ from .ffi_decl import CDEF_SLOT, CDEF_VARS, CDEF_WASMTIME
 from .traps import summarize_trap, take_error_text
 from .types import CData, CLib
 
-__all__ = ["Native", "Status", "get_native", "summarize_trap"]
+__all__ = ["EditArrays", "Native", "Status", "get_native", "summarize_trap"]
+
+@dataclass(frozen=True)
+class EditArrays:
+    """The rows of a batch whose token list changed otherwise than by appending the sampled token
+    (a prompt, a splice, a fork's branch): `of_row[i]` is row i's edit (-1: none). Edit e says the
+    sequence's tokens are the first `unchanged[e]` the controller saw, then
+    `tokens[offsets[e]:offsets[e + 1]]`; the hot path diffs that against what the controller saw,
+    so the controller gets the least net edit. `unchanged[e]` may be 0 (the whole list)."""
+    of_row: np.ndarray      # int32 [rows]
+    offsets: np.ndarray     # int64 [edits + 1]
+    tokens: np.ndarray      # uint32
+    unchanged: np.ndarray   # uint32 [edits]
+
 
 # A Python host import: (slot, ctx, args) -> 0, or 1 with the fault written into the slot.
 Handler = Callable[[CData, CData, CData], int]
@@ -75,6 +90,9 @@ class Native:
         self.ctx_memory = impl.ctx_memory
         self.ctx_alloc = impl.ctx_alloc
         self.host_callback = impl.host_callback
+        self.seen_tokens = impl.seen_tokens
+        self.copy_seen = impl.copy_seen
+        self.collect_rows = impl.collect_rows
 
     # -- slots ---------------------------------------------------------------------------------
     def new_slot(self) -> CData:

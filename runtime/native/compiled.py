@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from . import fn_addr
 from .build import load_extension
 from .types import CData, CLib
@@ -10,7 +12,12 @@ from .types import CData, CLib
 if TYPE_CHECKING:
     from _cffi_backend import FFI as CompiledFFI   # the ffi of an API-mode extension
 
-    from . import Native
+    from . import EditArrays, Native
+
+
+def _ptr(ffi: "CompiledFFI", ctype: str, arr: np.ndarray) -> CData:
+    """A C pointer into a contiguous numpy array (which the caller keeps alive for the call)."""
+    return ffi.from_buffer(ctype, arr)  # type: ignore[call-overload]   # numpy arrays have the buffer protocol
 
 
 class Compiled:
@@ -32,7 +39,27 @@ class Compiled:
 
         self._py_import = py_import
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
-        self.release = lib.aicirt_slot_release
+
+    def release(self, slot: CData) -> None:
+        """Free the slot's native buffers (its log, the tokens it saw)."""
+        self.lib.aicirt_slot_release(slot)
+        self.lib.aicirt_seen_free(slot)
+
+    def seen_tokens(self, slot: CData) -> list[int]:
+        """The tokens the slot's controller has seen."""
+        return self.ffi.unpack(slot.seen, slot.n_seen) if slot.n_seen else []
+
+    def copy_seen(self, src: CData, dst: CData) -> None:
+        if self.lib.aicirt_seen_copy(src, dst):
+            raise MemoryError("a fork's token list")
+
+    def collect_rows(self, ptrs: np.ndarray, row_status: np.ndarray, kind: np.ndarray, temperature: np.ndarray,
+                     elapsed_us: np.ndarray) -> None:
+        """step.c's aicirt_rows_collect over the batch's arrays (see RowKind)."""
+        ffi = self.ffi
+        self.lib.aicirt_rows_collect(_ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
+                                     _ptr(ffi, "int8_t[]", row_status), _ptr(ffi, "uint8_t[]", kind),
+                                     _ptr(ffi, "float[]", temperature), _ptr(ffi, "double[]", elapsed_us))
 
     def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
         return CPool(self.ffi, self.lib, workers, max_workers, stall_s)
@@ -76,13 +103,33 @@ class CPool:
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
 
-    def submit(self, slots: list) -> None:
-        if self.lib.aicirt_pool_submit(self.ptr, self.ffi.new("aicirt_slot *[]", slots), len(slots)):
-            raise MemoryError("controller queue")
+    def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", mask_base: int,
+                   words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
+        """step.c's aicirt_rows_start: (0, 0), or (-(row + 1), misuse) with nothing started."""
+        ffi = self.ffi
+        misuse = ffi.new("int *")
+        if edits is None:
+            of = off = tok = unchanged = ffi.NULL
+        else:
+            of, off = _ptr(ffi, "int32_t[]", edits.of_row), _ptr(ffi, "int64_t[]", edits.offsets)
+            tok = _ptr(ffi, "uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
+            unchanged = _ptr(ffi, "uint32_t[]", edits.unchanged)
+        rc = self.lib.aicirt_rows_start(self.ptr, _ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
+                                        _ptr(ffi, "int32_t[]", sampled), of, off, tok, unchanged,
+                                        ffi.cast("uint32_t *", mask_base), words, stamp,
+                                        _ptr(ffi, "int8_t[]", row_status), misuse)
+        return rc, misuse[0]
 
-    def wait(self, slots: list, timeout_s: float) -> int:
-        """Block until all `slots` are done or `timeout_s` passes; returns how many are not done."""
-        return self.lib.aicirt_pool_wait(self.ptr, self.ffi.new("aicirt_slot *[]", slots), len(slots), timeout_s * 1e6)
+    def wait(self, ptrs: np.ndarray, timeout_s: float) -> int:
+        """Block until every slot of `ptrs` (uint64 addresses) is done or `timeout_s` passes;
+        returns how many are not done."""
+        return self.lib.aicirt_pool_wait(self.ptr, _ptr(self.ffi, "aicirt_slot *[]", ptrs), len(ptrs),
+                                         timeout_s * 1e6)
+
+    @property
+    def pending(self) -> int:
+        """Calls running or queued (0 once closed)."""
+        return self.lib.aicirt_pool_pending(self.ptr) if self.ptr is not None else 0
 
     @property
     def threads(self) -> int:

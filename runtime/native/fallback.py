@@ -5,19 +5,20 @@ for line. Every host import is a Python callback here (with the GIL), variables 
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from .. import abi
-from ..abi import Stage, Status
+from ..abi import RowKind, RowStatus, Stage, Status
 from .types import CData
 
 if TYPE_CHECKING:
-    from . import Native
+    from . import EditArrays, Native
 
 # Each variable and each change record counts this much beside its name and value (host.c's VAR_OVERHEAD).
 VAR_OVERHEAD = 32
@@ -182,9 +183,10 @@ class Fallback:
         s.stage = Stage.ARGUMENTS
         tokens = self._write_list(s, s.tokens, s.n_tokens)
         group = -1 if tokens < 0 else self._write_list(s, s.group, s.n_group)
+        n_group, s.n_group = s.n_group, 0   # a fork group is reported on one call only
         if group >= 0:
             a = self.ffi.new("wt_val_raw_t[7]")
-            for i, v in enumerate((s.backtrack, tokens, s.n_tokens, s.sampled_is_some, s.sampled, group, s.n_group)):
+            for i, v in enumerate((s.backtrack, tokens, s.n_tokens, s.sampled_is_some, s.sampled, group, n_group)):
                 a[i].i32 = v - (1 << 32) if v >= 1 << 31 else v
             s.stage = Stage.MID_PROCESS
             if self._call(s, s.ctx, "f_mid", a, 7):
@@ -220,9 +222,113 @@ class Fallback:
         s.call_log_len = min(s.call_log_len + n, s.log_len)
 
     def release(self, s: CData) -> None:
-        _logs.pop(int(self.ffi.cast("uintptr_t", s)), None)
-        s.log = self.ffi.NULL
-        s.log_len = s.call_log_len = 0
+        addr = int(self.ffi.cast("uintptr_t", s))
+        _logs.pop(addr, None)
+        _seen.pop(addr, None)
+        s.log = s.seen = self.ffi.NULL
+        s.log_len = s.call_log_len = s.n_seen = s.seen_cap = 0
+
+    # -- the rows API: step.c's aicirt_rows_start / _collect / seen -------------------------------
+    def _seen_reserve(self, s: CData, n: int) -> bool:
+        if n <= s.seen_cap:
+            return True
+        cap = s.seen_cap or 64
+        while cap < n:
+            cap *= 2
+        buf = self.ffi.new("uint32_t[]", cap)
+        if s.n_seen:
+            self.ffi.memmove(buf, s.seen, s.n_seen * 4)
+        _seen[int(self.ffi.cast("uintptr_t", s))] = buf
+        s.seen, s.seen_cap = buf, cap
+        return True
+
+    def seen_tokens(self, s: CData) -> list[int]:
+        return cast("list[int]", self.ffi.unpack(s.seen, s.n_seen)) if s.n_seen else []
+
+    def copy_seen(self, src: CData, dst: CData) -> None:
+        self._seen_reserve(dst, src.n_seen)
+        if src.n_seen:
+            self.ffi.memmove(dst.seen, src.seen, src.n_seen * 4)
+        dst.n_seen = src.n_seen
+
+    def start_rows(self, slots: list, sampled: np.ndarray, edits: "EditArrays | None", mask_base: int, words: int,
+                   stamp: int, row_status: np.ndarray) -> tuple[list, int, int]:
+        """step.c's aicirt_rows_start, less the queueing: (slots to run, rc, misuse)."""
+        for i, s in enumerate(slots):
+            if s.stamp == stamp:
+                return [], -(i + 1), 1
+            if s.call_out == 1:
+                return [], -(i + 1), 2
+            if s.stopped == 2:
+                return [], -(i + 1), 3
+            s.stamp = stamp
+        run = []
+        for i, s in enumerate(slots):
+            if s.stopped:
+                row_status[i] = RowStatus.STOPPED
+                continue
+            if s.call_out:
+                row_status[i] = RowStatus.LATE
+                continue
+            smp = int(sampled[i])
+            if smp >= s.vocab_size:
+                s.detail[0] = smp
+                row_status[i] = RowStatus.BAD_TOKEN
+                continue
+            seen = self.seen_tokens(s)
+            e = int(edits.of_row[i]) if edits is not None else -1
+            if edits is not None and e >= 0:
+                u = int(edits.unchanged[e])
+                if u > s.n_seen:
+                    row_status[i] = RowStatus.BAD_EDIT
+                    continue
+                tok = seen[:u] + edits.tokens[edits.offsets[e]:edits.offsets[e + 1]].tolist()
+                limit = min(len(tok), s.n_seen)
+                cp = u
+                while cp < limit and seen[cp] == tok[cp]:
+                    cp += 1
+                new = tok[cp:]
+            else:
+                cp, new = s.n_seen, [smp] if smp >= 0 else []
+            self._seen_reserve(s, cp + len(new))
+            s.backtrack = s.n_seen - cp
+            if new:
+                s.seen[cp:cp + len(new)] = new
+            s.n_seen = cp + len(new)
+            s.tokens = s.seen + cp
+            s.n_tokens = len(new)
+            s.sampled_is_some = int(smp >= 0)
+            s.sampled = max(smp, 0)
+            s.mask_row = self.ffi.cast("uint32_t *", mask_base + i * words * 4)
+            s.deadline_ticks = s.call_ticks if s.calls else s.first_call_ticks
+            s.budget_us = s.call_budget_us if s.calls else s.first_budget_us
+            s.done = 0
+            s.calls += 1
+            s.call_out = 1
+            row_status[i] = RowStatus.STARTED
+            run.append(s)
+        return run, 0, 0
+
+    def slots(self, ptrs: np.ndarray) -> list:
+        """The slots at the addresses `ptrs` (uint64)."""
+        return [self.ffi.cast("aicirt_slot *", int(p)) for p in ptrs]
+
+    def collect_rows(self, ptrs: np.ndarray, row_status: np.ndarray, kind: np.ndarray, temperature: np.ndarray,
+                     elapsed_us: np.ndarray) -> None:
+        for i, s in enumerate(self.slots(ptrs)):
+            if row_status[i] != RowStatus.STARTED:
+                kind[i] = RowKind.OTHER
+            elif not s.done:
+                kind[i] = RowKind.PENDING
+            else:
+                elapsed_us[i] = s.elapsed_us
+                temp_ok = not s.temp_is_some or (math.isfinite(s.temp) and s.temp >= 0)
+                if s.status == Status.OK and not s.stopped and not s.call_log_len and temp_ok:
+                    kind[i] = RowKind.MASK
+                    temperature[i] = s.temp if s.temp_is_some else math.nan
+                    s.call_out = 0
+                else:
+                    kind[i] = RowKind.OTHER
 
     def host_callback(self, index: int, native_ok: bool) -> tuple[int, bool]:
         """Every import is the Python trampoline here (it takes a handler id as env)."""
@@ -233,6 +339,7 @@ class Fallback:
 
 
 _logs: dict[int, object] = {}   # slot address -> its log buffer (the fallback's malloc)
+_seen: dict[int, object] = {}   # slot address -> the buffer of tokens its controller saw
 
 
 class PyVars:
@@ -328,6 +435,13 @@ class ThreadPool:
                 self.cv.notify_all()
             del self.busy_since[me]
 
+    def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", mask_base: int,
+                   words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
+        run, rc, misuse = self.impl.start_rows(self.impl.slots(ptrs), sampled, edits, mask_base, words, stamp, row_status)
+        if run:
+            self.submit(run)
+        return rc, misuse
+
     def submit(self, slots: list) -> None:
         with self.cv:
             for s in slots:
@@ -336,7 +450,8 @@ class ThreadPool:
             self._grow_if_stalled()
             self.cv.notify_all()
 
-    def wait(self, slots: list, timeout_s: float) -> int:
+    def wait(self, ptrs: np.ndarray, timeout_s: float) -> int:
+        slots = self.impl.slots(ptrs)
         deadline = time.perf_counter() + timeout_s
         while True:
             left = sum(1 for s in slots if not s.done)
@@ -346,6 +461,12 @@ class ThreadPool:
             with self.cv:
                 self._grow_if_stalled()
             time.sleep(0.0002)
+
+    @property
+    def pending(self) -> int:
+        """Calls running or queued."""
+        with self.cv:
+            return len(self.queue) + sum(1 for since in self.busy_since.values() if since)
 
     @property
     def threads(self) -> int:

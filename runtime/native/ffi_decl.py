@@ -21,9 +21,17 @@ int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t word
 typedef struct aicirt_pool aicirt_pool;
 aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us);
 int aicirt_pool_threads(aicirt_pool *p);
+int aicirt_pool_pending(aicirt_pool *p);
 int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n);
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us);
 void aicirt_pool_free(aicirt_pool *p);
+int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t *sampled, const int32_t *edit_of,
+                      const int64_t *edit_off, const uint32_t *edit_tok, const uint32_t *edit_unchanged,
+                      uint32_t *mask_base, uint32_t words, uint64_t stamp, int8_t *row_status, int *misuse);
+void aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, uint8_t *kind, float *temperature,
+                         double *elapsed_us);
+int aicirt_seen_copy(const aicirt_slot *src, aicirt_slot *dst);
+void aicirt_seen_free(aicirt_slot *s);
 
 void aicirt_log_append(aicirt_slot *s, const uint8_t *data, uint32_t n);
 void aicirt_slot_release(aicirt_slot *s);

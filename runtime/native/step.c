@@ -14,6 +14,7 @@
  * Host imports are in host.c, compiled with this file.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -68,6 +69,15 @@ typedef struct {
     void *host_trap;                /* a trap a Python host import is about to raise */
     int32_t fault_len;              /* a host import's fault: why the guest trapped */
     char fault[256];
+    /* the rows API (aicirt_rows_start / aicirt_rows_collect), on the engine's thread between calls */
+    uint32_t *seen;                 /* the tokens as the controller last saw them (malloc'd) */
+    uint32_t n_seen, seen_cap;
+    int32_t call_out;               /* 0: none; 1: in a batch not yet waited for; 2: late, from an earlier step */
+    int32_t stopped;                /* finished, closing or closed: no more calls */
+    uint32_t calls;                 /* calls started so far */
+    uint64_t stamp;                 /* the last batch that took it (a duplicate in one batch is refused) */
+    uint64_t call_ticks;            /* a later call's hard limit (first_call_ticks: the first call's) */
+    double first_budget_us, call_budget_us;
 } aicirt_slot;
 /* CDEF END */
 
@@ -227,12 +237,14 @@ void aicirt_step(aicirt_slot *s) {
     s->stage = AICIRT_STAGE_ARGUMENTS;
     int64_t tokens = write_list(s, s->tokens, s->n_tokens);
     int64_t group = tokens < 0 ? -1 : write_list(s, s->group, s->n_group);
+    uint32_t n_group = s->n_group;
+    s->n_group = 0;   /* a fork group is reported on one call only */
     if (group >= 0) {
         wt_val_raw_t a[7];
         a[0].i32 = (int32_t)s->backtrack;
         a[1].i32 = (int32_t)tokens; a[2].i32 = (int32_t)s->n_tokens;
         a[3].i32 = (int32_t)s->sampled_is_some; a[4].i32 = (int32_t)s->sampled;
-        a[5].i32 = (int32_t)group; a[6].i32 = (int32_t)s->n_group;
+        a[5].i32 = (int32_t)group; a[6].i32 = (int32_t)n_group;
         s->stage = AICIRT_STAGE_MID_PROCESS;
         if (call(s, s->ctx, &s->f_mid, a, 7)) {
             s->result_ptr = (uint32_t)a[0].i32;
@@ -437,10 +449,147 @@ void aicirt_pool_free(aicirt_pool *p) {
     free(p);
 }
 
+/* Calls running or queued (the epoch clock ticks only while there are some). */
+int aicirt_pool_pending(aicirt_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    int n = p->busy + (int)(p->tail - p->head);
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 /* Workers alive now (base plus extra ones started for stalls). */
 int aicirt_pool_threads(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     int n = p->live;
     pthread_mutex_unlock(&p->mu);
     return n;
+}
+
+/* ---- Rows: one engine step for a whole batch in one call ----------------------------------------
+ * The engine's thread hands over arrays (slots, sampled tokens, the rare full token lists) and gets
+ * arrays back (row status, kind, temperature): no Python object per sequence in the common case.
+ * Each slot keeps the tokens its controller has seen, so the common row (the sampled token appended)
+ * needs no token list at all, and a full list is diffed against them here. */
+/* ROW_* (RowStatus) and KIND_* (RowKind) come from runtime/abi.py with the other generated #defines. */
+
+static int seen_reserve(aicirt_slot *s, uint64_t n) {
+    if (n <= s->seen_cap) return 1;
+    uint64_t cap = s->seen_cap ? s->seen_cap : 64;
+    while (cap < n) cap *= 2;
+    if (cap > UINT32_MAX / 4) return 0;
+    uint32_t *p = realloc(s->seen, cap * 4);
+    if (!p) return 0;
+    s->seen = p;
+    s->seen_cap = (uint32_t)cap;
+    return 1;
+}
+
+/* Start one step for `n` rows. Row i is slots[i] with sampled[i] (< 0: nothing sampled); where
+ * edit_of[i] >= 0 (edit_of may be NULL) its token list is the first edit_unchanged[e] tokens the
+ * controller saw, then edit_tok[edit_off[e], edit_off[e + 1]), and its net edit is the diff against what the
+ * controller saw; every other row appends its sampled token. Branch 0's mask goes to row i of
+ * mask_base. Returns 0 with row_status[] filled and the started rows queued, or, with nothing started,
+ * -(i + 1) for misuse at row i (*misuse: 1 submitted twice in this batch, 2 in a batch not waited for,
+ * 3 closed). */
+int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t *sampled, const int32_t *edit_of,
+                      const int64_t *edit_off, const uint32_t *edit_tok, const uint32_t *edit_unchanged,
+                      uint32_t *mask_base, uint32_t words, uint64_t stamp, int8_t *row_status, int *misuse) {
+    for (int i = 0; i < n; i++) {
+        aicirt_slot *s = slots[i];
+        if (s->stamp == stamp) { *misuse = 1; return -(i + 1); }
+        if (s->call_out == 1) { *misuse = 2; return -(i + 1); }
+        if (s->stopped == 2) { *misuse = 3; return -(i + 1); }
+        s->stamp = stamp;
+    }
+    aicirt_slot **run = malloc((size_t)(n > 0 ? n : 1) * sizeof *run);
+    if (!run) { *misuse = 4; return -1; }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        aicirt_slot *s = slots[i];
+        if (s->stopped) { row_status[i] = ROW_STOPPED; continue; }
+        if (s->call_out) { row_status[i] = ROW_LATE; continue; }
+        int32_t smp = sampled[i];
+        if (smp >= 0 && (uint32_t)smp >= s->vocab_size) { s->detail[0] = (uint32_t)smp; row_status[i] = ROW_BAD_TOKEN; continue; }
+        uint32_t cp, n_new;
+        const uint32_t *src;
+        int32_t e = edit_of ? edit_of[i] : -1;
+        if (e >= 0) {   /* the tokens past the first u, which are the ones the controller saw */
+            const uint32_t *tok = edit_tok + edit_off[e];
+            uint32_t u = edit_unchanged[e];
+            uint64_t total = u + (uint64_t)(edit_off[e + 1] - edit_off[e]);
+            if (u > s->n_seen || total > UINT32_MAX / 4) { row_status[i] = ROW_BAD_EDIT; continue; }
+            uint32_t limit = total < s->n_seen ? (uint32_t)total : s->n_seen;
+            cp = u;
+            while (cp < limit && s->seen[cp] == tok[cp - u]) cp++;
+            src = tok + (cp - u);
+            n_new = (uint32_t)(total - cp);
+        } else {
+            cp = s->n_seen;
+            src = (const uint32_t *)&sampled[i];
+            n_new = smp >= 0;
+        }
+        if (!seen_reserve(s, (uint64_t)cp + n_new)) { row_status[i] = ROW_NO_MEMORY; continue; }
+        s->backtrack = s->n_seen - cp;
+        if (n_new) memcpy(s->seen + cp, src, (size_t)n_new * 4);
+        s->n_seen = cp + n_new;
+        s->tokens = s->seen + cp;
+        s->n_tokens = n_new;
+        s->sampled_is_some = smp >= 0;
+        s->sampled = smp >= 0 ? (uint32_t)smp : 0;
+        s->mask_row = mask_base + (size_t)i * words;
+        s->deadline_ticks = s->calls ? s->call_ticks : s->first_call_ticks;
+        s->budget_us = s->calls ? s->call_budget_us : s->first_budget_us;
+        s->done = 0;
+        s->calls++;
+        s->call_out = 1;
+        row_status[i] = ROW_STARTED;
+        run[m++] = s;
+    }
+    if (m && aicirt_pool_submit(p, run, m)) {   /* out of memory for the queue: those calls fail */
+        static const char msg[] = "the controller queue is out of memory";
+        for (int k = 0; k < m; k++) {
+            run[k]->status = AICIRT_TRAP;
+            run[k]->error = run[k]->trap = 0;
+            memcpy(run[k]->fault, msg, sizeof msg - 1);
+            run[k]->fault_len = sizeof msg - 1;
+            run[k]->elapsed_us = 0;
+            __atomic_store_n(&run[k]->done, 1, __ATOMIC_RELEASE);
+        }
+    }
+    free(run);
+    return 0;
+}
+
+/* After the wait: kind[i] for the rows started this step (others are KIND_OTHER). A KIND_MASK row is
+ * collected here: its mask is in its row, temperature[i] its temperature (NaN: none). */
+void aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, uint8_t *kind, float *temperature,
+                         double *elapsed_us) {
+    for (int i = 0; i < n; i++) {
+        aicirt_slot *s = slots[i];
+        if (row_status[i] != ROW_STARTED) { kind[i] = KIND_OTHER; continue; }
+        if (!__atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) { kind[i] = KIND_PENDING; continue; }
+        elapsed_us[i] = s->elapsed_us;
+        int temp_ok = !s->temp_is_some || (isfinite(s->temp) && s->temp >= 0);
+        if (s->status == AICIRT_OK && !s->stopped && !s->call_log_len && temp_ok) {
+            kind[i] = KIND_MASK;
+            temperature[i] = s->temp_is_some ? s->temp : NAN;
+            s->call_out = 0;
+        } else {
+            kind[i] = KIND_OTHER;
+        }
+    }
+}
+
+/* The tokens the controller saw: copy (a fork's child starts from its parent's view), free. */
+int aicirt_seen_copy(const aicirt_slot *src, aicirt_slot *dst) {
+    if (!seen_reserve(dst, src->n_seen)) return -1;
+    if (src->n_seen) memcpy(dst->seen, src->seen, (size_t)src->n_seen * 4);
+    dst->n_seen = src->n_seen;
+    return 0;
+}
+
+void aicirt_seen_free(aicirt_slot *s) {
+    free(s->seen);
+    s->seen = 0;
+    s->n_seen = s->seen_cap = 0;
 }

@@ -2,7 +2,8 @@
 
 Routes (docs/server.md has a curl example of each): AICI's `POST /v1/controllers`,
 `GET|POST /v1/controllers/tags`, `POST /v1/run`; OpenAI's `POST /v1/completions`,
-`POST /v1/chat/completions`, `GET /v1/models`; and `GET /health`, `GET /metrics`, plus
+`POST /v1/chat/completions`, `GET /v1/models`; and `GET /health`, `GET /metrics`, `GET /v1/config`
+(the settings and controller limits it runs with), plus
 `GET /v1/controllers` and `DELETE /v1/controllers/{name}` for `aicirt ls` and `aicirt rm`.
 
 Handlers never touch the engine: they validate, resolve the controller, tokenize (in a worker
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 # response model, FastAPI would start validating and serializing their bodies through pydantic.
 
 _ROUTES = {"/v1/controllers", "/v1/controllers/tags", "/v1/run", "/v1/completions", "/v1/chat/completions",
-           "/v1/models", "/health", "/metrics"}
+           "/v1/models", "/v1/config", "/health", "/metrics"}
 
 
 def create_app(settings: Settings | None = None, *, backend: Backend | None = None,
@@ -97,6 +98,11 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     @app.get("/metrics", dependencies=guarded)
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(server.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/config", dependencies=guarded, response_model=None)
+    async def config() -> dict[str, Any]:
+        return {**settings.report(), "store": str(server.store.root), "served_model": server.model_name,
+                "context": server.context}
 
     @app.get("/v1/models", dependencies=guarded, response_model=None)
     async def models() -> dict[str, Any]:

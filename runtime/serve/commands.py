@@ -122,7 +122,10 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
                top_p: float, top_k: int, seed: int | None, chat: bool, as_json: bool, show_logs: bool,
                out: IO[str] | None = None, err: IO[str] | None = None) -> dict:
     """`aicirt run --server URL`: a local path or source is uploaded first; a tag, module id or
-    shipped name is sent as is. Returns (and with `as_json` prints) the result."""
+    shipped name is sent as is. Returns (and with `as_json` prints) the result. Raises
+    `ServerError` when the server refuses the request (a controller that fails or refuses its
+    argument on its first call is a 400 whose message leads with the controller's reason) and
+    `aicirt.run_command.RunFailed` after printing a result in which a sequence failed."""
     out, err = out or sys.stdout, err or sys.stderr
     name = controller
     if Path(controller).exists():
@@ -165,7 +168,7 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
                     value = bytes.fromhex(w["value"])
                     variables[w["name"]] = (variables.get(w["name"], b"") + value if w["op"] == "Append" else value)
     gen_s = time.perf_counter() - t0
-    from aicirt.run_command import _var_text
+    from aicirt.run_command import RunFailed, _var_text, failure
 
     tokens = usage.get("sampled_tokens", 0)
     result: dict[str, Any] = {
@@ -191,6 +194,9 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
                 err.write(f"  {k} = {text}\n")
         err.write(f"{tokens} tokens sampled in {gen_s:.2f} s on {client.url}\n")
         err.flush()
+    why = failure(result)
+    if why is not None:            # as `aicirt run` locally: the result first, then the failure
+        raise RunFailed(why, result)
     return result
 
 
@@ -215,6 +221,6 @@ def serve(settings: Settings, *, log: IO[str] | None = None) -> None:
     server = app.state.server
     log.write(f"aicirt serve: store {server.store.root}; context {server.context} tokens; "
               f"listening on http://{settings.host}:{settings.port}"
-              f"{' (API key required)' if settings.api_key else ''}\n")
+              f"{' (API key required)' if settings.api_key else ''}; settings and limits: GET /v1/config\n")
     log.flush()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=5)

@@ -8,8 +8,10 @@ cancellations (freeing the request's sequences, caches and controllers), admits 
 to `max_batch` running ones (they join the running batch at the next step: continuous
 batching), steps, and posts each job its `Update` onto the job's asyncio queue.
 
-Everything that depends on engine internals the engine does not yet expose as API (aborting a
-request, retiring finished ones) is in `_abort` and `_retire`, so it changes in one place.
+Every job gets an answer: `Rejected` (its controller failed or refused on its first call, a 400;
+the server failed it), or `Accepted` then updates until the one that says finished; then the end.
+The loop uses the engine's public API only: `Engine.abort` ends a request, and the engine's
+scheduler retires each request with the step that returns its last events.
 """
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from aicirt.arg_check import first_call_failure
 from aicirt.engine import Engine, SamplingParams
+from aicirt.errors import failure_message
 
 from .metrics import Metrics
 from .tracker import RunTracker
@@ -98,47 +102,15 @@ def _deliver(batch: list) -> None:
         job._outbox.put_nowait(item)
 
 
-class _TimedHandle:
-    def __init__(self, handle: Any, seqs: list, sink: dict):
-        self._handle, self._seqs, self._sink = handle, seqs, sink
-
-    def wait(self) -> Any:
-        outcome = self._handle.wait()
-        for seq, r in zip(self._seqs, outcome.results):
-            self._sink[seq] = self._sink.get(seq, 0) + r.elapsed_us
-        return outcome
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._handle, name)
-
-
-class TimedRuntime:
-    """The engine's runtime, recording each controller call's time per sequence (AICI's
-    `micros` per fork), which the engine's events do not carry."""
-
-    def __init__(self, runtime: Any):
-        self._runtime = runtime
-        self.micros: dict = {}
-
-    def submit(self, items: Any) -> _TimedHandle:
-        items = list(items)
-        seqs = [it.seq if hasattr(it, "seq") else it[0] for it in items]
-        return _TimedHandle(self._runtime.submit(items), seqs, self.micros)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._runtime, name)
-
-
 class EngineLoop:
     """Owns `engine` on a thread of its own; see the module docstring.
 
     `max_batch`: requests decoding at once; `max_queue`: requests admitted to wait beyond them.
     """
 
-    def __init__(self, engine: Engine, timed: TimedRuntime | None, *, max_batch: int, max_queue: int,
-                 retry_after_s: int = 1, metrics: Metrics | None = None):
+    def __init__(self, engine: Engine, *, max_batch: int, max_queue: int, retry_after_s: int = 1,
+                 metrics: Metrics | None = None):
         self.engine = engine
-        self.timed = timed
         self.max_batch, self.max_queue, self.retry_after_s = max_batch, max_queue, retry_after_s
         self.metrics = metrics or Metrics()
         self._inbox: queue.Queue = queue.Queue()
@@ -284,16 +256,20 @@ class EngineLoop:
         # instantiate (or on its first call) gets a 400, not a stream that only says so.
 
     def _failed_to_start(self, job: Job) -> bool:
-        """Reject `job` if its controller ended it before it produced anything."""
+        """Reject `job` (400) if its controller failed or refused its argument on its first call,
+        before producing anything (`aicirt.arg_check.first_call_failure`); the message leads with
+        the controller's own reason (`failure_message`). The engine retires the request itself."""
         req = job.req
         first = req.sequences[0]
-        if len(req.sequences) == 1 and first.finish_reason == "error" and not first.output_tokens \
-                and job.tracker.usage.ff_tokens == len(req.prompt):
-            self._running.remove(job)
-            _retire(self.engine, [req])
-            self._reject(job, 400, f"controller failed to start: {first.error}")
-            return True
-        return False
+        if len(req.sequences) != 1 or first.output_tokens or job.tracker.usage.ff_tokens != len(req.prompt):
+            return False
+        failed = first_call_failure(first)
+        if failed is None:
+            return False
+        error, log = failed
+        self._running.remove(job)
+        self._reject(job, 400, failure_message(f"controller failed to start: {error}", log))
+        return True
 
     def _reject(self, job: Job, status: int, message: str) -> None:
         self.metrics.inc("aicirt_requests_total", outcome="rejected")
@@ -314,13 +290,15 @@ class EngineLoop:
         by_req: dict[int, list] = {}
         for ev in events:
             by_req.setdefault(id(ev.request), []).append(ev)
-        micros = self.timed.micros if self.timed is not None else None
         finished = []
-        for job in self._running:
+        # A copy: a job rejected here leaves `_running`, and the job after it must still get its
+        # events (iterating the list itself skipped it: a request that ended in that step was
+        # retired by the engine and its job never heard, so its client waited forever).
+        for job in list(self._running):
             evs = by_req.get(id(job.req))
             if not evs:
                 continue
-            upd = job.tracker.update(evs, micros)
+            upd = job.tracker.update(evs)
             if upd is None:
                 continue
             if not job.accepted:
@@ -334,8 +312,6 @@ class EngineLoop:
             self._send(job, upd)
             if upd.finished:
                 finished.append(job)
-        if micros:
-            micros.clear()          # sequences that had no events this step
         for job in finished:
             self._finish_ok(job)
         m.set("aicirt_controller_seconds_total", self.engine.stats.controller_s)
@@ -361,7 +337,6 @@ class EngineLoop:
         self.metrics.inc("aicirt_tokens_total", u.sampled_tokens, kind="sampled")
         self.metrics.inc("aicirt_tokens_total", u.ff_tokens, kind="ff")
         self._running.remove(job)
-        _retire(self.engine, [job.req])
         self._send(job, _END)
         self._release(job)
 
@@ -372,8 +347,7 @@ class EngineLoop:
         if job in self._running:
             self._running.remove(job)
         if job.req is not None:
-            _abort(self.engine, job.req, "abort" if error is None else "error", error)
-            _retire(self.engine, [job.req])
+            self.engine.abort(job.req, "abort" if error is None else "error")   # retired with the next step
             if error is not None and job.accepted:
                 self.metrics.inc("aicirt_requests_total", outcome="failed")
                 upd = job.tracker.abort_update()
@@ -392,29 +366,3 @@ class EngineLoop:
         job.done = True
         with self._lock:
             self._held -= 1
-
-
-def _abort(engine: Any, req: Any, reason: str, error: str | None) -> None:
-    """Free `req`'s live sequences (caches, controllers) now; they end with finish reason
-    `reason` ("abort": the client went away; "error": the server failed them, with `error`)."""
-    abort = getattr(engine, "abort", None)
-    if abort is not None:
-        abort(req, reason)
-        return
-    for s in req.sequences:
-        if s.finish_reason is None:
-            engine._finish(s, reason, error, [])
-
-
-def _retire(engine: Any, reqs: list) -> None:
-    """Drop finished requests from the engine (it would otherwise walk them every step) and
-    free their request-level controller state. A no-op for an engine with a scheduler, which
-    retires them itself with the step that returns their last events."""
-    if hasattr(engine, "scheduler"):
-        return
-    gone = {id(r) for r in reqs}
-    engine.requests[:] = [r for r in engine.requests if id(r) not in gone]
-    for r in reqs:
-        if r.ctrl is not None:
-            r.ctrl.close()
-            r.ctrl = None

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 
 from . import protocol as P
-from .loop import Accepted, EngineLoop, Job, Overloaded, Rejected, TimedRuntime
+from .loop import Accepted, EngineLoop, Job, Overloaded, Rejected
 from .metrics import Metrics
 from .settings import Settings
 from .store import Store, StoreError, artifact_size, is_module_id, resolve_controller
@@ -39,13 +39,12 @@ class Server:
             settings.model_name or settings.model or backend.name)
         self.context = P.context_length(self.backend, settings.max_context)
         # The runtime's compile cache is the store's modules/ folder: uploads compile once, here.
-        runtime = Runtime(self.backend.runtime_tokenizer(), workers=settings.workers, cache_dir=self.store.root,
-                          max_sequences=max(1024, settings.max_batch * 17))
+        runtime = Runtime(self.backend.runtime_tokenizer(), limits=settings.limits, workers=settings.workers,
+                          cache_dir=self.store.root, max_sequences=max(1024, settings.max_batch * 17))
         self.runtime = runtime
         self.store._compiler = self._compile
-        timed = TimedRuntime(runtime)
         self.metrics = Metrics()
-        self.loop = EngineLoop(Engine(self.backend, runtime=timed), timed, max_batch=settings.max_batch,
+        self.loop = EngineLoop(Engine(self.backend, runtime=runtime), max_batch=settings.max_batch,
                                max_queue=settings.max_queue, retry_after_s=settings.retry_after_s,
                                metrics=self.metrics)
         self.metrics.gauge("aicirt_queue_depth", lambda: self.loop.queue_depth)

@@ -342,10 +342,14 @@ class Store:
             return [_known(self._tag_info(con, r["tag"])) for r in rows]
 
     def modules(self) -> list[ModuleInfo]:
+        """Every module, in the order they were first stored (SQLite's rowid: a new row's is
+        larger than every row's there, and re-uploading a stored module keeps its row), so the
+        order is total and the same for any store that saw the same uploads: `created_at` is in
+        whole seconds and would tie."""
         if not self.exists:
             return []
         with self._db() as con:
-            rows = con.execute("SELECT module_id FROM modules ORDER BY created_at, module_id").fetchall()
+            rows = con.execute("SELECT module_id FROM modules ORDER BY rowid").fetchall()
             return [_known(self._module_info(con, r["module_id"])) for r in rows]
 
     def lookup(self, name: str) -> ModuleInfo | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aicirt.engine import FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, TokensEvent, VarEvent
+from aicirt.errors import failure_message
 from aicirt.run_command import _valid_utf8_prefix
 
 
@@ -17,7 +18,9 @@ from aicirt.run_command import _valid_utf8_prefix
 class ForkDelta:
     """One fork's change in one step. `backtrack`: characters of the text sent so far to remove
     before appending `text` (a controller took tokens back); `finish_reason`: the engine's
-    ("stop", "eos", "length", "error", "abort") once the fork has ended."""
+    ("stop", "eos", "length", "error", "abort") once the fork has ended; `error`: why it failed,
+    worded by `aicirt.errors.failure_message` (the controller's own reason first); `micros`:
+    microseconds its controller ran since the fork's last update (AICI's `micros`)."""
     index: int
     text: str = ""
     backtrack: int = 0
@@ -55,8 +58,9 @@ class RunTracker:
         self.sent: dict[int, bytes] = {}          # label -> bytes of text the client has
         self.usage = Usage(ff_tokens=len(req.prompt))
         self.variables: dict[str, bytes] = {}     # as the controllers left them (kept past the request)
+        self._micros_sent: dict[int, float] = {}  # label -> the fork's controller_us at its last update
 
-    def update(self, events: list, micros: dict | None = None) -> Update | None:
+    def update(self, events: list) -> Update | None:
         """The update for this request's `events` from one step; None when nothing changed."""
         touched: dict[int, ForkDelta] = {}
 
@@ -84,7 +88,7 @@ class RunTracker:
                 self.variables[ev.name] = old + ev.value
             elif isinstance(ev, FinishEvent):
                 d = delta(ev.seq)
-                d.error = ev.error or ""
+                d.error = self._error(ev)
         if not touched:
             return None
         # The engine resets `sampled` for every live sequence at the start of a step and sets it
@@ -96,11 +100,19 @@ class RunTracker:
             seq = self.req.sequences[label]
             self._text(seq, d)
             d.finish_reason = seq.finish_reason
-            if micros and seq.ctrl is not None:
-                d.micros = int(micros.pop(seq.ctrl, 0))
+            d.micros = int(seq.controller_us - self._micros_sent.get(label, 0.0))
+            self._micros_sent[label] = seq.controller_us
         # A copy: the handler serialises it on another thread while this one counts on.
         usage = Usage(self.usage.sampled_tokens, self.usage.ff_tokens)
         return Update(sorted(touched.values(), key=lambda d: d.index), usage, self.req.finished)
+
+    @staticmethod
+    def _error(ev: FinishEvent) -> str:
+        """The fork's error as the client reads it: a failure (reason "error") leads with what the
+        controller last logged (`failure_message`); other reasons' errors as the engine gave them."""
+        if not ev.error:
+            return ""
+        return failure_message(ev.error, "".join(ev.seq.logs)) if ev.reason == "error" else ev.error
 
     def _text(self, seq: GenSeq, d: ForkDelta) -> None:
         """Diff the fork's decoded output against what was sent (whole characters only)."""
