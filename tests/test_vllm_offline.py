@@ -24,9 +24,13 @@ YEAR = "(19|20)[0-9]{2}"
 
 @pytest.fixture(scope="module")
 def llm():
+    # these tests name the scripted controller by its path: the operator's opt-in (docs/vllm.md)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AICIRT_VLLM_ALLOW_PATHS", "1")
     engine = default_llm()
     yield engine
     shutdown(engine)
+    mp.undo()
 
 
 def params(controller=None, arg=None, **kw):
@@ -101,3 +105,13 @@ def test_a_bad_controller_is_a_clear_error_at_admission(llm):
         llm.generate(["Hi"], params("no-such-controller"), use_tqdm=False)
     with pytest.raises(rejected, match="aicirt_arg must be a string or a number"):
         llm.generate(["Hi"], params("regex", ["x"]), use_tqdm=False)
+
+
+def test_an_argument_the_controller_refuses_is_refused_at_admission_with_its_reason(llm):
+    rejected = (ValueError, vllm.exceptions.VLLMValidationError)
+    with pytest.raises(rejected, match=r"aicirt_controller 'regex' refused its argument: regex: .*\(19\|20"):
+        llm.generate(["Hi"], params("regex", "(19|20[0-9]{2}"), use_tqdm=False)
+    said = scripted_arg(S.log("choices must differ", S.stop()))
+    wasm = toolchain.build_cached(HERE / "controllers" / "scripted.c", sdk=False)
+    with pytest.raises(rejected, match=r"refused its argument: choices must differ \(it stopped on its first call\)"):
+        llm.generate(["Hi"], params(str(wasm), said), use_tqdm=False)

@@ -21,13 +21,43 @@ from aicirt.engine.backends.model_files import local_model_dir  # noqa: E402
 from aicirt.integrations.vllm import AicirtLogitsProcessor, request_controller  # noqa: E402
 
 
+def config():
+    return SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=False),
+                           model_config=SimpleNamespace(tokenizer=str(local_model_dir(None)), tokenizer_revision=None,
+                                                        trust_remote_code=False))
+
+
 @pytest.fixture(scope="module")
 def proc():
-    cfg = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=False),
-                          model_config=SimpleNamespace(tokenizer=str(local_model_dir(None)), tokenizer_revision=None,
-                                                       trust_remote_code=False))
-    p = AicirtLogitsProcessor(cfg, torch.device("cpu"), False)
+    p = AicirtLogitsProcessor(config(), torch.device("cpu"), False)
     yield p
+    if p.started:
+        p.runtime.close()
+
+
+def aicirt_threads() -> list[str]:
+    import threading
+    return [t.name for t in threading.enumerate() if t.name.startswith("aicirt")]
+
+
+def test_an_idle_plugin_starts_nothing_and_leaves_logits_alone():
+    before_threads = aicirt_threads()
+    p = AicirtLogitsProcessor(config(), torch.device("cpu"), False)
+    outputs = {0: [], 1: []}
+    add = [(i, SamplingParams(max_tokens=8), [1, 2, 3], out) for i, out in outputs.items()]
+    for k in range(4):
+        p.update_state(BatchUpdate(2, [], add, []) if k == 0 else None)
+        logits = torch.randn(2, 64)
+        before = logits.clone()
+        assert p.apply(logits) is logits and torch.equal(logits, before)
+        for out in outputs.values():
+            out.append(5)
+    p.update_state(BatchUpdate(2, [0], [], [(1, 0, MoveDirectionality.UNIDIRECTIONAL)]))
+    assert not p.started and aicirt_threads() == before_threads   # no runtime, no epoch ticker
+    out: list[int] = []
+    p.update_state(BatchUpdate(2, [], [(1, countdown(1), [1, 2, 3], out)], []))
+    assert p.started                                               # the first controlled request
+    p.update_state(BatchUpdate(2, [1], [], []))
     p.runtime.close()
 
 
@@ -155,3 +185,36 @@ def test_tags_module_ids_and_the_path_switch(proc, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="is not a tag, a module id or a shipped controller"):
         resolve_reference(str(wasm))
     assert resolve_reference("launch").name == f"{module_id}.wasm"
+    monkeypatch.setenv("AICIRT_VLLM_ALLOW_PATHS", "1")
+    assert resolve_reference(str(wasm)) == wasm
+
+
+def test_files_on_the_server_are_off_unless_the_operator_opts_in(monkeypatch, tmp_path):
+    from aicirt.integrations.vllm import resolve_reference
+
+    monkeypatch.delenv("AICIRT_VLLM_ALLOW_PATHS", raising=False)
+    there, missing = tmp_path / "there.c", tmp_path / "missing.c"
+    there.write_text("int x;\n")
+    said = []
+    for ref in (str(there), str(missing)):     # the same answer whether the file exists or not
+        with pytest.raises(ValueError) as e:
+            AicirtLogitsProcessor.validate_params(SamplingParams(extra_args={"aicirt_controller": ref}))
+        said.append(str(e.value).replace(ref, "REF"))
+    assert said[0] == said[1] and "is not a tag, a module id or a shipped controller" in said[0]
+    monkeypatch.setenv("AICIRT_VLLM_ALLOW_PATHS", "yes")
+    with pytest.raises(ValueError, match="AICIRT_VLLM_ALLOW_PATHS must be 0 or 1"):
+        resolve_reference("regex")
+
+
+def test_a_build_error_never_quotes_the_servers_file_to_the_client(monkeypatch, tmp_path, caplog):
+    import logging
+
+    monkeypatch.setenv("AICIRT_VLLM_ALLOW_PATHS", "1")
+    secret = tmp_path / "secret.c"
+    secret.write_text('const char *password = "hunter2-database-password";\nthis is not C;\n')
+    params = SamplingParams(extra_args={"aicirt_controller": str(secret)})
+    with caplog.at_level(logging.WARNING, logger="aicirt.integrations"), pytest.raises(ValueError) as e:
+        AicirtLogitsProcessor.validate_params(params)
+    assert "does not build" in str(e.value) and "server's log" in str(e.value)
+    assert "hunter2" not in str(e.value) and "this is not C" not in str(e.value)
+    assert "this is not C" in caplog.text or "secret.c" in caplog.text   # the operator sees it

@@ -39,7 +39,9 @@ def server(tmp_path_factory):
     model = str(local_model_dir(None))
     port = free_port()
     log_path = tmp_path_factory.mktemp("vllm") / "serve.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    # AICIRT_VLLM_ALLOW_PATHS=1: the error test names the scripted controller by its path (opt-in)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+           "AICIRT_VLLM_ALLOW_PATHS": "1"}
     # vllm-cpu 0.32.0's `vllm` command fails before parsing (it asks for the version of a package named
     # "vllm", and this one is "vllm-cpu"); its API server module takes the same options.
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
@@ -100,13 +102,20 @@ def test_a_bad_controller_id_is_a_clear_400(server):
         complete(client, "Hi", {"aicirt_controller": "ab" * 32})
 
 
+def test_a_refused_argument_is_a_400_with_the_controllers_reason(server):
+    client, _ = server
+    with pytest.raises(openai.BadRequestError, match=r"refused its argument: regex: .*\(19\|20"):
+        complete(client, "Hi", {"aicirt_controller": "regex", "aicirt_arg": "(19|20[0-9]{2}"})
+
+
 def test_a_controller_error_shows_in_the_output_and_the_server_log(server):
     client, log_path = server
     wasm = toolchain.build_cached(HERE / "controllers" / "scripted.c", sdk=False)
-    traps = S.script(S.trap()).decode("ascii")
+    # fine at admission (an empty prompt), a trap once it sees this prompt's tokens
+    traps = S.script(S.result(S.branch(mask=list(range(32, 127)))), S.log("gave up", S.trap())).decode("ascii")
     out = complete(client, "Hi", {"aicirt_controller": str(wasm), "aicirt_arg": traps}, max_tokens=96)
     text = out.choices[0].text
-    assert text.startswith("\n[aicirt error: ") and "trap" in text, text
+    assert "[aicirt error: gave up (trap" in text, text
     assert out.choices[0].finish_reason == "stop"
     assert "controller error, request ended" in log_path.read_text()
 

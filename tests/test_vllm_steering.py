@@ -280,3 +280,22 @@ def test_a_step_the_host_skipped_is_replayed(runtime, ctrl):
     assert st_allowed(steering.end().masks[0]) == [B]
     assert len(S.parse_trace(s.request.variables["trace"])) == 2
     s.close()
+
+
+def test_a_first_call_trap_leads_with_the_controllers_own_reason(runtime, ctrl):
+    host = MaskOnlyHost(st.Steering(runtime, EOS), backend(), max_tokens=300)   # room for the error text
+    out = host.add(ctrl, S.script(S.log("bad pattern: unbalanced (", S.trap())))
+    host.run()
+    (s, _), = host.done
+    assert s.error.startswith("bad pattern: unbalanced ( (") and "trap" in s.error, s.error
+    text = bytes(t for t in out if t < 256).decode()
+    assert text.startswith("\n[aicirt error: bad pattern: unbalanced ( ("), text
+
+
+def test_a_controller_that_stops_at_once_saying_why_has_refused_its_argument(runtime, ctrl):
+    _, _, s = under_host(runtime, ctrl, S.script(S.log("no such schema keyword: 'x'", S.stop())))
+    assert s.error == "no such schema keyword: 'x' (it stopped on its first call)"
+    _, _, quiet = under_host(runtime, ctrl, S.script(S.stop()))   # said nothing: a plain stop
+    assert quiet.error is None and quiet.stopped and quiet.output == [EOS]
+    _, _, later = under_host(runtime, ctrl, S.script(S.result(S.branch(mask=[A])), S.log("done", S.stop())))
+    assert later.error is None and later.output == [A, EOS]

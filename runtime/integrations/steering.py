@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..capabilities import Capabilities
-from ..errors import AicirtError
+from ..errors import AicirtError, failure_message
 from ..results import StepInput, StepResult, splice_for
 
 log = logging.getLogger("aicirt.integrations")
@@ -91,6 +91,7 @@ class Steered:
         self._temperature: float | None = None
         self._last_mask: np.ndarray | None = None
         self._replay = False
+        self._first = True                        # the next result is the first call's
         self.seq = self.request = None
         self._closed = False
         if isinstance(controller, str):   # the controller could not be had: this message says why
@@ -156,10 +157,15 @@ class Steered:
                 log.debug("%s log: %s", self.label, line)
         if r.status == "pending":
             return True   # wait another round (the runtime fails it after Limits.max_late_steps)
+        first, self._first = self._first, False
         if r.status == "error":
-            self._fail(r.error or "controller error")
+            self._fail(failure_message(r.error or "controller error", r.logs))
         elif not r.branches:
-            self.stopped = True
+            if first and not self.output and r.logs.strip():
+                # stopped before producing anything, saying why: it refused its argument
+                self._fail(failure_message("it stopped on its first call", r.logs))
+            else:
+                self.stopped = True
         else:
             b = r.branches[0]    # one branch: fork is not granted, so the runtime refused more
             if b.mask_row is None:
@@ -243,6 +249,11 @@ class Steering:
         if not self.error_text:
             return []
         return list(self.runtime.tokenizer.encode(ERROR_TEXT.format(message)))
+
+    @property
+    def pending(self) -> bool:
+        """Whether a `begin` has not been ended yet."""
+        return self._batch is not None
 
     def begin(self, batch: Sequence[Steered]) -> None:
         """Before the forward pass: start the controllers of `batch` that are not held."""

@@ -5,10 +5,10 @@
 
 A request opts in with ``SamplingParams(extra_args={"aicirt_controller": REF, "aicirt_arg": ARG})``
 (through the OpenAI server: the same flat keys in ``vllm_xargs``). REF is a module id or a tag in
-the controller store (`aicirt.serve.store`), a shipped controller's name (``regex``), or, unless
-``AICIRT_VLLM_ALLOW_PATHS=0``, a ``.wasm`` path or a C/Zig source file or folder (built once,
-cached). ARG is a string (or a number, sent as its decimal text). Requests without the key are
-left alone.
+the controller store (`aicirt.serve.store`) or a shipped controller's name (``regex``); a
+``.wasm`` path or a C/Zig source file or folder (built once, cached) only where the operator opts
+in with ``AICIRT_VLLM_ALLOW_PATHS=1`` (see `paths_allowed`). ARG is a string (or a number, sent as
+its decimal text). Requests without the key are left alone.
 
 Per step: `update_state` (before the forward pass) starts `mid-process` for every controlled row,
 and `apply` (after it) waits and masks all controlled rows in one vectorised operation. The
@@ -36,11 +36,13 @@ import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from ..errors import LoadError
 from ..limits import Limits
 from ..runtime import Runtime
 from ..tokenizer import HFTokenizer
+from .admission import FirstCallCheck
 from .steering import Steered, Steering
-from .torch_masks import apply_plan
+from .torch_masks import MaskBiases, apply_plan
 
 CONTROLLER_KEY = "aicirt_controller"
 ARG_KEY = "aicirt_arg"
@@ -50,6 +52,10 @@ _KEYS = (CONTROLLER_KEY, ARG_KEY)
 MAX_PARKED = 256
 
 log = logging.getLogger("aicirt.integrations")
+
+#: The admission check's runtime (started by the first controlled request the frontend sees):
+#: one per process, because vLLM calls `validate_params` on the class.
+_first_call = FirstCallCheck()
 
 
 def request_controller(params: SamplingParams) -> tuple[str, str] | None:
@@ -72,25 +78,44 @@ def request_controller(params: SamplingParams) -> tuple[str, str] | None:
     return ref, arg if isinstance(arg, str) else str(arg)
 
 
+#: The operator's switch that lets requests name files on the server (off unless set to 1).
+ALLOW_PATHS_ENV = "AICIRT_VLLM_ALLOW_PATHS"
+
+
 def paths_allowed() -> bool:
-    """Whether a request may name a file on the server (`AICIRT_VLLM_ALLOW_PATHS`, default 1).
-    Set it to 0 for a server that untrusted clients reach: they then name only tags, module ids
-    and shipped controllers, as with aicirt's own server."""
-    return os.environ.get("AICIRT_VLLM_ALLOW_PATHS", "1") != "0"
+    """Whether a request may name a file on the server: only where the operator set
+    ``AICIRT_VLLM_ALLOW_PATHS=1`` (unset, empty or 0: no). Off by default because a client that
+    names a path learns whether it exists, and naming a source file makes the server compile it.
+    Raises ValueError for any other value (a typo must not open or close it silently)."""
+    value = os.environ.get(ALLOW_PATHS_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{ALLOW_PATHS_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def resolve_reference(ref: str) -> Path:
     """The `.wasm` file for a controller reference (through the controller store: a module id, a
-    tag, a shipped name, or a path where allowed), built and cached if it is a source. Raises
-    ValueError with a message for the user."""
+    tag, a shipped name, or a path where `paths_allowed`), built and cached if it is a source.
+
+    Raises ValueError with a message for the (possibly remote) client. A build or read error's
+    message never quotes the compiler's diagnostics, which quote the source's lines: those go to the
+    server's log (logger ``aicirt.integrations``), and the client is told to look there."""
     from ..serve.store import StoreError, resolve_controller
     from ..toolchain import BuildError
 
     try:
         return resolve_controller(ref, allow_paths=paths_allowed())
-    except (StoreError, BuildError, OSError) as e:
+    except BuildError as e:
+        log.warning("%s %r does not build: %s", CONTROLLER_KEY, ref, e.message)
+        raise ValueError(f"{CONTROLLER_KEY} {ref!r}: the controller does not build (the compiler's "
+                         f"diagnostics are in the server's log)") from None
+    except StoreError as e:
         why = str(e).removeprefix(f"{ref}: ")
         raise ValueError(f"{CONTROLLER_KEY} {ref!r}: {why}") from None
+    except OSError as e:   # names a server path: the log has it
+        log.warning("%s %r could not be read: %s", CONTROLLER_KEY, ref, e)
+        raise ValueError(f"{CONTROLLER_KEY} {ref!r}: the controller could not be read on the server "
+                         f"(the server's log says why)") from None
 
 
 def _route_logs_to_vllm() -> None:
@@ -119,28 +144,70 @@ class AicirtLogitsProcessor(LogitsProcessor):
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
-        """At admission (in the frontend process): a malformed request or a controller that
-        cannot be found or built is a ValueError, which vLLM's server answers with HTTP 400."""
+        """At admission (in the frontend process): a malformed request, a controller that cannot
+        be found or built, or one that refuses its argument on its first call is a ValueError,
+        which vLLM's server answers with HTTP 400 (`LLM.generate` raises VLLMValidationError).
+
+        vLLM gives this hook the SamplingParams only (no prompt, no tokenizer), so the first
+        call runs on a stand-in (`aicirt.integrations.admission`): what a controller decides from
+        its argument alone is caught here; the rest ends the request with the message in its
+        output."""
         found = request_controller(sampling_params)
-        if found is not None:
-            resolve_reference(found[0])
+        if found is None:
+            return
+        ref, arg = found
+        path = resolve_reference(ref)
+        try:
+            why = _first_call.refusal(path, arg)
+        except LoadError as e:
+            raise ValueError(f"{CONTROLLER_KEY} {ref!r}: {e}") from None
+        if why is not None:
+            raise ValueError(f"{CONTROLLER_KEY} {ref!r} refused its argument: {why}")
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+        """Checks the settings and loads the model's tokenizer; the runtime (its worker threads,
+        its epoch ticker, the token trie) starts only with the first controlled request, so a
+        server that never sees one pays nothing per step. Raises ValueError for async
+        scheduling, a slow-only tokenizer or a bad ``AICIRT_VLLM_ALLOW_PATHS``."""
         if getattr(vllm_config.scheduler_config, "async_scheduling", False):
             raise ValueError("aicirt's logits processor needs async scheduling off (--no-async-scheduling): "
                              "with it, a step's token is not known before the next forward pass")
+        paths_allowed()   # a bad value stops the engine here, not each request
         _route_logs_to_vllm()
         self.device = device
         mc = vllm_config.model_config
-        tokenizer = model_tokenizer(mc.tokenizer, mc.tokenizer_revision, mc.trust_remote_code)
-        self.runtime = Runtime(tokenizer, limits=Limits(), workers=2)
-        self.steering = Steering(self.runtime, tokenizer.eos_token_id)
+        self._tokenizer = model_tokenizer(mc.tokenizer, mc.tokenizer_revision, mc.trust_remote_code)
+        self._eos = int(self._tokenizer.eos_token_id)
+        self._steering: Steering | None = None
         self._controllers: dict[str, object] = {}
         self._rows: dict[int, tuple[SamplingParams, Steered]] = {}
         self._parked: OrderedDict[int, tuple[SamplingParams, Steered]] = OrderedDict()
-        self._order: list[int] = []
+        self._order: list[int] = []               # the controlled rows, ascending
+        self._batch: list[Steered] = []           # their requests, in that order
+        self._request_t: list[float] = []
+        self._exact: list[bool] = []
+        self._biases = MaskBiases()
         self._opened = 0
         self._warned: weakref.WeakSet[Steered] = weakref.WeakSet()   # told once: temperature not applied
+
+    @property
+    def steering(self) -> Steering:
+        """The steering core over this worker's runtime, made on first use (the first controlled
+        request)."""
+        if self._steering is None:
+            runtime = Runtime(self._tokenizer, limits=Limits(), workers=2)
+            self._steering = Steering(runtime, self._eos)
+        return self._steering
+
+    @property
+    def runtime(self) -> Runtime:
+        """This worker's runtime (started on first use, see `steering`)."""
+        return self.steering.runtime
+
+    @property
+    def started(self) -> bool:
+        """Whether the runtime has started (a controlled request has been seen)."""
+        return self._steering is not None
 
     def is_argmax_invariant(self) -> bool:
         return False   # masks change the argmax
@@ -166,7 +233,7 @@ class AicirtLogitsProcessor(LogitsProcessor):
     def _release(self, params: SamplingParams, s: Steered) -> None:
         """A request left the batch: done (free it) or preempted (keep it for its return)."""
         done = s.finished or (params.max_tokens is not None and len(s.output) >= params.max_tokens) or (
-            s.output and s.output[-1] == self.steering.eos_token_id)
+            s.output and s.output[-1] == self._eos)
         if done:
             s.close()
             return
@@ -176,39 +243,50 @@ class AicirtLogitsProcessor(LogitsProcessor):
             old.close()
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        if batch_update is not None:
-            for index in batch_update.removed:
-                entry = self._rows.pop(index, None)
-                if entry is not None:
-                    self._release(*entry)
-            for index, params, prompt, output in batch_update.added:
-                old = self._rows.pop(index, None)
-                if old is not None:
-                    self._release(*old)
-                s = self._open(params, prompt, output)
-                if s is not None:
-                    self._rows[index] = (params, s)
-            for a, b, how in batch_update.moved:
-                ea, eb = self._rows.pop(a, None), self._rows.pop(b, None)
-                if ea is not None:
-                    self._rows[b] = ea
-                if how == MoveDirectionality.SWAP and eb is not None:
-                    self._rows[a] = eb
-                elif eb is not None:
-                    self._release(*eb)
+        """Before the forward pass: follow vLLM's row changes, then start the controllers of the
+        controlled rows. With none (and no step of theirs still out) it does nothing more."""
+        if batch_update is not None and (batch_update.added or self._rows):
+            self._follow(batch_update)
+        if self._batch:
+            self.steering.begin(self._batch)
+        elif self._steering is not None and self._steering.pending:
+            self._steering.end()   # a step vLLM skipped, and its rows are gone: take its results in
+
+    def _follow(self, batch_update: BatchUpdate) -> None:
+        for index in batch_update.removed:
+            entry = self._rows.pop(index, None)
+            if entry is not None:
+                self._release(*entry)
+        for index, params, prompt, output in batch_update.added:
+            old = self._rows.pop(index, None)
+            if old is not None:
+                self._release(*old)
+            s = self._open(params, prompt, output)
+            if s is not None:
+                self._rows[index] = (params, s)
+        for a, b, how in batch_update.moved:
+            ea, eb = self._rows.pop(a, None), self._rows.pop(b, None)
+            if ea is not None:
+                self._rows[b] = ea
+            if how == MoveDirectionality.SWAP and eb is not None:
+                self._rows[a] = eb
+            elif eb is not None:
+                self._release(*eb)
         self._order = sorted(self._rows)
-        self.steering.begin([self._rows[i][1] for i in self._order])
+        entries = [self._rows[i] for i in self._order]
+        self._batch = [s for _, s in entries]
+        self._request_t = [float(p.temperature) for p, _ in entries]
+        self._exact = [not (p.presence_penalty or p.frequency_penalty) for p, _ in entries]
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """After the forward pass: wait for the controllers and mask the controlled rows in place."""
         if not self._order:
             return logits
         plan = self.steering.end()
-        entries = [self._rows[i] for i in self._order]
-        request_t = [float(p.temperature) for p, _ in entries]
-        exact = [not (p.presence_penalty or p.frequency_penalty) for p, _ in entries]
-        skipped = apply_plan(logits, self._order, plan.masks, plan.temperatures, request_t, exact)
+        skipped = apply_plan(logits, self._order, plan.masks, plan.temperatures, self._request_t, self._exact,
+                             self._biases)
         for k in skipped:
-            params, s = entries[k]
+            s = self._batch[k]
             if s not in self._warned:
                 self._warned.add(s)
                 log.warning("%s: branch temperature %s not applied (it is exact only for a request that samples "
