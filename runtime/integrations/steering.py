@@ -33,13 +33,17 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..abi import RowKind
 from ..capabilities import Capabilities
 from ..errors import AicirtError, failure_message
-from ..results import StepInput, StepResult, splice_for
+from ..results import StepResult, splice_for
+
+if TYPE_CHECKING:
+    from ..batch import RowsHandle
 
 log = logging.getLogger("aicirt.integrations")
 
@@ -139,14 +143,28 @@ class Steered:
             if splice is not None:   # backtrack is 0: the capability is not granted
                 self._forced.extend(splice.ff_tokens)
 
-    def _begin(self) -> StepInput | None:
-        """The controller's call for this step, or None while it is held or finished."""
+    def _begin(self) -> tuple[int, int, tuple[list[int], int] | None] | None:
+        """The controller's call for this step as a row of the runtime's rows API (its index, the
+        sampled token or -1, and its edit when the tokens changed otherwise than by appending
+        it: the prompt, forced tokens), or None while it is held or finished."""
         self._observe()
         if self.finished or self._forced or self._replay:
             return None
-        hint, self._submitted_len = self._submitted_len, len(self.tokens)
+        kept, self._submitted_len = self._submitted_len, len(self.tokens)
         sampled, self._report_sampled = self._report_sampled, None
-        return StepInput(self.seq, self.tokens, sampled, hint)  # type: ignore[arg-type]  # spawned: not finished
+        n = len(self.tokens)
+        common = kept is not None and n == kept + (sampled is not None) and (sampled is None or self.tokens[-1] == sampled)
+        edit = None if common else (self.tokens[kept or 0:], kept or 0)
+        return self.seq.index, -1 if sampled is None else sampled, edit  # type: ignore[union-attr]  # spawned
+
+    def _take_mask(self, mask: np.ndarray, temperature: float, row: np.ndarray) -> None:
+        """The common result (one branch, a mask) as the rows API returns it: sample under it."""
+        self._first = False
+        row[:] = mask
+        self._last_mask = row
+        self._temperature = None if temperature != temperature else float(temperature)   # NaN: none
+        self._splices = ()
+        self._expect = _SAMPLE
 
     # -- after the forward pass ----------------------------------------------------------------
     def _take(self, r: StepResult, masks: np.ndarray, row: np.ndarray) -> bool:
@@ -232,7 +250,7 @@ class Steering:
         self.eos_token_id = int(eos_token_id)
         self.error_text = error_text
         self._batch: list[Steered] | None = None
-        self._handle = None
+        self._handle: RowsHandle | None = None
         self._asked: list[Steered] = []
         self._count = 0
 
@@ -264,13 +282,20 @@ class Steering:
             # now; each request then sees nothing appended and replays that plan.
             self.end()
         self._batch = list(batch)
-        items, self._asked = [], []
+        rows, self._asked = [], []
         for s in self._batch:
-            item = s._begin()
-            if item is not None:
-                items.append(item)
+            row = s._begin()
+            if row is not None:
+                rows.append(row)
                 self._asked.append(s)
-        self._handle = self.runtime.submit(items) if items else None
+        self._handle = self._submit(rows) if rows else None
+
+    def _submit(self, rows: list[tuple[int, int, tuple[list[int], int] | None]]) -> RowsHandle:
+        """One batch through the runtime's rows API (no Python object per row in the common case)."""
+        index = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        sampled = np.fromiter((r[1] for r in rows), dtype=np.int32, count=len(rows))
+        edits = {i: r[2] for i, r in enumerate(rows) if r[2] is not None}
+        return self.runtime.submit_rows(index, sampled, edits or None)
 
     def end(self) -> StepPlan:
         """After the forward pass: wait for the controllers (up to the hard limit) and plan."""
@@ -285,14 +310,23 @@ class Steering:
         for _ in range(MAX_NOOPS + 1):
             if handle is None:
                 break
-            outcome = handle.wait(timeout_s=wait_s)
-            asked = [s for s, r in zip(asked, outcome.results) if s._take(r, outcome.masks, rows[id(s)])]
-            handle = (self.runtime.submit([StepInput(s.seq, s.tokens, None, len(s.tokens)) for s in asked])
-                      if asked else None)
+            out = handle.wait(timeout_s=wait_s)
+            again = []
+            for i, s in enumerate(asked):
+                kind = out.kind[i]
+                if kind == RowKind.MASK:
+                    s._take_mask(out.masks[i], out.temperature[i], rows[id(s)])
+                elif kind == RowKind.PENDING or s._take(out.results[i], out.masks, rows[id(s)]):
+                    again.append(s)   # late: wait again (the runtime fails it after Limits.max_late_steps); no-op: ask again
+            asked = again
+            handle = self._submit([(s.seq.index, -1, None) for s in asked]) if asked else None  # type: ignore[union-attr]
         if handle is not None:   # still no answer, or no-op, after MAX_NOOPS rounds
-            for s, r in zip(asked, handle.wait(timeout_s=wait_s).results):
-                s._fail(f"no answer after {MAX_NOOPS + 1} rounds (late or no-op each time): this host samples "
-                        f"a token every step, so a controller cannot wait" if r.status != "error" else r.error)
+            out = handle.wait(timeout_s=wait_s)
+            for i, s in enumerate(asked):
+                r = out.results.get(i)
+                s._fail(r.error or "controller error" if r is not None and r.status == "error" else
+                        f"no answer after {MAX_NOOPS + 1} rounds (late or no-op each time): this host samples "
+                        f"a token every step, so a controller cannot wait")
         temperatures = [s._plan(rows[id(s)]) for s in batch]
         for s in batch:
             for _seq_id, op, name, value in (s.request.take_var_changes() if s.request else ()):
