@@ -27,8 +27,10 @@ class Outcome:
     healthy: dict[str, tuple]                       # label -> (tokens, finish reason, error)
     hostile: list[tuple[str | None, str | None]]    # (finish reason or None if still live, error)
     steps: int
-    elapsed_s: float
+    elapsed_s: float                # wall-clock, for messages only (a busy machine stretches it)
     worst_step_s: float
+    cpu_s: float = 0.0              # this process's CPU time (all threads) over the same span
+    stuck_at_healthy_end: int = 0   # hostile sequences whose call was still out when the healthy finished
     load_error: str | None = None
     logs: list[str] = field(default_factory=list)
 
@@ -58,7 +60,7 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
             ctrls[key] = rt.load(spec.wasm)
         engine.add(rt.new_request(ctrls[key], spec.arg, spec.capabilities), list(spec.prompt), label)
 
-    t0 = time.perf_counter()       # spawning counts: a hostile `_initialize` must not hold anyone up
+    t0, c0 = time.perf_counter(), time.process_time()   # spawning counts: a hostile `_initialize` must not hold anyone up
     for i, spec in enumerate(healthy):
         add(spec, f"h{i}")
     n_hostile = 0
@@ -67,7 +69,8 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
             add(hostile, f"x{n_hostile}")
             n_hostile += 1
     worst = 0.0
-    elapsed = None
+    elapsed = cpu = None
+    stuck = 0
 
     def live(prefixes: tuple[str, ...]) -> bool:
         return any(t.label.startswith(prefixes) and not t.finished for t in engine.tracks)
@@ -83,11 +86,13 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
                 add(hostile, f"x{n_hostile}")
                 n_hostile += 1
             if elapsed is None and not live(timed):
-                elapsed = time.perf_counter() - t0
+                elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+                stuck = sum(1 for t in engine.tracks
+                            if t.label.startswith("x") and not t.finished and t.seq is not None and t.seq.call_out)
         if elapsed is None:
-            elapsed = time.perf_counter() - t0
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         engine.close()
     return Outcome({t.label: (tuple(t.tokens), t.finish_reason, t.error) for t in engine.tracks if t.label.startswith("h")},
                    [(t.finish_reason, t.error) for t in engine.tracks if t.label.startswith("x")],
-                   engine.steps, elapsed, worst, logs=[t.logs for t in engine.tracks if t.label.startswith("x")])
+                   engine.steps, elapsed, worst, cpu, stuck, logs=[t.logs for t in engine.tracks if t.label.startswith("x")])
