@@ -11,8 +11,6 @@ import aicirt
 from aicirt import StepInput
 from aicirt import toolchain
 
-pytestmark = pytest.mark.timing   # hard limits, soft deadlines and extra workers: `make test-busy`
-
 # Short hard limits keep the suite quick; the soft deadline and late-step count are the defaults.
 SUITE_LIMITS = {"call_timeout_s": 0.25, "first_call_timeout_s": 0.25}
 
@@ -41,6 +39,7 @@ def test_the_suite_has_at_least_40_kinds():
     assert len({k.name for k in KINDS}) == len(KINDS) >= 40
 
 
+@pytest.mark.timing   # hard limits, soft deadlines and extra workers: `make test-busy` runs it under load
 @pytest.mark.parametrize("kind", [_param(k) for k in KINDS])
 def test_hostile_beside_healthy(make_rt, scripted_wasm, hostile_c_wasm, alone, kind: Kind):
     rt = make_rt(**{**SUITE_LIMITS, **kind.limits})
