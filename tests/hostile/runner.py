@@ -45,10 +45,12 @@ def healthy_specs(scripted_wasm) -> list[Spec]:
 
 def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: int = 1, respawn: int = 0,
               max_steps: int = 300, max_tokens: int = 8, wait_hostile: bool = False,
-              take_var_changes: bool = True, settle: bool = False) -> Outcome:
+              take_var_changes: bool = True, settle: bool = False, settle_s: float = 60.0) -> Outcome:
     """Healthy sequences labelled h0, h1, ... (forks h1.1, ...), hostile ones x0, x1, ...; runs
-    until every healthy sequence has finished (`wait_hostile`: every sequence; `settle`: then
-    on until the hostile ones end too, `elapsed_s` still timing the healthy). `respawn`: a new
+    until every healthy sequence has finished (`wait_hostile`: every sequence), at most
+    `max_steps` steps; `settle`: then on until the hostile ones end too (at their hard limits,
+    CPU time: on a busy machine much later in wall-clock time), for at most `settle_s` seconds
+    of wall-clock time (a hang guard), `elapsed_s` still timing the healthy. `respawn`: a new
     hostile request every step, up to this many."""
     settings = EngineSettings(max_tokens=max_tokens, take_var_changes=take_var_changes)
     engine = FuzzEngine(rt, lambda label: Choices(replay=[]), Choices(replay=[]), settings)
@@ -78,7 +80,14 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
     try:
         timed = ("h", "x") if wait_hostile else ("h",)
         waited = ("h", "x") if settle else timed
-        while live(waited) and engine.steps < max_steps:
+        settle_t0 = None
+        while live(waited):
+            if elapsed is None and engine.steps >= max_steps:
+                break
+            if elapsed is not None:   # settling
+                settle_t0 = settle_t0 or time.monotonic()
+                if time.monotonic() - settle_t0 > settle_s:
+                    break
             s0 = time.perf_counter()
             engine.step()
             worst = max(worst, time.perf_counter() - s0)
