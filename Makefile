@@ -1,6 +1,7 @@
 # The README's two commands. Each sets up what it needs in ./.venv first (idempotent).
 #   make demo   a shipped controller on the default model (SmolLM2-135M-Instruct, CPU)
-#   make test   the test suite (no model needed; real-model tests: make test-slow)
+#   make test   the test suite (no model needed; real-model tests and the slowest: make test-slow;
+#               the suite beside two CPU burners: make test-busy)
 #   make test-vllm / bench-vllm / demo-vllm   aicirt inside vLLM's CPU build (docs/vllm.md)
 PY ?= python3
 VENV := .venv
@@ -10,7 +11,7 @@ PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 # tests look for `wasm-tools` on PATH, and without this they were skipped.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup setup-model setup-llamacpp setup-bench-json setup-vllm test test-slow test-vllm typecheck demo demo-vllm bench bench-json bench-vllm clean
+.PHONY: setup setup-model setup-llamacpp setup-bench-json setup-vllm test test-busy test-slow test-vllm typecheck demo demo-vllm bench bench-json bench-vllm clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,6 +43,18 @@ setup-llamacpp: setup-model
 
 test-slow: setup-model setup-llamacpp
 	$(BIN)/python -m pytest -q -m slow
+
+# The suite on a busy machine: the same tests with BURNERS CPU-burning processes beside them
+# (a 2-core machine at load ~8 when others work on it too). TEST_BUSY_ARGS picks the tests:
+# CI runs only the timing-sensitive ones, TEST_BUSY_ARGS='-m "timing and not slow and not vllm"'.
+# The burners are killed however pytest ends (pass, fail, Ctrl-C); the exit status is pytest's.
+BURNERS ?= 2
+TEST_BUSY_ARGS ?=
+test-busy: setup
+	@pids=""; trap 'kill $$pids 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	for i in $$(seq $(BURNERS)); do $(BIN)/python -c 'while 1: pass' & pids="$$pids $$!"; done; \
+	echo "test-busy: $(BURNERS) CPU burners beside the tests (pids$$pids)"; \
+	$(BIN)/python -m pytest -q $(TEST_BUSY_ARGS)
 
 # The modules that are clean so far ([tool.mypy] modules in pyproject.toml); widen the list there.
 typecheck: setup

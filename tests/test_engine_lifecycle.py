@@ -169,6 +169,7 @@ def test_abort_rejects_a_bad_reason(engine, ctrl):
             engine.abort(req, bad)
 
 
+@pytest.mark.timing
 def test_abort_a_late_controller(scripted_wasm):
     """A call still running past its soft deadline is closed once it returns, not under it."""
     rt = aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(soft_deadline_s=1e-6, max_late_steps=10_000),

@@ -11,7 +11,10 @@ HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
-def inner(pytester):
+def inner(pytester, monkeypatch):
+    # The inner run needs only pytest and _require: without the installed plugins (aicirt's own,
+    # which imports the runtime, hypothesis, ...) each subprocess starts in about a second, not 30 s at load 20.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     pytester.makeconftest(f"import sys\nsys.path.insert(0, {str(HERE)!r})\nimport _require\n\n"
                           "def pytest_runtest_setup(item):\n    _require.check_tools(item)\n")
     pytester.makeini("[pytest]\nmarkers =\n    requires_tool(name): runs `name`\n")

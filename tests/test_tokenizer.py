@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import _require as require
+from conftest import RESULT_WAIT_S
 from scripted import host_info, result, script, branch
 
 import aicirt
@@ -50,7 +51,7 @@ def test_runtime_over_a_real_tokenizer(gpt2, scripted_wasm):
     with aicirt.Runtime(gpt2, cache_dir=False) as rt:
         req = rt.new_request(rt.load(scripted_wasm), arg=script(host_info(result(branch(mask=[50256])))))
         seq = req.spawn()
-        out = rt.submit([StepInput(seq, gpt2.encode("Hello"), None)]).wait(10.0)   # builds the trie: a slow first call
+        out = rt.submit([StepInput(seq, gpt2.encode("Hello"), None)]).wait(RESULT_WAIT_S)   # builds the trie: a slow first call
         assert out.masks.shape == (1, (50257 + 31) // 32)
         vocab, eos, _, _, n_tok, first, n_bytes, trie_len = struct.unpack("<8I", req.variables["info"])
         assert (vocab, eos, n_tok, first, n_bytes) == (50257, 50256, 1, gpt2.encode("hi")[0], 2)

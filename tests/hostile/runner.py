@@ -27,8 +27,10 @@ class Outcome:
     healthy: dict[str, tuple]                       # label -> (tokens, finish reason, error)
     hostile: list[tuple[str | None, str | None]]    # (finish reason or None if still live, error)
     steps: int
-    elapsed_s: float
+    elapsed_s: float                # wall-clock, for messages only (a busy machine stretches it)
     worst_step_s: float
+    cpu_s: float = 0.0              # this process's CPU time (all threads) over the same span
+    stuck_at_healthy_end: int = 0   # hostile sequences whose call was still out when the healthy finished
     load_error: str | None = None
     logs: list[str] = field(default_factory=list)
 
@@ -43,10 +45,12 @@ def healthy_specs(scripted_wasm) -> list[Spec]:
 
 def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: int = 1, respawn: int = 0,
               max_steps: int = 300, max_tokens: int = 8, wait_hostile: bool = False,
-              take_var_changes: bool = True, settle: bool = False) -> Outcome:
+              take_var_changes: bool = True, settle: bool = False, settle_s: float = 60.0) -> Outcome:
     """Healthy sequences labelled h0, h1, ... (forks h1.1, ...), hostile ones x0, x1, ...; runs
-    until every healthy sequence has finished (`wait_hostile`: every sequence; `settle`: then
-    on until the hostile ones end too, `elapsed_s` still timing the healthy). `respawn`: a new
+    until every healthy sequence has finished (`wait_hostile`: every sequence), at most
+    `max_steps` steps; `settle`: then on until the hostile ones end too (at their hard limits,
+    CPU time: on a busy machine much later in wall-clock time), for at most `settle_s` seconds
+    of wall-clock time (a hang guard), `elapsed_s` still timing the healthy. `respawn`: a new
     hostile request every step, up to this many."""
     settings = EngineSettings(max_tokens=max_tokens, take_var_changes=take_var_changes)
     engine = FuzzEngine(rt, lambda label: Choices(replay=[]), Choices(replay=[]), settings)
@@ -58,7 +62,7 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
             ctrls[key] = rt.load(spec.wasm)
         engine.add(rt.new_request(ctrls[key], spec.arg, spec.capabilities), list(spec.prompt), label)
 
-    t0 = time.perf_counter()       # spawning counts: a hostile `_initialize` must not hold anyone up
+    t0, c0 = time.perf_counter(), time.process_time()   # spawning counts: a hostile `_initialize` must not hold anyone up
     for i, spec in enumerate(healthy):
         add(spec, f"h{i}")
     n_hostile = 0
@@ -67,7 +71,8 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
             add(hostile, f"x{n_hostile}")
             n_hostile += 1
     worst = 0.0
-    elapsed = None
+    elapsed = cpu = None
+    stuck = 0
 
     def live(prefixes: tuple[str, ...]) -> bool:
         return any(t.label.startswith(prefixes) and not t.finished for t in engine.tracks)
@@ -75,7 +80,14 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
     try:
         timed = ("h", "x") if wait_hostile else ("h",)
         waited = ("h", "x") if settle else timed
-        while live(waited) and engine.steps < max_steps:
+        settle_t0 = None
+        while live(waited):
+            if elapsed is None and engine.steps >= max_steps:
+                break
+            if elapsed is not None:   # settling
+                settle_t0 = settle_t0 or time.monotonic()
+                if time.monotonic() - settle_t0 > settle_s:
+                    break
             s0 = time.perf_counter()
             engine.step()
             worst = max(worst, time.perf_counter() - s0)
@@ -83,11 +95,13 @@ def run_batch(rt, healthy: list[Spec], hostile: Spec | None = None, *, copies: i
                 add(hostile, f"x{n_hostile}")
                 n_hostile += 1
             if elapsed is None and not live(timed):
-                elapsed = time.perf_counter() - t0
+                elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+                stuck = sum(1 for t in engine.tracks
+                            if t.label.startswith("x") and not t.finished and t.seq is not None and t.seq.call_out)
         if elapsed is None:
-            elapsed = time.perf_counter() - t0
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         engine.close()
     return Outcome({t.label: (tuple(t.tokens), t.finish_reason, t.error) for t in engine.tracks if t.label.startswith("h")},
                    [(t.finish_reason, t.error) for t in engine.tracks if t.label.startswith("x")],
-                   engine.steps, elapsed, worst, logs=[t.logs for t in engine.tracks if t.label.startswith("x")])
+                   engine.steps, elapsed, worst, cpu, stuck, logs=[t.logs for t in engine.tracks if t.label.startswith("x")])
