@@ -81,7 +81,8 @@ typedef struct {
     double first_budget_us, call_budget_us;
     /* the call's clocks, read by the epoch-deadline callback (SPEC §4: the hard limits count CPU time) */
     int32_t cpu_clock;              /* the CPU clock (clockid_t) of the thread running the call */
-    int64_t cpu_start_ns;           /* that clock when the call (or its current part) began */
+    int64_t cpu_start_ns;           /* that clock at the part's first epoch tick (-1: no tick yet, not read) */
+    double cpu_pre_us;              /* what the part is charged for its time before that tick (<= one tick) */
     double cpu_budget_us;           /* the CPU time that part may use */
     double wall_start_us;           /* when that part began, for the wall-clock backstop */
     double wall_factor;             /* the backstop: this times the call's limit (Limits.wall_backstop_factor; 0: none) */
@@ -156,17 +157,38 @@ static int64_t cpu_now_ns(clockid_t clock) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static double cpu_used_us(aicirt_slot *s) {
-    return (double)(cpu_now_ns(CLOCK_THREAD_CPUTIME_ID) - s->cpu_start_ns) / 1e3;
+/* The thread's CPU clock is read lazily. Reading it is a system call (about 1 µs on a VM: more than
+ * a whole common call), so a call starts with a wall-clock stamp only (vDSO, cheap), and the CPU
+ * clock is first read at the call's first epoch tick; the time before that tick is charged as CPU
+ * at its wall-clock length, capped at one tick (a call cannot run longer than that before the tick
+ * reaches it, unless the epoch clock itself is late). A call that ends before a tick never reads it. */
+static double cpu_used_us(aicirt_slot *s) {   /* on the call's own thread */
+    int64_t start = s->cpu_start_ns;
+    if (start < 0) return now_us() - s->wall_start_us;   /* no tick yet: its wall time bounds its CPU */
+    return s->cpu_pre_us + (double)(cpu_now_ns(CLOCK_THREAD_CPUTIME_ID) - start) / 1e3;
 }
+
+/* The part's first epoch tick: read the CPU clock from here on (on the call's own thread). */
+static void cpu_base(aicirt_slot *s, double now) {
+    if (s->cpu_start_ns >= 0) return;
+    double pre = now - s->wall_start_us;
+    s->cpu_pre_us = pre < s->tick_us ? pre : s->tick_us;
+    __atomic_store_n(&s->cpu_start_ns, cpu_now_ns(CLOCK_THREAD_CPUTIME_ID), __ATOMIC_RELEASE);
+}
+
+static __thread clockid_t tl_clock;
+static __thread int tl_clock_known;
 
 /* Start (or restart) the running call's clocks on the calling thread: `budget_us` of CPU from
  * now, the wall-clock backstop from the call's own limit. */
 void aicirt_clock_start(aicirt_slot *s, double budget_us) {
-    clockid_t clock;
-    if (pthread_getcpuclockid(pthread_self(), &clock) != 0) clock = CLOCK_THREAD_CPUTIME_ID;
-    s->cpu_clock = (int32_t)clock;
-    __atomic_store_n(&s->cpu_start_ns, cpu_now_ns(CLOCK_THREAD_CPUTIME_ID), __ATOMIC_RELEASE);
+    if (!tl_clock_known) {   /* the thread's CPU clock id, once per thread */
+        if (pthread_getcpuclockid(pthread_self(), &tl_clock) != 0) tl_clock = CLOCK_THREAD_CPUTIME_ID;
+        tl_clock_known = 1;
+    }
+    s->cpu_clock = (int32_t)tl_clock;
+    s->cpu_pre_us = 0;
+    __atomic_store_n(&s->cpu_start_ns, -1, __ATOMIC_RELEASE);
     s->cpu_budget_us = budget_us;
     s->wall_start_us = now_us();
     p_deadline(s->ctx, 1);
@@ -177,10 +199,11 @@ void aicirt_clock_start(aicirt_slot *s, double budget_us) {
 double aicirt_call_cpu_us(aicirt_slot *s) {
     if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return 0;
     if (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) return s->cpu_us;
-    int64_t now = cpu_now_ns((clockid_t)s->cpu_clock);
     int64_t start = __atomic_load_n(&s->cpu_start_ns, __ATOMIC_ACQUIRE);
+    if (start < 0) return 0;   /* no epoch tick has reached it yet: it has not run a tick's worth */
+    int64_t now = cpu_now_ns((clockid_t)s->cpu_clock);
     if (now < 0 || __atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) return s->cpu_us;   /* it just ended */
-    return now > start ? (double)(now - start) / 1e3 : 0;
+    return s->cpu_pre_us + (now > start ? (double)(now - start) / 1e3 : 0);
 }
 
 static double stalled_turn(aicirt_slot *s, double now);
@@ -217,7 +240,9 @@ static void *limit_error(aicirt_slot *s, double cpu_us, double wall_us) {
 void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind) {
     (void)ctx;
     aicirt_slot *s = data;
-    double cpu = cpu_used_us(s), now = now_us(), wall = now - s->wall_start_us;
+    double now = now_us();
+    cpu_base(s, now);
+    double cpu = cpu_used_us(s), wall = now - s->wall_start_us;
     double limit = s->budget_us > s->cpu_budget_us ? s->budget_us : s->cpu_budget_us;
     *delta = 1;
     *kind = 0;   /* WASMTIME_UPDATE_DEADLINE_CONTINUE */
