@@ -34,3 +34,18 @@ def test_writing_controllers_first_example_runs(tmp_path, monkeypatch):
     scope: dict = {}
     exec(compile(py_code.replace("print(", "result = ("), "docs/writing-controllers.md", "exec"), scope)
     assert scope["result"] == b"12345"
+
+
+def test_writing_controllers_zig_example_runs(tmp_path):
+    """docs/writing-controllers.md's Zig example builds with aici.zig and prints what it says."""
+    from aicirt import toolchain
+    from aicirt.engine import Engine
+    from aicirt.engine.backends.scripted import ScriptedBackend
+    text = (DOCS / "writing-controllers.md").read_text()
+    section = text[text.index("## Zig"):]
+    zig_code = re.search(r"```zig\n(.*?)```", section, re.S).group(1)
+    said = re.search(r"prints `(.*?)`", section).group(1)
+    (tmp_path / "hello.zig").write_text(zig_code)
+    r = toolchain.build(tmp_path / "hello.zig", tmp_path / "hello.wasm", progress=False)
+    req = Engine(ScriptedBackend(script="Q: x")).generate("Q: ", controller=str(r.path), chat=False)
+    assert req.sequences[0].text_bytes == said.encode() == b" hello from Zig"
