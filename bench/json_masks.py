@@ -24,6 +24,9 @@ Fields (the last line; the same per slice under `per_slice`, without the ratios)
                            (`llg_`/`xgr_` the same for the baselines), over every schema tried
   mask_wall_us_p50/p99     HEADLINE: one token through the runtime, `submit_rows` (the sampled
                            token) -> `wait` until the row's mask is in the array, per token
+  mask_submit_us_p50/p99   of mask_wall_us, the `submit_rows` call alone (arrays checked, the row
+                           prepared and queued in C); the rest is `wait`: the hand-off to the
+                           worker thread, the controller's call, the row collected
   mask_inner_us_p50/p99    the controller's own time in `mid-process` for those steps
                            (`RowsOutcome.elapsed_us`)
   llg_mask_us_p50/p99      llguidance's fill_next_token_bitmask for the same prefixes
@@ -107,6 +110,7 @@ class Case:
         self.compile_ms = self.ttfm_ms = self.compile_inner_ms = self.spawn_ms = self.ttfm_inner_ms = float("nan")
         self.mask_us: list[float] = []
         self.other_us: list[float] = []     # ours: inner µs; baselines: consume + fill µs
+        self.submit_us: list[float] = []    # ours: the submit_rows part of mask_us
         self.verdicts: list[tuple[bool, bool, bool]] = []   # (valid, accepted, rejected)
 
 
@@ -126,9 +130,14 @@ class Ours:
     def close(self) -> None:
         self.rt.close()
 
-    def _step(self, idx, sampled, edits):
-        """(mask or None, StepResult or None, inner µs) of one row; a late row is waited for."""
-        out = self.rt.submit_rows(idx, sampled, edits).wait()
+    def _step(self, idx, sampled, edits, submitted: list | None = None):
+        """(mask or None, StepResult or None, inner µs) of one row; a late row is waited for.
+        `submitted`: gets the µs that submit_rows alone took."""
+        t0 = time.perf_counter()
+        handle = self.rt.submit_rows(idx, sampled, edits)
+        if submitted is not None:
+            submitted.append((time.perf_counter() - t0) * 1e6)
+        out = handle.wait()
         while out.kind[0] == self.aicirt.RowKind.PENDING:    # late (soft deadline): its result comes later
             out = self.rt.submit_rows(idx, np.full(1, -1, np.int32)).wait()
         if out.kind[0] == self.aicirt.RowKind.MASK:
@@ -187,7 +196,7 @@ class Ours:
                     return False
                 self.sampled[0] = t
                 t0 = time.perf_counter()
-                mask, r, inner = self._step(idx, self.sampled, None)
+                mask, r, inner = self._step(idx, self.sampled, None, c.submit_us)
                 c.mask_us.append((time.perf_counter() - t0) * 1e6)
                 c.other_us.append(inner)
                 if mask is None and r is not None and r.branches:
@@ -331,7 +340,8 @@ def figures(cases: list[dict], prefixes: list[str]) -> dict:
         other = [x for c in mine for x in c.other_us]
         mask_name, other_name = ("mask_wall_us", "mask_inner_us") if not p else (k + "mask_us", k + "step_us")
         row[k + "masks"] = len(masks)
-        for name, xs in ((mask_name, masks), (other_name, other)):
+        submit = [x for c in mine for x in c.submit_us]
+        for name, xs in ((mask_name, masks), (other_name, other)) + ((("mask_submit_us", submit),) if not p else ()):
             row[name + "_p50"], row[name + "_p99"] = round(pct(xs, 50), 1), round(pct(xs, 99), 1)
         for name, xs in (("ttfm_ms", [c.ttfm_ms for c in mine]), ("compile_wall_ms", [c.compile_ms for c in mine]),
                          ("compile_inner_ms", [c.compile_inner_ms for c in mine]),
@@ -346,7 +356,7 @@ def ratios(row: dict, prefixes: list[str]) -> dict:
     out = {}
     for p in prefixes[1:]:
         def r(a, b):
-            return round(row[a] / row[b], 2) if row[b] else float("nan")
+            return float(f"{row[a] / row[b]:.3g}") if row[b] else float("nan")
         out[f"mask_wall_vs_{p}_p50"] = r("mask_wall_us_p50", f"{p}_mask_us_p50")
         out[f"mask_wall_vs_{p}_p99"] = r("mask_wall_us_p99", f"{p}_mask_us_p99")
         out[f"mask_wall_vs_{p}_step_p50"] = r("mask_wall_us_p50", f"{p}_step_us_p50")
@@ -359,7 +369,7 @@ def ratios(row: dict, prefixes: list[str]) -> dict:
 def summary(row: dict, prefixes: list[str]) -> str:
     out = (f"compiled {row['coverage_pct']:6.2f}%  valid ok {row['valid_accept_pct']:6.2f}%  invalid rejected "
            f"{row['invalid_reject_pct']:6.2f}%  [{row['common_schemas']} common]  mask p50/p99 wall "
-           f"{row['mask_wall_us_p50']:.0f}/{row['mask_wall_us_p99']:.0f} µs (inner {row['mask_inner_us_p50']:.0f}/"
+           f"{row['mask_wall_us_p50']:.0f}/{row['mask_wall_us_p99']:.0f} µs (submit_rows {row['mask_submit_us_p50']:.0f}/{row['mask_submit_us_p99']:.0f}; inner {row['mask_inner_us_p50']:.0f}/"
            f"{row['mask_inner_us_p99']:.0f})  ttfm p50 {row['ttfm_ms_p50']:.2f} ms  compile p50 "
            f"{row['compile_wall_ms_p50']:.2f} ms (inner {row['compile_inner_ms_p50']:.2f}; spawn p50 {row['spawn_ms_p50']:.2f})")
     for p in prefixes[1:]:
