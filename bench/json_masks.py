@@ -54,6 +54,12 @@ Fields (the last line; the same per slice under `per_slice`, without the ratios)
   load_avg_start/end       the machine's 1-minute load average when the run began and ended
   seconds, xgr_available, xgr_note, per_slice
 
+Renamed where the meaning changed: `mask_us_*` (the controller's time) is `mask_inner_us_*`;
+`runtime_mask_us_p50` (submit -> wait on the object API) is `mask_wall_us_p50` (the rows API);
+`compile_ms_*` (inside, less the schema `true`) is `compile_inner_ms_*` (inside, the whole call)
+beside `compile_wall_ms_*`; `{llg,xgr}_compile_ms_*` (the matcher or compile call alone) are
+`{llg,xgr}_compile_wall_ms_*` (grammar text to compiled, as the caller waits for it).
+
 Compile and first mask are one shot each per schema in every engine (a shared machine makes any
 single figure noisy; the percentiles over many schemas are what to read). Each instance runs on
 a fresh copy of the compiled state (a fork for ours, a deep copy for llguidance, a new
@@ -150,12 +156,18 @@ class Ours:
 
     def _first(self, arg: bytes):
         """New request -> its first call's result: (request, sequence, mask, result, wall ms,
-        inner µs, ms of those in new_request + spawn)."""
+        inner µs, ms of those in new_request + spawn). Raises RuntimeError (request closed) if
+        the call ended in error."""
         t0 = time.perf_counter()
         req = self.rt.new_request(self.ctrl, arg=arg)
         seq = req.spawn()
         t1 = time.perf_counter()
-        mask, r, inner = self._step(np.array([seq.index]), np.full(1, -1, np.int32), {0: (self.prompt, 0)})
+        try:
+            mask, r, inner = self._step(np.array([seq.index]), np.full(1, -1, np.int32), {0: (self.prompt, 0)})
+        except RuntimeError:
+            seq.close()
+            req.close()
+            raise
         t2 = time.perf_counter()
         return req, seq, mask, r, (t2 - t0) * 1e3, inner, (t1 - t0) * 1e3
 
@@ -164,9 +176,9 @@ class Ours:
         c = Case()
         text = json.dumps(schema, ensure_ascii=False).encode("utf-8")
         req, seq, _, r, c.compile_ms, inner, _ = self._first(text + b"\0check")
-        log = "".join(r.logs).strip() if r is not None else ""
         seq.close()
         req.close()
+        log = "".join(r.logs).strip() if r is not None else ""
         c.compile_inner_ms = inner / 1e3
         req, seq, mask, r, c.ttfm_ms, inner, c.spawn_ms = self._first(text + b"\0fast_forward=0")
         c.ttfm_inner_ms = inner / 1e3
