@@ -57,8 +57,9 @@ Fields (the last line; the same per slice under `per_slice`, without the ratios)
 Renamed where the meaning changed: `mask_us_*` (the controller's time) is `mask_inner_us_*`;
 `runtime_mask_us_p50` (submit -> wait on the object API) is `mask_wall_us_p50` (the rows API);
 `compile_ms_*` (inside, less the schema `true`) is `compile_inner_ms_*` (inside, the whole call)
-beside `compile_wall_ms_*`; `{llg,xgr}_compile_ms_*` (the matcher or compile call alone) are
-`{llg,xgr}_compile_wall_ms_*` (grammar text to compiled, as the caller waits for it).
+beside `compile_wall_ms_*`; `llg_compile_ms_*` (LLMatcher alone) is `llg_compile_wall_ms_*`
+(grammar_from_json_schema + LLMatcher); `xgr_compile_ms_*` is `xgr_compile_wall_ms_*` (the same
+call, renamed alike).
 
 Compile and first mask are one shot each per schema in every engine (a shared machine makes any
 single figure noisy; the percentiles over many schemas are what to read). Each instance runs on
