@@ -1,28 +1,75 @@
-"""JSON Schema masks: the `json` controller against llguidance and xgrammar on JSONSchemaBench's
-MaskBench cases (../shared/jsonschema), same Qwen2 tokenizer, same token sequences, same machine,
-one run, one thread each.
+"""JSON Schema masks: the `json` controller through aicirt.Runtime against llguidance and xgrammar
+on JSONSchemaBench's MaskBench cases (../shared/jsonschema), same Qwen2 tokenizer, same token
+sequences, same machine, one run, one thread each.
 
-Per slice: schemas compiled (%), valid instances accepted (%), invalid ones rejected (%), compile
-time p50/p90, mask time p50/p99. Instances are written as the controller writes them (compact,
-UTF-8, keys in schema order) and tokenized once, canonically (llguidance's tokenizer), for all.
+Every time is wall time on the caller's thread (time.perf_counter, Python included), the same
+timer for every engine; ours is also given from inside, labelled `inner`. Instances are written
+as the controller writes them (compact, UTF-8, keys in schema order) and tokenized once,
+canonically (llguidance's tokenizer), for all. A mask is timed at every prefix after the first
+token of an instance (prefixes 1..n: the step after each sampled token, the end included), in
+all engines alike; the first mask of an instance (prefix 0) is untimed.
 
-  mask_us_*          the controller's own time in `mid-process` (what it computes), per token
-  runtime_mask_us_*  the same steps through aicirt.Runtime submit -> wait
-  llg_mask_us_*      llguidance's fill_next_token_bitmask for the same prefix
-  xgr_mask_us_*      xgrammar's GrammarMatcher.fill_next_token_bitmask for the same prefix
-  compile_ms_*       the controller's first call with the option `check` (parse and compile the
-                     schema, then stop), less that of the schema `true`, the best of two runs (the
-                     machine is shared; a generating first call also fetches the token trie and
-                     builds the token tables, ~30 ms once per sequence, whatever the schema);
-                     llg_compile_ms_*: LLMatcher construction; xgr_compile_ms_*:
-                     GrammarCompiler.compile_json_schema (one thread, no cache)
-Each instance runs on a fresh copy of the compiled state (a fork; a deep copy for llguidance, a
-new GrammarMatcher for xgrammar), so masks are computed cold for every instance in all three.
+Ours is driven as an engine drives it, with the rows API (docs/embedding.md "The rows API"):
+one request per schema (`fast_forward=0`, so that every step is a mask over the same token
+sequence as the baselines), a fork per instance, then per token `submit_rows` with the sampled
+token and `wait`.
+
+Fields (the last line; the same per slice under `per_slice`, without the ratios):
+
+  schemas                  schemas tried; `{llg,xgr}_schemas`: those each baseline ran on
+  common_schemas           schemas every measured engine compiled: every time percentile and
+                           ratio below is over these only (coverage and verdicts are over all)
+  coverage_pct, valid_accept_pct, invalid_reject_pct
+                           schemas compiled, valid instances accepted, invalid ones rejected (%)
+                           (`llg_`/`xgr_` the same for the baselines), over every schema tried
+  mask_wall_us_p50/p99     HEADLINE: one token through the runtime, `submit_rows` (the sampled
+                           token) -> `wait` until the row's mask is in the array, per token
+  mask_submit_us_p50/p99   of mask_wall_us, the `submit_rows` call alone (arrays checked, the row
+                           prepared and queued in C); the rest is `wait`: the hand-off to the
+                           worker thread, the controller's call, the row collected
+  mask_inner_us_p50/p99    the controller's own time in `mid-process` for those steps
+                           (`RowsOutcome.elapsed_us`)
+  llg_mask_us_p50/p99      llguidance's fill_next_token_bitmask for the same prefixes
+  llg_step_us_p50/p99      llguidance's consume_token + fill_next_token_bitmask (what our
+                           submit -> wait also does: take the token, then mask)
+  xgr_mask_us_p50/p99      xgrammar's GrammarMatcher.fill_next_token_bitmask, same prefixes;
+  xgr_step_us_p50/p99      its accept_token + fill_next_token_bitmask
+  masks, llg_masks, xgr_masks   how many masks each percentile is over
+  ttfm_ms_p50/p90          time to first mask: Runtime.new_request + Request.spawn + the first
+                           submit_rows (the prompt) -> wait, until its mask is in the array;
+                           `llg_ttfm_ms_*`: grammar_from_json_schema + LLMatcher + the first fill;
+                           `xgr_ttfm_ms_*`: compile_json_schema + GrammarMatcher + the first fill
+  compile_wall_ms_p50/p90  compile alone: new_request + spawn + submit_rows -> wait of a first
+                           call with the option `check` (parse and compile the schema, then stop);
+                           `llg_compile_wall_ms_*`: grammar_from_json_schema + LLMatcher;
+                           `xgr_compile_wall_ms_*`: compile_json_schema (one thread, no cache)
+  compile_inner_ms_p50/p90 the controller's own time in that `check` call
+  ttfm_inner_ms_p50/p90    the controller's own time in that first call (`elapsed_us`)
+  spawn_ms_p50/p90         the part of ttfm_ms in new_request + spawn (a fresh instance from the
+                           controller's init snapshot), before the first call is submitted
+  *_vs_llg_*, *_vs_xgr_*   ratios of those percentiles (ours / baseline; > 1: ours slower):
+                           mask_wall_vs_llg_p50 (and _p99), mask_wall_vs_llg_step_p50,
+                           mask_inner_vs_llg_p50, ttfm_vs_llg_p50, compile_wall_vs_llg_p50, and the
+                           same with xgr
+  load_avg_start/end       the machine's 1-minute load average when the run began and ended
+  seconds, xgr_available, xgr_note, per_slice
+
+Renamed where the meaning changed: `mask_us_*` (the controller's time) is `mask_inner_us_*`;
+`runtime_mask_us_p50` (submit -> wait on the object API) is `mask_wall_us_p50` (the rows API);
+`compile_ms_*` (inside, less the schema `true`) is `compile_inner_ms_*` (inside, the whole call)
+beside `compile_wall_ms_*`; `llg_compile_ms_*` (LLMatcher alone) is `llg_compile_wall_ms_*`
+(grammar_from_json_schema + LLMatcher); `xgr_compile_ms_*` is `xgr_compile_wall_ms_*` (the same
+call, renamed alike).
+
+Compile and first mask are one shot each per schema in every engine (a shared machine makes any
+single figure noisy; the percentiles over many schemas are what to read). Each instance runs on
+a fresh copy of the compiled state (a fork for ours, a deep copy for llguidance, a new
+GrammarMatcher for xgrammar), so masks are computed cold for every instance in all three.
 
 xgrammar is optional (`make setup-bench-json` installs it: --no-deps, with apache-tvm-ffi, torch
 and transformers); without it the run says so and its figures are null. Its compile takes about a
 second a schema here, so it runs on the first --xgr-per-slice schemas of each slice's sample
-(xgr_schemas says how many).
+(xgr_schemas says how many); with it, common_schemas counts only schemas it ran on.
 
 Usage: python bench/json_masks.py [--per-slice N | --full] [--slices a,b] [--no-xgr]
 [--xgr-per-slice N]. The last line is one JSON object.
@@ -32,7 +79,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
+import os
 import sys
 import time
 import warnings
@@ -57,8 +104,123 @@ def share(a, b):
     return round(100.0 * a / b, 2) if b else float("nan")
 
 
+def allowed(words, t) -> bool:
+    return bool((int(words[t >> 5]) >> (t & 31)) & 1)
+
+
+class Case:
+    """One engine's figures for one schema: compiled or not, one-shot compile and first-mask
+    wall times, per-mask wall (and inner or step) times, verdicts."""
+
+    def __init__(self):
+        self.compiled = False
+        self.compile_ms = self.ttfm_ms = self.compile_inner_ms = self.spawn_ms = self.ttfm_inner_ms = float("nan")
+        self.mask_us: list[float] = []
+        self.other_us: list[float] = []     # ours: inner µs; baselines: consume + fill µs
+        self.submit_us: list[float] = []    # ours: the submit_rows part of mask_us
+        self.verdicts: list[tuple[bool, bool, bool]] = []   # (valid, accepted, rejected)
+
+
+class Ours:
+    """The `json` controller through aicirt.Runtime's rows API, one request per schema."""
+    prefix = ""
+
+    def __init__(self, tok, wasm: bytes):
+        import aicirt
+        self.aicirt = aicirt
+        limits = aicirt.Limits(first_call_timeout_s=60.0, call_timeout_s=10.0, soft_deadline_s=10.0)
+        self.rt = aicirt.Runtime(tok, limits=limits, workers=1)
+        self.ctrl = self.rt.load(wasm)
+        self.prompt = tok.encode("Answer: ")
+        self.sampled = np.full(1, -1, np.int32)
+
+    def close(self) -> None:
+        self.rt.close()
+
+    def _step(self, idx, sampled, edits, submitted: list | None = None):
+        """(mask or None, StepResult or None, inner µs) of one row; a late row is waited for.
+        `submitted`: gets the µs that submit_rows alone took."""
+        t0 = time.perf_counter()
+        handle = self.rt.submit_rows(idx, sampled, edits)
+        if submitted is not None:
+            submitted.append((time.perf_counter() - t0) * 1e6)
+        out = handle.wait()
+        while out.kind[0] == self.aicirt.RowKind.PENDING:    # late (soft deadline): its result comes later
+            out = self.rt.submit_rows(idx, np.full(1, -1, np.int32)).wait()
+        if out.kind[0] == self.aicirt.RowKind.MASK:
+            return out.masks[0], None, float(out.elapsed_us[0])
+        r = out.results[0]
+        if r.status != "ok":
+            raise RuntimeError(f"controller error: {r.error} {''.join(r.logs)}")
+        row = r.branches[0].mask_row if r.branches else None
+        return (None if row is None else out.masks[row]), r, float(out.elapsed_us[0])
+
+    def _first(self, arg: bytes):
+        """New request -> its first call's result: (request, sequence, mask, result, wall ms,
+        inner µs, ms of those in new_request + spawn). Raises RuntimeError (request closed) if
+        the call ended in error."""
+        t0 = time.perf_counter()
+        req = self.rt.new_request(self.ctrl, arg=arg)
+        seq = req.spawn()
+        t1 = time.perf_counter()
+        try:
+            mask, r, inner = self._step(np.array([seq.index]), np.full(1, -1, np.int32), {0: (self.prompt, 0)})
+        except RuntimeError:
+            seq.close()
+            req.close()
+            raise
+        t2 = time.perf_counter()
+        return req, seq, mask, r, (t2 - t0) * 1e3, inner, (t1 - t0) * 1e3
+
+    def run(self, schema, texts, eos) -> tuple[Case, str | None]:
+        """(figures, the controller's log when it refused the schema)."""
+        c = Case()
+        text = json.dumps(schema, ensure_ascii=False).encode("utf-8")
+        req, seq, _, r, c.compile_ms, inner, _ = self._first(text + b"\0check")
+        seq.close()
+        req.close()
+        log = "".join(r.logs).strip() if r is not None else ""
+        c.compile_inner_ms = inner / 1e3
+        req, seq, mask, r, c.ttfm_ms, inner, c.spawn_ms = self._first(text + b"\0fast_forward=0")
+        c.ttfm_inner_ms = inner / 1e3
+        try:
+            if mask is None:
+                return c, (log or "stopped without a log line")
+            c.compiled = True
+            for valid, toks in texts:
+                try:
+                    ok = self._instance(seq, toks, eos, c)
+                    c.verdicts.append((valid, ok, not ok))
+                except RuntimeError as e:   # an error mid-instance counts against both rates
+                    print(f"  {e}", flush=True)
+                    c.verdicts.append((valid, False, False))
+        finally:
+            seq.close()
+            req.close()
+        return c, None
+
+    def _instance(self, seq, toks, eos, c: Case) -> bool:
+        child = seq.fork()
+        try:
+            idx = np.array([child.index])
+            mask, _, _ = self._step(idx, np.full(1, -1, np.int32), {0: (self.prompt, 0)})
+            for t in toks:
+                if mask is None or not allowed(mask, t):
+                    return False
+                self.sampled[0] = t
+                t0 = time.perf_counter()
+                mask, r, inner = self._step(idx, self.sampled, None, c.submit_us)
+                c.mask_us.append((time.perf_counter() - t0) * 1e6)
+                c.other_us.append(inner)
+                if mask is None and r is not None and r.branches:
+                    raise RuntimeError("a splice with fast_forward=0")
+            return mask is None or allowed(mask, eos)    # no mask: the controller stopped (the end)
+        finally:
+            child.close()
+
+
 class Llg:
-    """llguidance: LLMatcher per schema (the compile time), a deep copy per instance."""
+    """llguidance: LLMatcher per schema, a deep copy per instance."""
     prefix = "llg"
 
     def __init__(self, q):
@@ -71,17 +233,15 @@ class Llg:
 
     def compile(self, schema):
         grammar = self.llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
-        t0 = time.perf_counter()
         m = self.llguidance.LLMatcher(self.tok, grammar)
-        return (None if m.is_error() else m), (time.perf_counter() - t0) * 1e3
+        return None if m.is_error() else m
 
     def start(self, compiled):
         return compiled.deep_copy()
 
     def fill(self, m):
-        t0 = time.perf_counter()
         self.lln.fill_next_token_bitmask(m, self.bitmask, 0)
-        return (time.perf_counter() - t0) * 1e6, self.bitmask[0].view(np.uint32)
+        return self.bitmask[0].view(np.uint32)
 
     def consume(self, m, t):
         return m.consume_token(t)
@@ -91,8 +251,8 @@ class Llg:
 
 
 class Xgr:
-    """xgrammar: compile_json_schema per schema (the compile time; compact separators, schema
-    keys only where the schema says so: strict_mode off), a fresh GrammarMatcher per instance."""
+    """xgrammar: compile_json_schema per schema (compact separators, schema keys only where the
+    schema says so: strict_mode off), a fresh GrammarMatcher per instance."""
     prefix = "xgr"
 
     def __init__(self, q):
@@ -104,21 +264,18 @@ class Xgr:
         self.bitmask = xgrammar.allocate_token_bitmask(1, q.vocab_size)
 
     def compile(self, schema):
-        t0 = time.perf_counter()
         try:
-            g = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=(",", ":"),
-                                                  strict_mode=False)
+            return self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=(",", ":"),
+                                                     strict_mode=False)
         except Exception:   # xgrammar's way of saying unsupported (or a schema it cannot read)
-            g = None
-        return g, (time.perf_counter() - t0) * 1e3
+            return None
 
     def start(self, compiled):
         return self.xgr.GrammarMatcher(compiled)
 
     def fill(self, m):
-        t0 = time.perf_counter()
         m.fill_next_token_bitmask(self.bitmask, 0)
-        return (time.perf_counter() - t0) * 1e6, self.bitmask[0].numpy().view(np.uint32)
+        return self.bitmask[0].numpy().view(np.uint32)
 
     def consume(self, m, t):
         return m.accept_token(t)
@@ -127,35 +284,44 @@ class Xgr:
         return m.is_terminated() or allowed(words, eos)
 
 
-def allowed(words, t) -> bool:
-    return bool((int(words[t >> 5]) >> (t & 31)) & 1)
-
-
-def engine_case(engine, case, texts, eos):
-    """(compiled, compile_ms, [(valid, accepted)], mask times µs) for a baseline engine."""
-    compiled, compile_ms = engine.compile(case["schema"])
+def baseline_case(engine, schema, texts, eos) -> Case:
+    """A baseline's figures for one schema, timed as ours is (wall on this thread)."""
+    c = Case()
+    t0 = time.perf_counter()
+    compiled = engine.compile(schema)
+    t1 = time.perf_counter()
+    c.compile_ms = (t1 - t0) * 1e3
     if compiled is None:
-        return False, compile_ms, [], []
-    verdicts, times = [], []
+        return c
+    engine.fill(engine.start(compiled))
+    c.ttfm_ms = (time.perf_counter() - t0) * 1e3
+    c.compiled = True
     for valid, toks in texts:
         m = engine.start(compiled)
+        words = engine.fill(m)
         ok = True
         for t in toks:
-            us, words = engine.fill(m)
-            times.append(us)
-            if not allowed(words, t) or not engine.consume(m, t):
+            if not allowed(words, t):
                 ok = False
                 break
-        if ok:
-            _, words = engine.fill(m)
-            ok = engine.can_end(m, words, eos)
-        verdicts.append((valid, ok))
-    return True, compile_ms, verdicts, times
+            t0 = time.perf_counter()
+            took = engine.consume(m, t)
+            t1 = time.perf_counter()
+            words = engine.fill(m)
+            t2 = time.perf_counter()
+            c.mask_us.append((t2 - t1) * 1e6)
+            c.other_us.append((t2 - t0) * 1e6)
+            if not took:
+                ok = False
+                break
+        ok = ok and engine.can_end(m, words, eos)
+        c.verdicts.append((valid, ok, not ok))
+    return c
 
 
 def baselines(q, want_xgr: bool) -> tuple[list, str | None]:
     """llguidance (required), and xgrammar when installed (else the reason it is not measured)."""
-    engines = [Llg(q)]
+    engines: list = [Llg(q)]
     if not want_xgr:
         return engines, "xgrammar: skipped (--no-xgr)"
     try:
@@ -164,6 +330,68 @@ def baselines(q, want_xgr: bool) -> tuple[list, str | None]:
         return engines, (f"xgrammar: not measured ({e}; it installs with pip install --no-deps xgrammar "
                          "apache-tvm-ffi, and needs torch, transformers and pydantic: make setup-bench-json)")
     return engines, None
+
+
+def figures(cases: list[dict], prefixes: list[str]) -> dict:
+    """The figures over `cases` (each {prefix: Case}, missing where that engine did not run):
+    coverage and verdicts over every case an engine ran on, times over the common ones."""
+    common = [c for c in cases if all(p in c and c[p].compiled for p in prefixes)]
+    row: dict = {"schemas": len(cases), "common_schemas": len(common)}
+    for p in prefixes:
+        k = p + "_" if p else ""
+        ran = [c[p] for c in cases if p in c]
+        verdicts = [v for c in ran for v in c.verdicts]
+        valid = [ok for is_valid, ok, _ in verdicts if is_valid]
+        invalid = [rejected for is_valid, _, rejected in verdicts if not is_valid]
+        if p:
+            row[k + "schemas"] = len(ran)
+        row[k + "coverage_pct"] = share(sum(c.compiled for c in ran), len(ran))
+        row[k + "valid_accept_pct"] = share(sum(valid), len(valid))
+        row[k + "invalid_reject_pct"] = share(sum(invalid), len(invalid))
+        mine = [c[p] for c in common]
+        masks = [x for c in mine for x in c.mask_us]
+        other = [x for c in mine for x in c.other_us]
+        mask_name, other_name = ("mask_wall_us", "mask_inner_us") if not p else (k + "mask_us", k + "step_us")
+        row[k + "masks"] = len(masks)
+        submit = [x for c in mine for x in c.submit_us]
+        for name, xs in ((mask_name, masks), (other_name, other)) + ((("mask_submit_us", submit),) if not p else ()):
+            row[name + "_p50"], row[name + "_p99"] = round(pct(xs, 50), 1), round(pct(xs, 99), 1)
+        for name, xs in (("ttfm_ms", [c.ttfm_ms for c in mine]), ("compile_wall_ms", [c.compile_ms for c in mine]),
+                         ("compile_inner_ms", [c.compile_inner_ms for c in mine]),
+                         ("spawn_ms", [c.spawn_ms for c in mine]), ("ttfm_inner_ms", [c.ttfm_inner_ms for c in mine])):
+            if p and name in ("compile_inner_ms", "spawn_ms", "ttfm_inner_ms"):
+                continue
+            row[k + name + "_p50"], row[k + name + "_p90"] = round(pct(xs, 50), 3), round(pct(xs, 90), 3)
+    return row
+
+
+def ratios(row: dict, prefixes: list[str]) -> dict:
+    out = {}
+    for p in prefixes[1:]:
+        def r(a, b):
+            return float(f"{row[a] / row[b]:.3g}") if row[b] else float("nan")
+        out[f"mask_wall_vs_{p}_p50"] = r("mask_wall_us_p50", f"{p}_mask_us_p50")
+        out[f"mask_wall_vs_{p}_p99"] = r("mask_wall_us_p99", f"{p}_mask_us_p99")
+        out[f"mask_wall_vs_{p}_step_p50"] = r("mask_wall_us_p50", f"{p}_step_us_p50")
+        out[f"mask_inner_vs_{p}_p50"] = r("mask_inner_us_p50", f"{p}_mask_us_p50")
+        out[f"ttfm_vs_{p}_p50"] = r("ttfm_ms_p50", f"{p}_ttfm_ms_p50")
+        out[f"compile_wall_vs_{p}_p50"] = r("compile_wall_ms_p50", f"{p}_compile_wall_ms_p50")
+    return out
+
+
+def summary(row: dict, prefixes: list[str]) -> str:
+    out = (f"compiled {row['coverage_pct']:6.2f}%  valid ok {row['valid_accept_pct']:6.2f}%  invalid rejected "
+           f"{row['invalid_reject_pct']:6.2f}%  [{row['common_schemas']} common]  mask p50/p99 wall "
+           f"{row['mask_wall_us_p50']:.0f}/{row['mask_wall_us_p99']:.0f} µs (submit_rows {row['mask_submit_us_p50']:.0f}/{row['mask_submit_us_p99']:.0f}; inner {row['mask_inner_us_p50']:.0f}/"
+           f"{row['mask_inner_us_p99']:.0f})  ttfm p50 {row['ttfm_ms_p50']:.2f} ms  compile p50 "
+           f"{row['compile_wall_ms_p50']:.2f} ms (inner {row['compile_inner_ms_p50']:.2f}; spawn p50 {row['spawn_ms_p50']:.2f})")
+    for p in prefixes[1:]:
+        k = p + "_"
+        out += (f"\n{'':15s} {p}: compiled {row[k + 'coverage_pct']:6.2f}%  valid ok {row[k + 'valid_accept_pct']:6.2f}%"
+                f"  invalid rejected {row[k + 'invalid_reject_pct']:6.2f}%  mask p50/p99 {row[k + 'mask_us_p50']:.0f}/"
+                f"{row[k + 'mask_us_p99']:.0f} µs (step {row[k + 'step_us_p50']:.0f}/{row[k + 'step_us_p99']:.0f})  "
+                f"ttfm p50 {row[k + 'ttfm_ms_p50']:.2f} ms  compile p50 {row[k + 'compile_wall_ms_p50']:.2f} ms")
+    return out
 
 
 def main() -> None:
@@ -177,143 +405,62 @@ def main() -> None:
                          "a schema single-threaded at this vocabulary); 0: all")
     args = ap.parse_args()
 
-    from _json_cases import SLICES, Checker, VocabTokenizer, instance_text, load_slice, sample
+    from _json_cases import SLICES, VocabTokenizer, instance_text, load_slice, sample
     from mask_speed import QwenTokenizer
+
     from aicirt.toolchain import build_cached
 
+    load_start = os.getloadavg()[0]
     q = QwenTokenizer()
     engines, xgr_note = baselines(q, not args.no_xgr)
     lltok = engines[0].tok
     tok = VocabTokenizer(q.token_bytes, q.eos_token_id, encode=lambda s: lltok.tokenize_str(s))
-    wasm = build_cached("json").read_bytes()
-    checker = Checker(tok, wasm)
-    compiler = Checker(tok, wasm, options=b"\0check")
-
-    def check_us(schema):
-        best = None
-        for _ in range(2):
-            h, _, us = compiler.open(schema)
-            compiler.close_handle(h)
-            best = us if best is None else min(best, us)
-        return best
-
-    base_us = statistics.median(check_us(True) for _ in range(5))   # argument reading, a trivial schema
-
-    slices = args.slices.split(",") if args.slices else SLICES
-    keys = ["n", "ok", "va", "vn", "ir", "in"]
-    eng_keys = [f"{e.prefix}_{k}" for e in engines for k in keys]
-    per_slice, totals = {}, {k: 0 for k in keys + eng_keys}
-    runs = {k: [] for k in ["inside", "wall", "compile"] + [f"{e.prefix}_{x}" for e in engines for x in ("mask", "compile")]}
-    print(f"vocab {q.vocab_size}; Qwen2 tokens; compile base (schema `true`) {base_us:.0f} µs", flush=True)
+    ours = Ours(tok, build_cached("json").read_bytes())
+    prefixes = [""] + [e.prefix for e in engines]
+    print(f"{' '.join(sys.argv[1:]) or '(defaults)'}; vocab {q.vocab_size}; Qwen2 tokens; load {load_start:.1f}; "
+          f"{os.cpu_count()} cores; wall times on the caller's thread", flush=True)
     if xgr_note:
         print(xgr_note, flush=True)
+    slices = args.slices.split(",") if args.slices else SLICES
+    per_slice, everything = {}, []
     t_start = time.perf_counter()
     for name in slices:
         cases = list(load_slice(name)) if args.full else sample(name, args.per_slice, seed=0)
-        s = {k: 0 for k in totals}
-        inside0, wall0 = len(checker.inside_us), len(checker.wall_us)
-        run = {k: [] for k in runs}
+        rows = []
         for i_case, case in enumerate(cases):
-            s["n"] += 1
             texts = []
             for t in case["tests"]:
                 try:
                     texts.append((t["valid"], tok.encode_bytes(instance_text(case["schema"], t["data"]))))
                 except (ValueError, RecursionError):
                     pass
+            rec: dict = {}
             try:
-                handle, err, first_us = checker.open(case["schema"])
+                rec[""], _ = ours.run(case["schema"], texts, q.eos_token_id)
             except RuntimeError as e:   # a controller failure: counted as not compiled, and shown
                 print(f"  {case['id']}: {e}", flush=True)
-                s["crashed"] = s.get("crashed", 0) + 1
-                handle, err = None, "crashed"
-            try:
-                if handle is None:
-                    pass
-                elif err is None:
-                    s["ok"] += 1
-                    run["compile"].append(max(0.0, check_us(case["schema"]) - base_us) / 1e3)
-                    for valid, toks in texts:
-                        try:
-                            ok, _ = checker.accepts(handle, tok.decode_bytes(toks), tokens=toks)
-                            rejected = not ok
-                        except RuntimeError as e:   # counts against both rates
-                            print(f"  {case['id']}: {e}", flush=True)
-                            ok = rejected = False
-                        count(s, "", valid, ok, rejected)
-            finally:
-                if handle is not None:
-                    checker.close_handle(handle)
+                rec[""] = Case()
             for e in engines:
                 if e.prefix == "xgr" and 0 < args.xgr_per_slice <= i_case:
                     continue
-                s[f"{e.prefix}_n"] += 1
-                eok, ems, verdicts, times = engine_case(e, case, texts, q.eos_token_id)
-                run[f"{e.prefix}_compile"].append(ems)
-                if eok:
-                    s[f"{e.prefix}_ok"] += 1
-                    run[f"{e.prefix}_mask"] += times
-                    for valid, ok in verdicts:
-                        count(s, f"{e.prefix}_", valid, ok, not ok)
-        run["inside"], run["wall"] = checker.inside_us[inside0:], checker.wall_us[wall0:]
-        for k in totals:
-            totals[k] += s[k]
-        for k in runs:
-            runs[k] += run[k]
-        row = figures(s, run, engines)
-        per_slice[name] = row
-        print(f"{name:15s} " + summary(row, engines), flush=True)
-    checker.close()
-    compiler.close()
-    result = {"bench": "json_masks", "tokenizer": "qwen2", "schemas": totals["n"], **figures(totals, runs, engines),
-              "xgr_available": any(e.prefix == "xgr" for e in engines),
-              "seconds": round(time.perf_counter() - t_start, 1), "per_slice": per_slice}
+                rec[e.prefix] = baseline_case(e, case["schema"], texts, q.eos_token_id)
+            rows.append(rec)
+        everything += rows
+        per_slice[name] = row = figures(rows, prefixes)
+        print(f"{name:15s} " + summary(row, prefixes), flush=True)
+    ours.close()
+    total = figures(everything, prefixes)
+    result = {"bench": "json_masks", "tokenizer": "qwen2", **total, **ratios(total, prefixes),
+              "xgr_available": "xgr" in prefixes, "load_avg_start": round(load_start, 1),
+              "load_avg_end": round(os.getloadavg()[0], 1), "seconds": round(time.perf_counter() - t_start, 1),
+              "per_slice": per_slice}
     if xgr_note:
         result["xgr_note"] = xgr_note
     if not result["xgr_available"]:
-        result.update({f"xgr_{k}": None for k in ("schemas", "coverage_pct", "valid_accept_pct", "invalid_reject_pct",
-                                                   "compile_ms_p50", "compile_ms_p90", "mask_us_p50", "mask_us_p99")})
+        result.update({f"xgr_{k}": None for k in (
+            "schemas", "coverage_pct", "valid_accept_pct", "invalid_reject_pct", "masks", "mask_us_p50", "mask_us_p99",
+            "step_us_p50", "step_us_p99", "ttfm_ms_p50", "ttfm_ms_p90", "compile_wall_ms_p50", "compile_wall_ms_p90")})
     print(json.dumps(result).replace("NaN", "null"))
-
-
-def count(s: dict, prefix: str, valid: bool, ok: bool, rejected: bool) -> None:
-    if valid:
-        s[prefix + "vn"] += 1
-        s[prefix + "va"] += ok
-    else:
-        s[prefix + "in"] += 1
-        s[prefix + "ir"] += rejected
-
-
-def figures(s: dict, run: dict, engines) -> dict:
-    """The figures of a slice (or of the whole run): the controller's, then each baseline's under its prefix."""
-    row = {"schemas": s["n"]}
-    for p in [""] + [e.prefix + "_" for e in engines]:
-        if p:
-            row[p + "schemas"] = s[p + "n"]
-        row[p + "coverage_pct"] = share(s[p + "ok"], s[p + "n"])
-        row[p + "valid_accept_pct"] = share(s[p + "va"], s[p + "vn"])
-        row[p + "invalid_reject_pct"] = share(s[p + "ir"], s[p + "in"])
-        comp, mask = run[p + "compile"], run[p + "mask" if p else "inside"]
-        row[p + "compile_ms_p50"], row[p + "compile_ms_p90"] = round(pct(comp, 50), 3), round(pct(comp, 90), 3)
-        row[p + "mask_us_p50"], row[p + "mask_us_p99"] = round(pct(mask, 50), 1), round(pct(mask, 99), 1)
-        row[p + "masks"] = len(mask)
-        if not p:
-            row["runtime_mask_us_p50"] = round(pct(run["wall"], 50), 1)
-    return row
-
-
-def summary(row: dict, engines) -> str:
-    out = (f"compiled {row['coverage_pct']:6.2f}%  valid ok {row['valid_accept_pct']:6.2f}%  invalid rejected "
-           f"{row['invalid_reject_pct']:6.2f}%  compile p50/p90 {row['compile_ms_p50']:.2f}/{row['compile_ms_p90']:.2f} ms"
-           f"  mask p50/p99 {row['mask_us_p50']:.0f}/{row['mask_us_p99']:.0f} µs (runtime p50 "
-           f"{row['runtime_mask_us_p50']:.0f})")
-    for e in engines:
-        p = e.prefix + "_"
-        out += (f"\n{'':15s} {e.prefix}: compiled {row[p + 'coverage_pct']:6.2f}%  valid ok {row[p + 'valid_accept_pct']:6.2f}%"
-                f"  invalid rejected {row[p + 'invalid_reject_pct']:6.2f}%  compile p50/p90 {row[p + 'compile_ms_p50']:.2f}/"
-                f"{row[p + 'compile_ms_p90']:.2f} ms  mask p50/p99 {row[p + 'mask_us_p50']:.0f}/{row[p + 'mask_us_p99']:.0f} µs")
-    return out
 
 
 if __name__ == "__main__":

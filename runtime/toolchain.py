@@ -10,6 +10,7 @@ import functools
 import hashlib
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,9 @@ def _sources(path: Path) -> tuple[list[Path], list[Path]]:
     raise BuildError(f"{path}: expected a .c or .zig file, or a controller folder")
 
 
+_ZIG_INIT = re.compile(r"\bexport\s+fn\s+aicirt_init\s*\(")
+
+
 def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
     """The compiler command line. `sdk=False` (C only) links nothing but the given sources: for
     controllers that write their own canonical-ABI glue (cabi_realloc, mid-process)."""
@@ -100,8 +104,13 @@ def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
         raise BuildError(f"{path}: several .zig files and no main.zig")
     root = next((z for z in zs if z.name == "main.zig"), zs[0])
     target = ["-target", "wasm32-freestanding", "-O", "ReleaseSmall"]
+    # A Zig `export fn` reaches the wasm exports only if the linker is told (Zig has no C-style
+    # export_name attribute; -rdynamic would export aici_step and __stack_pointer too), so the
+    # optional per-tokenizer init is named when a source defines it (a match only in a comment
+    # fails the link: "symbol exported via --export not found: aicirt_init").
+    init = ["--export=aicirt_init"] if any(_ZIG_INIT.search(z.read_text(errors="replace")) for z in zs) else []
     # Zig CLI: flags and C files before -M<name> belong to that module.
-    return [*zig, "build-exe", "-fno-entry", "-fstrip", f"-femit-bin={out}", "--stack", str(STACK_SIZE),
+    return [*zig, "build-exe", "-fno-entry", "-fstrip", *init, f"-femit-bin={out}", "--stack", str(STACK_SIZE),
             *target, "-mcpu=generic+bulk_memory+simd128", f"-I{SDK_DIR}", "-cflags", *C_FLAGS, "--",
             *sdk_files, *map(str, cs), "--dep", "aici", f"-Mroot={root}",
             *target, f"-Maici={SDK_DIR / 'aici.zig'}"]

@@ -43,6 +43,32 @@ def test_build_zig_folder(tmp_path):
     assert "mid-process" in exports(r.path)[0]
 
 
+ZIG_INIT = """const aici = @import("aici");
+var ran_init: bool = false;
+export fn aicirt_init() void { ran_init = aici.aici_trie() != null; }
+export fn aici_step(arg: *const aici.Arg, res: *aici.Result) void {
+    if (arg.call_index > 0) return;
+    const toks = aici.tokenize(if (ran_init) "init ran" else "no init");
+    defer aici.free(toks);
+    aici.ff(res, 0, toks);
+}
+"""
+
+
+def test_zig_init_is_exported_and_run(tmp_path):
+    """A Zig `export fn aicirt_init` is exported (Zig exports a symbol only when the linker is
+    told) and the runtime runs it at load; a Zig source without one still links."""
+    from aicirt.engine import Engine
+    from aicirt.engine.backends.scripted import ScriptedBackend
+    (tmp_path / "init.zig").write_text(ZIG_INIT)
+    r = build(tmp_path / "init.zig", tmp_path / "init.wasm", progress=False)
+    assert "aicirt_init" in exports(r.path)[0]
+    req = Engine(ScriptedBackend(script="Q: x")).generate("Q: ", controller=str(r.path), chat=False)
+    assert req.sequences[0].text_bytes == b"init ran"
+    plain = build(CONTROLLERS / "countdown", tmp_path / "c.wasm", progress=False)
+    assert "aicirt_init" not in exports(plain.path)[0]
+
+
 def test_compiler_diagnostics_have_file_and_line(tmp_path):
     src = tmp_path / "broken.c"
     src.write_text(MINIMAL + "int f(void) { return undefined_thing; }\n")
