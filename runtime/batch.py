@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 _stamps = itertools.count(1)   # one per batch, process-wide: a slot never sees one twice
+_MASK, _PENDING, _OTHER = int(RowKind.MASK), int(RowKind.PENDING), int(RowKind.OTHER)   # (enum lookups cost µs)
 _MISUSE = {1: "is submitted twice in one batch", 2: "is in a batch that has not been waited for", 3: "is closed"}
 
 
@@ -73,6 +74,8 @@ class BatchOutcome:
 
 
 def _int_array(values: object, name: str, dtype: type) -> np.ndarray:
+    if type(values) is np.ndarray and values.dtype == dtype and values.ndim == 1 and values.flags.c_contiguous:
+        return values   # the engine's own arrays: nothing to convert
     arr = np.asarray(values)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise TypeError(f"{name} must be a one-dimensional array of integers, got {arr.dtype} of shape {arr.shape}")
@@ -107,7 +110,7 @@ class RowsHandle:
             row, token = bad_edit
             registry.at(int(self.index[row]))._finish(f"invalid step input: token {token} is not a token id of "
                                                       f"this vocabulary (0..{vocab - 1})")
-        rc, misuse = runtime.pool.start_rows(self.ptrs, self.sampled, self.edits, self.masks.ctypes.data,
+        rc, misuse = runtime.pool.start_rows(self.ptrs, self.sampled, self.edits, self.masks,
                                              runtime.mask_words, next(_stamps), self.row_status)
         if rc < 0:
             seq = registry.at(int(self.index[-rc - 1]))
@@ -134,22 +137,20 @@ class RowsHandle:
         self._waited = True
         t0 = time.perf_counter()
         rt, st = self.rt, self.row_status
-        budget = rt.limits.soft_deadline_s if timeout_s is None else timeout_s
-        out = self.ptrs[(st == RowStatus.STARTED) | (st == RowStatus.LATE)]
-        if len(out) and not rt.closed:
-            rt.pool.wait(out, budget)
-        blocked_us = (time.perf_counter() - t0) * 1e6
         n = len(self.index)
+        if n and not rt.closed:
+            rt.pool.wait_rows(self.ptrs, st, rt.limits.soft_deadline_s if timeout_s is None else timeout_s)
+        blocked_us = (time.perf_counter() - t0) * 1e6
         kind = np.empty(n, dtype=np.uint8)
-        temperature = np.full(n, math.nan, dtype=np.float32)
-        elapsed = np.zeros(n, dtype=np.float64)
-        if n:
-            rt.native.collect_rows(self.ptrs, st, kind, temperature, elapsed)
+        temperature = np.empty(n, dtype=np.float32)
+        elapsed = np.empty(n, dtype=np.float64)
+        other = rt.native.collect_rows(self.ptrs, st, kind, temperature, elapsed) if n else 0
         results: dict[int, StepResult] = {}
-        for i in np.flatnonzero(kind != RowKind.MASK).tolist():
-            r = results[i] = self._rare(i, self.registry.at(int(self.index[i])), int(st[i]))
-            kind[i] = RowKind.PENDING if r.status == "pending" else RowKind.OTHER
-            elapsed[i] = r.elapsed_us
+        if other:
+            for i in np.flatnonzero(kind != _MASK).tolist():
+                r = results[i] = self._rare(i, self.registry.at(int(self.index[i])), int(st[i]))
+                kind[i] = _PENDING if r.status == "pending" else _OTHER
+                elapsed[i] = r.elapsed_us
         masks = np.concatenate([self.masks, *self._extra]) if self._extra else self.masks
         for seq in self.registry.reap():
             seq._collected()

@@ -14,7 +14,7 @@ except `lookup`, which worker threads call under the lock.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -45,7 +45,8 @@ class MaskBuffers:
 class Registry:
     """Live sequences, calls out past their batch, and mask arrays (see the module docstring)."""
 
-    def __init__(self, mask_words: int) -> None:
+    def __init__(self, mask_words: int, gather: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, int]]) -> None:
+        self._gather = gather   # the hot path's table[index] with a check of every index
         self._lock = threading.Lock()
         self._by_addr: dict[int, Sequence] = {}
         self._by_index: list[Sequence | None] = []
@@ -90,13 +91,12 @@ class Registry:
     def ptrs(self, index: np.ndarray) -> np.ndarray:
         """The slot addresses of the sequences at `index` (int array). Raises ValueError for an
         index that is no live sequence of this runtime (closed, or never one)."""
-        n = len(self._by_index)
-        if len(index) and (index.min() < 0 or index.max() >= n):
-            bad = int(index[(index < 0) | (index >= n)][0])
+        ptrs, bad_row = self._gather(self.table, index)
+        if bad_row >= 0:
+            bad = int(index[bad_row])
+            if 0 <= bad < len(self._by_index) and bad < len(self.table):
+                raise ValueError(f"sequence at index {bad} is closed")
             raise ValueError(f"row index {bad} is not a sequence of this runtime")
-        ptrs = self.table[index]
-        if len(ptrs) and not ptrs.all():
-            raise ValueError(f"sequence at index {int(index[ptrs == 0][0])} is closed")
         return ptrs
 
     def __len__(self) -> int:
@@ -136,9 +136,10 @@ class Registry:
 
     def take_masks(self, rows: int) -> np.ndarray:
         """A mask array for a batch of `rows` (never one a call out may still write into)."""
-        return self.masks.take(rows, {id(m.base if m.base is not None else m) for m in self._held.values()})
+        return self.masks.take(rows, self.pinned_buffers() if self._held else set())
 
     def pinned_buffers(self) -> set[int]:
+        """The mask arrays calls still out may write into (by id)."""
         return {id(m.base if m.base is not None else m) for m in self._held.values()}
 
     def clear(self) -> list[Sequence]:

@@ -137,7 +137,7 @@ class Runtime(Owned):
             f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]
         self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
-        self.registry = Registry(self.mask_words)   # live sequences, calls out past their batch, mask arrays
+        self.registry = Registry(self.mask_words, self.native.gather_rows)   # live sequences, calls out past their batch, mask arrays
         # The handlers live in a process-wide registry: they must not keep this runtime alive.
         self._host = HostImports(self.native, tokenizer, self.registry.lookup, self.limits.host_arg_bytes)
         if prebuild_trie:

@@ -41,9 +41,11 @@ def ctrl(runtime, scripted_wasm):
     return runtime.load(scripted_wasm)
 
 
-@pytest.fixture(params=["compiled", "python"], scope="session")
+@pytest.fixture(params=["compiled", "python"])
 def hot_path(request):
-    """Run a test over both the C hot path and the pure-Python fallback."""
+    """Run a test over both the C hot path and the pure-Python fallback. Function-scoped: the
+    process-wide hot path is put back after each test, so a test that does not ask for one always
+    runs on the default (a session-scoped fallback used to linger into later modules)."""
     old = native._native
     if request.param == "python":
         import os

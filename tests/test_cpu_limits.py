@@ -78,10 +78,10 @@ def test_stalled_calls_take_turns_and_never_use_more_cores_than_their_share(make
     ctrl = runtime.load(scripted_wasm)
     loopers = [runtime.new_request(ctrl, arg=script(loop_forever())).spawn() for _ in range(4)]
     handle = runtime.submit([StepInput(s, [1]) for s in loopers])
-    for _ in range(10_000):   # until every looper has started and is stalled
+    for _ in range(10_000):   # until every looper has started, is stalled, and has been replaced
         handle.wait(0.01)
         stats = runtime.pool.stats()
-        if stats.stalled == 4:
+        if stats.stalled == 4 and stats.threads == runtime.workers + 4:
             break
         handle = runtime.submit([StepInput(s, [1]) for s in loopers])
     assert stats.stalled == 4 and stats.threads == runtime.workers + 4, stats

@@ -95,6 +95,7 @@ class Native:
         self.seen_tokens = impl.seen_tokens
         self.copy_seen = impl.copy_seen
         self.collect_rows = impl.collect_rows
+        self.gather_rows = impl.gather_rows
         self.clock_start = impl.clock_start     # (slot, budget_us): the running call's clocks, on its thread
         self.call_cpu_us = impl.call_cpu_us     # (slot) -> µs of CPU its call has used (any thread)
         self.call_own_us = impl.call_own_us     # (slot) -> that plus its waits for a turn as a stalled call

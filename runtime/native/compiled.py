@@ -80,12 +80,20 @@ class Compiled:
             raise MemoryError("a fork's token list")
 
     def collect_rows(self, ptrs: np.ndarray, row_status: np.ndarray, kind: np.ndarray, temperature: np.ndarray,
-                     elapsed_us: np.ndarray) -> None:
-        """step.c's aicirt_rows_collect over the batch's arrays (see RowKind)."""
+                     elapsed_us: np.ndarray) -> int:
+        """step.c's aicirt_rows_collect over the batch's arrays (see RowKind); returns how many
+        rows are not RowKind.MASK."""
         ffi = self.ffi
-        self.lib.aicirt_rows_collect(_ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
-                                     _ptr(ffi, "int8_t[]", row_status), _ptr(ffi, "uint8_t[]", kind),
-                                     _ptr(ffi, "float[]", temperature), _ptr(ffi, "double[]", elapsed_us))
+        return self.lib.aicirt_rows_collect(_ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
+                                            _ptr(ffi, "int8_t[]", row_status), _ptr(ffi, "uint8_t[]", kind),
+                                            _ptr(ffi, "float[]", temperature), _ptr(ffi, "double[]", elapsed_us))
+
+    def gather_rows(self, table: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, int]:
+        """(table[index], -1), or (_, row) for the first row whose index is no live entry."""
+        ffi, out = self.ffi, np.empty(len(index), dtype=np.uint64)
+        rc = self.lib.aicirt_rows_gather(_ptr(ffi, "uint64_t[]", table), len(table), _ptr(ffi, "int64_t[]", index),
+                                         len(index), _ptr(ffi, "uint64_t[]", out))
+        return out, -rc - 1
 
     def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
         return CPool(self.ffi, self.lib, workers, max_workers, stall_s)
@@ -143,7 +151,7 @@ class CPool:
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
 
-    def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", mask_base: int,
+    def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
         """step.c's aicirt_rows_start: (0, 0), or (-(row + 1), misuse) with nothing started."""
         ffi = self.ffi
@@ -156,15 +164,16 @@ class CPool:
             unchanged = _ptr(ffi, "uint32_t[]", edits.unchanged)
         rc = self.lib.aicirt_rows_start(self.ptr, _ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
                                         _ptr(ffi, "int32_t[]", sampled), of, off, tok, unchanged,
-                                        ffi.cast("uint32_t *", mask_base), words, stamp,
+                                        _ptr(ffi, "uint32_t[]", masks), words, stamp,
                                         _ptr(ffi, "int8_t[]", row_status), misuse)
         return rc, misuse[0]
 
-    def wait(self, ptrs: np.ndarray, timeout_s: float) -> int:
-        """Block until every slot of `ptrs` (uint64 addresses) is done or `timeout_s` passes;
-        returns how many are not done."""
-        return self.lib.aicirt_pool_wait(self.ptr, _ptr(self.ffi, "aicirt_slot *[]", ptrs), len(ptrs),
-                                         timeout_s * 1e6)
+    def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
+        """Block until every row of `ptrs` (uint64 slot addresses) whose call is out (RowStatus
+        STARTED or LATE) is done, or `timeout_s` passes; returns how many are not done."""
+        ffi = self.ffi
+        return self.lib.aicirt_rows_wait(self.ptr, _ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
+                                         _ptr(ffi, "int8_t[]", row_status), timeout_s * 1e6)
 
     @property
     def pending(self) -> int:

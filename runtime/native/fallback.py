@@ -480,8 +480,9 @@ class Fallback:
         return [self.ffi.cast("aicirt_slot *", int(p)) for p in ptrs]
 
     def collect_rows(self, ptrs: np.ndarray, row_status: np.ndarray, kind: np.ndarray, temperature: np.ndarray,
-                     elapsed_us: np.ndarray) -> None:
+                     elapsed_us: np.ndarray) -> int:
         for i, s in enumerate(self.slots(ptrs)):
+            elapsed_us[i], temperature[i] = 0.0, math.nan
             if row_status[i] != RowStatus.STARTED:
                 kind[i] = RowKind.OTHER
             elif not s.done:
@@ -495,6 +496,15 @@ class Fallback:
                     s.call_out = 0
                 else:
                     kind[i] = RowKind.OTHER
+        return int((kind != RowKind.MASK).sum())
+
+    @staticmethod
+    def gather_rows(table: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, int]:
+        """step.c's aicirt_rows_gather."""
+        bad = (index < 0) | (index >= len(table))
+        ptrs = table[np.where(bad, 0, index)]
+        bad |= ptrs == 0
+        return ptrs, int(np.argmax(bad)) if bad.any() else -1
 
     def host_callback(self, index: int, native_ok: bool) -> tuple[int, bool]:
         """Every import is the Python trampoline here (it takes a handler id as env)."""
@@ -727,9 +737,10 @@ class ThreadPool:
             self.stalled.discard(me)
             del self.busy_since[me]
 
-    def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", mask_base: int,
+    def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
-        run, rc, misuse = self.impl.start_rows(self.impl.slots(ptrs), sampled, edits, mask_base, words, stamp, row_status)
+        run, rc, misuse = self.impl.start_rows(self.impl.slots(ptrs), sampled, edits, masks.ctypes.data, words, stamp,
+                                               row_status)
         if run:
             self.submit(run)
         return rc, misuse
@@ -742,8 +753,9 @@ class ThreadPool:
             self._replace_stalled()
             self.cv.notify_all()
 
-    def wait(self, ptrs: np.ndarray, timeout_s: float) -> int:
-        slots = self.impl.slots(ptrs)
+    def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
+        out = (row_status == RowStatus.STARTED) | (row_status == RowStatus.LATE)
+        slots = self.impl.slots(ptrs[out])
         deadline = time.perf_counter() + timeout_s
         while True:
             left = sum(1 for s in slots if not s.done)

@@ -26,8 +26,10 @@ void aicirt_pool_free(aicirt_pool *p);
 int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t *sampled, const int32_t *edit_of,
                       const int64_t *edit_off, const uint32_t *edit_tok, const uint32_t *edit_unchanged,
                       uint32_t *mask_base, uint32_t words, uint64_t stamp, int8_t *row_status, int *misuse);
-void aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, uint8_t *kind, float *temperature,
-                         double *elapsed_us);
+int aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, uint8_t *kind, float *temperature,
+                        double *elapsed_us);
+int aicirt_rows_gather(const uint64_t *table, int64_t table_len, const int64_t *index, int n, uint64_t *out);
+int aicirt_rows_wait(aicirt_pool *p, aicirt_slot **slots, int n, const int8_t *row_status, double timeout_us);
 int aicirt_seen_copy(const aicirt_slot *src, aicirt_slot *dst);
 void aicirt_seen_free(aicirt_slot *s);
 int aicirt_pool_stats(aicirt_pool *p, int *out);

@@ -424,6 +424,8 @@ struct aicirt_pool {
     aicirt_slot **queue;
     size_t head, tail, cap;   /* ring buffer of pending slots */
     int stop, waiting;
+    int sleepers;             /* workers in pthread_cond_wait(&work) (under mu) */
+    int spinners;             /* workers spinning for work before they sleep (atomic) */
     int base_threads, max_threads, live, busy, stalled;
     double stall_us;
     pthread_t threads[MAX_THREADS];
@@ -549,14 +551,20 @@ static void *worker(void *arg) {
         if (p->head == p->tail && !p->stop) {
             /* Spin a little before sleeping: the engine's next submit often follows within
              * microseconds, and a futex wake-up costs tens of µs on a VM. */
+            __atomic_add_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL);
             pthread_mutex_unlock(&p->mu);
             double until = now_us() + SPIN_US;
             while (__atomic_load_n(&p->tail, __ATOMIC_ACQUIRE) == __atomic_load_n(&p->head, __ATOMIC_ACQUIRE)
                    && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && now_us() < until)
                 sched_yield();
             pthread_mutex_lock(&p->mu);
+            __atomic_sub_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL);
         }
-        while (p->head == p->tail && !p->stop) pthread_cond_wait(&p->work, &p->mu);
+        while (p->head == p->tail && !p->stop) {
+            p->sleepers++;
+            pthread_cond_wait(&p->work, &p->mu);
+            p->sleepers--;
+        }
         if (p->head == p->tail) break;   /* stop, and nothing left to run */
         aicirt_slot *s = p->queue[p->head % p->cap];
         __atomic_store_n(&p->head, p->head + 1, __ATOMIC_RELEASE);
@@ -621,7 +629,14 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
     }
     __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
     replace_stalled(p);
-    pthread_cond_broadcast(&p->work);
+    /* Wake only the sleepers the new calls need: a spinning worker takes a call without a
+     * wake-up (a futex system call, several µs on a VM, on the engine's thread). A spinner that
+     * gives up re-checks the queue under mu before it sleeps, so no call is left unseen. */
+    int wake = n - __atomic_load_n(&p->spinners, __ATOMIC_ACQUIRE);
+    if (wake > 0 && p->sleepers) {
+        if (wake >= p->sleepers) pthread_cond_broadcast(&p->work);
+        else for (int k = 0; k < wake; k++) pthread_cond_signal(&p->work);
+    }
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -801,11 +816,15 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
 }
 
 /* After the wait: kind[i] for the rows started this step (others are KIND_OTHER). A KIND_MASK row is
- * collected here: its mask is in its row, temperature[i] its temperature (NaN: none). */
-void aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, uint8_t *kind, float *temperature,
-                         double *elapsed_us) {
+ * collected here: its mask is in its row, temperature[i] its temperature (NaN: none). Returns how
+ * many rows are not KIND_MASK (Python looks at those). */
+int aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, uint8_t *kind, float *temperature,
+                        double *elapsed_us) {
+    int other = 0;
     for (int i = 0; i < n; i++) {
         aicirt_slot *s = slots[i];
+        elapsed_us[i] = 0;
+        temperature[i] = NAN;
         if (row_status[i] != ROW_STARTED) { kind[i] = KIND_OTHER; continue; }
         if (!__atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) { kind[i] = KIND_PENDING; continue; }
         elapsed_us[i] = s->elapsed_us;
@@ -818,6 +837,32 @@ void aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, u
             kind[i] = KIND_OTHER;
         }
     }
+    for (int i = 0; i < n; i++) other += kind[i] != KIND_MASK;
+    return other;
+}
+
+/* The slots of a batch's rows: out[i] = table[index[i]]. Returns 0, or -(i + 1) for the first row
+ * whose index is no live sequence (outside the table, or a freed entry). */
+int aicirt_rows_gather(const uint64_t *table, int64_t table_len, const int64_t *index, int n, uint64_t *out) {
+    for (int i = 0; i < n; i++) {
+        int64_t k = index[i];
+        if (k < 0 || k >= table_len || !table[k]) return -(i + 1);
+        out[i] = table[k];
+    }
+    return 0;
+}
+
+/* Wait (as aicirt_pool_wait) for the rows whose calls are out: started this step or late. */
+int aicirt_rows_wait(aicirt_pool *p, aicirt_slot **slots, int n, const int8_t *row_status, double timeout_us) {
+    aicirt_slot *small[64];
+    aicirt_slot **out = n <= 64 ? small : malloc((size_t)n * sizeof *out);
+    if (!out) return aicirt_pool_wait(p, slots, n, timeout_us);   /* every row: slower, still right */
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (row_status[i] == ROW_STARTED || row_status[i] == ROW_LATE) out[m++] = slots[i];
+    int left = m ? aicirt_pool_wait(p, out, m, timeout_us) : 0;
+    if (out != small) free(out);
+    return left;
 }
 
 /* The tokens the controller saw: copy (a fork's child starts from its parent's view), free. */
