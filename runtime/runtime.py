@@ -25,9 +25,8 @@ from .controller import Controller, Source
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
-from .native.engine_config import KEEP_RESIDENT, make_engine
+from .native.engine_config import make_engine
 from .native.linker import define_imports
-from .native.resident import ResidentSlots
 from .owned import Owned
 from .paths import user_cache_dir
 from .registry import Registry
@@ -107,8 +106,6 @@ class Runtime(Owned):
     compiled modules (None: the user cache dir; False: no disk cache); `max_sequences` the live
     instances the pooling allocator has slots for; `prebuild_trie` builds the vocabulary's token
     trie (for the `token-trie` import; ~1 s at 150k tokens) on a background thread right away.
-    `resident` (:class:`~aicirt.native.resident.ResidentSlots`) is what freed pooled slots keep
-    resident for reuse (bounded by `Limits.resident_bytes`, given back when idle).
     Raises ValueError for a bad tokenizer or settings. Use after `close()` raises ValueError.
     """
 
@@ -129,9 +126,6 @@ class Runtime(Owned):
         self.eos_token = int(eos) if eos is not None else 0
         self.mask_words = (self.vocab_size + 31) // 32
         self.engine = make_engine(self.limits.stack_bytes, self.limits.memory_bytes, max_sequences)
-        # what freed pooled slots keep resident: bounded, and given back when idle
-        self.resident = ResidentSlots(self.limits.resident_bytes, self.limits.resident_idle_s, KEEP_RESIDENT,
-                                      pool=self.engine)
         self.engine_key = hashlib.sha256(
             f"wasmtime-{importlib.metadata.version('wasmtime')}"
             f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]
@@ -227,7 +221,6 @@ class Runtime(Owned):
         self._shutdown()       # running calls end (by their deadline) before this returns
         for seq in self.registry.clear():
             seq._free()
-        self.resident.close()
         self._pres.clear()
         self._init_host.forget()
         for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine

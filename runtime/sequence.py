@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import wasmtime
 
+from . import abi
 from .errors import ControllerError
 from .native import instance
 from .native.types import CData
@@ -92,18 +93,23 @@ class Sequence(Owned):
         self.store.set_epoch_deadline(slot.first_call_ticks)   # a start function runs under the first-call limit
         instance.bind(native, slot, self.store)
         self.index = self._registry.add(self, native.addr(slot))
-        resident = rt.resident
         try:
-            self.instance: wasmtime.Instance | None
-            # a start function runs under the first-call limit; a slot is taken and recorded as taken at once
-            with rt.clock.ticking(), resident.lock:
-                self.instance, memory, self._globals = instance.instantiate(
-                    native, slot, rt.instance_pre(request.controller), self.store, request.controller)
-                resident.taken(instance.memory_base(memory, self.store))
+            with rt.clock.ticking():   # a start function runs under the first-call limit
+                self.instance: wasmtime.Instance | None = rt.instance_pre(request.controller).instantiate(self.store)
         except Exception as e:  # start function trapped, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
+        ex = self.instance.exports(self.store)
+        memory = ex["memory"]
+        assert isinstance(memory, wasmtime.Memory)   # the loader checked the export
         self.memory: wasmtime.Memory | None = memory
+        self._globals = {idx: ex[name] for idx, name in request.controller.globals.items()}
+        instance.bind_exports(native, slot, {
+            "f_realloc": ex[abi.EXPORT_REALLOC],
+            "f_mid": ex[abi.EXPORT_MID_PROCESS],
+            "f_post": ex[abi.EXPORT_POST] if request.controller.has_post else None,
+            "f_init": ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None,
+        }, self.memory)
 
     def _describe(self) -> str:
         return f"sequence {self.id}"
@@ -194,8 +200,7 @@ class Sequence(Owned):
                 child = Sequence(self.request)
                 children.append(child)
                 assert self.store and self.memory and child.store and child.memory   # all open here
-                instance.copy_state(self._native, self.request.controller, self.store, self.memory, self._globals,
-                                    child.store, child.memory, child._globals)
+                instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
                 self._native.copy_seen(self.slot, child.slot)
                 self._native.copy_fork_state(self.slot, child.slot)
         except Exception as e:
@@ -243,15 +248,9 @@ class Sequence(Owned):
         self._state = SeqState.CLOSED
         self.mask_buffer = None
         self._registry.remove(self, self._native.addr(self.slot))
-        store, memory, self.store = self.store, getattr(self, "memory", None), None   # no memory: instantiation failed
         self.instance = self.memory = None
         self._globals = {}
         self._release_slot()
-        if store is not None and memory is not None:
-            resident = self.runtime.resident
-            base, size = instance.memory_base(memory, store), memory.data_len(store)
-            with resident.lock:   # the slot is freed and recorded as free at once (resident.py)
-                store.close()
-                resident.freed(base, size)
-        elif store is not None:
+        store, self.store = self.store, None
+        if store is not None:
             store.close()

@@ -57,8 +57,7 @@ def test_health_models_metrics(url):
     completion(url, prompt="warm up", max_tokens=3)
     text = httpx.get(url + "/metrics").text
     for name in ["aicirt_requests_total", "aicirt_tokens_total", "aicirt_queue_depth", "aicirt_step_seconds_sum",
-                 "aicirt_controller_seconds_total", "aicirt_sequence_errors_total", "aicirt_live_sequences",
-                 "aicirt_resident_slot_bytes"]:
+                 "aicirt_controller_seconds_total", "aicirt_sequence_errors_total", "aicirt_live_sequences"]:
         assert name in text
     assert re.search(r'aicirt_requests_total\{outcome="ok"\} [1-9]', text)
     assert re.search(r'aicirt_tokens_total\{kind="sampled"\} [1-9]', text)

@@ -83,8 +83,6 @@ class Native:
         # the hot operations, bound once (no extra Python frame per call)
         self.make_pool = impl.make_pool
         self.memory = impl.memory
-        self.copy_changed = impl.copy_changed
-        self.nonzero_extent = impl.nonzero_extent
         self.check_mask = impl.check_mask
         self.new_vars = impl.new_vars
         self.log_append = impl.log_append

@@ -104,18 +104,6 @@ class Compiled:
         ptr = self.lib.aicirt_memory(slot, size)
         return int(self.ffi.cast("uintptr_t", ptr)), size[0]
 
-    def copy_changed(self, dst: int, src: int, n: int, image: tuple[int, int]) -> int:
-        """pages.c's fork copy (addresses as ints, `image` the byte range of a fresh instance's
-        nonzero pages); returns the 4 KiB pages written."""
-        cast = self.ffi.cast
-        return self.lib.aicirt_copy_changed(cast("uint8_t *", dst), cast("uint8_t *", src), n, *image)
-
-    def nonzero_extent(self, addr: int, n: int) -> tuple[int, int]:
-        """[lo, hi): the byte range of the 4 KiB pages at `addr` (n bytes) that hold a nonzero byte."""
-        out = self.ffi.new("size_t[2]")
-        self.lib.aicirt_nonzero_extent(self.ffi.cast("uint8_t *", addr), n, out, out + 1)
-        return out[0], out[1]
-
     def ctx_memory(self, slot: CData, ctx: CData) -> tuple[int, int]:
         size = self.ffi.new("size_t *")
         ptr = self.lib.aicirt_ctx_memory(slot, ctx, size)

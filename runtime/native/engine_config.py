@@ -7,8 +7,7 @@ from wasmtime import _ffi as wt_ffi
 # Linear memory a pooled slot keeps resident when freed, reused by the slot's next instance: a
 # fork's copy then lands on resident pages (1 MiB: ~0.8 ms into fresh pages, ~0.2 ms into resident
 # ones, measured here). It bounds what a used slot holds: at most this much per slot, reused,
-# never accumulated (4 MiB left 1,000 closed sequences holding 4 GB; 1 MiB forks as fast). What
-# freed slots hold together is bounded, and given back when idle, by resident.ResidentSlots.
+# never accumulated (4 MiB left 1,000 closed sequences holding 4 GB; 1 MiB forks as fast).
 KEEP_RESIDENT = 1 << 20
 
 

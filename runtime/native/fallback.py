@@ -5,7 +5,6 @@ for line. Every host import is a Python callback here (with the GIL), variables 
 """
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import threading
@@ -36,32 +35,6 @@ def escaped_text(exc: BaseException, tb: object) -> str:
         what = tb.tb_frame.f_locals.get("what", what)  # type: ignore[attr-defined]
         tb = tb.tb_next  # type: ignore[attr-defined]
     return f"{what} failed: {type(exc).__name__}: {exc}"
-
-PAGE = 4096   # pages.c's AICIRT_PAGE
-
-
-_pagemap_fd: int | None = None
-
-
-def _backed(addr: int, pages: int) -> np.ndarray:
-    """pages.c's aicirt_page_backed for `pages` pages from `addr`: present or swapped (all True
-    where /proc/self/pagemap cannot be read)."""
-    global _pagemap_fd
-    raw = b""
-    try:
-        if _pagemap_fd is None:
-            _pagemap_fd = os.open("/proc/self/pagemap", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        raw = os.pread(_pagemap_fd, 8 * pages, 8 * (addr // PAGE))
-    except OSError:
-        pass
-    if len(raw) != 8 * pages or os.sysconf("SC_PAGESIZE") != PAGE:
-        return np.ones(pages, dtype=bool)
-    return (np.frombuffer(raw, dtype=np.uint64) >> np.uint64(62)) != 0
-
-
-def _pages(addr: int, n: int) -> np.ndarray:
-    """The `n` bytes at `addr` as a (pages, 512) uint64 view (n a multiple of 4 KiB)."""
-    return np.ctypeslib.as_array((ctypes.c_uint64 * (n // 8)).from_address(addr)).reshape(n // PAGE, PAGE // 8)
 
 
 class Fallback:
@@ -183,33 +156,6 @@ class Fallback:
     # -- memory and calls ------------------------------------------------------------------------
     def memory(self, s: CData) -> tuple[int, int]:
         return self.ctx_memory(s, s.ctx)
-
-    @staticmethod
-    def copy_changed(dst: int, src: int, n: int, image: tuple[int, int]) -> int:
-        """pages.c's aicirt_copy_changed over numpy: the pages where `src` can differ from the fresh
-        memory at `dst` (nonzero, or in `image` and unequal), copied run by run; the pages written."""
-        if n == 0:
-            return 0
-        s, d = _pages(src, n), _pages(dst, n)
-        changed = _backed(src, n // PAGE)
-        if changed.all():
-            changed = s.max(axis=1) != 0          # a SIMD reduction, no temporary of the memory's size
-        elif changed.any():
-            changed[changed] = s[changed].max(axis=1) != 0
-        lo, hi = image[0] // PAGE, -(-image[1] // PAGE)
-        if hi > lo:
-            changed[lo:hi] = (s[lo:hi] != d[lo:hi]).any(axis=1)
-        idx = np.flatnonzero(changed)
-        if len(idx):
-            breaks = np.flatnonzero(np.diff(idx) != 1)
-            for a, b in zip(np.r_[idx[0], idx[breaks + 1]], np.r_[idx[breaks], idx[-1]]):
-                d[a:b + 1] = s[a:b + 1]
-        return len(idx)
-
-    @staticmethod
-    def nonzero_extent(addr: int, n: int) -> tuple[int, int]:
-        idx = np.flatnonzero(_pages(addr, n).any(axis=1)) if n else np.zeros(0, dtype=np.intp)
-        return (int(idx[0]) * PAGE, (int(idx[-1]) + 1) * PAGE) if len(idx) else (0, 0)
 
     def ctx_memory(self, s: CData, ctx: CData) -> tuple[int, int]:
         mem = self.ffi.addressof(s, "mem")

@@ -1,19 +1,16 @@
-"""Per-sequence wasmtime handles for the hot path: the Store's data pointer, instantiation with
-raw handle copies into the slot, and the state copy behind fork."""
+"""Per-sequence wasmtime handles for the hot path: the Store's data pointer, raw handle copies
+into the slot, and the state copy behind fork."""
 from __future__ import annotations
 
 import ctypes
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import wasmtime
 from wasmtime import _ffi as wt_ffi
 
-from .. import abi
 from .types import CData
 
 if TYPE_CHECKING:
-    from ..controller import Controller
     from . import Native
 
 
@@ -37,109 +34,29 @@ def bind(native: "Native", slot: CData, store: wasmtime.Store) -> None:
     native.clock_start(slot, slot.budget_us)
 
 
-class _Plan:
-    """What a controller's instances bind, worked out once per controller: the export names
-    (as C strings), which slot field each function goes to, and, after the first fork, the
-    byte range of a fresh instance's nonzero pages (its data image)."""
-
-    def __init__(self, controller: "Controller") -> None:
-        funcs = [("f_realloc", abi.EXPORT_REALLOC), ("f_mid", abi.EXPORT_MID_PROCESS)]
-        if controller.has_post:
-            funcs.append(("f_post", abi.EXPORT_POST))
-        if controller.has_initialize:
-            funcs.append(("f_init", abi.EXPORT_INITIALIZE))
-        self.funcs = [(field, _c_name(name)) for field, name in funcs]
-        self.memory = _c_name("memory")
-        self.globals = [(idx, _c_name(name)) for idx, name in controller.globals.items()]
-        self.has_post, self.has_init = controller.has_post, controller.has_initialize
-        self.image: tuple[int, int] | None = None
+def bind_exports(native: "Native", slot: CData, funcs: dict, memory: wasmtime.Memory) -> None:
+    """Point `slot` at one instance's functions and memory (raw handle copies)."""
+    ffi = native.ffi
+    for field, func in funcs.items():
+        if func is not None:
+            ffi.memmove(ffi.addressof(slot, field), bytes(func._func), ffi.sizeof("wt_func_t"))
+    slot.has_post = funcs.get("f_post") is not None
+    slot.needs_init = funcs.get("f_init") is not None   # _initialize runs on the worker, first
+    ffi.memmove(ffi.addressof(slot, "mem"), bytes(memory._memory), ffi.sizeof("wt_memory_t"))
 
 
-def _c_name(name: str) -> tuple[ctypes.Array, int]:
-    data = name.encode()
-    return ctypes.create_string_buffer(data), len(data)
-
-
-_plans: "weakref.WeakKeyDictionary[Controller, _Plan]" = weakref.WeakKeyDictionary()
-_instantiate_pre = wt_ffi.dll.wasmtime_instance_pre_instantiate   # argtypes set by wasmtime-py's bindings
-_export_get = wt_ffi.dll.wasmtime_instance_export_get
-
-
-def _plan(controller: "Controller") -> _Plan:
-    plan = _plans.get(controller)
-    if plan is None:
-        plan = _plans[controller] = _Plan(controller)
-    return plan
-
-
-def _export(ctx: Any, inst: Any, name: tuple[ctypes.Array, int]) -> Any:
-    item = wt_ffi.wasmtime_extern_t()
-    if not _export_get(ctx, ctypes.byref(inst), name[0], name[1], ctypes.byref(item)):
-        raise wasmtime.WasmtimeError(f"export {name[0].value.decode()!r} is missing")   # the loader checked
-    return item.of
-
-
-def instantiate(native: "Native", slot: CData, pre: wasmtime.InstancePre, store: wasmtime.Store,
-                controller: "Controller") -> tuple[wasmtime.Instance, wasmtime.Memory, dict[int, wasmtime.Global]]:
-    """A fresh instance of `controller` in `store`, with `slot` pointed at its functions and
-    memory (raw handle copies); returns the instance, its memory and its mutable globals (by
-    index, for fork). Looks the few exports up by name through the C API rather than building
-    wasmtime-py's export map (which wraps every export: 2/3 of an instantiation's time).
-    Raises wasmtime.WasmtimeError or wasmtime.Trap if instantiation fails."""
-    plan = _plan(controller)
-    ctx = store._context()
-    inst = wt_ffi.wasmtime_instance_t()
-    trap = ctypes.POINTER(wt_ffi.wasm_trap_t)()
-    err = _instantiate_pre(pre.ptr(), ctx, ctypes.byref(inst), ctypes.byref(trap))
-    if err:
-        raise wasmtime.WasmtimeError._from_ptr(err)
-    if trap:
-        raise wasmtime.Trap._from_ptr(trap)
-    base = native.addr(slot)
-    for field, name in plan.funcs:
-        ctypes.memmove(base + _offset(native, field), ctypes.addressof(_export(ctx, inst, name).func), _FUNC_BYTES)
-    mem = _export(ctx, inst, plan.memory).memory
-    ctypes.memmove(base + _offset(native, "mem"), ctypes.addressof(mem), _MEMORY_BYTES)
-    slot.has_post = plan.has_post
-    slot.needs_init = plan.has_init   # _initialize runs on the worker, first
-    globals_ = {idx: wasmtime.Global._from_raw(_export(ctx, inst, name).global_) for idx, name in plan.globals}
-    return wasmtime.Instance._from_raw(inst), wasmtime.Memory._from_raw(mem), globals_
-
-
-_FUNC_BYTES = ctypes.sizeof(wt_ffi.wasmtime_func_t)
-_MEMORY_BYTES = ctypes.sizeof(wt_ffi.wasmtime_memory_t)
-_offsets: dict[str, int] = {}
-
-
-def _offset(native: "Native", field: str) -> int:
-    off = _offsets.get(field)
-    if off is None:
-        off = _offsets[field] = native.ffi.offsetof("aicirt_slot", field)
-        assert native.ffi.sizeof("wt_func_t") == _FUNC_BYTES and native.ffi.sizeof("wt_memory_t") == _MEMORY_BYTES
-    return off
-
-
-def memory_base(memory: wasmtime.Memory, store: wasmtime.Store) -> int:
-    """The address of linear memory's byte 0 (with the pooling allocator: its slot's base)."""
+def _base(memory: wasmtime.Memory, store: wasmtime.Store) -> int:
     return ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value or 0
 
 
-def copy_state(native: "Native", controller: "Controller",
-               src: wasmtime.Store, src_memory: wasmtime.Memory, src_globals: dict[int, wasmtime.Global],
-               dst: wasmtime.Store, dst_memory: wasmtime.Memory, dst_globals: dict[int, wasmtime.Global]) -> int:
-    """Fork's copy of an instance of `controller` into `dst`, a fresh instance of the same
-    controller that has not run (so its memory is zero outside the module's data image): linear
-    memory and every mutable global (the loader exported them). Only the 4 KiB pages where the
-    two can differ are written (pages.c): a page the parent left zero is skipped, so a fork
-    costs what the parent dirtied, not its memory size. Returns the pages written. Raises
-    wasmtime.WasmtimeError if the copy cannot be made (e.g. memory cannot grow)."""
-    plan = _plan(controller)
-    if plan.image is None:   # a fresh instance's nonzero pages: the data image, the same for every instance
-        plan.image = native.nonzero_extent(memory_base(dst_memory, dst), dst_memory.data_len(dst))
+def copy_state(src: wasmtime.Store, src_memory: wasmtime.Memory, src_globals: dict,
+               dst: wasmtime.Store, dst_memory: wasmtime.Memory, dst_globals: dict) -> None:
+    """Fork's copy: linear memory and every mutable global (the loader exported them).
+    Raises wasmtime.WasmtimeError if the copy cannot be made (e.g. memory cannot grow)."""
     grow = src_memory.size(src) - dst_memory.size(dst)
     if grow > 0:
         dst_memory.grow(dst, grow)
-    written = native.copy_changed(memory_base(dst_memory, dst), memory_base(src_memory, src), src_memory.data_len(src), plan.image)
+    ctypes.memmove(_base(dst_memory, dst), _base(src_memory, src), src_memory.data_len(src))
     # Raw value copies: the globals are numeric (the rewriter refuses others), and wasmtime-py's
     # Global.value/set_value cost ~10 µs each through Val objects.
     raw = wt_ffi.wasmtime_val_t()
@@ -148,4 +65,3 @@ def copy_state(native: "Native", controller: "Controller",
         err = wt_ffi.wasmtime_global_set(dst._context(), ctypes.byref(dst_globals[idx]._global), ctypes.byref(raw))
         if err:
             raise wasmtime.WasmtimeError._from_ptr(err)
-    return written
