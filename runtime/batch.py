@@ -105,9 +105,7 @@ class RowsHandle:
         self._extra: list[np.ndarray] = []
         self._waited = False
         vocab = runtime.vocab_size
-        bad_edit = self._bad_edit_row(vocab)
-        if bad_edit is not None:
-            row, token = bad_edit
+        for row, token in self._bad_edit_rows(vocab):
             registry.at(int(self.index[row]))._finish(f"invalid step input: token {token} is not a token id of "
                                                       f"this vocabulary (0..{vocab - 1})")
         rc, misuse = runtime.pool.start_rows(self.ptrs, self.sampled, self.edits, self.masks,
@@ -116,15 +114,20 @@ class RowsHandle:
             seq = registry.at(int(self.index[-rc - 1]))
             raise ValueError(f"sequence {seq.id} {_MISUSE.get(misuse, 'could not be queued')}")
 
-    def _bad_edit_row(self, vocab: int) -> tuple[int, int] | None:
-        """The first row whose edit holds a token past the vocabulary (the engine's mistake:
-        still only that sequence's problem), and the token."""
+    def _bad_edit_rows(self, vocab: int) -> list[tuple[int, int]]:
+        """The rows whose edit holds a token past the vocabulary (the engine's mistake: still only
+        those sequences' problem), each with its first such token."""
         e = self.edits
         if e is None or not e.tokens.size or int(e.tokens.max()) < vocab:
-            return None
-        first = int(np.argmax(e.tokens >= vocab))
-        edit = int(np.searchsorted(e.offsets, first, side="right")) - 1
-        return int(np.flatnonzero(e.of_row == edit)[0]), int(e.tokens[first])
+            return []
+        out = []
+        bad_at = np.flatnonzero(e.tokens >= vocab)
+        edits = np.searchsorted(e.offsets, bad_at, side="right") - 1
+        for edit in np.unique(edits).tolist():
+            first = int(bad_at[np.argmax(edits == edit)])
+            for row in np.flatnonzero(e.of_row == edit).tolist():
+                out.append((row, int(e.tokens[first])))
+        return out
 
     def wait(self, timeout_s: float | None = None) -> RowsOutcome:
         """Collect results. Rows not done within the soft deadline (`timeout_s`, default

@@ -162,3 +162,9 @@ def test_rows_misuse_raises_before_anything_runs(make_rt, scripted_wasm):
     # a bad token is the engine's mistake: it ends only that row's sequence
     out = rt.submit_rows([b.index], [1 << 20], {0: ([1], 0)}).wait()
     assert out.kind[0] == RowKind.OTHER and "not a token id" in out.results[0].error
+    # every row whose token list holds a bad token ends, the others run
+    c, d, e = (rt.new_request(ctrl, arg=script(result(branch(mask=[65])))).spawn() for _ in range(3))
+    out = rt.submit_rows([c.index, d.index, e.index], [-1, -1, -1],
+                         {0: ([1, 999], 0), 1: ([2], 0), 2: ([3, 1 << 30], 0)}).wait()
+    assert out.kind.tolist() == [RowKind.OTHER, RowKind.MASK, RowKind.OTHER]
+    assert "token 999 " in out.results[0].error and f"token {1 << 30} " in out.results[2].error
