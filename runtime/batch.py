@@ -87,7 +87,7 @@ class RowsHandle:
     be called once. Raises in the constructor, before anything runs, for misuse (see there)."""
 
     def __init__(self, runtime: "Runtime", index: object, sampled: object,
-                 edits: "Mapping[int, tuple[Seq[int], int]] | EditArrays | None" = None):
+                 edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]] | EditArrays | None" = None):
         runtime.check_open()
         self.rt = runtime
         self.registry = registry = runtime.registry
@@ -259,7 +259,17 @@ class RowsHandle:
         return StepResult(seq, "ok", branches, forks)
 
 
-def _edit_arrays(edits: "Mapping[int, tuple[Seq[int], int]]", n: int) -> EditArrays:
+def row_edit(tokens: "list[int]", sampled: int | None, kept: int, synced: int) -> "tuple[list[int], int] | None":
+    """The rows API's edit for a sequence whose full token list is `tokens`, `sampled` the token
+    it sampled last step (None: none), `kept` the leading tokens unchanged since its last submit
+    and `synced` how many tokens its controller saw then: None for the common row (the sampled
+    token appended, or nothing changed), else (tokens past `kept`, `kept`)."""
+    if kept == synced and len(tokens) == kept + (sampled is not None) and (sampled is None or tokens[-1] == sampled):
+        return None
+    return tokens[kept:], kept
+
+
+def _edit_arrays(edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]]", n: int) -> EditArrays:
     """EditArrays from {row: (tokens past the first `unchanged`, unchanged)}."""
     of_row = np.full(n, -1, dtype=np.int32)
     parts, lengths, unchanged = [], [0], []
@@ -324,9 +334,7 @@ class BatchHandle:
         n = len(items)
         vocab = runtime.vocab_size
         sampled = np.full(n, -1, dtype=np.int32)
-        of_row = np.full(n, -1, dtype=np.int32)
-        parts: list[np.ndarray] = []
-        kept: list[int] = []
+        edits: dict[int, tuple[np.ndarray, int]] = {}
         for i, item in enumerate(items):
             if item.seq.state is not SeqState.IDLE:
                 continue   # finished or late: the rows API answers for it
@@ -334,15 +342,9 @@ class BatchHandle:
             if isinstance(edit, str):   # the engine's mistake; still only this sequence's problem
                 item.seq._finish(f"invalid step input: {edit}")
                 continue
-            of_row[i] = len(parts)
-            parts.append(edit[0])
-            kept.append(edit[1])
+            edits[i] = edit
             if item.sampled is not None:
                 sampled[i] = item.sampled
-        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-        np.cumsum([len(p) for p in parts], out=offsets[1:])
-        edits = EditArrays(of_row, offsets, np.concatenate(parts) if parts else np.empty(0, np.uint32),
-                           np.asarray(kept, dtype=np.uint32))
         self._seqs = [item.seq for item in items]
         self._rows = RowsHandle(runtime, np.fromiter((s.index for s in self._seqs), np.int64, n), sampled, edits)
 

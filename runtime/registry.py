@@ -3,7 +3,7 @@
 It keeps, for one Runtime:
 - every live sequence by index (the integer the rows API addresses it by) and by slot address
   (the host imports find theirs from the worker thread), with a table of slot addresses that a
-  batch gathers its rows from in one numpy operation;
+  batch gathers its rows from in one hot-path call;
 - the calls that outlive their batch (late, or closed while running): their mask arrays are
   pinned, and a sequence closed while its call runs is freed once the call has ended;
 - the alternating mask arrays batches write into.
@@ -94,17 +94,13 @@ class Registry:
         ptrs, bad_row = self._gather(self.table, index)
         if bad_row >= 0:
             bad = int(index[bad_row])
-            if 0 <= bad < len(self._by_index) and bad < len(self.table):
+            if 0 <= bad < len(self._by_index):
                 raise ValueError(f"sequence at index {bad} is closed")
             raise ValueError(f"row index {bad} is not a sequence of this runtime")
         return ptrs
 
     def __len__(self) -> int:
         return len(self._by_addr)
-
-    def live(self) -> list[Sequence]:
-        with self._lock:
-            return list(self._by_addr.values())
 
     # -- calls that outlive their batch ---------------------------------------------------------
     def hold(self, seq: Sequence, masks: np.ndarray) -> None:

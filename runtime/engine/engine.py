@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..batch import row_edit
 from ..capabilities import Capabilities
 from ..errors import AicirtError
 from .apply import Applier
@@ -233,15 +234,12 @@ class Engine:
         sampled = np.full(n, -1, dtype=np.int32)
         edits: dict[int, tuple[list[int], int]] = {}
         for i, s in enumerate(controlled):
-            kept, toks, smp = s.unchanged, s.tokens, s.sampled
-            if kept == s.synced and len(toks) == kept + (smp is not None) and (smp is None or toks[-1] == smp):
-                if smp is not None:
-                    sampled[i] = smp        # the common row: the sampled token appended (or nothing changed)
-            else:
-                edits[i] = (toks[kept:], kept)
-                if smp is not None:
-                    sampled[i] = smp
-            s.unchanged = s.synced = len(toks)
+            edit = row_edit(s.tokens, s.sampled, s.unchanged, s.synced)
+            if edit is not None:
+                edits[i] = edit
+            if s.sampled is not None:
+                sampled[i] = s.sampled
+            s.unchanged = s.synced = len(s.tokens)
             s.sampled = None
         index = np.fromiter((s.ctrl.index for s in controlled), dtype=np.int64, count=n)
         return self.runtime.submit_rows(index, sampled, edits or None)

@@ -40,6 +40,7 @@ import numpy as np
 from ..abi import RowKind
 from ..capabilities import Capabilities
 from ..errors import AicirtError, failure_message
+from ..batch import row_edit
 from ..results import StepResult, splice_for
 
 if TYPE_CHECKING:
@@ -150,11 +151,10 @@ class Steered:
         self._observe()
         if self.finished or self._forced or self._replay:
             return None
-        kept, self._submitted_len = self._submitted_len, len(self.tokens)
+        synced, self._submitted_len = self._submitted_len, len(self.tokens)
         sampled, self._report_sampled = self._report_sampled, None
-        n = len(self.tokens)
-        common = kept is not None and n == kept + (sampled is not None) and (sampled is None or self.tokens[-1] == sampled)
-        edit = None if common else (self.tokens[kept or 0:], kept or 0)
+        # the first call gets the whole list; a later one only what changed since the last
+        edit = (self.tokens, 0) if synced is None else row_edit(self.tokens, sampled, synced, synced)
         return self.seq.index, -1 if sampled is None else sampled, edit  # type: ignore[union-attr]  # spawned
 
     def _take_mask(self, mask: np.ndarray, temperature: float, row: np.ndarray) -> None:

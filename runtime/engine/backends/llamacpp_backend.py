@@ -127,6 +127,6 @@ class LlamaCppBackend(Backend):
         return KVCache(cache.length, list(cache.state))
 
     def close(self) -> None:
-        llm, self.llm = getattr(self, "llm", None), None
+        llm = vars(self).pop("llm", None)   # closed: no model held (a second close finds none)
         if llm is not None and hasattr(llm, "close"):
             llm.close()
