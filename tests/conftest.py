@@ -128,10 +128,11 @@ def mask_tokens(outcome, row: int) -> list[int]:
 
 
 # The vLLM tests run in `make test-vllm`, in a .venv that has vLLM's CPU build (and torch), and
-# the real-model end-to-end tests in `make test-slow` (the model extra); the README's test command
-# installs none of these, so there they are not collected rather than skipped.
+# the real-model end-to-end tests in `make test-slow` (the model extra, llama-cpp-python); the
+# README's test command installs none of these, so there they are not collected rather than skipped.
 _NEEDS = {"test_vllm_offline.py": "vllm", "test_vllm_processor.py": "vllm", "test_vllm_serve.py": "vllm",
-          "test_vllm_torch_masks.py": "torch", "test_engine_e2e.py": "transformers"}
+          "test_vllm_torch_masks.py": "torch", "test_engine_e2e.py": "transformers",
+          "test_llamacpp.py": "llama_cpp"}
 
 
 # Modules other engineers own whose every test is timing-sensitive (the others say so with
