@@ -9,7 +9,6 @@
 #include "json.h"
 
 #define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
-#define MAX_REGEX (1u << 20)
 #define MAX_ALTS 64u
 #define STR_BLOCK 128u   /* characters one string machine spells (see string_machine) */
 #define STR_MAX 262144u  /* (a rest machine per block) */
@@ -260,15 +259,18 @@ static void emit_call(cx_t *c, sb_t *b, uint32_t m) {
 }
 
 static void emit(cx_t *c, sb_t *b, const jv_t *s);
+static void emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_max);
+static void emit_value(cx_t *c, sb_t *b, const jv_t *s) { emit_value_within(c, b, s, OUTLINE_BYTES); }
 static jv_t *all_of2(const jv_t *a, const jv_t *b);
 
-/* A sub-schema inline, or as a call when its text is long (cut out into its own machine). */
-static void emit_value(cx_t *c, sb_t *b, const jv_t *s) {
+/* A sub-schema inline, or as a call when its text is over `inline_max` bytes (cut out into its
+ * own machine). */
+static void emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_max) {
   int32_t known = machine_find(c, s, 3);
   if (known >= 0) { emit_call(c, b, (uint32_t)known); return; }
   uint32_t at = b->n;
   emit(c, b, s);
-  if (c->err || b->n - at <= OUTLINE_BYTES) return;
+  if (c->err || b->n - at <= inline_max) return;
   uint32_t m = machine_for(c, s, 3, 0, 0);
   if (c->err) return;
   set_text(c, m, b->p + at, b->n - at);
@@ -931,6 +933,48 @@ static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const jv_t *p
   }
 }
 
+/* The members of an object, keys in schema order: entries p[0..n) (`"key":value` each), then
+ * additional ones (`add`: one entry's regex; NULL: none). Linear in the entries whatever their
+ * mix of optional and required ones (no expansion per leading optional key): with r the first
+ * required entry, the optional ones before it are the left-nested chain
+ *   X_0 = P_0,  X_i = (?:X_{i-1}(?:,P_i)?|P_i)   (every nonempty subsequence of P_0..P_i)
+ * (each entry's text twice), then (?:X_{r-1},)?P_r, then (?:,P_j)? or ,P_j for the others, then
+ * (?:,A)*. With no required entry: (?:X_{n-1}(?:,A)*|A(?:,A)*), optional unless `nonempty`. */
+static void emit_members(sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, bool nonempty, const char *ws) {
+#define SEP() (sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws))
+#define ADDS() (add ? (sb_puts(b, "(?:"), SEP(), sb_putn(b, add->p, add->n), sb_puts(b, ")*")) : (void)0)
+  uint32_t r = 0;
+  while (r < n && !p[r].required) r++;
+  if (!n) {
+    if (add) sb_puts(b, "(?:"), sb_putn(b, add->p, add->n), ADDS(), sb_puts(b, nonempty ? ")" : ")?");
+    else if (nonempty) sb_puts(b, "[^\\x00-\\xff]");
+    return;
+  }
+  if (r) sb_puts(b, "(?:");            /* r < n: (?:X_{r-1},)?; r == n: the alternatives */
+  for (uint32_t i = 1; i < r; i++) sb_puts(b, "(?:");
+  if (r) sb_putn(b, p[0].text.p, p[0].text.n);
+  for (uint32_t i = 1; i < r; i++) {
+    sb_puts(b, "(?:"), SEP(), sb_putn(b, p[i].text.p, p[i].text.n);
+    sb_puts(b, ")?|"), sb_putn(b, p[i].text.p, p[i].text.n), sb_putc(b, ')');
+  }
+  if (r < n) {
+    if (r) SEP(), sb_puts(b, ")?");
+    sb_putn(b, p[r].text.p, p[r].text.n);
+    for (uint32_t j = r + 1; j < n; j++) {
+      if (!p[j].required) sb_puts(b, "(?:");
+      SEP(), sb_putn(b, p[j].text.p, p[j].text.n);
+      if (!p[j].required) sb_puts(b, ")?");
+    }
+    ADDS();
+  } else {
+    ADDS();
+    if (add) sb_putc(b, '|'), sb_putn(b, add->p, add->n), ADDS();
+    sb_puts(b, nonempty ? ")" : ")?");
+  }
+#undef ADDS
+#undef SEP
+}
+
 static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   const char *ws = c->ws;
   const jv_t *props = jv_get(s, "properties"), *req = jv_get(s, "required"), *addl = jv_get(s, "additionalProperties");
@@ -975,7 +1019,7 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     sb_puts(t, ws), sb_putc(t, ':'), sb_puts(t, ws);
     uint32_t at = i < np ? ptr_pushs(c, "properties") : ptr_pushs(c, "required");
     ptr_push(c, key->s, key->n);
-    emit_value(c, t, val == &ANY_MARK ? &ANY_MARK : val);
+    emit_value_within(c, t, val, np + ne > 32 ? 256 : OUTLINE_BYTES);   /* each text is written twice */
     ptr_pop(c, at);
     p[n].required = r, n_req += r;
     n++;
@@ -1006,32 +1050,7 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   if (get_uint(c, s, "maxProperties", &maxp) && (has_add || maxp < n)) UNSUPPORTED(c, "maxProperties", "fewer than the properties allowed");
   if (c->err) goto done;
   sb_puts(b, "\\{"), sb_puts(b, ws);
-  /* T_k (nothing written yet) = P_k S_{k+1} | T_{k+1} for optional k, P_k S_{k+1} for required k;
-   * S_k (something written) = (,P_k)? ... (,A)*. Written out for each leading optional key. */
-  uint32_t first_req = 0;
-  while (first_req < n && !p[first_req].required) first_req++;
-  uint32_t lead = first_req < n ? first_req : n;
-  for (uint32_t k = 0; k <= lead && !c->err; k++) {
-    if (k == n) {                      /* only additional properties, or none */
-      if (has_add) {
-        sb_puts(b, "(?:"), sb_putn(b, add.p, add.n);
-        sb_puts(b, "(?:"), sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, add.p, add.n), sb_puts(b, ")*)");
-        if (!nonempty) sb_putc(b, '?');
-      } else if (nonempty) sb_puts(b, "[^\\x00-\\xff]");
-      break;
-    }
-    if (k < lead) sb_puts(b, "(?:");
-    sb_putn(b, p[k].text.p, p[k].text.n);
-    for (uint32_t i = k + 1; i < n; i++) {
-      if (!p[i].required) sb_puts(b, "(?:");
-      sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, p[i].text.p, p[i].text.n);
-      if (!p[i].required) sb_puts(b, ")?");
-    }
-    if (has_add) sb_puts(b, "(?:"), sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, add.p, add.n), sb_puts(b, ")*");
-    if (k < lead) sb_putc(b, '|');
-    if (b->n > MAX_REGEX) { UNSUPPORTED(c, "properties", "too many optional properties before the first required one"); break; }
-  }
-  for (uint32_t k = 0; k < lead; k++) sb_putc(b, ')');
+  emit_members(b, p, n, has_add ? &add : 0, nonempty, ws);
   sb_puts(b, ws), sb_puts(b, "\\}");
 done:
   for (uint32_t i = 0; i < n; i++) aici_free(p[i].text.p);
