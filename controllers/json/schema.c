@@ -1347,16 +1347,19 @@ static bool required_forbidden(cx_t *c, const jv_t *a, const jv_t *b) {
   return false;
 }
 
-static bool disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
-  if (!(kinds_of(c, a) & kinds_of(c, b))) return true;
+static bool literals_disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
   uint32_t la = 0, lb = 0;
   const jv_t *xa = top_literals(c, a, &la), *xb = top_literals(c, b, &lb);
-  if (xa && xb) {
-    bool overlap = false;
-    for (uint32_t x = 0; x < la && !overlap; x++)
-      for (uint32_t y = 0; y < lb && !overlap; y++) overlap = jv_equal(&xa[x], &xb[y]);
-    if (!overlap) return true;
-  }
+  if (!xa || !xb) return false;
+  for (uint32_t x = 0; x < la; x++)
+    for (uint32_t y = 0; y < lb; y++)
+      if (jv_equal(&xa[x], &xb[y])) return false;
+  return true;
+}
+
+/* No object satisfies both: a required key the other forbids, or required keys with disjoint
+ * literal values. Says nothing about values that are no objects. */
+static bool objects_disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
   if (required_forbidden(c, a, b) || required_forbidden(c, b, a)) return true;
   const jv_t *da = deref(c, a);
   const jv_t *pa = da && da->kind == JV_OBJ ? jv_get(da, "properties") : 0;
@@ -1372,6 +1375,51 @@ static bool disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
   return false;
 }
 
+/* Every value of kind `kind` (a kinds_of bit) satisfies `s`: no keyword of `s` but `type`
+ * applies to that kind (the caller knows `type` admits it). */
+static bool admits_every(cx_t *c, const jv_t *s, uint32_t kind) {
+  static const char *const OBJ[] = {"properties", "required", "additionalProperties", "patternProperties",
+                                    "minProperties", "maxProperties", "dependencies", "dependentRequired",
+                                    "dependentSchemas", "propertyNames", "unevaluatedProperties", 0};
+  static const char *const ARR[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
+                                    "contains", "minContains", "maxContains", "unevaluatedItems", 0};
+  static const char *const STR[] = {"minLength", "maxLength", "pattern", "format", 0};
+  static const char *const NUM[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", 0};
+  s = deref(c, s);
+  if (!s || s->kind == JV_FALSE) return false;
+  if (s->kind != JV_OBJ) return true;
+  for (uint32_t i = 0; i < s->n; i++) {
+    const jv_t *k = &s->keys[i];
+    if (!is_constraint_key(k) || jv_str_is(k, "type")) continue;
+    bool other = (in_list(k, OBJ) && kind != 4) || (in_list(k, ARR) && kind != 8) || (in_list(k, STR) && kind != 16) ||
+                 (in_list(k, NUM) && !(kind & 96));
+    if (!other) return false;
+  }
+  return true;
+}
+
+/* oneOf, exactly: for each kind of value two branches both admit, either no value of that kind
+ * satisfies both (disjoint literals; for objects, a required key's literals or a required key
+ * the other forbids), or both admit every value of that kind, so that no value of it matches
+ * exactly one branch: the kind is then taken out of every branch (*excluded gets its bit).
+ * False: branches that may overlap otherwise. */
+static bool one_of_exact(cx_t *c, const jv_t *alts, uint32_t *excluded) {
+  *excluded = 0;
+  for (uint32_t i = 0; i < alts->n; i++)
+    for (uint32_t j = i + 1; j < alts->n; j++) {
+      const jv_t *a = &alts->items[i], *b = &alts->items[j];
+      uint32_t both = kinds_of(c, a) & kinds_of(c, b);
+      if (!both || literals_disjoint(c, a, b)) continue;
+      for (uint32_t k = 1; k < 128; k <<= 1) {
+        if (!(both & k) || (k == 4 && objects_disjoint(c, a, b))) continue;
+        if (!admits_every(c, a, k) || !admits_every(c, b, k)) return false;
+        *excluded |= k;
+      }
+    }
+  /* no type names "numbers that are not integers": integers out, other numbers kept, refused */
+  return !((*excluded & 32) && !(*excluded & 64));
+}
+
 /* ---- the dispatcher -------------------------------------------------------------------------- */
 static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
   const jv_t *alts = jv_get(s, kw);
@@ -1380,22 +1428,25 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
   const jv_t *rest = obj_without(s, drop);
   bool siblings = false;
   for (uint32_t i = 0; i < rest->n; i++) siblings |= is_constraint_key(&rest->keys[i]);
-  if (kw[0] == 'o') {
-    for (uint32_t i = 0; i < alts->n; i++)
-      for (uint32_t j = i + 1; j < alts->n; j++)
-        if (!disjoint(c, &alts->items[i], &alts->items[j]) && !c->err) {
-          if (c->o->coerce_one_of) { relax(c, "oneOf (as anyOf: option coerce_one_of)"); goto go; }
-          UNSUPPORTED(c, "oneOf", "branches that may overlap; the option coerce_one_of compiles it as anyOf");
-          return;
-        }
+  uint32_t excluded = 0;
+  if (kw[0] == 'o' && !one_of_exact(c, alts, &excluded) && !c->err) {
+    excluded = 0;
+    if (c->o->coerce_one_of) relax(c, "oneOf (as anyOf: option coerce_one_of)");
+    else { UNSUPPORTED(c, "oneOf", "branches that may overlap; the option coerce_one_of compiles it as anyOf"); return; }
   }
-go:
+  if (c->err) return;
+  jv_t *only = 0;                      /* the kinds no value of which matches exactly one branch, out */
+  if (excluded) {
+    only = jv_new(JV_OBJ);
+    jv_obj_put(only, "type", 4, types_value(127 & ~excluded));
+  }
   sb_puts(b, "(?:");
   for (uint32_t i = 0; i < alts->n && !c->err; i++) {
     if (i) sb_putc(b, '|');
     uint32_t at = ptr_pushs(c, kw);
     ptr_pushi(c, i);
     const jv_t *alt = siblings ? all_of2(rest, &alts->items[i]) : &alts->items[i];
+    if (only) alt = all_of2(alt, only);
     emit(c, b, alt);
     ptr_pop(c, at);
   }
