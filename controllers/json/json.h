@@ -62,6 +62,9 @@ typedef struct {
   const char *lo_text, *hi_text;      /* the bounds as written (JSON number text) */
   uint32_t lo_len, hi_len;
 } bounds_t;
+/* Whether a bound's JSON text can be compared exactly (magnitude under 2^64 - 2, at most 32
+ * fraction digits); false with *why. */
+bool number_bound_ok(const char *text, uint32_t n, const char **why);
 /* Integers (is_int) or numbers within bounds; false (with *why) if the bounds cannot be done. */
 bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why);
 

@@ -35,6 +35,8 @@ typedef struct {
   char ws[40];
   uint32_t loops;
   uint32_t depth;                      /* nesting of emit(): recursion through allOf is bounded */
+  uint64_t flat_cap;                   /* checking literals (0: off): strings inline, length bounds
+                                          clamped to this (one more than the longest literal) */
 } cx_t;
 
 static const jv_t FALSE_SCHEMA = {.kind = JV_FALSE};
@@ -547,6 +549,10 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   if (fmt && fmt->kind == JV_STR && ignored(c, "format")) { relax(c, "format"); fmt = 0; }
   if (fmt && fmt->kind != JV_STR) fmt = 0;
   if (has_max && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (c->flat_cap) {                   /* for literals of fewer characters: the same verdicts */
+    if (min > c->flat_cap) min = c->flat_cap;
+    if (has_max && max > c->flat_cap) max = c->flat_cap;
+  }
   sb_puts(b, "\\x22");
   if (pat || fmt) {
     if (pat && fmt) { UNSUPPORTED(c, "format", "together with pattern"); return; }
@@ -626,7 +632,7 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
       UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 262144");
       return;
     }
-    if ((has_max && max > 24) || min > STR_BLOCK) {   /* one NFA copy a character: machines */
+    if (((has_max && max > 24) || min > STR_BLOCK) && !c->flat_cap) {   /* one NFA copy a character: machines */
       b->n -= 4, b->p[b->n] = 0;       /* the opening quote goes in it */
       emit_call(c, b, string_machine(c, MK_TOP, min, has_max ? max : STR_INF));
       return;
@@ -661,20 +667,24 @@ static bool emit_multiples(sb_t *b, const jv_t *mv, const bounds_t *bd) {
 static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
   bounds_t bd = {0};
   const jv_t *v;
-#define LO(v) (bd.has_lo = true, bd.lo = v->num, bd.lo_text = v->s, bd.lo_len = v->n)
-#define HI(v) (bd.has_hi = true, bd.hi = v->num, bd.hi_text = v->s, bd.hi_len = v->n)
-  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) LO(v);
-  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) HI(v);
+  const char *lo_kw = 0, *hi_kw = 0;   /* the keyword each bound comes from, for errors */
+#define LO(v, kw) (bd.has_lo = true, bd.lo = v->num, bd.lo_text = v->s, bd.lo_len = v->n, lo_kw = kw)
+#define HI(v, kw) (bd.has_hi = true, bd.hi = v->num, bd.hi_text = v->s, bd.hi_len = v->n, hi_kw = kw)
+  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) LO(v, "minimum");
+  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) HI(v, "maximum");
   if ((v = jv_get(s, "exclusiveMinimum"))) {
     if (v->kind == JV_TRUE) bd.lo_excl = bd.has_lo;
-    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) LO(v), bd.lo_excl = true;
+    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) LO(v, "exclusiveMinimum"), bd.lo_excl = true;
   }
   if ((v = jv_get(s, "exclusiveMaximum"))) {
     if (v->kind == JV_TRUE) bd.hi_excl = bd.has_hi;
-    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) HI(v), bd.hi_excl = true;
+    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) HI(v, "exclusiveMaximum"), bd.hi_excl = true;
   }
 #undef LO
 #undef HI
+  const char *why = 0;
+  if (bd.has_lo && !number_bound_ok(bd.lo_text, bd.lo_len, &why)) { UNSUPPORTED(c, lo_kw, why); return; }
+  if (bd.has_hi && !number_bound_ok(bd.hi_text, bd.hi_len, &why)) { UNSUPPORTED(c, hi_kw, why); return; }
   uint32_t frac = 0;
   if ((v = jv_get(s, "multipleOf"))) {
     double m = v->kind == JV_NUM ? v->num : 0, p = 1;
@@ -688,8 +698,7 @@ static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
     } else if (k == 0) is_int = true;
     else if (!is_int) frac = k;
   }
-  const char *why = 0;
-  if (!emit_number(b, is_int, &bd, frac, &why)) UNSUPPORTED(c, bd.has_lo ? "minimum" : "maximum", why);
+  if (!emit_number(b, is_int, &bd, frac, &why)) UNSUPPORTED(c, bd.has_lo ? lo_kw : hi_kw, why);
 }
 
 /* ---- arrays ---------------------------------------------------------------------------------- */
@@ -1465,7 +1474,17 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
   if (constrained) {                   /* keep the literals that the rest's language holds */
     sb_t r = {0};
     uint32_t nm = c->n_keys;
+    uint64_t longest = 0, saved = c->flat_cap;
+    for (uint32_t i = 0; i < (k ? 1 : e->n); i++) {
+      const jv_t *v = k ? k : &e->items[i];
+      sb_t t = {0};                    /* its text's bytes bound every string in it, in characters */
+      jv_write(&t, v);
+      if (t.n > longest) longest = t.n;
+      aici_free(t.p);
+    }
+    c->flat_cap = longest + 1;         /* no string machine: a literal's text is checked by one regex */
     emit(c, &r, rest);
+    c->flat_cap = saved;
     if (c->err) return;
     bool calls = c->n_keys != nm;
     for (uint32_t i = 0; i < r.n && !calls; i++) calls = i + 3 < r.n && !__builtin_memcmp(r.p + i, "\\xff", 4);

@@ -1,0 +1,114 @@
+"""The `json` controller on schemas past the benchmark slices: objects with dozens of optional
+properties (Kubernetes ObjectMeta-like), `oneOf` whose branches overlap on values that are no
+objects, int64 bounds, `enum` beside long `maxLength`s. Each case failed (or was refused) before
+the fix it pins."""
+from __future__ import annotations
+
+import pytest
+
+from test_json_schema import walk
+
+# Kubernetes' ObjectMeta: 16 optional properties, none required; nested under a Deployment-like
+# object whose first required key comes after 40 optional ones.
+OBJECT_META = {"type": "object", "properties": {
+    k: {"type": "string"} for k in ("annotations", "clusterName", "creationTimestamp", "deletionGracePeriodSeconds",
+                                    "deletionTimestamp", "finalizers", "generateName", "generation", "labels",
+                                    "managedFields", "name", "namespace", "ownerReferences", "resourceVersion",
+                                    "selfLink", "uid")}}
+MANY_OPTIONAL = {"type": "object", "properties": {**{f"opt{i}": {"type": "integer"} for i in range(40)},
+                                                  "metadata": OBJECT_META, "kind": {"const": "Deployment"},
+                                                  **{f"late{i}": {"type": "boolean"} for i in range(20)}},
+                 "required": ["kind"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("text, verdict", [
+    ('{"kind":"Deployment"}', "accepted"),
+    ('{"opt0":1,"opt39":2,"metadata":{"name":"web","uid":"x"},"kind":"Deployment","late19":true}', "accepted"),
+    ('{"opt7":1,"kind":"Deployment","late0":false,"late3":true}', "accepted"),
+    ('{"metadata":{},"kind":"Deployment"}', "accepted"),
+    ('{"opt1":1}', "rejected"),                              # the required key is missing
+    ('{"opt2":1,"opt1":1,"kind":"Deployment"}', "rejected"),  # keys in schema order only
+    ('{"opt1":1,"opt1":2,"kind":"Deployment"}', "rejected"),  # no key twice
+    ('{"kind":"Deployment","bogus":1}', "rejected"),
+])
+def test_objects_with_many_optional_properties_compile_and_hold(text, verdict):
+    assert walk(MANY_OPTIONAL, text)[0] == verdict
+
+
+def test_hundreds_of_optional_properties_and_none_required():
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(300)}}
+    assert walk(schema, "{}")[0] == "accepted"
+    assert walk(schema, '{"p0":1,"p150":2,"p299":3,"other":null}')[0] == "accepted"
+    assert walk(schema, '{"p150":2,"p0":1}')[0] == "rejected"
+
+
+def _kind(v):
+    return {"properties": {"kind": {"const": v}, "children": {"type": "array"}}, "required": ["kind"]}
+
+
+@pytest.mark.parametrize("text, verdict", [
+    ('{"kind":"a"}', "accepted"),
+    ('{"kind":"b","children":[7]}', "accepted"),
+    ('{"kind":"c"}', "rejected"),
+    # no "type": "object": every value that is no object matches both branches, so none is valid
+    ("7", "rejected"), ('"s"', "rejected"), ("null", "rejected"), ("[7]", "rejected"), ("true", "rejected"),
+])
+def test_one_of_without_type_object_rejects_values_matching_both(text, verdict):
+    assert walk({"oneOf": [_kind("a"), _kind("b")]}, text)[0] == verdict
+
+
+def test_one_of_nested_in_an_array_the_held_out_shape():
+    node = {"oneOf": [_kind("leaf"), _kind("branch")]}
+    schema = {"type": "object", "properties": {"children": {"type": "array", "items": node}}, "required": ["children"]}
+    assert walk(schema, '{"children":[{"kind":"leaf"}]}')[0] == "accepted"
+    assert walk(schema, '{"children":[7]}')[0] == "rejected"
+
+
+@pytest.mark.parametrize("branches", [
+    [{"type": "string", "maxLength": 5}, {"type": "string", "pattern": "^a"}],
+    [{"type": "number"}, {"type": "integer"}],           # 1 matches both, 1.5 one: no type says "not integer"
+    [{"required": ["a"]}, {"required": ["b"]}],
+])
+def test_one_of_that_may_overlap_is_refused(branches):
+    verdict, log = walk({"oneOf": branches}, "1")
+    assert verdict == "error" and "unsupported: oneOf at #" in log
+
+
+def test_one_of_disjoint_by_type_and_by_literal_still_compiles():
+    assert walk({"oneOf": [{"type": "integer"}, {"type": "string"}]}, '"x"')[0] == "accepted"
+    assert walk({"oneOf": [{"enum": [1, 2]}, {"enum": [3]}]}, "3")[0] == "accepted"
+
+
+INT64 = {"type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807}
+
+
+@pytest.mark.parametrize("text, verdict", [
+    ("9223372036854775807", "accepted"), ("-9223372036854775808", "accepted"), ("0", "accepted"),
+    ("9223372036854775808", "rejected"), ("-9223372036854775809", "rejected"),
+])
+def test_int64_bounds_are_exact(text, verdict):
+    assert walk(INT64, text)[0] == verdict
+
+
+@pytest.mark.parametrize("schema, keyword", [
+    ({"type": "integer", "minimum": 0, "maximum": 1e30}, "maximum"),
+    ({"type": "integer", "minimum": -1e30, "maximum": 0}, "minimum"),
+    ({"type": "number", "exclusiveMaximum": 1e40}, "exclusiveMaximum"),
+])
+def test_an_out_of_range_bound_names_its_own_keyword(schema, keyword):
+    verdict, log = walk(schema, "1")
+    assert verdict == "error" and f"unsupported: {keyword} at #" in log
+
+
+@pytest.mark.parametrize("max_length", [24, 25, 300])
+def test_enum_with_a_long_max_length(max_length):
+    schema = {"type": "string", "enum": ["alpha", "beta", "x" * 30], "maxLength": max_length}
+    assert walk(schema, '"alpha"')[0] == "accepted"
+    assert walk(schema, '"gamma"')[0] == "rejected"
+    assert walk(schema, '"' + "x" * 30 + '"')[0] == ("accepted" if max_length >= 30 else "rejected")
+
+
+def test_enum_with_max_length_nested_in_an_array_is_not_empty_only():
+    schema = {"type": "array", "items": {"type": "string", "enum": ["red", "green"], "maxLength": 64}, "minItems": 1}
+    assert walk(schema, '["red","green"]')[0] == "accepted"
+    assert walk(schema, '["blue"]')[0] == "rejected"
