@@ -112,3 +112,41 @@ def test_enum_with_max_length_nested_in_an_array_is_not_empty_only():
     schema = {"type": "array", "items": {"type": "string", "enum": ["red", "green"], "maxLength": 64}, "minItems": 1}
     assert walk(schema, '["red","green"]')[0] == "accepted"
     assert walk(schema, '["blue"]')[0] == "rejected"
+
+
+LOWER_KEYS = {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}}, "required": ["name"],
+              "additionalProperties": False}
+X_KEYS = {"type": "object", "properties": {"id": {"type": "string"}}, "patternProperties": {"^x-": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize("schema, text, verdict", [
+    # a required key that only a pattern covers (additionalProperties false): its schema, once
+    (LOWER_KEYS, '{"name":1}', "accepted"),
+    (LOWER_KEYS, '{"name":1,"abc":2}', "accepted"),
+    (LOWER_KEYS, '{"abc":2}', "rejected"),
+    (LOWER_KEYS, '{"name":1,"name":2}', "rejected"),
+    (LOWER_KEYS, '{"name":"x"}', "rejected"),
+    (LOWER_KEYS, '{"name":1,"X":2}', "rejected"),
+    # keys that match no pattern follow additionalProperties (absent: anything)
+    (X_KEYS, '{"id":"a","x-a":1,"other":[1],"idd":true,"zé\\"q":null}', "accepted"),
+    (X_KEYS, '{"zzz":1}', "accepted"),
+    (X_KEYS, '{"x-b":"s"}', "rejected"),
+    (X_KEYS, '{"id":"a","id":"b"}', "rejected"),
+    ({**X_KEYS, "additionalProperties": {"type": "boolean"}}, '{"zz":true,"x-1":2}', "accepted"),
+    ({**X_KEYS, "additionalProperties": {"type": "boolean"}}, '{"zz":1}', "rejected"),
+    # a listed key a pattern matches: both schemas
+    ({"type": "object", "properties": {"x-n": {"minimum": 5}}, "patternProperties": {"^x-": {"type": "integer"}}},
+     '{"x-n":7}', "accepted"),
+    ({"type": "object", "properties": {"x-n": {"minimum": 5}}, "patternProperties": {"^x-": {"type": "integer"}}},
+     '{"x-n":3}', "rejected"),
+])
+def test_pattern_properties_with_listed_required_and_other_keys(schema, text, verdict):
+    assert walk(schema, text)[0] == verdict
+
+
+def test_pattern_covered_required_key_behind_a_ref():
+    schema = {"$defs": {"m": {"type": "object", "patternProperties": {"^v[0-9]+$": {"type": "string"}},
+                              "required": ["v1"], "additionalProperties": False}},
+              "type": "object", "properties": {"a": {"$ref": "#/$defs/m"}}, "required": ["a"]}
+    assert walk(schema, '{"a":{"v1":"x","v22":"y"}}')[0] == "accepted"
+    assert walk(schema, '{"a":{"v2":"x"}}')[0] == "rejected"

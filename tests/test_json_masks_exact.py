@@ -33,6 +33,9 @@ CASES = [
     ({"type": "object", "properties": {"email": {"type": "string", "format": "email"}}, "required": ["email"],
       "additionalProperties": False}, ['{"email":"john.doe@example.com"}']),
     ({"type": "array", "items": {"type": "string", "maxLength": 5}}, ['["abcde","","xy","12345"]']),
+    # key languages as machines (keylang.c): a pattern less the listed keys, and no pattern at all
+    ({"type": "object", "properties": {"id": STR}, "patternProperties": {"^x-": {"type": "integer"}},
+      "required": ["x-req"]}, ['{"id":"a","x-req":1,"x-other":2,"plain key é":[1],"idd":null}']),
     ({"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                        "tags": {"type": "array", "items": STR}},
       "required": ["name"]}, ['{"name":"Alice Liddell","tags":["a","b c"]}']),

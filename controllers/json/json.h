@@ -87,6 +87,22 @@ typedef struct {
   sb_t log;                   /* relaxations taken on request (ignore=...) */
 } compiled_t;
 
+/* ---- key languages (keylang.c) ------------------------------------------------------------ */
+/* Key contents in pattern `target`'s language (target < 0: in none of the patterns), in S (any
+ * canonical string content) and none of `keys` (a regex of the listed keys' contents; len 0:
+ * none), as the product DFA of those regexes; NULL when it has over `limit` states. Its live
+ * states other than the plain STRCHAR* ones are machines 0..keylang_machines()-1 (0: the start,
+ * unless keylang_start_is_free or keylang_empty); keylang_text writes machine i's regex, calling
+ * the others as machines base + j. */
+typedef struct keylang keylang_t;
+keylang_t *keylang_new(const char *const *pats, const uint32_t *pat_lens, uint32_t n_pats, int32_t target,
+                       const char *keys, uint32_t keys_len, uint32_t limit);
+bool keylang_empty(const keylang_t *L);
+bool keylang_start_is_free(const keylang_t *L);
+uint32_t keylang_machines(const keylang_t *L);
+void keylang_text(const keylang_t *L, uint32_t machine, uint32_t base, sb_t *out);
+void keylang_free(keylang_t *L);
+
 /* false on error: *err gets a heap message such as "unsupported: not at #/properties/a". */
 bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, char **err);
 

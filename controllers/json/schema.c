@@ -491,7 +491,7 @@ static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_
  *   short(a, b)    a..b characters and the closing quote
  * A rest is a few calls (tiny), the block and the shorts are shared, and the calls after which
  * nothing follows are tail calls: memory stays bounded whatever the length. */
-enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7 };
+enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7, MK_KEYLANG = 8 };
 
 static uint32_t string_machine(cx_t *c, uint32_t kind, uint64_t lo, uint64_t hi) {
   key_arg = lo << 32 | hi;
@@ -907,32 +907,98 @@ static bool regex_disjoint(const char *a_text, uint32_t a_len, const char *b_tex
   return disjoint;
 }
 
-/* patternProperties: keys in a pattern's language, with that pattern's schema. Exact when the
- * listed keys match no pattern and the patterns are disjoint (else an error); keys matching no
- * pattern are not offered (narrower than additionalProperties allows). */
-static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const jv_t *props, const jv_t *extra) {
+/* patternProperties' regexes over key contents, one a pattern (NULL with c->err: a pattern the
+ * controller cannot do, or two that may match one key: refused). */
+static sb_t *pattern_texts(cx_t *c, const jv_t *pp) {
   uint32_t at = ptr_pushs(c, "patternProperties");
-  sb_t *pats = aici_calloc(pp->n, sizeof(sb_t));
+  sb_t *pats = aici_calloc(pp->n + 1, sizeof(sb_t));
   for (uint32_t i = 0; i < pp->n && !c->err; i++) {
     uint32_t at2 = ptr_push(c, pp->keys[i].s, pp->keys[i].n);
     const char *why = 0;
     if (!emit_pattern(&pats[i], pp->keys[i].s, pp->keys[i].n, &why)) UNSUPPORTED(c, "patternProperties", why);
-    for (uint32_t j = 0; !c->err && props && props->kind == JV_OBJ && j < props->n; j++)
-      if (key_matches(pats[i].p, pats[i].n, &props->keys[j])) UNSUPPORTED(c, "patternProperties", "a pattern matches a listed property");
-    for (uint32_t j = 0; !c->err && j < extra->n; j++)
-      if (key_matches(pats[i].p, pats[i].n, &extra->keys[j])) UNSUPPORTED(c, "patternProperties", "a pattern matches a required property");
     for (uint32_t j = 0; !c->err && j < i; j++)
       if (!regex_disjoint(pats[i].p, pats[i].n, pats[j].p, pats[j].n)) UNSUPPORTED(c, "patternProperties", "patterns that may match one key");
-    if (!c->err) {
-      if (add->n) sb_putc(add, '|');
-      sb_puts(add, "\\x22"), sb_putn(add, pats[i].p, pats[i].n), sb_puts(add, "\\x22");
-      sb_puts(add, c->ws), sb_putc(add, ':'), sb_puts(add, c->ws);
-      emit_value(c, add, &pp->items[i]);
-    }
     ptr_pop(c, at2);
   }
-  for (uint32_t i = 0; i < pp->n; i++) aici_free(pats[i].p);
-  aici_free(pats);
+  ptr_pop(c, at);
+  if (c->err) {
+    for (uint32_t i = 0; i < pp->n; i++) aici_free(pats[i].p);
+    aici_free(pats);
+    return 0;
+  }
+  return pats;
+}
+
+/* `val` (NULL: none yet) with the schema of every pattern the key matches; NULL if none does. */
+static const jv_t *with_patterns(const jv_t *val, const jv_t *key, const jv_t *pp, const sb_t *pats) {
+  for (uint32_t i = 0; pp && i < pp->n; i++)
+    if (key_matches(pats[i].p, pats[i].n, key)) val = val ? all_of2(val, &pp->items[i]) : &pp->items[i];
+  return val;
+}
+
+#define KEYLANG_STATES 1024u           /* product states a key language may have */
+
+/* The key contents of a key language (keylang.c) as machines; false when it is too large. The
+ * start is inline when it is the plain STRCHAR*. */
+static bool emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, int32_t target, const sb_t *keys) {
+  const char *texts[64];
+  uint32_t lens[64];
+  for (uint32_t i = 0; i < n_pats && i < 64; i++) texts[i] = pats[i].p ? pats[i].p : "", lens[i] = pats[i].n;
+  keylang_t *L = keylang_new(texts, lens, n_pats, target, keys->p, keys->n, KEYLANG_STATES);
+  if (!L || c->n_keys + keylang_machines(L) > MAX_MACHINES) { keylang_free(L); return false; }
+  if (keylang_empty(L)) {
+    sb_puts(b, "[^\\x00-\\xff]");
+  } else if (keylang_start_is_free(L)) {
+    sb_puts(b, "(?:"), emit_strchar(b), sb_puts(b, ")*");
+  } else {
+    uint32_t base = c->n_keys;
+    const jv_t *marker = jv_new(JV_NULL);   /* fresh: these machines are found by no other schema */
+    for (uint32_t i = 0; i < keylang_machines(L) && !c->err; i++) {
+      key_arg = i;
+      uint32_t m = machine_for(c, marker, MK_KEYLANG, 0, 0);
+      key_arg = 0;
+      sb_t t = {0};
+      keylang_text(L, i, base, &t);
+      if (!c->err) set_text(c, m, t.p, t.n);
+      aici_free(t.p);
+    }
+    emit_call(c, b, base);
+  }
+  keylang_free(L);
+  return true;
+}
+
+/* patternProperties beside the listed keys (`keys`: their contents as one alternation): an entry
+ * for each pattern, keys in its language but none of the listed ones, with its schema; and, where
+ * additionalProperties allows them (`addl` not false), one for the keys that match no pattern,
+ * with its schema. Into `add` as one alternation (empty: no entry at all). */
+static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const sb_t *pats, const sb_t *keys,
+                               const jv_t *addl) {
+  uint32_t at = ptr_pushs(c, "patternProperties");
+  for (uint32_t i = 0; i <= pp->n && !c->err; i++) {
+    bool rest = i == pp->n;            /* the keys that match no pattern */
+    if (rest && addl && addl->kind == JV_FALSE) break;
+    if (!rest && pp->items[i].kind == JV_FALSE) continue;
+    uint32_t at2;
+    if (rest) ptr_pop(c, at), at2 = ptr_pushs(c, "additionalProperties");
+    else at2 = ptr_push(c, pp->keys[i].s, pp->keys[i].n);
+    sb_t k = {0};
+    sb_puts(&k, "\\x22");
+    /* a pattern that matches no listed key: its own text; else the product (keylang.c) */
+    bool listed_match = !rest && keys->n && !regex_disjoint(pats[i].p, pats[i].n, keys->p, keys->n), ok = true;
+    if (!rest && !listed_match) sb_putn(&k, pats[i].p, pats[i].n);
+    else ok = emit_keylang(c, &k, pats, pp->n, rest ? -1 : (int32_t)i, keys);
+    sb_puts(&k, "\\x22");
+    if (!ok && !rest) UNSUPPORTED(c, "patternProperties", "a pattern that matches listed keys, too large to take them out");
+    if (ok && !c->err) {               /* !ok and rest: keys matching no pattern not offered (narrower) */
+      if (add->n) sb_putc(add, '|');
+      sb_putn(add, k.p, k.n);
+      sb_puts(add, c->ws), sb_putc(add, ':'), sb_puts(add, c->ws);
+      emit_value(c, add, rest ? (addl ? addl : &ANY_MARK) : &pp->items[i]);
+    }
+    aici_free(k.p);
+    ptr_pop(c, at2);
+  }
   ptr_pop(c, at);
   if (add->n) {                        /* one alternation, as one additional-property entry */
     sb_t t = {0};
@@ -995,10 +1061,13 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     static const char *const ALL_KEYS[] = {"", ".*", "^.*", ".*$", 0};
     if (in_list(&pp->keys[0], ALL_KEYS)) every = &pp->items[0], addl = every, pp = 0;
   }
+  if (pp && (pp->kind != JV_OBJ || !pp->n)) pp = 0;
+  sb_t *pats = pp ? pattern_texts(c, pp) : 0;
+  if (c->err) return;
   uint32_t np = props ? props->n : 0, n = 0, n_req = 0;
   prop_t *p = aici_calloc(np + 1, sizeof(prop_t));
-  /* required keys that properties does not list: extra entries whose values follow
-   * additionalProperties, after the listed ones */
+  /* required keys that properties does not list: extra entries whose values follow the patterns
+   * they match, else additionalProperties, after the listed ones */
   jv_t *extra = jv_new(JV_OBJ);
   if (req && req->kind == JV_ARR)
     for (uint32_t i = 0; i < req->n; i++) {
@@ -1006,7 +1075,9 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
       bool listed = false;
       for (uint32_t j = 0; props && j < props->n; j++) listed |= props->keys[j].n == k->n && !__builtin_memcmp(props->keys[j].s, k->s, k->n);
       for (uint32_t j = 0; j < extra->n; j++) listed |= extra->keys[j].n == k->n && !__builtin_memcmp(extra->keys[j].s, k->s, k->n);
-      if (k->kind == JV_STR && !listed) jv_obj_put(extra, k->s, k->n, addl ? addl : &ANY_MARK);
+      if (k->kind != JV_STR || listed) continue;
+      const jv_t *v = with_patterns(0, k, pp, pats);
+      jv_obj_put(extra, k->s, k->n, v ? v : addl ? addl : &ANY_MARK);
     }
   uint32_t ne = extra->n;
   p = aici_realloc(p, (np + ne + 1) * sizeof(prop_t));
@@ -1015,6 +1086,7 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     const jv_t *key = i < np ? &props->keys[i] : &extra->keys[i - np];
     const jv_t *val = i < np ? &props->items[i] : &extra->items[i - np];
     if (every && i < np) val = all_of2(val, every);
+    if (i < np) val = with_patterns(val, key, pp, pats);   /* a listed key the patterns match: both */
     bool r = is_required(req, key);
     if (val->kind == JV_FALSE) {
       if (r) { sb_puts(b, "[^\\x00-\\xff]"); aici_free(p); return; }
@@ -1036,8 +1108,18 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   /* additional properties: keys that are none of the listed ones */
   sb_t add = {0};
   bool has_add = !addl || addl->kind != JV_FALSE;
-  if (pp && pp->kind == JV_OBJ && pp->n && !c->err) {
-    emit_pattern_props(c, &add, pp, props, extra);
+  if (pp && !c->err) {
+    sb_t keys = {0};                   /* the listed keys' contents, one alternation */
+    for (uint32_t i = 0; i < np + ne; i++) {
+      const jv_t *key = i < np ? &props->keys[i] : &extra->keys[i - np];
+      sb_t enc = {0};
+      jv_write_str(&enc, key->s, key->n);
+      sb_puts(&keys, i ? "|" : "(?:"), sb_lit(&keys, enc.p + 1, enc.n - 2);
+      aici_free(enc.p);
+    }
+    if (keys.n) sb_putc(&keys, ')');
+    emit_pattern_props(c, &add, pp, pats, &keys, addl);
+    aici_free(keys.p);
     has_add = add.n > 0;
   } else if (has_add && !c->err) {
     ktrie_t kt = {0};
@@ -1062,6 +1144,8 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   emit_members(b, p, n, has_add ? &add : 0, nonempty, ws);
   sb_puts(b, ws), sb_puts(b, "\\}");
 done:
+  for (uint32_t i = 0; pats && i < pp->n; i++) aici_free(pats[i].p);
+  aici_free(pats);
   for (uint32_t i = 0; i < n; i++) aici_free(p[i].text.p);
   aici_free(p), aici_free(add.p);
 }
