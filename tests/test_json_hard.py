@@ -150,3 +150,32 @@ def test_pattern_covered_required_key_behind_a_ref():
               "type": "object", "properties": {"a": {"$ref": "#/$defs/m"}}, "required": ["a"]}
     assert walk(schema, '{"a":{"v1":"x","v22":"y"}}')[0] == "accepted"
     assert walk(schema, '{"a":{"v2":"x"}}')[0] == "rejected"
+
+
+ANY_ORDER = b"\0fast_forward=0\0any_order"
+AO_OBJ = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}},
+          "required": ["a", "c"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("schema, text, verdict", [
+    (AO_OBJ, '{"a":1,"c":true}', "accepted"),
+    (AO_OBJ, '{"c":true,"a":1}', "accepted"),
+    (AO_OBJ, '{"b":"x","c":false,"a":2}', "accepted"),
+    (AO_OBJ, '{"a":1,"a":2,"c":true}', "rejected"),      # each key at most once
+    (AO_OBJ, '{"c":true,"b":"x"}', "rejected"),          # every required key
+    (AO_OBJ, '{"a":1,"c":true,"d":1}', "rejected"),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}}, '{"x":1,"a":2,"y":[3]}', "accepted"),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}}, '{"x":1,"a":2,"a":4}', "rejected"),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 1}, "{}", "rejected"),
+])
+def test_any_order_keys_in_any_order_each_at_most_once(schema, text, verdict):
+    assert walk(schema, text, options=ANY_ORDER)[0] == verdict
+
+
+def test_any_order_in_the_schema_root_and_on_many_keys():
+    items = {"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(40)}, "required": ["k39"],
+             "additionalProperties": False}
+    schema = {"x-aicirt": {"any_order": True}, "type": "array", "items": items}
+    assert walk(schema, '[{"k39":1,"k0":2},{"k5":1,"k39":3,"k1":0},{"k0":2,"k39":1}]')[0] == "accepted"
+    assert walk(schema, '[{"k39":1,"k39":2}]')[0] == "rejected"
+    assert walk(schema, '[{"k0":1}]')[0] == "rejected"

@@ -73,18 +73,33 @@ typedef struct {
   uint32_t whitespace;        /* 0: compact; N: up to N whitespace bytes between tokens */
   bool coerce_one_of;         /* oneOf whose branches may overlap: compiled as anyOf */
   const char *ignore;         /* comma-separated keywords not enforced (stated in the log) */
+  bool any_order;             /* object keys in any order (each at most once), not schema order */
 } json_opts_t;
+
+/* ---- any_order objects (anyorder.c): machines made on first entry ------------------------ */
+typedef struct dyn dyn_t;
+typedef uint32_t (*dyn_reserve_fn)(void *ctx);   /* a fresh machine id; 0: none left */
+dyn_t *dyn_new(void);
+/* An object of n entries (`"key":value` regexes, `required` flags), `add` the additional-property
+ * entry (NULL: none); returns its index. */
+uint32_t dyn_object(dyn_t *d, uint32_t n, const sb_t *entries, const bool *required, const sb_t *add, bool nonempty,
+                    const char *ws);
+void dyn_bind_start(dyn_t *d, uint32_t obj, uint32_t id);   /* machine `id`: the object, nothing written */
+/* The regex of dynamic machine `id` into *out, its successors reserved through `reserve`; false:
+ * `id` is no dynamic machine. */
+bool dyn_text(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *out);
 
 /* The compiled schema: machine 0 is the document; a regex may call machine k by the bytes
  * CALL_BYTE, k >> 8, k & 255 (CALL_BYTE never occurs in UTF-8 text), which stands for one value
  * of machine k's language: $ref targets, free-form values and large sub-schemas are machines. */
 #define CALL_BYTE 0xffu
 #define MAX_MACHINES 4096u
-typedef struct { char *text; uint32_t len; } machine_src_t;
+typedef struct { char *text; uint32_t len; } machine_src_t;   /* text NULL: a dynamic machine */
 typedef struct {
   machine_src_t *m;
   uint32_t n;
   sb_t log;                   /* relaxations taken on request (ignore=...) */
+  dyn_t *dyn;                 /* NULL, or what writes the dynamic machines (any_order objects) */
 } compiled_t;
 
 /* ---- key languages (keylang.c) ------------------------------------------------------------ */

@@ -491,7 +491,7 @@ static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_
  *   short(a, b)    a..b characters and the closing quote
  * A rest is a few calls (tiny), the block and the shorts are shared, and the calls after which
  * nothing follows are tail calls: memory stays bounded whatever the length. */
-enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7, MK_KEYLANG = 8 };
+enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7, MK_KEYLANG = 8, MK_ANY_ORDER = 9 };
 
 static uint32_t string_machine(cx_t *c, uint32_t kind, uint64_t lo, uint64_t hi) {
   key_arg = lo << 32 | hi;
@@ -1050,6 +1050,23 @@ static void emit_members(sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, 
 #undef SEP
 }
 
+/* The members in any order (anyorder.c): a call to the dynamic machine of "nothing written". */
+static void emit_any_order(cx_t *c, sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, bool nonempty) {
+  if (!c->out->dyn) c->out->dyn = dyn_new();
+  sb_t *entries = aici_calloc(n + 1, sizeof(sb_t));
+  bool *req = aici_calloc(n + 1, 1);
+  for (uint32_t i = 0; i < n; i++) entries[i] = p[i].text, req[i] = p[i].required;
+  uint32_t obj = dyn_object(c->out->dyn, n, entries, req, add, nonempty, c->ws);
+  aici_free(entries), aici_free(req);
+  key_arg = obj;
+  uint32_t m = machine_for(c, &ANY_MARK, MK_ANY_ORDER, 0, 0);
+  key_arg = 0;
+  if (c->err) return;
+  c->pending[m] = 0;                   /* no text: written when first entered */
+  dyn_bind_start(c->out->dyn, obj, m);
+  emit_call(c, b, m);
+}
+
 static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   const char *ws = c->ws;
   const jv_t *props = jv_get(s, "properties"), *req = jv_get(s, "required"), *addl = jv_get(s, "additionalProperties");
@@ -1100,7 +1117,8 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     sb_puts(t, ws), sb_putc(t, ':'), sb_puts(t, ws);
     uint32_t at = i < np ? ptr_pushs(c, "properties") : ptr_pushs(c, "required");
     ptr_push(c, key->s, key->n);
-    emit_value_within(c, t, val, np + ne > 32 ? 256 : OUTLINE_BYTES);   /* each text is written twice */
+    /* each text is written twice (schema order), or once a key set (any_order) */
+    emit_value_within(c, t, val, c->o->any_order ? 128 : np + ne > 32 ? 256 : OUTLINE_BYTES);
     ptr_pop(c, at);
     p[n].required = r, n_req += r;
     n++;
@@ -1141,7 +1159,8 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   if (get_uint(c, s, "maxProperties", &maxp) && (has_add || maxp < n)) UNSUPPORTED(c, "maxProperties", "fewer than the properties allowed");
   if (c->err) goto done;
   sb_puts(b, "\\{"), sb_puts(b, ws);
-  emit_members(b, p, n, has_add ? &add : 0, nonempty, ws);
+  if (c->o->any_order) emit_any_order(c, b, p, n, has_add ? &add : 0, nonempty);
+  else emit_members(b, p, n, has_add ? &add : 0, nonempty, ws);
   sb_puts(b, ws), sb_puts(b, "\\}");
 done:
   for (uint32_t i = 0; pats && i < pp->n; i++) aici_free(pats[i].p);
