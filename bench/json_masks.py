@@ -77,7 +77,8 @@ second a schema here, so it runs on the first --xgr-per-slice schemas of each sl
 (xgr_schemas says how many); with it, common_schemas counts only schemas it ran on.
 
 Usage: python bench/json_masks.py [--per-slice N | --full] [--slices a,b] [--no-xgr]
-[--xgr-per-slice N]. The last line is one JSON object.
+[--xgr-per-slice N] [--any-order] (ours with the option any_order: keys in any order, each at most
+once; `any_order` in the result says which). The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -131,9 +132,10 @@ class Ours:
     """The `json` controller through aicirt.Runtime's rows API, one request per schema."""
     prefix = ""
 
-    def __init__(self, tok, wasm: bytes):
+    def __init__(self, tok, wasm: bytes, options: bytes = b""):
         import aicirt
         self.aicirt = aicirt
+        self.options = options                 # extra NUL-separated options (b"\0any_order")
         limits = aicirt.Limits(first_call_timeout_s=60.0, call_timeout_s=10.0, soft_deadline_s=10.0)
         self.rt = aicirt.Runtime(tok, limits=limits, workers=1)
         self.ctrl = self.rt.load(wasm)
@@ -183,12 +185,12 @@ class Ours:
         with their keys in schema order (None where the same as given), verdicts only."""
         c = Case()
         text = json.dumps(schema, ensure_ascii=False).encode("utf-8")
-        req, seq, _, r, c.compile_ms, inner, _ = self._first(text + b"\0check")
+        req, seq, _, r, c.compile_ms, inner, _ = self._first(text + self.options + b"\0check")
         seq.close()
         req.close()
         log = "".join(r.logs).strip() if r is not None else ""
         c.compile_inner_ms = inner / 1e3
-        req, seq, mask, r, c.ttfm_ms, inner, c.spawn_ms = self._first(text + b"\0fast_forward=0")
+        req, seq, mask, r, c.ttfm_ms, inner, c.spawn_ms = self._first(text + self.options + b"\0fast_forward=0")
         c.ttfm_inner_ms = inner / 1e3
         try:
             if mask is None:
@@ -423,6 +425,8 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="every schema of every slice")
     ap.add_argument("--slices", default=None)
     ap.add_argument("--no-xgr", action="store_true", help="leave xgrammar out")
+    ap.add_argument("--any-order", action="store_true",
+                    help="ours with the option any_order (keys in any order, each at most once)")
     ap.add_argument("--xgr-per-slice", type=int, default=20,
                     help="xgrammar on the first N schemas of each slice's sample only (its compile takes ~1 s "
                          "a schema single-threaded at this vocabulary); 0: all")
@@ -438,7 +442,7 @@ def main() -> None:
     engines, xgr_note = baselines(q, not args.no_xgr)
     lltok = engines[0].tok
     tok = VocabTokenizer(q.token_bytes, q.eos_token_id, encode=lambda s: lltok.tokenize_str(s))
-    ours = Ours(tok, build_cached("json").read_bytes())
+    ours = Ours(tok, build_cached("json").read_bytes(), b"\0any_order" if args.any_order else b"")
     prefixes = [""] + [e.prefix for e in engines]
     print(f"{' '.join(sys.argv[1:]) or '(defaults)'}; vocab {q.vocab_size}; Qwen2 tokens; load {load_start:.1f}; "
           f"{os.cpu_count()} cores; wall times on the caller's thread", flush=True)
@@ -475,7 +479,7 @@ def main() -> None:
         print(f"{name:15s} " + summary(row, prefixes), flush=True)
     ours.close()
     total = figures(everything, prefixes)
-    result = {"bench": "json_masks", "tokenizer": "qwen2", **total, **ratios(total, prefixes),
+    result = {"bench": "json_masks", "tokenizer": "qwen2", "any_order": args.any_order, **total, **ratios(total, prefixes),
               "xgr_available": "xgr" in prefixes, "load_avg_start": round(load_start, 1),
               "load_avg_end": round(os.getloadavg()[0], 1), "seconds": round(time.perf_counter() - t_start, 1),
               "per_slice": per_slice}

@@ -179,3 +179,31 @@ def test_any_order_in_the_schema_root_and_on_many_keys():
     assert walk(schema, '[{"k39":1,"k0":2},{"k5":1,"k39":3,"k1":0},{"k0":2,"k39":1}]')[0] == "accepted"
     assert walk(schema, '[{"k39":1,"k39":2}]')[0] == "rejected"
     assert walk(schema, '[{"k0":1}]')[0] == "rejected"
+
+
+JSON_PATCH_OP = {"type": "object", "required": ["op", "path"], "properties": {"path": {"type": "string"}},
+                 "oneOf": [{"properties": {"op": {"enum": ["add", "test"]}, "value": {}}, "required": ["value"]},
+                           {"properties": {"op": {"enum": ["remove"]}}}]}
+XAPI_IFI = {"oneOf": [
+    {"type": "object", "properties": {"mbox": {"type": "string"}}, "patternProperties": {"^(sha|acct)$": {"type": "null"}},
+     "required": ["mbox"]},
+    {"type": "object", "properties": {"sha": {"type": "string"}}, "patternProperties": {"^(mbox|acct)$": {"type": "null"}},
+     "required": ["sha"]}]}
+
+
+@pytest.mark.parametrize("schema, text, verdict", [
+    # the key the siblings require tells the branches apart
+    (JSON_PATCH_OP, '{"path":"/a","op":"remove"}', "accepted"),
+    (JSON_PATCH_OP, '{"path":"/a","op":"add","value":1}', "accepted"),
+    (JSON_PATCH_OP, '{"path":"/a","op":"add"}', "rejected"),
+    (JSON_PATCH_OP, '{"path":"/a","op":"remove","value":1}', "accepted"),   # branch 2 only
+    # a required key's value kinds differ (string in one, null by a pattern in the other)
+    (XAPI_IFI, '{"mbox":"x"}', "accepted"),
+    (XAPI_IFI, '{"sha":"y","mbox":null}', "accepted"),
+    (XAPI_IFI, '{"mbox":"x","sha":"y"}', "rejected"),
+    # nested literal branches
+    ({"oneOf": [{"oneOf": [{"enum": ["a", "b"]}, {"enum": ["c"]}]}, {"enum": ["d"]}]}, '"c"', "accepted"),
+    ({"oneOf": [{"oneOf": [{"enum": ["a", "b"]}, {"enum": ["c"]}]}, {"enum": ["d"]}]}, '"e"', "rejected"),
+])
+def test_one_of_disjoint_by_required_keys_values(schema, text, verdict):
+    assert walk(schema, text)[0] == verdict

@@ -1407,56 +1407,38 @@ static uint32_t kinds_of(cx_t *c, const jv_t *s) {
     }
     bits &= vb;
   }
-  const jv_t *alts = jv_get(s, "anyOf");
-  if (alts && alts->kind == JV_ARR) {
-    uint32_t u = 0;
-    for (uint32_t i = 0; i < alts->n; i++) u |= kinds_of(c, &alts->items[i]);
-    bits &= u;
+  for (const char *const *kw = (const char *const[]){"anyOf", "oneOf", 0}; *kw; kw++) {
+    const jv_t *alts = jv_get(s, *kw);   /* a oneOf's values are some of its anyOf's */
+    if (alts && alts->kind == JV_ARR) {
+      uint32_t u = 0;
+      for (uint32_t i = 0; i < alts->n; i++) u |= kinds_of(c, &alts->items[i]);
+      bits &= u;
+    }
   }
   return bits;
 }
 
-/* The values a required property can take, when its schema lists them (const / enum). */
-static const jv_t *literal_values(cx_t *c, const jv_t *s, const jv_t *key, uint32_t *n) {
-  s = deref(c, s);
-  if (!s || s->kind != JV_OBJ || !is_required(jv_get(s, "required"), key)) return 0;
-  const jv_t *p = jv_get(s, "properties");
-  if (!p || p->kind != JV_OBJ) return 0;
-  for (uint32_t i = 0; i < p->n; i++)
-    if (p->keys[i].n == key->n && !__builtin_memcmp(p->keys[i].s, key->s, key->n)) {
-      const jv_t *v = deref(c, &p->items[i]);
-      if (!v || v->kind != JV_OBJ) return 0;
-      const jv_t *k = jv_get(v, "const"), *e = jv_get(v, "enum");
-      if (k) { *n = 1; return k; }
-      if (e && e->kind == JV_ARR) { *n = e->n; return e->items; }
-    }
-  return 0;
-}
-
-/* Values listed by enum / const at the top of a schema (NULL: not a literal schema). */
+/* Values listed by enum / const at the top of a schema, or by every branch of its anyOf / oneOf
+ * (NULL: not a literal schema). */
 static const jv_t *top_literals(cx_t *c, const jv_t *s, uint32_t *n) {
   s = deref(c, s);
   if (!s || s->kind != JV_OBJ) return 0;
   const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
   if (k) { *n = 1; return k; }
   if (e && e->kind == JV_ARR) { *n = e->n; return e->items; }
-  return 0;
-}
-
-/* `a` requires a key that `b` forbids (additionalProperties false, not listed, or false). */
-static bool required_forbidden(cx_t *c, const jv_t *a, const jv_t *b) {
-  a = deref(c, a), b = deref(c, b);
-  if (!a || !b || a->kind != JV_OBJ || b->kind != JV_OBJ) return false;
-  const jv_t *req = jv_get(a, "required"), *props = jv_get(b, "properties"), *addl = jv_get(b, "additionalProperties");
-  if (!req || req->kind != JV_ARR || jv_get(b, "patternProperties")) return false;
-  for (uint32_t i = 0; i < req->n; i++) {
-    const jv_t *k = &req->items[i], *v = 0;
-    if (k->kind != JV_STR) continue;
-    for (uint32_t j = 0; props && props->kind == JV_OBJ && j < props->n; j++)
-      if (props->keys[j].n == k->n && !__builtin_memcmp(props->keys[j].s, k->s, k->n)) v = &props->items[j];
-    if (v ? v->kind == JV_FALSE : addl && addl->kind == JV_FALSE) return true;
+  const jv_t *alts = jv_get(s, "anyOf");
+  if (!alts) alts = jv_get(s, "oneOf");
+  if (!alts || alts->kind != JV_ARR || !alts->n) return 0;
+  jv_t *all = jv_new(JV_ARR);
+  for (uint32_t i = 0; i < alts->n; i++) {
+    uint32_t m = 0;
+    const jv_t *v = top_literals(c, &alts->items[i], &m);
+    if (!v) return 0;
+    all->items = aici_realloc(all->items, (all->n + m + 1) * sizeof(jv_t));
+    for (uint32_t j = 0; j < m; j++) all->items[all->n++] = v[j];
   }
-  return false;
+  *n = all->n;
+  return all->items;
 }
 
 static bool literals_disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
@@ -1469,22 +1451,52 @@ static bool literals_disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
   return true;
 }
 
-/* No object satisfies both: a required key the other forbids, or required keys with disjoint
- * literal values. Says nothing about values that are no objects. */
-static bool objects_disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
-  if (required_forbidden(c, a, b) || required_forbidden(c, b, a)) return true;
-  const jv_t *da = deref(c, a);
-  const jv_t *pa = da && da->kind == JV_OBJ ? jv_get(da, "properties") : 0;
-  for (uint32_t i = 0; pa && pa->kind == JV_OBJ && i < pa->n; i++) {
-    uint32_t na = 0, nb = 0;
-    const jv_t *va = literal_values(c, a, &pa->keys[i], &na), *vb = literal_values(c, b, &pa->keys[i], &nb);
-    if (!va || !vb) continue;
-    bool overlap = false;
-    for (uint32_t x = 0; x < na && !overlap; x++)
-      for (uint32_t y = 0; y < nb && !overlap; y++) overlap = jv_equal(&va[x], &vb[y]);
-    if (!overlap) return true;
+/* The schema a key's value meets in object schema `s`: its listed property, else a pattern's
+ * it matches (one of them: a superset of their intersection), else additionalProperties; NULL:
+ * anything. */
+static const jv_t *value_schema(cx_t *c, const jv_t *s, const jv_t *key) {
+  const jv_t *p = jv_get(s, "properties"), *pp = jv_get(s, "patternProperties");
+  for (uint32_t i = 0; p && p->kind == JV_OBJ && i < p->n; i++)
+    if (p->keys[i].n == key->n && !__builtin_memcmp(p->keys[i].s, key->s, key->n)) return &p->items[i];
+  for (uint32_t i = 0; pp && pp->kind == JV_OBJ && i < pp->n; i++) {
+    sb_t t = {0};
+    const char *why = 0;
+    aici_regex_t *re = emit_pattern(&t, pp->keys[i].s, pp->keys[i].n, &why) ? aici_regex_compile(t.p, t.n, 0) : 0;
+    aici_free(t.p);
+    if (!re) return 0;                 /* cannot tell whether it matches: anything */
+    sb_t k = {0};
+    jv_write_str(&k, key->s, key->n);
+    uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)k.p + 1, k.n - 2);
+    aici_free(k.p);
+    if (st && aici_regex_accepting(re, st)) return &pp->items[i];
+  }
+  return jv_get(s, "additionalProperties");
+}
+
+/* No two values satisfy both (their kinds, or their literals, are disjoint). */
+static bool values_disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
+  return !(kinds_of(c, a) & kinds_of(c, b)) || literals_disjoint(c, a, b);
+}
+
+static bool keys_disjoint(cx_t *c, const jv_t *a, const jv_t *b, const jv_t *req) {
+  for (uint32_t i = 0; req && req->kind == JV_ARR && i < req->n; i++) {
+    const jv_t *k = &req->items[i];
+    if (k->kind != JV_STR) continue;
+    const jv_t *va = value_schema(c, a, k), *vb = value_schema(c, b, k);
+    if ((va && va->kind == JV_FALSE) || (vb && vb->kind == JV_FALSE)) return true;
+    if (va && vb && values_disjoint(c, va, vb)) return true;
   }
   return false;
+}
+
+/* No object satisfies both: some key that one of them (or `parent_req`, the oneOf's sibling
+ * `required`) requires, so that it is present, has values of disjoint kinds or literals in the
+ * two (a key one forbids included). Says nothing of values that are no objects. */
+static bool objects_disjoint(cx_t *c, const jv_t *a, const jv_t *b, const jv_t *parent_req) {
+  a = deref(c, a), b = deref(c, b);
+  if (!a || !b || a->kind != JV_OBJ || b->kind != JV_OBJ) return false;
+  return keys_disjoint(c, a, b, jv_get(a, "required")) || keys_disjoint(c, a, b, jv_get(b, "required")) ||
+         keys_disjoint(c, a, b, parent_req);
 }
 
 /* Every value of kind `kind` (a kinds_of bit) satisfies `s`: no keyword of `s` but `type`
@@ -1515,15 +1527,17 @@ static bool admits_every(cx_t *c, const jv_t *s, uint32_t kind) {
  * the other forbids), or both admit every value of that kind, so that no value of it matches
  * exactly one branch: the kind is then taken out of every branch (*excluded gets its bit).
  * False: branches that may overlap otherwise. */
-static bool one_of_exact(cx_t *c, const jv_t *alts, uint32_t *excluded) {
+static bool one_of_exact(cx_t *c, const jv_t *alts, const jv_t *rest, uint32_t *excluded) {
   *excluded = 0;
+  uint32_t within = kinds_of(c, rest);  /* the siblings' kinds: no other value matters */
+  const jv_t *parent_req = jv_get(rest, "required");
   for (uint32_t i = 0; i < alts->n; i++)
     for (uint32_t j = i + 1; j < alts->n; j++) {
       const jv_t *a = &alts->items[i], *b = &alts->items[j];
-      uint32_t both = kinds_of(c, a) & kinds_of(c, b);
+      uint32_t both = kinds_of(c, a) & kinds_of(c, b) & within;
       if (!both || literals_disjoint(c, a, b)) continue;
       for (uint32_t k = 1; k < 128; k <<= 1) {
-        if (!(both & k) || (k == 4 && objects_disjoint(c, a, b))) continue;
+        if (!(both & k) || (k == 4 && objects_disjoint(c, a, b, parent_req))) continue;
         if (!admits_every(c, a, k) || !admits_every(c, b, k)) return false;
         *excluded |= k;
       }
@@ -1541,7 +1555,7 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
   bool siblings = false;
   for (uint32_t i = 0; i < rest->n; i++) siblings |= is_constraint_key(&rest->keys[i]);
   uint32_t excluded = 0;
-  if (kw[0] == 'o' && !one_of_exact(c, alts, &excluded) && !c->err) {
+  if (kw[0] == 'o' && !one_of_exact(c, alts, rest, &excluded) && !c->err) {
     excluded = 0;
     if (c->o->coerce_one_of) relax(c, "oneOf (as anyOf: option coerce_one_of)");
     else { UNSUPPORTED(c, "oneOf", "branches that may overlap; the option coerce_one_of compiles it as anyOf"); return; }
