@@ -77,8 +77,11 @@ second a schema here, so it runs on the first --xgr-per-slice schemas of each sl
 (xgr_schemas says how many); with it, common_schemas counts only schemas it ran on.
 
 Usage: python bench/json_masks.py [--per-slice N | --full] [--slices a,b] [--no-xgr]
-[--xgr-per-slice N] [--any-order] (ours with the option any_order: keys in any order, each at most
-once; `any_order` in the result says which). The last line is one JSON object.
+[--xgr-per-slice N] [--any-order] [--compile-only]. --slices hard: this project's own hard cases
+(tests/_json_cases.py hard_cases: many optional properties, overlapping oneOf, patterns with
+length bounds, ...). --compile-only: coverage over every schema of the slices, our refusals
+counted by reason. --any-order: ours with the option any_order (keys in any order, each at most
+once); `any_order` in the result says which. The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -419,12 +422,64 @@ def summary(row: dict, prefixes: list[str]) -> str:
     return out
 
 
+def coverage(ours: Ours, llg: Llg, slices: list[str], load_start: float) -> None:
+    """--compile-only: every schema of `slices` compiled by ours (the option `check`) and by
+    llguidance; the last line is one JSON object: schemas, coverage_pct, llg_coverage_pct,
+    ours_only, llg_only (schemas one compiles and the other refuses), per_slice, and `refusals`
+    (our log lines' keyword and reason, counted, most frequent first)."""
+    from collections import Counter
+
+    from _json_cases import load_slice
+    t_start = time.perf_counter()
+    reasons: Counter = Counter()
+    per_slice, llg_only, ours_only = {}, [], []
+    n = ok_ours = ok_llg = 0
+    for name in slices:
+        k = o = g = 0
+        for case in load_slice(name):
+            text = json.dumps(case["schema"], ensure_ascii=False).encode("utf-8")
+            try:
+                req, seq, _, r, *_ = ours._first(text + ours.options + b"\0check")
+                seq.close()
+                req.close()
+                log = "".join(r.logs) if r is not None else ""
+            except RuntimeError as e:
+                log = str(e)
+            mine = "json: schema ok" in log
+            try:
+                theirs = llg.compile(case["schema"]) is not None
+            except Exception:              # llguidance raising on a schema: not compiled
+                theirs = False
+            k, o, g = k + 1, o + mine, g + theirs
+            if not mine:
+                lines = [x for x in log.splitlines() if x.startswith("json: ")] or [log[:100]]
+                line = lines[-1]
+                reasons[line.split(" at ")[0] + (" (" + line.split(" (", 1)[1] if " (" in line else "")] += 1
+                if theirs:
+                    llg_only.append(f"{case['id']}: {line}")
+            elif not theirs:
+                ours_only.append(case["id"])
+        per_slice[name] = {"schemas": k, "coverage_pct": share(o, k), "llg_coverage_pct": share(g, k)}
+        print(f"{name:15s} {k} schemas: ours {share(o, k):6.2f}%  llg {share(g, k):6.2f}%", flush=True)
+        n, ok_ours, ok_llg = n + k, ok_ours + o, ok_llg + g
+    for line in llg_only:
+        print(f"  llg compiles, ours refuses: {line}", flush=True)
+    print(json.dumps({"bench": "json_masks", "mode": "compile_only", "any_order": bool(ours.options), "schemas": n,
+                      "coverage_pct": share(ok_ours, n), "llg_coverage_pct": share(ok_llg, n),
+                      "ours_only": len(ours_only), "llg_only": len(llg_only), "per_slice": per_slice,
+                      "refusals": dict(reasons.most_common()), "load_avg_start": round(load_start, 1),
+                      "seconds": round(time.perf_counter() - t_start, 1)}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-slice", type=int, default=60, help="schemas per slice (seeded sample)")
     ap.add_argument("--full", action="store_true", help="every schema of every slice")
     ap.add_argument("--slices", default=None)
     ap.add_argument("--no-xgr", action="store_true", help="leave xgrammar out")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="coverage only: compile every schema of the slices in ours and llguidance, count the "
+                         "refusals by reason (no masks, no instances)")
     ap.add_argument("--any-order", action="store_true",
                     help="ours with the option any_order (keys in any order, each at most once)")
     ap.add_argument("--xgr-per-slice", type=int, default=20,
@@ -448,7 +503,10 @@ def main() -> None:
           f"{os.cpu_count()} cores; wall times on the caller's thread", flush=True)
     if xgr_note:
         print(xgr_note, flush=True)
-    slices = args.slices.split(",") if args.slices else SLICES
+    slices = args.slices.split(",") if args.slices else SLICES   # "hard": tests/_json_cases.py HARD
+    if args.compile_only:
+        coverage(ours, engines[0], slices, load_start)
+        return
     per_slice, everything = {}, []
     t_start = time.perf_counter()
     for name in slices:

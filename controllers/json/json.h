@@ -107,7 +107,7 @@ typedef struct {
  * canonical string content) and none of `keys` (a regex of the listed keys' contents; len 0:
  * none), as the product DFA of those regexes; NULL when it has over `limit` states. Its live
  * states other than the plain STRCHAR* ones are machines 0..keylang_machines()-1 (0: the start,
- * unless keylang_start_is_free or keylang_empty); keylang_text writes machine i's regex, calling
+ * unless keylang_start_is_free: S alone is left, or keylang_empty); keylang_text writes machine i's regex, calling
  * the others as machines base + j. */
 typedef struct keylang keylang_t;
 keylang_t *keylang_new(const char *const *pats, const uint32_t *pat_lens, uint32_t n_pats, int32_t target,
@@ -116,6 +116,8 @@ bool keylang_empty(const keylang_t *L);
 bool keylang_start_is_free(const keylang_t *L);
 uint32_t keylang_machines(const keylang_t *L);
 void keylang_text(const keylang_t *L, uint32_t machine, uint32_t base, sb_t *out);
+/* The start's regex, inline when keylang_start_is_free (no machine), else a call to machine base. */
+void keylang_start_text(const keylang_t *L, uint32_t base, sb_t *out);
 void keylang_free(keylang_t *L);
 
 /* false on error: *err gets a heap message such as "unsupported: not at #/properties/a". */

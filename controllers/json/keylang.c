@@ -23,7 +23,7 @@ struct keylang {
   uint8_t cls_rep[256], cls_of[256];   /* joint byte classes: a representative, and byte -> class */
   uint32_t *st;                        /* n_states * n_comp component states */
   uint32_t *next;                      /* n_states * n_cls: target product state + 1, 0 = dead */
-  uint8_t *accept, *live, *free_;
+  uint8_t *accept, *live, *free_, *tail;   /* tail: every part but S absorbing (see keylang_new) */
   uint32_t *ht, ht_cap;
   uint32_t *id;                        /* per product state: its machine's index among the kept ones */
   uint32_t n_kept;
@@ -134,7 +134,7 @@ keylang_t *keylang_new(const char *const *pats, const uint32_t *pat_lens, uint32
     }
   }
   uint32_t N = L->n_states;
-  L->accept = aici_calloc(N, 1), L->live = aici_calloc(N, 1), L->free_ = aici_calloc(N, 1);
+  L->accept = aici_calloc(N, 1), L->live = aici_calloc(N, 1), L->free_ = aici_calloc(N, 1), L->tail = aici_calloc(N, 1);
   L->id = aici_calloc(N, 4);
   for (uint32_t i = 0; i < N; i++) L->live[i] = L->accept[i] = accepts(L, L->st + (size_t)i * n);
   for (bool changed = true; changed;) {   /* live: some match is reachable */
@@ -150,18 +150,22 @@ keylang_t *keylang_new(const char *const *pats, const uint32_t *pat_lens, uint32
   uint32_t s_start = aici_regex_start(L->re[0]);
   for (uint32_t i = 0; i < N; i++) {
     const uint32_t *q = L->st + (size_t)i * n;
-    bool fr = L->live[i] && L->accept[i] && q[0] == s_start;
-    for (uint32_t c = 1; c < n && fr; c++) fr = absorbing(L, c, q[c]);
-    L->free_[i] = fr;
-    L->id[i] = L->live[i] && !fr ? L->n_kept++ : UINT32_MAX;
+    /* tail: the other parts are settled, so what is left is S's own language from here (the
+     * rest of a character, then STRCHAR*): written inline, a few bytes deep, never a machine */
+    bool tail = L->live[i];
+    for (uint32_t c = 1; c < n && tail; c++) tail = absorbing(L, c, q[c]);
+    L->tail[i] = tail;
+    L->free_[i] = tail && L->accept[i] && q[0] == s_start;
+    L->id[i] = L->live[i] && !tail ? L->n_kept++ : UINT32_MAX;
   }
   return L;
 }
 
 bool keylang_empty(const keylang_t *L) { return !L->live[0]; }
 uint32_t keylang_machines(const keylang_t *L) { return L->n_kept; }
-bool keylang_start_is_free(const keylang_t *L) { return L->free_[0]; }
+bool keylang_start_is_free(const keylang_t *L) { return L->tail[0]; }
 
+static void hex(sb_t *b, uint32_t v);
 static void call(sb_t *b, uint32_t m) {
   sb_puts(b, "(?:");
   sb_byte(b, CALL_BYTE), sb_byte(b, (uint8_t)(m >> 8)), sb_byte(b, (uint8_t)m);
@@ -173,9 +177,18 @@ static void hex(sb_t *b, uint32_t v) {
   sb_puts(b, "\\x"), sb_putc(b, H[v >> 4]), sb_putc(b, H[v & 15]);
 }
 
-void keylang_text(const keylang_t *L, uint32_t state_machine, uint32_t base, sb_t *out) {
-  uint32_t i = 0;                      /* the product state whose machine index is state_machine */
-  while (L->id[i] != state_machine) i++;
+/* State i's language: STRCHAR* when free, else one byte class and what follows it, inline for
+ * tail states, a call to their machine for the others (`top`: state i's own machine text). */
+static void state_text(const keylang_t *L, uint32_t i, uint32_t base, bool top, uint32_t depth, sb_t *out) {
+  if (L->free_[i]) {
+    sb_puts(out, "(?:"), emit_strchar(out), sb_puts(out, ")*");
+    return;
+  }
+  if (depth > 8) {                     /* never: a tail is S alone, back at a character's start within 4 */
+    sb_puts(out, "[^\\x00-\\xff]");
+    return;
+  }
+  if (!top && !L->tail[i]) { call(out, base + L->id[i]); return; }
   sb_puts(out, "(?:");
   bool first = true;
   uint8_t done[256] = {0};
@@ -187,7 +200,7 @@ void keylang_text(const keylang_t *L, uint32_t state_machine, uint32_t base, sb_
     bool in[256] = {0};                /* every byte whose class leads to j */
     for (uint32_t y = x; y < L->n_cls; y++)
       if (L->next[(size_t)i * L->n_cls + y] == j) done[y] = 1;
-    for (uint32_t b = 0; b < 256; b++) in[b] = done[L->cls_of[b]] && L->next[(size_t)i * L->n_cls + L->cls_of[b]] == j;
+    for (uint32_t b = 0; b < 256; b++) in[b] = L->next[(size_t)i * L->n_cls + L->cls_of[b]] == j;
     sb_putc(out, '[');
     for (uint32_t b = 0; b < 256;) {
       if (!in[b]) { b++; continue; }
@@ -198,13 +211,20 @@ void keylang_text(const keylang_t *L, uint32_t state_machine, uint32_t base, sb_
       b = e + 1;
     }
     sb_putc(out, ']');
-    if (L->free_[j - 1]) sb_puts(out, "(?:"), emit_strchar(out), sb_puts(out, ")*");
-    else call(out, base + L->id[j - 1]);
+    state_text(L, j - 1, base, false, depth + 1, out);
   }
   if (L->accept[i]) sb_puts(out, first ? "" : "|");
   else if (first) sb_puts(out, "[^\\x00-\\xff]");
   sb_putc(out, ')');
 }
+
+void keylang_text(const keylang_t *L, uint32_t state_machine, uint32_t base, sb_t *out) {
+  uint32_t i = 0;                      /* the product state whose machine index is state_machine */
+  while (L->id[i] != state_machine) i++;
+  state_text(L, i, base, true, 0, out);
+}
+
+void keylang_start_text(const keylang_t *L, uint32_t base, sb_t *out) { state_text(L, 0, base, L->tail[0], 0, out); }
 
 void keylang_free(keylang_t *L) {
   if (!L) return;

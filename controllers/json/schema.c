@@ -949,7 +949,7 @@ static bool emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, in
   if (keylang_empty(L)) {
     sb_puts(b, "[^\\x00-\\xff]");
   } else if (keylang_start_is_free(L)) {
-    sb_puts(b, "(?:"), emit_strchar(b), sb_puts(b, ")*");
+    keylang_start_text(L, 0, b);
   } else {
     uint32_t base = c->n_keys;
     const jv_t *marker = jv_new(JV_NULL);   /* fresh: these machines are found by no other schema */
@@ -962,7 +962,7 @@ static bool emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, in
       if (!c->err) set_text(c, m, t.p, t.n);
       aici_free(t.p);
     }
-    emit_call(c, b, base);
+    keylang_start_text(L, base, b);
   }
   keylang_free(L);
   return true;
