@@ -99,7 +99,11 @@ typedef struct {
   machine_src_t *m;
   uint32_t n;
   sb_t log;                   /* relaxations taken on request (ignore=...) */
-  dyn_t *dyn;                 /* NULL, or what writes the dynamic machines (any_order objects) */
+  /* Dynamic machines (text NULL): dyn_write(dyn, id, reserve, ctx, out) writes machine id's
+   * regex when a configuration first enters it (NULL: none; any_order objects set dyn_text). A
+   * pointer, so that the matcher links without anyorder.c. */
+  dyn_t *dyn;
+  bool (*dyn_write)(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *out);
 } compiled_t;
 
 /* ---- key languages (keylang.c) ------------------------------------------------------------ */

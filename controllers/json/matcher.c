@@ -41,6 +41,7 @@ struct matcher {
   uint32_t n, cap;                     /* machine ids in use (compiled, dynamic, reserved); room */
   uint32_t n_dyn;                      /* dynamic machines compiled (DYN_MAX at most) */
   dyn_t *dyn;                          /* writes the dynamic machines' regexes (NULL: none) */
+  bool (*dyn_write)(dyn_t *, uint32_t, dyn_reserve_fn, void *, sb_t *);
   aici_regex_t **re;                   /* NULL: a dynamic machine not made yet */
   uint16_t **info;                     /* per machine, per DFA state: ST_*, room << ROOM_SHIFT */
   char_reps_t **reps;                  /* per machine, made on first use */
@@ -103,7 +104,7 @@ static bool ensure(matcher_t *M, uint32_t k) {
     return false;
   }
   sb_t t = {0};
-  if (!dyn_text(M->dyn, k, reserve, M, &t)) { aici_free(t.p); return false; }
+  if (!M->dyn_write || !M->dyn_write(M->dyn, k, reserve, M, &t)) { aici_free(t.p); return false; }
   aici_regex_t *re = aici_regex_compile(t.p, t.n, 0);
   aici_free(t.p);
   if (!re) return false;
@@ -116,7 +117,7 @@ static bool ensure(matcher_t *M, uint32_t k) {
 matcher_t *matcher_new(const compiled_t *src, char **err) {
   matcher_t *M = aici_calloc(1, sizeof *M);
   grow(M, src->n);
-  M->n = src->n, M->dyn = src->dyn;
+  M->n = src->n, M->dyn = src->dyn, M->dyn_write = src->dyn_write;
   for (uint32_t i = 0; i < src->n; i++) {
     char *e = 0;
     if (!src->m[i].text) continue;     /* dynamic: made on first entry */

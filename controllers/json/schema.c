@@ -1052,7 +1052,7 @@ static void emit_members(sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, 
 
 /* The members in any order (anyorder.c): a call to the dynamic machine of "nothing written". */
 static void emit_any_order(cx_t *c, sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, bool nonempty) {
-  if (!c->out->dyn) c->out->dyn = dyn_new();
+  if (!c->out->dyn) c->out->dyn = dyn_new(), c->out->dyn_write = dyn_text;
   sb_t *entries = aici_calloc(n + 1, sizeof(sb_t));
   bool *req = aici_calloc(n + 1, 1);
   for (uint32_t i = 0; i < n; i++) entries[i] = p[i].text, req[i] = p[i].required;
