@@ -21,7 +21,12 @@ Fields (the last line; the same per slice under `per_slice`, without the ratios)
                            ratio below is over these only (coverage and verdicts are over all)
   coverage_pct, valid_accept_pct, invalid_reject_pct
                            schemas compiled, valid instances accepted, invalid ones rejected (%)
-                           (`llg_`/`xgr_` the same for the baselines), over every schema tried
+                           (`llg_`/`xgr_` the same for the baselines), over every schema tried,
+                           on the instances as given
+  valid_accept_reordered_pct, invalid_reject_reordered_pct
+                           the same on the instances with their keys in schema order (what this
+                           bench measured before: llguidance, like ours, writes keys in schema
+                           order, so instances given in another order are rejected by both)
   mask_wall_us_p50/p99     HEADLINE: one token through the runtime, `submit_rows` (the sampled
                            token) -> `wait` until the row's mask is in the array, per token
   mask_submit_us_p50/p99   of mask_wall_us, the `submit_rows` call alone (arrays checked, the row
@@ -72,7 +77,11 @@ second a schema here, so it runs on the first --xgr-per-slice schemas of each sl
 (xgr_schemas says how many); with it, common_schemas counts only schemas it ran on.
 
 Usage: python bench/json_masks.py [--per-slice N | --full] [--slices a,b] [--no-xgr]
-[--xgr-per-slice N]. The last line is one JSON object.
+[--xgr-per-slice N] [--any-order] [--compile-only]. --slices hard: this project's own hard cases
+(tests/_json_cases.py hard_cases: many optional properties, overlapping oneOf, patterns with
+length bounds, ...). --compile-only: coverage over every schema of the slices, our refusals
+counted by reason. --any-order: ours with the option any_order (keys in any order, each at most
+once); `any_order` in the result says which. The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -119,15 +128,17 @@ class Case:
         self.other_us: list[float] = []     # ours: inner µs; baselines: consume + fill µs
         self.submit_us: list[float] = []    # ours: the submit_rows part of mask_us
         self.verdicts: list[tuple[bool, bool, bool]] = []   # (valid, accepted, rejected)
+        self.verdicts_reordered: list[tuple[bool, bool, bool]] = []   # keys in schema order
 
 
 class Ours:
     """The `json` controller through aicirt.Runtime's rows API, one request per schema."""
     prefix = ""
 
-    def __init__(self, tok, wasm: bytes):
+    def __init__(self, tok, wasm: bytes, options: bytes = b""):
         import aicirt
         self.aicirt = aicirt
+        self.options = options                 # extra NUL-separated options (b"\0any_order")
         limits = aicirt.Limits(first_call_timeout_s=60.0, call_timeout_s=10.0, soft_deadline_s=10.0)
         self.rt = aicirt.Runtime(tok, limits=limits, workers=1)
         self.ctrl = self.rt.load(wasm)
@@ -172,28 +183,33 @@ class Ours:
         t2 = time.perf_counter()
         return req, seq, mask, r, (t2 - t0) * 1e3, inner, (t1 - t0) * 1e3
 
-    def run(self, schema, texts, eos) -> tuple[Case, str | None]:
-        """(figures, the controller's log when it refused the schema)."""
+    def run(self, schema, texts, eos, reordered=None) -> tuple[Case, str | None]:
+        """(figures, the controller's log when it refused the schema); `reordered`: the instances
+        with their keys in schema order (None where the same as given), verdicts only."""
         c = Case()
         text = json.dumps(schema, ensure_ascii=False).encode("utf-8")
-        req, seq, _, r, c.compile_ms, inner, _ = self._first(text + b"\0check")
+        req, seq, _, r, c.compile_ms, inner, _ = self._first(text + self.options + b"\0check")
         seq.close()
         req.close()
         log = "".join(r.logs).strip() if r is not None else ""
         c.compile_inner_ms = inner / 1e3
-        req, seq, mask, r, c.ttfm_ms, inner, c.spawn_ms = self._first(text + b"\0fast_forward=0")
+        req, seq, mask, r, c.ttfm_ms, inner, c.spawn_ms = self._first(text + self.options + b"\0fast_forward=0")
         c.ttfm_inner_ms = inner / 1e3
         try:
             if mask is None:
                 return c, (log or "stopped without a log line")
             c.compiled = True
-            for valid, toks in texts:
-                try:
-                    ok = self._instance(seq, toks, eos, c)
-                    c.verdicts.append((valid, ok, not ok))
-                except RuntimeError as e:   # an error mid-instance counts against both rates
-                    print(f"  {e}", flush=True)
-                    c.verdicts.append((valid, False, False))
+            for (valid, toks), other in zip(texts, reordered or [None] * len(texts)):
+                for toks_, verdicts, timed in ((toks, c.verdicts, c), (other, c.verdicts_reordered, Case())):
+                    if toks_ is None:          # reordered: the same text as given
+                        verdicts.append(c.verdicts[-1])
+                        continue
+                    try:
+                        ok = self._instance(seq, toks_, eos, timed)
+                        verdicts.append((valid, ok, not ok))
+                    except RuntimeError as e:   # an error mid-instance counts against both rates
+                        print(f"  {e}", flush=True)
+                        verdicts.append((valid, False, False))
         finally:
             seq.close()
             req.close()
@@ -284,8 +300,9 @@ class Xgr:
         return m.is_terminated() or allowed(words, eos)
 
 
-def baseline_case(engine, schema, texts, eos) -> Case:
-    """A baseline's figures for one schema, timed as ours is (wall on this thread)."""
+def baseline_case(engine, schema, texts, eos, reordered=None) -> Case:
+    """A baseline's figures for one schema, timed as ours is (wall on this thread); `reordered`
+    as in Ours.run (verdicts only)."""
     c = Case()
     t0 = time.perf_counter()
     compiled = engine.compile(schema)
@@ -297,26 +314,33 @@ def baseline_case(engine, schema, texts, eos) -> Case:
     c.ttfm_ms = (time.perf_counter() - t0) * 1e3
     c.compiled = True
     for valid, toks in texts:
-        m = engine.start(compiled)
-        words = engine.fill(m)
-        ok = True
-        for t in toks:
-            if not allowed(words, t):
-                ok = False
-                break
-            t0 = time.perf_counter()
-            took = engine.consume(m, t)
-            t1 = time.perf_counter()
-            words = engine.fill(m)
-            t2 = time.perf_counter()
-            c.mask_us.append((t2 - t1) * 1e6)
-            c.other_us.append((t2 - t0) * 1e6)
-            if not took:
-                ok = False
-                break
-        ok = ok and engine.can_end(m, words, eos)
-        c.verdicts.append((valid, ok, not ok))
+        c.verdicts.append(baseline_instance(engine, compiled, valid, toks, eos, c))
+    for (valid, _), other, given in zip(texts, reordered or [None] * len(texts), list(c.verdicts)):
+        c.verdicts_reordered.append(given if other is None else baseline_instance(engine, compiled, valid, other, eos, Case()))
     return c
+
+
+def baseline_instance(engine, compiled, valid, toks, eos, c: Case) -> tuple[bool, bool, bool]:
+    """One instance through a baseline (its times into `c`): (valid, accepted, rejected)."""
+    m = engine.start(compiled)
+    words = engine.fill(m)
+    ok = True
+    for t in toks:
+        if not allowed(words, t):
+            ok = False
+            break
+        t0 = time.perf_counter()
+        took = engine.consume(m, t)
+        t1 = time.perf_counter()
+        words = engine.fill(m)
+        t2 = time.perf_counter()
+        c.mask_us.append((t2 - t1) * 1e6)
+        c.other_us.append((t2 - t0) * 1e6)
+        if not took:
+            ok = False
+            break
+    ok = ok and engine.can_end(m, words, eos)
+    return valid, ok, not ok
 
 
 def baselines(q, want_xgr: bool) -> tuple[list, str | None]:
@@ -340,14 +364,15 @@ def figures(cases: list[dict], prefixes: list[str]) -> dict:
     for p in prefixes:
         k = p + "_" if p else ""
         ran = [c[p] for c in cases if p in c]
-        verdicts = [v for c in ran for v in c.verdicts]
-        valid = [ok for is_valid, ok, _ in verdicts if is_valid]
-        invalid = [rejected for is_valid, _, rejected in verdicts if not is_valid]
         if p:
             row[k + "schemas"] = len(ran)
         row[k + "coverage_pct"] = share(sum(c.compiled for c in ran), len(ran))
-        row[k + "valid_accept_pct"] = share(sum(valid), len(valid))
-        row[k + "invalid_reject_pct"] = share(sum(invalid), len(invalid))
+        for suffix, attr in (("", "verdicts"), ("_reordered", "verdicts_reordered")):
+            verdicts = [v for c in ran for v in getattr(c, attr)]
+            valid = [ok for is_valid, ok, _ in verdicts if is_valid]
+            invalid = [rejected for is_valid, _, rejected in verdicts if not is_valid]
+            row[k + "valid_accept" + suffix + "_pct"] = share(sum(valid), len(valid))
+            row[k + "invalid_reject" + suffix + "_pct"] = share(sum(invalid), len(invalid))
         mine = [c[p] for c in common]
         masks = [x for c in mine for x in c.mask_us]
         other = [x for c in mine for x in c.other_us]
@@ -380,18 +405,70 @@ def ratios(row: dict, prefixes: list[str]) -> dict:
 
 
 def summary(row: dict, prefixes: list[str]) -> str:
-    out = (f"compiled {row['coverage_pct']:6.2f}%  valid ok {row['valid_accept_pct']:6.2f}%  invalid rejected "
-           f"{row['invalid_reject_pct']:6.2f}%  [{row['common_schemas']} common]  mask p50/p99 wall "
+    out = (f"compiled {row['coverage_pct']:6.2f}%  valid ok {row['valid_accept_pct']:6.2f}% (reordered "
+           f"{row['valid_accept_reordered_pct']:6.2f}%)  invalid rejected "
+           f"{row['invalid_reject_pct']:6.2f}% (reordered {row['invalid_reject_reordered_pct']:6.2f}%)  "
+           f"[{row['common_schemas']} common]  mask p50/p99 wall "
            f"{row['mask_wall_us_p50']:.0f}/{row['mask_wall_us_p99']:.0f} µs (submit_rows {row['mask_submit_us_p50']:.0f}/{row['mask_submit_us_p99']:.0f}; inner {row['mask_inner_us_p50']:.0f}/"
            f"{row['mask_inner_us_p99']:.0f})  ttfm p50 {row['ttfm_ms_p50']:.2f} ms  compile p50 "
            f"{row['compile_wall_ms_p50']:.2f} ms (inner {row['compile_inner_ms_p50']:.2f}; spawn p50 {row['spawn_ms_p50']:.2f})")
     for p in prefixes[1:]:
         k = p + "_"
         out += (f"\n{'':15s} {p}: compiled {row[k + 'coverage_pct']:6.2f}%  valid ok {row[k + 'valid_accept_pct']:6.2f}%"
-                f"  invalid rejected {row[k + 'invalid_reject_pct']:6.2f}%  mask p50/p99 {row[k + 'mask_us_p50']:.0f}/"
+                f" (reordered {row[k + 'valid_accept_reordered_pct']:6.2f}%)  invalid rejected "
+                f"{row[k + 'invalid_reject_pct']:6.2f}% (reordered {row[k + 'invalid_reject_reordered_pct']:6.2f}%)  mask p50/p99 {row[k + 'mask_us_p50']:.0f}/"
                 f"{row[k + 'mask_us_p99']:.0f} µs (step {row[k + 'step_us_p50']:.0f}/{row[k + 'step_us_p99']:.0f})  "
                 f"ttfm p50 {row[k + 'ttfm_ms_p50']:.2f} ms  compile p50 {row[k + 'compile_wall_ms_p50']:.2f} ms")
     return out
+
+
+def coverage(ours: Ours, llg: Llg, slices: list[str], load_start: float) -> None:
+    """--compile-only: every schema of `slices` compiled by ours (the option `check`) and by
+    llguidance; the last line is one JSON object: schemas, coverage_pct, llg_coverage_pct,
+    ours_only, llg_only (schemas one compiles and the other refuses), per_slice, and `refusals`
+    (our log lines' keyword and reason, counted, most frequent first)."""
+    from collections import Counter
+
+    from _json_cases import load_slice
+    t_start = time.perf_counter()
+    reasons: Counter = Counter()
+    per_slice, llg_only, ours_only = {}, [], []
+    n = ok_ours = ok_llg = 0
+    for name in slices:
+        k = o = g = 0
+        for case in load_slice(name):
+            text = json.dumps(case["schema"], ensure_ascii=False).encode("utf-8")
+            try:
+                req, seq, _, r, *_ = ours._first(text + ours.options + b"\0check")
+                seq.close()
+                req.close()
+                log = "".join(r.logs) if r is not None else ""
+            except RuntimeError as e:
+                log = str(e)
+            mine = "json: schema ok" in log
+            try:
+                theirs = llg.compile(case["schema"]) is not None
+            except Exception:              # llguidance raising on a schema: not compiled
+                theirs = False
+            k, o, g = k + 1, o + mine, g + theirs
+            if not mine:
+                lines = [x for x in log.splitlines() if x.startswith("json: ")] or [log[:100]]
+                line = lines[-1]
+                reasons[line.split(" at ")[0] + (" (" + line.split(" (", 1)[1] if " (" in line else "")] += 1
+                if theirs:
+                    llg_only.append(f"{case['id']}: {line}")
+            elif not theirs:
+                ours_only.append(case["id"])
+        per_slice[name] = {"schemas": k, "coverage_pct": share(o, k), "llg_coverage_pct": share(g, k)}
+        print(f"{name:15s} {k} schemas: ours {share(o, k):6.2f}%  llg {share(g, k):6.2f}%", flush=True)
+        n, ok_ours, ok_llg = n + k, ok_ours + o, ok_llg + g
+    for line in llg_only:
+        print(f"  llg compiles, ours refuses: {line}", flush=True)
+    print(json.dumps({"bench": "json_masks", "mode": "compile_only", "any_order": bool(ours.options), "schemas": n,
+                      "coverage_pct": share(ok_ours, n), "llg_coverage_pct": share(ok_llg, n),
+                      "ours_only": len(ours_only), "llg_only": len(llg_only), "per_slice": per_slice,
+                      "refusals": dict(reasons.most_common()), "load_avg_start": round(load_start, 1),
+                      "seconds": round(time.perf_counter() - t_start, 1)}))
 
 
 def main() -> None:
@@ -400,12 +477,17 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="every schema of every slice")
     ap.add_argument("--slices", default=None)
     ap.add_argument("--no-xgr", action="store_true", help="leave xgrammar out")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="coverage only: compile every schema of the slices in ours and llguidance, count the "
+                         "refusals by reason (no masks, no instances)")
+    ap.add_argument("--any-order", action="store_true",
+                    help="ours with the option any_order (keys in any order, each at most once)")
     ap.add_argument("--xgr-per-slice", type=int, default=20,
                     help="xgrammar on the first N schemas of each slice's sample only (its compile takes ~1 s "
                          "a schema single-threaded at this vocabulary); 0: all")
     args = ap.parse_args()
 
-    from _json_cases import SLICES, VocabTokenizer, instance_text, load_slice, sample
+    from _json_cases import SLICES, VocabTokenizer, given_text, instance_text, load_slice, sample
     from mask_speed import QwenTokenizer
 
     from aicirt.toolchain import build_cached
@@ -415,42 +497,47 @@ def main() -> None:
     engines, xgr_note = baselines(q, not args.no_xgr)
     lltok = engines[0].tok
     tok = VocabTokenizer(q.token_bytes, q.eos_token_id, encode=lambda s: lltok.tokenize_str(s))
-    ours = Ours(tok, build_cached("json").read_bytes())
+    ours = Ours(tok, build_cached("json").read_bytes(), b"\0any_order" if args.any_order else b"")
     prefixes = [""] + [e.prefix for e in engines]
     print(f"{' '.join(sys.argv[1:]) or '(defaults)'}; vocab {q.vocab_size}; Qwen2 tokens; load {load_start:.1f}; "
           f"{os.cpu_count()} cores; wall times on the caller's thread", flush=True)
     if xgr_note:
         print(xgr_note, flush=True)
-    slices = args.slices.split(",") if args.slices else SLICES
+    slices = args.slices.split(",") if args.slices else SLICES   # "hard": tests/_json_cases.py HARD
+    if args.compile_only:
+        coverage(ours, engines[0], slices, load_start)
+        return
     per_slice, everything = {}, []
     t_start = time.perf_counter()
     for name in slices:
         cases = list(load_slice(name)) if args.full else sample(name, args.per_slice, seed=0)
         rows = []
         for i_case, case in enumerate(cases):
-            texts = []
+            texts, reordered = [], []
             for t in case["tests"]:
                 try:
-                    texts.append((t["valid"], tok.encode_bytes(instance_text(case["schema"], t["data"]))))
+                    given, canon = given_text(t["data"]), instance_text(case["schema"], t["data"])
                 except (ValueError, RecursionError):
-                    pass
+                    continue
+                texts.append((t["valid"], tok.encode_bytes(given)))
+                reordered.append(None if canon == given else tok.encode_bytes(canon))
             rec: dict = {}
             try:
-                rec[""], _ = ours.run(case["schema"], texts, q.eos_token_id)
+                rec[""], _ = ours.run(case["schema"], texts, q.eos_token_id, reordered)
             except RuntimeError as e:   # a controller failure: counted as not compiled, and shown
                 print(f"  {case['id']}: {e}", flush=True)
                 rec[""] = Case()
             for e in engines:
                 if e.prefix == "xgr" and 0 < args.xgr_per_slice <= i_case:
                     continue
-                rec[e.prefix] = baseline_case(e, case["schema"], texts, q.eos_token_id)
+                rec[e.prefix] = baseline_case(e, case["schema"], texts, q.eos_token_id, reordered)
             rows.append(rec)
         everything += rows
         per_slice[name] = row = figures(rows, prefixes)
         print(f"{name:15s} " + summary(row, prefixes), flush=True)
     ours.close()
     total = figures(everything, prefixes)
-    result = {"bench": "json_masks", "tokenizer": "qwen2", **total, **ratios(total, prefixes),
+    result = {"bench": "json_masks", "tokenizer": "qwen2", "any_order": args.any_order, **total, **ratios(total, prefixes),
               "xgr_available": "xgr" in prefixes, "load_avg_start": round(load_start, 1),
               "load_avg_end": round(os.getloadavg()[0], 1), "seconds": round(time.perf_counter() - t_start, 1),
               "per_slice": per_slice}
@@ -458,7 +545,8 @@ def main() -> None:
         result["xgr_note"] = xgr_note
     if not result["xgr_available"]:
         result.update({f"xgr_{k}": None for k in (
-            "schemas", "coverage_pct", "valid_accept_pct", "invalid_reject_pct", "masks", "mask_us_p50", "mask_us_p99",
+            "schemas", "coverage_pct", "valid_accept_pct", "invalid_reject_pct", "valid_accept_reordered_pct",
+            "invalid_reject_reordered_pct", "masks", "mask_us_p50", "mask_us_p99",
             "step_us_p50", "step_us_p99", "ttfm_ms_p50", "ttfm_ms_p90", "compile_wall_ms_p50", "compile_wall_ms_p90")})
     print(json.dumps(result).replace("NaN", "null"))
 

@@ -29,8 +29,63 @@ def data_dir() -> Path:
 
 @functools.cache
 def load_slice(name: str) -> tuple[dict, ...]:
+    """A MaskBench slice by name, or "hard": the cases of HARD below."""
+    if name == "hard":
+        return tuple(hard_cases())
     with open(data_dir() / f"{name}.jsonl", encoding="utf-8") as f:
         return tuple(json.loads(line) for line in f if line.strip())
+
+
+def _meta(n_optional: int) -> dict:
+    """A Kubernetes-ObjectMeta-like object: `n_optional` optional properties, none required."""
+    names = ["annotations", "clusterName", "creationTimestamp", "deletionGracePeriodSeconds", "deletionTimestamp",
+             "finalizers", "generateName", "generation", "labels", "managedFields", "name", "namespace",
+             "ownerReferences", "resourceVersion", "selfLink", "uid"]
+    props = {n: {"type": "string"} for n in names}
+    props.update({f"x{i}": {"type": "integer"} for i in range(n_optional - len(names))})
+    props["labels"] = {"type": "object", "additionalProperties": {"type": "string"}}
+    return {"type": "object", "properties": props}
+
+
+def hard_cases() -> list[dict]:
+    """Hard cases of this project's own, in the slices' format ({id, schema, tests}): objects with
+    dozens of optional properties before the first required one, oneOf whose branches overlap on
+    values that are no objects, patternProperties covering required keys, int64 bounds, enum
+    beside long maxLength, patterns with length bounds."""
+    def case(name, schema, valid, invalid):
+        return {"id": f"hard---{name}", "schema": schema,
+                "tests": [{"description": "", "valid": True, "data": d} for d in valid] +
+                         [{"description": "", "valid": False, "data": d} for d in invalid]}
+    deploy = {"type": "object", "properties": {"metadata": _meta(48), "apiVersion": {"type": "string"},
+                                               "kind": {"const": "Deployment"}, "spec": {"type": "object"}},
+              "required": ["kind"], "additionalProperties": False}
+    kind = [{"properties": {"kind": {"const": k}, "children": {"type": "array"}}, "required": ["kind"]} for k in "ab"]
+    return [
+        case("object_meta_48", deploy,
+             [{"kind": "Deployment"}, {"metadata": {"name": "web", "labels": {"app": "web"}, "x40": 3},
+                                       "kind": "Deployment", "spec": {}}],
+             [{"metadata": {"name": 1}, "kind": "Deployment"}, {"kind": "Service"}, {"metadata": {}}]),
+        case("optional_200", {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(200)},
+                              "additionalProperties": False},
+             [{}, {"p0": 1, "p199": 2}, {"p7": 1, "p8": 2, "p150": 3}], [{"p0": "x"}, {"q": 1}]),
+        case("one_of_no_type", {"oneOf": kind}, [{"kind": "a"}, {"kind": "b", "children": [7]}],
+             [7, "s", None, [7], {"kind": "c"}]),
+        case("pattern_required", {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}},
+                                  "required": ["name"], "additionalProperties": False},
+             [{"name": 1}, {"name": 1, "abc": 2}], [{"abc": 2}, {"name": "x"}, {"name": 1, "X": 2}]),
+        case("pattern_other_keys", {"type": "object", "properties": {"id": {"type": "string"}},
+                                    "patternProperties": {"^x-": {"type": "integer"}}},
+             [{"id": "a", "x-a": 1, "other": [1]}, {"zzz": 1}], [{"x-b": "s"}, {"id": 1}]),
+        case("int64", {"type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807},
+             [9223372036854775807, -9223372036854775808, 0], [9223372036854775808, 1.5]),
+        case("enum_max_length_64", {"type": "array", "items": {"type": "string", "enum": ["red", "green"],
+                                                               "maxLength": 64}},
+             [["red", "green"], []], [["blue"]]),
+        case("pattern_max_length_50", {"type": "string", "pattern": "^[A-Za-z0-9]+(-[A-Za-z0-9]+)*$", "maxLength": 50},
+             ["example-org", "a-b-c", "x" * 50], ["-a", "x" * 51]),
+        case("pattern_unanchored_max_length_4", {"type": "string", "pattern": "ab", "maxLength": 4},
+             ["ab", "xab", "abxx"], ["a", "abxxx"]),
+    ]
 
 
 def sample(name: str, n: int, seed: int = 0) -> list[dict]:
@@ -174,6 +229,11 @@ def ordered(schemas: list, data, root, depth=0):
     if isinstance(data, list):
         return [ordered([x for s in schemas for x in _items(s, i, data, root)], v, root, depth + 1) for i, v in enumerate(data)]
     return data
+
+
+def given_text(data) -> bytes:
+    """The instance as given (compact, UTF-8, object keys in the data's own order)."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 def instance_text(schema, data) -> bytes:

@@ -33,6 +33,13 @@ CASES = [
     ({"type": "object", "properties": {"email": {"type": "string", "format": "email"}}, "required": ["email"],
       "additionalProperties": False}, ['{"email":"john.doe@example.com"}']),
     ({"type": "array", "items": {"type": "string", "maxLength": 5}}, ['["abcde","","xy","12345"]']),
+    # key languages as machines (keylang.c): a pattern less the listed keys, and no pattern at all
+    ({"type": "object", "properties": {"id": STR}, "patternProperties": {"^x-": {"type": "integer"}},
+      "required": ["x-req"]}, ['{"id":"a","x-req":1,"x-other":2,"plain key é":[1],"idd":null}']),
+    # any_order: machines made on first entry, one a key set (anyorder.c)
+    ({"x-aicirt": {"any_order": True}, "type": "object",
+      "properties": {"name": STR, "namespace": STR, "labels": {"type": "object"}, "uid": STR}, "required": ["uid"]},
+     ['{"namespace":"default","uid":"1","extra":3,"name":"web","labels":{"app":"x"}}']),
     ({"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                        "tags": {"type": "array", "items": STR}},
       "required": ["name"]}, ['{"name":"Alice Liddell","tags":["a","b c"]}']),

@@ -62,6 +62,9 @@ typedef struct {
   const char *lo_text, *hi_text;      /* the bounds as written (JSON number text) */
   uint32_t lo_len, hi_len;
 } bounds_t;
+/* Whether a bound's JSON text can be compared exactly (magnitude under 2^64 - 2, at most 32
+ * fraction digits); false with *why. */
+bool number_bound_ok(const char *text, uint32_t n, const char **why);
 /* Integers (is_int) or numbers within bounds; false (with *why) if the bounds cannot be done. */
 bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why);
 
@@ -70,19 +73,56 @@ typedef struct {
   uint32_t whitespace;        /* 0: compact; N: up to N whitespace bytes between tokens */
   bool coerce_one_of;         /* oneOf whose branches may overlap: compiled as anyOf */
   const char *ignore;         /* comma-separated keywords not enforced (stated in the log) */
+  bool any_order;             /* object keys in any order (each at most once), not schema order */
 } json_opts_t;
+
+/* ---- any_order objects (anyorder.c): machines made on first entry ------------------------ */
+typedef struct dyn dyn_t;
+typedef uint32_t (*dyn_reserve_fn)(void *ctx);   /* a fresh machine id; 0: none left */
+dyn_t *dyn_new(void);
+/* An object of n entries (`"key":value` regexes, `required` flags), `add` the additional-property
+ * entry (NULL: none); returns its index. */
+uint32_t dyn_object(dyn_t *d, uint32_t n, const sb_t *entries, const bool *required, const sb_t *add, bool nonempty,
+                    const char *ws);
+void dyn_bind_start(dyn_t *d, uint32_t obj, uint32_t id);   /* machine `id`: the object, nothing written */
+/* The regex of dynamic machine `id` into *out, its successors reserved through `reserve`; false:
+ * `id` is no dynamic machine. */
+bool dyn_text(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *out);
 
 /* The compiled schema: machine 0 is the document; a regex may call machine k by the bytes
  * CALL_BYTE, k >> 8, k & 255 (CALL_BYTE never occurs in UTF-8 text), which stands for one value
  * of machine k's language: $ref targets, free-form values and large sub-schemas are machines. */
 #define CALL_BYTE 0xffu
 #define MAX_MACHINES 4096u
-typedef struct { char *text; uint32_t len; } machine_src_t;
+typedef struct { char *text; uint32_t len; } machine_src_t;   /* text NULL: a dynamic machine */
 typedef struct {
   machine_src_t *m;
   uint32_t n;
   sb_t log;                   /* relaxations taken on request (ignore=...) */
+  /* Dynamic machines (text NULL): dyn_write(dyn, id, reserve, ctx, out) writes machine id's
+   * regex when a configuration first enters it (NULL: none; any_order objects set dyn_text). A
+   * pointer, so that the matcher links without anyorder.c. */
+  dyn_t *dyn;
+  bool (*dyn_write)(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *out);
 } compiled_t;
+
+/* ---- key languages (keylang.c) ------------------------------------------------------------ */
+/* Key contents in pattern `target`'s language (target < 0: in none of the patterns), in S (any
+ * canonical string content) and none of `keys` (a regex of the listed keys' contents; len 0:
+ * none), as the product DFA of those regexes; NULL when it has over `limit` states. Its live
+ * states other than the plain STRCHAR* ones are machines 0..keylang_machines()-1 (0: the start,
+ * unless keylang_start_is_free: S alone is left, or keylang_empty); keylang_text writes machine i's regex, calling
+ * the others as machines base + j. */
+typedef struct keylang keylang_t;
+keylang_t *keylang_new(const char *const *pats, const uint32_t *pat_lens, uint32_t n_pats, int32_t target,
+                       const char *keys, uint32_t keys_len, uint32_t limit);
+bool keylang_empty(const keylang_t *L);
+bool keylang_start_is_free(const keylang_t *L);
+uint32_t keylang_machines(const keylang_t *L);
+void keylang_text(const keylang_t *L, uint32_t machine, uint32_t base, sb_t *out);
+/* The start's regex, inline when keylang_start_is_free (no machine), else a call to machine base. */
+void keylang_start_text(const keylang_t *L, uint32_t base, sb_t *out);
+void keylang_free(keylang_t *L);
 
 /* false on error: *err gets a heap message such as "unsupported: not at #/properties/a". */
 bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, char **err);

@@ -42,6 +42,7 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
   uint32_t vl;
   if (opt_is(s, n, "whitespace", &v, &vl)) o->whitespace = v ? parse_uint(v, vl) : 1;
   else if (opt_is(s, n, "coerce_one_of", &v, &vl)) o->coerce_one_of = !v || v[0] != '0';
+  else if (opt_is(s, n, "any_order", &v, &vl)) o->any_order = !v || v[0] != '0';
   else if (opt_is(s, n, "fast_forward", &v, &vl)) fast_forward = !v || v[0] != '0';
   else if (opt_is(s, n, "check", &v, &vl)) check_only = !v || v[0] != '0';
   else if (opt_is(s, n, "reference_masks", &v, &vl)) reference_masks = !v || v[0] != '0';
@@ -50,7 +51,7 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
     sb_putn(ignore, v, vl);
   } else {
     aici_logf("json: unknown option %.*s (options: whitespace=N, ignore=KEYWORD[,KEYWORD...], "
-              "coerce_one_of, fast_forward=0, check, reference_masks)\n", (int)n, s);
+              "coerce_one_of, any_order, fast_forward=0, check, reference_masks)\n", (int)n, s);
     return false;
   }
   return true;

@@ -38,8 +38,11 @@ typedef struct { uint32_t key_m, key_s, off, n; } calls_ent_t;
 typedef struct { cset_t key; uint32_t hash, base, n, *idx, *val; } cache_ent_t;
 
 struct matcher {
-  uint32_t n;
-  aici_regex_t **re;
+  uint32_t n, cap;                     /* machine ids in use (compiled, dynamic, reserved); room */
+  uint32_t n_dyn;                      /* dynamic machines compiled (DYN_MAX at most) */
+  dyn_t *dyn;                          /* writes the dynamic machines' regexes (NULL: none) */
+  bool (*dyn_write)(dyn_t *, uint32_t, dyn_reserve_fn, void *, sb_t *);
+  aici_regex_t **re;                   /* NULL: a dynamic machine not made yet */
   uint16_t **info;                     /* per machine, per DFA state: ST_*, room << ROOM_SHIFT */
   char_reps_t **reps;                  /* per machine, made on first use */
   uint32_t *info_cap;
@@ -69,15 +72,55 @@ static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
   return h ^ (h >> 15);
 }
 
+static void grow(matcher_t *M, uint32_t n) {
+  if (n <= M->cap) return;
+  uint32_t cap = M->cap ? M->cap : 16;
+  while (cap < n) cap *= 2;
+  M->re = aici_realloc(M->re, cap * sizeof(void *));
+  M->info = aici_realloc(M->info, cap * sizeof(void *));
+  M->info_cap = aici_realloc(M->info_cap, cap * 4);
+  M->reps = aici_realloc(M->reps, cap * sizeof(void *));
+  for (uint32_t i = M->cap; i < cap; i++) M->re[i] = 0, M->info[i] = 0, M->info_cap[i] = 0, M->reps[i] = 0;
+  M->cap = cap;
+}
+
+#define ID_MAX 65536u                  /* a call names its machine in 16 bits */
+#define DYN_MAX 8192u                  /* dynamic machines a sequence makes at most */
+
+static uint32_t reserve(void *ctx) {
+  matcher_t *M = ctx;
+  if (M->n >= ID_MAX) return 0;
+  grow(M, M->n + 1);
+  return M->n++;
+}
+
+static bool told_dyn;
+
+/* Machine k, made now if it is a dynamic one not made yet; false when it cannot be. */
+static bool ensure(matcher_t *M, uint32_t k) {
+  if (M->re[k]) return true;
+  if (M->n_dyn >= DYN_MAX) {
+    if (!told_dyn) told_dyn = true, aici_logs("json: over 8192 key sets (any_order); the others are not offered\n");
+    return false;
+  }
+  sb_t t = {0};
+  if (!M->dyn_write || !M->dyn_write(M->dyn, k, reserve, M, &t)) { aici_free(t.p); return false; }
+  aici_regex_t *re = aici_regex_compile(t.p, t.n, 0);
+  aici_free(t.p);
+  if (!re) return false;
+  aici_regex_cache_limit(re, 0);
+  aici_regex_use_slices(re, false);
+  M->re[k] = re, M->n_dyn++;
+  return true;
+}
+
 matcher_t *matcher_new(const compiled_t *src, char **err) {
   matcher_t *M = aici_calloc(1, sizeof *M);
-  M->n = src->n;
-  M->re = aici_calloc(src->n, sizeof(void *));
-  M->info = aici_calloc(src->n, sizeof(void *));
-  M->info_cap = aici_calloc(src->n, 4);
-  M->reps = aici_calloc(src->n, sizeof(void *));
+  grow(M, src->n);
+  M->n = src->n, M->dyn = src->dyn, M->dyn_write = src->dyn_write;
   for (uint32_t i = 0; i < src->n; i++) {
     char *e = 0;
+    if (!src->m[i].text) continue;     /* dynamic: made on first entry */
     M->re[i] = aici_regex_compile(src->m[i].text, src->m[i].len, &e);
     if (!M->re[i]) {
       sb_t m = {0};
@@ -169,7 +212,7 @@ static const call_t *calls_of(matcher_t *M, uint32_t m, uint32_t s, uint32_t *n_
     uint32_t r2 = aici_regex_step(re, r, (uint8_t)hi);
     for (uint32_t lo = 0; r2 && lo < 256; lo++) {
       uint32_t r3 = aici_regex_step(re, r2, (uint8_t)lo), callee = hi << 8 | lo;
-      if (!r3 || callee >= M->n) continue;
+      if (!r3 || callee >= M->n) continue;   /* (ids are never taken back: M->n only grows) */
       if (M->call_pool_n == M->call_pool_cap)
         M->call_pool = aici_realloc(M->call_pool, (M->call_pool_cap = M->call_pool_cap ? 2 * M->call_pool_cap : 64) * sizeof(call_t));
       M->call_pool[M->call_pool_n++] = (call_t){callee, r3};
@@ -217,6 +260,8 @@ static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint
     const call_t *calls = calls_of(M, m, s, &n);
     for (uint32_t i = 0; i < n; i++) {
       uint32_t callee = calls[i].callee, ret = calls[i].ret;
+      if (!M->re[callee] && !ensure(M, callee)) { calls = calls_of(M, m, s, &n); continue; }
+      calls = calls_of(M, m, s, &n);   /* ensure may have added calls to the pool */
       uint32_t p = state_info(M, m, ret) & ST_FINAL ? parent : frame(M, m, ret, parent);
       step_cfg(M, callee, aici_regex_start(M->re[callee]), p, byte, out, depth + 1);
       calls = calls_of(M, m, s, &n);   /* the pool may have moved */

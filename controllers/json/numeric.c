@@ -81,14 +81,8 @@ static void uint_range(sb_t *b, uint64_t lo, uint64_t hi, bool hi_inf) {
   sb_putc(b, ')');
 }
 
-#define BIG 9.0e18
+#define IP_MAX (UINT64_MAX - 2)          /* a bound's integer part at most (ip + 1 never wraps) */
 #define FRAC_MAX 32u                   /* fraction digits of a bound */
-
-static bool to_u64(double v, uint64_t *out) {
-  if (v < 0 || v >= BIG) return false;
-  *out = (uint64_t)v;
-  return true;
-}
 
 /* A non-negative decimal: integer part and fraction digits (no trailing zeros). */
 typedef struct { uint64_t ip; char f[FRAC_MAX]; uint32_t nf; } dec_t;
@@ -120,7 +114,7 @@ static bool dec_parse(const char *s, uint32_t n, dec_t *d) {
   d->ip = 0, d->nf = 0;
   for (int64_t k = 0; k < p; k++) {
     uint32_t v = k < nd ? (uint32_t)(dig[k] - '0') : 0;
-    if (d->ip > (uint64_t)(BIG / 10)) return false;
+    if (d->ip > (IP_MAX - v) / 10) return false;
     d->ip = d->ip * 10 + v;
   }
   for (int64_t k = p; k < (int64_t)nd; k++) {   /* before the first digit (p < 0): zeros */
@@ -128,7 +122,29 @@ static bool dec_parse(const char *s, uint32_t n, dec_t *d) {
     d->f[d->nf++] = k < 0 ? '0' : dig[k];
   }
   while (d->nf && d->f[d->nf - 1] == '0') d->nf--;
-  return (double)d->ip < BIG;
+  return true;
+}
+
+bool number_bound_ok(const char *text, uint32_t n, const char **why) {
+  dec_t d;
+  if (dec_parse(text, n, &d)) return true;
+  *why = "a bound of 2^64 or more in magnitude, or with over 32 fraction digits";
+  return false;
+}
+
+/* An integer bound from a number bound, rounded inwards: (neg, mag) is -mag or +mag, never -0. */
+typedef struct { bool neg; uint64_t mag; } sint_t;
+static sint_t int_lower(const dec_t *d, bool neg, bool excl) {
+  bool exact = !d->nf;
+  if (!neg) return (sint_t){false, d->ip + (!exact || excl)};
+  uint64_t m = d->ip - (exact && excl);           /* ceil(-x), one more when excluded */
+  return (sint_t){m != 0, m};
+}
+static sint_t int_upper(const dec_t *d, bool neg, bool excl) {
+  bool exact = !d->nf;
+  if (neg) return (sint_t){true, d->ip + (!exact || excl)};
+  if (exact && excl) return d->ip ? (sint_t){false, d->ip - 1} : (sint_t){true, 1};
+  return (sint_t){false, d->ip};
 }
 
 static int dec_cmp(const dec_t *a, const dec_t *b) {
@@ -255,46 +271,23 @@ bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits,
     } else sb_puts(b, "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+\\-]?[0-9]+)?");
     return true;
   }
-  double lo = bd->lo, hi = bd->hi;
-  if ((bd->has_lo && (lo <= -BIG || lo >= BIG)) || (bd->has_hi && (hi <= -BIG || hi >= BIG))) {
-    *why = "a bound beyond 9e18";
-    return false;
-  }
+  dec_t dl = {0}, dh = {0}, zero = {0};
+  if (bd->has_lo && !number_bound_ok(bd->lo_text, bd->lo_len, why)) return false;
+  if (bd->has_hi && !number_bound_ok(bd->hi_text, bd->hi_len, why)) return false;
+  if (bd->has_lo) dec_parse(bd->lo_text, bd->lo_len, &dl);
+  if (bd->has_hi) dec_parse(bd->hi_text, bd->hi_len, &dh);
+  bool lneg = bd->has_lo && bd->lo_text[0] == '-' && (dl.ip || dl.nf);
+  bool hneg = bd->has_hi && bd->hi_text[0] == '-' && (dh.ip || dh.nf);
   bool first = true;
   sb_puts(b, "(?:");
-  if (is_int) {                        /* integer bounds: closed, rounded inwards */
-    bool lo_open = bd->lo_excl, hi_open = bd->hi_excl;
-    if (bd->has_lo) {
-      double c = (double)(int64_t)lo;
-      if (c < lo) c += 1;
-      if (lo_open && c == lo) c += 1;
-      lo = c;
-    }
-    if (bd->has_hi) {
-      double c = (double)(int64_t)hi;
-      if (c > hi) c -= 1;
-      if (hi_open && c == hi) c -= 1;
-      hi = c;
-    }
-    uint64_t l = 0, h = 0;
-    if (!bd->has_hi || hi >= 0) {      /* x >= 0 */
-      if (bd->has_lo && lo >= 0) to_u64(lo, &l);
-      if (bd->has_hi) to_u64(hi, &h);
-      int_part(b, &first, "", l, h, !bd->has_hi);
-    }
-    if (!bd->has_lo || lo < 0) {       /* x < 0: m = -x >= 1 */
-      l = 1, h = 0;
-      if (bd->has_hi && hi < 0) to_u64(-hi, &l);
-      if (bd->has_lo) to_u64(-lo, &h);
-      int_part(b, &first, "\\-", l, h, !bd->has_lo);
-    }
+  if (is_int) {                        /* integer bounds, exactly from their text: closed, rounded inwards */
+    sint_t l = bd->has_lo ? int_lower(&dl, lneg, bd->lo_excl) : (sint_t){true, 0};
+    sint_t h = bd->has_hi ? int_upper(&dh, hneg, bd->hi_excl) : (sint_t){false, 0};
+    if (!bd->has_hi || !h.neg)         /* x >= 0 */
+      int_part(b, &first, "", bd->has_lo && !l.neg ? l.mag : 0, h.mag, !bd->has_hi);
+    if (!bd->has_lo || l.neg)          /* x < 0: m = -x >= 1 */
+      int_part(b, &first, "\\-", bd->has_hi && h.neg ? h.mag : 1, l.mag, !bd->has_lo);
   } else {
-    dec_t dl = {0}, dh = {0}, zero = {0};
-    bool lneg = false, hneg = false;
-    if (bd->has_lo && !dec_parse(bd->lo_text, bd->lo_len, &dl)) { *why = "a bound with over 32 fraction digits"; return false; }
-    if (bd->has_hi && !dec_parse(bd->hi_text, bd->hi_len, &dh)) { *why = "a bound with over 32 fraction digits"; return false; }
-    lneg = bd->has_lo && bd->lo_text[0] == '-' && (dl.ip || dl.nf);
-    hneg = bd->has_hi && bd->hi_text[0] == '-' && (dh.ip || dh.nf);
     uint8_t lm = bd->lo_excl ? B_EXCL : B_INCL, hm = bd->hi_excl ? B_EXCL : B_INCL;
     uint32_t budget = frac_digits ? frac_digits : UNLIMITED;
     if (!bd->has_hi || !hneg)          /* x >= 0: m in [max(lo, 0), hi] */

@@ -9,7 +9,6 @@
 #include "json.h"
 
 #define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
-#define MAX_REGEX (1u << 20)
 #define MAX_ALTS 64u
 #define STR_BLOCK 128u   /* characters one string machine spells (see string_machine) */
 #define STR_MAX 262144u  /* (a rest machine per block) */
@@ -36,6 +35,8 @@ typedef struct {
   char ws[40];
   uint32_t loops;
   uint32_t depth;                      /* nesting of emit(): recursion through allOf is bounded */
+  uint64_t flat_cap;                   /* checking literals (0: off): strings inline, length bounds
+                                          clamped to this (one more than the longest literal) */
 } cx_t;
 
 static const jv_t FALSE_SCHEMA = {.kind = JV_FALSE};
@@ -260,15 +261,18 @@ static void emit_call(cx_t *c, sb_t *b, uint32_t m) {
 }
 
 static void emit(cx_t *c, sb_t *b, const jv_t *s);
+static void emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_max);
+static void emit_value(cx_t *c, sb_t *b, const jv_t *s) { emit_value_within(c, b, s, OUTLINE_BYTES); }
 static jv_t *all_of2(const jv_t *a, const jv_t *b);
 
-/* A sub-schema inline, or as a call when its text is long (cut out into its own machine). */
-static void emit_value(cx_t *c, sb_t *b, const jv_t *s) {
+/* A sub-schema inline, or as a call when its text is over `inline_max` bytes (cut out into its
+ * own machine). */
+static void emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_max) {
   int32_t known = machine_find(c, s, 3);
   if (known >= 0) { emit_call(c, b, (uint32_t)known); return; }
   uint32_t at = b->n;
   emit(c, b, s);
-  if (c->err || b->n - at <= OUTLINE_BYTES) return;
+  if (c->err || b->n - at <= inline_max) return;
   uint32_t m = machine_for(c, s, 3, 0, 0);
   if (c->err) return;
   set_text(c, m, b->p + at, b->n - at);
@@ -487,7 +491,7 @@ static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_
  *   short(a, b)    a..b characters and the closing quote
  * A rest is a few calls (tiny), the block and the shorts are shared, and the calls after which
  * nothing follows are tail calls: memory stays bounded whatever the length. */
-enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7 };
+enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7, MK_KEYLANG = 8, MK_ANY_ORDER = 9 };
 
 static uint32_t string_machine(cx_t *c, uint32_t kind, uint64_t lo, uint64_t hi) {
   key_arg = lo << 32 | hi;
@@ -545,6 +549,10 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   if (fmt && fmt->kind == JV_STR && ignored(c, "format")) { relax(c, "format"); fmt = 0; }
   if (fmt && fmt->kind != JV_STR) fmt = 0;
   if (has_max && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (c->flat_cap) {                   /* for literals of fewer characters: the same verdicts */
+    if (min > c->flat_cap) min = c->flat_cap;
+    if (has_max && max > c->flat_cap) max = c->flat_cap;
+  }
   sb_puts(b, "\\x22");
   if (pat || fmt) {
     if (pat && fmt) { UNSUPPORTED(c, "format", "together with pattern"); return; }
@@ -624,7 +632,7 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
       UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 262144");
       return;
     }
-    if ((has_max && max > 24) || min > STR_BLOCK) {   /* one NFA copy a character: machines */
+    if (((has_max && max > 24) || min > STR_BLOCK) && !c->flat_cap) {   /* one NFA copy a character: machines */
       b->n -= 4, b->p[b->n] = 0;       /* the opening quote goes in it */
       emit_call(c, b, string_machine(c, MK_TOP, min, has_max ? max : STR_INF));
       return;
@@ -659,20 +667,24 @@ static bool emit_multiples(sb_t *b, const jv_t *mv, const bounds_t *bd) {
 static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
   bounds_t bd = {0};
   const jv_t *v;
-#define LO(v) (bd.has_lo = true, bd.lo = v->num, bd.lo_text = v->s, bd.lo_len = v->n)
-#define HI(v) (bd.has_hi = true, bd.hi = v->num, bd.hi_text = v->s, bd.hi_len = v->n)
-  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) LO(v);
-  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) HI(v);
+  const char *lo_kw = 0, *hi_kw = 0;   /* the keyword each bound comes from, for errors */
+#define LO(v, kw) (bd.has_lo = true, bd.lo = v->num, bd.lo_text = v->s, bd.lo_len = v->n, lo_kw = kw)
+#define HI(v, kw) (bd.has_hi = true, bd.hi = v->num, bd.hi_text = v->s, bd.hi_len = v->n, hi_kw = kw)
+  if ((v = jv_get(s, "minimum")) && v->kind == JV_NUM) LO(v, "minimum");
+  if ((v = jv_get(s, "maximum")) && v->kind == JV_NUM) HI(v, "maximum");
   if ((v = jv_get(s, "exclusiveMinimum"))) {
     if (v->kind == JV_TRUE) bd.lo_excl = bd.has_lo;
-    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) LO(v), bd.lo_excl = true;
+    else if (v->kind == JV_NUM && (!bd.has_lo || v->num >= bd.lo)) LO(v, "exclusiveMinimum"), bd.lo_excl = true;
   }
   if ((v = jv_get(s, "exclusiveMaximum"))) {
     if (v->kind == JV_TRUE) bd.hi_excl = bd.has_hi;
-    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) HI(v), bd.hi_excl = true;
+    else if (v->kind == JV_NUM && (!bd.has_hi || v->num <= bd.hi)) HI(v, "exclusiveMaximum"), bd.hi_excl = true;
   }
 #undef LO
 #undef HI
+  const char *why = 0;
+  if (bd.has_lo && !number_bound_ok(bd.lo_text, bd.lo_len, &why)) { UNSUPPORTED(c, lo_kw, why); return; }
+  if (bd.has_hi && !number_bound_ok(bd.hi_text, bd.hi_len, &why)) { UNSUPPORTED(c, hi_kw, why); return; }
   uint32_t frac = 0;
   if ((v = jv_get(s, "multipleOf"))) {
     double m = v->kind == JV_NUM ? v->num : 0, p = 1;
@@ -686,8 +698,7 @@ static void emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
     } else if (k == 0) is_int = true;
     else if (!is_int) frac = k;
   }
-  const char *why = 0;
-  if (!emit_number(b, is_int, &bd, frac, &why)) UNSUPPORTED(c, bd.has_lo ? "minimum" : "maximum", why);
+  if (!emit_number(b, is_int, &bd, frac, &why)) UNSUPPORTED(c, bd.has_lo ? lo_kw : hi_kw, why);
 }
 
 /* ---- arrays ---------------------------------------------------------------------------------- */
@@ -896,32 +907,98 @@ static bool regex_disjoint(const char *a_text, uint32_t a_len, const char *b_tex
   return disjoint;
 }
 
-/* patternProperties: keys in a pattern's language, with that pattern's schema. Exact when the
- * listed keys match no pattern and the patterns are disjoint (else an error); keys matching no
- * pattern are not offered (narrower than additionalProperties allows). */
-static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const jv_t *props, const jv_t *extra) {
+/* patternProperties' regexes over key contents, one a pattern (NULL with c->err: a pattern the
+ * controller cannot do, or two that may match one key: refused). */
+static sb_t *pattern_texts(cx_t *c, const jv_t *pp) {
   uint32_t at = ptr_pushs(c, "patternProperties");
-  sb_t *pats = aici_calloc(pp->n, sizeof(sb_t));
+  sb_t *pats = aici_calloc(pp->n + 1, sizeof(sb_t));
   for (uint32_t i = 0; i < pp->n && !c->err; i++) {
     uint32_t at2 = ptr_push(c, pp->keys[i].s, pp->keys[i].n);
     const char *why = 0;
     if (!emit_pattern(&pats[i], pp->keys[i].s, pp->keys[i].n, &why)) UNSUPPORTED(c, "patternProperties", why);
-    for (uint32_t j = 0; !c->err && props && props->kind == JV_OBJ && j < props->n; j++)
-      if (key_matches(pats[i].p, pats[i].n, &props->keys[j])) UNSUPPORTED(c, "patternProperties", "a pattern matches a listed property");
-    for (uint32_t j = 0; !c->err && j < extra->n; j++)
-      if (key_matches(pats[i].p, pats[i].n, &extra->keys[j])) UNSUPPORTED(c, "patternProperties", "a pattern matches a required property");
     for (uint32_t j = 0; !c->err && j < i; j++)
       if (!regex_disjoint(pats[i].p, pats[i].n, pats[j].p, pats[j].n)) UNSUPPORTED(c, "patternProperties", "patterns that may match one key");
-    if (!c->err) {
-      if (add->n) sb_putc(add, '|');
-      sb_puts(add, "\\x22"), sb_putn(add, pats[i].p, pats[i].n), sb_puts(add, "\\x22");
-      sb_puts(add, c->ws), sb_putc(add, ':'), sb_puts(add, c->ws);
-      emit_value(c, add, &pp->items[i]);
-    }
     ptr_pop(c, at2);
   }
-  for (uint32_t i = 0; i < pp->n; i++) aici_free(pats[i].p);
-  aici_free(pats);
+  ptr_pop(c, at);
+  if (c->err) {
+    for (uint32_t i = 0; i < pp->n; i++) aici_free(pats[i].p);
+    aici_free(pats);
+    return 0;
+  }
+  return pats;
+}
+
+/* `val` (NULL: none yet) with the schema of every pattern the key matches; NULL if none does. */
+static const jv_t *with_patterns(const jv_t *val, const jv_t *key, const jv_t *pp, const sb_t *pats) {
+  for (uint32_t i = 0; pp && i < pp->n; i++)
+    if (key_matches(pats[i].p, pats[i].n, key)) val = val ? all_of2(val, &pp->items[i]) : &pp->items[i];
+  return val;
+}
+
+#define KEYLANG_STATES 1024u           /* product states a key language may have */
+
+/* The key contents of a key language (keylang.c) as machines; false when it is too large. The
+ * start is inline when it is the plain STRCHAR*. */
+static bool emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, int32_t target, const sb_t *keys) {
+  const char *texts[64];
+  uint32_t lens[64];
+  for (uint32_t i = 0; i < n_pats && i < 64; i++) texts[i] = pats[i].p ? pats[i].p : "", lens[i] = pats[i].n;
+  keylang_t *L = keylang_new(texts, lens, n_pats, target, keys->p, keys->n, KEYLANG_STATES);
+  if (!L || c->n_keys + keylang_machines(L) > MAX_MACHINES) { keylang_free(L); return false; }
+  if (keylang_empty(L)) {
+    sb_puts(b, "[^\\x00-\\xff]");
+  } else if (keylang_start_is_free(L)) {
+    keylang_start_text(L, 0, b);
+  } else {
+    uint32_t base = c->n_keys;
+    const jv_t *marker = jv_new(JV_NULL);   /* fresh: these machines are found by no other schema */
+    for (uint32_t i = 0; i < keylang_machines(L) && !c->err; i++) {
+      key_arg = i;
+      uint32_t m = machine_for(c, marker, MK_KEYLANG, 0, 0);
+      key_arg = 0;
+      sb_t t = {0};
+      keylang_text(L, i, base, &t);
+      if (!c->err) set_text(c, m, t.p, t.n);
+      aici_free(t.p);
+    }
+    keylang_start_text(L, base, b);
+  }
+  keylang_free(L);
+  return true;
+}
+
+/* patternProperties beside the listed keys (`keys`: their contents as one alternation): an entry
+ * for each pattern, keys in its language but none of the listed ones, with its schema; and, where
+ * additionalProperties allows them (`addl` not false), one for the keys that match no pattern,
+ * with its schema. Into `add` as one alternation (empty: no entry at all). */
+static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const sb_t *pats, const sb_t *keys,
+                               const jv_t *addl) {
+  uint32_t at = ptr_pushs(c, "patternProperties");
+  for (uint32_t i = 0; i <= pp->n && !c->err; i++) {
+    bool rest = i == pp->n;            /* the keys that match no pattern */
+    if (rest && addl && addl->kind == JV_FALSE) break;
+    if (!rest && pp->items[i].kind == JV_FALSE) continue;
+    uint32_t at2;
+    if (rest) ptr_pop(c, at), at2 = ptr_pushs(c, "additionalProperties");
+    else at2 = ptr_push(c, pp->keys[i].s, pp->keys[i].n);
+    sb_t k = {0};
+    sb_puts(&k, "\\x22");
+    /* a pattern that matches no listed key: its own text; else the product (keylang.c) */
+    bool listed_match = !rest && keys->n && !regex_disjoint(pats[i].p, pats[i].n, keys->p, keys->n), ok = true;
+    if (!rest && !listed_match) sb_putn(&k, pats[i].p, pats[i].n);
+    else ok = emit_keylang(c, &k, pats, pp->n, rest ? -1 : (int32_t)i, keys);
+    sb_puts(&k, "\\x22");
+    if (!ok && !rest) UNSUPPORTED(c, "patternProperties", "a pattern that matches listed keys, too large to take them out");
+    if (ok && !c->err) {               /* !ok and rest: keys matching no pattern not offered (narrower) */
+      if (add->n) sb_putc(add, '|');
+      sb_putn(add, k.p, k.n);
+      sb_puts(add, c->ws), sb_putc(add, ':'), sb_puts(add, c->ws);
+      emit_value(c, add, rest ? (addl ? addl : &ANY_MARK) : &pp->items[i]);
+    }
+    aici_free(k.p);
+    ptr_pop(c, at2);
+  }
   ptr_pop(c, at);
   if (add->n) {                        /* one alternation, as one additional-property entry */
     sb_t t = {0};
@@ -929,6 +1006,65 @@ static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const jv_t *p
     aici_free(add->p);
     *add = t;
   }
+}
+
+/* The members of an object, keys in schema order: entries p[0..n) (`"key":value` each), then
+ * additional ones (`add`: one entry's regex; NULL: none). Linear in the entries whatever their
+ * mix of optional and required ones (no expansion per leading optional key): with r the first
+ * required entry, the optional ones before it are the left-nested chain
+ *   X_0 = P_0,  X_i = (?:X_{i-1}(?:,P_i)?|P_i)   (every nonempty subsequence of P_0..P_i)
+ * (each entry's text twice), then (?:X_{r-1},)?P_r, then (?:,P_j)? or ,P_j for the others, then
+ * (?:,A)*. With no required entry: (?:X_{n-1}(?:,A)*|A(?:,A)*), optional unless `nonempty`. */
+static void emit_members(sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, bool nonempty, const char *ws) {
+#define SEP() (sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws))
+#define ADDS() (add ? (sb_puts(b, "(?:"), SEP(), sb_putn(b, add->p, add->n), sb_puts(b, ")*")) : (void)0)
+  uint32_t r = 0;
+  while (r < n && !p[r].required) r++;
+  if (!n) {
+    if (add) sb_puts(b, "(?:"), sb_putn(b, add->p, add->n), ADDS(), sb_puts(b, nonempty ? ")" : ")?");
+    else if (nonempty) sb_puts(b, "[^\\x00-\\xff]");
+    return;
+  }
+  if (r) sb_puts(b, "(?:");            /* r < n: (?:X_{r-1},)?; r == n: the alternatives */
+  for (uint32_t i = 1; i < r; i++) sb_puts(b, "(?:");
+  if (r) sb_putn(b, p[0].text.p, p[0].text.n);
+  for (uint32_t i = 1; i < r; i++) {
+    sb_puts(b, "(?:"), SEP(), sb_putn(b, p[i].text.p, p[i].text.n);
+    sb_puts(b, ")?|"), sb_putn(b, p[i].text.p, p[i].text.n), sb_putc(b, ')');
+  }
+  if (r < n) {
+    if (r) SEP(), sb_puts(b, ")?");
+    sb_putn(b, p[r].text.p, p[r].text.n);
+    for (uint32_t j = r + 1; j < n; j++) {
+      if (!p[j].required) sb_puts(b, "(?:");
+      SEP(), sb_putn(b, p[j].text.p, p[j].text.n);
+      if (!p[j].required) sb_puts(b, ")?");
+    }
+    ADDS();
+  } else {
+    ADDS();
+    if (add) sb_putc(b, '|'), sb_putn(b, add->p, add->n), ADDS();
+    sb_puts(b, nonempty ? ")" : ")?");
+  }
+#undef ADDS
+#undef SEP
+}
+
+/* The members in any order (anyorder.c): a call to the dynamic machine of "nothing written". */
+static void emit_any_order(cx_t *c, sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, bool nonempty) {
+  if (!c->out->dyn) c->out->dyn = dyn_new(), c->out->dyn_write = dyn_text;
+  sb_t *entries = aici_calloc(n + 1, sizeof(sb_t));
+  bool *req = aici_calloc(n + 1, 1);
+  for (uint32_t i = 0; i < n; i++) entries[i] = p[i].text, req[i] = p[i].required;
+  uint32_t obj = dyn_object(c->out->dyn, n, entries, req, add, nonempty, c->ws);
+  aici_free(entries), aici_free(req);
+  key_arg = obj;
+  uint32_t m = machine_for(c, &ANY_MARK, MK_ANY_ORDER, 0, 0);
+  key_arg = 0;
+  if (c->err) return;
+  c->pending[m] = 0;                   /* no text: written when first entered */
+  dyn_bind_start(c->out->dyn, obj, m);
+  emit_call(c, b, m);
 }
 
 static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
@@ -942,10 +1078,13 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     static const char *const ALL_KEYS[] = {"", ".*", "^.*", ".*$", 0};
     if (in_list(&pp->keys[0], ALL_KEYS)) every = &pp->items[0], addl = every, pp = 0;
   }
+  if (pp && (pp->kind != JV_OBJ || !pp->n)) pp = 0;
+  sb_t *pats = pp ? pattern_texts(c, pp) : 0;
+  if (c->err) return;
   uint32_t np = props ? props->n : 0, n = 0, n_req = 0;
   prop_t *p = aici_calloc(np + 1, sizeof(prop_t));
-  /* required keys that properties does not list: extra entries whose values follow
-   * additionalProperties, after the listed ones */
+  /* required keys that properties does not list: extra entries whose values follow the patterns
+   * they match, else additionalProperties, after the listed ones */
   jv_t *extra = jv_new(JV_OBJ);
   if (req && req->kind == JV_ARR)
     for (uint32_t i = 0; i < req->n; i++) {
@@ -953,7 +1092,9 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
       bool listed = false;
       for (uint32_t j = 0; props && j < props->n; j++) listed |= props->keys[j].n == k->n && !__builtin_memcmp(props->keys[j].s, k->s, k->n);
       for (uint32_t j = 0; j < extra->n; j++) listed |= extra->keys[j].n == k->n && !__builtin_memcmp(extra->keys[j].s, k->s, k->n);
-      if (k->kind == JV_STR && !listed) jv_obj_put(extra, k->s, k->n, addl ? addl : &ANY_MARK);
+      if (k->kind != JV_STR || listed) continue;
+      const jv_t *v = with_patterns(0, k, pp, pats);
+      jv_obj_put(extra, k->s, k->n, v ? v : addl ? addl : &ANY_MARK);
     }
   uint32_t ne = extra->n;
   p = aici_realloc(p, (np + ne + 1) * sizeof(prop_t));
@@ -962,6 +1103,7 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     const jv_t *key = i < np ? &props->keys[i] : &extra->keys[i - np];
     const jv_t *val = i < np ? &props->items[i] : &extra->items[i - np];
     if (every && i < np) val = all_of2(val, every);
+    if (i < np) val = with_patterns(val, key, pp, pats);   /* a listed key the patterns match: both */
     bool r = is_required(req, key);
     if (val->kind == JV_FALSE) {
       if (r) { sb_puts(b, "[^\\x00-\\xff]"); aici_free(p); return; }
@@ -975,7 +1117,8 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     sb_puts(t, ws), sb_putc(t, ':'), sb_puts(t, ws);
     uint32_t at = i < np ? ptr_pushs(c, "properties") : ptr_pushs(c, "required");
     ptr_push(c, key->s, key->n);
-    emit_value(c, t, val == &ANY_MARK ? &ANY_MARK : val);
+    /* each text is written twice (schema order), or once a key set (any_order) */
+    emit_value_within(c, t, val, c->o->any_order ? 128 : np + ne > 32 ? 256 : OUTLINE_BYTES);
     ptr_pop(c, at);
     p[n].required = r, n_req += r;
     n++;
@@ -983,8 +1126,18 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   /* additional properties: keys that are none of the listed ones */
   sb_t add = {0};
   bool has_add = !addl || addl->kind != JV_FALSE;
-  if (pp && pp->kind == JV_OBJ && pp->n && !c->err) {
-    emit_pattern_props(c, &add, pp, props, extra);
+  if (pp && !c->err) {
+    sb_t keys = {0};                   /* the listed keys' contents, one alternation */
+    for (uint32_t i = 0; i < np + ne; i++) {
+      const jv_t *key = i < np ? &props->keys[i] : &extra->keys[i - np];
+      sb_t enc = {0};
+      jv_write_str(&enc, key->s, key->n);
+      sb_puts(&keys, i ? "|" : "(?:"), sb_lit(&keys, enc.p + 1, enc.n - 2);
+      aici_free(enc.p);
+    }
+    if (keys.n) sb_putc(&keys, ')');
+    emit_pattern_props(c, &add, pp, pats, &keys, addl);
+    aici_free(keys.p);
     has_add = add.n > 0;
   } else if (has_add && !c->err) {
     ktrie_t kt = {0};
@@ -1006,34 +1159,12 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   if (get_uint(c, s, "maxProperties", &maxp) && (has_add || maxp < n)) UNSUPPORTED(c, "maxProperties", "fewer than the properties allowed");
   if (c->err) goto done;
   sb_puts(b, "\\{"), sb_puts(b, ws);
-  /* T_k (nothing written yet) = P_k S_{k+1} | T_{k+1} for optional k, P_k S_{k+1} for required k;
-   * S_k (something written) = (,P_k)? ... (,A)*. Written out for each leading optional key. */
-  uint32_t first_req = 0;
-  while (first_req < n && !p[first_req].required) first_req++;
-  uint32_t lead = first_req < n ? first_req : n;
-  for (uint32_t k = 0; k <= lead && !c->err; k++) {
-    if (k == n) {                      /* only additional properties, or none */
-      if (has_add) {
-        sb_puts(b, "(?:"), sb_putn(b, add.p, add.n);
-        sb_puts(b, "(?:"), sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, add.p, add.n), sb_puts(b, ")*)");
-        if (!nonempty) sb_putc(b, '?');
-      } else if (nonempty) sb_puts(b, "[^\\x00-\\xff]");
-      break;
-    }
-    if (k < lead) sb_puts(b, "(?:");
-    sb_putn(b, p[k].text.p, p[k].text.n);
-    for (uint32_t i = k + 1; i < n; i++) {
-      if (!p[i].required) sb_puts(b, "(?:");
-      sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, p[i].text.p, p[i].text.n);
-      if (!p[i].required) sb_puts(b, ")?");
-    }
-    if (has_add) sb_puts(b, "(?:"), sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws), sb_putn(b, add.p, add.n), sb_puts(b, ")*");
-    if (k < lead) sb_putc(b, '|');
-    if (b->n > MAX_REGEX) { UNSUPPORTED(c, "properties", "too many optional properties before the first required one"); break; }
-  }
-  for (uint32_t k = 0; k < lead; k++) sb_putc(b, ')');
+  if (c->o->any_order) emit_any_order(c, b, p, n, has_add ? &add : 0, nonempty);
+  else emit_members(b, p, n, has_add ? &add : 0, nonempty, ws);
   sb_puts(b, ws), sb_puts(b, "\\}");
 done:
+  for (uint32_t i = 0; pats && i < pp->n; i++) aici_free(pats[i].p);
+  aici_free(pats);
   for (uint32_t i = 0; i < n; i++) aici_free(p[i].text.p);
   aici_free(p), aici_free(add.p);
 }
@@ -1276,81 +1407,143 @@ static uint32_t kinds_of(cx_t *c, const jv_t *s) {
     }
     bits &= vb;
   }
-  const jv_t *alts = jv_get(s, "anyOf");
-  if (alts && alts->kind == JV_ARR) {
-    uint32_t u = 0;
-    for (uint32_t i = 0; i < alts->n; i++) u |= kinds_of(c, &alts->items[i]);
-    bits &= u;
+  for (const char *const *kw = (const char *const[]){"anyOf", "oneOf", 0}; *kw; kw++) {
+    const jv_t *alts = jv_get(s, *kw);   /* a oneOf's values are some of its anyOf's */
+    if (alts && alts->kind == JV_ARR) {
+      uint32_t u = 0;
+      for (uint32_t i = 0; i < alts->n; i++) u |= kinds_of(c, &alts->items[i]);
+      bits &= u;
+    }
   }
   return bits;
 }
 
-/* The values a required property can take, when its schema lists them (const / enum). */
-static const jv_t *literal_values(cx_t *c, const jv_t *s, const jv_t *key, uint32_t *n) {
-  s = deref(c, s);
-  if (!s || s->kind != JV_OBJ || !is_required(jv_get(s, "required"), key)) return 0;
-  const jv_t *p = jv_get(s, "properties");
-  if (!p || p->kind != JV_OBJ) return 0;
-  for (uint32_t i = 0; i < p->n; i++)
-    if (p->keys[i].n == key->n && !__builtin_memcmp(p->keys[i].s, key->s, key->n)) {
-      const jv_t *v = deref(c, &p->items[i]);
-      if (!v || v->kind != JV_OBJ) return 0;
-      const jv_t *k = jv_get(v, "const"), *e = jv_get(v, "enum");
-      if (k) { *n = 1; return k; }
-      if (e && e->kind == JV_ARR) { *n = e->n; return e->items; }
-    }
-  return 0;
-}
-
-/* Values listed by enum / const at the top of a schema (NULL: not a literal schema). */
+/* Values listed by enum / const at the top of a schema, or by every branch of its anyOf / oneOf
+ * (NULL: not a literal schema). */
 static const jv_t *top_literals(cx_t *c, const jv_t *s, uint32_t *n) {
   s = deref(c, s);
   if (!s || s->kind != JV_OBJ) return 0;
   const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
   if (k) { *n = 1; return k; }
   if (e && e->kind == JV_ARR) { *n = e->n; return e->items; }
-  return 0;
-}
-
-/* `a` requires a key that `b` forbids (additionalProperties false, not listed, or false). */
-static bool required_forbidden(cx_t *c, const jv_t *a, const jv_t *b) {
-  a = deref(c, a), b = deref(c, b);
-  if (!a || !b || a->kind != JV_OBJ || b->kind != JV_OBJ) return false;
-  const jv_t *req = jv_get(a, "required"), *props = jv_get(b, "properties"), *addl = jv_get(b, "additionalProperties");
-  if (!req || req->kind != JV_ARR || jv_get(b, "patternProperties")) return false;
-  for (uint32_t i = 0; i < req->n; i++) {
-    const jv_t *k = &req->items[i], *v = 0;
-    if (k->kind != JV_STR) continue;
-    for (uint32_t j = 0; props && props->kind == JV_OBJ && j < props->n; j++)
-      if (props->keys[j].n == k->n && !__builtin_memcmp(props->keys[j].s, k->s, k->n)) v = &props->items[j];
-    if (v ? v->kind == JV_FALSE : addl && addl->kind == JV_FALSE) return true;
+  const jv_t *alts = jv_get(s, "anyOf");
+  if (!alts) alts = jv_get(s, "oneOf");
+  if (!alts || alts->kind != JV_ARR || !alts->n) return 0;
+  jv_t *all = jv_new(JV_ARR);
+  for (uint32_t i = 0; i < alts->n; i++) {
+    uint32_t m = 0;
+    const jv_t *v = top_literals(c, &alts->items[i], &m);
+    if (!v) return 0;
+    all->items = aici_realloc(all->items, (all->n + m + 1) * sizeof(jv_t));
+    for (uint32_t j = 0; j < m; j++) all->items[all->n++] = v[j];
   }
-  return false;
+  *n = all->n;
+  return all->items;
 }
 
-static bool disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
-  if (!(kinds_of(c, a) & kinds_of(c, b))) return true;
+static bool literals_disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
   uint32_t la = 0, lb = 0;
   const jv_t *xa = top_literals(c, a, &la), *xb = top_literals(c, b, &lb);
-  if (xa && xb) {
-    bool overlap = false;
-    for (uint32_t x = 0; x < la && !overlap; x++)
-      for (uint32_t y = 0; y < lb && !overlap; y++) overlap = jv_equal(&xa[x], &xb[y]);
-    if (!overlap) return true;
+  if (!xa || !xb) return false;
+  for (uint32_t x = 0; x < la; x++)
+    for (uint32_t y = 0; y < lb; y++)
+      if (jv_equal(&xa[x], &xb[y])) return false;
+  return true;
+}
+
+/* The schema a key's value meets in object schema `s`: its listed property, else a pattern's
+ * it matches (one of them: a superset of their intersection), else additionalProperties; NULL:
+ * anything. */
+static const jv_t *value_schema(cx_t *c, const jv_t *s, const jv_t *key) {
+  const jv_t *p = jv_get(s, "properties"), *pp = jv_get(s, "patternProperties");
+  for (uint32_t i = 0; p && p->kind == JV_OBJ && i < p->n; i++)
+    if (p->keys[i].n == key->n && !__builtin_memcmp(p->keys[i].s, key->s, key->n)) return &p->items[i];
+  for (uint32_t i = 0; pp && pp->kind == JV_OBJ && i < pp->n; i++) {
+    sb_t t = {0};
+    const char *why = 0;
+    aici_regex_t *re = emit_pattern(&t, pp->keys[i].s, pp->keys[i].n, &why) ? aici_regex_compile(t.p, t.n, 0) : 0;
+    aici_free(t.p);
+    if (!re) return 0;                 /* cannot tell whether it matches: anything */
+    sb_t k = {0};
+    jv_write_str(&k, key->s, key->n);
+    uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)k.p + 1, k.n - 2);
+    aici_free(k.p);
+    if (st && aici_regex_accepting(re, st)) return &pp->items[i];
   }
-  if (required_forbidden(c, a, b) || required_forbidden(c, b, a)) return true;
-  const jv_t *da = deref(c, a);
-  const jv_t *pa = da && da->kind == JV_OBJ ? jv_get(da, "properties") : 0;
-  for (uint32_t i = 0; pa && pa->kind == JV_OBJ && i < pa->n; i++) {
-    uint32_t na = 0, nb = 0;
-    const jv_t *va = literal_values(c, a, &pa->keys[i], &na), *vb = literal_values(c, b, &pa->keys[i], &nb);
-    if (!va || !vb) continue;
-    bool overlap = false;
-    for (uint32_t x = 0; x < na && !overlap; x++)
-      for (uint32_t y = 0; y < nb && !overlap; y++) overlap = jv_equal(&va[x], &vb[y]);
-    if (!overlap) return true;
+  return jv_get(s, "additionalProperties");
+}
+
+/* No two values satisfy both (their kinds, or their literals, are disjoint). */
+static bool values_disjoint(cx_t *c, const jv_t *a, const jv_t *b) {
+  return !(kinds_of(c, a) & kinds_of(c, b)) || literals_disjoint(c, a, b);
+}
+
+static bool keys_disjoint(cx_t *c, const jv_t *a, const jv_t *b, const jv_t *req) {
+  for (uint32_t i = 0; req && req->kind == JV_ARR && i < req->n; i++) {
+    const jv_t *k = &req->items[i];
+    if (k->kind != JV_STR) continue;
+    const jv_t *va = value_schema(c, a, k), *vb = value_schema(c, b, k);
+    if ((va && va->kind == JV_FALSE) || (vb && vb->kind == JV_FALSE)) return true;
+    if (va && vb && values_disjoint(c, va, vb)) return true;
   }
   return false;
+}
+
+/* No object satisfies both: some key that one of them (or `parent_req`, the oneOf's sibling
+ * `required`) requires, so that it is present, has values of disjoint kinds or literals in the
+ * two (a key one forbids included). Says nothing of values that are no objects. */
+static bool objects_disjoint(cx_t *c, const jv_t *a, const jv_t *b, const jv_t *parent_req) {
+  a = deref(c, a), b = deref(c, b);
+  if (!a || !b || a->kind != JV_OBJ || b->kind != JV_OBJ) return false;
+  return keys_disjoint(c, a, b, jv_get(a, "required")) || keys_disjoint(c, a, b, jv_get(b, "required")) ||
+         keys_disjoint(c, a, b, parent_req);
+}
+
+/* Every value of kind `kind` (a kinds_of bit) satisfies `s`: no keyword of `s` but `type`
+ * applies to that kind (the caller knows `type` admits it). */
+static bool admits_every(cx_t *c, const jv_t *s, uint32_t kind) {
+  static const char *const OBJ[] = {"properties", "required", "additionalProperties", "patternProperties",
+                                    "minProperties", "maxProperties", "dependencies", "dependentRequired",
+                                    "dependentSchemas", "propertyNames", "unevaluatedProperties", 0};
+  static const char *const ARR[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
+                                    "contains", "minContains", "maxContains", "unevaluatedItems", 0};
+  static const char *const STR[] = {"minLength", "maxLength", "pattern", "format", 0};
+  static const char *const NUM[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", 0};
+  s = deref(c, s);
+  if (!s || s->kind == JV_FALSE) return false;
+  if (s->kind != JV_OBJ) return true;
+  for (uint32_t i = 0; i < s->n; i++) {
+    const jv_t *k = &s->keys[i];
+    if (!is_constraint_key(k) || jv_str_is(k, "type")) continue;
+    bool other = (in_list(k, OBJ) && kind != 4) || (in_list(k, ARR) && kind != 8) || (in_list(k, STR) && kind != 16) ||
+                 (in_list(k, NUM) && !(kind & 96));
+    if (!other) return false;
+  }
+  return true;
+}
+
+/* oneOf, exactly: for each kind of value two branches both admit, either no value of that kind
+ * satisfies both (disjoint literals; for objects, a required key's literals or a required key
+ * the other forbids), or both admit every value of that kind, so that no value of it matches
+ * exactly one branch: the kind is then taken out of every branch (*excluded gets its bit).
+ * False: branches that may overlap otherwise. */
+static bool one_of_exact(cx_t *c, const jv_t *alts, const jv_t *rest, uint32_t *excluded) {
+  *excluded = 0;
+  uint32_t within = kinds_of(c, rest);  /* the siblings' kinds: no other value matters */
+  const jv_t *parent_req = jv_get(rest, "required");
+  for (uint32_t i = 0; i < alts->n; i++)
+    for (uint32_t j = i + 1; j < alts->n; j++) {
+      const jv_t *a = &alts->items[i], *b = &alts->items[j];
+      uint32_t both = kinds_of(c, a) & kinds_of(c, b) & within;
+      if (!both || literals_disjoint(c, a, b)) continue;
+      for (uint32_t k = 1; k < 128; k <<= 1) {
+        if (!(both & k) || (k == 4 && objects_disjoint(c, a, b, parent_req))) continue;
+        if (!admits_every(c, a, k) || !admits_every(c, b, k)) return false;
+        *excluded |= k;
+      }
+    }
+  /* no type names "numbers that are not integers": integers out, other numbers kept, refused */
+  return !((*excluded & 32) && !(*excluded & 64));
 }
 
 /* ---- the dispatcher -------------------------------------------------------------------------- */
@@ -1361,22 +1554,25 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
   const jv_t *rest = obj_without(s, drop);
   bool siblings = false;
   for (uint32_t i = 0; i < rest->n; i++) siblings |= is_constraint_key(&rest->keys[i]);
-  if (kw[0] == 'o') {
-    for (uint32_t i = 0; i < alts->n; i++)
-      for (uint32_t j = i + 1; j < alts->n; j++)
-        if (!disjoint(c, &alts->items[i], &alts->items[j]) && !c->err) {
-          if (c->o->coerce_one_of) { relax(c, "oneOf (as anyOf: option coerce_one_of)"); goto go; }
-          UNSUPPORTED(c, "oneOf", "branches that may overlap; the option coerce_one_of compiles it as anyOf");
-          return;
-        }
+  uint32_t excluded = 0;
+  if (kw[0] == 'o' && !one_of_exact(c, alts, rest, &excluded) && !c->err) {
+    excluded = 0;
+    if (c->o->coerce_one_of) relax(c, "oneOf (as anyOf: option coerce_one_of)");
+    else { UNSUPPORTED(c, "oneOf", "branches that may overlap; the option coerce_one_of compiles it as anyOf"); return; }
   }
-go:
+  if (c->err) return;
+  jv_t *only = 0;                      /* the kinds no value of which matches exactly one branch, out */
+  if (excluded) {
+    only = jv_new(JV_OBJ);
+    jv_obj_put(only, "type", 4, types_value(127 & ~excluded));
+  }
   sb_puts(b, "(?:");
   for (uint32_t i = 0; i < alts->n && !c->err; i++) {
     if (i) sb_putc(b, '|');
     uint32_t at = ptr_pushs(c, kw);
     ptr_pushi(c, i);
     const jv_t *alt = siblings ? all_of2(rest, &alts->items[i]) : &alts->items[i];
+    if (only) alt = all_of2(alt, only);
     emit(c, b, alt);
     ptr_pop(c, at);
   }
@@ -1395,7 +1591,17 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
   if (constrained) {                   /* keep the literals that the rest's language holds */
     sb_t r = {0};
     uint32_t nm = c->n_keys;
+    uint64_t longest = 0, saved = c->flat_cap;
+    for (uint32_t i = 0; i < (k ? 1 : e->n); i++) {
+      const jv_t *v = k ? k : &e->items[i];
+      sb_t t = {0};                    /* its text's bytes bound every string in it, in characters */
+      jv_write(&t, v);
+      if (t.n > longest) longest = t.n;
+      aici_free(t.p);
+    }
+    c->flat_cap = longest + 1;         /* no string machine: a literal's text is checked by one regex */
     emit(c, &r, rest);
+    c->flat_cap = saved;
     if (c->err) return;
     bool calls = c->n_keys != nm;
     for (uint32_t i = 0; i < r.n && !calls; i++) calls = i + 3 < r.n && !__builtin_memcmp(r.p + i, "\\xff", 4);
