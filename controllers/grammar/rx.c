@@ -5,6 +5,7 @@
  * difference (docs/grammar.md). Unsupported: lookaround, backreferences, anchors, \p{..},
  * lazy and possessive repeats; each is an error naming the construct. */
 #include "grammar.h"
+#include "unicode_tables.h"
 
 void gb_putn(gr_buf_t *b, const char *s, uint32_t n) {
   if (b->n + n + 1 > b->cap) {
@@ -75,10 +76,12 @@ static void cps_negate(cps_t *s) {
   cps_normalize(s);
 }
 
-static void cps_icase(cps_t *s) {      /* ASCII letters in either case */
+static void cps_icase(cps_t *s) {      /* ASCII letters in either case, and their simple folds */
   uint32_t n = s->n;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
+    if ((lo <= 's' && hi >= 's') || (lo <= 'S' && hi >= 'S')) cps_add(s, 0x17F, 0x17F);   /* long s */
+    if ((lo <= 'k' && hi >= 'k') || (lo <= 'K' && hi >= 'K')) cps_add(s, 0x212A, 0x212A); /* Kelvin */
     uint32_t a = lo > 'a' ? lo : 'a', z = hi < 'z' ? hi : 'z';
     if (a <= z) cps_add(s, a - 32, z - 32);
     a = lo > 'A' ? lo : 'A', z = hi < 'Z' ? hi : 'Z';
@@ -159,7 +162,13 @@ void gr_regex_literal(gr_buf_t *out, const uint8_t *s, uint32_t len, bool icase)
   for (uint32_t i = 0; i < len; i++) {
     uint8_t c = s[i];
     bool letter = (c | 32) >= 'a' && (c | 32) <= 'z';
-    if (icase && letter) {
+    if (icase && ((c | 32) == 's' || (c | 32) == 'k')) {   /* the folds outside ASCII too */
+      cps_t f = {0};
+      cps_add(&f, c, c);
+      cps_icase(&f);
+      emit_cps(out, &f);
+      aici_free(f.r);
+    } else if (icase && letter) {
       gb_putn(out, "[", 1); gb_byte(out, c | 32); gb_byte(out, c & ~32); gb_putn(out, "]", 1);
     } else gb_byte(out, c);
   }
@@ -215,12 +224,12 @@ static int64_t read_hex(rp_t *p, uint32_t digits) {   /* digits 0: {...} */
   return v;
 }
 
-static void class_named(cps_t *s, char c) {   /* \d \w \s (ASCII) and negations */
+static void class_named(cps_t *s, char c) {   /* \d \w \s (Unicode, as Rust's) and negations */
   cps_t t = {0};
   char l = c | 32;
-  if (l == 'd') cps_add(&t, '0', '9');
-  else if (l == 'w') { cps_add(&t, '0', '9'); cps_add(&t, 'A', 'Z'); cps_add(&t, 'a', 'z'); cps_add(&t, '_', '_'); }
-  else { cps_add(&t, '\t', '\r'); cps_add(&t, ' ', ' '); }
+  const uint32_t (*tab)[2] = l == 'd' ? UNI_D : l == 'w' ? UNI_W : UNI_S;
+  uint32_t n = l == 'd' ? sizeof UNI_D / sizeof UNI_D[0] : l == 'w' ? sizeof UNI_W / sizeof UNI_W[0] : sizeof UNI_S / sizeof UNI_S[0];
+  for (uint32_t i = 0; i < n; i++) cps_add(&t, tab[i][0], tab[i][1]);
   if (c != l) cps_negate(&t);
   for (uint32_t i = 0; i < t.n; i++) cps_add(s, t.r[i].lo, t.r[i].hi);
   aici_free(t.r);
