@@ -418,14 +418,35 @@ static void directive(lp_t *p) {
     fail(p, "bad %import");
     return;
   }
-  if (n == 10 && !__builtin_memcmp(d, "llguidance", 10)) {   /* options object: only {} */
+  if (n == 10 && !__builtin_memcmp(d, "llguidance", 10)) {   /* an options object */
     skip_ws(p, false);
-    if (p->i + 1 < p->n && p->s[p->i] == '{') {
-      uint32_t k = p->i + 1;
-      while (k < p->n && (p->s[k] == ' ' || p->s[k] == '\n' || p->s[k] == '\t')) k++;
-      if (k < p->n && p->s[k] == '}') { p->i = k + 1; return; }
+    if (p->i >= p->n || p->s[p->i] != '{') { fail(p, "expected {...} after %llguidance"); return; }
+    uint32_t depth = 0, line = p->line;
+    bool in_str = false, want_key = false;
+    for (; p->i < p->n; p->i++) {
+      char c = p->s[p->i];
+      if (c == '\n') p->line++;
+      if (in_str) {
+        if (c == '\\') p->i++;
+        else if (c == '"') in_str = false;
+        continue;
+      }
+      if (c == '"') {
+        if (depth == 1 && want_key) {   /* a top-level key: only no_forcing (we never force) */
+          uint32_t k = p->i + 1, e = k;
+          while (e < p->n && p->s[e] != '"') e++;
+          if (e - k != 10 || __builtin_memcmp(p->s + k, "no_forcing", 10)) {
+            p->err = gr_fmt("line %u: unsupported: %%llguidance option %.*s", line, (int)(e - k), p->s + k);
+            return;
+          }
+          want_key = false;
+        }
+        in_str = true;
+      } else if (c == '{' || c == '[') { depth++; if (depth == 1) want_key = true; }
+      else if (c == ',' && depth == 1) want_key = true;
+      else if (c == '}' || c == ']') { if (--depth == 0) { p->i++; return; } }
     }
-    fail(p, "unsupported: %llguidance options (only %llguidance {})");
+    fail(p, "unterminated %llguidance {...}");
     return;
   }
   p->err = gr_fmt("line %u: unsupported: %%%.*s", p->line, (int)n, d);
@@ -473,7 +494,7 @@ static void parse_defs(lp_t *p, bool common) {
     skip_ws(p, false);
     if (p->i < p->n && p->s[p->i] == '.') { fail(p, "priority not supported"); return; }
     if (p->i < p->n && p->s[p->i] == '{') { fail(p, "unsupported: templates (rule{params})"); return; }
-    if (p->i < p->n && p->s[p->i] == '[') { p->i++; parse_options(p, d); skip_ws(p, false); }
+    if (p->i < p->n && p->s[p->i] == '[') { p->i++; parse_options(p, d); if (p->err) return; skip_ws(p, false); }
     if (p->i >= p->n || p->s[p->i] != ':') {
       p->err = gr_fmt("line %u: expected ':' after %.*s", p->line, (int)n, p->s + s);
       return;
@@ -723,11 +744,7 @@ gr_grammar_t *gr_compile_lark(const char *text, uint32_t len, char **err) {
   if (!p.err) {
     /* every definition must be usable: resolve the unused ones too, for their errors */
     for (uint32_t k = 0; k < p.n_defs && !p.err; k++)
-      if (!p.defs[k].common && !p.defs[k].resolved) {
-        gr_buf_t o = {0};
-        if (p.defs[k].term) def_regex(&p, &p.defs[k], &o, 0);
-        aici_free(o.p);
-      }
+      if (!p.defs[k].common && !p.defs[k].resolved) def_symbol(&p, &p.defs[k]);
   }
   if (!p.err && !gr_finish(g, &p.err)) {}
   if (p.err) { *err = p.err; return 0; }

@@ -287,19 +287,13 @@ typedef struct { uint32_t n_sets, lex; bool at_start; } pos_t;
 
 static void goto_pos(gr_matcher_t *m, pos_t p) { m->n_sets = p.n_sets; }
 
-static bool only_skip(const gr_matcher_t *m, uint32_t lex) {
-  const lstate_t *s = &m->ls[lex];
-  for (uint32_t a = 0; a < s->n_acc; a++)
-    if ((int32_t)m->pairs[s->acc_off + a] != m->g->skip) return false;
-  return true;
-}
-
-/* End the current lexeme (lexer state `lex`, accepting): scan it, or skip it. */
+/* End the current lexeme (lexer state `lex`, accepting): skip it when the %ignore terminal
+ * matches it (that wins over grammar terminals matching the same text, as in llguidance), else
+ * scan it. */
 static bool emit(gr_matcher_t *m, uint32_t lex) {
-  if (!only_skip(m, lex) && scan(m, lex)) return true;
   for (uint32_t a = 0; a < m->ls[lex].n_acc; a++)
     if ((int32_t)m->pairs[m->ls[lex].acc_off + a] == m->g->skip) return true;   /* skipped: same set */
-  return false;
+  return scan(m, lex);
 }
 
 /* One byte from position p; false when dead. On success p is the new position (the parser's

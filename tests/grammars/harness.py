@@ -92,11 +92,13 @@ class Ours:
     def close(self):
         self.rt.close()
 
-    def _submit(self, seq, toks, sampled, record=True):
+    def _submit(self, seq, toks, sampled, record=True, errors_ok=False):
         t0 = time.perf_counter()
         out = self.rt.submit([self.aicirt.StepInput(seq, self.prompt + toks, sampled)]).wait(self.WAIT_S)
         dt = (time.perf_counter() - t0) * 1e6
         r = out.results[0]
+        if r.status != "ok" and errors_ok:
+            return r, None
         if r.status != "ok":
             raise RuntimeError(f"controller error: {r.error} {''.join(r.logs)}")
         mask = None
@@ -113,9 +115,9 @@ class Ours:
         req = self.rt.new_request(self.ctrl, arg=grammar.encode("utf-8") + self.options)
         seq = req.spawn()
         t0 = time.perf_counter()
-        r, mask = self._submit(seq, [], None, record=False)
+        r, mask = self._submit(seq, [], None, record=False, errors_ok=True)
         dt = (time.perf_counter() - t0) * 1e6
-        err = None if r.branches else ("".join(r.logs).strip() or "stopped at once")
+        err = None if r.status == "ok" and r.branches else ("".join(r.logs).strip() or r.error or "stopped at once")
         return (req, seq, mask), err, dt
 
     def close_handle(self, h):
@@ -140,8 +142,15 @@ class Ours:
         return out
 
 
+#: Prepended to the grammar llguidance compiles. By default llguidance narrows a forced byte string
+#: (after "t" in JSON only "rue" can follow) to the first token of its canonical tokenization: a
+#: tokenization heuristic, not the grammar's language. Our masks are exact (every token some
+#: continuation accepts), which is llguidance's mask with forcing off.
+LLG_PREAMBLE = '%llguidance {"no_forcing": true}\n'
+
+
 class Llg:
-    """llguidance's matcher on the same grammar text."""
+    """llguidance's matcher on the same grammar text (forcing off: LLG_PREAMBLE)."""
 
     def __init__(self, v: Vocab):
         import llguidance
@@ -153,7 +162,7 @@ class Llg:
     def compile(self, grammar: str):
         """(matcher or None, error or None, construction + first fill ms)."""
         t0 = time.perf_counter()
-        m = self.llguidance.LLMatcher(self.v.llg, self.llguidance.LLMatcher.grammar_from_lark(grammar))
+        m = self.llguidance.LLMatcher(self.v.llg, self.llguidance.LLMatcher.grammar_from_lark(LLG_PREAMBLE + grammar))
         if m.is_error():
             return None, m.get_error(), 0.0
         self.lln.fill_next_token_bitmask(m, self.bitmask, 0)
