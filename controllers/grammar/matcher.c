@@ -382,20 +382,32 @@ void gr_restore(gr_matcher_t *m, gr_mark_t k) {
   m->n_sets = k.n_sets, m->lex = k.lex, m->at_start = k.at_start != 0;   /* sets below stay intact */
 }
 
-/* The walk: one position per trie level. */
-void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_tokset_t *out) {
-  aici_tokset_clear(out);
-  uint32_t *mask = out->words;
-  pos_t *stack = aici_tmp_alloc((trie->max_depth + 2) * sizeof(pos_t));
+/* ---- masks ------------------------------------------------------------------------------
+ * mask(P, L) = the tokens that stay inside the current lexeme (they depend on L alone: cached
+ * per lexer state, with the trie's "emission edges": child nodes whose byte the lexeme cannot
+ * take where the lexer state before it accepts) + for each edge, the subtree walked from the
+ * state after the lexeme ends there. Edges are grouped by (lexer state, byte): one step decides
+ * a whole group, and most groups die at once (the byte starts no lexeme the parser allows). */
+#define LCACHE_MAX 256u                /* lexer states with a cached part (more: plain walks) */
+
+typedef struct { uint32_t key, child; } edge_t;   /* key: lexer state << 8 | byte */
+typedef struct { uint32_t lex; aici_tokset_t *inlex; edge_t *edges; uint32_t n_edges; } lcache_t;
+
+static lcache_t *lc;
+static uint32_t n_lc;
+
+/* The general walk over nodes [p, end) of the trie, the parent's position being `top`. */
+static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask,
+                 uint32_t vocab, pos_t *stack) {
   const aici_trie_node_t *nodes = trie->nodes;
-  uint32_t sp = 1, p = 1, n = trie->n_nodes;
-  stack[0] = cur(m);
-  while (p < n) {
+  uint32_t sp = 1;
+  stack[0] = top;
+  while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
     pos_t q = stack[sp - 1];
     bool live = step(m, &q, (uint8_t)(w0 & 255)) && !m->overflow;
     m->overflow = false;
-    if (live && tok < out->vocab) mask[tok >> 5] |= 1u << (tok & 31);
+    if (live && tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
     if (live && (w1 >> 10) > 1) {
       stack[sp++] = q;
       p++;
@@ -404,8 +416,81 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
       sp -= w1 & 1023;
     }
   }
-  if (pos_accepting(m, stack[0]) && eos < out->vocab) mask[eos >> 5] |= 1u << (eos & 31);
-  goto_pos(m, stack[0]);
+}
+
+static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable enough: keys only) */
+  static const uint32_t gaps[] = {701, 301, 132, 57, 23, 10, 4, 1};
+  for (uint32_t g = 0; g < 8; g++)
+    for (uint32_t i = gaps[g]; i < n; i++) {
+      edge_t t = e[i];
+      uint32_t j = i;
+      for (; j >= gaps[g] && e[j - gaps[g]].key > t.key; j -= gaps[g]) e[j] = e[j - gaps[g]];
+      e[j] = t;
+    }
+}
+
+/* The lexer-only part for state `lex`: one walk of the whole trie, no parser. */
+static lcache_t *lex_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+  for (uint32_t k = 0; k < n_lc; k++)
+    if (lc[k].lex == lex && lc[k].inlex->vocab == trie->vocab) return &lc[k];
+  if (n_lc >= LCACHE_MAX) return 0;
+  if (!lc) lc = aici_malloc(LCACHE_MAX * sizeof(lcache_t));
+  lcache_t *c = &lc[n_lc++];
+  c->lex = lex;
+  c->inlex = aici_tokset_new();
+  uint32_t *mask = c->inlex->words, cap = 256, n = 0;
+  edge_t *edges = aici_malloc(cap * sizeof(edge_t));
+  const aici_trie_node_t *nodes = trie->nodes;
+  uint32_t *stack = aici_malloc((trie->max_depth + 2) * 4), sp = 1, p = 1, end = trie->n_nodes;
+  stack[0] = lex;
+  while (p < end) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, from = stack[sp - 1];
+    uint32_t ns = lex_next(m, from, (uint8_t)(w0 & 255));
+    if (ns) {
+      if (tok < trie->vocab) mask[tok >> 5] |= 1u << (tok & 31);
+      if ((w1 >> 10) > 1) { stack[sp++] = ns; p++; continue; }
+    } else if (m->ls[from].n_acc) {
+      if (n == cap) { cap *= 2; edges = aici_realloc(edges, cap * sizeof(edge_t)); }
+      edges[n++] = (edge_t){from << 8 | (w0 & 255), p};
+    }
+    p += w1 >> 10;
+    sp -= w1 & 1023;
+  }
+  aici_free(stack);
+  sort_edges(edges, n);
+  c->edges = edges;
+  c->n_edges = n;
+  return c;
+}
+
+void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_tokset_t *out) {
+  uint32_t *mask = out->words;
+  pos_t *stack = aici_tmp_alloc((trie->max_depth + 2) * sizeof(pos_t));
+  pos_t here = cur(m);
+  lcache_t *c = lex_part(m, trie, here.lex);
+  if (!c) {
+    aici_tokset_clear(out);
+    walk(m, trie, 1, trie->n_nodes, here, mask, out->vocab, stack);
+  } else {
+    aici_tokset_copy(out, c->inlex);
+    const aici_trie_node_t *nodes = trie->nodes;
+    for (uint32_t i = 0; i < c->n_edges;) {
+      uint32_t key = c->edges[i].key, j = i;
+      while (j < c->n_edges && c->edges[j].key == key) j++;
+      pos_t q = {here.n_sets, key >> 8, false};
+      bool live = step(m, &q, (uint8_t)(key & 255)) && !m->overflow;
+      m->overflow = false;
+      if (live)
+        for (uint32_t k = i; k < j; k++) {
+          uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
+          if (tok < out->vocab) mask[tok >> 5] |= 1u << (tok & 31);
+          if (size > 1) walk(m, trie, ch + 1, ch + size, q, mask, out->vocab, stack);
+        }
+      i = j;
+    }
+  }
+  if (pos_accepting(m, here) && eos < out->vocab) mask[eos >> 5] |= 1u << (eos & 31);
+  goto_pos(m, here);
 }
 
 bool gr_can_continue(gr_matcher_t *m) {
