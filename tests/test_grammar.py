@@ -198,3 +198,59 @@ def test_random_grammars_agree_with_llguidance(bytes_pair, grammar, texts):
 @hyp.given(grammar=grammars(), texts=STRINGS)
 def test_random_grammars_agree_with_llguidance_many(bytes_pair, grammar, texts):
     random_grammars_agree(bytes_pair, grammar, texts)
+
+
+# ---- GBNF ------------------------------------------------------------------------------------
+GBNF = json.loads((GRAMMARS / "gbnf_cases.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", sorted(GBNF))
+def test_gbnf_agrees_with_llguidance_on_its_lark_translation(bytes_pair, name):
+    """Our GBNF front-end (one-character lexemes: the character-level language) against
+    llguidance on llguidance.gbnf_to_lark's translation of the same text: same masks on these
+    grammars, where no two lexemes of the translation compete for the same text."""
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+    ours, llg, v = bytes_pair
+    text = (GRAMMARS / f"{name}.gbnf").read_text(encoding="utf-8")
+    cases = GBNF[name]
+    strings = [s.encode("utf-8") for s in cases["valid"] + cases["invalid"]]
+    h, err, _ = ours.open(text)
+    lm, lerr, _ = llg.compile(gbnf_to_lark(text))
+    assert err is None and lerr is None, (err, lerr)
+    try:
+        for i, s in enumerate(strings):
+            toks = v.tokenize(s)
+            a, b = ours.masks(h, toks), llg.masks(lm, toks)
+            assert len(a) == len(b), s
+            for k, (x, y) in enumerate(zip(a, b)):
+                assert np.array_equal(as_mask(x, v), as_mask(y, v)), (s, k)
+            accepted = len(a) == len(toks) + 1 and allowed(as_mask(a[-1], v), v.eos)
+            assert accepted == (i < len(cases["valid"])), s
+    finally:
+        ours.close_handle(h)
+
+
+def test_gbnf_is_character_level(bytes_pair):
+    """Where a longest-match lexer would pick one split, the GBNF language is kept whole:
+    "abc" is [a-z] then "bc", though "ab" "x" also starts with "ab"."""
+    ours = bytes_pair[0]
+    h, err, _ = ours.open('root ::= "ab" "x" | [a-z] "bc"\n')
+    assert err is None, err
+    try:
+        masks = ours.masks(h, list(b"abc"))
+        assert len(masks) == 4 and allowed(as_mask(masks[3], bytes_pair[2]), bytes_pair[2].eos)
+    finally:
+        ours.close_handle(h)
+
+
+@pytest.mark.parametrize("grammar,message", [
+    ('root ::= "a\n', "line 1: gbnf: newline in a literal"),
+    ('x ::= "a"\n', "no 'root' rule"),
+    ('root ::= "a"\nroot "b"\n', "line 2: gbnf: expected ::="),
+    ('root ::= [ab\n"x"]\n', "gbnf: newline in a character class"),
+])
+def test_gbnf_errors(bytes_pair, grammar, message):
+    ours = bytes_pair[0]
+    h, err, _ = ours.open(grammar)
+    ours.close_handle(h)
+    assert err is not None and message in err, err

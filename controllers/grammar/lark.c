@@ -751,8 +751,3 @@ gr_grammar_t *gr_compile_lark(const char *text, uint32_t len, char **err) {
   return g;
 }
 
-gr_grammar_t *gr_compile_gbnf(const char *text, uint32_t len, char **err) {
-  (void)text; (void)len;
-  *err = gr_fmt("line 1: unsupported: GBNF grammars (not yet)");
-  return 0;
-}
