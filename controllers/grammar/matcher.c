@@ -405,8 +405,16 @@ static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t 
   while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
     pos_t q = stack[sp - 1];
-    bool live = step(m, &q, (uint8_t)(w0 & 255)) && !m->overflow;
-    m->overflow = false;
+    const int32_t *row = m->ls[q.lex].row;
+    int32_t ns = row ? row[w0 & 255] : -1;
+    bool live;
+    if (ns > 0) {                      /* the lexeme goes on: no parser work */
+      q.lex = (uint32_t)ns, q.at_start = false;
+      live = true;
+    } else {
+      live = step(m, &q, (uint8_t)(w0 & 255)) && !m->overflow;
+      m->overflow = false;
+    }
     if (live && tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
     if (live && (w1 >> 10) > 1) {
       stack[sp++] = q;
@@ -445,7 +453,9 @@ static lcache_t *lex_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex
   stack[0] = lex;
   while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, from = stack[sp - 1];
-    uint32_t ns = lex_next(m, from, (uint8_t)(w0 & 255));
+    const int32_t *row = m->ls[from].row;
+    int32_t r = row ? row[w0 & 255] : -1;
+    uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, from, (uint8_t)(w0 & 255));
     if (ns) {
       if (tok < trie->vocab) mask[tok >> 5] |= 1u << (tok & 31);
       if ((w1 >> 10) > 1) { stack[sp++] = ns; p++; continue; }
