@@ -242,6 +242,7 @@ static ex_t *parse_atom(lp_t *p, int depth) {
     return 0;
   }
   if (c == '@') { fail(p, "unsupported: grammar references (@name)"); return 0; }
+  if (c == '&' || c == '~') { fail(p, "unsupported: the & and ~ terminal operators"); return 0; }
   if (is_name_start(c)) {
     ex_t *e = ex_new(p, E_NAME);
     e->s = p->s + p->i;

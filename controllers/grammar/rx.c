@@ -100,25 +100,55 @@ static void utf8_enc(uint32_t c, uint8_t *o) {
   }
 }
 
+/* A UTF-8 sequence of byte ranges: [lo[k], hi[k]] for k < n. */
+typedef struct { uint8_t n, lo[4], hi[4]; } seq_t;
+typedef struct { seq_t *s; uint32_t n, cap; } seqs_t;
+
 /* [lo, hi] of one encoded length as sequences of byte ranges (regex-syntax's utf8 split). */
-static void utf8_seqs(gr_buf_t *b, uint32_t lo, uint32_t hi, bool *first) {
+static void utf8_seqs(seqs_t *o, uint32_t lo, uint32_t hi) {
   uint32_t n = utf8_len(lo);
   for (uint32_t i = 1; i < n; i++) {
     uint32_t m = (1u << (6 * i)) - 1;
     if ((lo & ~m) != (hi & ~m)) {
-      if (lo & m) { utf8_seqs(b, lo, lo | m, first); utf8_seqs(b, (lo | m) + 1, hi, first); return; }
-      if ((hi & m) != m) { utf8_seqs(b, lo, (hi & ~m) - 1, first); utf8_seqs(b, hi & ~m, hi, first); return; }
+      if (lo & m) { utf8_seqs(o, lo, lo | m); utf8_seqs(o, (lo | m) + 1, hi); return; }
+      if ((hi & m) != m) { utf8_seqs(o, lo, (hi & ~m) - 1); utf8_seqs(o, hi & ~m, hi); return; }
     }
   }
-  uint8_t x[4], y[4];
-  utf8_enc(lo, x);
-  utf8_enc(hi, y);
-  if (!*first) gb_putn(b, "|", 1);
-  *first = false;
-  for (uint32_t i = 0; i < n; i++) {
-    if (x[i] == y[i]) { gb_byte(b, x[i]); continue; }
-    gb_putn(b, "[", 1); gb_byte(b, x[i]); gb_putn(b, "-", 1); gb_byte(b, y[i]); gb_putn(b, "]", 1);
+  if (o->n == o->cap) { o->cap = o->cap ? o->cap * 2 : 64; o->s = aici_realloc(o->s, o->cap * sizeof(seq_t)); }
+  seq_t *q = &o->s[o->n++];
+  q->n = (uint8_t)n;
+  utf8_enc(lo, q->lo);
+  utf8_enc(hi, q->hi);
+}
+
+static void emit_range(gr_buf_t *b, uint8_t lo, uint8_t hi) {
+  if (lo == hi) { gb_byte(b, lo); return; }
+  gb_putn(b, "[", 1); gb_byte(b, lo); gb_putn(b, "-", 1); gb_byte(b, hi); gb_putn(b, "]", 1);
+}
+
+/* Sequences s[0..n) (sorted, from position `at` on) as an alternation factored by shared
+ * leading ranges: a trie of byte ranges, so the NFA (and the DFA states the SDK builds) stay
+ * small for big classes such as Unicode \w. */
+static void emit_seqs(gr_buf_t *b, const seq_t *s, uint32_t n, uint32_t at) {
+  bool many = n > 1;
+  if (many) gb_puts(b, "(?:");
+  for (uint32_t i = 0; i < n;) {
+    uint32_t j = i + 1;
+    while (j < n && s[j].n > at && s[i].n > at && s[j].lo[at] == s[i].lo[at] && s[j].hi[at] == s[i].hi[at]) j++;
+    if (i) gb_puts(b, "|");
+    emit_range(b, s[i].lo[at], s[i].hi[at]);
+    if (s[i].n > at + 1) emit_seqs(b, s + i, j - i, at + 1);
+    i = j;
   }
+  if (many) gb_puts(b, ")");
+}
+
+static bool seq_less(const seq_t *a, const seq_t *b) {
+  for (uint32_t k = 0; k < 4; k++) {
+    uint32_t x = k < a->n ? (uint32_t)a->lo[k] << 8 | a->hi[k] : 0, y = k < b->n ? (uint32_t)b->lo[k] << 8 | b->hi[k] : 0;
+    if (x != y) return x < y;
+  }
+  return a->n < b->n;
 }
 
 static void emit_cps(gr_buf_t *b, cps_t *s) {
@@ -139,15 +169,23 @@ static void emit_cps(gr_buf_t *b, cps_t *s) {
     first = false;
   }
   static const uint32_t bounds[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
+  seqs_t q = {0};
   for (uint32_t i = 0; i < s->n; i++) {
     uint32_t lo = s->r[i].lo < 0x80 ? 0x80 : s->r[i].lo, hi = s->r[i].hi;
     for (int k = 1; k < 4 && lo <= hi; k++) {
       if (lo > bounds[k]) continue;
       uint32_t h = hi < bounds[k] ? hi : bounds[k];
-      utf8_seqs(b, lo, h, &first);
+      utf8_seqs(&q, lo, h);
       lo = h + 1;
     }
   }
+  for (uint32_t i = 1; i < q.n; i++)   /* insertion sort: lists are small (a few thousand at most) */
+    for (uint32_t j = i; j > 0 && seq_less(&q.s[j], &q.s[j - 1]); j--) { seq_t t = q.s[j]; q.s[j] = q.s[j - 1]; q.s[j - 1] = t; }
+  if (q.n) {
+    if (!first) gb_puts(b, "|");
+    emit_seqs(b, q.s, q.n, 0);
+  }
+  aici_free(q.s);
   gb_putn(b, ")", 1);
 }
 
