@@ -391,7 +391,40 @@ void gr_restore(gr_matcher_t *m, gr_mark_t k) {
 #define LCACHE_MAX 256u                /* lexer states with a cached part (more: plain walks) */
 
 typedef struct { uint32_t key, child; } edge_t;   /* key: lexer state << 8 | byte */
-typedef struct { uint32_t lex; aici_tokset_t *inlex; edge_t *edges; uint32_t n_edges; } lcache_t;
+typedef struct {
+  uint32_t lex;
+  aici_tokset_t *inlex;
+  const aici_trie_t *walked;           /* the trie the edges index: the whole one, or a slice's rest */
+  edge_t *edges;
+  uint32_t n_edges;
+} lcache_t;
+#define COVER_STATES 64u               /* lexer states a slice check follows before giving up */
+
+/* The largest byte set C such that every string over C keeps `lex` alive (false: none worth a
+ * slice, or too many states to check). Then the tokens whose bytes lie in C are inside the
+ * lexeme wholesale (the SDK's slice), and only the other tokens (its rest trie) are walked. */
+static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
+  uint32_t list[COVER_STATES], n = 1;
+  list[0] = lex;
+  for (int w = 0; w < 8; w++) cover[w] = ~0u;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t st = list[i];
+    for (int b = 0; b < 256; b++) {
+      if (!((cover[b >> 5] >> (b & 31)) & 1)) continue;
+      uint32_t ns = lex_next(m, st, (uint8_t)b);
+      if (!ns) { cover[b >> 5] &= ~(1u << (b & 31)); continue; }
+      bool seen = false;
+      for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
+      if (!seen) {
+        if (n == COVER_STATES) return false;
+        list[n++] = ns;
+      }
+    }
+  }
+  uint32_t count = 0;
+  for (int w = 0; w < 8; w++) count += (uint32_t)__builtin_popcount(cover[w]);
+  return count >= 8;
+}
 
 static lcache_t *lc;
 static uint32_t n_lc;
@@ -446,10 +479,17 @@ static lcache_t *lex_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex
   lcache_t *c = &lc[n_lc++];
   c->lex = lex;
   c->inlex = aici_tokset_new();
-  uint32_t *mask = c->inlex->words, cap = 256, n = 0;
+  uint32_t *mask = c->inlex->words, cap = 256, n = 0, cover[8];
+  c->walked = trie;
+  const aici_slice_t *sl = lex_cover(m, lex, cover) ? aici_trie_slice(trie, cover) : 0;
+  if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
+    if (sl->dense) __builtin_memcpy(mask, sl->dense, c->inlex->n_words * 4);
+    else for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
+    c->walked = &sl->rest;
+  }
   edge_t *edges = aici_malloc(cap * sizeof(edge_t));
-  const aici_trie_node_t *nodes = trie->nodes;
-  uint32_t *stack = aici_malloc((trie->max_depth + 2) * 4), sp = 1, p = 1, end = trie->n_nodes;
+  const aici_trie_node_t *nodes = c->walked->nodes;
+  uint32_t *stack = aici_malloc((trie->max_depth + 2) * 4), sp = 1, p = 1, end = c->walked->n_nodes;
   stack[0] = lex;
   while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, from = stack[sp - 1];
@@ -483,7 +523,8 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
     walk(m, trie, 1, trie->n_nodes, here, mask, out->vocab, stack);
   } else {
     aici_tokset_copy(out, c->inlex);
-    const aici_trie_node_t *nodes = trie->nodes;
+    const aici_trie_t *wt = c->walked;
+    const aici_trie_node_t *nodes = wt->nodes;
     for (uint32_t i = 0; i < c->n_edges;) {
       uint32_t key = c->edges[i].key, j = i;
       while (j < c->n_edges && c->edges[j].key == key) j++;
@@ -494,7 +535,7 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
         for (uint32_t k = i; k < j; k++) {
           uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
           if (tok < out->vocab) mask[tok >> 5] |= 1u << (tok & 31);
-          if (size > 1) walk(m, trie, ch + 1, ch + size, q, mask, out->vocab, stack);
+          if (size > 1) walk(m, wt, ch + 1, ch + size, q, mask, out->vocab, stack);
         }
       i = j;
     }
