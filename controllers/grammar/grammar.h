@@ -82,14 +82,16 @@ void gr_regex_cp_range(gr_buf_t *out, uint32_t lo, uint32_t hi);
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g);
 /* Feed bytes; false (state unchanged) when they leave the grammar. */
 bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n);
-/* Feed a special token (no bytes); false when not allowed here. */
+/* Feed a special token (no bytes); false when not allowed here (always, for now: grammars
+ * with special tokens are refused at compile time). */
 bool gr_advance_token(gr_matcher_t *m, aici_token_t t);
 bool gr_accepting(gr_matcher_t *m);   /* the text so far is a sentence of the grammar */
 bool gr_can_continue(gr_matcher_t *m);/* some byte or special token may follow */
 /* Tokens whose bytes keep the text a prefix of a sentence, plus `eos` when accepting, into
  * `out` (overwritten). */
 void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_tokset_t *out);
-/* Save / restore the matcher's position (an opaque mark; marks after it become invalid). */
+/* Save / restore the matcher's position: a mark taken on the current text, or on a prefix of it
+ * (restoring to it is backtracking); marks of text no longer a prefix are invalid. */
 typedef struct { uint32_t n_sets, lex, at_start; } gr_mark_t;
 gr_mark_t gr_save(const gr_matcher_t *m);
 void gr_restore(gr_matcher_t *m, gr_mark_t mark);

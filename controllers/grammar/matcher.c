@@ -13,7 +13,7 @@
 #include "grammar.h"
 
 #define MAX_EMPTY 4u                   /* empty lexemes in a row before a byte */
-#define MAX_ITEMS (1u << 22)           /* Earley items alive at once (about 50 MiB): more fails */
+#define MAX_ITEMS (1u << 20)           /* Earley items alive at once (12 MiB): more fails the text */
 
 typedef struct { uint32_t prod, dot, origin; } item_t;
 typedef struct { uint32_t start; uint32_t lstart; int32_t prov_lex; uint32_t prov_parent; bool accepting; } eset_t;
@@ -35,6 +35,8 @@ struct gr_matcher {
   uint32_t *starts, n_starts, cap_starts;  /* start states: [state, bitset...] records */
   uint32_t *scratch;                   /* a terminal bitset */
   uint32_t *tmp_pairs, cap_tmp;
+  struct lcache *lc;                   /* per lexer state: the cached part of its masks */
+  uint32_t n_lc;
   /* position */
   uint32_t lex;
   bool at_start;
@@ -276,6 +278,11 @@ static bool scan(gr_matcher_t *m, uint32_t lex) {
   m->valid = j + 1;
   /* completion reads sets[origin + 1].start: the top set's end must read n_items */
   closure(m, j, start);
+  if (m->overflow) {                   /* a partial set is never kept: the caller sees a dead end */
+    m->n_sets = m->valid = j;
+    m->n_items = start;
+    return false;
+  }
   m->sets[j].prov_lex = (int32_t)lex;
   m->sets[j].prov_parent = k;
   set_derive(m, j);
@@ -391,7 +398,7 @@ void gr_restore(gr_matcher_t *m, gr_mark_t k) {
 #define LCACHE_MAX 256u                /* lexer states with a cached part (more: plain walks) */
 
 typedef struct { uint32_t key, child; } edge_t;   /* key: lexer state << 8 | byte */
-typedef struct {
+typedef struct lcache {
   uint32_t lex;
   aici_tokset_t *inlex;
   const aici_trie_t *walked;           /* the trie the edges index: the whole one, or a slice's rest */
@@ -426,8 +433,6 @@ static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
   return count >= 8;
 }
 
-static lcache_t *lc;
-static uint32_t n_lc;
 
 /* The general walk over nodes [p, end) of the trie, the parent's position being `top`. */
 static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask,
@@ -472,11 +477,11 @@ static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable en
 
 /* The lexer-only part for state `lex`: one walk of the whole trie, no parser. */
 static lcache_t *lex_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
-  for (uint32_t k = 0; k < n_lc; k++)
-    if (lc[k].lex == lex && lc[k].inlex->vocab == trie->vocab) return &lc[k];
-  if (n_lc >= LCACHE_MAX) return 0;
-  if (!lc) lc = aici_malloc(LCACHE_MAX * sizeof(lcache_t));
-  lcache_t *c = &lc[n_lc++];
+  for (uint32_t k = 0; k < m->n_lc; k++)
+    if (m->lc[k].lex == lex && m->lc[k].inlex->vocab == trie->vocab) return &m->lc[k];
+  if (m->n_lc >= LCACHE_MAX) return 0;
+  if (!m->lc) m->lc = aici_malloc(LCACHE_MAX * sizeof(lcache_t));
+  lcache_t *c = &m->lc[m->n_lc++];
   c->lex = lex;
   c->inlex = aici_tokset_new();
   uint32_t *mask = c->inlex->words, cap = 256, n = 0, cover[8];
