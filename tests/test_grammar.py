@@ -254,3 +254,31 @@ def test_gbnf_errors(bytes_pair, grammar, message):
     h, err, _ = ours.open(grammar)
     ours.close_handle(h)
     assert err is not None and message in err, err
+
+
+# ---- under vLLM's host semantics (the steering core, no vLLM needed) -------------------------
+def test_grammar_under_the_vllm_steering_core(hot_path):
+    """The vLLM plugin's engine-independent core (one token a step, masks only): the grammar
+    controller, by its shipped name's build, writes a sentence of the grammar and ends with EOS."""
+    import re
+
+    import aicirt
+    from aicirt.engine.backends.scripted import ScriptedBackend
+    from aicirt.integrations import steering
+    from test_vllm_steering import MaskOnlyHost
+    from harness import grammar_wasm
+
+    tok = aicirt.ByteTokenizer()
+    rt = aicirt.Runtime(tok, cache_dir=False)
+    try:
+        ctrl = rt.load(grammar_wasm())
+        host = MaskOnlyHost(steering.Steering(rt, tok.eos_token_id),
+                            ScriptedBackend(tok, script="the quick brown fox jumps over the lazy dog "), max_tokens=40)
+        out = host.add(ctrl, b'start: WORD ("," WORD){2}\nWORD: /[a-z]{1,4}/\n')
+        host.run()
+        (s, _), = host.done
+        s.close()
+    finally:
+        rt.close()
+    assert out[-1] == tok.eos_token_id, bytes(out)
+    assert re.fullmatch(rb"[a-z]{1,4}(,[a-z]{1,4}){2}", bytes(out[:-1])), bytes(out)
