@@ -94,7 +94,9 @@ ERRORS = [
     ('start: /a+?/\n', "lazy repeats"),
     ('start: /\\bword/\n', "word boundaries"),
     ('start: x\nx{t}: t\n', "line 2: unsupported: templates"),
-    ('start: <|eot_id|>\n', "line 1: unsupported: special tokens"),
+    ('start: "a" <|not_a_token|>\n', "special token <|not_a_token|>: not a special token of this tokenizer"),
+    ('start: A\nA: "a" <[5]>\n', "special tokens cannot be used inside terminals"),
+    ('start: <[5-x]>\n', "line 1: bad token range in <[5-x]>"),
     ('start: %json {"type": "object"}\n', "line 1: unsupported: %json"),
     ('start: x\nx[max_tokens=3]: /a+/\n', "line 2: unsupported: rule option max_tokens"),
     ('start: A\nA: A "a"\n', "terminal A is recursive"),
@@ -282,3 +284,23 @@ def test_grammar_under_the_vllm_steering_core(hot_path):
         rt.close()
     assert out[-1] == tok.eos_token_id, bytes(out)
     assert re.fullmatch(rb"[a-z]{1,4}(,[a-z]{1,4}){2}", bytes(out[:-1])), bytes(out)
+
+
+def test_special_tokens_by_id_agree_with_llguidance(qwen_pair):
+    """<[id]> and <[lo-hi]>: special tokens (no bytes) matched by id, after a lexeme ends or at a
+    lexeme boundary; masks equal to llguidance's along text, special token, text. (The ranges
+    hold special tokens only: llguidance would also match byte tokens and EOS by id.)"""
+    ours, llg, v = qwen_pair
+    grammar = 'start: TEXT <[151644]> "x" | "a" <[151645-151646]> | <[151700-151710]> "y"\nTEXT: /[a-z ]+/\n'
+    h, err, _ = ours.open(grammar)
+    lm, lerr, _ = llg.compile(grammar)
+    assert err is None and lerr is None, (err, lerr)
+    try:
+        for toks in (v.tokenize(b"hello") + [151644] + v.tokenize(b"x"), v.tokenize(b"a") + [151646],
+                     [151700] + v.tokenize(b"y"), v.tokenize(b"a") + [151644]):
+            a, b = ours.masks(h, toks), llg.masks(lm, toks)
+            assert len(a) == len(b), toks
+            for k, (x, y) in enumerate(zip(a, b)):
+                assert np.array_equal(as_mask(x, v), as_mask(y, v)), (toks, k)
+    finally:
+        ours.close_handle(h)

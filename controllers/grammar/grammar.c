@@ -63,6 +63,20 @@ uint32_t gr_add_term(gr_grammar_t *g, const char *name, uint32_t nlen, const cha
   return g->n_terms++;
 }
 
+uint32_t gr_add_special(gr_grammar_t *g, const char *name, uint32_t nlen, const uint32_t *ranges, uint32_t n_ranges) {
+  for (uint32_t i = 0; i < g->n_terms; i++)
+    if (g->terms[i].token >= 0 && !__builtin_memcmp(g->terms[i].name, name, nlen) && !g->terms[i].name[nlen]) return i;
+  uint32_t t = gr_add_term(g, name, nlen, "", 0, true);
+  gr_term_t *x = &g->terms[t];
+  x->token = 0;
+  if (ranges) {
+    x->tok_ranges = aici_malloc(8 * n_ranges + 8);
+    __builtin_memcpy(x->tok_ranges, ranges, 8 * n_ranges);
+    x->n_tok_ranges = n_ranges;
+  } else x->special_name = gr_strdup(name, nlen);
+  return t;
+}
+
 void gr_add_prod(gr_grammar_t *g, uint32_t lhs, const uint32_t *syms, uint32_t n) {
   if (g->n_prods == g->cap_prods) {
     g->cap_prods = g->cap_prods ? g->cap_prods * 2 : 64;
@@ -113,6 +127,19 @@ bool gr_finish(gr_grammar_t *g, char **err) {
     if (!g->nt_count[k]) { *err = gr_fmt("rule '%s' is used but not defined", g->nt_names[k]); return false; }
   for (uint32_t i = 0; i < g->n_terms; i++) {
     gr_term_t *t = &g->terms[i];
+    if (t->token >= 0 && t->special_name) {   /* <|name|>: one token without bytes */
+      uint32_t n = 0, blen = 0;
+      aici_token_t *ids = aici_tokenize(t->special_name, __builtin_strlen(t->special_name), &n);
+      const uint8_t *b = n == 1 ? aici_token_bytes(ids[0], &blen) : 0;
+      if (n != 1 || (b && blen)) {
+        *err = gr_fmt("special token %s: not a special token of this tokenizer", t->special_name);
+        return false;
+      }
+      t->tok_ranges = aici_malloc(8);
+      t->tok_ranges[0] = t->tok_ranges[1] = ids[0];
+      t->n_tok_ranges = 1;
+      aici_free(ids);
+    }
     if (t->token >= 0) continue;
     char *e = 0;
     t->re = aici_regex_compile(t->regex, t->regex_len, &e);

@@ -28,8 +28,10 @@ typedef struct {
   uint32_t regex_len;
   bool lazy;                           /* ends at its first match */
   bool unique;                         /* not merged with same-text terminals */
-  int32_t token;                       /* >= 0: a special token (matched by id, no bytes) */
-  aici_regex_t *re;
+  int32_t token;                       /* >= 0: a special-token terminal (matched by id, no bytes) */
+  uint32_t *tok_ranges, n_tok_ranges;  /* its token ids: [lo, hi] pairs (inclusive) */
+  char *special_name;                  /* <|name|>: resolved to an id by gr_finish (host tokenizer) */
+  aici_regex_t *re;                    /* NULL for special-token terminals */
 } gr_term_t;
 
 typedef struct { uint32_t lhs, n, *syms; } gr_prod_t;
@@ -60,7 +62,10 @@ uint32_t gr_add_nt(gr_grammar_t *g, const char *name, uint32_t len);
 /* `unique`: never merged with another terminal of the same text (lazy ones, %ignore). */
 uint32_t gr_add_term(gr_grammar_t *g, const char *name, uint32_t nlen, const char *regex, uint32_t rlen, bool unique);
 void gr_add_prod(gr_grammar_t *g, uint32_t lhs, const uint32_t *syms, uint32_t n);
-/* Compiles the terminals' regexes and derives the tables; false with *err on a bad regex. */
+/* A special-token terminal: ids [lo, hi] pairs, or a name resolved in gr_finish. */
+uint32_t gr_add_special(gr_grammar_t *g, const char *name, uint32_t nlen, const uint32_t *ranges, uint32_t n_ranges);
+/* Compiles the terminals' regexes, resolves special-token names (one token, without bytes, from
+ * the host's tokenizer) and derives the tables; false with *err on a bad regex or name. */
 bool gr_finish(gr_grammar_t *g, char **err);
 char *gr_strdup(const char *s, uint32_t n);
 char *gr_fmt(const char *fmt, ...);   /* heap string: %s %.*s %u %d */

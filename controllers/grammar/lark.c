@@ -5,7 +5,7 @@
 #include "grammar.h"
 
 /* ---- expression trees -------------------------------------------------------------------- */
-enum { E_SEQ, E_ALT, E_REP, E_STR, E_RE, E_NAME, E_RANGE, E_EMPTY };
+enum { E_SEQ, E_ALT, E_REP, E_STR, E_RE, E_NAME, E_RANGE, E_EMPTY, E_SPECIAL };
 typedef struct ex {
   uint8_t kind;
   bool icase, dotall;
@@ -177,6 +177,19 @@ static ex_t *read_regex(lp_t *p) {
   return e;
 }
 
+/* <|name|> or <name> (a special token by name), <[ids]> (by id: N, N-M, comma-separated, ^ to
+ * negate, * for all). */
+static ex_t *read_special(lp_t *p) {
+  uint32_t s = p->i;
+  while (p->i < p->n && p->s[p->i] != '>' && p->s[p->i] != '\n') p->i++;
+  if (p->i >= p->n || p->s[p->i] != '>') { fail(p, "unterminated special token <...>"); return 0; }
+  p->i++;
+  ex_t *e = ex_new(p, E_SPECIAL);
+  e->s = p->s + s;
+  e->slen = p->i - s;
+  return e;
+}
+
 /* ---- expressions ------------------------------------------------------------------------- */
 static ex_t *parse_alts(lp_t *p, int depth);
 
@@ -233,7 +246,7 @@ static ex_t *parse_atom(lp_t *p, int depth) {
     return e;
   }
   if (c == '/') return read_regex(p);
-  if (c == '<') { fail(p, "unsupported: special tokens (<...>)"); return 0; }
+  if (c == '<') return read_special(p);
   if (c == '%') {
     uint32_t s = ++p->i, n = read_name(p);
     if (n == 4 && !__builtin_memcmp(p->s + s, "json", 4)) fail(p, "unsupported: %json inside a grammar");
@@ -540,6 +553,7 @@ static void term_regex(lp_t *p, ex_t *e, gr_buf_t *o, bool common, uint32_t dept
   p->line = e->line;
   switch (e->kind) {
     case E_EMPTY: gb_puts(o, "(?:)"); return;
+    case E_SPECIAL: p->err = gr_fmt("line %u: special tokens cannot be used inside terminals", e->line); return;
     case E_STR: gr_regex_literal(o, (const uint8_t *)e->s, e->slen, e->icase); return;
     case E_RANGE: gr_regex_cp_range(o, e->lo, e->hi); return;
     case E_RE: {
@@ -590,6 +604,48 @@ static uint32_t anon_term(lp_t *p, ex_t *e) {
   aici_free(name);
   aici_free(o.p);
   return t;
+}
+
+static uint32_t special_term(lp_t *p, ex_t *e) {
+  const char *s = e->s;
+  uint32_t n = e->slen;
+  if (n >= 4 && s[1] == '[' && s[n - 2] == ']') {   /* <[...]> */
+    uint32_t *r = aici_malloc(8 * (n + 2)), nr = 0, i = 2, end = n - 2;
+    bool neg = i < end && s[i] == '^';
+    if (neg) i++;
+    if (i < end && s[i] == '*') { r[0] = 0, r[1] = 0xFFFFFF, nr = 1, i++; }
+    while (i < end) {
+      uint32_t lo = 0, hi, k = i;
+      while (i < end && s[i] >= '0' && s[i] <= '9') lo = lo * 10 + (uint32_t)(s[i++] - '0');
+      if (i == k || lo > 0xFFFFFF) { aici_free(r); p->err = gr_fmt("line %u: bad token id in %.*s", e->line, (int)n, s); return 0; }
+      hi = lo;
+      if (i < end && s[i] == '-') {
+        i++;
+        k = i, hi = 0;
+        if (i + 3 <= end && !__builtin_memcmp(s + i, "MAX", 3)) { hi = 0xFFFFFF; i += 3; }
+        else while (i < end && s[i] >= '0' && s[i] <= '9') hi = hi * 10 + (uint32_t)(s[i++] - '0');
+        if (i == k || hi < lo) { aici_free(r); p->err = gr_fmt("line %u: bad token range in %.*s", e->line, (int)n, s); return 0; }
+      }
+      r[2 * nr] = lo, r[2 * nr + 1] = hi, nr++;
+      if (i < end && s[i] == ',') i++;
+      else if (i < end) { aici_free(r); p->err = gr_fmt("line %u: bad token list %.*s", e->line, (int)n, s); return 0; }
+    }
+    if (neg) {                         /* the complement within [0, 0xFFFFFF] (sorted input) */
+      uint32_t *c = aici_malloc(8 * (nr + 2)), nc = 0, next = 0;
+      for (uint32_t k = 0; k < nr; k++) {
+        if (r[2 * k] > next) c[2 * nc] = next, c[2 * nc + 1] = r[2 * k] - 1, nc++;
+        if (r[2 * k + 1] + 1 > next) next = r[2 * k + 1] + 1;
+      }
+      if (next <= 0xFFFFFF) c[2 * nc] = next, c[2 * nc + 1] = 0xFFFFFF, nc++;
+      aici_free(r);
+      r = c, nr = nc;
+    }
+    uint32_t t = gr_add_special(p->g, s, n, r, nr);
+    aici_free(r);
+    return t;
+  }
+  /* <|name|> / <name>: the name is the whole text, resolved against the tokenizer */
+  return gr_add_special(p->g, s, n, 0, 0);
 }
 
 static uint32_t def_symbol(lp_t *p, def_t *d) {
@@ -645,6 +701,7 @@ static uint32_t lower(lp_t *p, ex_t *e) {
   p->line = e->line;
   switch (e->kind) {
     case E_STR: case E_RE: case E_RANGE: return anon_term(p, e);
+    case E_SPECIAL: return special_term(p, e);
     case E_NAME: {
       def_t *d = find_def(p, e->s, e->slen, false);
       if (p->err) return 0;

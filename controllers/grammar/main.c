@@ -61,8 +61,9 @@ static bool catch_up(const aici_arg_t *arg) {
   gr_restore(mt, marks[keep]);
   for (uint32_t k = keep; k < gen; k++) {
     uint32_t len;
-    const uint8_t *b = aici_token_bytes(arg->all_tokens[prompt_len + k], &len);
-    if (!b || !gr_advance(mt, b, len)) { n_seen = k; return false; }
+    aici_token_t t = arg->all_tokens[prompt_len + k];
+    const uint8_t *b = aici_token_bytes(t, &len);
+    if (b ? !gr_advance(mt, b, len) : !gr_advance_token(mt, t)) { n_seen = k; return false; }
     marks[k + 1] = gr_save(mt);
   }
   n_seen = gen;

@@ -36,6 +36,7 @@ struct gr_matcher {
   uint32_t *scratch;                   /* a terminal bitset */
   uint32_t *tmp_pairs, cap_tmp;
   struct lcache *lc;                   /* per lexer state: the cached part of its masks */
+  uint32_t *spec_keys, *spec_lex, n_spec, cap_spec;   /* special-token scans: fake lexer states */
   uint32_t n_lc;
   /* position */
   uint32_t lex;
@@ -331,6 +332,57 @@ static bool pos_accepting(gr_matcher_t *m, pos_t p) {
   return false;
 }
 
+/* ---- special tokens ---------------------------------------------------------------------
+ * A special-token terminal is matched by token id. Its scan goes through a fake lexer state that
+ * accepts exactly the terminals holding the token (no bytes, no transitions), so a set built for
+ * it is reused as any other. */
+static bool term_has(const gr_term_t *t, aici_token_t tok) {
+  for (uint32_t k = 0; k < t->n_tok_ranges; k++)
+    if (tok >= t->tok_ranges[2 * k] && tok <= t->tok_ranges[2 * k + 1]) return true;
+  return false;
+}
+
+/* The fake state for key (a terminal id + 1, or 0x80000000 | token: every terminal holding it). */
+static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
+  for (uint32_t k = 0; k < m->n_spec; k++)
+    if (m->spec_keys[k] == key) return m->spec_lex[k];
+  if (m->n_spec == m->cap_spec) {
+    m->cap_spec = m->cap_spec ? m->cap_spec * 2 : 8;
+    m->spec_keys = aici_realloc(m->spec_keys, m->cap_spec * 4);
+    m->spec_lex = aici_realloc(m->spec_lex, m->cap_spec * 4);
+  }
+  if (m->n_ls == m->cap_ls) { m->cap_ls *= 2; m->ls = aici_realloc(m->ls, m->cap_ls * sizeof(lstate_t)); }
+  if (m->n_pairs + m->g->n_terms > m->cap_pairs) {
+    while (m->n_pairs + m->g->n_terms > m->cap_pairs) m->cap_pairs *= 2;
+    m->pairs = aici_realloc(m->pairs, m->cap_pairs * 4);
+  }
+  uint32_t id = m->n_ls++;
+  lstate_t *s = &m->ls[id];
+  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = false;
+  s->row = aici_calloc(256, 4);       /* no byte continues it */
+  for (uint32_t t = 0; t < m->g->n_terms; t++) {
+    const gr_term_t *x = &m->g->terms[t];
+    if (x->token < 0) continue;
+    bool in = key & 0x80000000u ? term_has(x, key & 0x7FFFFFFFu) : t + 1 == key;
+    if (in) { m->pairs[m->n_pairs++] = t; s->n_acc++; }
+  }
+  m->spec_keys[m->n_spec] = key;
+  m->spec_lex[m->n_spec++] = id;
+  return id;
+}
+
+/* From position p, a special token scanned through fake state `fake`: the current lexeme ends
+ * first (if it has bytes). */
+static bool special_step(gr_matcher_t *m, pos_t *p, uint32_t fake) {
+  goto_pos(m, *p);
+  if (!p->at_start && (!m->ls[p->lex].n_acc || !emit(m, p->lex))) return false;
+  if (!m->ls[fake].n_acc || !scan(m, fake) || m->overflow) { m->overflow = false; return false; }
+  p->n_sets = m->n_sets;
+  p->lex = m->sets[m->n_sets - 1].lstart;
+  p->at_start = true;
+  return true;
+}
+
 /* ---- public API -------------------------------------------------------------------------- */
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
   gr_matcher_t *m = aici_calloc(1, sizeof(gr_matcher_t));
@@ -375,7 +427,12 @@ bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n) {
   return true;
 }
 
-bool gr_advance_token(gr_matcher_t *m, aici_token_t t) { (void)m; (void)t; return false; }
+bool gr_advance_token(gr_matcher_t *m, aici_token_t t) {
+  pos_t p = cur(m), save = p;
+  if (t >= 0x80000000u || !special_step(m, &p, spec_state(m, 0x80000000u | t))) { goto_pos(m, save); return false; }
+  m->n_sets = p.n_sets, m->lex = p.lex, m->at_start = p.at_start;
+  return true;
+}
 
 bool gr_accepting(gr_matcher_t *m) {
   pos_t c = cur(m);
@@ -544,6 +601,18 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
         }
       i = j;
     }
+  }
+  /* special tokens: each special-token terminal the position allows, its tokens without bytes */
+  for (uint32_t t = 0; t < m->g->n_terms; t++) {
+    const gr_term_t *x = &m->g->terms[t];
+    if (x->token < 0) continue;
+    pos_t q = here;
+    if (!special_step(m, &q, spec_state(m, t + 1))) continue;
+    for (uint32_t k = 0; k < x->n_tok_ranges; k++)
+      for (uint32_t id = x->tok_ranges[2 * k]; id <= x->tok_ranges[2 * k + 1] && id < out->vocab; id++) {
+        uint32_t len = 0;
+        if (id != eos && !aici_token_bytes(id, &len)) mask[id >> 5] |= 1u << (id & 31);
+      }
   }
   if (pos_accepting(m, here) && eos < out->vocab) mask[eos >> 5] |= 1u << (eos & 31);
   goto_pos(m, here);
