@@ -64,7 +64,7 @@ def check_conformance(pair, name: str):
 def test_suite_size():
     n_valid = sum(len(load(n)[1]) for n in NAMES)
     n_invalid = sum(len(load(n)[2]) for n in NAMES)
-    assert len(NAMES) >= 20 and n_valid >= 150 and n_invalid >= 100, (len(NAMES), n_valid, n_invalid)
+    assert len(NAMES) >= 20 and n_valid >= 250 and n_invalid >= 100, (len(NAMES), n_valid, n_invalid)
 
 
 @pytest.mark.parametrize("name", NAMES)

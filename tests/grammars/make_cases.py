@@ -1,5 +1,7 @@
+"""Writes the conformance grammars (NAME.lark) and their strings (NAME.json: valid, and near-miss
+invalid) of tests/test_grammar.py. Edit here and rerun: python tests/grammars/make_cases.py."""
 import json, os
-D = "/work/wt-grammar/tests/grammars"
+D = os.path.dirname(os.path.abspath(__file__))
 G = {}
 G["json"] = (r'''
 start: value
@@ -282,6 +284,65 @@ NAME: /[a-z][a-z0-9]*/
 VALUE: /"[^"<]*"/
 TEXT: /[^<]+/
 ''', ['<a></a>', '<a x="1"><b/>text</a>', '<root><c>hi</c><d k="v"/></root>', '<p>some \u00e9 text</p>'], ['<a>', '<a></', '<a x=1/>', '<A/>', 'text'])
+
+# Generated valid strings (seeded): more of each shape than a hand can write.
+import random
+rng = random.Random(0)
+
+
+def rand_json(d=0):
+    k = rng.randrange(6 if d < 3 else 4)
+    if k == 0: return rng.choice([0, -1, 2.5, 1e3, 17, -0.25])
+    if k == 1: return rng.choice(["", "x", "caf\u00e9", "a b", "q\"uote", "\u4e16"])
+    if k == 2: return rng.choice([True, False, None])
+    if k == 3: return rng.choice(["k", "v", "long key"])
+    if k == 4: return [rand_json(d + 1) for _ in range(rng.randrange(4))]
+    return {rng.choice("abcdef") * rng.randrange(1, 3): rand_json(d + 1) for _ in range(rng.randrange(4))}
+
+
+def rand_expr(d=0):
+    k = rng.randrange(5 if d < 3 else 2)
+    if k == 0: return str(rng.randrange(100))
+    if k == 1: return rng.choice(["x", "y_1", "abc"])
+    if k == 2: return "(" + rand_expr(d + 1) + ")"
+    if k == 3: return rand_expr(d + 1) + rng.choice(["+", " - ", "*", " / "]) + rand_expr(d + 1)
+    return rng.choice(["f", "max"]) + "(" + ", ".join(rand_expr(d + 1) for _ in range(rng.randrange(1, 3))) + ")"
+
+
+def rand_dyck(d=0):
+    return "".join(o + (rand_dyck(d + 1) if d < 4 else "") + c
+                   for o, c in rng.sample([("(", ")"), ("[", "]"), ("{", "}")], rng.randrange(0, 3)))
+
+
+def rand_sexpr(d=0):
+    if d > 2 or rng.random() < 0.3: return rng.choice(["a", "+", "-12", '"s"', "foo?"])
+    return "(" + " ".join(rand_sexpr(d + 1) for _ in range(rng.randrange(4))) + ")"
+
+
+def rand_bool(d=0):
+    k = rng.randrange(4 if d < 3 else 2)
+    if k == 0: return rng.choice(["true", "false", "a", "x1"])
+    if k == 1: return rng.choice(["a", "b"]) + rng.choice([" < ", "==", ">="]) + str(rng.randrange(50))
+    if k == 2: return "!" + rand_bool(d + 1) if rng.random() < 0.5 else "(" + rand_bool(d + 1) + ")"
+    return rand_bool(d + 1) + rng.choice([" && ", " || "]) + rand_bool(d + 1)
+
+
+GEN = {"json": lambda: json.dumps(rand_json(), ensure_ascii=False, separators=rng.choice([(",", ":"), (", ", ": ")])),
+       "arith": rand_expr, "dyck": rand_dyck, "sexpr": rand_sexpr, "bool_logic": rand_bool,
+       "left_rec": lambda: ",".join(rng.choice(["a", "bc", "(d,e)"]) for _ in range(rng.randrange(1, 6))),
+       "right_rec": lambda: ",".join(str(rng.randrange(1000)) for _ in range(rng.randrange(1, 6))),
+       "csv": lambda: "".join(",".join(rng.choice(["a", "1", '"x,y"', "", "h\u00e9"]) for _ in range(3)) + "\n"
+                              for _ in range(rng.randrange(1, 4))),
+       "dates": lambda: ";".join(f"{rng.randrange(1000, 3000)}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
+                                 + rng.choice(["", f"T{rng.randrange(24):02d}:{rng.randrange(60):02d}"])
+                                 for _ in range(rng.randrange(1, 3)))}
+for name, gen in GEN.items():
+    seen, target = set(G[name][1]), len(G[name][1]) + 12
+    while len(seen) < target:
+        x = gen()
+        if x not in seen:
+            seen.add(x)
+            G[name][1].append(x)
 
 os.makedirs(D, exist_ok=True)
 n_valid = n_invalid = 0
