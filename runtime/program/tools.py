@@ -73,13 +73,17 @@ def family(name: str) -> Family:
         raise ToolError(f"tool_format: unknown tool-call format {name!r} (known: {', '.join(FAMILIES)})") from None
 
 
+#: A Jinja statement or expression that reads the `tools` variable.
+_USES_TOOLS = re.compile(r"\{[{%][^}]*\btools\b")
+
+
 def detect_family(chat_template: str | None) -> Family:
     """The format a chat template was trained on: Hermes/Qwen's `<tool_call>` tags, Llama 3's JSON
     calls (its template mentions `<|python_tag|>` or the `ipython` role with `"parameters"`), else
     `generic`. A template that does not render `tools` itself gets the generic format, whose tools
     this module describes in a system message (`system_message`)."""
     t = chat_template or ""
-    renders_tools = "tools" in t
+    renders_tools = _USES_TOOLS.search(t) is not None
     if "<tool_call>" in t and renders_tools:
         return HERMES
     if ("<|python_tag|>" in t or ("ipython" in t and "parameters" in t)) and renders_tools:
