@@ -295,3 +295,47 @@ def test_unhonoured_or_malformed_fields_are_400s_naming_them(url, path, body, ne
 def test_no_op_values_of_unhonoured_fields_are_accepted(url):
     r = chat(url, "ok", frequency_penalty=0, presence_penalty=0.0, logit_bias={}, user="u", metadata={"a": "b"})
     assert r["choices"][0]["message"]["content"] == "ok"
+
+
+# --- any combination: an answer or a 400, never a 500 -----------------------------------------------
+def _garbled_bodies():
+    from hypothesis import strategies as st
+
+    leaf = st.none() | st.booleans() | st.integers(-3, 30) | st.text(max_size=8)
+    anything = st.recursive(leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+                            max_leaves=8)
+    schema = st.sampled_from([{"type": "object"}, {"type": "string"}, {"enum": [1, "a"]}, {"type": "strin"},
+                              {"$ref": "#/x"}, {"type": "object", "properties": {"a": {"type": "integer"}}}])
+    fmt = st.sampled_from([{"type": "const_string", "value": "hi"}, {"type": "regex", "pattern": "[a-"},
+                           {"type": "any_text", "max_tokens": 2}, {"type": "nope"}, {"type": "or", "elements": []}])
+    response_format = st.one_of(
+        st.sampled_from([{"type": "text"}, {"type": "json_object"}, {"type": "grammar", "grammar": "x"}]),
+        st.builds(lambda s, strict: {"type": "json_schema", "json_schema": {"name": "n", "schema": s, "strict": strict}},
+                  schema, anything),
+        st.builds(lambda f: {"type": "structural_tag", "format": f}, fmt), anything)
+    tool = st.one_of(st.just(WEATHER), st.builds(
+        lambda n, p: {"type": "function", "function": {"name": n, "parameters": p}},
+        st.sampled_from(["f", "a b", "", "g" * 70]), schema | anything), anything)
+    fields = {"response_format": response_format, "tools": st.lists(tool, max_size=3) | anything,
+              "tool_choice": st.sampled_from(["auto", "none", "required", "x", {"type": "function",
+                                               "function": {"name": "get_weather"}}]) | anything,
+              "parallel_tool_calls": st.booleans() | anything, "n": st.integers(0, 18) | anything,
+              "stop": st.lists(st.text(max_size=3), max_size=3) | anything, "logprobs": st.booleans() | anything,
+              "top_logprobs": st.integers(-1, 22) | anything, "tool_format": st.sampled_from(["hermes", "xml"]) | anything,
+              "guided_regex": st.sampled_from(["[0-9]+", "("]) | anything, "stream": st.booleans()}
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+def test_any_combination_of_structured_fields_is_an_answer_or_a_400(url):
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(_garbled_bodies())
+    def check(body):
+        r = httpx.post(url + "/v1/chat/completions", timeout=60,
+                       json={"messages": [{"role": "user", "content": "SAY:hi|"}], "max_tokens": 3, **body})
+        assert r.status_code in (200, 400), (body, r.text)
+        if r.status_code == 400:
+            assert r.json()["message"]
+
+    check()

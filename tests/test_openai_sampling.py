@@ -106,3 +106,15 @@ def _program():
     from aicirt.toolchain import build_cached
 
     return build_cached("program")
+
+
+def test_stop_check_reads_only_the_tail(engine, monkeypatch):
+    # Each step's check decodes the new token and the stop's length before it (3 tokens for
+    # "Bye"), not the whole output; the whole text is decoded only on the hit (the part before
+    # the window) and when the sequence finishes.
+    sizes = []
+    real = engine.backend.decode_bytes
+    monkeypatch.setattr(engine.backend, "decode_bytes", lambda toks: (sizes.append(len(toks)), real(toks))[1])
+    req = engine.generate(list(PROMPT), params=SamplingParams(max_tokens=40, stop=("Bye",)))
+    assert req.sequences[0].text_bytes == b"Hello world. " and req.sequences[0].finish_reason == "stop"
+    assert len(sizes) > 2 * len(b"Hello world. ") and sum(n > 3 for n in sizes) == 2, sizes

@@ -145,7 +145,7 @@ class Applier:
             self._splice(s, splice, events)
         elif d.token == self.backend.eos_token_id and not s.request.params.ignore_eos:
             self.finish(s, "eos", None, events)
-        elif not self._check_stop(s, events):
+        elif not self._check_stop(s, events, 1):
             self._check_length(s, events)
 
     def _splice(self, s: GenSeq, splice: Splice, events: list[Event]) -> None:
@@ -177,21 +177,31 @@ class Applier:
         if not s.tokens:
             self.finish(s, "error", "a splice left the sequence empty", events)
             return
-        if not self._check_stop(s, events):
+        if not self._check_stop(s, events, len(splice.ff_tokens)):
             self._check_length(s, events)
 
-    def _check_stop(self, s: GenSeq, events: list[Event]) -> bool:
+    def _check_stop(self, s: GenSeq, events: list[Event], appended: int) -> bool:
         """End `s` ("stop") if its output text holds one of its stop strings, its text cut before
-        the first; True if it did."""
+        the first; True if it did. `appended`: tokens added since the last check. Only the text a
+        stop ending in them can span is decoded (token bytes concatenate), so a step costs the
+        stop's length, not the output's."""
         stops = s.request.params.stop
         if not stops:
             return False
-        text = self.backend.decode_bytes(s.output_tokens)
-        at = find_stop(text, stops)
+        out = s.output_tokens
+        need = max(len(x.encode("utf-8")) for x in stops) - 1     # bytes a stop may reach back
+        new = self.backend.decode_bytes(out[len(out) - appended:]) if appended else b""
+        k = min(len(out), appended + need)
+        tail = self.backend.decode_bytes(out[len(out) - k:])
+        while k < len(out) and len(tail) - len(new) < need:      # tokens of no bytes: look further back
+            k = min(len(out), 2 * k + 1)
+            tail = self.backend.decode_bytes(out[len(out) - k:])
+        at = find_stop(tail, stops)
         if at is None:
             return False
+        head = self.backend.decode_bytes(out[:len(out) - k])
         self.finish(s, "stop", None, events)
-        s.text_bytes = text[:at]
+        s.text_bytes = (head + tail)[:len(head) + at]
         return True
 
     def _check_length(self, s: GenSeq, events: list[Event]) -> None:

@@ -305,8 +305,8 @@ def chat_tokens(backend: Any, messages: list[ChatMessage], tools: list | None = 
     family's format where the template cannot render them."""
     from aicirt.program import tools as T
 
-    native = bool(tools) and family is not None and not family.system_prompt
-    turns = [_turn(m, None if native or family is None else family) for m in messages]
+    native = family is not None and not family.system_prompt
+    turns = [_turn(m, None if native else family or T.GENERIC) for m in messages]
     if tools and not native:
         turns.insert(0, {"role": "system", "content": T.system_message(tools, family or T.GENERIC)})
     hf = getattr(backend, "hf_tokenizer", None)

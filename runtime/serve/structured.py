@@ -63,6 +63,7 @@ def plan(body: Any, template: str | None) -> Plan:
     Raises `ApiError(400)` naming the field."""
     p = Plan(n=body.n or 1)
     try:
+        p.family = T.family(body.tool_format) if body.tool_format else T.detect_family(template)
         if body.tools is not None or body.tool_choice is not None:
             _tools(body, template, p)
     except T.ToolError as e:
@@ -92,7 +93,6 @@ def _tools(body: Any, template: str | None, p: Plan) -> None:
         return
     p.tools = T.tools_from_openai(body.tools)
     p.choice = T.choice_from_openai(body.tool_choice, p.tools)
-    p.family = T.family(body.tool_format) if body.tool_format else T.detect_family(template)
 
 
 def _output_format(body: Any) -> dict | None:
