@@ -50,7 +50,7 @@ static bool setup(const aici_arg_t *arg) {
   if (!(trie = aici_trie())) return false;
   caps = aici_capabilities();
   if (P.uses_fork && !(caps & AICI_CAP_FORK)) {
-    aici_logs("program: this program forks, and the host does not grant the fork capability\n");
+    aici_logf("program: at %s: fork needs capability `fork`, which this host did not grant\n", P.fork_ptr);
     return false;
   }
   aici_token_bytes(0, 0);
@@ -155,8 +155,8 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, uint32_t
     s = t;
   }
   uint32_t ok;
-  valid_utf8(forced, nf, &ok);
-  if (ok < 2) return false;
+  bool to_end = valid_utf8(forced, nf, &ok) && nfa_only_end(&P, &s);   /* nothing can follow it */
+  if (ok < (to_end ? 1u : 2u)) return false;
   uint32_t bt = 0, plen = 0;
   uint8_t text[512];
   aici_token_t last = 0;
@@ -171,7 +171,7 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, uint32_t
   uint32_t nt;
   aici_token_t *toks = aici_tokenize((const char *)text, plen + ok, &nt);
   if (!toks) return false;
-  uint32_t from = 0, n = nt ? nt - 1 : 0;
+  uint32_t from = 0, n = nt && !to_end ? nt - 1 : nt;   /* the final token stays open unless the end follows */
   if (bt && n && toks[0] == last) from = 1, bt = 0;
   bool done = false;
   if (n > from) {

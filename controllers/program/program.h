@@ -64,6 +64,7 @@ typedef struct {
   cap_t caps[MAX_CAPS];
   uint32_t n_caps;
   bool uses_fork;
+  char *fork_ptr;             /* the first fork's JSON pointer */
 } program_t;
 
 /* ---- compiling (compile.c) ---------------------------------------------------------------- */
