@@ -385,28 +385,55 @@ static void walk(program_t *p, const aici_trie_t *tr, const sset_t *start, aici_
   out->words[out->n_words] = 0;        /* the spare word (scratch bits) */
 }
 
-const aici_tokset_t *nfa_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, aici_token_t eos) {
-  if (set->n == 1) {                   /* one leaf and nothing but the end after it: its own mask */
-    const st_t *st = &set->st[0];
-    const gnode_t *g = &p->g[st->node];
-    if (g->tail_is_end && g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
-    if (g->tail_is_end && g->kind == G_RE && !aici_regex_accepting(g->re, st->s))
-      return aici_regex_mask_cached(g->re, trie, st->s);
-  }
+/* The mask of one state (cached by state): its leaf's own mask where nothing but the end follows
+ * the leaf, else a walk of the trie from that state alone. NULL: the state takes no bytes. */
+static const aici_tokset_t *state_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, uint32_t i,
+                                       aici_token_t eos) {
+  const st_t *st = &set->st[i];
+  const gnode_t *g = &p->g[st->node];
+  if (g->kind == G_END || g->kind == G_WAIT || g->kind == G_FORK || g->kind == G_TOK) return 0;
+  if (g->tail_is_end && g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
+  if (g->tail_is_end && g->kind == G_RE) return aici_regex_mask_cached(g->re, trie, st->s);
+  sset_t one;
+  one.n = 1, one.nj = 0, one.st[0] = *st, one.st[0].n_tok = 0;
+  if (g->kind == G_JSON) one.js[0] = set->js[st->s], one.st[0].s = 0, one.nj = 1;
   sset_t key;
-  key_of(p, set, &key);
+  key_of(p, &one, &key);
   uint32_t h = hash_key(&key);
-  for (uint32_t i = 0; i < cache_n; i++)
-    if (cache[i].hash == h && !__builtin_memcmp(&cache[i].key, &key, sizeof key)) return cache[i].mask;
-  aici_tokset_t *m = out_mask;
-  if (cache_n < CACHE_N || cache) {
-    mcache_t *e = &cache[cache_n < CACHE_N ? cache_n++ : (cache_next++ % CACHE_N)];
-    if (!e->mask) e->mask = aici_tokset_new();
-    e->hash = h, e->key = key;
-    m = e->mask;
+  for (uint32_t k = 0; k < cache_n; k++)
+    if (cache[k].hash == h && !__builtin_memcmp(&cache[k].key, &key, sizeof key)) return cache[k].mask;
+  mcache_t *e = &cache[cache_n < CACHE_N ? cache_n++ : (cache_next++ % CACHE_N)];
+  if (!e->mask) e->mask = aici_tokset_new();
+  e->hash = h, e->key = key;
+  aici_tokset_clear(e->mask);
+  walk(p, trie, &one, e->mask);
+  return e->mask;
+}
+
+/* A token is allowed iff some state survives its bytes, and states step independently: the
+ * mask of the set is the union of its states' masks (each cached on its own), plus the token
+ * leaves' sets, plus EOS where the end is live. */
+const aici_tokset_t *nfa_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, aici_token_t eos) {
+  const aici_tokset_t *only = 0;
+  uint32_t n_masks = 0;
+  bool other = false;                  /* token leaves, or EOS, to add */
+  for (uint32_t i = 0; i < set->n; i++) {
+    uint8_t k = p->g[set->st[i].node].kind;
+    if (k == G_TOK || k == G_END) other = true;
   }
-  aici_tokset_clear(m);
-  walk(p, trie, set, m);
+  aici_tokset_t *m = out_mask;
+  for (uint32_t i = 0; i < set->n; i++) {
+    /* a leaf's own mask lives in a buffer its next mask may reuse: copy the first out before */
+    if (n_masks == 1 && only != m) aici_tokset_copy(m, only), only = m;
+    const aici_tokset_t *sm = state_mask(p, trie, set, i, eos);
+    if (!sm) continue;
+    if (n_masks == 0) only = sm;
+    else aici_tokset_or(m, sm);
+    n_masks++;
+  }
+  if (n_masks == 1 && !other) return only;
+  if (n_masks == 0) aici_tokset_clear(m);
+  else if (only != m) aici_tokset_copy(m, only);
   for (uint32_t i = 0; i < set->n; i++) {
     const gnode_t *g = &p->g[set->st[i].node];
     if (g->kind == G_TOK && set->st[i].s == 1) aici_tokset_or(m, g->toks);
