@@ -385,6 +385,59 @@ static void walk(program_t *p, const aici_trie_t *tr, const sset_t *start, aici_
   out->words[out->n_words] = 0;        /* the spare word (scratch bits) */
 }
 
+/* The literals that may follow leaf `n` (through epsilons); false if anything else that takes
+ * bytes may follow it. */
+static bool next_lits(const program_t *p, uint32_t n, const gnode_t **lits, uint32_t *count, uint32_t depth) {
+  const gnode_t *g = &p->g[n];
+  if (depth > 64) return false;
+  switch (g->kind) {
+    case G_LIT:
+      if (*count == 16) return false;
+      lits[(*count)++] = g;
+      return true;
+    case G_EPS: case G_OPEN: case G_CLOSE:
+      for (uint32_t i = 0; i < g->n_next; i++)
+        if (!next_lits(p, g->next[i], lits, count, depth + 1)) return false;
+      return true;
+    case G_END: case G_WAIT: case G_FORK: case G_TOK: return true;   /* take no bytes */
+    default: return false;
+  }
+}
+
+/* Tokens whose bytes may run from leaf g into the literals after it: some suffix of the token is
+ * compatible with (a prefix of, or extends) one of them. Any token that crosses is one of these. */
+static void build_cross(const program_t *p, gnode_t *g, const aici_trie_t *trie) {
+  const gnode_t *lits[16];
+  uint32_t count = 0;
+  g->cross = 2;
+  for (uint32_t i = 0; i < g->n_next; i++)
+    if (!next_lits(p, g->next[i], lits, &count, 0)) return;
+  uint32_t cap = 256, n = 0;
+  aici_token_t *out = aici_malloc(cap * 4);
+  for (aici_token_t t = 0; t < trie->vocab; t++) {
+    uint32_t len;
+    const uint8_t *b = aici_token_bytes(t, &len);
+    bool hit = false;
+    for (uint32_t j = 0; j < len && !hit; j++)
+      for (uint32_t k = 0; k < count && !hit; k++) {
+        const gnode_t *l = lits[k];
+        uint32_t m = len - j < l->lit_len ? len - j : l->lit_len;
+        hit = !__builtin_memcmp(b + j, l->lit, m);
+      }
+    if (!hit) continue;
+    if (n == cap) cap *= 2, out = aici_realloc(out, cap * 4);
+    out[n++] = t;
+  }
+  g->cross_toks = out, g->n_cross = n, g->cross = 1;
+}
+
+/* The leaf's own mask (tokens that stay inside it), EOS not included. */
+static const aici_tokset_t *inside_mask(const gnode_t *g, const aici_trie_t *trie, const sset_t *set, const st_t *st,
+                                        aici_token_t eos) {
+  if (g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
+  return aici_regex_mask_cached(g->re, trie, st->s);
+}
+
 /* The mask of one state (cached by state): its leaf's own mask where nothing but the end follows
  * the leaf, else a walk of the trie from that state alone. NULL: the state takes no bytes. */
 static const aici_tokset_t *state_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, uint32_t i,
@@ -405,6 +458,31 @@ static const aici_tokset_t *state_mask(program_t *p, const aici_trie_t *trie, co
   mcache_t *e = &cache[cache_n < CACHE_N ? cache_n++ : (cache_next++ % CACHE_N)];
   if (!e->mask) e->mask = aici_tokset_new();
   e->hash = h, e->key = key;
+  gnode_t *gw = &p->g[st->node];
+  if ((g->kind == G_JSON || g->kind == G_RE) && !gw->cross) build_cross(p, gw, trie);
+  if ((g->kind == G_JSON || g->kind == G_RE) && gw->cross == 1) {
+    /* inside the leaf (its own mask) or across into the literals after it (the candidates, each
+     * checked by stepping this state alone through its bytes) */
+    aici_tokset_copy(e->mask, inside_mask(g, trie, set, st, eos));
+    aici_tokset_deny(e->mask, eos);
+    stepctx_t c = {.p = p};
+    static sset_t a, b;
+    for (uint32_t k = 0; k < gw->n_cross; k++) {
+      aici_token_t t = gw->cross_toks[k];
+      if (aici_tokset_has(e->mask, t)) continue;
+      uint32_t len;
+      const uint8_t *bytes = aici_token_bytes(t, &len);
+      const sset_t *from = &one;
+      bool live = true;
+      for (uint32_t j = 0; j < len && live; j++) {
+        sset_t *to = (j & 1) ? &b : &a;
+        live = nfa_step(&c, from, bytes[j], to);
+        from = to;
+      }
+      if (live) aici_tokset_allow(e->mask, t);
+    }
+    return e->mask;
+  }
   aici_tokset_clear(e->mask);
   walk(p, trie, &one, e->mask);
   return e->mask;

@@ -48,6 +48,10 @@ typedef struct gnode {
   ac_t ac; uint32_t max_tokens;              /* G_TEXT (max_tokens UINT32_MAX: none) */
   aici_tokset_t *toks;                       /* G_TOK */
   bool tail_is_end;          /* leaves: every continuation after the leaf is the program's end */
+  /* regex / json leaves followed only by literals (or the end, barriers, token leaves): the
+   * tokens that may cross from the leaf into what follows (nfa.c, state_mask); built on first use */
+  uint8_t cross;             /* 0: not built, 1: built, 2: what follows is not only literals */
+  aici_token_t *cross_toks; uint32_t n_cross;
   /* G_WAIT */
   char **vars; uint32_t n_vars;
 } gnode_t;
