@@ -119,3 +119,19 @@ def test_run_command_reports_the_pointer(monkeypatch):
     with pytest.raises(run_command.RunFailed, match=r"program: at /elements/0: missing \"value\""):
         run_command.run("program", arg=b'{"type":"sequence","elements":[{"type":"const_string"}]}', model="scripted",
                         out=io.StringIO(), err=io.StringIO())
+
+
+def test_docs_session_is_what_the_cli_prints():
+    """docs/program.md's refused program: the Error line is what `aicirt run` prints today."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    import cli
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "program.md").read_text()
+    block = re.search(r"```console\n\$ aicirt (run program .*?)\n(Error: .*?)\n```", doc, re.S)
+    assert block, "docs/program.md lost its console session"
+    r = CliRunner().invoke(cli.main, shlex.split(block.group(1)))
+    assert r.exit_code != 0 and block.group(2) in r.output, r.output
