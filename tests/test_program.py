@@ -94,9 +94,9 @@ def test_const_string_is_fast_forwarded_in_one_step(wasm):
 def test_regex_then_literal_exact_at_the_boundary(wasm):
     prog = P.seq("A: ", P.gen(regex="[0-9]+", name="n"), ". ok")
     trace, req = run(wasm, prog, "A: 42.zz")
-    # "A: " forced (its last token left open), digits sampled, "." sampled (it ends the number),
-    # " ok" forced to the end in one step
-    assert steps(trace) == ["A:", " ", "4", "2", ".", " ok"]
+    # "A: " forced whole (no longer token starts with its last byte here), digits sampled, "."
+    # sampled (it ends the number), " ok" forced to the end in one step
+    assert steps(trace) == ["A: ", "4", "2", ".", " ok"]
     assert texts(req) == ["A: 42. ok"] and req.variables == {"n": b"42"}
 
 
@@ -139,8 +139,10 @@ def test_forced_text_is_healed_with_the_token_before_it(wasm):
     trace, req = run(wasm, P.json(schema), '{"ab":12}', tokenizer=tok)
     assert texts(req) == ['{"ab":12}']
     assert json.loads(req.sequences[0].text_bytes) == {"ab": 12}
-    # the key is forced: fast-forwarded in tokens the tokenizer would choose
-    assert steps(trace)[0] == '{"ab'
+    # the key is forced: fast-forwarded in the tokens the tokenizer would choose, to its last
+    # (no longer token starts with '":' here, so it cannot merge with what follows)
+    assert steps(trace)[0] == '{"ab":'
+    assert req.sequences[0].output_tokens[:3] == [tok.index[b'{"'], tok.index[b"ab"], tok.index[b'":']]
 
 
 def test_json_schema_document(wasm):
@@ -149,7 +151,7 @@ def test_json_schema_document(wasm):
               "required": ["name", "n"], "additionalProperties": False}
     trace, req = run(wasm, P.json(schema, name="doc"), '{"name":"Ada","n":42}')
     assert texts(req) == ['{"name":"Ada","n":42}'] and req.variables == {"doc": b'{"name":"Ada","n":42}'}
-    assert steps(trace)[0] == '{"name":'                  # fixed keys fast-forwarded, the last token left open
+    assert steps(trace)[0] == '{"name":"'                 # fixed keys fast-forwarded
 
 
 def test_any_text_max_tokens_and_temperature(wasm):
@@ -160,7 +162,7 @@ def test_any_text_max_tokens_and_temperature(wasm):
 def test_tag_any_text_ends_at_the_first_end_string(wasm):
     trace, req = run(wasm, P.think(), "<think>hmm</thi</think>after")
     assert texts(req) == ["<think>hmm</thi</think>"]
-    assert steps(trace)[0] == "<think"                 # the begin forced, its last token open
+    assert steps(trace)[0] == "<think>"                # the begin forced
 
 
 def test_think_max_tokens_forces_the_end(wasm):
@@ -287,3 +289,14 @@ def test_the_end_allows_eos_and_stops(wasm):
     _, req = run(wasm, P.seq("a", P.optional("b")), "a" + chr(0))
     assert texts(req) == ["a"] or texts(req) == ["ab"]
     assert req.sequences[0].finish_reason in ("stop", "eos")
+
+
+def test_the_last_forced_token_stays_open_when_a_longer_token_could_take_its_place(wasm):
+    tok = MergeTokenizer(['{"', '":"', 'ab', '":"x'])
+    schema = {"type": "object", "properties": {"ab": {"type": "string"}}, "required": ["ab"],
+              "additionalProperties": False}
+    trace, req = run(wasm, P.json(schema), [tok.index[b'{"'], tok.index[b"ab"], tok.index[b'":"x']] + list(b'"}'),
+                     tokenizer=tok)
+    assert steps(trace)[0] == '{"ab'                      # '":"' left open: '":"x' may follow
+    assert steps(trace)[1] == '":"x'
+    assert texts(req) == ['{"ab":"x"}']

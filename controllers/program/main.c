@@ -171,7 +171,9 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, uint32_t
   uint32_t nt;
   aici_token_t *toks = aici_tokenize((const char *)text, plen + ok, &nt);
   if (!toks) return false;
-  uint32_t from = 0, n = nt && !to_end ? nt - 1 : nt;   /* the final token stays open unless the end follows */
+  /* the final token stays open if a longer token could take its place (it may merge with what
+   * follows); s is the state after the forced text, so after that token */
+  uint32_t from = 0, n = nt && (!to_end && nfa_token_may_grow(&P, trie, toks[nt - 1], &s)) ? nt - 1 : nt;
   if (bt && n && toks[0] == last) from = 1, bt = 0;
   bool done = false;
   if (n > from) {

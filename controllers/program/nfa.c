@@ -491,6 +491,39 @@ static const aici_tokset_t *state_mask(program_t *p, const aici_trie_t *trie, co
 /* A token is allowed iff some state survives its bytes, and states step independently: the
  * mask of the set is the union of its states' masks (each cached on its own), plus the token
  * leaves' sets, plus EOS where the end is live. */
+bool nfa_token_may_grow(program_t *p, const aici_trie_t *tr, aici_token_t t, const sset_t *after) {
+  uint32_t len;
+  const uint8_t *b = aici_token_bytes(t, &len);
+  if (!b || !len) return false;
+  /* the node of t's bytes: descend, children follow their parent, siblings skip subtrees */
+  uint32_t node = 0;
+  for (uint32_t d = 0; d < len; d++) {
+    uint32_t c = node + 1, end = node + (tr->nodes[node].w1 >> 10);
+    while (c < end && (tr->nodes[c].w0 & 255) != b[d]) c += tr->nodes[c].w1 >> 10;
+    if (c >= end) return false;
+    node = c;
+  }
+  uint32_t size = tr->nodes[node].w1 >> 10;
+  if (size <= 1) return false;
+  /* a walk of the subtree below it from `after` (depth counted from the node) */
+  stepctx_t c = {.p = p};
+  uint32_t sp = 1, q = node + 1, end = node + size, depth = 1;
+  walk_stack[0] = *after;
+  while (q < end) {
+    uint32_t w0 = tr->nodes[q].w0, w1 = tr->nodes[q].w1, tok = w0 >> 8;
+    bool live = nfa_step(&c, &walk_stack[sp - 1], (uint8_t)w0, &walk_stack[sp]);
+    if (live && tok < tr->vocab) return true;
+    if (live && (w1 >> 10) > 1) sp++, q++, depth++;
+    else {
+      q += w1 >> 10;
+      uint32_t pop = w1 & 1023;      /* levels up to the next node (docs/token-trie.md) */
+      if (pop >= depth) break;       /* climbed out of the subtree */
+      sp -= pop, depth -= pop;
+    }
+  }
+  return false;
+}
+
 const aici_tokset_t *nfa_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, aici_token_t eos) {
   const aici_tokset_t *only = 0;
   uint32_t n_masks = 0;

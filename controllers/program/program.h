@@ -122,5 +122,8 @@ int nfa_forced_byte(const program_t *p, const sset_t *set);    /* -1: none or se
 /* The mask (owned by the interpreter: valid until the next call). */
 const aici_tokset_t *nfa_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, aici_token_t eos);
 void nfa_prepare(program_t *p, const aici_trie_t *trie);
+/* Whether some longer token starting with t's bytes is live from `after` (the state after t):
+ * forced text ending in t may then be written with that token instead, so t is left open. */
+bool nfa_token_may_grow(program_t *p, const aici_trie_t *trie, aici_token_t t, const sset_t *after);
 
 #endif
