@@ -300,3 +300,25 @@ def test_the_last_forced_token_stays_open_when_a_longer_token_could_take_its_pla
     assert steps(trace)[0] == '{"ab'                      # '":"' left open: '":"x' may follow
     assert steps(trace)[1] == '":"x'
     assert texts(req) == ['{"ab":"x"}']
+
+
+def test_a_token_before_forced_text_carries_it_as_a_conditional_splice(wasm, runtime):
+    """Sampling '"' that ends a value appends the next key in the same step (no fast-forward step)."""
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+              "required": ["a", "b"], "additionalProperties": False}
+    req = runtime.new_request(runtime.load(wasm), arg=P.json(schema).dumps().encode(), capabilities=Capabilities.ALL)
+    seq = req.spawn()
+    r = runtime.submit([StepInput(seq, list(b"Q: "), None)]).wait().results[0]
+    assert r.branches[0].mask_row is None                 # '{"a":"' fast-forwarded
+    toks = list(b'Q: {"a":"')
+    r = runtime.submit([StepInput(seq, toks, None)]).wait().results[0]
+    quote = [s for s in r.branches[0].splices if list(s.when_sampled) == [ord('"')]]
+    assert quote and bytes(quote[0].ff_tokens) == b',"b":"' and quote[0].backtrack == 0
+    n_steps = {}
+    for caps in (Capabilities.ALL, Capabilities.ALL & ~Capabilities.CONDITIONAL_FF_TOKENS):
+        with Engine(ScriptedBackend(script=list(b'Q: {"a":"x","b":"y"}') + [EOS] * 4)) as eng:
+            done = eng.generate(list(b"Q: "), wasm, P.json(schema).dumps().encode(), capabilities=caps)
+            n_steps[caps] = eng.stats.steps
+        assert texts(done) == ['{"a":"x","b":"y"}']
+    # both closing quotes carry what follows them (',"b":"' and '}'): two steps fewer
+    assert n_steps[Capabilities.ALL] == n_steps[Capabilities.ALL & ~Capabilities.CONDITIONAL_FF_TOKENS] - 2
