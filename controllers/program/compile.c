@@ -631,6 +631,11 @@ static uint32_t inner(cx_t *c, const jv_t *f, const jv_t *type, uint32_t cont) {
       c->plen = o2;
     }
     c->plen = old;
+    if (!c->p->uses_fork) {
+      c->p->fork_ptr = aici_malloc(c->plen + 2);
+      __builtin_memcpy(c->p->fork_ptr, c->plen ? c->ptr : "/", c->plen ? c->plen : 1);
+      c->p->fork_ptr[c->plen ? c->plen : 1] = 0;
+    }
     c->p->uses_fork = true;
     return k;
   }

@@ -21,6 +21,9 @@ static uint8_t *gbytes;
 static uint32_t gcap;
 
 #define MAX_WAIT_STEPS 100000u
+#define MAX_CANDS 12u
+static aici_token_t cands[MAX_CANDS];  /* tokens sampled right before forced text (conditional_ff) */
+static uint32_t n_cands, cand_next;
 
 AICI_EXPORT_INIT void program_init(void) {
   trie = aici_trie();
@@ -50,13 +53,23 @@ static bool setup(const aici_arg_t *arg) {
   if (!(trie = aici_trie())) return false;
   caps = aici_capabilities();
   if (P.uses_fork && !(caps & AICI_CAP_FORK)) {
-    aici_logs("program: this program forks, and the host does not grant the fork capability\n");
+    aici_logf("program: at %s: fork needs capability `fork`, which this host did not grant\n", P.fork_ptr);
     return false;
   }
   aici_token_bytes(0, 0);
   nfa_prepare(&P, trie);
   prompt_len = arg->n_all_tokens;
   grow(0);
+  /* JSON values end with these before fixed text (a key, a closing brace): seed the candidates */
+  static const char *closers[] = {"\",\"", "\",", "\"", ",", "}", "\"}"};
+  bool has_json = false;
+  for (uint32_t i = 0; i < P.n; i++) has_json |= P.g[i].kind == G_JSON;
+  for (uint32_t i = 0; has_json && i < sizeof closers / sizeof *closers && n_cands < MAX_CANDS; i++) {
+    uint32_t nt;
+    aici_token_t *t = aici_tokenize_str(closers[i], &nt);
+    if (t && nt == 1) cands[n_cands++] = t[0];
+    aici_free(t);
+  }
   nfa_start(&P, &sets[0], &paths[0]);
   boff[0] = 0;
   n_seen = 0;
@@ -137,15 +150,19 @@ static bool valid_utf8(const uint8_t *s, uint32_t n, uint32_t *prefix) {
   return i == n;
 }
 
-/* Forced text, fast-forwarded as the tokenizer would write it: the last token and the forced text
- * tokenized together (token healing), the final token left to sampling (it may merge with what
- * follows), the old last token replaced only if the new split starts differently. */
-static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, uint32_t gen) {
-  if (!(caps & AICI_CAP_FF_TOKENS) || ff_streak >= 4) return false;
+/* Forced text after `after` (the states after token `last`, or at the start of the generation),
+ * as the tokenizer would write it: `last` and the forced text tokenized together (token healing:
+ * `last` is replaced, *bt = 1, if the joined text splits differently; only with `before`, the
+ * states before it), the final token left open if a longer token could take its place (it may
+ * merge with what follows). Every token is checked against the program (a tokenizer may
+ * normalize). Returns false when nothing is worth it; else out->toks (heap) [from, n). */
+typedef struct { aici_token_t *toks; uint32_t from, n, bt; } ffplan_t;
+
+static bool plan_ff(const sset_t *before, const sset_t *after, const aici_token_t *last, ffplan_t *out) {
   static sset_t s, t;
   uint8_t forced[256];
   uint32_t nf = 0;
-  s = sets[gen];
+  s = *after;
   stepctx_t c = {.p = &P};
   while (nf < sizeof forced) {
     int b = nfa_forced_byte(&P, &s);
@@ -155,14 +172,12 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, uint32_t
     s = t;
   }
   uint32_t ok;
-  valid_utf8(forced, nf, &ok);
-  if (ok < 2) return false;
+  bool to_end = valid_utf8(forced, nf, &ok) && nfa_only_end(&P, &s);   /* nothing can follow it */
+  if (ok < (to_end ? 1u : 2u)) return false;
   uint32_t bt = 0, plen = 0;
   uint8_t text[512];
-  aici_token_t last = 0;
-  if (gen > 0 && (caps & AICI_CAP_BACKTRACK)) {
-    last = arg->all_tokens[arg->n_all_tokens - 1];
-    const uint8_t *lb = aici_token_bytes(last, &plen);
+  if (last && before) {
+    const uint8_t *lb = aici_token_bytes(*last, &plen);
     uint32_t v;
     if (lb && plen <= 256 && valid_utf8(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
     else plen = 0;
@@ -171,29 +186,59 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, uint32_t
   uint32_t nt;
   aici_token_t *toks = aici_tokenize((const char *)text, plen + ok, &nt);
   if (!toks) return false;
-  uint32_t from = 0, n = nt ? nt - 1 : 0;
-  if (bt && n && toks[0] == last) from = 1, bt = 0;
-  bool done = false;
-  if (n > from) {
-    /* every token must keep the text valid (a tokenizer may normalize) */
-    s = sets[gen - bt];
-    bool valid = true;
-    uint32_t pos = from ? plen : 0;
-    for (uint32_t i = from; i < n && valid; i++) {
-      uint32_t len;
-      const uint8_t *b = aici_token_bytes(toks[i], &len);
-      valid = b && pos + len <= plen + ok && !__builtin_memcmp(b, text + pos, len) && nfa_advance_token(&c, &s, toks[i], &t);
-      s = t;
-      pos += len;
-    }
-    if (valid) {
-      aici_ff(res, bt, toks + from, n - from);
-      ff_streak++;
-      done = true;
-    }
+  uint32_t from = 0, n = nt && (!to_end && nfa_token_may_grow(&P, trie, toks[nt - 1], &s)) ? nt - 1 : nt;
+  if (bt && n && toks[0] == *last) from = 1, bt = 0;
+  bool valid = n > from;
+  s = bt ? *before : *after;
+  uint32_t pos = from ? plen : (bt ? 0 : plen);
+  for (uint32_t i = from; i < n && valid; i++) {
+    uint32_t len;
+    const uint8_t *b = aici_token_bytes(toks[i], &len);
+    valid = b && pos + len <= plen + ok && !__builtin_memcmp(b, text + pos, len) && nfa_advance_token(&c, &s, toks[i], &t);
+    s = t;
+    pos += len;
   }
-  aici_free(toks);
-  return done;
+  if (!valid) {
+    aici_free(toks);
+    return false;
+  }
+  *out = (ffplan_t){toks, from, n, bt};
+  return true;
+}
+
+static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, uint32_t gen) {
+  if (!(caps & AICI_CAP_FF_TOKENS) || ff_streak >= 4) return false;
+  bool heal = gen > 0 && (caps & AICI_CAP_BACKTRACK);
+  aici_token_t last = gen > 0 ? arg->all_tokens[arg->n_all_tokens - 1] : 0;
+  ffplan_t pl;
+  if (!plan_ff(heal ? &sets[gen - 1] : 0, &sets[gen], gen > 0 ? &last : 0, &pl)) return false;
+  aici_ff(res, pl.bt, pl.toks + pl.from, pl.n - pl.from);
+  aici_free(pl.toks);
+  ff_streak++;
+  /* a token sampled just before forced text is worth a conditional splice next time */
+  if (arg->has_sampled && gen > 0) {
+    bool known = false;
+    for (uint32_t i = 0; i < n_cands; i++) known |= cands[i] == arg->sampled;
+    if (!known) cands[n_cands < MAX_CANDS ? n_cands++ : (cand_next++ % MAX_CANDS)] = arg->sampled;
+  }
+  return true;
+}
+
+/* Conditional fast-forward: for the tokens that came before forced text earlier in this request
+ * (a JSON form's '","' before each key), attach to the sampling branch a splice that appends the
+ * forced text when that token is sampled, saving the fast-forward step's forward pass. */
+static void conditional_ff(aici_branch_t *b, const sset_t *set, const aici_tokset_t *mask) {
+  if ((caps & (AICI_CAP_FF_TOKENS | AICI_CAP_CONDITIONAL_FF)) != (AICI_CAP_FF_TOKENS | AICI_CAP_CONDITIONAL_FF)) return;
+  static sset_t after;
+  stepctx_t c = {.p = &P};
+  for (uint32_t i = 0; i < n_cands; i++) {
+    aici_token_t t = cands[i];
+    if (!aici_tokset_has(mask, t) || !nfa_advance_token(&c, set, t, &after)) continue;
+    ffplan_t pl;
+    if (!plan_ff((caps & AICI_CAP_BACKTRACK) ? set : 0, &after, &t, &pl)) continue;
+    aici_branch_splice(b, &t, 1, pl.bt, pl.toks + pl.from, pl.n - pl.from);
+    aici_free(pl.toks);
+  }
 }
 
 static bool only_parked(const sset_t *set, bool *has_fork) {
@@ -274,6 +319,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     return;
   }
   aici_branch_t *b = aici_sample(res, m);
+  conditional_ff(b, set, m);
   for (uint32_t i = 0; i < set->n; i++) {
     const gnode_t *g = &P.g[set->st[i].node];
     if (g->kind <= G_TOK) {

@@ -385,28 +385,166 @@ static void walk(program_t *p, const aici_trie_t *tr, const sset_t *start, aici_
   out->words[out->n_words] = 0;        /* the spare word (scratch bits) */
 }
 
-const aici_tokset_t *nfa_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, aici_token_t eos) {
-  if (set->n == 1) {                   /* one leaf and nothing but the end after it: its own mask */
-    const st_t *st = &set->st[0];
-    const gnode_t *g = &p->g[st->node];
-    if (g->tail_is_end && g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
-    if (g->tail_is_end && g->kind == G_RE && !aici_regex_accepting(g->re, st->s))
-      return aici_regex_mask_cached(g->re, trie, st->s);
+/* The literals that may follow leaf `n` (through epsilons); false if anything else that takes
+ * bytes may follow it. */
+static bool next_lits(const program_t *p, uint32_t n, const gnode_t **lits, uint32_t *count, uint32_t depth) {
+  const gnode_t *g = &p->g[n];
+  if (depth > 64) return false;
+  switch (g->kind) {
+    case G_LIT:
+      if (*count == 16) return false;
+      lits[(*count)++] = g;
+      return true;
+    case G_EPS: case G_OPEN: case G_CLOSE:
+      for (uint32_t i = 0; i < g->n_next; i++)
+        if (!next_lits(p, g->next[i], lits, count, depth + 1)) return false;
+      return true;
+    case G_END: case G_WAIT: case G_FORK: case G_TOK: return true;   /* take no bytes */
+    default: return false;
   }
+}
+
+/* Tokens whose bytes may run from leaf g into the literals after it: some suffix of the token is
+ * compatible with (a prefix of, or extends) one of them. Any token that crosses is one of these. */
+static void build_cross(const program_t *p, gnode_t *g, const aici_trie_t *trie) {
+  const gnode_t *lits[16];
+  uint32_t count = 0;
+  g->cross = 2;
+  for (uint32_t i = 0; i < g->n_next; i++)
+    if (!next_lits(p, g->next[i], lits, &count, 0)) return;
+  uint32_t cap = 256, n = 0;
+  aici_token_t *out = aici_malloc(cap * 4);
+  for (aici_token_t t = 0; t < trie->vocab; t++) {
+    uint32_t len;
+    const uint8_t *b = aici_token_bytes(t, &len);
+    bool hit = false;
+    for (uint32_t j = 0; j < len && !hit; j++)
+      for (uint32_t k = 0; k < count && !hit; k++) {
+        const gnode_t *l = lits[k];
+        uint32_t m = len - j < l->lit_len ? len - j : l->lit_len;
+        hit = !__builtin_memcmp(b + j, l->lit, m);
+      }
+    if (!hit) continue;
+    if (n == cap) cap *= 2, out = aici_realloc(out, cap * 4);
+    out[n++] = t;
+  }
+  g->cross_toks = out, g->n_cross = n, g->cross = 1;
+}
+
+/* The leaf's own mask (tokens that stay inside it), EOS not included. */
+static const aici_tokset_t *inside_mask(const gnode_t *g, const aici_trie_t *trie, const sset_t *set, const st_t *st,
+                                        aici_token_t eos) {
+  if (g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
+  return aici_regex_mask_cached(g->re, trie, st->s);
+}
+
+/* The mask of one state (cached by state): its leaf's own mask where nothing but the end follows
+ * the leaf, else a walk of the trie from that state alone. NULL: the state takes no bytes. */
+static const aici_tokset_t *state_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, uint32_t i,
+                                       aici_token_t eos) {
+  const st_t *st = &set->st[i];
+  const gnode_t *g = &p->g[st->node];
+  if (g->kind == G_END || g->kind == G_WAIT || g->kind == G_FORK || g->kind == G_TOK) return 0;
+  if (g->tail_is_end && g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
+  if (g->tail_is_end && g->kind == G_RE) return aici_regex_mask_cached(g->re, trie, st->s);
+  sset_t one;
+  one.n = 1, one.nj = 0, one.st[0] = *st, one.st[0].n_tok = 0;
+  if (g->kind == G_JSON) one.js[0] = set->js[st->s], one.st[0].s = 0, one.nj = 1;
   sset_t key;
-  key_of(p, set, &key);
+  key_of(p, &one, &key);
   uint32_t h = hash_key(&key);
-  for (uint32_t i = 0; i < cache_n; i++)
-    if (cache[i].hash == h && !__builtin_memcmp(&cache[i].key, &key, sizeof key)) return cache[i].mask;
-  aici_tokset_t *m = out_mask;
-  if (cache_n < CACHE_N || cache) {
-    mcache_t *e = &cache[cache_n < CACHE_N ? cache_n++ : (cache_next++ % CACHE_N)];
-    if (!e->mask) e->mask = aici_tokset_new();
-    e->hash = h, e->key = key;
-    m = e->mask;
+  for (uint32_t k = 0; k < cache_n; k++)
+    if (cache[k].hash == h && !__builtin_memcmp(&cache[k].key, &key, sizeof key)) return cache[k].mask;
+  mcache_t *e = &cache[cache_n < CACHE_N ? cache_n++ : (cache_next++ % CACHE_N)];
+  if (!e->mask) e->mask = aici_tokset_new();
+  e->hash = h, e->key = key;
+  gnode_t *gw = &p->g[st->node];
+  if ((g->kind == G_JSON || g->kind == G_RE) && !gw->cross) build_cross(p, gw, trie);
+  if ((g->kind == G_JSON || g->kind == G_RE) && gw->cross == 1) {
+    /* inside the leaf (its own mask) or across into the literals after it (the candidates, each
+     * checked by stepping this state alone through its bytes) */
+    aici_tokset_copy(e->mask, inside_mask(g, trie, set, st, eos));
+    aici_tokset_deny(e->mask, eos);
+    stepctx_t c = {.p = p};
+    static sset_t a, b;
+    for (uint32_t k = 0; k < gw->n_cross; k++) {
+      aici_token_t t = gw->cross_toks[k];
+      if (aici_tokset_has(e->mask, t)) continue;
+      uint32_t len;
+      const uint8_t *bytes = aici_token_bytes(t, &len);
+      const sset_t *from = &one;
+      bool live = true;
+      for (uint32_t j = 0; j < len && live; j++) {
+        sset_t *to = (j & 1) ? &b : &a;
+        live = nfa_step(&c, from, bytes[j], to);
+        from = to;
+      }
+      if (live) aici_tokset_allow(e->mask, t);
+    }
+    return e->mask;
   }
-  aici_tokset_clear(m);
-  walk(p, trie, set, m);
+  aici_tokset_clear(e->mask);
+  walk(p, trie, &one, e->mask);
+  return e->mask;
+}
+
+/* A token is allowed iff some state survives its bytes, and states step independently: the
+ * mask of the set is the union of its states' masks (each cached on its own), plus the token
+ * leaves' sets, plus EOS where the end is live. */
+bool nfa_token_may_grow(program_t *p, const aici_trie_t *tr, aici_token_t t, const sset_t *after) {
+  uint32_t len;
+  const uint8_t *b = aici_token_bytes(t, &len);
+  if (!b || !len) return false;
+  /* the node of t's bytes: descend, children follow their parent, siblings skip subtrees */
+  uint32_t node = 0;
+  for (uint32_t d = 0; d < len; d++) {
+    uint32_t c = node + 1, end = node + (tr->nodes[node].w1 >> 10);
+    while (c < end && (tr->nodes[c].w0 & 255) != b[d]) c += tr->nodes[c].w1 >> 10;
+    if (c >= end) return false;
+    node = c;
+  }
+  uint32_t size = tr->nodes[node].w1 >> 10;
+  if (size <= 1) return false;
+  /* a walk of the subtree below it from `after` (depth counted from the node) */
+  stepctx_t c = {.p = p};
+  uint32_t sp = 1, q = node + 1, end = node + size, depth = 1;
+  walk_stack[0] = *after;
+  while (q < end) {
+    uint32_t w0 = tr->nodes[q].w0, w1 = tr->nodes[q].w1, tok = w0 >> 8;
+    bool live = nfa_step(&c, &walk_stack[sp - 1], (uint8_t)w0, &walk_stack[sp]);
+    if (live && tok < tr->vocab) return true;
+    if (live && (w1 >> 10) > 1) sp++, q++, depth++;
+    else {
+      q += w1 >> 10;
+      uint32_t pop = w1 & 1023;      /* levels up to the next node (docs/token-trie.md) */
+      if (pop >= depth) break;       /* climbed out of the subtree */
+      sp -= pop, depth -= pop;
+    }
+  }
+  return false;
+}
+
+const aici_tokset_t *nfa_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, aici_token_t eos) {
+  const aici_tokset_t *only = 0;
+  uint32_t n_masks = 0;
+  bool other = false;                  /* token leaves, or EOS, to add */
+  for (uint32_t i = 0; i < set->n; i++) {
+    uint8_t k = p->g[set->st[i].node].kind;
+    if (k == G_TOK || k == G_END) other = true;
+  }
+  aici_tokset_t *m = out_mask;
+  for (uint32_t i = 0; i < set->n; i++) {
+    /* a leaf's own mask lives in a buffer its next mask may reuse: copy the first out before */
+    if (n_masks == 1 && only != m) aici_tokset_copy(m, only), only = m;
+    const aici_tokset_t *sm = state_mask(p, trie, set, i, eos);
+    if (!sm) continue;
+    if (n_masks == 0) only = sm;
+    else aici_tokset_or(m, sm);
+    n_masks++;
+  }
+  if (n_masks == 1 && !other) return only;
+  if (n_masks == 0) aici_tokset_clear(m);
+  else if (only != m) aici_tokset_copy(m, only);
   for (uint32_t i = 0; i < set->n; i++) {
     const gnode_t *g = &p->g[set->st[i].node];
     if (g->kind == G_TOK && set->st[i].s == 1) aici_tokset_or(m, g->toks);

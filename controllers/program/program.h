@@ -48,6 +48,10 @@ typedef struct gnode {
   ac_t ac; uint32_t max_tokens;              /* G_TEXT (max_tokens UINT32_MAX: none) */
   aici_tokset_t *toks;                       /* G_TOK */
   bool tail_is_end;          /* leaves: every continuation after the leaf is the program's end */
+  /* regex / json leaves followed only by literals (or the end, barriers, token leaves): the
+   * tokens that may cross from the leaf into what follows (nfa.c, state_mask); built on first use */
+  uint8_t cross;             /* 0: not built, 1: built, 2: what follows is not only literals */
+  aici_token_t *cross_toks; uint32_t n_cross;
   /* G_WAIT */
   char **vars; uint32_t n_vars;
 } gnode_t;
@@ -64,6 +68,7 @@ typedef struct {
   cap_t caps[MAX_CAPS];
   uint32_t n_caps;
   bool uses_fork;
+  char *fork_ptr;             /* the first fork's JSON pointer */
 } program_t;
 
 /* ---- compiling (compile.c) ---------------------------------------------------------------- */
@@ -117,5 +122,8 @@ int nfa_forced_byte(const program_t *p, const sset_t *set);    /* -1: none or se
 /* The mask (owned by the interpreter: valid until the next call). */
 const aici_tokset_t *nfa_mask(program_t *p, const aici_trie_t *trie, const sset_t *set, aici_token_t eos);
 void nfa_prepare(program_t *p, const aici_trie_t *trie);
+/* Whether some longer token starting with t's bytes is live from `after` (the state after t):
+ * forced text ending in t may then be written with that token instead, so t is left open. */
+bool nfa_token_may_grow(program_t *p, const aici_trie_t *trie, aici_token_t t, const sset_t *after);
 
 #endif
