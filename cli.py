@@ -29,7 +29,7 @@ def main() -> None:
 def build(src: str, out: str | None) -> None:
     """Compile a C file, Zig file or controller folder to a controller module.
 
-    SRC may also name a shipped controller (yesno, choice, regex, splice, countdown, json).
+    SRC may also name a shipped controller (yesno, choice, regex, splice, countdown, json, grammar).
     """
     from pathlib import Path
 

@@ -198,6 +198,9 @@ FUZZED = {   # name: (argument, a property of each sequence that ends without er
               is not None),
     "splice": (SPLICE_RULES, None),
     "json": (b'{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}', None),
+    "grammar": (b'start: "(" NUM ("," NUM)* ")"\nNUM: /[0-9]{1,3}/\n',
+                lambda f: f.finish_reason != "stop" or re.fullmatch(rb"\([0-9]{1,3}(,[0-9]{1,3})*\)", f.text_bytes)
+                is not None),
 }
 
 

@@ -1,0 +1,140 @@
+/* grammar.c - the compiled grammar both front-ends build: terminals (regex text), nonterminals,
+ * productions; gr_finish compiles the terminals and derives the parser's tables. */
+#include "grammar.h"
+
+char *gr_strdup(const char *s, uint32_t n) {
+  char *p = aici_malloc(n + 1);
+  __builtin_memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *gr_fmt(const char *fmt, ...) {
+  gr_buf_t b = {0};
+  __builtin_va_list ap;
+  __builtin_va_start(ap, fmt);
+  for (const char *f = fmt; *f; f++) {
+    if (*f != '%') { gb_putn(&b, f, 1); continue; }
+    f++;
+    if (*f == 's') { const char *s = __builtin_va_arg(ap, const char *); gb_puts(&b, s ? s : "(null)"); }
+    else if (f[0] == '.' && f[1] == '*' && f[2] == 's') {
+      int n = __builtin_va_arg(ap, int);
+      const char *s = __builtin_va_arg(ap, const char *);
+      gb_putn(&b, s, (uint32_t)n);
+      f += 2;
+    } else if (*f == 'u' || *f == 'd') {
+      int64_t v = *f == 'u' ? (int64_t)__builtin_va_arg(ap, unsigned) : (int64_t)__builtin_va_arg(ap, int);
+      if (v < 0) { gb_putn(&b, "-", 1); v = -v; }
+      char d[24]; int k = 0;
+      do d[k++] = (char)('0' + v % 10); while (v /= 10);
+      while (k) gb_putn(&b, &d[--k], 1);
+    } else if (*f == '%') gb_putn(&b, "%", 1);
+  }
+  __builtin_va_end(ap);
+  if (!b.p) gb_putn(&b, "", 0);
+  return b.p;
+}
+
+uint32_t gr_add_nt(gr_grammar_t *g, const char *name, uint32_t len) {
+  if (g->n_nts == g->cap_nts) {
+    g->cap_nts = g->cap_nts ? g->cap_nts * 2 : 32;
+    g->nt_names = aici_realloc(g->nt_names, g->cap_nts * sizeof(char *));
+  }
+  g->nt_names[g->n_nts] = gr_strdup(name, len);
+  return g->n_nts++;
+}
+
+uint32_t gr_add_term(gr_grammar_t *g, const char *name, uint32_t nlen, const char *regex, uint32_t rlen, bool unique) {
+  for (uint32_t i = 0; i < g->n_terms && !unique; i++)   /* the same text is one lexeme (llguidance too) */
+    if (!g->terms[i].unique && g->terms[i].token < 0 && g->terms[i].regex_len == rlen && !g->terms[i].lazy &&
+        !__builtin_memcmp(g->terms[i].regex, regex, rlen))
+      return i;
+  if (g->n_terms == g->cap_terms) {
+    g->cap_terms = g->cap_terms ? g->cap_terms * 2 : 32;
+    g->terms = aici_realloc(g->terms, g->cap_terms * sizeof(gr_term_t));
+  }
+  gr_term_t *t = &g->terms[g->n_terms];
+  __builtin_memset(t, 0, sizeof *t);
+  t->name = gr_strdup(name, nlen);
+  t->regex = gr_strdup(regex, rlen);
+  t->regex_len = rlen;
+  t->token = -1;
+  t->unique = unique;
+  return g->n_terms++;
+}
+
+void gr_add_prod(gr_grammar_t *g, uint32_t lhs, const uint32_t *syms, uint32_t n) {
+  if (g->n_prods == g->cap_prods) {
+    g->cap_prods = g->cap_prods ? g->cap_prods * 2 : 64;
+    g->prods = aici_realloc(g->prods, g->cap_prods * sizeof(gr_prod_t));
+  }
+  gr_prod_t *p = &g->prods[g->n_prods++];
+  p->lhs = lhs;
+  p->n = n;
+  p->syms = aici_malloc((n ? n : 1) * 4);
+  __builtin_memcpy(p->syms, syms, n * 4);
+}
+
+bool gr_finish(gr_grammar_t *g, char **err) {
+  /* augmented start S' -> start: its completion at origin 0 means "accepting" */
+  uint32_t s0 = gr_add_nt(g, "<start>", 7), sym = g->start | GR_NT;
+  gr_add_prod(g, s0, &sym, 1);
+  g->start = s0;
+  /* stable sort of productions by lhs (counting sort) */
+  g->nt_first = aici_calloc(g->n_nts + 1, 4);
+  g->nt_count = aici_calloc(g->n_nts, 4);
+  for (uint32_t i = 0; i < g->n_prods; i++) g->nt_count[g->prods[i].lhs]++;
+  for (uint32_t k = 0; k < g->n_nts; k++) g->nt_first[k + 1] = g->nt_first[k] + g->nt_count[k];
+  gr_prod_t *sorted = aici_malloc((g->n_prods ? g->n_prods : 1) * sizeof(gr_prod_t));
+  uint32_t *fill = aici_calloc(g->n_nts, 4);
+  for (uint32_t i = 0; i < g->n_prods; i++) {
+    uint32_t l = g->prods[i].lhs;
+    sorted[g->nt_first[l] + fill[l]++] = g->prods[i];
+  }
+  aici_free(fill);
+  aici_free(g->prods);
+  g->prods = sorted;
+  g->cap_prods = g->n_prods;
+  g->start_prod = g->nt_first[s0];
+  /* nullable: fixpoint */
+  g->nullable = aici_calloc(g->n_nts, 1);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (uint32_t i = 0; i < g->n_prods; i++) {
+      gr_prod_t *p = &g->prods[i];
+      if (g->nullable[p->lhs]) continue;
+      bool all = true;
+      for (uint32_t j = 0; j < p->n && all; j++)
+        all = (p->syms[j] & GR_NT) && g->nullable[p->syms[j] & ~GR_NT];
+      if (all) g->nullable[p->lhs] = changed = true;
+    }
+  }
+  for (uint32_t k = 0; k < g->n_nts; k++)
+    if (!g->nt_count[k]) { *err = gr_fmt("rule '%s' is used but not defined", g->nt_names[k]); return false; }
+  for (uint32_t i = 0; i < g->n_terms; i++) {
+    gr_term_t *t = &g->terms[i];
+    if (t->token >= 0) continue;
+    char *e = 0;
+    t->re = aici_regex_compile(t->regex, t->regex_len, &e);
+    if (!t->re) { *err = gr_fmt("terminal %s: %s", t->name, e); return false; }
+  }
+  return true;
+}
+
+gr_grammar_t *gr_compile(const char *text, uint32_t len, char **err) {
+  /* GBNF: the first definition line has `::=` */
+  uint32_t i = 0;
+  while (i < len) {
+    uint32_t e = i;
+    while (e < len && text[e] != '\n') e++;
+    uint32_t k = i;
+    while (k < e && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r')) k++;
+    if (k < e && text[k] != '#' && !(text[k] == '/' && k + 1 < e && text[k + 1] == '/')) {
+      for (uint32_t j = k; j + 2 < e + 1 && j + 2 < len; j++)
+        if (text[j] == ':' && text[j + 1] == ':' && text[j + 2] == '=') return gr_compile_gbnf(text, len, err);
+      break;
+    }
+    i = e + 1;
+  }
+  return gr_compile_lark(text, len, err);
+}

@@ -1,0 +1,85 @@
+/* grammar: constrain generation to a context-free grammar given as the argument (Lark, as
+ * llguidance reads it, or GBNF; see README.md and docs/grammar.md). The core is a library
+ * (grammar.h); this file keeps one matcher position per generated token for backtracking. */
+#include "grammar.h"
+
+static gr_grammar_t *gram;
+static gr_matcher_t *mt;
+static const aici_trie_t *trie;
+static uint32_t prompt_len;
+static gr_mark_t *marks;               /* marks[k]: position after k generated tokens */
+static uint32_t n_seen, cap;
+
+AICI_EXPORT_INIT void grammar_init(void) {
+  if ((trie = aici_trie())) aici_token_bytes(0, 0);
+}
+
+static bool has_opt(const char *a, uint32_t from, uint32_t n, const char *opt) {
+  uint32_t k = (uint32_t)__builtin_strlen(opt);
+  for (uint32_t i = from; i + k <= n; i++)
+    if ((i == from || a[i - 1] == 0) && !__builtin_memcmp(a + i, opt, k) && (i + k == n || a[i + k] == 0)) return true;
+  return false;
+}
+
+static bool setup(const aici_arg_t *arg) {
+  uint32_t n;
+  char *a = (char *)aici_arg(&n);
+  uint32_t glen = 0;                   /* "GRAMMAR" or "GRAMMAR\0option\0..." */
+  while (glen < n && a[glen]) glen++;
+  char *err = 0;
+  if (has_opt(a, glen + 1, n, "gbnf")) gram = gr_compile_gbnf(a, glen, &err);
+  else if (has_opt(a, glen + 1, n, "lark")) gram = gr_compile_lark(a, glen, &err);
+  else gram = gr_compile(a, glen, &err);
+  if (!gram) aici_fail("grammar: %s", err);          /* a bad argument is an error (first call) */
+  bool check = has_opt(a, glen + 1, n, "check");
+  aici_free(a);
+  if (!(trie = aici_trie())) return false;
+  aici_token_bytes(0, 0);
+  mt = gr_matcher_new(gram);
+  if (check) {
+    aici_logf("grammar: ok, %u terminals, %u rules, %u productions\n", gram->n_terms, gram->n_nts, gram->n_prods);
+    return false;
+  }
+  prompt_len = arg->n_all_tokens;
+  cap = 64;
+  marks = aici_malloc(cap * sizeof(gr_mark_t));
+  marks[0] = gr_save(mt);
+  n_seen = 0;
+  return true;
+}
+
+/* Bring the matcher up to date with the sequence: drop backtracked tokens, feed new ones.
+ * false: a token the grammar does not allow (the host forced it). */
+static bool catch_up(const aici_arg_t *arg) {
+  uint32_t gen = arg->n_all_tokens - prompt_len;
+  uint32_t keep = arg->backtrack > n_seen ? 0 : n_seen - arg->backtrack;
+  if (keep > gen) keep = gen;
+  if (gen + 1 > cap) {
+    while (gen + 1 > cap) cap *= 2;
+    marks = aici_realloc(marks, cap * sizeof(gr_mark_t));
+  }
+  gr_restore(mt, marks[keep]);
+  for (uint32_t k = keep; k < gen; k++) {
+    uint32_t len;
+    const uint8_t *b = aici_token_bytes(arg->all_tokens[prompt_len + k], &len);
+    if (!b || !gr_advance(mt, b, len)) { n_seen = k; return false; }
+    marks[k + 1] = gr_save(mt);
+  }
+  n_seen = gen;
+  return true;
+}
+
+void aici_step(const aici_arg_t *arg, aici_result_t *res) {
+  if (arg->call_index == 0 && !setup(arg)) return;
+  if (!mt) return;
+  if (arg->n_all_tokens < prompt_len) { aici_logs("grammar: backtracked into the prompt\n"); return; }
+  aici_token_t eos = aici_eos_token();
+  if (arg->has_sampled && arg->sampled == eos) return;   /* EOS chosen while accepting */
+  if (!catch_up(arg)) { aici_logs("grammar: the text no longer matches the grammar\n"); return; }
+  aici_tokset_t *m = aici_tokset_tmp();
+  gr_mask(mt, trie, eos, m);
+  bool accepting = aici_tokset_has(m, eos);
+  if (accepting && aici_tokset_count(m) == 1) return;    /* complete: nothing can follow */
+  if (aici_tokset_empty(m)) { aici_logs("grammar: no token can continue the grammar\n"); return; }
+  aici_sample(res, m);
+}

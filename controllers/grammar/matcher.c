@@ -1,0 +1,557 @@
+/* matcher.c - the grammar's matcher: an Earley parser over lexemes, a lexer DFA built lazily
+ * over the terminals each Earley set allows, and masks by one walk of the token trie.
+ *
+ * Parser state: a stack of Earley sets, one per lexeme scanned (set 0: before any). Lexer
+ * state: an interned list of (terminal, SDK regex state) pairs, live terminals only; state 0 is
+ * dead. A byte that the current lexeme cannot take ends it when the lexer state accepts (the
+ * longest match, as llguidance's lexer does): the accepted terminals are scanned into a new set,
+ * and the byte starts the next lexeme. A lexeme may be empty (a terminal that matches ""), at most
+ * MAX_EMPTY in a row. During a mask walk, sets are built once per (parent set, lexer state) and
+ * kept while the walk stays below them (`prov`), so the many tokens that end a lexeme the same
+ * way share one set.
+ */
+#include "grammar.h"
+
+#define MAX_EMPTY 4u                   /* empty lexemes in a row before a byte */
+#define MAX_ITEMS (1u << 22)           /* Earley items alive at once (about 50 MiB): more fails */
+
+typedef struct { uint32_t prod, dot, origin; } item_t;
+typedef struct { uint32_t start; uint32_t lstart; int32_t prov_lex; uint32_t prov_parent; bool accepting; } eset_t;
+typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced; } lstate_t;
+
+struct gr_matcher {
+  gr_grammar_t *g;
+  item_t *items;
+  uint32_t n_items, cap_items;
+  eset_t *sets;
+  uint32_t n_sets, valid, cap_sets;    /* logical top; physically intact sets (walk reuse) */
+  uint32_t *ht, *ht_stamp, ht_cap, gen;/* item dedup for the set being built */
+  /* lexer */
+  lstate_t *ls;
+  uint32_t n_ls, cap_ls;
+  uint32_t *pairs, n_pairs, cap_pairs; /* (term, regex state) lists; accepting terms after them */
+  uint32_t *lht, lht_cap;              /* lexer-state intern table: ids, 0 = empty */
+  uint32_t tw;                         /* words of a terminal bitset */
+  uint32_t *starts, n_starts, cap_starts;  /* start states: [state, bitset...] records */
+  uint32_t *scratch;                   /* a terminal bitset */
+  uint32_t *tmp_pairs, cap_tmp;
+  /* position */
+  uint32_t lex;
+  bool at_start;
+  bool overflow;
+};
+
+/* ---- lexer states ------------------------------------------------------------------------ */
+static uint32_t hash_pairs(const uint32_t *p, uint32_t n) {
+  uint32_t h = 2166136261u;
+  for (uint32_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+  return h ? h : 1;
+}
+
+static void lht_grow(gr_matcher_t *m);
+
+/* The lexer state for pairs p[0..2n) (sorted by terminal), interned. */
+static uint32_t lex_intern(gr_matcher_t *m, const uint32_t *p, uint32_t n) {
+  if (!n) return 0;
+  uint32_t h = hash_pairs(p, 2 * n);
+  if ((m->n_ls + 1) * 2 > m->lht_cap) lht_grow(m);
+  uint32_t mask = m->lht_cap - 1, i = h & mask;
+  while (m->lht[i]) {
+    lstate_t *s = &m->ls[m->lht[i]];
+    if (s->n == n && !__builtin_memcmp(m->pairs + s->off, p, 8 * n)) return m->lht[i];
+    i = (i + 1) & mask;
+  }
+  if (m->n_ls == m->cap_ls) {
+    m->cap_ls *= 2;
+    m->ls = aici_realloc(m->ls, m->cap_ls * sizeof(lstate_t));
+  }
+  if (m->n_pairs + 3 * n > m->cap_pairs) {
+    while (m->n_pairs + 3 * n > m->cap_pairs) m->cap_pairs *= 2;
+    m->pairs = aici_realloc(m->pairs, m->cap_pairs * 4);
+  }
+  uint32_t id = m->n_ls++;
+  lstate_t *s = &m->ls[id];
+  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = false;
+  __builtin_memcpy(m->pairs + m->n_pairs, p, 8 * n);
+  m->n_pairs += 2 * n;
+  s->acc_off = m->n_pairs, s->n_acc = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    gr_term_t *t = &m->g->terms[p[2 * k]];
+    if (aici_regex_accepting(t->re, p[2 * k + 1])) {
+      m->pairs[m->n_pairs++] = p[2 * k];
+      s->n_acc++;
+      if (t->lazy) s->forced = true;   /* a lazy lexeme ends at its first match */
+    }
+  }
+  m->lht[i] = id;
+  return id;
+}
+
+static void lht_grow(gr_matcher_t *m) {
+  uint32_t cap = m->lht_cap ? m->lht_cap * 2 : 1024;
+  aici_free(m->lht);
+  m->lht = aici_calloc(cap, 4);
+  m->lht_cap = cap;
+  for (uint32_t id = 1; id < m->n_ls; id++) {
+    lstate_t *s = &m->ls[id];
+    uint32_t i = hash_pairs(m->pairs + s->off, 2 * s->n) & (cap - 1);
+    while (m->lht[i]) i = (i + 1) & (cap - 1);
+    m->lht[i] = id;
+  }
+}
+
+static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
+  lstate_t *s = &m->ls[id];
+  if (!s->row) {
+    s->row = aici_malloc(256 * 4);
+    for (int k = 0; k < 256; k++) s->row[k] = -1;
+    if (s->forced) for (int k = 0; k < 256; k++) s->row[k] = 0;
+  }
+  int32_t r = s->row[b];
+  if (r >= 0) return (uint32_t)r;
+  if (m->cap_tmp < 2 * s->n) { m->cap_tmp = 2 * s->n; m->tmp_pairs = aici_realloc(m->tmp_pairs, m->cap_tmp * 4); }
+  uint32_t n = 0, off = s->off, cnt = s->n;
+  for (uint32_t k = 0; k < cnt; k++) {
+    uint32_t t = m->pairs[off + 2 * k];
+    uint32_t ns = aici_regex_step(m->g->terms[t].re, m->pairs[off + 2 * k + 1], b);
+    if (ns) { m->tmp_pairs[2 * n] = t; m->tmp_pairs[2 * n + 1] = ns; n++; }
+  }
+  uint32_t id2 = lex_intern(m, m->tmp_pairs, n);
+  m->ls[id].row[b] = (int32_t)id2;     /* (ls may have moved) */
+  return id2;
+}
+
+/* The lexer's start state for terminal bitset `bits` (interned per distinct set). */
+static uint32_t lex_start(gr_matcher_t *m, const uint32_t *bits) {
+  uint32_t rec = 1 + m->tw;
+  for (uint32_t i = 0; i < m->n_starts; i += rec)
+    if (!__builtin_memcmp(m->starts + i + 1, bits, 4 * m->tw)) return m->starts[i];
+  uint32_t n = 0;
+  if (m->cap_tmp < 2 * m->g->n_terms) { m->cap_tmp = 2 * m->g->n_terms; m->tmp_pairs = aici_realloc(m->tmp_pairs, m->cap_tmp * 4); }
+  for (uint32_t t = 0; t < m->g->n_terms; t++)
+    if ((bits[t >> 5] >> (t & 31)) & 1 && m->g->terms[t].re) {
+      m->tmp_pairs[2 * n] = t;
+      m->tmp_pairs[2 * n + 1] = aici_regex_start(m->g->terms[t].re);
+      n++;
+    }
+  uint32_t id = lex_intern(m, m->tmp_pairs, n);
+  if (m->n_starts + rec > m->cap_starts) {
+    m->cap_starts = (m->n_starts + rec) * 2;
+    m->starts = aici_realloc(m->starts, m->cap_starts * 4);
+  }
+  m->starts[m->n_starts] = id;
+  __builtin_memcpy(m->starts + m->n_starts + 1, bits, 4 * m->tw);
+  m->n_starts += rec;
+  return id;
+}
+
+/* ---- Earley sets ------------------------------------------------------------------------- */
+static uint32_t set_end(const gr_matcher_t *m, uint32_t k) {
+  return k + 1 < m->valid ? m->sets[k + 1].start : m->n_items;
+}
+
+static void ht_reset(gr_matcher_t *m) {
+  if (++m->gen == 0) {
+    __builtin_memset(m->ht_stamp, 0, m->ht_cap * 4);
+    m->gen = 1;
+  }
+}
+
+static void add_item(gr_matcher_t *m, uint32_t prod, uint32_t dot, uint32_t origin, uint32_t set_start) {
+  uint32_t h = (prod * 0x9E3779B1u) ^ (dot * 0x85EBCA77u) ^ (origin * 0xC2B2AE3Du);
+  uint32_t n_set = m->n_items - set_start;
+  if ((n_set + 1) * 2 > m->ht_cap) {   /* rebuild the table bigger */
+    uint32_t cap = m->ht_cap * 2;
+    aici_free(m->ht);
+    aici_free(m->ht_stamp);
+    m->ht = aici_malloc(cap * 4);
+    m->ht_stamp = aici_calloc(cap, 4);
+    m->ht_cap = cap;
+    m->gen = 1;
+    for (uint32_t k = set_start; k < m->n_items; k++) {
+      item_t *it = &m->items[k];
+      uint32_t hh = (it->prod * 0x9E3779B1u) ^ (it->dot * 0x85EBCA77u) ^ (it->origin * 0xC2B2AE3Du), i = hh & (cap - 1);
+      while (m->ht_stamp[i] == m->gen) i = (i + 1) & (cap - 1);
+      m->ht_stamp[i] = m->gen, m->ht[i] = k;
+    }
+  }
+  uint32_t mask = m->ht_cap - 1, i = h & mask;
+  while (m->ht_stamp[i] == m->gen) {
+    item_t *it = &m->items[m->ht[i]];
+    if (it->prod == prod && it->dot == dot && it->origin == origin) return;
+    i = (i + 1) & mask;
+  }
+  if (m->n_items >= MAX_ITEMS) { m->overflow = true; return; }
+  if (m->n_items == m->cap_items) {
+    m->cap_items *= 2;
+    m->items = aici_realloc(m->items, m->cap_items * sizeof(item_t));
+  }
+  m->ht_stamp[i] = m->gen, m->ht[i] = m->n_items;
+  m->items[m->n_items++] = (item_t){prod, dot, origin};
+}
+
+/* Predict and complete the set at index k (items from `start` to n_items). */
+static void closure(gr_matcher_t *m, uint32_t k, uint32_t start) {
+  gr_grammar_t *g = m->g;
+  for (uint32_t w = start; w < m->n_items; w++) {
+    item_t it = m->items[w];
+    gr_prod_t *p = &g->prods[it.prod];
+    if (it.dot < p->n) {
+      uint32_t sym = p->syms[it.dot];
+      if (!(sym & GR_NT)) continue;
+      uint32_t nt = sym & ~GR_NT;
+      for (uint32_t q = g->nt_first[nt], e = q + g->nt_count[nt]; q < e; q++) add_item(m, q, 0, k, start);
+      if (g->nullable[nt]) add_item(m, it.prod, it.dot + 1, it.origin, start);
+    } else if (it.origin != k) {
+      uint32_t want = p->lhs | GR_NT;
+      uint32_t os = m->sets[it.origin].start, oe = m->sets[it.origin + 1].start;
+      for (uint32_t j = os; j < oe; j++) {
+        item_t o = m->items[j];
+        gr_prod_t *op = &g->prods[o.prod];
+        if (o.dot < op->n && op->syms[o.dot] == want) add_item(m, o.prod, o.dot + 1, o.origin, start);
+      }
+    }
+  }
+}
+
+/* The set's derived fields: allowed terminals -> lexer start state; accepting. */
+static void set_derive(gr_matcher_t *m, uint32_t k) {
+  gr_grammar_t *g = m->g;
+  __builtin_memset(m->scratch, 0, 4 * m->tw);
+  bool acc = false;
+  for (uint32_t w = m->sets[k].start, e = m->n_items; w < e; w++) {
+    item_t it = m->items[w];
+    gr_prod_t *p = &g->prods[it.prod];
+    if (it.dot < p->n) {
+      uint32_t s = p->syms[it.dot];
+      if (!(s & GR_NT)) m->scratch[s >> 5] |= 1u << (s & 31);
+    } else if (it.prod == g->start_prod && it.origin == 0) acc = true;
+  }
+  /* %ignore: between lexemes only, as llguidance: not before the first one, and only where
+   * another lexeme may follow */
+  bool any = false;
+  for (uint32_t w = 0; w < m->tw; w++) any |= m->scratch[w] != 0;
+  if (g->skip >= 0 && k > 0 && any) m->scratch[g->skip >> 5] |= 1u << (g->skip & 31);
+  m->sets[k].accepting = acc;
+  m->sets[k].lstart = lex_start(m, m->scratch);
+}
+
+static void push_set(gr_matcher_t *m) {
+  if (m->n_sets + 2 > m->cap_sets) {
+    m->cap_sets *= 2;
+    m->sets = aici_realloc(m->sets, m->cap_sets * sizeof(eset_t));
+  }
+}
+
+/* Set n_sets (a new top) from the top set by scanning the terminals accepted in lexer state
+ * `lex`; reuses it when the walk built the same one before. false: no item advanced. */
+static bool scan(gr_matcher_t *m, uint32_t lex) {
+  uint32_t k = m->n_sets - 1, j = m->n_sets;
+  if (j < m->valid && m->sets[j].prov_lex == (int32_t)lex && m->sets[j].prov_parent == k) {
+    m->n_sets++;
+    return true;
+  }
+  /* rebuild at j: everything above is gone */
+  m->n_items = set_end(m, k);
+  m->valid = j;
+  push_set(m);
+  lstate_t *ls = &m->ls[lex];
+  const uint32_t *acc = m->pairs + ls->acc_off;
+  uint32_t n_acc = ls->n_acc;
+  gr_grammar_t *g = m->g;
+  uint32_t start = m->n_items;
+  m->sets[j].start = start;
+  m->sets[j + 1].start = start;
+  ht_reset(m);
+  for (uint32_t w = m->sets[k].start, e = start; w < e; w++) {
+    item_t it = m->items[w];
+    gr_prod_t *p = &g->prods[it.prod];
+    if (it.dot >= p->n || (p->syms[it.dot] & GR_NT)) continue;
+    uint32_t s = p->syms[it.dot];
+    for (uint32_t a = 0; a < n_acc; a++)
+      if (acc[a] == s) { add_item(m, it.prod, it.dot + 1, it.origin, start); break; }
+  }
+  if (m->n_items == start) return false;
+  m->n_sets = j + 1;
+  m->valid = j + 1;
+  /* completion reads sets[origin + 1].start: the top set's end must read n_items */
+  closure(m, j, start);
+  m->sets[j].prov_lex = (int32_t)lex;
+  m->sets[j].prov_parent = k;
+  set_derive(m, j);
+  return true;
+}
+
+/* ---- stepping ---------------------------------------------------------------------------- */
+typedef struct { uint32_t n_sets, lex; bool at_start; } pos_t;
+
+static void goto_pos(gr_matcher_t *m, pos_t p) { m->n_sets = p.n_sets; }
+
+/* End the current lexeme (lexer state `lex`, accepting): skip it when the %ignore terminal
+ * matches it (that wins over grammar terminals matching the same text, as in llguidance), else
+ * scan it. */
+static bool emit(gr_matcher_t *m, uint32_t lex) {
+  for (uint32_t a = 0; a < m->ls[lex].n_acc; a++)
+    if ((int32_t)m->pairs[m->ls[lex].acc_off + a] == m->g->skip) return true;   /* skipped: same set */
+  return scan(m, lex);
+}
+
+/* One byte from position p; false when dead. On success p is the new position (the parser's
+ * top may have moved up). */
+static bool step(gr_matcher_t *m, pos_t *p, uint8_t b) {
+  goto_pos(m, *p);
+  uint32_t lex = p->lex, ns = lex_next(m, lex, b);
+  if (ns) { p->lex = ns; p->at_start = false; return true; }
+  for (uint32_t k = 0; k < MAX_EMPTY; k++) {
+    if (!m->ls[lex].n_acc) return false;
+    if (!emit(m, lex)) return false;
+    lex = m->sets[m->n_sets - 1].lstart;
+    ns = lex_next(m, lex, b);
+    if (ns) { p->n_sets = m->n_sets; p->lex = ns; p->at_start = false; return true; }
+  }
+  return false;
+}
+
+static bool pos_accepting(gr_matcher_t *m, pos_t p) {
+  goto_pos(m, p);
+  if (p.at_start && m->sets[p.n_sets - 1].accepting) return true;
+  uint32_t lex = p.lex;
+  for (uint32_t k = 0; k < MAX_EMPTY; k++) {
+    if (!m->ls[lex].n_acc || !emit(m, lex)) return false;
+    if (m->sets[m->n_sets - 1].accepting) return true;
+    lex = m->sets[m->n_sets - 1].lstart;
+  }
+  return false;
+}
+
+/* ---- public API -------------------------------------------------------------------------- */
+gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
+  gr_matcher_t *m = aici_calloc(1, sizeof(gr_matcher_t));
+  m->g = g;
+  m->cap_items = 1024;
+  m->items = aici_malloc(m->cap_items * sizeof(item_t));
+  m->cap_sets = 64;
+  m->sets = aici_malloc(m->cap_sets * sizeof(eset_t));
+  m->ht_cap = 256;
+  m->ht = aici_malloc(m->ht_cap * 4);
+  m->ht_stamp = aici_calloc(m->ht_cap, 4);
+  m->cap_ls = 64;
+  m->ls = aici_calloc(m->cap_ls, sizeof(lstate_t));
+  m->n_ls = 1;                         /* 0: dead */
+  m->ls[0].row = aici_calloc(256, 4);
+  m->cap_pairs = 1024;
+  m->pairs = aici_malloc(m->cap_pairs * 4);
+  m->tw = (g->n_terms + 31) / 32 + 1;
+  m->scratch = aici_calloc(m->tw, 4);
+  lht_grow(m);
+  /* set 0 */
+  m->sets[0].start = 0;
+  m->sets[1].start = 0;
+  m->sets[0].prov_lex = -1;
+  m->n_sets = m->valid = 1;
+  ht_reset(m);
+  add_item(m, g->start_prod, 0, 0, 0);
+  closure(m, 0, 0);
+  set_derive(m, 0);
+  m->lex = m->sets[0].lstart;
+  m->at_start = true;
+  return m;
+}
+
+static pos_t cur(const gr_matcher_t *m) { return (pos_t){m->n_sets, m->lex, m->at_start}; }
+
+bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n) {
+  pos_t p = cur(m), save = p;
+  for (uint32_t i = 0; i < n; i++)
+    if (!step(m, &p, bytes[i]) || m->overflow) { goto_pos(m, save); m->overflow = false; return false; }
+  m->n_sets = p.n_sets, m->lex = p.lex, m->at_start = p.at_start;
+  return true;
+}
+
+bool gr_advance_token(gr_matcher_t *m, aici_token_t t) { (void)m; (void)t; return false; }
+
+bool gr_accepting(gr_matcher_t *m) {
+  pos_t c = cur(m);
+  bool a = pos_accepting(m, c);
+  goto_pos(m, c);
+  return a;
+}
+
+gr_mark_t gr_save(const gr_matcher_t *m) { return (gr_mark_t){m->n_sets, m->lex, m->at_start}; }
+void gr_restore(gr_matcher_t *m, gr_mark_t k) {
+  m->n_sets = k.n_sets, m->lex = k.lex, m->at_start = k.at_start != 0;   /* sets below stay intact */
+}
+
+/* ---- masks ------------------------------------------------------------------------------
+ * mask(P, L) = the tokens that stay inside the current lexeme (they depend on L alone: cached
+ * per lexer state, with the trie's "emission edges": child nodes whose byte the lexeme cannot
+ * take where the lexer state before it accepts) + for each edge, the subtree walked from the
+ * state after the lexeme ends there. Edges are grouped by (lexer state, byte): one step decides
+ * a whole group, and most groups die at once (the byte starts no lexeme the parser allows). */
+#define LCACHE_MAX 256u                /* lexer states with a cached part (more: plain walks) */
+
+typedef struct { uint32_t key, child; } edge_t;   /* key: lexer state << 8 | byte */
+typedef struct {
+  uint32_t lex;
+  aici_tokset_t *inlex;
+  const aici_trie_t *walked;           /* the trie the edges index: the whole one, or a slice's rest */
+  edge_t *edges;
+  uint32_t n_edges;
+} lcache_t;
+#define COVER_STATES 64u               /* lexer states a slice check follows before giving up */
+
+/* The largest byte set C such that every string over C keeps `lex` alive (false: none worth a
+ * slice, or too many states to check). Then the tokens whose bytes lie in C are inside the
+ * lexeme wholesale (the SDK's slice), and only the other tokens (its rest trie) are walked. */
+static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
+  uint32_t list[COVER_STATES], n = 1;
+  list[0] = lex;
+  for (int w = 0; w < 8; w++) cover[w] = ~0u;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t st = list[i];
+    for (int b = 0; b < 256; b++) {
+      if (!((cover[b >> 5] >> (b & 31)) & 1)) continue;
+      uint32_t ns = lex_next(m, st, (uint8_t)b);
+      if (!ns) { cover[b >> 5] &= ~(1u << (b & 31)); continue; }
+      bool seen = false;
+      for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
+      if (!seen) {
+        if (n == COVER_STATES) return false;
+        list[n++] = ns;
+      }
+    }
+  }
+  uint32_t count = 0;
+  for (int w = 0; w < 8; w++) count += (uint32_t)__builtin_popcount(cover[w]);
+  return count >= 8;
+}
+
+static lcache_t *lc;
+static uint32_t n_lc;
+
+/* The general walk over nodes [p, end) of the trie, the parent's position being `top`. */
+static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask,
+                 uint32_t vocab, pos_t *stack) {
+  const aici_trie_node_t *nodes = trie->nodes;
+  uint32_t sp = 1;
+  stack[0] = top;
+  while (p < end) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
+    pos_t q = stack[sp - 1];
+    const int32_t *row = m->ls[q.lex].row;
+    int32_t ns = row ? row[w0 & 255] : -1;
+    bool live;
+    if (ns > 0) {                      /* the lexeme goes on: no parser work */
+      q.lex = (uint32_t)ns, q.at_start = false;
+      live = true;
+    } else {
+      live = step(m, &q, (uint8_t)(w0 & 255)) && !m->overflow;
+      m->overflow = false;
+    }
+    if (live && tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
+    if (live && (w1 >> 10) > 1) {
+      stack[sp++] = q;
+      p++;
+    } else {
+      p += w1 >> 10;
+      sp -= w1 & 1023;
+    }
+  }
+}
+
+static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable enough: keys only) */
+  static const uint32_t gaps[] = {701, 301, 132, 57, 23, 10, 4, 1};
+  for (uint32_t g = 0; g < 8; g++)
+    for (uint32_t i = gaps[g]; i < n; i++) {
+      edge_t t = e[i];
+      uint32_t j = i;
+      for (; j >= gaps[g] && e[j - gaps[g]].key > t.key; j -= gaps[g]) e[j] = e[j - gaps[g]];
+      e[j] = t;
+    }
+}
+
+/* The lexer-only part for state `lex`: one walk of the whole trie, no parser. */
+static lcache_t *lex_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+  for (uint32_t k = 0; k < n_lc; k++)
+    if (lc[k].lex == lex && lc[k].inlex->vocab == trie->vocab) return &lc[k];
+  if (n_lc >= LCACHE_MAX) return 0;
+  if (!lc) lc = aici_malloc(LCACHE_MAX * sizeof(lcache_t));
+  lcache_t *c = &lc[n_lc++];
+  c->lex = lex;
+  c->inlex = aici_tokset_new();
+  uint32_t *mask = c->inlex->words, cap = 256, n = 0, cover[8];
+  c->walked = trie;
+  const aici_slice_t *sl = lex_cover(m, lex, cover) ? aici_trie_slice(trie, cover) : 0;
+  if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
+    if (sl->dense) __builtin_memcpy(mask, sl->dense, c->inlex->n_words * 4);
+    else for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
+    c->walked = &sl->rest;
+  }
+  edge_t *edges = aici_malloc(cap * sizeof(edge_t));
+  const aici_trie_node_t *nodes = c->walked->nodes;
+  uint32_t *stack = aici_malloc((trie->max_depth + 2) * 4), sp = 1, p = 1, end = c->walked->n_nodes;
+  stack[0] = lex;
+  while (p < end) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, from = stack[sp - 1];
+    const int32_t *row = m->ls[from].row;
+    int32_t r = row ? row[w0 & 255] : -1;
+    uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, from, (uint8_t)(w0 & 255));
+    if (ns) {
+      if (tok < trie->vocab) mask[tok >> 5] |= 1u << (tok & 31);
+      if ((w1 >> 10) > 1) { stack[sp++] = ns; p++; continue; }
+    } else if (m->ls[from].n_acc) {
+      if (n == cap) { cap *= 2; edges = aici_realloc(edges, cap * sizeof(edge_t)); }
+      edges[n++] = (edge_t){from << 8 | (w0 & 255), p};
+    }
+    p += w1 >> 10;
+    sp -= w1 & 1023;
+  }
+  aici_free(stack);
+  sort_edges(edges, n);
+  c->edges = edges;
+  c->n_edges = n;
+  return c;
+}
+
+void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_tokset_t *out) {
+  uint32_t *mask = out->words;
+  pos_t *stack = aici_tmp_alloc((trie->max_depth + 2) * sizeof(pos_t));
+  pos_t here = cur(m);
+  lcache_t *c = lex_part(m, trie, here.lex);
+  if (!c) {
+    aici_tokset_clear(out);
+    walk(m, trie, 1, trie->n_nodes, here, mask, out->vocab, stack);
+  } else {
+    aici_tokset_copy(out, c->inlex);
+    const aici_trie_t *wt = c->walked;
+    const aici_trie_node_t *nodes = wt->nodes;
+    for (uint32_t i = 0; i < c->n_edges;) {
+      uint32_t key = c->edges[i].key, j = i;
+      while (j < c->n_edges && c->edges[j].key == key) j++;
+      pos_t q = {here.n_sets, key >> 8, false};
+      bool live = step(m, &q, (uint8_t)(key & 255)) && !m->overflow;
+      m->overflow = false;
+      if (live)
+        for (uint32_t k = i; k < j; k++) {
+          uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
+          if (tok < out->vocab) mask[tok >> 5] |= 1u << (tok & 31);
+          if (size > 1) walk(m, wt, ch + 1, ch + size, q, mask, out->vocab, stack);
+        }
+      i = j;
+    }
+  }
+  if (pos_accepting(m, here) && eos < out->vocab) mask[eos >> 5] |= 1u << (eos & 31);
+  goto_pos(m, here);
+}
+
+bool gr_can_continue(gr_matcher_t *m) {
+  /* some byte keeps it alive */
+  pos_t c = cur(m);
+  for (int b = 0; b < 256; b++) {
+    pos_t q = c;
+    if (step(m, &q, (uint8_t)b) && !m->overflow) { goto_pos(m, c); return true; }
+    m->overflow = false;
+  }
+  goto_pos(m, c);
+  return false;
+}

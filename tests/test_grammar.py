@@ -1,0 +1,256 @@
+"""The `grammar` controller (controllers/grammar): Lark grammars as llguidance reads them.
+
+Conformance: the grammars in tests/grammars/ (each NAME.lark with NAME.json: valid and near-miss
+invalid strings); for every prefix of every string the controller's mask equals llguidance's
+(forcing off, see harness.LLG_PREAMBLE), bit for bit; valid strings are accepted, invalid ones
+rejected, by both. The default run uses a byte vocabulary (every grammar) and Qwen2's on two
+grammars; `-m slow` runs every grammar on Qwen2. Plus: errors name the construct and its line,
+backtracking, and Hypothesis over random small grammars and random strings.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llguidance")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "grammars"))
+
+from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, qwen_vocab  # noqa: E402
+
+GRAMMARS = Path(__file__).resolve().parent / "grammars"
+NAMES = sorted(p.stem for p in GRAMMARS.glob("*.lark"))
+
+
+def load(name: str) -> tuple[str, list[str], list[str]]:
+    cases = json.loads((GRAMMARS / f"{name}.json").read_text(encoding="utf-8"))
+    return (GRAMMARS / f"{name}.lark").read_text(encoding="utf-8"), cases["valid"], cases["invalid"]
+
+
+@pytest.fixture(scope="module")
+def bytes_pair():
+    v = byte_vocab()
+    ours = Ours(v)
+    yield ours, Llg(v), v
+    ours.close()
+
+
+@pytest.fixture(scope="module")
+def qwen_pair():
+    v = qwen_vocab()
+    ours = Ours(v)
+    yield ours, Llg(v), v
+    ours.close()
+
+
+def check_conformance(pair, name: str):
+    ours, llg, v = pair
+    grammar, valid, invalid = load(name)
+    r = compare(ours, llg, grammar, [s.encode("utf-8") for s in valid + invalid], v)
+    assert r["ours_error"] is None and r["llg_error"] is None, r
+    problems = []
+    for i, (text, ours_ok, llg_ok, diff, _) in enumerate(r["results"]):
+        want = i < len(valid)
+        if diff is not None:
+            problems.append(f"{text!r}: masks differ after {diff[1]!r}: {diff[2]}")
+        if ours_ok != want or llg_ok != want:
+            problems.append(f"{text!r}: expected {'accepted' if want else 'rejected'}, ours {ours_ok}, llguidance {llg_ok}")
+    assert not problems, "\n".join(problems)
+
+
+def test_suite_size():
+    n_valid = sum(len(load(n)[1]) for n in NAMES)
+    n_invalid = sum(len(load(n)[2]) for n in NAMES)
+    assert len(NAMES) >= 20 and n_valid >= 150 and n_invalid >= 100, (len(NAMES), n_valid, n_invalid)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_conformance_bytes(bytes_pair, name):
+    check_conformance(bytes_pair, name)
+
+
+@pytest.mark.parametrize("name", ["arith", "dyck"])
+def test_conformance_qwen_slice(qwen_pair, name):
+    check_conformance(qwen_pair, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_conformance_qwen(qwen_pair, name):
+    check_conformance(qwen_pair, name)
+
+
+ERRORS = [
+    ('start: a\n', "undefined rule a"),
+    ('start: "a"\nb: c\n', "undefined rule c"),
+    ('x: "a"\n', "no 'start' rule"),
+    ('start: "a"\n%declare FOO\n', "line 2: unsupported: %declare"),
+    ('start: "a"\n\n%import foo.BAR\n', "line 3: unsupported: %import of foo"),
+    ('start: A\nA.2: "a"\n', "line 2: priority not supported"),
+    ('start: /(?=a)b/\n', "lookaround is not supported"),
+    ('start: /a+?/\n', "lazy repeats"),
+    ('start: /\\bword/\n', "word boundaries"),
+    ('start: x\nx{t}: t\n', "line 2: unsupported: templates"),
+    ('start: <|eot_id|>\n', "line 1: unsupported: special tokens"),
+    ('start: %json {"type": "object"}\n', "line 1: unsupported: %json"),
+    ('start: x\nx[max_tokens=3]: /a+/\n', "line 2: unsupported: rule option max_tokens"),
+    ('start: A\nA: A "a"\n', "terminal A is recursive"),
+    ('start: A\nA: b\nb: "x"\n', "a terminal cannot use rule b"),
+    ('start: "unterminated\n', "line 1: newline in a string literal"),
+    ('start: "a"\n%llguidance {"x": 1}\n', "line 2: unsupported: %llguidance option x"),
+]
+
+
+@pytest.mark.parametrize("grammar,message", ERRORS, ids=[e[1][:30] for e in ERRORS])
+def test_errors_name_the_construct(bytes_pair, grammar, message):
+    ours = bytes_pair[0]
+    h, err, _ = ours.open(grammar)
+    ours.close_handle(h)
+    assert err is not None and message in err, err
+
+
+def test_stops_when_complete_and_allows_eos_when_accepting(bytes_pair):
+    ours, _, v = bytes_pair
+    h, err, _ = ours.open('start: "ab" "c"?\n')
+    try:
+        masks = ours.masks(h, list(b"abc"))
+        assert [allowed(m, v.eos) for m in masks[:3]] == [False, False, True]   # after "ab": EOS or "c"
+        assert masks[3] is None                                                  # after "abc": stop
+    finally:
+        ours.close_handle(h)
+
+
+def test_backtrack_restores_the_masks(bytes_pair):
+    """The engine backtracks (the next call sees fewer tokens): the masks are those of the shorter
+    text, here with an Earley set popped and a lexeme reopened."""
+    ours, _, _ = bytes_pair
+    h, err, _ = ours.open('start: NAME ("," NAME)*\nNAME: /[a-z]+/\n')
+    req, seq, _ = h
+    child = seq.fork()
+    try:
+        _, m_ab = ours._submit(child, list(b"ab"), ord("b"), record=False)
+        _, m_comma = ours._submit(child, list(b"ab,"), ord(","), record=False)
+        _, back = ours._submit(child, list(b"ab"), None, record=False)
+        assert allowed(m_ab, ord(",")) and not allowed(m_comma, ord(","))
+        assert np.array_equal(back, m_ab)
+    finally:
+        child.close()
+        ours.close_handle(h)
+
+
+# ---- Hypothesis: random small grammars, random strings ----------------------------------------
+hyp = pytest.importorskip("hypothesis")
+st = hyp.strategies
+
+TERMS = ['"a"', '"b"', '"ab"', '"ba"', '/a+/', '/[ab]/', '/b*a/', '" "', 'A', 'B']
+TERM_DEFS = 'A: "a" "b"?\nB: /b+/ | "ab"\n'
+
+
+@st.composite
+def grammars(draw):
+    n_rules = draw(st.integers(1, 3))
+    names = ["start"] + [f"r{k}" for k in range(1, n_rules)]
+
+    def item():
+        atom = draw(st.sampled_from(TERMS + names))
+        return atom + draw(st.sampled_from(["", "", "", "?", "*", "+", "{1,2}"]))
+
+    lines = []
+    for name in names:
+        alts = [" ".join(item() for _ in range(draw(st.integers(1, 3)))) for _ in range(draw(st.integers(1, 3)))]
+        lines.append(f"{name}: " + " | ".join(alts))
+    ignore = draw(st.sampled_from(["", '%ignore " "\n']))
+    return "\n".join(lines) + "\n" + TERM_DEFS + ignore
+
+
+def random_grammars_agree(bytes_pair, grammar, texts):
+    ours, llg, v = bytes_pair
+    r = compare(ours, llg, grammar, [t.encode() for t in texts], v)
+    if r["ours_error"] is not None and "no token can continue" in r["ours_error"] and r["llg_error"] is None:
+        # a grammar with no sentence (start: start): we stop at once; llguidance allows nothing either
+        lm, _, _ = llg.compile(grammar)
+        first = as_mask(llg.masks(lm, [])[0], v)
+        assert not any(allowed(first, t) for t in range(v.n) if t != v.eos), grammar
+        return
+    if r["llg_error"] is not None or r["ours_error"] is not None:
+        # both refuse, or llguidance refuses what we accept (e.g. its limits on ambiguous grammars)
+        assert r["ours_error"] is None or r["llg_error"] is not None, (grammar, r)
+        return
+    for text, a, b, diff, _ in r["results"]:
+        assert diff is None and a == b, (grammar, text, diff, a, b)
+
+
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(hyp.HealthCheck))
+STRINGS = st.lists(st.text(alphabet="ab ", max_size=8), min_size=1, max_size=4)
+
+
+@hyp.settings(max_examples=12, **SETTINGS)
+@hyp.given(grammar=grammars(), texts=STRINGS)
+def test_random_grammars_agree_with_llguidance(bytes_pair, grammar, texts):
+    random_grammars_agree(bytes_pair, grammar, texts)
+
+
+@pytest.mark.slow
+@hyp.settings(max_examples=300, **SETTINGS)
+@hyp.given(grammar=grammars(), texts=STRINGS)
+def test_random_grammars_agree_with_llguidance_many(bytes_pair, grammar, texts):
+    random_grammars_agree(bytes_pair, grammar, texts)
+
+
+# ---- GBNF ------------------------------------------------------------------------------------
+GBNF = json.loads((GRAMMARS / "gbnf_cases.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", sorted(GBNF))
+def test_gbnf_agrees_with_llguidance_on_its_lark_translation(bytes_pair, name):
+    """Our GBNF front-end (one-character lexemes: the character-level language) against
+    llguidance on llguidance.gbnf_to_lark's translation of the same text: same masks on these
+    grammars, where no two lexemes of the translation compete for the same text."""
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+    ours, llg, v = bytes_pair
+    text = (GRAMMARS / f"{name}.gbnf").read_text(encoding="utf-8")
+    cases = GBNF[name]
+    strings = [s.encode("utf-8") for s in cases["valid"] + cases["invalid"]]
+    h, err, _ = ours.open(text)
+    lm, lerr, _ = llg.compile(gbnf_to_lark(text))
+    assert err is None and lerr is None, (err, lerr)
+    try:
+        for i, s in enumerate(strings):
+            toks = v.tokenize(s)
+            a, b = ours.masks(h, toks), llg.masks(lm, toks)
+            assert len(a) == len(b), s
+            for k, (x, y) in enumerate(zip(a, b)):
+                assert np.array_equal(as_mask(x, v), as_mask(y, v)), (s, k)
+            accepted = len(a) == len(toks) + 1 and allowed(as_mask(a[-1], v), v.eos)
+            assert accepted == (i < len(cases["valid"])), s
+    finally:
+        ours.close_handle(h)
+
+
+def test_gbnf_is_character_level(bytes_pair):
+    """Where a longest-match lexer would pick one split, the GBNF language is kept whole:
+    "abc" is [a-z] then "bc", though "ab" "x" also starts with "ab"."""
+    ours = bytes_pair[0]
+    h, err, _ = ours.open('root ::= "ab" "x" | [a-z] "bc"\n')
+    assert err is None, err
+    try:
+        masks = ours.masks(h, list(b"abc"))
+        assert len(masks) == 4 and allowed(as_mask(masks[3], bytes_pair[2]), bytes_pair[2].eos)
+    finally:
+        ours.close_handle(h)
+
+
+@pytest.mark.parametrize("grammar,message", [
+    ('root ::= "a\n', "line 1: gbnf: newline in a literal"),
+    ('x ::= "a"\n', "no 'root' rule"),
+    ('root ::= "a"\nroot "b"\n', "line 2: gbnf: expected ::="),
+    ('root ::= [ab\n"x"]\n', "gbnf: newline in a character class"),
+])
+def test_gbnf_errors(bytes_pair, grammar, message):
+    ours = bytes_pair[0]
+    h, err, _ = ours.open(grammar)
+    ours.close_handle(h)
+    assert err is not None and message in err, err
