@@ -13,7 +13,6 @@ thread), hand a `Job` to the engine loop and stream what it posts back. Every er
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -192,7 +191,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
             tokens = lambda: P.chat_tokens(server.backend, body.messages, shown, plan.family)  # noqa: E731
         else:
             tokens = lambda: server.backend.encode(body.text)  # noqa: E731
-        program = (S.PROGRAM, json.dumps(plan.program()).encode()) if plan.needs_program else None
+        program = plan.controller() if plan.needs_program else None
         job = await run_in_threadpool(server.prepare, body, tokens, 1.0, program)
         accepted = await server.start(job, request)
         cid, created, name = P.new_id("chatcmpl" if chat else "cmpl"), accepted.created, server.model_name

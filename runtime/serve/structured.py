@@ -4,7 +4,7 @@
 `parallel_tool_calls`, `n` and vLLM's extra fields (`grammar`, `guided_json`, `guided_regex`,
 `guided_choice`, `guided_grammar`, `structured_outputs`) and gives a `Plan`: the structural-tag
 format the shipped `program` controller enforces (docs/program.md), with `n > 1` as a `fork` of n
-copies of it. `Plan.reply(text)` turns a finished choice's text back into OpenAI's message
+copies of it (a lone grammar runs on the `grammar` controller). `Plan.reply(text)` turns a finished choice's text back into OpenAI's message
 (`tool_calls`, content null when the reply is only calls). Every malformed or conflicting field
 is an `ApiError(400)` that names it; a field is never dropped.
 """
@@ -18,8 +18,10 @@ from aicirt.program import tools as T
 
 from .protocol import ApiError
 
-#: The controller that runs every plan (its argument: `{"type": "structural_tag", "format": F}`).
+#: The controller that runs a plan (its argument: `{"type": "structural_tag", "format": F}`), and
+#: the one that runs a lone grammar (its argument: the grammar's text, Lark or GBNF).
 PROGRAM = "program"
+GRAMMAR = "grammar"
 #: At most this many choices a request (SPEC §4: forks per request).
 MAX_N = 16
 
@@ -48,6 +50,22 @@ class Plan:
         if self.n > 1:
             fmt = {"type": "fork", "branches": [fmt] * self.n}
         return {"type": "structural_tag", "format": fmt}
+
+    def controller(self) -> tuple[str, bytes]:
+        """(controller, argument) that runs the plan: a lone grammar (one choice) goes to the
+        `grammar` controller itself; everything else to `program`, checked first by
+        `aicirt.program.validate` (raises `ApiError(400)` "program: at POINTER: WHY")."""
+        f = self.format
+        if self.n == 1 and isinstance(f, dict) and f.get("type") == "grammar" and set(f) == {"type", "grammar"}:
+            return GRAMMAR, str(f["grammar"]).encode("utf-8")
+        from aicirt.program import ProgramError, validate
+
+        prog = self.program()
+        try:
+            validate(prog)
+        except ProgramError as e:
+            raise ApiError(400, f"program: {e}") from None
+        return PROGRAM, json.dumps(prog).encode("utf-8")
 
     def reply(self, text: str) -> tuple[str | None, list[dict]]:
         """(content, tool_calls in OpenAI's shape) of one finished choice."""
