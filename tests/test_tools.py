@@ -151,3 +151,18 @@ def test_choice_values():
     assert T.choice_from_openai({"type": "function", "function": {"name": "get_time"}}, ts) == "function:get_time"
     with pytest.raises(T.ToolError, match="tool_format: unknown tool-call format 'xml'"):
         T.family("xml")
+
+
+def test_tool_calls_builder_entry_point():
+    fmt = T.tool_calls([WEATHER, TIME], "required", parallel=False, family="llama3")
+    assert fmt == T.render(tools(), "required", parallel=False, fam=T.LLAMA3)
+    assert T.tool_calls([WEATHER], {"type": "function", "function": {"name": "get_weather"}})["type"] == "tag"
+    assert T.tool_calls([WEATHER], "none") == {"type": "any_text"}
+    from aicirt.program import as_format, validate
+
+    validate({"type": "structural_tag", "format": as_format(fmt).to_json()})     # the program's own checker agrees
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "get_time"}}):
+        for fam in T.FAMILIES:
+            validate(T.tool_calls([WEATHER, TIME], choice, family=fam))
+    with pytest.raises(T.ToolError, match="tool_format: unknown"):
+        T.tool_calls([WEATHER], family="xml")

@@ -252,3 +252,16 @@ def parse(text: str, fam: Family) -> tuple[str | None, list[ToolCall]]:
     kept.append(text[pos:])
     content = "".join(kept).strip()
     return (content or None), calls
+
+
+# --- the builder's entry point -------------------------------------------------------------------
+def tool_calls(tools: Any, tool_choice: Any = "auto", *, parallel: bool = True,
+               family: str | Family = "hermes") -> dict:
+    """The format of OpenAI's `tools` (their JSON list) under `tool_choice`, in `family`'s syntax
+    (a `Family` or its name; `detect_family(template)` picks one from a chat template). A format
+    dict the builder takes (`aicirt.program.as_format`); `{"type": "any_text"}` for "none".
+    Raises `ToolError` for a bad `tools`, `tool_choice` or family."""
+    fam = family if isinstance(family, Family) else globals()["family"](family)
+    ts = tools_from_openai(tools)
+    fmt = render(ts, choice_from_openai(tool_choice, ts), parallel=parallel, fam=fam)
+    return fmt if fmt is not None else {"type": "any_text"}
