@@ -189,9 +189,9 @@ class _OpenAI(_Sampling):
                 raise ApiError(400, f"{name}: not supported (only {_NO_OP_VALUES[name][0]!r})")
             hint = _HINTS.get(name)
             raise ApiError(400, f"{name}: not a field aicirt serve honours" + (f" ({hint})" if hint else ""))
-        if self.stream_options is not None and set(self.stream_options) - {"include_usage", "continuous_usage_stats"}:
-            extra = sorted(set(self.stream_options) - {"include_usage", "continuous_usage_stats"})
-            raise ApiError(400, f"stream_options.{extra[0]}: not supported")
+        for key, value in (self.stream_options or {}).items():
+            if key != "include_usage" and value not in (None, False):
+                raise ApiError(400, f"stream_options.{key}: not supported (include_usage is)")
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
