@@ -194,6 +194,10 @@ def test_parallel_calls_and_parallel_tool_calls_false(url):
     check_calls(r["choices"][0]["message"], ["get_weather", "get_time"])
     r = chat(url, two, tools=[WEATHER, TIME], tool_format="hermes", parallel_tool_calls=False)
     check_calls(r["choices"][0]["message"], ["get_weather"])
+    # required: calls joined by the separator and nothing after them, though the model goes on
+    r = chat(url, two + " Done.", tools=[WEATHER, TIME], tool_format="hermes", tool_choice="required")
+    assert r["choices"][0]["message"]["content"] is None
+    check_calls(r["choices"][0]["message"], ["get_weather", "get_time"])
 
 
 def test_tool_choice_none_is_plain_text(url):

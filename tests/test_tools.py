@@ -34,18 +34,27 @@ def test_named_choice_is_one_tag_with_the_tools_schema(fam, begin, end):
     assert T.parse(text, fam)[1][0].name == "get_weather"
 
 
-@pytest.mark.parametrize("choice, parallel, at_least_one, stop_after_first", [
-    ("auto", True, False, False), ("auto", False, False, True),
-    ("required", True, True, False), ("required", False, True, True),
-])
-def test_auto_and_required_are_triggered_tags(choice, parallel, at_least_one, stop_after_first):
+@pytest.mark.parametrize("parallel", [True, False])
+def test_auto_is_triggered_tags(parallel):
     for fam in (T.HERMES, T.LLAMA3, T.GENERIC):
-        fmt = T.render(tools(), choice, parallel=parallel, fam=fam)
+        fmt = T.render(tools(), "auto", parallel=parallel, fam=fam)
         assert fmt["type"] == "triggered_tags" and fmt["triggers"] == [fam.trigger]
-        assert fmt["at_least_one"] is at_least_one and fmt["stop_after_first"] is stop_after_first
+        assert fmt["at_least_one"] is False and fmt["stop_after_first"] is not parallel
         assert [t["begin"] for t in fmt["tags"]] == [fam.call_begin("get_weather"), fam.call_begin("get_time")]
         # every tag's begin starts with the trigger (XGrammar's rule for triggered_tags)
         assert all(t["begin"].startswith(fam.trigger) for t in fmt["tags"])
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_required_is_calls_only_joined_by_the_separator(parallel):
+    for fam in (T.HERMES, T.LLAMA3, T.GENERIC):
+        fmt = T.render(tools(), "required", parallel=parallel, fam=fam)
+        assert fmt == {"type": "tags_with_separator", "tags": T.render(tools(), "auto", fam=fam)["tags"],
+                       "separator": fam.separator, "at_least_one": True, "stop_after_first": not parallel}
+        # two calls joined by the separator parse back as two calls and no content
+        text = fam.separator.join(fam.call_begin(n) + "{}" + fam.end for n in ("get_weather", "get_time"))
+        assert [c.name for c in T.parse(text, fam)[1]] == ["get_weather", "get_time"]
+        assert T.parse(text, fam)[0] is None
 
 
 def test_none_adds_no_constraint():

@@ -15,10 +15,10 @@ Families (the model's native format; `detect_family(chat_template)` picks one):
 | `generic` (any other model: the tools are described in a system message) | `<tool_call>{"name": "f", "arguments": {...}}</tool_call>` | `<tool_call>` |
 
 `tool_choice` as OpenAI defines it: `"none"` (no tool; no constraint from the tools), `"auto"`
-(free text, any number of calls: `triggered_tags`), `"required"` (at least one call and no text
-before it: `triggered_tags` with `at_least_one`), `{"type": "function", "function": {"name": f}}`
-(exactly one call of f: a single `tag`). `parallel=False` ends the reply after the first call
-(`stop_after_first`). Everything here raises `ToolError` (a `ValueError`) for bad input, with the
+(free text, any number of calls: `triggered_tags`), `"required"` (one or more calls and nothing
+else, joined by the family's `separator`: `tags_with_separator` with `at_least_one`),
+`{"type": "function", "function": {"name": f}}` (exactly one call of f: a single `tag`).
+`parallel=False` ends the reply after the first call (`stop_after_first`). Everything here raises `ToolError` (a `ValueError`) for bad input, with the
 field it concerns first; nothing touches a model.
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ class Family:
 
     `begin` and `args_key` hold the JSON object's opening up to the arguments value, so a whole
     call (between `trigger`'s first character and `end`) is one JSON object, optionally wrapped in
-    a tag. `separator`: what the model writes between parallel calls (informational: the program's
-    `triggered_tags` allows any text between calls). `system_prompt`: whether the tools must be
+    a tag. `separator`: what joins parallel calls under "required" (under "auto" any text may
+    come between calls). `system_prompt`: whether the tools must be
     described in a system message (the chat template does not render `tools` itself)."""
     name: str
     begin: str
@@ -179,10 +179,14 @@ def render(tools: list[Tool], choice: str, *, parallel: bool = True, fam: Family
     if choice.startswith("function:"):
         name = choice[len("function:"):]
         return call_tag(fam, next(t for t in tools if t.name == name))
-    if choice not in ("auto", "required"):
+    tags = [call_tag(fam, t) for t in tools]
+    if choice == "required":      # calls only: no text before, between (but the separator) or after them
+        return {"type": "tags_with_separator", "tags": tags, "separator": fam.separator, "at_least_one": True,
+                "stop_after_first": not parallel}
+    if choice != "auto":
         raise ToolError(f"tool_choice: {choice!r} is not none, auto, required or function:NAME")
-    return {"type": "triggered_tags", "triggers": [fam.trigger], "tags": [call_tag(fam, t) for t in tools],
-            "at_least_one": choice == "required", "stop_after_first": not parallel}
+    return {"type": "triggered_tags", "triggers": [fam.trigger], "tags": tags, "at_least_one": False,
+            "stop_after_first": not parallel}
 
 
 def system_message(tools: list[Tool], fam: Family) -> str:
