@@ -199,7 +199,28 @@ def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     for f in [*cs, *zs, *headers, *sorted(SDK_DIR.glob("*.[ch]")), SDK_DIR / "aici.zig"]:
         if f.exists():
             h.update(f.name.encode() + b"\0" + f.read_bytes())
+    for f in _included_elsewhere([*cs, *headers]):   # e.g. controllers/program compiles in ../json/*.c
+        h.update(f"{f.parent.name}/{f.name}".encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
+
+
+_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def _included_elsewhere(files: list[Path]) -> list[Path]:
+    """Files outside the sources' own folder that they `#include "..."` (transitively), sorted:
+    a controller that compiles another's sources in must rebuild when those change."""
+    own = {f.resolve() for f in files}
+    seen: set[Path] = set()
+    todo = list(own)
+    while todo:
+        f = todo.pop()
+        for m in _INCLUDE.finditer(f.read_bytes()):
+            inc = (f.parent / m.group(1).decode(errors="replace")).resolve()
+            if inc.is_file() and inc not in own and inc not in seen:
+                seen.add(inc)
+                todo.append(inc)
+    return sorted(seen)
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,7 +14,7 @@ from ..abi import RowKind
 from ..batch import RowsOutcome
 from ..results import Splice, StepResult, splice_for
 from .backends.base import Backend
-from .sampling import apply_masks, sample
+from .sampling import apply_masks, find_stop, forced_logprob, sample, token_logprobs
 from .types import Event, FinishEvent, ForkEvent, GenSeq, LogEvent, TokensEvent
 
 
@@ -29,6 +29,7 @@ class _Draw:
     splices: tuple = ()
     token: int = -1
     error: str | None = field(default=None)
+    logprob: tuple | None = None           # with params.logprobs: the token's `sampling.TokenLogprob`
 
 
 def _logits(s: GenSeq) -> np.ndarray:
@@ -87,7 +88,8 @@ class Applier:
         for child_ctrl in r.forks:
             child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
                            cache=self.backend.fork(s.cache), ctrl=child_ctrl, logits=s.logits,
-                           generated=s.generated, parent=s.label, unchanged=s.unchanged, synced=s.synced)
+                           generated=s.generated, parent=s.label, unchanged=s.unchanged, synced=s.synced,
+                           logprobs=list(s.logprobs))
             s.request.sequences.append(child)
             targets.append(child)
             events.append(ForkEvent(s.request, s, child))
@@ -119,6 +121,9 @@ class Applier:
                 d.token = sample(d.logits, d.temperature, d.seq.request.rng, params.top_k, params.top_p)
             except ValueError as e:
                 d.error = str(e)
+                continue
+            if params.logprobs is not None:
+                d.logprob = token_logprobs(d.logits, d.token, params.logprobs)
 
     def _commit(self, d: _Draw, events: list[Event]) -> None:
         s = d.seq
@@ -126,6 +131,8 @@ class Applier:
             self.finish(s, "error", d.error, events)
             return
         s.tokens.append(d.token)
+        if d.logprob is not None and len(s.tokens) > len(s.request.prompt):
+            s.logprobs.append(d.logprob)
         s.sampled = d.token
         s.logits = None
         s.generated += 1
@@ -138,7 +145,7 @@ class Applier:
             self._splice(s, splice, events)
         elif d.token == self.backend.eos_token_id and not s.request.params.ignore_eos:
             self.finish(s, "eos", None, events)
-        else:
+        elif not self._check_stop(s, events, 1):
             self._check_length(s, events)
 
     def _splice(self, s: GenSeq, splice: Splice, events: list[Event]) -> None:
@@ -157,6 +164,11 @@ class Applier:
         del s.tokens[keep:]
         s.unchanged = min(s.unchanged, keep)
         s.tokens.extend(splice.ff_tokens)
+        top = s.request.params.logprobs
+        if top is not None:
+            start = len(s.request.prompt)
+            del s.logprobs[max(0, keep - start):]
+            s.logprobs.extend(forced_logprob(t, top) for t in s.tokens[max(keep, start):])
         if s.cache.length > keep:
             self.backend.backtrack(s.cache, keep)
         s.logits = None
@@ -165,7 +177,32 @@ class Applier:
         if not s.tokens:
             self.finish(s, "error", "a splice left the sequence empty", events)
             return
-        self._check_length(s, events)
+        if not self._check_stop(s, events, len(splice.ff_tokens)):
+            self._check_length(s, events)
+
+    def _check_stop(self, s: GenSeq, events: list[Event], appended: int) -> bool:
+        """End `s` ("stop") if its output text holds one of its stop strings, its text cut before
+        the first; True if it did. `appended`: tokens added since the last check. Only the text a
+        stop ending in them can span is decoded (token bytes concatenate), so a step costs the
+        stop's length, not the output's."""
+        stops = s.request.params.stop
+        if not stops:
+            return False
+        out = s.output_tokens
+        need = max(len(x.encode("utf-8")) for x in stops) - 1     # bytes a stop may reach back
+        new = self.backend.decode_bytes(out[len(out) - appended:]) if appended else b""
+        k = min(len(out), appended + need)
+        tail = self.backend.decode_bytes(out[len(out) - k:])
+        while k < len(out) and len(tail) - len(new) < need:      # tokens of no bytes: look further back
+            k = min(len(out), 2 * k + 1)
+            tail = self.backend.decode_bytes(out[len(out) - k:])
+        at = find_stop(tail, stops)
+        if at is None:
+            return False
+        head = self.backend.decode_bytes(out[:len(out) - k])
+        self.finish(s, "stop", None, events)
+        s.text_bytes = (head + tail)[:len(head) + at]
+        return True
 
     def _check_length(self, s: GenSeq, events: list[Event]) -> None:
         if s.generated >= s.request.params.max_tokens:

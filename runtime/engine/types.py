@@ -52,7 +52,9 @@ class GenSeq:
     error: str | None = None
     logs: list[str] = field(default_factory=list)
     controller_us: float = 0.0             # time its controller's calls took, summed (AICI's `micros`)
-    text_bytes: bytes = b""                # output text, set when the sequence finishes
+    text_bytes: bytes = b""                # output text, set when the sequence finishes (cut at a stop string)
+    #: With `params.logprobs` set: one `sampling.TokenLogprob` per token of `tokens` past the prompt's length.
+    logprobs: list = field(default_factory=list)
 
     @property
     def seq_id(self) -> int | None:

@@ -156,6 +156,15 @@ class AicirtLogitsProcessor(LogitsProcessor):
         if found is None:
             return
         ref, arg = found
+        if ref == "program":   # steps vLLM cannot host (fork) are refused before the run (SPEC §6)
+            from ..program import ProgramError, capability_refusal
+            from .steering import MASK_ONLY_CAPABILITIES
+            try:
+                why = capability_refusal(arg, MASK_ONLY_CAPABILITIES)
+            except ProgramError as e:
+                raise ValueError(f"{CONTROLLER_KEY} 'program' refused its argument: program: {e}") from None
+            if why is not None:
+                raise ValueError(f"{CONTROLLER_KEY} 'program' refused its argument: program: {why}")
         path = resolve_reference(ref)
         try:
             why = _first_call.refusal(path, arg)

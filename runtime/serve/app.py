@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import protocol as P
+from . import structured as S
 from .metrics import Metrics
 from .server import Server
 from .settings import Settings
@@ -182,36 +183,75 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     async def openai(request: Request, model: Any, chat: bool) -> StreamingResponse | dict[str, Any]:
         body = P.parse(model, await _read_body(request, 16 << 20))
         body.check_unsupported()
+        plan = S.plan(body, P.chat_template(server.backend) if chat else None)
         if chat:
             if body.max_completion_tokens is not None:
                 body.max_tokens = body.max_completion_tokens
-            tokens = lambda: P.chat_tokens(server.backend, body.messages)  # noqa: E731
+            shown = plan.tools if plan.calls_tools else None
+            tokens = lambda: P.chat_tokens(server.backend, body.messages, shown, plan.family)  # noqa: E731
         else:
             tokens = lambda: server.backend.encode(body.text)  # noqa: E731
-        job = await run_in_threadpool(server.prepare, body, tokens, 1.0)
+        program = plan.controller() if plan.needs_program else None
+        job = await run_in_threadpool(server.prepare, body, tokens, 1.0, program)
         accepted = await server.start(job, request)
         cid, created, name = P.new_id("chatcmpl" if chat else "cmpl"), accepted.created, server.model_name
         prompt_len = len(job.prompt)
+        wants_logprobs = job.params.logprobs is not None
+        backend = server.backend
         if not body.stream:
             last = None
+            logprobs: dict[int, list] = {}
             async for batch in server.updates(job, request):
                 last = batch[-1]
+                for upd in batch:
+                    for d in upd.forks:
+                        logprobs.setdefault(d.index, []).extend(d.logprobs)
             if last is None or not last.finished:
                 raise P.ApiError(499, "client closed the request")
-            forks = [{"index": s.label, "text": s.text, "finish_reason": s.finish_reason, "error": s.error or "",
-                      "logs": "".join(s.logs)} for s in job.req.sequences]
+            forks = []
+            for s in job.req.sequences:
+                text, calls = plan.reply(s.text) if chat else (s.text, [])
+                forks.append({"index": s.label, "text": text, "tool_calls": calls, "finish_reason": s.finish_reason,
+                              "error": s.error or "", "logs": "".join(s.logs),
+                              "logprobs": P.logprobs_object(backend, logprobs.get(s.label, []), chat)
+                              if wants_logprobs else None})
             return P.completion_response(cid, created, name, forks, chat, P.openai_usage(prompt_len, last.usage),
                                          job.tracker.variables)
 
         async def stream() -> AsyncIterator[bytes]:
             first, usage = True, None
+            held: dict[int, str] = {}          # tool calling: each choice's text, parsed when it ends
+            held_lp: dict[int, list] = {}
+            offsets: dict[int, int] = {}       # completions' text_offset: characters sent per choice
             try:
                 async for batch in server.updates(job):
                     chunks = []
                     for upd in batch:
-                        chunks.append(P.sse(P.completion_chunk(cid, created, name, upd, chat, first)))
-                        first, usage = False, upd.usage
-                    yield b"".join(chunks)
+                        usage = upd.usage
+                        if plan.calls_tools:
+                            for d in upd.forks:
+                                text = held.get(d.index, "")
+                                held[d.index] = (text[:len(text) - d.backtrack] if d.backtrack else text) + d.text
+                                held_lp.setdefault(d.index, []).extend(d.logprobs)
+                                if d.finish_reason is not None:
+                                    content, calls = plan.reply(held[d.index])
+                                    lp = P.logprobs_object(backend, held_lp[d.index], True) if wants_logprobs else None
+                                    chunk = P.tool_calls_chunk(cid, created, name, d.index, content, calls,
+                                                               P.finish_reason(d.finish_reason, calls) or "stop", lp)
+                                    if d.error:
+                                        chunk["choices"][0]["error"] = d.error
+                                    chunks.append(P.sse(chunk))
+                            continue
+                        lps = None
+                        if wants_logprobs:
+                            lps = {}
+                            for d in upd.forks:
+                                lps[d.index] = P.logprobs_object(backend, d.logprobs, chat, offsets.get(d.index, 0))
+                                offsets[d.index] = offsets.get(d.index, 0) + len(d.text) - d.backtrack
+                        chunks.append(P.sse(P.completion_chunk(cid, created, name, upd, chat, first, lps)))
+                        first = False
+                    if chunks:
+                        yield b"".join(chunks)
             except P.ApiError as e:
                 yield P.sse({"error": {"message": e.message, "type": "server_error", "code": e.status}})
             if body.include_usage and usage is not None:

@@ -146,20 +146,71 @@ class RunRequest(_Sampling):
     chat: bool = False
 
 
+#: OpenAI (and vLLM) request fields aicirt serve does not honour: accepted only at their no-op
+#: value, any other value is a 400 that names the field (never silently ignored).
+_NO_OP_VALUES: dict[str, tuple] = {
+    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "repetition_penalty": (1, 1.0),
+    "logit_bias": ({},), "best_of": (1,), "suffix": ("",), "modalities": (["text"],), "min_tokens": (0,),
+    "min_p": (0, 0.0), "include_stop_str_in_output": (False,), "skip_special_tokens": (True,),
+    "ignore_eos": (False,), "stop_token_ids": ([],), "echo": (False,),
+}
+#: Fields that do not change the output; accepted and not acted on.
+_HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
+#: Fields handled by `structured.plan` from `model_extra` (vLLM's names).
+STRUCTURED_EXTRAS = frozenset({"grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                               "structured_outputs"})
+_HINTS = {"functions": "use tools", "function_call": "use tool_choice",
+          "guided_decoding_backend": "aicirt enforces constraints with its own controllers"}
+
+
 class _OpenAI(_Sampling):
+    # Unknown fields are collected (`model_extra`) and refused by `check_unsupported`: a stock
+    # client sends only what its caller gave, and a field the server cannot honour is a 400.
+    model_config = ConfigDict(strict=True, extra="allow")
     model: str | None = None
     stream: bool = False
     stream_options: dict | None = None
-    n: Literal[1] | None = None
-    stop: None | str | list[str] = None
-    logprobs: Any = None
-    user: str | None = None
+    n: Annotated[int, Field(ge=1, le=16)] | None = None
+    stop: None | str | Annotated[list[str], Field(max_length=16)] = None
+    response_format: dict | None = None
+    tools: list | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    tool_format: str | None = None           # aicirt's: the tool-call format, instead of the template's
 
     def check_unsupported(self) -> None:
-        if self.stop:
-            raise ApiError(400, "stop: stop sequences are not supported; a controller can stop on any pattern")
-        if self.logprobs not in (None, False, 0):
-            raise ApiError(400, "logprobs: not supported")
+        """Raise `ApiError(400)` naming a field this server does not honour (see `_NO_OP_VALUES`)."""
+        for name, value in (self.model_extra or {}).items():
+            if name in _HARMLESS or name in STRUCTURED_EXTRAS:
+                continue
+            if name in _NO_OP_VALUES:
+                if value is None or any(value == ok and type(value) is type(ok) for ok in _NO_OP_VALUES[name]):
+                    continue
+                raise ApiError(400, f"{name}: not supported (only {_NO_OP_VALUES[name][0]!r})")
+            hint = _HINTS.get(name)
+            raise ApiError(400, f"{name}: not a field aicirt serve honours" + (f" ({hint})" if hint else ""))
+        for key, value in (self.stream_options or {}).items():
+            if key != "include_usage" and value not in (None, False):
+                raise ApiError(400, f"stream_options.{key}: not supported (include_usage is)")
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """`stop` as a tuple; raises `ApiError(400)` for an empty string."""
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if any(not s for s in stops) and not (isinstance(self.stop, str) and self.stop == ""):
+            raise ApiError(400, "stop: a stop string must not be empty")
+        return tuple(s for s in stops if s)
+
+    @property
+    def top_logprobs_wanted(self) -> int | None:
+        """Alternatives per token for `logprobs` (None: off)."""
+        raise NotImplementedError
+
+    def sampling(self, max_tokens: int, default_temperature: float) -> SamplingParams:
+        return SamplingParams(temperature=default_temperature if self.temperature is None else self.temperature,
+                              top_p=1.0 if self.top_p is None else self.top_p,
+                              top_k=max(0, self.top_k or 0), max_tokens=max_tokens, seed=self.seed,
+                              stop=self.stop_strings, logprobs=self.top_logprobs_wanted)
 
     @property
     def include_usage(self) -> bool:
@@ -167,13 +218,20 @@ class _OpenAI(_Sampling):
 
 
 class CompletionRequest(_OpenAI):
-    """`POST /v1/completions`. The prompt goes to the model as is (no chat template)."""
+    """`POST /v1/completions`. The prompt goes to the model as is (no chat template). `logprobs`:
+    OpenAI's legacy integer (0-5 alternatives per token)."""
     prompt: Union[str, Annotated[list[str], Field(min_length=1, max_length=1)]]
-    echo: Literal[False] | None = None
+    logprobs: Annotated[int, Field(ge=0, le=5)] | bool | None = None
 
     @property
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+    @property
+    def top_logprobs_wanted(self) -> int | None:
+        if self.logprobs is None or self.logprobs is False:
+            return None
+        return 0 if self.logprobs is True else int(self.logprobs)
 
 
 class _TextPart(_Strict):
@@ -181,10 +239,23 @@ class _TextPart(_Strict):
     text: str
 
 
+class _FunctionCall(_Strict):
+    name: str
+    arguments: str
+
+
+class _ToolCall(_Strict):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: _FunctionCall
+
+
 class ChatMessage(_Strict):
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Union[str, list[_TextPart], None] = None
     name: str | None = None
+    tool_calls: list[_ToolCall] | None = None      # an assistant turn's calls (history)
+    tool_call_id: str | None = None                # a tool turn: the call it answers
 
     @property
     def text(self) -> str:
@@ -194,9 +265,20 @@ class ChatMessage(_Strict):
 
 
 class ChatRequest(_OpenAI):
-    """`POST /v1/chat/completions`; the messages go through the model's chat template."""
+    """`POST /v1/chat/completions`; the messages go through the model's chat template.
+    `logprobs` (bool) with `top_logprobs` (0-20 alternatives per token)."""
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+
+    @property
+    def top_logprobs_wanted(self) -> int | None:
+        if not self.logprobs:
+            if self.top_logprobs:
+                raise ApiError(400, "top_logprobs: needs logprobs: true")
+            return None
+        return self.top_logprobs or 0
 
 
 class TagRequest(_Strict):
@@ -206,19 +288,66 @@ class TagRequest(_Strict):
 
 
 # --- prompts and limits ------------------------------------------------------------------------
-def chat_tokens(backend: Any, messages: list[ChatMessage]) -> list[int]:
-    """Token ids of a conversation, through the model's chat template where it has one."""
+def chat_template(backend: Any) -> str | None:
+    """The model's chat template text (what picks the tool-call format), None without one."""
+    hf = getattr(backend, "hf_tokenizer", None)
+    t = getattr(hf, "chat_template", None) if hf is not None else getattr(backend, "_template", None)
+    return t if isinstance(t, str) and t else None
+
+
+def chat_tokens(backend: Any, messages: list[ChatMessage], tools: list | None = None,
+                family: Any = None) -> list[int]:
+    """Token ids of a conversation, through the model's chat template where it has one.
+
+    `tools` (`aicirt.program.tools.Tool`s) in `family`'s format: given to the template (which
+    renders them) or, for a family whose template does not (`Family.system_prompt`), described in
+    a system message before the conversation; earlier calls in the history are written in the
+    family's format where the template cannot render them."""
+    from aicirt.program import tools as T
+
+    native = family is not None and not family.system_prompt
+    turns = [_turn(m, None if native else family or T.GENERIC) for m in messages]
+    if tools and not native:
+        turns.insert(0, {"role": "system", "content": T.system_message(tools, family or T.GENERIC)})
     hf = getattr(backend, "hf_tokenizer", None)
     if hf is not None and getattr(hf, "chat_template", None):
-        ids = hf.apply_chat_template([{"role": m.role, "content": m.text} for m in messages],
-                                     add_generation_prompt=True, tokenize=True)
+        kw = {"tools": [t.as_openai() for t in tools]} if native and tools else {}
+        ids = hf.apply_chat_template(turns, add_generation_prompt=True, tokenize=True, **kw)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return [int(t) for t in ids]
-    if len(messages) == 1 and messages[0].role == "user":
-        return backend.format_prompt(messages[0].text, chat=True)
-    text = "".join(f"{m.role}: {m.text}\n" for m in messages) + "assistant: "
+    if len(turns) == 1 and turns[0]["role"] == "user":
+        return backend.format_prompt(turns[0]["content"], chat=True)
+    text = "".join(f"{t['role']}: {t['content']}\n" for t in turns) + "assistant: "
     return backend.encode(text)
+
+
+def _turn(m: ChatMessage, written_in: Any) -> dict:
+    """One message as a chat template reads it. An assistant turn's `tool_calls` go to the
+    template (arguments parsed, as templates expect a mapping) or, with `written_in` a family,
+    into the text in that family's format."""
+    turn: dict[str, Any] = {"role": m.role, "content": m.text}
+    if m.tool_call_id is not None:
+        turn["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        turn["name"] = m.name
+    if m.tool_calls:
+        if written_in is not None:
+            turn["content"] = (m.text + "".join(
+                written_in.call_begin(c.function.name) + c.function.arguments + written_in.end
+                for c in m.tool_calls)).strip()
+        else:
+            turn["tool_calls"] = [{"id": c.id, "type": "function",
+                                   "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+                                  for c in m.tool_calls]
+    return turn
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def context_length(backend: Any, configured: int | None) -> int:
@@ -307,11 +436,13 @@ def openai_usage(prompt_tokens: int, u: Usage) -> dict:
             "total_tokens": prompt_tokens + completion}
 
 
-def completion_chunk(cid: str, created: int, model: str, u: Update, chat: bool, first: bool) -> dict:
+def completion_chunk(cid: str, created: int, model: str, u: Update, chat: bool, first: bool,
+                     logprobs: dict[int, dict] | None = None) -> dict:
+    """One streamed chunk; `logprobs`: per fork index, its `logprobs_object` for this delta."""
     choices = []
     for d in u.forks:
         c = {"index": d.index, "finish_reason": OPENAI_FINISH.get(d.finish_reason) if d.finish_reason else None,
-             "logprobs": None, **_ext(d)}
+             "logprobs": (logprobs or {}).get(d.index), **_ext(d)}
         if chat:
             c["delta"] = {"role": "assistant", "content": d.text} if first else {"content": d.text}
         else:
@@ -321,6 +452,49 @@ def completion_chunk(cid: str, created: int, model: str, u: Update, chat: bool, 
             "model": model, "choices": choices}
 
 
+def tool_calls_chunk(cid: str, created: int, model: str, index: int, content: str | None, calls: list[dict],
+                     finish_reason: str, logprobs: dict | None = None) -> dict:
+    """A tool-calling choice's one chunk (sent when the choice ends: its text is parsed then)."""
+    delta: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+    return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}]}
+
+
+def finish_reason(engine_reason: str | None, calls: list) -> str | None:
+    """OpenAI's finish reason: `tool_calls` for a choice that ended (not cut by length) with calls."""
+    reason = OPENAI_FINISH.get(engine_reason, engine_reason) if engine_reason else None
+    return "tool_calls" if calls and reason == "stop" else reason
+
+
+def logprobs_object(backend: Any, entries: list, chat: bool, offset: int = 0) -> dict:
+    """OpenAI's `logprobs` of a choice (or a delta) from (token id, (logprob, alternatives))
+    entries: chat's `{"content": [{token, logprob, bytes, top_logprobs}]}` or completions'
+    `{tokens, token_logprobs, top_logprobs, text_offset}` (`offset`: characters before the first)."""
+    def piece(t: int) -> tuple[str, list[int]]:
+        b = backend.decode_bytes([t])
+        return b.decode("utf-8", "replace"), list(b)
+
+    if chat:
+        content = []
+        for t, (lp, alts) in entries:
+            tok, raw = piece(t)
+            content.append({"token": tok, "logprob": lp, "bytes": raw,
+                            "top_logprobs": [{"token": piece(a)[0], "logprob": alp, "bytes": piece(a)[1]}
+                                             for a, alp in alts]})
+        return {"content": content}
+    tokens, lps, tops, offsets = [], [], [], []
+    for t, (lp, alts) in entries:
+        tok = piece(t)[0]
+        tokens.append(tok)
+        lps.append(lp)
+        tops.append({piece(a)[0]: alp for a, alp in alts})
+        offsets.append(offset)
+        offset += len(tok)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+
 def usage_chunk(cid: str, created: int, model: str, chat: bool, usage: dict) -> dict:
     return {"id": cid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
             "model": model, "choices": [], "usage": usage}
@@ -328,17 +502,21 @@ def usage_chunk(cid: str, created: int, model: str, chat: bool, usage: dict) -> 
 
 def completion_response(cid: str, created: int, model: str, forks: list[dict], chat: bool, usage: dict,
                         variables: dict[str, bytes]) -> dict:
-    """`forks`: per fork `{index, text, finish_reason, logs, error}` (the whole run)."""
+    """`forks`: per fork `{index, text, finish_reason, logs, error}` and optionally `tool_calls`
+    (OpenAI's shape: then `text` is the content, None for none) and `logprobs` (the whole run)."""
     choices = []
     for f in forks:
-        c = {"index": f["index"], "finish_reason": OPENAI_FINISH.get(f["finish_reason"], f["finish_reason"]),
-             "logprobs": None}
+        calls = f.get("tool_calls") or []
+        c = {"index": f["index"], "finish_reason": finish_reason(f["finish_reason"], calls),
+             "logprobs": f.get("logprobs")}
         if f["logs"]:
             c["logs"] = f["logs"]
         if f["error"]:
             c["error"] = f["error"]
         if chat:
             c["message"] = {"role": "assistant", "content": f["text"]}
+            if calls:
+                c["message"]["tool_calls"] = calls
         else:
             c["text"] = f["text"]
         choices.append(c)

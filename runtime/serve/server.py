@@ -101,16 +101,23 @@ class Server:
 
     # --- jobs ------------------------------------------------------------------------------
     def prepare(self, body: P._Sampling, prompt_tokens: Callable[[], list[int]],
-                default_temperature: float) -> Job:
-        """Resolve the controller, tokenize, check limits (blocking: call in a worker thread)."""
+                default_temperature: float, program: tuple[str, bytes] | None = None) -> Job:
+        """Resolve the controller, tokenize, check limits (blocking: call in a worker thread).
+        `program`: (controller, argument) to run instead of the body's `controller`."""
+        if program is not None:
+            return self._job(body, self.controller(program[0]), program[1], prompt_tokens, default_temperature)
         ctrl = self.controller(body.controller) if body.controller else None
+        return self._job(body, ctrl, body.arg_bytes(), prompt_tokens, default_temperature)
+
+    def _job(self, body: P._Sampling, ctrl: Controller | None, arg: bytes,
+             prompt_tokens: Callable[[], list[int]], default_temperature: float) -> Job:
         tokens = prompt_tokens()
         max_tokens = P.check_length(tokens, body.max_tokens, self.context, self.settings.default_max_tokens)
         try:
             params = body.sampling(max_tokens, default_temperature)
         except ValueError as e:
             raise P.ApiError(400, str(e)) from None
-        return Job(prompt=tokens, controller=ctrl, arg=body.arg_bytes(), params=params)
+        return Job(prompt=tokens, controller=ctrl, arg=arg, params=params)
 
     async def start(self, job: Job, request: Request) -> Accepted:
         """Hand `job` to the engine and wait until it is running (or refused: ApiError)."""

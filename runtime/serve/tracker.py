@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aicirt.engine import FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, TokensEvent, VarEvent
+from aicirt.engine.sampling import partial_stop
 from aicirt.errors import failure_message
 from aicirt.run_command import _valid_utf8_prefix
 
@@ -29,6 +30,9 @@ class ForkDelta:
     error: str = ""
     micros: int = 0
     finish_reason: str | None = None
+    #: With the request's `logprobs`: (token id, `aicirt.engine.sampling.TokenLogprob`) for each
+    #: token whose text reached the client with this delta.
+    logprobs: list = field(default_factory=list)
 
 
 @dataclass
@@ -59,6 +63,7 @@ class RunTracker:
         self.usage = Usage(ff_tokens=len(req.prompt))
         self.variables: dict[str, bytes] = {}     # as the controllers left them (kept past the request)
         self._micros_sent: dict[int, float] = {}  # label -> the fork's controller_us at its last update
+        self._lp_sent: dict[int, tuple[int, int]] = {}   # label -> (logprob entries sent, their bytes)
 
     def update(self, events: list) -> Update | None:
         """The update for this request's `events` from one step; None when nothing changed."""
@@ -99,6 +104,8 @@ class RunTracker:
         for label, d in touched.items():
             seq = self.req.sequences[label]
             self._text(seq, d)
+            if self.req.params.logprobs is not None:
+                self._logprobs(seq, d)
             d.finish_reason = seq.finish_reason
             d.micros = int(seq.controller_us - self._micros_sent.get(label, 0.0))
             self._micros_sent[label] = seq.controller_us
@@ -116,8 +123,13 @@ class RunTracker:
 
     def _text(self, seq: GenSeq, d: ForkDelta) -> None:
         """Diff the fork's decoded output against what was sent (whole characters only)."""
-        new = self.backend.decode_bytes(seq.output_tokens)
-        end = len(new) if seq.finish_reason is not None else _valid_utf8_prefix(new)
+        if seq.finish_reason is not None:
+            new = seq.text_bytes                 # cut before a stop string, if one ended it
+            end = len(new)
+        else:
+            new = self.backend.decode_bytes(seq.output_tokens)
+            # Text that may be the start of a stop string waits until the stop is ruled out.
+            end = min(_valid_utf8_prefix(new), len(new) - partial_stop(new, self.req.params.stop))
         old = self.sent.get(seq.label, b"")
         common = 0
         limit = min(len(old), end)
@@ -128,6 +140,24 @@ class RunTracker:
         d.backtrack = len(old[common:].decode("utf-8", "replace"))
         d.text = new[common:end].decode("utf-8", "replace")
         self.sent[seq.label] = new[:end]
+
+    def _logprobs(self, seq: GenSeq, d: ForkDelta) -> None:
+        """The logprob entries of the tokens whose text the client now has in full (once the fork
+        ends: every token that begins before the end of its text)."""
+        start = len(self.req.prompt)
+        tokens, entries = seq.tokens[start:], seq.logprobs
+        count, covered = self._lp_sent.get(seq.label, (0, 0))
+        if count > len(entries):                 # a splice took tokens back (their entries were sent)
+            count = len(entries)
+            covered = len(self.backend.decode_bytes(tokens[:count]))
+        limit = len(self.sent.get(seq.label, b""))
+        while count < min(len(entries), len(tokens)):
+            size = len(self.backend.decode_bytes([tokens[count]]))
+            if (covered >= limit) if seq.finish_reason is not None else (covered + size > limit):
+                break
+            d.logprobs.append((tokens[count], entries[count]))
+            count, covered = count + 1, covered + size
+        self._lp_sent[seq.label] = (count, covered)
 
     def abort_update(self) -> Update:
         """The final update for a request ended by the server (client gone, engine failure)."""

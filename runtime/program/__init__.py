@@ -1,0 +1,27 @@
+"""`aicirt.program`: structured outputs without compiling (docs/program.md).
+
+The `program` controller takes a JSON program (XGrammar's structural-tag formats, plus fork,
+wait and captured variables); this package builds such programs in Python, checks them
+(`validate`, for servers and CLIs: the controller's own pointer and wording), and runs them on the
+embedded engine (`run`).
+"""
+from __future__ import annotations
+
+from .builder import (Format, any_tokens, as_format, const, exclude_token, fork, gen, grammar, json, optional, plus,
+                      regex, repeat, select, seq, star, structural_tag, tag, tags_with_separator, text, think, token,
+                      triggered_tags, wait)
+from .run import ProgramResult, program_arg, run
+from .validate import ProgramError, capability_refusal, parse, required_capabilities, validate
+
+# ---- tool calls ------------------------------------------------------------------------------
+# `tool_calls(tools, tool_choice=...)` (OpenAI tools -> the model family's native tool-call format)
+# lives in runtime/program/tools.py, written on the `tools` branch; the lead wires it here at merge:
+#     from .tools import tool_calls
+# ----------------------------------------------------------------------------------------------
+
+__all__ = [
+    "Format", "ProgramError", "ProgramResult", "any_tokens", "as_format", "capability_refusal", "const", "exclude_token", "fork", "gen",
+    "grammar", "json", "optional", "parse", "plus", "program_arg", "regex", "repeat", "required_capabilities", "run",
+    "select", "seq", "star", "structural_tag", "tag", "tags_with_separator", "text", "think", "token",
+    "triggered_tags", "validate", "wait",
+]

@@ -1,0 +1,57 @@
+"""`run(program, prompt=..., model=...)`: a program on the embedded engine, no server.
+
+It is `aicirt run program` as a function (`aicirt.run_command.run`, quiet): the program is
+validated first (`ProgramError` before the controller builds or the model loads), the controller's
+first call is tried on the model's tokenizer before the weights load, then one request runs.
+"""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .builder import Format
+from .validate import parse, validate
+
+
+@dataclass
+class ProgramResult:
+    """What a run produced. `texts[i]` is sequence i's generated text (forks: parent first),
+    `variables` what the program captured (UTF-8 text; bytes that are not UTF-8 as {"hex": ...}),
+    `finish_reasons[i]` why sequence i ended, `raw` the whole result of `aicirt run --json`."""
+    texts: list[str]
+    variables: dict[str, Any]
+    finish_reasons: list[str]
+    raw: dict = field(repr=False)
+
+    @property
+    def text(self) -> str:
+        """The first sequence's text."""
+        return self.texts[0] if self.texts else ""
+
+
+def program_arg(program: Format | dict | str | bytes) -> bytes:
+    """The controller's argument for `program` (a Format, its JSON object or text), validated.
+    Raises `ProgramError`."""
+    obj = program.to_json() if isinstance(program, Format) else parse(program)
+    validate(obj)
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+
+
+def run(program: Format | dict | str | bytes, *, prompt: str = "", model: str | None = None,
+        max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, chat: bool = True,
+        top_p: float = 1.0, top_k: int = 0) -> ProgramResult:
+    """Run `program` once on `model` (as `aicirt run --model`: None is the default SmolLM2,
+    "scripted" a fake model). `max_tokens` bounds each sequence. Raises `ProgramError` (malformed
+    program), `aicirt.run_command.RunFailed` (the controller refused it on its first call, or a
+    sequence ended in error), FileNotFoundError (no such model)."""
+    from ..run_command import run as run_controller
+
+    arg = program_arg(program)
+    raw = run_controller("program", arg=arg, prompt=prompt, max_tokens=max_tokens, temperature=temperature,
+                         seed=seed, model=model, as_json=True, chat=chat, top_p=top_p, top_k=top_k,
+                         out=io.StringIO(), err=io.StringIO(), color=False)
+    seqs = raw["sequences"]
+    return ProgramResult(texts=[s["text"] for s in seqs], variables=dict(raw["variables"]),
+                         finish_reasons=[s["finish_reason"] for s in seqs], raw=raw)
