@@ -3,6 +3,11 @@
 Controllers link the libc-free C SDK (controllers/sdk), so a build needs no wasi-libc (no
 one-off libc compile, no WASI imports) and the module is a plain core module whose only imports
 are the host's. Zig sources get the SDK's C files plus the `aici` Zig module (sdk/aici.zig).
+
+A controller folder with a `build.json` recipe (the shipped `js`) builds otherwise
+(:mod:`aicirt.recipe`): against wasi-libc (its module imports a few WASI functions, which the
+runtime supplies: docs/wasi.md), with C sources from a pinned PyPI sdist fetched by pip into
+the build cache, compiled once per content into cached objects.
 """
 from __future__ import annotations
 
@@ -176,7 +181,11 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
     tmp = Path(tmp_name)
     t0 = time.monotonic()
     try:
-        r = _run(compile_command(path, tmp, sdk), path.name, progress)
+        from . import recipe
+        if recipe.find(path) is not None:   # a build.json folder: wasi-libc, an sdist's sources
+            r = recipe.build(path, tmp, progress=progress, run=_run)
+        else:
+            r = _run(compile_command(path, tmp, sdk), path.name, progress)
         if r.returncode != 0:
             diag = (r.stderr + r.stdout).strip() or f"compiler exited with status {r.returncode}"
             raise BuildError(diag + _hint(diag))
@@ -192,6 +201,9 @@ def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     """Hash of everything a build reads: the sources and the headers beside them, the SDK, the
     compiler's version and the compile command's shape."""
     path = resolve(src)
+    from . import recipe
+    if recipe.find(path) is not None:
+        return recipe.source_hash(path, _compiler_version())
     cs, zs = _sources(path)
     headers = sorted((path if path.is_dir() else path.parent).glob("*.h"))
     h = hashlib.sha256(" ".join(compile_command(path, Path("OUT"), sdk)).encode())

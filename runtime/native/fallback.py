@@ -456,6 +456,10 @@ class Fallback:
         """Every import is the Python trampoline here (it takes a handler id as env)."""
         return int(self.ffi.cast("uintptr_t", self._trampoline)), True
 
+    def wasi_callback(self, name: str) -> int:
+        """No native WASI here: every function is the Python shim (runtime/wasi.py)."""
+        return 0
+
     def new_vars(self, limit: int) -> "PyVars":
         return PyVars(limit)
 
