@@ -293,7 +293,7 @@ static JSValue regex_advance(JSContext *c, JSValueConst this, int argc, JSValueC
     if (bad) return JS_EXCEPTION;
     if (tok >= vocab) return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, vocab);
     const uint8_t *b = aici_token_bytes(tok, &len);
-    st = b ? aici_regex_advance(r->re, st, b, len) : 0;
+    st = aici_regex_advance(r->re, st, b, b ? len : 0);   /* no bytes (a special token): unchanged, as C */
   }
   return JS_NewUint32(c, st);
 }
