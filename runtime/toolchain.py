@@ -4,7 +4,8 @@ Controllers link the libc-free C SDK (controllers/sdk), so a build needs no wasi
 one-off libc compile, no WASI imports) and the module is a plain core module whose only imports
 are the host's. Zig sources get the SDK's C files plus the `aici` Zig module (sdk/aici.zig).
 
-A controller folder with a `build.json` recipe (the shipped `js`) builds otherwise
+A `.js` file builds into the shipped `js` controller with that script bound in (aicirt.js_bind,
+docs/js.md). A controller folder with a `build.json` recipe (the shipped `js`) builds otherwise
 (:mod:`aicirt.recipe`): against wasi-libc (its module imports a few WASI functions, which the
 runtime supplies: docs/wasi.md), with C sources from a pinned PyPI sdist fetched by pip into
 the build cache, compiled once per content into cached objects.
@@ -88,7 +89,7 @@ def _sources(path: Path) -> tuple[list[Path], list[Path]]:
         return [path], []
     if path.suffix == ".zig":
         return [], [path]
-    raise BuildError(f"{path}: expected a .c or .zig file, or a controller folder")
+    raise BuildError(f"{path}: expected a .c, .zig or .js file, or a controller folder")
 
 
 _ZIG_INIT = re.compile(r"\bexport\s+fn\s+aicirt_init\s*\(")
@@ -182,7 +183,9 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
     t0 = time.monotonic()
     try:
         from . import recipe
-        if recipe.find(path) is not None:   # a build.json folder: wasi-libc, an sdist's sources
+        if path.suffix == ".js":     # a script: the js controller with it bound in (js_bind.py)
+            r = _bind_script(path, tmp, progress)
+        elif recipe.find(path) is not None:   # a build.json folder: wasi-libc, an sdist's sources
             r = recipe.build(path, tmp, progress=progress, run=_run)
         else:
             r = _run(compile_command(path, tmp, sdk), path.name, progress)
@@ -197,11 +200,26 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
     return BuildResult(out, len(wasm), time.monotonic() - t0)
 
 
+def _bind_script(path: Path, out: Path, progress: bool) -> subprocess.CompletedProcess:
+    """A JavaScript file -> the shipped js controller with the script bound in (aicirt.js_bind)."""
+    from .js_bind import bind
+    from .wasm_binary import WasmFormatError
+    js = build_cached(CONTROLLERS_DIR / "js", progress=progress)
+    try:
+        out.write_bytes(bind(js.read_bytes(), path.read_bytes()))
+    except (ValueError, WasmFormatError) as e:
+        return subprocess.CompletedProcess([], 1, "", f"{path}: {e}")
+    return subprocess.CompletedProcess([], 0, "", "")
+
+
 def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     """Hash of everything a build reads: the sources and the headers beside them, the SDK, the
     compiler's version and the compile command's shape."""
     path = resolve(src)
     from . import recipe
+    if path.suffix == ".js":
+        return hashlib.sha256(b"js-bind-1\0" + source_hash(CONTROLLERS_DIR / "js").encode()
+                              + path.read_bytes()).hexdigest()[:16]
     if recipe.find(path) is not None:
         return recipe.source_hash(path, _compiler_version())
     cs, zs = _sources(path)

@@ -4,6 +4,8 @@ on the scripted engine, under each capability grant; the API's contract; errors 
 the sequence with the JS message and stack. One QuickJS build (cached) serves every test."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import aicirt
@@ -194,3 +196,52 @@ def test_a_fork_copies_the_interpreter(make_rt):
     out = rt.submit([StepInput(s, [1]) for s in req.sequences]).wait()
     assert all(r.status == "ok" for r in out.results), [r.error for r in out.results]
     assert sorted([req.variables["seen"][:2], req.variables["seen"][2:]]) == [b"c2", b"p2"]
+
+
+# -- a script as a module: aicirt build / run / upload ctrl.js -------------------------------------
+@pytest.mark.slow   # a bound script is its own module: one more compile of QuickJS (~10 s of CPU)
+def test_a_bound_script_module_runs_the_script_with_the_whole_argument(c_wasm, tmp_path):
+    from aicirt.toolchain import build
+    src = tmp_path / "re.js"
+    src.write_bytes((EXAMPLES / "regex.js").read_bytes())
+    bound = build(src, tmp_path / "re.wasm", progress=False).path
+    for caps in (C.ALL, C.NONE):
+        assert trace(str(bound), b"(19|20)[0-9]{2}", "1945", caps) == trace(c_wasm["regex"], b"(19|20)[0-9]{2}",
+                                                                           "1945", caps)
+
+
+def test_binding_refuses_what_it_cannot_bind(js_wasm):
+    from aicirt.js_bind import bind
+    from aicirt.wasm_binary import WasmFormatError
+    wasm = open(js_wasm, "rb").read()
+    with pytest.raises(ValueError, match="empty"):
+        bind(wasm, b"  \n")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        bind(wasm, b"\xff\xfe")
+    with pytest.raises(WasmFormatError, match="already has a script"):
+        bind(bind(wasm, b"function midProcess(a) {}"), b"function midProcess(a) {}")
+    with pytest.raises(WasmFormatError, match="not the js controller"):
+        bind(open(build_cached("yesno"), "rb").read(), b"function midProcess(a) {}")
+
+
+@pytest.mark.slow   # two bound modules, each compiled with its snapshot
+def test_cli_runs_and_uploads_js(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+    src = tmp_path / "yn.js"
+    src.write_bytes((EXAMPLES / "yesno.js").read_bytes())
+    common = ["--model", "scripted", "--prompt", "x", "--json"]
+    r = CliRunner().invoke(main, ["run", "js", "--arg-file", str(src), *common])   # the script as the argument
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["sequences"][0]["finish_reason"] == "stop"
+    store = ["--store", str(tmp_path / "store")]
+    r = CliRunner().invoke(main, ["upload", str(src), "-t", "yn-js", *store])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["run", "yn-js", "--arg", "maybe\nnever", *common, *store])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["variables"]["answer"] in ("yes", "no")
+    bad = tmp_path / "bad.js"
+    bad.write_text("function midProcess(a) { return {branches: 1}; }")
+    r = CliRunner().invoke(main, ["run", str(bad), *common])
+    assert r.exit_code != 0 and "branches is not an array" in r.output, r.output

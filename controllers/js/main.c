@@ -38,6 +38,15 @@ static JSValue mid_fn;                /* the script's midProcess */
 static JSClassID tokset_class, regex_class;
 static const aici_trie_t *trie;
 static bool script_loaded;
+static uint32_t arg_skip;             /* bytes of aici_arg() before the script's own argument */
+
+/* A script bound into the module (`aicirt build/upload ctrl.js`: runtime/js_bind.py finds the
+ * marker and points ptr/len at a data segment it appends). Then the whole controller argument is
+ * the script's own. volatile: the binder rewrites it after compilation. */
+__attribute__((used)) static volatile struct {
+  char magic[24];
+  uint32_t ptr, len;
+} bound_script = {"aicirt:js:bound-script!", 0, 0};
 
 /* ---- failing: the log, then proc_exit ----------------------------------------------------- */
 __attribute__((noreturn)) static void die(const char *what, const char *text, size_t len) {
@@ -397,9 +406,7 @@ static JSValue api_token_bytes(JSContext *c, JSValueConst this, int argc, JSValu
 static JSValue api_arg(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
   uint32_t n;
   char *a = (char *)aici_arg(&n);
-  uint32_t nul = 0;
-  while (nul < n && a[nul]) nul++;
-  JSValue s = nul < n ? JS_NewStringLen(c, a + nul + 1, n - nul - 1) : JS_NewString(c, "");
+  JSValue s = arg_skip < n ? JS_NewStringLen(c, a + arg_skip, n - arg_skip) : JS_NewString(c, "");
   aici_free(a);
   return s;
 }
@@ -528,10 +535,18 @@ static JSValue math_random(JSContext *c, JSValueConst this, int argc, JSValueCon
 }
 
 static void load_script(void) {
-  uint32_t n;
-  char *a = (char *)aici_arg(&n);
-  uint32_t len = 0;
-  while (len < n && a[len]) len++;
+  uint32_t n, len = 0;
+  char *a;
+  if (bound_script.len) {          /* a bound script: the argument is all the script's */
+    a = aici_malloc(bound_script.len);
+    memcpy(a, (const void *)(uintptr_t)bound_script.ptr, bound_script.len);
+    len = bound_script.len;
+    arg_skip = 0;
+  } else {                         /* the argument: script, then NUL and the script's argument */
+    a = (char *)aici_arg(&n);
+    while (len < n && a[len]) len++;
+    arg_skip = len + 1;
+  }
   JSValue global = JS_GetGlobalObject(ctx);
   JSValue math = JS_GetPropertyStr(ctx, global, "Math");
   JS_SetPropertyStr(ctx, math, "random", JS_NewCFunction(ctx, math_random, "random", 0));
@@ -572,9 +587,11 @@ static int check_keys(JSValueConst obj, const char *path, const char *const *all
   return rc;
 }
 
+/* obj[name]; *present: neither undefined nor null. A getter that throws leaves JS_EXCEPTION
+ * (callers return -1 on it, so that exception, not a shape error, is reported). */
 static JSValue get_field(JSValueConst obj, const char *name, bool *present) {
   JSValue v = JS_GetPropertyStr(ctx, obj, name);
-  *present = !JS_IsUndefined(v) && !JS_IsNull(v);
+  *present = !JS_IsUndefined(v) && !JS_IsNull(v) && !JS_IsException(v);
   return v;
 }
 
@@ -601,6 +618,7 @@ static int add_splice(aici_branch_t *b, JSValueConst sp, const char *path) {
   uint32_t *when, n_when, *ff, n_ff, bt = 0;
   bool present;
   JSValue v = get_field(sp, "backtrack", &present);
+  if (JS_IsException(v)) return -1;
   if (present && (!JS_IsNumber(v) || JS_ToUint32(ctx, &bt, v))) {
     JS_FreeValue(ctx, v);
     char msg[96];
@@ -625,6 +643,7 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
   aici_branch_t *b = aici_branch(res);
   bool present;
   JSValue v = get_field(br, "sampleMask", &present);
+  if (JS_IsException(v)) return -1;
   if (present) {
     tokset_t *t = JS_GetOpaque(v, tokset_class);
     JS_FreeValue(ctx, v);   /* the set outlives the call: the result holds it until the next call */
@@ -634,6 +653,7 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
     JS_FreeValue(ctx, v);
   }
   v = get_field(br, "temperature", &present);
+  if (JS_IsException(v)) return -1;
   if (present) {
     double temp;
     if (!JS_IsNumber(v) || JS_ToFloat64(ctx, &temp, v)) { JS_FreeValue(ctx, v); throw_shape(path, ".temperature is not a number"); return -1; }
@@ -641,6 +661,7 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
   }
   JS_FreeValue(ctx, v);
   v = get_field(br, "splices", &present);
+  if (JS_IsException(v)) return -1;
   if (present) {
     int64_t n;
     if (!JS_IsArray(v) || JS_GetLength(ctx, v, &n) < 0) { JS_FreeValue(ctx, v); throw_shape(path, ".splices is not an array"); return -1; }
@@ -664,6 +685,7 @@ static int convert_result(JSValueConst r, aici_result_t *res) {
   if (check_keys(r, "the result", keys)) return -1;
   JSValue br = JS_GetPropertyStr(ctx, r, "branches");
   int64_t n;
+  if (JS_IsException(br)) return -1;   /* a getter threw: its exception stands */
   if (!JS_IsArray(br) || JS_GetLength(ctx, br, &n) < 0) { JS_FreeValue(ctx, br); throw_shape("branches", "is not an array"); return -1; }
   for (int64_t i = 0; i < n; i++) {
     JSValue b = JS_GetPropertyInt64(ctx, br, i);
