@@ -28,7 +28,7 @@ def alone(scripted_wasm):
 @pytest.mark.timing
 @pytest.mark.parametrize("kind", JS_KINDS, ids=lambda k: k.name)
 def test_js_hostile_beside_healthy(make_rt, scripted_wasm, js_wasm, alone, kind: JsKind):
-    rt = make_rt(**SUITE_LIMITS)
+    rt = make_rt(**{**SUITE_LIMITS, **kind.limits})
     spec = Spec(js_wasm, kind.script.encode() + b"\0", prompt=(65, 66))
     out = run_batch(rt, healthy_specs(scripted_wasm), spec, settle=kind.expect.startswith("error: "))
     assert out.healthy == alone, f"healthy sequences changed beside {kind.name}"
