@@ -245,3 +245,12 @@ def test_cli_runs_and_uploads_js(tmp_path):
     bad.write_text("function midProcess(a) { return {branches: 1}; }")
     r = CliRunner().invoke(main, ["run", str(bad), *common])
     assert r.exit_code != 0 and "branches is not an array" in r.output, r.output
+
+
+def test_the_docs_first_example_runs():
+    import re as _re
+    from pathlib import Path
+    doc = Path(__file__).resolve().parent.parent / "docs" / "js.md"
+    script = _re.search(r"```js\n(.*?)```", doc.read_text(), _re.S).group(1)
+    seqs, _, _ = trace(build_cached("js"), js_arg(script), "1945", C.ALL)
+    assert [(reason, text) for _, _, reason, _, text in seqs] == [("stop", b"1945")]
