@@ -13,7 +13,7 @@ import regex
 import aicirt
 from aicirt.engine.backends.scripted import ScriptedBackend
 from aicirt.engine import Engine
-from aicirt.toolchain import build_cached, shipped_controllers
+from aicirt.toolchain import CONTROLLERS_DIR, build_cached, shipped_controllers
 
 EOS = 256
 C = aicirt.Capabilities
@@ -198,6 +198,8 @@ FUZZED = {   # name: (argument, a property of each sequence that ends without er
               is not None),
     "splice": (SPLICE_RULES, None),
     "json": (b'{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}', None),
+    # the js controller running the yesno behaviour in JS (its argument: the script, NUL, none)
+    "js": ((CONTROLLERS_DIR / "js" / "examples" / "yesno.js").read_bytes() + b"\0", _in({b"Yes", b"No"})),
 }
 
 
