@@ -150,12 +150,13 @@ def _run(cmd: list[str], label: str, progress: bool) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(cmd, proc.returncode, box.get("out", ""), box.get("err", ""))
 
 
-def check_module(wasm: bytes, name: str) -> None:
-    """Validate against the contract (SPEC §2) with the runtime's own checker."""
+def check_module(wasm: bytes, name: str, compile_timeout_s: float = 30.0) -> None:
+    """Validate against the contract (SPEC §2) with the runtime's own checker (it compiles the
+    module, within `compile_timeout_s` of wall-clock time)."""
     from .controller import check_controller
     from .errors import LoadError
     try:
-        check_controller(wasm)
+        check_controller(wasm, compile_timeout_s=compile_timeout_s)
     except LoadError as e:
         raise BuildError(str(e).replace("<bytes>", name, 1)) from None
 
@@ -193,7 +194,10 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
             diag = (r.stderr + r.stdout).strip() or f"compiler exited with status {r.returncode}"
             raise BuildError(diag + _hint(diag))
         wasm = tmp.read_bytes()
-        check_module(wasm, out.name)
+        # a libc-built module (QuickJS: 1 MiB, ~10 s of CPU to compile) gets the build's patience,
+        # not a request's: a loaded machine stretches the compile's wall-clock time
+        big = path.suffix == ".js" or recipe.find(path) is not None
+        check_module(wasm, out.name, 300.0 if big else 30.0)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

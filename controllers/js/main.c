@@ -38,6 +38,12 @@ static JSValue mid_fn;                /* the script's midProcess */
 static JSClassID tokset_class, regex_class;
 static const aici_trie_t *trie;
 static bool script_loaded;
+/* Property names used every step, interned once (by the init): no string hashing per step. */
+enum { A_BRANCHES, A_SAMPLE_MASK, A_TEMPERATURE, A_SPLICES, A_WHEN_SAMPLED, A_BACKTRACK, A_FF_TOKENS,
+       A_TOKENS, A_SAMPLED, A_FORK_GROUP, A_CALL_INDEX, N_ATOMS };
+static const char *const ATOM_NAMES[N_ATOMS] = {"branches", "sampleMask", "temperature", "splices", "whenSampled",
+                                                "backtrack", "ffTokens", "tokens", "sampled", "forkGroup", "callIndex"};
+static JSAtom atoms[N_ATOMS];
 static uint32_t arg_skip;             /* bytes of aici_arg() before the script's own argument */
 
 /* A script bound into the module (`aicirt build/upload ctrl.js`: runtime/js_bind.py finds the
@@ -515,6 +521,7 @@ static void make_interpreter(void) {
   }
   JS_SetPropertyStr(ctx, global, "aici", api);
   JS_FreeValue(ctx, global);
+  for (int i = 0; i < N_ATOMS; i++) atoms[i] = JS_NewAtom(ctx, ATOM_NAMES[i]);
   JSValue r = JS_Eval(ctx, PRELUDE, sizeof PRELUDE - 1, "<aici prelude>", JS_EVAL_TYPE_GLOBAL);
   if (JS_IsException(r)) die_exception("prelude");
   JS_FreeValue(ctx, r);
@@ -565,23 +572,24 @@ static void load_script(void) {
 }
 
 /* ---- results ------------------------------------------------------------------------------- */
-/* Keys of `obj` must be among `allowed` (NULL-terminated): a typo is an error, not a default. */
-static int check_keys(JSValueConst obj, const char *path, const char *const *allowed) {
+/* Keys of `obj` must be among `allowed` (atom indices, -1-terminated): a typo is an error, not
+ * a default. */
+static int check_keys(JSValueConst obj, const char *path, const int *allowed) {
   JSPropertyEnum *props;
   uint32_t n;
   if (JS_GetOwnPropertyNames(ctx, &props, &n, obj, JS_GPN_STRING_MASK | JS_GPN_ENUM_ONLY)) return -1;
   int rc = 0;
   for (uint32_t i = 0; i < n && !rc; i++) {
-    const char *k = JS_AtomToCString(ctx, props[i].atom);
     bool ok = false;
-    for (const char *const *a = allowed; k && *a; a++) ok |= !strcmp(k, *a);
+    for (const int *a = allowed; *a >= 0; a++) ok |= props[i].atom == atoms[*a];
     if (!ok) {
+      const char *k = JS_AtomToCString(ctx, props[i].atom);
       char msg[160];
       snprintf(msg, sizeof msg, "%s has an unknown field '%s'", path, k ? k : "?");
+      JS_FreeCString(ctx, k);
       throw_shape(msg, "");
       rc = -1;
     }
-    JS_FreeCString(ctx, k);
   }
   JS_FreePropertyEnum(ctx, props, n);
   return rc;
@@ -589,35 +597,35 @@ static int check_keys(JSValueConst obj, const char *path, const char *const *all
 
 /* obj[name]; *present: neither undefined nor null. A getter that throws leaves JS_EXCEPTION
  * (callers return -1 on it, so that exception, not a shape error, is reported). */
-static JSValue get_field(JSValueConst obj, const char *name, bool *present) {
-  JSValue v = JS_GetPropertyStr(ctx, obj, name);
+static JSValue get_field(JSValueConst obj, int name, bool *present) {
+  JSValue v = JS_GetProperty(ctx, obj, atoms[name]);
   *present = !JS_IsUndefined(v) && !JS_IsNull(v) && !JS_IsException(v);
   return v;
 }
 
-static int tokens_field(JSValueConst obj, const char *name, const char *path, uint32_t **t, uint32_t *n) {
+static int tokens_field(JSValueConst obj, int name, const char *path, uint32_t **t, uint32_t *n) {
   bool present;
   JSValue v = get_field(obj, name, &present);
   *t = 0, *n = 0;
   if (JS_IsException(v)) return -1;
   if (present) {
     char where[96];
-    snprintf(where, sizeof where, "%s.%s", path, name);
+    snprintf(where, sizeof where, "%s.%s", path, ATOM_NAMES[name]);
     *t = tokens_from(ctx, v, n, where);
   }
   JS_FreeValue(ctx, v);
   return present && !*t ? -1 : 0;
 }
 
-static const char *const BRANCH_KEYS[] = {"sampleMask", "temperature", "splices", 0};
-static const char *const SPLICE_KEYS[] = {"whenSampled", "backtrack", "ffTokens", 0};
+static const int BRANCH_KEYS[] = {A_SAMPLE_MASK, A_TEMPERATURE, A_SPLICES, -1};
+static const int SPLICE_KEYS[] = {A_WHEN_SAMPLED, A_BACKTRACK, A_FF_TOKENS, -1};
 
 static int add_splice(aici_branch_t *b, JSValueConst sp, const char *path) {
   if (!JS_IsObject(sp) || JS_IsArray(sp)) { throw_shape(path, "is not an object {whenSampled?, backtrack?, ffTokens?}"); return -1; }
   if (check_keys(sp, path, SPLICE_KEYS)) return -1;
   uint32_t *when, n_when, *ff, n_ff, bt = 0;
   bool present;
-  JSValue v = get_field(sp, "backtrack", &present);
+  JSValue v = get_field(sp, A_BACKTRACK, &present);
   if (JS_IsException(v)) return -1;
   if (present && (!JS_IsNumber(v) || JS_ToUint32(ctx, &bt, v))) {
     JS_FreeValue(ctx, v);
@@ -627,8 +635,8 @@ static int add_splice(aici_branch_t *b, JSValueConst sp, const char *path) {
     return -1;
   }
   JS_FreeValue(ctx, v);
-  if (tokens_field(sp, "whenSampled", path, &when, &n_when)) return -1;
-  if (tokens_field(sp, "ffTokens", path, &ff, &n_ff)) { free(when); return -1; }
+  if (tokens_field(sp, A_WHEN_SAMPLED, path, &when, &n_when)) return -1;
+  if (tokens_field(sp, A_FF_TOKENS, path, &ff, &n_ff)) { free(when); return -1; }
   aici_branch_splice(b, when, n_when, bt, ff, n_ff);   /* copies the lists */
   free(when);
   free(ff);
@@ -642,7 +650,7 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
   if (check_keys(br, path, BRANCH_KEYS)) return -1;
   aici_branch_t *b = aici_branch(res);
   bool present;
-  JSValue v = get_field(br, "sampleMask", &present);
+  JSValue v = get_field(br, A_SAMPLE_MASK, &present);
   if (JS_IsException(v)) return -1;
   if (present) {
     tokset_t *t = JS_GetOpaque(v, tokset_class);
@@ -652,7 +660,7 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
   } else {
     JS_FreeValue(ctx, v);
   }
-  v = get_field(br, "temperature", &present);
+  v = get_field(br, A_TEMPERATURE, &present);
   if (JS_IsException(v)) return -1;
   if (present) {
     double temp;
@@ -660,7 +668,7 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
     aici_branch_temperature(b, (float)temp);
   }
   JS_FreeValue(ctx, v);
-  v = get_field(br, "splices", &present);
+  v = get_field(br, A_SPLICES, &present);
   if (JS_IsException(v)) return -1;
   if (present) {
     int64_t n;
@@ -681,9 +689,9 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
 /* The script's result -> the WIT result; -1 with a JS exception pending when it is misshapen. */
 static int convert_result(JSValueConst r, aici_result_t *res) {
   if (!JS_IsObject(r) || JS_IsArray(r)) { throw_shape("the result", "is not an object {branches: [...]}"); return -1; }
-  static const char *const keys[] = {"branches", 0};
+  static const int keys[] = {A_BRANCHES, -1};
   if (check_keys(r, "the result", keys)) return -1;
-  JSValue br = JS_GetPropertyStr(ctx, r, "branches");
+  JSValue br = JS_GetProperty(ctx, r, atoms[A_BRANCHES]);
   int64_t n;
   if (JS_IsException(br)) return -1;   /* a getter threw: its exception stands */
   if (!JS_IsArray(br) || JS_GetLength(ctx, br, &n) < 0) { JS_FreeValue(ctx, br); throw_shape("branches", "is not an array"); return -1; }
@@ -703,11 +711,11 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   JS_UpdateStackTop(rt);       /* the host calls in at the top of the shadow stack */
   if (!script_loaded) load_script();
   JSValue a = JS_NewObject(ctx);
-  JS_SetPropertyStr(ctx, a, "backtrack", JS_NewUint32(ctx, arg->backtrack));
-  JS_SetPropertyStr(ctx, a, "tokens", tokens_array(ctx, arg->tokens, arg->n_tokens));
-  JS_SetPropertyStr(ctx, a, "sampled", arg->has_sampled ? JS_NewUint32(ctx, arg->sampled) : JS_UNDEFINED);
-  JS_SetPropertyStr(ctx, a, "forkGroup", tokens_array(ctx, arg->fork_group, arg->n_fork_group));
-  JS_SetPropertyStr(ctx, a, "callIndex", JS_NewUint32(ctx, arg->call_index));
+  JS_SetProperty(ctx, a, atoms[A_BACKTRACK], JS_NewUint32(ctx, arg->backtrack));
+  JS_SetProperty(ctx, a, atoms[A_TOKENS], tokens_array(ctx, arg->tokens, arg->n_tokens));
+  JS_SetProperty(ctx, a, atoms[A_SAMPLED], arg->has_sampled ? JS_NewUint32(ctx, arg->sampled) : JS_UNDEFINED);
+  JS_SetProperty(ctx, a, atoms[A_FORK_GROUP], tokens_array(ctx, arg->fork_group, arg->n_fork_group));
+  JS_SetProperty(ctx, a, atoms[A_CALL_INDEX], JS_NewUint32(ctx, arg->call_index));
   cur_arg = arg;
   JSValue r = JS_Call(ctx, mid_fn, JS_UNDEFINED, 1, (JSValueConst *)&a);
   JS_FreeValue(ctx, a);
