@@ -254,3 +254,21 @@ def test_the_docs_first_example_runs():
     script = _re.search(r"```js\n(.*?)```", doc.read_text(), _re.S).group(1)
     seqs, _, _ = trace(build_cached("js"), js_arg(script), "1945", C.ALL)
     assert [(reason, text) for _, _, reason, _, text in seqs] == [("stop", b"1945")]
+
+
+def test_the_vllm_steering_core_runs_a_js_script_as_it_runs_c(c_wasm, js_wasm):
+    """The vLLM plugin's engine-independent core (mask-only host: no fork, no backtrack, forced
+    fast-forward) gives the js regex.js the same tokens as the C regex controller."""
+    from test_vllm_steering import EOS as V_EOS, MaskOnlyHost, backend
+    from aicirt.integrations import steering as st
+    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as rt:
+        outs = []
+        for wasm, arg in ((c_wasm["regex"], b"[a-z]+ [a-z]+"),
+                          (js_wasm, js_arg((EXAMPLES / "regex.js").read_bytes(), b"[a-z]+ [a-z]+"))):
+            host = MaskOnlyHost(st.Steering(rt, V_EOS), backend())
+            out = host.add(rt.load(wasm), arg)
+            host.run()
+            (s, _), = host.done
+            assert s.error is None, s.error
+            outs.append(bytes(t for t in out if t < 256))
+    assert outs[0] == outs[1] and outs[0].startswith(b"e quick"), outs   # the script spells "the quick ..." after "hi"
