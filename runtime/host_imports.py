@@ -1,8 +1,8 @@
-"""The Python side of WIT interface `host` and the `wasi_snapshot_preview1` shim (SPEC §2).
+"""The Python side of WIT interface `host` and of `wasi_snapshot_preview1` (SPEC §2, docs/wasi.md).
 
-On the compiled hot path only `tokenize`, `detokenize`, `token-trie` and the WASI shim run here
-(the per-step imports are native callbacks in native/host.c); on the Python fallback every
-import does, with the same results and messages. Each import gets its sequence and a
+On the compiled hot path only `tokenize`, `detokenize`, `token-trie` and the WASI functions
+wasi.c lacks (ENOSYS) run here (the per-step imports are native callbacks in native/host.c and
+native/wasi.c); on the Python fallback every import does, with the same results and messages. Each import gets its sequence and a
 bounds-checked view of its caller's memory; a guest that passes something invalid gets a trap
 whose message says which import and why, recorded on its own sequence, and only that sequence ends.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 import wasmtime
 
-from . import abi
+from . import abi, wasi
 from .native.guest import AllocFailed, Guest, GuestFault
 from .native.types import CData
 
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from .sequence import Sequence
     from .tokenizer import Tokenizer
 
-_ENOSYS, _EBADF, _ESUCCESS = 52, 8, 0
-_MAX_IOVS = 1024    # iovecs in one fd_write
 Impl = Callable[..., "int | None"]
 
 
@@ -72,9 +70,7 @@ class HostImports:
         params, results = [str(p) for p in ty.params], [str(r) for r in ty.results]
         key = ("wasi", name, tuple(params), tuple(results))
         if key not in self._ids:
-            impl = getattr(self, "w_" + name, None)
-            if impl is None:
-                impl = self._w_enosys if results == ["i32"] else self._w_unavailable
+            impl = self._wasi(name, results == ["i32"])
             self._ids[key] = self.native.add_handler(self._wrap(name, impl, len(params), bool(results), wasi=True))
         return self._ids[key]
 
@@ -167,51 +163,50 @@ class HostImports:
         data = self.tokenizer.decode_bytes(ids)
         g.return_list(retptr, data, 1, len(data))
 
-    # -- wasi_snapshot_preview1: no real I/O -----------------------------------------------------
-    def _w_enosys(self, seq: "Sequence", g: Guest, *_: int) -> int:
-        return _ENOSYS
+    # -- wasi_snapshot_preview1 (runtime/wasi.py; native in wasi.c on the compiled path) ------
+    def _wasi(self, name: str, returns: bool) -> Impl:
+        impl = wasi.function(name, returns)
+        native = self.native
 
-    def _w_unavailable(self, seq: "Sequence", g: Guest, *_: int) -> None:
-        raise GuestFault(f"WASI function `{g.name}` is not available to controllers")
+        def call(seq: "Sequence", g: Guest, *args: int) -> "int | None":
+            return impl(_WasiGuest(native, g), *args)
+        return call
 
-    def w_fd_write(self, seq: "Sequence", g: Guest, fd: int, iovs: int, n_iovs: int, nwritten: int) -> int:
-        if fd not in (1, 2):
-            return _EBADF
-        if n_iovs > _MAX_IOVS:   # host work is not interruptible: bound it
-            g.fail(f"{n_iovs} iovecs is over the limit of {_MAX_IOVS}")
-        total = 0
-        for ptr, n in struct.iter_unpack("<II", g.read(iovs, 8 * n_iovs)):
-            total += n
-            if total > g.arg_cap:
-                g.fail(f"writes {total} bytes or more, over the limit of {g.arg_cap} (Limits.host_arg_bytes)")
-            self.native.log_append(g.slot, g.read(ptr, n))
-        g.write(nwritten, struct.pack("<I", total))
-        return _ESUCCESS
 
-    def w_fd_fdstat_get(self, seq: "Sequence", g: Guest, fd: int, out: int) -> int:
-        if fd not in (0, 1, 2):
-            return _EBADF
-        g.write(out, struct.pack("<BxHxxxxQQ", 2, 0, 0, 0))  # character device, no rights
-        return _ESUCCESS
+class _WasiGuest:
+    """runtime/wasi.py's view of a call (wasi.WasiIO) over a Python host import's Guest."""
 
-    def w_clock_time_get(self, seq: "Sequence", g: Guest, clock: int, precision: int, out: int) -> int:
-        g.write(out, struct.pack("<Q", 0))  # no clock: deterministic controllers
-        return _ESUCCESS
+    __slots__ = ("native", "g", "arg_cap", "name")
 
-    def w_args_sizes_get(self, seq: "Sequence", g: Guest, argc: int, size: int) -> int:
-        g.write(argc, b"\0" * 4)
-        g.write(size, b"\0" * 4)
-        return _ESUCCESS
+    def __init__(self, native: "Native", g: Guest) -> None:
+        self.native, self.g, self.arg_cap, self.name = native, g, g.arg_cap, g.name
 
-    w_environ_sizes_get = w_args_sizes_get
+    def read(self, ptr: int, n: int) -> bytes:
+        return self.g.read(ptr, n)
 
-    def w_args_get(self, seq: "Sequence", g: Guest, *_: int) -> int:
-        return _ESUCCESS
+    def write(self, ptr: int, data: bytes) -> None:
+        self.g.write(ptr, data)
 
-    w_environ_get = w_args_get
+    def fail(self, message: str) -> NoReturn:
+        raise GuestFault(message)
 
-    def w_sched_yield(self, seq: "Sequence", g: Guest) -> int:
-        return _ESUCCESS
+    def log(self, data: bytes) -> None:
+        self.native.log_append(self.g.slot, data)
 
-    def w_proc_exit(self, seq: "Sequence", g: Guest, code: int) -> None:
-        raise GuestFault(f"controller called proc_exit({code})")
+    def calls(self) -> int:
+        return int(self.g.slot.calls)
+
+    def arg(self) -> bytes:
+        s = self.g.slot
+        return bytes(self.native.ffi.buffer(s.arg, s.arg_len)) if s.arg_len else b""
+
+    def rng(self) -> int:
+        return int(self.g.slot.wasi_rng)
+
+    def set_rng(self, state: int) -> None:
+        self.g.slot.wasi_rng = state
+
+    def call_log(self) -> bytes:
+        s = self.g.slot
+        n = min(s.call_log_len, s.log_len)
+        return bytes(self.native.ffi.buffer(s.log + (s.log_len - n), n)) if n else b""

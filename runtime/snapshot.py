@@ -5,8 +5,9 @@ When it does, :func:`load_initialized` runs it once on a *template* instance (af
 under the init rules (docs/snapshots.md):
 
 - it may call the tokenizer-level host imports: `vocab-size`, `eos-token`, `token-trie`,
-  `tokenize`, `detokenize`, and `log` (kept for the load error, if any); WASI as for a request,
-  except that output goes to that same load log;
+  `tokenize`, `detokenize`, and `log` (kept for the load error, if any); WASI as for a request
+  (runtime/wasi.py), except that output goes to that same load log, clocks read zero and the
+  random stream is seeded from an empty argument;
 - it may not call `arg`, `self-seq-id`, `capabilities`, `var-get`, `var-set`, `var-append`:
   there is no request and no sequence yet. Doing so, trapping, or running past the compile time
   limit (Limits.compile_timeout_s, wall clock) refuses the load with a LoadError naming why.
@@ -28,11 +29,11 @@ import struct
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import wasmtime
 
-from . import abi
+from . import abi, wasi
 from .controller import (_RULES, INIT_EXPORT, Controller, Source, _compiled, _recall, keep_artifact,
                          load_controller, read_source, validate)
 from .errors import LoadError
@@ -48,7 +49,6 @@ SNAPSHOT_FORMAT = 1
 #: Host imports an init may call; the others are per request or per sequence.
 INIT_IMPORTS = ("vocab-size", "eos-token", "token-trie", "tokenize", "detokenize", "log")
 _LOG_CAP = 4096          # bytes of the init's log quoted in a load error
-_ENOSYS, _EBADF, _ESUCCESS = 52, 8, 0
 
 
 def tokenizer_identity(tokenizer: "Tokenizer") -> str:
@@ -104,6 +104,7 @@ class _Template:
         self.host, self.arg_cap = host, arg_cap
         self.log = bytearray()
         self.broke: str | None = None
+        self.rng = 0   # WASI random_get's stream (runtime/wasi.py)
 
     def fail(self, message: str) -> None:
         if self.broke is None:
@@ -184,31 +185,49 @@ class _Template:
         return detokenize
 
     def wasi_import(self, name: str, ty: wasmtime.FuncType) -> Callable[..., Any]:
-        returns = [str(r) for r in ty.results] == ["i32"]
-        if name == "fd_write":
-            def fd_write(caller: wasmtime.Caller, fd: int, iovs: int, n_iovs: int, nwritten: int) -> int:
-                if fd not in (1, 2):
-                    return _EBADF
-                if n_iovs > 1024:
-                    self.fail(f"WASI function `fd_write`: {n_iovs} iovecs is over the limit of 1024")
-                total = 0
-                for p, n in struct.iter_unpack("<II", self.read(caller, name, iovs, 8 * n_iovs)):
-                    self.log += self.read(caller, name, p, n)
-                    total += n
-                del self.log[:-_LOG_CAP]
-                self.write(caller, name, nwritten, struct.pack("<I", total))
-                return _ESUCCESS
-            return fd_write
-        if name == "clock_time_get":
-            def clock(caller: wasmtime.Caller, clock: int, precision: int, out: int) -> int:
-                self.write(caller, name, out, b"\0" * 8)
-                return _ESUCCESS
-            return clock
-        if name == "proc_exit":
-            return lambda caller, code: self.fail(f"`{INIT_EXPORT}` called proc_exit({code})")
-        if returns:
-            return lambda caller, *_: _ENOSYS
-        return lambda caller, *_: self.fail(f"WASI function `{name}` is not available to controllers")
+        """runtime/wasi.py's function, as for a request: clocks read zero (no call yet), the
+        random stream is seeded from an empty argument, output goes to the load's log."""
+        impl = wasi.function(name, [str(r) for r in ty.results] == ["i32"])
+
+        def call(caller: wasmtime.Caller, *args: int) -> Any:
+            return impl(_TemplateIO(self, caller, name), *(a & 0xFFFFFFFF for a in args))
+        return call
+
+
+class _TemplateIO:
+    """wasi.WasiIO over a template instance's caller (an init: no request, no call count)."""
+
+    def __init__(self, template: _Template, caller: wasmtime.Caller, name: str) -> None:
+        self.t, self.caller, self.name, self.arg_cap = template, caller, name, template.arg_cap
+
+    def read(self, ptr: int, n: int) -> bytes:
+        return self.t.read(self.caller, self.name, ptr, n)
+
+    def write(self, ptr: int, data: bytes) -> None:
+        self.t.write(self.caller, self.name, ptr, data)
+
+    def fail(self, message: str) -> NoReturn:
+        self.t.fail(f"`{INIT_EXPORT}`: {message}")
+        raise AssertionError("unreachable")   # fail raises
+
+    def log(self, data: bytes) -> None:
+        self.t.log += data
+        del self.t.log[:-_LOG_CAP]
+
+    def calls(self) -> int:
+        return 0
+
+    def arg(self) -> bytes:
+        return b""
+
+    def rng(self) -> int:
+        return self.t.rng
+
+    def set_rng(self, state: int) -> None:
+        self.t.rng = state
+
+    def call_log(self) -> bytes:
+        return bytes(self.t.log)
 
 
 def _linker(engine: wasmtime.Engine, template: _Template, ctrl: Controller) -> wasmtime.Linker:

@@ -3,6 +3,12 @@
 Controllers link the libc-free C SDK (controllers/sdk), so a build needs no wasi-libc (no
 one-off libc compile, no WASI imports) and the module is a plain core module whose only imports
 are the host's. Zig sources get the SDK's C files plus the `aici` Zig module (sdk/aici.zig).
+
+A `.js` file builds into the shipped `js` controller with that script bound in (aicirt.js_bind,
+docs/js.md). A controller folder with a `build.json` recipe (the shipped `js`) builds otherwise
+(:mod:`aicirt.recipe`): against wasi-libc (its module imports a few WASI functions, which the
+runtime supplies: docs/wasi.md), with C sources from a pinned PyPI sdist fetched by pip into
+the build cache, compiled once per content into cached objects.
 """
 from __future__ import annotations
 
@@ -83,7 +89,7 @@ def _sources(path: Path) -> tuple[list[Path], list[Path]]:
         return [path], []
     if path.suffix == ".zig":
         return [], [path]
-    raise BuildError(f"{path}: expected a .c or .zig file, or a controller folder")
+    raise BuildError(f"{path}: expected a .c, .zig or .js file, or a controller folder")
 
 
 _ZIG_INIT = re.compile(r"\bexport\s+fn\s+aicirt_init\s*\(")
@@ -144,12 +150,13 @@ def _run(cmd: list[str], label: str, progress: bool) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(cmd, proc.returncode, box.get("out", ""), box.get("err", ""))
 
 
-def check_module(wasm: bytes, name: str) -> None:
-    """Validate against the contract (SPEC §2) with the runtime's own checker."""
+def check_module(wasm: bytes, name: str, compile_timeout_s: float = 30.0) -> None:
+    """Validate against the contract (SPEC §2) with the runtime's own checker (it compiles the
+    module, within `compile_timeout_s` of wall-clock time)."""
     from .controller import check_controller
     from .errors import LoadError
     try:
-        check_controller(wasm)
+        check_controller(wasm, compile_timeout_s=compile_timeout_s)
     except LoadError as e:
         raise BuildError(str(e).replace("<bytes>", name, 1)) from None
 
@@ -176,22 +183,49 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
     tmp = Path(tmp_name)
     t0 = time.monotonic()
     try:
-        r = _run(compile_command(path, tmp, sdk), path.name, progress)
+        from . import recipe
+        if path.suffix == ".js":     # a script: the js controller with it bound in (js_bind.py)
+            r = _bind_script(path, tmp, progress)
+        elif recipe.find(path) is not None:   # a build.json folder: wasi-libc, an sdist's sources
+            r = recipe.build(path, tmp, progress=progress, run=_run)
+        else:
+            r = _run(compile_command(path, tmp, sdk), path.name, progress)
         if r.returncode != 0:
             diag = (r.stderr + r.stdout).strip() or f"compiler exited with status {r.returncode}"
             raise BuildError(diag + _hint(diag))
         wasm = tmp.read_bytes()
-        check_module(wasm, out.name)
+        # a libc-built module (QuickJS: 1 MiB, ~10 s of CPU to compile) gets the build's patience,
+        # not a request's: a loaded machine stretches the compile's wall-clock time
+        big = path.suffix == ".js" or recipe.find(path) is not None
+        check_module(wasm, out.name, 300.0 if big else 30.0)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
     return BuildResult(out, len(wasm), time.monotonic() - t0)
 
 
+def _bind_script(path: Path, out: Path, progress: bool) -> subprocess.CompletedProcess:
+    """A JavaScript file -> the shipped js controller with the script bound in (aicirt.js_bind)."""
+    from .js_bind import bind
+    from .wasm_binary import WasmFormatError
+    js = build_cached(CONTROLLERS_DIR / "js", progress=progress)
+    try:
+        out.write_bytes(bind(js.read_bytes(), path.read_bytes()))
+    except (ValueError, WasmFormatError) as e:
+        return subprocess.CompletedProcess([], 1, "", f"{path}: {e}")
+    return subprocess.CompletedProcess([], 0, "", "")
+
+
 def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     """Hash of everything a build reads: the sources and the headers beside them, the SDK, the
     compiler's version and the compile command's shape."""
     path = resolve(src)
+    from . import recipe
+    if path.suffix == ".js":
+        return hashlib.sha256(b"js-bind-1\0" + source_hash(CONTROLLERS_DIR / "js").encode()
+                              + path.read_bytes()).hexdigest()[:16]
+    if recipe.find(path) is not None:
+        return recipe.source_hash(path, _compiler_version())
     cs, zs = _sources(path)
     headers = sorted((path if path.is_dir() else path.parent).glob("*.h"))
     h = hashlib.sha256(" ".join(compile_command(path, Path("OUT"), sdk)).encode())

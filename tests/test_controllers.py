@@ -13,7 +13,7 @@ import regex
 import aicirt
 from aicirt.engine.backends.scripted import ScriptedBackend
 from aicirt.engine import Engine
-from aicirt.toolchain import build_cached, shipped_controllers
+from aicirt.toolchain import CONTROLLERS_DIR, build_cached, shipped_controllers
 
 EOS = 256
 C = aicirt.Capabilities
@@ -201,6 +201,8 @@ FUZZED = {   # name: (argument, a property of each sequence that ends without er
     "grammar": (b'start: "(" NUM ("," NUM)* ")"\nNUM: /[0-9]{1,3}/\n',
                 lambda f: f.finish_reason != "stop" or re.fullmatch(rb"\([0-9]{1,3}(,[0-9]{1,3})*\)", f.text_bytes)
                 is not None),
+    # the js controller running the yesno behaviour in JS (its argument: the script, NUL, none)
+    "js": ((CONTROLLERS_DIR / "js" / "examples" / "yesno.js").read_bytes() + b"\0", _in({b"Yes", b"No"})),
 }
 
 

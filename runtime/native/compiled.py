@@ -124,6 +124,10 @@ class Compiled:
         cb = self.lib.aicirt_host_callback(index if native_ok else -1)
         return int(self.ffi.cast("uintptr_t", cb)), not native_ok
 
+    def wasi_callback(self, name: str) -> int:
+        """wasi.c's native callback for WASI function `name` (no env), or 0: the Python shim."""
+        return int(self.ffi.cast("uintptr_t", self.lib.aicirt_wasi_callback(name.encode())))
+
     def new_vars(self, limit: int) -> "CVars":
         return CVars(self.ffi, self.lib, limit)
 

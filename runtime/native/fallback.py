@@ -43,6 +43,11 @@ class Fallback:
     def __init__(self, native: "Native") -> None:
         self.native = native
         self.ffi, self.lib = native.wt, native.wtlib
+        # cffi parses a type string on its first use (pycparser, ~2 ms each): do it here, not in
+        # a sequence's first call, where it would count against the soft deadline
+        for t in ("aicirt_slot *", "intptr_t", "uint32_t *", "uint32_t[]", "uint8_t *", "uint8_t[]", "uintptr_t",
+                  "wasm_trap_t *", "wasm_trap_t **", "wt_val_raw_t[1]", "wt_val_raw_t[4]", "wt_val_raw_t[7]"):
+            self.ffi.typeof(t)
 
         nesting = threading.local()
 
@@ -455,6 +460,10 @@ class Fallback:
     def host_callback(self, index: int, native_ok: bool) -> tuple[int, bool]:
         """Every import is the Python trampoline here (it takes a handler id as env)."""
         return int(self.ffi.cast("uintptr_t", self._trampoline)), True
+
+    def wasi_callback(self, name: str) -> int:
+        """No native WASI here: every function is the Python shim (runtime/wasi.py)."""
+        return 0
 
     def new_vars(self, limit: int) -> "PyVars":
         return PyVars(limit)

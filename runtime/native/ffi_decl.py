@@ -51,6 +51,7 @@ int64_t aicirt_vars_take(aicirt_vars *v, uint8_t **out, uint64_t *bytes);
 int64_t aicirt_vars_snapshot(aicirt_vars *v, uint8_t **out, uint64_t *bytes);
 void aicirt_free(void *p);
 void *aicirt_host_callback(int index);
+void *aicirt_wasi_callback(const char *name);
 uint8_t *aicirt_ctx_memory(aicirt_slot *s, void *ctx, size_t *size);
 int64_t aicirt_ctx_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t bytes, const char *name);
 extern "Python" int aicirt_py_import(int32_t index, aicirt_slot *s, void *ctx, wt_val_raw_t *args);

@@ -46,5 +46,9 @@ def define_imports(native: "Native", linker: wasmtime.Linker, host: HostHandlers
         cb, takes_handler = native.host_callback(index, name in abi.NATIVE_IMPORTS)
         _define(native, linker, abi.HOST_MODULE, name, ty, cb, host.handler_id(name) if takes_handler else 0)
     for name, ty in wasi_imports:
-        cb, _ = native.host_callback(-1, False)
-        _define(native, linker, abi.WASI_MODULE, name, ty, cb, host.wasi_handler_id(name, ty))
+        cb = native.wasi_callback(name)   # wasi.c where it has the function (compiled path)
+        if cb:
+            _define(native, linker, abi.WASI_MODULE, name, ty, cb, 0)
+        else:
+            cb, _ = native.host_callback(-1, False)
+            _define(native, linker, abi.WASI_MODULE, name, ty, cb, host.wasi_handler_id(name, ty))

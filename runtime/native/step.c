@@ -89,6 +89,7 @@ typedef struct {
     double cpu_us;                  /* out: the CPU time the call used */
     double turn_wait_us;            /* what the call waited for its turns as a stalled call, so far */
     double turn_wait_since_us;      /* when its current wait for a turn began; 0: not waiting */
+    uint64_t wasi_rng;              /* WASI random_get's stream (wasi.c); 0: not seeded yet */
 } aicirt_slot;
 /* CDEF END */
 

@@ -1,0 +1,727 @@
+/* js: controllers written in JavaScript, run by QuickJS-NG inside this controller (docs/js.md).
+ *
+ * The controller's argument is the script, optionally followed by a NUL byte and the script's
+ * own argument (`aici.arg()`). The script defines `midProcess(arg)`; every mid-process call
+ * passes it the WIT's `mid-process-arg` (camelCase, plus `callIndex`) and turns what it returns,
+ * shaped like the WIT's `mid-process-result`, into the result. The API (`aici`, aici.d.ts)
+ * mirrors the WIT host interface; token sets and the regex constraint are native (the SDK's), so
+ * a JS controller's masks cost what C's do.
+ *
+ * Lifetimes: the interpreter, its context and the API are made by `aicirt_init`, once per
+ * (controller, tokenizer), and kept in the init snapshot (docs/snapshots.md); the script is
+ * evaluated on the request's first call; a fork copies the whole interpreter with the linear
+ * memory. A host without snapshots makes the interpreter on the first call instead.
+ *
+ * Errors never trap silently: a syntax error, an exception, or a result of the wrong shape is
+ * written to the log (message and stack) and ends the sequence through WASI `proc_exit(1)`,
+ * whose error the runtime words from that log line (docs/wasi.md).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "aici.h"
+#include "quickjs.h"
+
+#define JS_MEMORY_LIMIT (40u << 20)   /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
+#define JS_STACK_LIMIT (640u << 10)   /* of the 1 MiB shadow stack (toolchain's js recipe) */
+#define MAX_LOG_CHARS (16u << 10)     /* one console.log line; longer ones are cut */
+
+__attribute__((import_module("wasi_snapshot_preview1"), import_name("proc_exit"), noreturn))
+void wasi_proc_exit(int32_t code);
+
+static JSRuntime *rt;
+static JSContext *ctx;
+static JSValue mid_fn;                /* the script's midProcess */
+static JSClassID tokset_class, regex_class;
+static const aici_trie_t *trie;
+static bool script_loaded;
+/* Property names used every step, interned once (by the init): no string hashing per step. */
+enum { A_BRANCHES, A_SAMPLE_MASK, A_TEMPERATURE, A_SPLICES, A_WHEN_SAMPLED, A_BACKTRACK, A_FF_TOKENS,
+       A_TOKENS, A_SAMPLED, A_FORK_GROUP, A_CALL_INDEX, N_ATOMS };
+static const char *const ATOM_NAMES[N_ATOMS] = {"branches", "sampleMask", "temperature", "splices", "whenSampled",
+                                                "backtrack", "ffTokens", "tokens", "sampled", "forkGroup", "callIndex"};
+static JSAtom atoms[N_ATOMS];
+static uint32_t arg_skip;             /* bytes of aici_arg() before the script's own argument */
+
+/* A script bound into the module (`aicirt build/upload ctrl.js`: runtime/js_bind.py finds the
+ * marker and points ptr/len at a data segment it appends). Then the whole controller argument is
+ * the script's own. volatile: the binder rewrites it after compilation. */
+__attribute__((used)) static volatile struct {
+  char magic[24];
+  uint32_t ptr, len;
+} bound_script = {"aicirt:js:bound-script!", 0, 0};
+
+/* ---- failing: the log, then proc_exit ----------------------------------------------------- */
+__attribute__((noreturn)) static void die(const char *what, const char *text, size_t len) {
+  aici_logf("js: %s: %.*s\n", what, (int)len, text);
+  wasi_proc_exit(1);
+}
+
+/* The pending exception as "Name: message\n    at ..." (its stack when it has one). */
+__attribute__((noreturn)) static void die_exception(const char *what) {
+  JSValue exc = JS_GetException(ctx);
+  const char *msg = JS_ToCString(ctx, exc);
+  if (!msg) die(what, "out of memory (while reporting an exception)", 45);
+  char *text = 0;
+  size_t len = strlen(msg);
+  if (JS_IsError(exc)) {
+    JSValue stack = JS_GetPropertyStr(ctx, exc, "stack");
+    const char *st = JS_IsString(stack) ? JS_ToCString(ctx, stack) : 0;
+    if (st && *st) {
+      size_t sl = strlen(st);
+      text = malloc(len + 1 + sl + 1);
+      if (text) {
+        memcpy(text, msg, len);
+        text[len] = '\n';
+        memcpy(text + len + 1, st, sl);
+        len += 1 + sl;
+        while (len && text[len - 1] == '\n') len--;
+      }
+    }
+  }
+  die(what, text ? text : msg, text ? len : strlen(msg));
+}
+
+static JSValue throw_shape(const char *path, const char *expected) {
+  return JS_ThrowTypeError(ctx, "midProcess returned a result of the wrong shape: %s %s", path, expected);
+}
+
+/* ---- TokenSet ------------------------------------------------------------------------------ */
+typedef struct {
+  aici_tokset_t *set;
+  bool owned;       /* false: a Regex's cached mask, read-only */
+} tokset_t;
+
+static void tokset_finalizer(JSRuntime *r, JSValue v) {
+  tokset_t *t = JS_GetOpaque(v, tokset_class);
+  if (!t) return;
+  if (t->owned) aici_tokset_free(t->set);
+  free(t);
+}
+
+static JSValue tokset_wrap(aici_tokset_t *set, bool owned) {
+  JSValue obj = JS_NewObjectClass(ctx, (int)tokset_class);
+  if (JS_IsException(obj)) return obj;
+  tokset_t *t = malloc(sizeof *t);
+  if (!t) {
+    JS_FreeValue(ctx, obj);
+    return JS_ThrowOutOfMemory(ctx);
+  }
+  t->set = set, t->owned = owned;
+  JS_SetOpaque(obj, t);
+  return obj;
+}
+
+static tokset_t *tokset_of(JSContext *c, JSValueConst v) { return JS_GetOpaque2(c, v, tokset_class); }
+
+static tokset_t *tokset_mut(JSContext *c, JSValueConst v) {
+  tokset_t *t = tokset_of(c, v);
+  if (t && !t->owned) {
+    JS_ThrowTypeError(c, "this TokenSet is a Regex's cached mask and read-only: copy() it first");
+    return 0;
+  }
+  return t;
+}
+
+static JSValue tokset_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
+  JSValue obj = tokset_wrap(aici_tokset_new(), true);
+  if (JS_IsException(obj)) return obj;
+  if (argc > 0 && !JS_IsUndefined(argv[0])) {   /* new TokenSet(iterable of token ids) */
+    tokset_t *t = tokset_of(c, obj);
+    int64_t n;
+    if (JS_GetLength(c, argv[0], &n) < 0) { JS_FreeValue(c, obj); return JS_EXCEPTION; }
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t tok;
+      JSValue v = JS_GetPropertyInt64(c, argv[0], i);
+      int bad = JS_ToUint32(c, &tok, v);
+      JS_FreeValue(c, v);
+      if (bad) { JS_FreeValue(c, obj); return JS_EXCEPTION; }
+      if (tok >= t->set->vocab) { JS_FreeValue(c, obj); return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, t->set->vocab); }
+      aici_tokset_allow(t->set, tok);
+    }
+  }
+  return obj;
+}
+
+static int arg_token(JSContext *c, tokset_t *t, JSValueConst v, uint32_t *tok, bool upto) {
+  if (JS_ToUint32(c, tok, v)) return -1;
+  if (*tok > t->set->vocab || (!upto && *tok == t->set->vocab)) {
+    JS_ThrowRangeError(c, "token %u >= vocab size %u", *tok, t->set->vocab);
+    return -1;
+  }
+  return 0;
+}
+
+enum { TS_ALLOW, TS_DENY, TS_HAS };
+static JSValue tokset_one(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
+  tokset_t *t = op == TS_HAS ? tokset_of(c, this) : tokset_mut(c, this);
+  uint32_t tok;
+  if (!t || arg_token(c, t, argc ? argv[0] : JS_UNDEFINED, &tok, false)) return JS_EXCEPTION;
+  if (op == TS_HAS) return JS_NewBool(c, aici_tokset_has(t->set, tok));
+  if (op == TS_ALLOW) aici_tokset_allow(t->set, tok); else aici_tokset_deny(t->set, tok);
+  return JS_DupValue(c, this);
+}
+
+static JSValue tokset_range(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int deny) {
+  tokset_t *t = tokset_mut(c, this);
+  uint32_t lo, hi;
+  if (!t || arg_token(c, t, argc > 0 ? argv[0] : JS_UNDEFINED, &lo, true) ||
+      arg_token(c, t, argc > 1 ? argv[1] : JS_UNDEFINED, &hi, true))
+    return JS_EXCEPTION;
+  if (deny) aici_tokset_deny_range(t->set, lo, hi); else aici_tokset_allow_range(t->set, lo, hi);
+  return JS_DupValue(c, this);
+}
+
+enum { TS_CLEAR, TS_FILL };
+static JSValue tokset_whole(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
+  tokset_t *t = tokset_mut(c, this);
+  if (!t) return JS_EXCEPTION;
+  if (op == TS_FILL) aici_tokset_fill(t->set); else aici_tokset_clear(t->set);
+  return JS_DupValue(c, this);
+}
+
+enum { TS_AND, TS_OR, TS_SUB, TS_SET };
+static JSValue tokset_bin(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
+  tokset_t *t = tokset_mut(c, this), *o = t ? tokset_of(c, argc ? argv[0] : JS_UNDEFINED) : 0;
+  if (!t || !o) return JS_EXCEPTION;
+  if (op == TS_AND) aici_tokset_and(t->set, o->set);
+  else if (op == TS_OR) aici_tokset_or(t->set, o->set);
+  else if (op == TS_SUB) aici_tokset_sub(t->set, o->set);
+  else aici_tokset_copy(t->set, o->set);
+  return JS_DupValue(c, this);
+}
+
+static JSValue tokset_copy(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  tokset_t *t = tokset_of(c, this);
+  if (!t) return JS_EXCEPTION;
+  aici_tokset_t *s = aici_tokset_new();
+  aici_tokset_copy(s, t->set);
+  return tokset_wrap(s, true);
+}
+
+enum { TS_COUNT, TS_EMPTY, TS_SIZE };
+static JSValue tokset_query(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
+  tokset_t *t = tokset_of(c, this);
+  if (!t) return JS_EXCEPTION;
+  if (op == TS_EMPTY) return JS_NewBool(c, aici_tokset_empty(t->set));
+  return JS_NewUint32(c, op == TS_COUNT ? aici_tokset_count(t->set) : t->set->vocab);
+}
+
+static JSValue tokset_tokens(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  tokset_t *t = tokset_of(c, this);
+  if (!t) return JS_EXCEPTION;
+  JSValue arr = JS_NewArray(c);
+  uint32_t k = 0;
+  for (uint32_t w = 0; w < t->set->n_words; w++)
+    for (uint32_t bits = t->set->words[w]; bits; bits &= bits - 1) {
+      uint32_t tok = w * 32 + (uint32_t)__builtin_ctz(bits);
+      if (tok < t->set->vocab) JS_SetPropertyUint32(c, arr, k++, JS_NewUint32(c, tok));
+    }
+  return arr;
+}
+
+static const JSCFunctionListEntry tokset_proto[] = {
+    JS_CFUNC_MAGIC_DEF("allow", 1, tokset_one, TS_ALLOW),
+    JS_CFUNC_MAGIC_DEF("deny", 1, tokset_one, TS_DENY),
+    JS_CFUNC_MAGIC_DEF("has", 1, tokset_one, TS_HAS),
+    JS_CFUNC_MAGIC_DEF("allowRange", 2, tokset_range, 0),
+    JS_CFUNC_MAGIC_DEF("denyRange", 2, tokset_range, 1),
+    JS_CFUNC_MAGIC_DEF("clear", 0, tokset_whole, TS_CLEAR),
+    JS_CFUNC_MAGIC_DEF("fill", 0, tokset_whole, TS_FILL),
+    JS_CFUNC_MAGIC_DEF("and", 1, tokset_bin, TS_AND),
+    JS_CFUNC_MAGIC_DEF("or", 1, tokset_bin, TS_OR),
+    JS_CFUNC_MAGIC_DEF("sub", 1, tokset_bin, TS_SUB),
+    JS_CFUNC_MAGIC_DEF("set", 1, tokset_bin, TS_SET),
+    JS_CFUNC_DEF("copy", 0, tokset_copy),
+    JS_CFUNC_MAGIC_DEF("count", 0, tokset_query, TS_COUNT),
+    JS_CFUNC_MAGIC_DEF("isEmpty", 0, tokset_query, TS_EMPTY),
+    JS_CFUNC_MAGIC_DEF("size", 0, tokset_query, TS_SIZE),
+    JS_CFUNC_DEF("tokens", 0, tokset_tokens),
+};
+
+/* ---- Regex (the SDK's matcher; masks cached per DFA state) --------------------------------- */
+typedef struct {
+  aici_regex_t *re;   /* never freed: the SDK's regex has no free (it lives in linear memory) */
+} regex_t;
+
+static void regex_finalizer(JSRuntime *r, JSValue v) { free(JS_GetOpaque(v, regex_class)); }
+
+static const aici_trie_t *get_trie(JSContext *c) {
+  if (!trie && !(trie = aici_trie())) JS_ThrowInternalError(c, "the host's token trie is invalid");
+  else aici_token_bytes(0, 0);
+  return trie;
+}
+
+static JSValue regex_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
+  size_t len;
+  const char *pat = JS_ToCStringLen(c, &len, argc ? argv[0] : JS_UNDEFINED);
+  if (!pat) return JS_EXCEPTION;
+  char *err = 0;
+  aici_regex_t *re = aici_regex_compile(pat, len, &err);
+  JS_FreeCString(c, pat);
+  if (!re) {
+    JSValue e = JS_ThrowSyntaxError(c, "Regex: %s", err ? err : "invalid pattern");
+    aici_free(err);
+    return e;
+  }
+  if (!get_trie(c)) return JS_EXCEPTION;
+  JSValue obj = JS_NewObjectClass(c, (int)regex_class);
+  regex_t *r = malloc(sizeof *r);
+  if (JS_IsException(obj) || !r) { free(r); JS_FreeValue(c, obj); return JS_ThrowOutOfMemory(c); }
+  r->re = re;
+  JS_SetOpaque(obj, r);
+  return obj;
+}
+
+static int regex_state(JSContext *c, JSValueConst this, JSValueConst v, regex_t **r, uint32_t *st) {
+  if (!(*r = JS_GetOpaque2(c, this, regex_class))) return -1;
+  if (JS_ToUint32(c, st, v)) return -1;
+  if (*st >= aici_regex_num_states((*r)->re)) {
+    JS_ThrowRangeError(c, "Regex: %u is not a state of this regex", *st);
+    return -1;
+  }
+  return 0;
+}
+
+static JSValue regex_start(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  regex_t *r = JS_GetOpaque2(c, this, regex_class);
+  return r ? JS_NewUint32(c, aici_regex_start(r->re)) : JS_EXCEPTION;
+}
+
+/* advance(state, tokenOrTokens): the state after the tokens' bytes (0: dead). */
+static JSValue regex_advance(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  regex_t *r;
+  uint32_t st, vocab = aici_vocab_size();
+  if (regex_state(c, this, argc ? argv[0] : JS_UNDEFINED, &r, &st)) return JS_EXCEPTION;
+  JSValueConst toks = argc > 1 ? argv[1] : JS_UNDEFINED;
+  int64_t n = 1;
+  bool many = JS_IsArray(toks);
+  if (many && JS_GetLength(c, toks, &n) < 0) return JS_EXCEPTION;
+  for (int64_t i = 0; i < n && st; i++) {
+    uint32_t tok, len;
+    JSValue v = many ? JS_GetPropertyInt64(c, toks, i) : JS_DupValue(c, toks);
+    int bad = JS_ToUint32(c, &tok, v);
+    JS_FreeValue(c, v);
+    if (bad) return JS_EXCEPTION;
+    if (tok >= vocab) return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, vocab);
+    const uint8_t *b = aici_token_bytes(tok, &len);
+    st = aici_regex_advance(r->re, st, b, b ? len : 0);   /* no bytes (a special token): unchanged, as C */
+  }
+  return JS_NewUint32(c, st);
+}
+
+enum { RE_ACCEPTING, RE_CAN_CONTINUE };
+static JSValue regex_query(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
+  regex_t *r;
+  uint32_t st;
+  if (regex_state(c, this, argc ? argv[0] : JS_UNDEFINED, &r, &st)) return JS_EXCEPTION;
+  if (!st) return JS_FALSE;
+  return JS_NewBool(c, op == RE_ACCEPTING ? aici_regex_accepting(r->re, st) : aici_regex_can_continue(r->re, st));
+}
+
+/* mask(state): the tokens that keep the text a prefix of a match, plus EOS where the state
+ * accepts; a read-only set cached per state (as the C regex controller's). */
+static JSValue regex_mask(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  regex_t *r;
+  uint32_t st;
+  if (regex_state(c, this, argc ? argv[0] : JS_UNDEFINED, &r, &st)) return JS_EXCEPTION;
+  if (!st) return tokset_wrap(aici_tokset_new(), true);
+  aici_tokset_t *m = (aici_tokset_t *)aici_regex_mask_cached(r->re, trie, st);
+  if (aici_regex_accepting(r->re, st)) aici_tokset_allow(m, aici_eos_token());   /* depends on st only */
+  return tokset_wrap(m, false);
+}
+
+static const JSCFunctionListEntry regex_proto[] = {
+    JS_CFUNC_DEF("start", 0, regex_start),
+    JS_CFUNC_DEF("advance", 2, regex_advance),
+    JS_CFUNC_MAGIC_DEF("accepting", 1, regex_query, RE_ACCEPTING),
+    JS_CFUNC_MAGIC_DEF("canContinue", 1, regex_query, RE_CAN_CONTINUE),
+    JS_CFUNC_DEF("mask", 1, regex_mask),
+};
+
+/* ---- the host interface -------------------------------------------------------------------- */
+static JSValue tokens_array(JSContext *c, const uint32_t *t, uint32_t n) {
+  JSValue arr = JS_NewArray(c);
+  if (JS_IsException(arr)) return arr;
+  for (uint32_t i = 0; i < n; i++) JS_SetPropertyUint32(c, arr, i, JS_NewUint32(c, t[i]));
+  return arr;
+}
+
+/* A JS array of token ids -> a heap array (free with free); NULL with an exception pending. */
+static uint32_t *tokens_from(JSContext *c, JSValueConst v, uint32_t *n_out, const char *what) {
+  int64_t n;
+  if (!JS_IsArray(v)) { JS_ThrowTypeError(c, "%s: expected an array of token ids", what); return 0; }
+  if (JS_GetLength(c, v, &n) < 0) return 0;
+  if (n > (1 << 24)) { JS_ThrowRangeError(c, "%s: %lld tokens is too many", what, (long long)n); return 0; }
+  uint32_t *t = malloc((size_t)(n ? n : 1) * 4), vocab = aici_vocab_size();
+  if (!t) { JS_ThrowOutOfMemory(c); return 0; }
+  for (int64_t i = 0; i < n; i++) {
+    JSValue e = JS_GetPropertyInt64(c, v, i);
+    int bad = !JS_IsNumber(e) || JS_ToUint32(c, &t[i], e);
+    JS_FreeValue(c, e);
+    if (bad || t[i] >= vocab) {
+      free(t);
+      if (!JS_HasException(c)) JS_ThrowRangeError(c, "%s[%lld]: not a token id below %u", what, (long long)i, vocab);
+      return 0;
+    }
+  }
+  *n_out = (uint32_t)n;
+  return t;
+}
+
+static JSValue api_vocab_size(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) { return JS_NewUint32(c, aici_vocab_size()); }
+static JSValue api_eos_token(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) { return JS_NewUint32(c, aici_eos_token()); }
+static JSValue api_self_seq_id(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) { return JS_NewUint32(c, aici_self_seq_id()); }
+static JSValue api_capabilities(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) { return JS_NewUint32(c, aici_capabilities()); }
+
+static JSValue api_tokenize(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  size_t len;
+  const char *s = JS_ToCStringLen(c, &len, argc ? argv[0] : JS_UNDEFINED);
+  if (!s) return JS_EXCEPTION;
+  uint32_t n;
+  aici_token_t *t = aici_tokenize(s, len, &n);
+  JS_FreeCString(c, s);
+  JSValue arr = tokens_array(c, t, n);
+  aici_free(t);
+  return arr;
+}
+
+static JSValue api_detokenize(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  uint32_t n, len;
+  uint32_t *t = tokens_from(c, argc ? argv[0] : JS_UNDEFINED, &n, "detokenize");
+  if (!t) return JS_EXCEPTION;
+  uint8_t *b = aici_detokenize(t, n, &len);
+  free(t);
+  JSValue s = JS_NewStringLen(c, (const char *)b, len);   /* invalid UTF-8 -> U+FFFD */
+  aici_free(b);
+  return s;
+}
+
+static JSValue api_token_bytes(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  uint32_t tok, len, vocab = aici_vocab_size();
+  if (JS_ToUint32(c, &tok, argc ? argv[0] : JS_UNDEFINED)) return JS_EXCEPTION;
+  if (tok >= vocab) return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, vocab);
+  if (!get_trie(c)) return JS_EXCEPTION;
+  const uint8_t *b = aici_token_bytes(tok, &len);
+  return b ? JS_NewUint8ArrayCopy(c, b, len) : JS_NULL;
+}
+
+static JSValue api_arg(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  uint32_t n;
+  char *a = (char *)aici_arg(&n);
+  JSValue s = arg_skip < n ? JS_NewStringLen(c, a + arg_skip, n - arg_skip) : JS_NewString(c, "");
+  aici_free(a);
+  return s;
+}
+
+static JSValue api_var_get(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  const char *name = JS_ToCString(c, argc ? argv[0] : JS_UNDEFINED);
+  if (!name) return JS_EXCEPTION;
+  uint32_t len;
+  uint8_t *v = aici_var_get(name, &len);
+  JS_FreeCString(c, name);
+  if (!v) return JS_UNDEFINED;
+  JSValue s = JS_NewStringLen(c, (const char *)v, len);
+  aici_free(v);
+  return s;
+}
+
+static JSValue api_var_set(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int append) {
+  size_t vlen;
+  const char *name = JS_ToCString(c, argc ? argv[0] : JS_UNDEFINED);
+  if (!name) return JS_EXCEPTION;
+  const char *val = JS_ToCStringLen(c, &vlen, argc > 1 ? argv[1] : JS_UNDEFINED);
+  if (!val) { JS_FreeCString(c, name); return JS_EXCEPTION; }
+  if (append) aici_var_append(name, val, vlen); else aici_var_set(name, val, vlen);
+  JS_FreeCString(c, name);
+  JS_FreeCString(c, val);
+  return JS_UNDEFINED;
+}
+
+/* log(...values): one line, the values as strings joined by spaces (cut at MAX_LOG_CHARS). */
+static JSValue api_log(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  for (int i = 0; i < argc; i++) {
+    size_t len;
+    const char *s = JS_ToCStringLen(c, &len, argv[i]);
+    if (!s) return JS_EXCEPTION;
+    if (i) aici_log(" ", 1);
+    if (len > MAX_LOG_CHARS) {
+      aici_log(s, MAX_LOG_CHARS);
+      aici_logf("...(%zu bytes cut)", len - MAX_LOG_CHARS);
+    } else {
+      aici_log(s, len);
+    }
+    JS_FreeCString(c, s);
+  }
+  aici_log("\n", 1);
+  return JS_UNDEFINED;
+}
+
+static const aici_arg_t *cur_arg;
+
+static JSValue api_all_tokens(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  if (!cur_arg) return JS_ThrowTypeError(c, "allTokens() is available during midProcess only");
+  return tokens_array(c, cur_arg->all_tokens, cur_arg->n_all_tokens);
+}
+
+static const JSCFunctionListEntry api_funcs[] = {
+    JS_CFUNC_DEF("vocabSize", 0, api_vocab_size),
+    JS_CFUNC_DEF("eosToken", 0, api_eos_token),
+    JS_CFUNC_DEF("selfSeqId", 0, api_self_seq_id),
+    JS_CFUNC_DEF("capabilities", 0, api_capabilities),
+    JS_CFUNC_DEF("tokenize", 1, api_tokenize),
+    JS_CFUNC_DEF("detokenize", 1, api_detokenize),
+    JS_CFUNC_DEF("tokenBytes", 1, api_token_bytes),
+    JS_CFUNC_DEF("arg", 0, api_arg),
+    JS_CFUNC_DEF("varGet", 1, api_var_get),
+    JS_CFUNC_MAGIC_DEF("varSet", 2, api_var_set, 0),
+    JS_CFUNC_MAGIC_DEF("varAppend", 2, api_var_set, 1),
+    JS_CFUNC_DEF("log", 1, api_log),
+    JS_CFUNC_DEF("allTokens", 0, api_all_tokens),
+};
+
+/* Helpers written in JS (part of the init snapshot). */
+static const char PRELUDE[] =
+    "'use strict';\n"
+    "aici.Cap = Object.freeze({FORK: 1, BACKTRACK: 2, FF_TOKENS: 4, CONDITIONAL_FF_TOKENS: 8});\n"
+    "aici.stop = () => ({branches: []});\n"
+    "aici.sample = (mask, opts) => ({branches: [Object.assign({sampleMask: mask}, opts || {})]});\n"
+    "aici.fastForward = (tokens, backtrack) => ({branches: [{splices: [{backtrack: backtrack || 0, ffTokens: tokens}]}]});\n"
+    "aici.noop = () => aici.fastForward([], 0);\n"
+    "globalThis.console = Object.freeze({log: aici.log, info: aici.log, warn: aici.log, error: aici.log, debug: aici.log});\n";
+
+/* ---- the interpreter ----------------------------------------------------------------------- */
+static void make_interpreter(void) {
+  if (ctx) return;
+  if (!(rt = JS_NewRuntime())) aici_fail("js: cannot create the interpreter (out of memory)");
+  JS_SetMemoryLimit(rt, JS_MEMORY_LIMIT);
+  JS_SetMaxStackSize(rt, JS_STACK_LIMIT);
+  if (!(ctx = JS_NewContext(rt))) aici_fail("js: cannot create the interpreter's context (out of memory)");
+  JSClassDef tdef = {"TokenSet", .finalizer = tokset_finalizer}, rdef = {"Regex", .finalizer = regex_finalizer};
+  JS_NewClassID(rt, &tokset_class);
+  JS_NewClassID(rt, &regex_class);
+  JS_NewClass(rt, tokset_class, &tdef);
+  JS_NewClass(rt, regex_class, &rdef);
+  JSValue global = JS_GetGlobalObject(ctx), api = JS_NewObject(ctx);
+  JS_SetPropertyFunctionList(ctx, api, api_funcs, sizeof api_funcs / sizeof api_funcs[0]);
+  struct { JSClassID id; const char *name; JSCFunction *ctor; const JSCFunctionListEntry *fns; int n; } cls[] = {
+      {tokset_class, "TokenSet", tokset_ctor, tokset_proto, sizeof tokset_proto / sizeof tokset_proto[0]},
+      {regex_class, "Regex", regex_ctor, regex_proto, sizeof regex_proto / sizeof regex_proto[0]},
+  };
+  for (int i = 0; i < 2; i++) {
+    JSValue proto = JS_NewObject(ctx);
+    JS_SetPropertyFunctionList(ctx, proto, cls[i].fns, cls[i].n);
+    JSValue ctor = JS_NewCFunction2(ctx, cls[i].ctor, cls[i].name, 1, JS_CFUNC_constructor, 0);
+    JS_SetConstructor(ctx, ctor, proto);
+    JS_SetClassProto(ctx, cls[i].id, proto);
+    JS_SetPropertyStr(ctx, api, cls[i].name, ctor);
+  }
+  JS_SetPropertyStr(ctx, global, "aici", api);
+  JS_FreeValue(ctx, global);
+  for (int i = 0; i < N_ATOMS; i++) atoms[i] = JS_NewAtom(ctx, ATOM_NAMES[i]);
+  JSValue r = JS_Eval(ctx, PRELUDE, sizeof PRELUDE - 1, "<aici prelude>", JS_EVAL_TYPE_GLOBAL);
+  if (JS_IsException(r)) die_exception("prelude");
+  JS_FreeValue(ctx, r);
+  mid_fn = JS_UNDEFINED;
+}
+
+AICI_EXPORT_INIT void js_init(void) {
+  make_interpreter();
+  if ((trie = aici_trie())) aici_token_bytes(0, 0);
+  JS_RunGC(rt);
+}
+
+/* Math.random from WASI random_get (seeded per request by the runtime: replayable). */
+static JSValue math_random(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  uint64_t r = 0;
+  if (getentropy(&r, sizeof r)) return JS_ThrowInternalError(c, "random_get failed");
+  return JS_NewFloat64(c, (double)(r >> 11) * (1.0 / 9007199254740992.0));
+}
+
+static void load_script(void) {
+  uint32_t n, len = 0;
+  char *a;
+  if (bound_script.len) {          /* a bound script: the argument is all the script's */
+    a = aici_malloc(bound_script.len);
+    memcpy(a, (const void *)(uintptr_t)bound_script.ptr, bound_script.len);
+    len = bound_script.len;
+    arg_skip = 0;
+  } else {                         /* the argument: script, then NUL and the script's argument */
+    a = (char *)aici_arg(&n);
+    while (len < n && a[len]) len++;
+    arg_skip = len + 1;
+  }
+  JSValue global = JS_GetGlobalObject(ctx);
+  JSValue math = JS_GetPropertyStr(ctx, global, "Math");
+  JS_SetPropertyStr(ctx, math, "random", JS_NewCFunction(ctx, math_random, "random", 0));
+  JS_FreeValue(ctx, math);
+  JSValue r = JS_Eval(ctx, a, len, "<script>", JS_EVAL_TYPE_GLOBAL);
+  aici_free(a);
+  if (JS_IsException(r)) die_exception("the script failed");
+  JS_FreeValue(ctx, r);
+  mid_fn = JS_GetPropertyStr(ctx, global, "midProcess");
+  JS_FreeValue(ctx, global);
+  if (!JS_IsFunction(ctx, mid_fn)) {
+    const char *m = "the script defines no function midProcess(arg) (a global function declaration)";
+    die("the script failed", m, strlen(m));
+  }
+  script_loaded = true;
+}
+
+/* ---- results ------------------------------------------------------------------------------- */
+/* Keys of `obj` must be among `allowed` (atom indices, -1-terminated): a typo is an error, not
+ * a default. */
+static int check_keys(JSValueConst obj, const char *path, const int *allowed) {
+  JSPropertyEnum *props;
+  uint32_t n;
+  if (JS_GetOwnPropertyNames(ctx, &props, &n, obj, JS_GPN_STRING_MASK | JS_GPN_ENUM_ONLY)) return -1;
+  int rc = 0;
+  for (uint32_t i = 0; i < n && !rc; i++) {
+    bool ok = false;
+    for (const int *a = allowed; *a >= 0; a++) ok |= props[i].atom == atoms[*a];
+    if (!ok) {
+      const char *k = JS_AtomToCString(ctx, props[i].atom);
+      char msg[160];
+      snprintf(msg, sizeof msg, "%s has an unknown field '%s'", path, k ? k : "?");
+      JS_FreeCString(ctx, k);
+      throw_shape(msg, "");
+      rc = -1;
+    }
+  }
+  JS_FreePropertyEnum(ctx, props, n);
+  return rc;
+}
+
+/* obj[name]; *present: neither undefined nor null. A getter that throws leaves JS_EXCEPTION
+ * (callers return -1 on it, so that exception, not a shape error, is reported). */
+static JSValue get_field(JSValueConst obj, int name, bool *present) {
+  JSValue v = JS_GetProperty(ctx, obj, atoms[name]);
+  *present = !JS_IsUndefined(v) && !JS_IsNull(v) && !JS_IsException(v);
+  return v;
+}
+
+static int tokens_field(JSValueConst obj, int name, const char *path, uint32_t **t, uint32_t *n) {
+  bool present;
+  JSValue v = get_field(obj, name, &present);
+  *t = 0, *n = 0;
+  if (JS_IsException(v)) return -1;
+  if (present) {
+    char where[96];
+    snprintf(where, sizeof where, "%s.%s", path, ATOM_NAMES[name]);
+    *t = tokens_from(ctx, v, n, where);
+  }
+  JS_FreeValue(ctx, v);
+  return present && !*t ? -1 : 0;
+}
+
+static const int BRANCH_KEYS[] = {A_SAMPLE_MASK, A_TEMPERATURE, A_SPLICES, -1};
+static const int SPLICE_KEYS[] = {A_WHEN_SAMPLED, A_BACKTRACK, A_FF_TOKENS, -1};
+
+static int add_splice(aici_branch_t *b, JSValueConst sp, const char *path) {
+  if (!JS_IsObject(sp) || JS_IsArray(sp)) { throw_shape(path, "is not an object {whenSampled?, backtrack?, ffTokens?}"); return -1; }
+  if (check_keys(sp, path, SPLICE_KEYS)) return -1;
+  uint32_t *when, n_when, *ff, n_ff, bt = 0;
+  bool present;
+  JSValue v = get_field(sp, A_BACKTRACK, &present);
+  if (JS_IsException(v)) return -1;
+  if (present && (!JS_IsNumber(v) || JS_ToUint32(ctx, &bt, v))) {
+    JS_FreeValue(ctx, v);
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s.backtrack", path);
+    throw_shape(msg, "is not a number");
+    return -1;
+  }
+  JS_FreeValue(ctx, v);
+  if (tokens_field(sp, A_WHEN_SAMPLED, path, &when, &n_when)) return -1;
+  if (tokens_field(sp, A_FF_TOKENS, path, &ff, &n_ff)) { free(when); return -1; }
+  aici_branch_splice(b, when, n_when, bt, ff, n_ff);   /* copies the lists */
+  free(when);
+  free(ff);
+  return 0;
+}
+
+static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
+  char path[48];
+  snprintf(path, sizeof path, "branches[%u]", i);
+  if (!JS_IsObject(br) || JS_IsArray(br)) { throw_shape(path, "is not an object {sampleMask?, temperature?, splices?}"); return -1; }
+  if (check_keys(br, path, BRANCH_KEYS)) return -1;
+  aici_branch_t *b = aici_branch(res);
+  bool present;
+  JSValue v = get_field(br, A_SAMPLE_MASK, &present);
+  if (JS_IsException(v)) return -1;
+  if (present) {
+    tokset_t *t = JS_GetOpaque(v, tokset_class);
+    JS_FreeValue(ctx, v);   /* the set outlives the call: the result holds it until the next call */
+    if (!t) { throw_shape(path, ".sampleMask is not an aici.TokenSet"); return -1; }
+    aici_branch_mask(b, t->set);
+  } else {
+    JS_FreeValue(ctx, v);
+  }
+  v = get_field(br, A_TEMPERATURE, &present);
+  if (JS_IsException(v)) return -1;
+  if (present) {
+    double temp;
+    if (!JS_IsNumber(v) || JS_ToFloat64(ctx, &temp, v)) { JS_FreeValue(ctx, v); throw_shape(path, ".temperature is not a number"); return -1; }
+    aici_branch_temperature(b, (float)temp);
+  }
+  JS_FreeValue(ctx, v);
+  v = get_field(br, A_SPLICES, &present);
+  if (JS_IsException(v)) return -1;
+  if (present) {
+    int64_t n;
+    if (!JS_IsArray(v) || JS_GetLength(ctx, v, &n) < 0) { JS_FreeValue(ctx, v); throw_shape(path, ".splices is not an array"); return -1; }
+    for (int64_t k = 0; k < n; k++) {
+      char sp_path[72];
+      snprintf(sp_path, sizeof sp_path, "%s.splices[%lld]", path, (long long)k);
+      JSValue sp = JS_GetPropertyInt64(ctx, v, k);
+      int bad = add_splice(b, sp, sp_path);
+      JS_FreeValue(ctx, sp);
+      if (bad) { JS_FreeValue(ctx, v); return -1; }
+    }
+  }
+  JS_FreeValue(ctx, v);
+  return 0;
+}
+
+/* The script's result -> the WIT result; -1 with a JS exception pending when it is misshapen. */
+static int convert_result(JSValueConst r, aici_result_t *res) {
+  if (!JS_IsObject(r) || JS_IsArray(r)) { throw_shape("the result", "is not an object {branches: [...]}"); return -1; }
+  static const int keys[] = {A_BRANCHES, -1};
+  if (check_keys(r, "the result", keys)) return -1;
+  JSValue br = JS_GetProperty(ctx, r, atoms[A_BRANCHES]);
+  int64_t n;
+  if (JS_IsException(br)) return -1;   /* a getter threw: its exception stands */
+  if (!JS_IsArray(br) || JS_GetLength(ctx, br, &n) < 0) { JS_FreeValue(ctx, br); throw_shape("branches", "is not an array"); return -1; }
+  for (int64_t i = 0; i < n; i++) {
+    JSValue b = JS_GetPropertyInt64(ctx, br, i);
+    int bad = add_branch(res, b, (uint32_t)i);
+    JS_FreeValue(ctx, b);
+    if (bad) { JS_FreeValue(ctx, br); return -1; }
+  }
+  JS_FreeValue(ctx, br);
+  return 0;
+}
+
+/* ---- one step ------------------------------------------------------------------------------ */
+void aici_step(const aici_arg_t *arg, aici_result_t *res) {
+  make_interpreter();          /* no-op after the init (or the first call) */
+  JS_UpdateStackTop(rt);       /* the host calls in at the top of the shadow stack */
+  if (!script_loaded) load_script();
+  JSValue a = JS_NewObject(ctx);
+  JS_SetProperty(ctx, a, atoms[A_BACKTRACK], JS_NewUint32(ctx, arg->backtrack));
+  JS_SetProperty(ctx, a, atoms[A_TOKENS], tokens_array(ctx, arg->tokens, arg->n_tokens));
+  JS_SetProperty(ctx, a, atoms[A_SAMPLED], arg->has_sampled ? JS_NewUint32(ctx, arg->sampled) : JS_UNDEFINED);
+  JS_SetProperty(ctx, a, atoms[A_FORK_GROUP], tokens_array(ctx, arg->fork_group, arg->n_fork_group));
+  JS_SetProperty(ctx, a, atoms[A_CALL_INDEX], JS_NewUint32(ctx, arg->call_index));
+  cur_arg = arg;
+  JSValue r = JS_Call(ctx, mid_fn, JS_UNDEFINED, 1, (JSValueConst *)&a);
+  JS_FreeValue(ctx, a);
+  if (JS_IsException(r)) die_exception("midProcess threw");
+  int bad = convert_result(r, res);
+  JS_FreeValue(ctx, r);
+  cur_arg = 0;
+  if (bad) die_exception("midProcess");
+}

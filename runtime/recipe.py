@@ -1,0 +1,146 @@
+"""Controllers built from a `build.json` recipe: wasi-libc, and C sources from a pinned PyPI sdist.
+
+A recipe (JSON, in the controller's folder) says:
+
+- ``"libc": "wasi"`` (the only one): compile with ``-target wasm32-wasi`` and link wasi-libc, so
+  the module imports a few `wasi_snapshot_preview1` functions (docs/wasi.md). The SDK's own
+  `_initialize` stays the reactor entry (``-nostartfiles``: no crt1 start code).
+- ``"sdist"``: ``requirement`` (an exact ``name==version`` pin), ``sources`` and ``include``
+  (paths inside the unpacked sdist) and ``cflags``. The sdist is fetched with
+  ``pip download --no-binary :all: --no-deps <requirement>`` into the build cache, once, and
+  never committed; each source compiles once per (content, flags, compiler) into a cached object,
+  so a change to the controller's own files relinks in seconds.
+- ``"sdk_exclude"``: SDK files left out (e.g. `aici_alloc.c`, whose malloc would clash with libc's).
+- ``"stack_size"``: the shadow stack, bytes (default: the toolchain's).
+
+Everything raises :class:`aicirt.toolchain.BuildError` with the tool's own output.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from .paths import user_cache_dir
+
+RECIPE = "build.json"
+_PIN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=")
+
+
+def find(path: Path) -> dict[str, Any] | None:
+    """The folder's recipe, parsed and checked; None when it has none (a plain C/Zig build)."""
+    from .toolchain import BuildError
+    f = path / RECIPE if path.is_dir() else None
+    if f is None or not f.is_file():
+        return None
+    try:
+        r = json.loads(f.read_text())
+    except ValueError as e:
+        raise BuildError(f"{f}: not valid JSON: {e}") from None
+    if not isinstance(r, dict) or r.get("libc") != "wasi":
+        raise BuildError(f'{f}: a recipe needs "libc": "wasi" (the only libc the toolchain builds against)')
+    sd = r.get("sdist")
+    if sd is not None:
+        req = sd.get("requirement", "") if isinstance(sd, dict) else ""
+        if "==" not in req or not set(req) <= _PIN_CHARS:
+            raise BuildError(f'{f}: "sdist.requirement" must pin one version, e.g. "quickjs-ng==0.17.0.2"')
+        for key in ("sources", "include", "cflags"):
+            if not all(isinstance(x, str) for x in sd.get(key, [])):
+                raise BuildError(f'{f}: "sdist.{key}" must be a list of strings')
+    return r
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("AICIRT_BUILD_CACHE") or user_cache_dir("builds"))
+
+
+def fetch_sdist(requirement: str) -> Path:
+    """The unpacked sdist of `requirement` (pip, once per pin, into the build cache)."""
+    from .toolchain import BuildError
+    dest = _cache() / "sdist" / requirement.replace("==", "-")
+    done = dest / ".unpacked"
+    if done.is_file():
+        return dest / done.read_text().strip()
+    tmp = Path(tempfile.mkdtemp(prefix=".sdist-", dir=_cache()))
+    try:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+                            "-q", requirement, "-d", str(tmp)],
+                           capture_output=True, text=True)
+        archives = sorted(tmp.glob("*.tar.gz"))
+        if r.returncode != 0 or not archives:
+            raise BuildError(f"fetching the sdist {requirement} with pip failed:\n{(r.stderr + r.stdout).strip()}")
+        with tarfile.open(archives[0]) as tf:
+            tf.extractall(tmp / "src", filter="data")
+        top = next((tmp / "src").iterdir())
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        os.replace(top, dest / top.name)
+        done.write_text(top.name)
+        return dest / top.name
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _zig() -> list[str]:
+    return [sys.executable, "-m", "ziglang"]
+
+
+def _objects(recipe: dict[str, Any], run: Callable, label: str, progress: bool) -> tuple[list[Path], list[str]]:
+    """The sdist's sources as cached objects, and the -I flags for its headers."""
+    from .toolchain import BuildError, _compiler_version
+    sd = recipe.get("sdist")
+    if not sd:
+        return [], []
+    root = fetch_sdist(sd["requirement"])
+    includes = [f"-I{root / d}" for d in sd.get("include", [])]
+    flags = ["-target", "wasm32-wasi", "-mbulk-memory", "-msimd128", "-g0", *sd.get("cflags", [])]
+    objs = []
+    for rel in sd.get("sources", []):
+        src = root / rel
+        if not src.is_file():
+            raise BuildError(f"{sd['requirement']}: no source {rel} in the sdist")
+        key = hashlib.sha256(" ".join([sd["requirement"], rel, *flags, _compiler_version()]).encode()
+                             + src.read_bytes()).hexdigest()[:16]
+        obj = _cache() / "obj" / f"{src.stem}-{key}.o"
+        if not obj.is_file():
+            obj.parent.mkdir(parents=True, exist_ok=True)
+            tmp = obj.with_suffix(f".{os.getpid()}.tmp")
+            r = run([*_zig(), "cc", *flags, *includes, "-c", str(src), "-o", str(tmp)], f"{label}: {rel}", progress)
+            if r.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                raise BuildError((r.stderr + r.stdout).strip() or f"compiling {rel} failed")
+            os.replace(tmp, obj)
+        objs.append(obj)
+    return objs, includes
+
+
+def build(path: Path, out: Path, *, progress: bool, run: Callable) -> subprocess.CompletedProcess:
+    """Compile and link the recipe folder `path` into `out`; the link's CompletedProcess."""
+    from .toolchain import C_FLAGS, SDK_DIR, STACK_SIZE, sdk_sources
+    recipe = find(path)
+    assert recipe is not None
+    objs, includes = _objects(recipe, run, path.name, progress)
+    exclude = set(recipe.get("sdk_exclude", []))
+    sdk = [str(s) for s in sdk_sources() if s.name not in exclude]
+    stack = int(recipe.get("stack_size", STACK_SIZE))
+    cmd = [*_zig(), "cc", "-target", "wasm32-wasi", *C_FLAGS, f"-I{SDK_DIR}", *includes, "-nostartfiles",
+           "-Wl,--no-entry", "-Wl,--strip-all", f"-Wl,-z,stack-size={stack}", "-o", str(out),
+           *map(str, sorted(path.glob("*.c"))), *sdk, *map(str, objs)]
+    return run(cmd, path.name, progress)
+
+
+def source_hash(path: Path, compiler: str) -> str:
+    """Everything the build reads: the recipe, the folder's C files and headers, the SDK, the
+    compiler's version (the sdist is pinned by the recipe)."""
+    from .toolchain import SDK_DIR
+    h = hashlib.sha256(b"recipe-1\0" + compiler.encode())
+    for f in [*sorted(path.glob("*.[ch]")), path / RECIPE, *sorted(SDK_DIR.glob("*.[ch]"))]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
