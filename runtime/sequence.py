@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import wasmtime
 
-from . import abi
 from .errors import ControllerError
 from .native import instance
 from .native.types import CData
@@ -95,21 +94,13 @@ class Sequence(Owned):
         self.index = self._registry.add(self, native.addr(slot))
         try:
             with rt.clock.ticking():   # a start function runs under the first-call limit
-                self.instance: wasmtime.Instance | None = rt.instance_pre(request.controller).instantiate(self.store)
+                self.instance: wasmtime.Instance | None
+                self.instance, memory, self._globals = instance.instantiate(
+                    native, slot, rt.instance_pre(request.controller), self.store, request.controller)
         except Exception as e:  # start function trapped, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
-        ex = self.instance.exports(self.store)
-        memory = ex["memory"]
-        assert isinstance(memory, wasmtime.Memory)   # the loader checked the export
         self.memory: wasmtime.Memory | None = memory
-        self._globals = {idx: ex[name] for idx, name in request.controller.globals.items()}
-        instance.bind_exports(native, slot, {
-            "f_realloc": ex[abi.EXPORT_REALLOC],
-            "f_mid": ex[abi.EXPORT_MID_PROCESS],
-            "f_post": ex[abi.EXPORT_POST] if request.controller.has_post else None,
-            "f_init": ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None,
-        }, self.memory)
 
     def _describe(self) -> str:
         return f"sequence {self.id}"
