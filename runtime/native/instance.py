@@ -10,6 +10,7 @@ import wasmtime
 from wasmtime import _ffi as wt_ffi
 
 from .. import abi
+from . import pages
 from .types import CData
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class _Plan:
         self.memory = _c_name("memory")
         self.globals = [(idx, _c_name(name)) for idx, name in controller.globals.items()]
         self.has_post, self.has_init = controller.has_post, controller.has_initialize
+        self.image: tuple[int, int] | None = None   # a fresh instance's nonzero pages (bytes), at the first fork
 
 
 def _c_name(name: str) -> tuple[ctypes.Array, int]:
@@ -110,18 +112,28 @@ _FUNC_BYTES = ctypes.sizeof(wt_ffi.wasmtime_func_t)
 _MEMORY_BYTES = ctypes.sizeof(wt_ffi.wasmtime_memory_t)
 
 
-def _base(memory: wasmtime.Memory, store: wasmtime.Store) -> int:
+def memory_base(memory: wasmtime.Memory, store: wasmtime.Store) -> int:
+    """The address of linear memory's byte 0 (with the pooling allocator: its slot's base)."""
     return ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value or 0
 
 
-def copy_state(src: wasmtime.Store, src_memory: wasmtime.Memory, src_globals: dict,
-               dst: wasmtime.Store, dst_memory: wasmtime.Memory, dst_globals: dict) -> None:
-    """Fork's copy: linear memory and every mutable global (the loader exported them).
-    Raises wasmtime.WasmtimeError if the copy cannot be made (e.g. memory cannot grow)."""
+def copy_state(native: "Native", controller: "Controller",
+               src: wasmtime.Store, src_memory: wasmtime.Memory, src_globals: dict[int, wasmtime.Global],
+               dst: wasmtime.Store, dst_memory: wasmtime.Memory, dst_globals: dict[int, wasmtime.Global]) -> int:
+    """Fork's copy of an instance of `controller` into `dst`, a fresh instance of the same
+    controller that has not run (so its memory is zero outside the module's data image): linear
+    memory and every mutable global (the loader exported them). Only the 4 KiB pages where the
+    two can differ are written (pages.py): a page the parent left zero is skipped, so a fork
+    costs what the parent dirtied, not its memory's size. Returns the pages written. Raises
+    wasmtime.WasmtimeError if the copy cannot be made (e.g. memory cannot grow)."""
+    plan = _plans[controller]   # made by the instantiation of src
+    if plan.image is None:      # the data image: the same in every fresh instance of the controller
+        plan.image = pages.nonzero_extent(native, memory_base(dst_memory, dst), dst_memory.data_len(dst))
     grow = src_memory.size(src) - dst_memory.size(dst)
     if grow > 0:
         dst_memory.grow(dst, grow)
-    ctypes.memmove(_base(dst_memory, dst), _base(src_memory, src), src_memory.data_len(src))
+    written = pages.copy_changed(native, memory_base(dst_memory, dst), memory_base(src_memory, src),
+                                 src_memory.data_len(src), plan.image)
     # Raw value copies: the globals are numeric (the rewriter refuses others), and wasmtime-py's
     # Global.value/set_value cost ~10 µs each through Val objects.
     raw = wt_ffi.wasmtime_val_t()
@@ -130,3 +142,4 @@ def copy_state(src: wasmtime.Store, src_memory: wasmtime.Memory, src_globals: di
         err = wt_ffi.wasmtime_global_set(dst._context(), ctypes.byref(dst_globals[idx]._global), ctypes.byref(raw))
         if err:
             raise wasmtime.WasmtimeError._from_ptr(err)
+    return written
