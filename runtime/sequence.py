@@ -92,11 +92,14 @@ class Sequence(Owned):
         self.store.set_epoch_deadline(slot.first_call_ticks)   # a start function runs under the first-call limit
         instance.bind(native, slot, self.store)
         self.index = self._registry.add(self, native.addr(slot))
+        resident = self._registry.resident
         try:
-            with rt.clock.ticking():   # a start function runs under the first-call limit
+            # a start function runs under the first-call limit; a slot is taken and recorded as taken at once
+            with rt.clock.ticking(), resident.lock:
                 self.instance: wasmtime.Instance | None
                 self.instance, memory, self._globals = instance.instantiate(
                     native, slot, rt.instance_pre(request.controller), self.store, request.controller)
+                resident.taken(instance.memory_base(memory, self.store))
         except Exception as e:  # start function trapped, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
@@ -240,9 +243,15 @@ class Sequence(Owned):
         self._state = SeqState.CLOSED
         self.mask_buffer = None
         self._registry.remove(self, self._native.addr(self.slot))
+        store, memory, self.store = self.store, getattr(self, "memory", None), None   # no memory: instantiation failed
         self.instance = self.memory = None
         self._globals = {}
         self._release_slot()
-        store, self.store = self.store, None
-        if store is not None:
+        if store is not None and memory is not None:
+            resident = self._registry.resident
+            base, size = instance.memory_base(memory, store), memory.data_len(store)
+            with resident.lock:   # the slot is freed and recorded as free at once (registry.ResidentSlots)
+                store.close()
+                resident.freed(base, size)
+        elif store is not None:
             store.close()

@@ -1,18 +1,32 @@
 """Fork's page copy (runtime/native/pages.c and its numpy twin in pages.py): exact copies that
-write only the pages that differ, on both hot paths."""
+write only the pages that differ, on both hot paths. Memory that goes back (registry.ResidentSlots):
+freed slots' resident pages bounded by Limits.resident_bytes and returned to the OS when idle.
+RSS is read from /proc/self/status, with margins of half what is at stake."""
 from __future__ import annotations
 
 import mmap
+import time
+from pathlib import Path
 
 import numpy as np
+import pytest
 from hostile.wat import module
 
+import aicirt
 from aicirt import StepInput
 from aicirt.native import get_native, pages
+from aicirt.registry import ResidentSlots
 
 MIB = 1 << 20
 PAGE = 4096
 WASM_PAGE = 1 << 16
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
 
 
 def memory_bytes(seq) -> bytes:
@@ -101,3 +115,143 @@ def test_a_fork_child_runs_on_from_the_parents_state(rt):
     read = lambda s: int.from_bytes(s.memory.read(s.store, 5000, 5004), "little")  # noqa: E731
     assert (read(parent), read(child)) == (3, 4)
     assert sorted(g.value(child.store) for g in child._globals.values()) == [4, 65536]   # $calls, $heap
+
+
+# -- memory that goes back -----------------------------------------------------------------------
+BURST = 48
+
+
+def _burst(runtime):
+    """BURST live sequences of 1 MiB + 128 KiB of linear memory each, the first 1 MiB written
+    (wasmtime keeps 1 MiB of each freed one resident, zeroed); returns them."""
+    ctrl = runtime.load(module())
+    seqs = [runtime.new_request(ctrl).spawn() for _ in range(BURST)]
+    for s in seqs:
+        s.memory.grow(s.store, 16)
+        s.memory.write(s.store, b"\1" * MIB, 4096)
+    return seqs
+
+
+def _resident_runtime(**limits):
+    return aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, limits=aicirt.Limits(**limits))
+
+
+def test_freed_slots_hold_memory_until_trimmed_and_then_give_it_back(hot_path):
+    rt = _resident_runtime(resident_bytes=1 << 30, resident_idle_s=3600)
+    try:
+        seqs = _burst(rt)
+        for s in seqs:
+            s.close()
+        resident = rt.registry.resident
+        assert resident.held_bytes == BURST * MIB
+        held = rss_bytes()
+        assert resident.trim() == BURST * MIB
+        assert resident.held_bytes == 0
+        assert held - rss_bytes() > BURST * MIB // 2
+    finally:
+        rt.close()
+
+
+def test_the_resident_budget_bounds_what_freed_slots_hold(hot_path):
+    rt = _resident_runtime(resident_bytes=4 * MIB, resident_idle_s=3600)
+    try:
+        seqs = _burst(rt)
+        busy = rss_bytes()
+        for s in seqs:
+            s.close()
+        resident = rt.registry.resident
+        assert resident.held_bytes <= 4 * MIB
+        assert resident.given_back_bytes >= (BURST - 4) * MIB
+        assert busy - rss_bytes() > BURST * MIB // 2       # what the burst wrote went back at close
+    finally:
+        rt.close()
+
+
+def test_an_idle_runtime_gives_everything_back(hot_path):
+    rt = _resident_runtime(resident_bytes=1 << 30, resident_idle_s=0.05)
+    try:
+        seqs = _burst(rt)
+        busy = rss_bytes()
+        for s in seqs:
+            s.close()
+        resident = rt.registry.resident
+        deadline = time.monotonic() + 60      # generous: a loaded machine may starve the idle thread
+        while resident.held_bytes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert resident.held_bytes == 0
+        assert resident.given_back_bytes == BURST * MIB
+        assert busy - rss_bytes() > BURST * MIB // 2
+    finally:
+        rt.close()
+
+
+def test_a_trimmed_slot_serves_its_next_instance_as_new(rt):
+    """Given back, a slot still starts its next instance from the module's image and zeros, and
+    runs it and its forks correctly."""
+    ctrl = rt.load(module())
+    seqs = [rt.new_request(ctrl).spawn() for _ in range(8)]
+    fresh = memory_bytes(seqs[0])
+    for s in seqs:
+        s.memory.grow(s.store, 4)
+        s.memory.write(s.store, b"left behind", 1100)
+        s.memory.write(s.store, b"left behind", 3 * WASM_PAGE)
+        s.close()
+    assert rt.registry.resident.trim() > 0
+    again = [rt.new_request(ctrl).spawn() for _ in range(8)]
+    for s in again:
+        assert memory_bytes(s) == fresh
+        out = rt.submit([StepInput(s, [1])]).wait().results[0]
+        assert out.status == "ok"
+        assert memory_bytes(s.fork()) == memory_bytes(s)
+
+
+def test_nothing_is_given_back_while_paused():
+    slots = ResidentSlots(0, 3600.0, MIB)
+    buf = mmap.mmap(-1, MIB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)   # as wasmtime's slots
+    buf[:] = b"\1" * MIB
+    with slots.lock:
+        slots.budget_bytes = 1 << 30
+        slots.freed(_addr(buf), MIB)
+    with slots.paused():
+        assert slots.trim() == 0
+        assert buf[MIB - 1] == 1
+    assert slots.trim() == MIB
+    assert buf[:] == b"\0" * MIB       # an anonymous page given back reads as zero
+    slots.close()
+    slots.close()                        # idempotent
+
+
+def test_resident_settings_are_validated():
+    with pytest.raises(ValueError, match="resident_bytes"):
+        aicirt.Limits(resident_bytes=-1)
+    with pytest.raises(ValueError, match="resident_idle_s"):
+        aicirt.Limits(resident_idle_s=0)
+    with pytest.raises(ValueError, match="idle"):
+        ResidentSlots(0, 0.0, MIB)
+    with pytest.raises(ValueError, match="budget"):
+        ResidentSlots(-1, 1.0, MIB)
+
+
+def test_the_server_shows_what_freed_slots_hold_and_its_resident_budget(tmp_path, scripted_wasm):
+    """/metrics has aicirt_resident_slot_bytes (a finished request's slot is held), /v1/config the
+    two settings; an operator sets them like any limit."""
+    pytest.importorskip("fastapi")
+    import re
+
+    import httpx
+    from _server_helpers import aici_run, live_server
+
+    from aicirt.engine.backends import load_backend
+    from aicirt.serve.settings import Settings
+
+    settings = Settings(store=str(tmp_path), max_context=256,
+                        limits=aicirt.Limits(resident_bytes=8 * MIB, resident_idle_s=3600))
+    with live_server(settings, backend=load_backend("scripted")) as (url, server):
+        mid = httpx.post(url + "/v1/controllers", content=scripted_wasm.read_bytes()).json()["module_id"]
+        aici_run(url, {"controller": mid, "controller_arg": "", "prompt": "Go: ", "max_tokens": 2})
+        held = server.runtime.registry.resident.held_bytes
+        assert 0 < held <= 8 * MIB
+        text = httpx.get(url + "/metrics").text
+        assert re.search(rf"^aicirt_resident_slot_bytes {held}(\.0)?$", text, re.M), text
+        limits = httpx.get(url + "/v1/config").json()["limits"]
+        assert (limits["resident_bytes"], limits["resident_idle_s"]) == (8 * MIB, 3600)
