@@ -6,6 +6,7 @@ import ctypes
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import cffi
 import wasmtime
 from wasmtime import _ffi as wt_ffi
 
@@ -48,29 +49,36 @@ class _Plan:
             funcs.append(("f_post", abi.EXPORT_POST))
         if controller.has_initialize:
             funcs.append(("f_init", abi.EXPORT_INITIALIZE))
-        self.funcs = [(field, _c_name(name)) for field, name in funcs]
+        self.funcs = [(field, *_c_name(name)) for field, name in funcs]
         self.memory = _c_name("memory")
-        self.globals = [(idx, _c_name(name)) for idx, name in controller.globals.items()]
+        self.globals = [(idx, *_c_name(name)) for idx, name in controller.globals.items()]
         self.has_post, self.has_init = controller.has_post, controller.has_initialize
         self.image: tuple[int, int] | None = None   # a fresh instance's nonzero pages (bytes), at the first fork
 
 
-def _c_name(name: str) -> tuple[ctypes.Array, int]:
+def _c_name(name: str) -> tuple[bytes, int]:
     data = name.encode()
-    return ctypes.create_string_buffer(data), len(data)
+    return data, len(data)
 
 
+# wasmtime's C API for instantiation, through cffi (a call costs about a fifth of a ctypes one):
+# the struct layouts are wasmtime 50's (wasmtime/instance.h, extern.h), checked against
+# wasmtime-py's own bindings below.
+_wt = cffi.FFI()
+_wt.cdef("""
+typedef struct { uint64_t store_id; size_t index; } wt_instance_t;
+typedef struct { uint8_t kind; uint64_t of[3]; } wt_extern_t;
+void *wasmtime_instance_pre_instantiate(void *pre, void *ctx, wt_instance_t *out, void **trap);
+bool wasmtime_instance_export_get(void *ctx, const wt_instance_t *inst, const char *name, size_t len, wt_extern_t *item);
+""")
+_wtlib = _wt.dlopen(str(wt_ffi.filename))
+assert (_wt.sizeof("wt_instance_t"), _wt.sizeof("wt_extern_t"), _wt.offsetof("wt_extern_t", "of")) == (
+    ctypes.sizeof(wt_ffi.wasmtime_instance_t), ctypes.sizeof(wt_ffi.wasmtime_extern_t), wt_ffi.wasmtime_extern_t.of.offset)
 _plans: "weakref.WeakKeyDictionary[Controller, _Plan]" = weakref.WeakKeyDictionary()
-_instantiate_pre = wt_ffi.dll.wasmtime_instance_pre_instantiate   # argtypes set by wasmtime-py's bindings
-_export_get = wt_ffi.dll.wasmtime_instance_export_get
-
-
-def _export(ctx: Any, inst: Any, name: tuple[ctypes.Array, int], item: Any) -> Any:
-    """Look the export `name` of `inst` up into `item` (a wasmtime_extern_t the caller holds);
-    returns its union of handles, valid while `item` is."""
-    if not _export_get(ctx, ctypes.byref(inst), name[0], name[1], ctypes.byref(item)):
-        raise wasmtime.WasmtimeError(f"export {name[0].value.decode()!r} is missing")   # the loader checked
-    return item.of
+_pre_addrs: "weakref.WeakKeyDictionary[wasmtime.InstancePre, Any]" = weakref.WeakKeyDictionary()
+_FUNC_BYTES = ctypes.sizeof(wt_ffi.wasmtime_func_t)
+_MEMORY_BYTES = ctypes.sizeof(wt_ffi.wasmtime_memory_t)
+_GLOBAL_BYTES = ctypes.sizeof(wt_ffi.wasmtime_global_t)
 
 
 def instantiate(native: "Native", slot: CData, pre: wasmtime.InstancePre, store: wasmtime.Store,
@@ -79,37 +87,48 @@ def instantiate(native: "Native", slot: CData, pre: wasmtime.InstancePre, store:
     `slot` pointed at its functions and memory (raw handle copies); returns the instance, its
     memory and its mutable globals (by index, for fork). The few exports are looked up by name
     through the C API instead of wasmtime-py's export map, which wraps every export (2/3 of an
-    instantiation's time). Each handle is copied out of the lookup's extern while that extern is
-    alive: a handle read through the address of a temporary ctypes object is read from freed
-    memory, which another thread may already have reused (see the commit that added this).
-    Raises wasmtime.WasmtimeError or wasmtime.Trap if instantiation fails."""
+    instantiation's time). Every handle is copied out of the lookup's extern, which this frame
+    holds, before the next lookup reuses it: never read a handle through the address of a
+    temporary (ctypes or cffi) object, whose memory may be freed and reused by another thread
+    while a call has the GIL released (the cause of the 'object used with the wrong store'
+    aborts the first version of this had). Raises wasmtime.WasmtimeError or wasmtime.Trap if
+    instantiation fails."""
     plan = _plans.get(controller)
     if plan is None:
         assert native.ffi.sizeof("wt_func_t") == _FUNC_BYTES and native.ffi.sizeof("wt_memory_t") == _MEMORY_BYTES
         plan = _plans[controller] = _Plan(controller)
-    ctx = store._context()
-    inst = wt_ffi.wasmtime_instance_t()
-    trap = ctypes.POINTER(wt_ffi.wasm_trap_t)()
-    err = _instantiate_pre(pre.ptr(), ctx, ctypes.byref(inst), ctypes.byref(trap))
-    if err:
-        raise wasmtime.WasmtimeError._from_ptr(err)
-    if trap:
-        raise wasmtime.Trap._from_ptr(trap)
-    ffi, item = native.ffi, wt_ffi.wasmtime_extern_t()
-    for field, name in plan.funcs:
-        ffi.memmove(ffi.addressof(slot, field), bytes(_export(ctx, inst, name, item).func), _FUNC_BYTES)
-    mem = wt_ffi.wasmtime_memory_t.from_buffer_copy(_export(ctx, inst, plan.memory, item).memory)
-    ffi.memmove(ffi.addressof(slot, "mem"), bytes(mem), _MEMORY_BYTES)
+    pre_ptr = _pre_addrs.get(pre)
+    if pre_ptr is None:
+        pre_ptr = _pre_addrs[pre] = _wt.cast("void *", ctypes.cast(pre.ptr(), ctypes.c_void_p).value or 0)
+    wt, lib = _wt, _wtlib
+    ctx = wt.cast("void *", native.addr(slot.ctx))
+    inst = wt.new("wt_instance_t *")
+    trap = wt.new("void **")
+    err = lib.wasmtime_instance_pre_instantiate(pre_ptr, ctx, inst, trap)
+    if err != wt.NULL:
+        raise wasmtime.WasmtimeError._from_ptr(ctypes.cast(int(wt.cast("uintptr_t", err)), ctypes.POINTER(wt_ffi.wasmtime_error_t)))
+    if trap[0] != wt.NULL:
+        raise wasmtime.Trap._from_ptr(ctypes.cast(int(wt.cast("uintptr_t", trap[0])), ctypes.POINTER(wt_ffi.wasm_trap_t)))
+    item = wt.new("wt_extern_t *")
+    whole = wt.buffer(item)
+
+    def lookup(name: bytes, n: int) -> bytes:
+        if not lib.wasmtime_instance_export_get(ctx, inst, name, n, item):
+            raise wasmtime.WasmtimeError(f"export {name.decode()!r} is missing")   # the loader checked
+        return whole[8:]   # a copy of item.of (slicing a cffi buffer copies), taken while `item` is alive
+
+    ffi = native.ffi
+    for field, name, n in plan.funcs:
+        ffi.memmove(ffi.addressof(slot, field), lookup(name, n), _FUNC_BYTES)
+    mem_bytes = lookup(*plan.memory)
+    ffi.memmove(ffi.addressof(slot, "mem"), mem_bytes, _MEMORY_BYTES)
     slot.has_post = plan.has_post
     slot.needs_init = plan.has_init   # _initialize runs on the worker, first
-    globals_ = {idx: wasmtime.Global._from_raw(
-        wt_ffi.wasmtime_global_t.from_buffer_copy(_export(ctx, inst, name, item).global_))
-        for idx, name in plan.globals}
-    return wasmtime.Instance._from_raw(inst), wasmtime.Memory._from_raw(mem), globals_
-
-
-_FUNC_BYTES = ctypes.sizeof(wt_ffi.wasmtime_func_t)
-_MEMORY_BYTES = ctypes.sizeof(wt_ffi.wasmtime_memory_t)
+    globals_ = {idx: wasmtime.Global._from_raw(wt_ffi.wasmtime_global_t.from_buffer_copy(lookup(name, n)[:_GLOBAL_BYTES]))
+                for idx, name, n in plan.globals}
+    memory = wasmtime.Memory._from_raw(wt_ffi.wasmtime_memory_t.from_buffer_copy(mem_bytes[:_MEMORY_BYTES]))
+    return (wasmtime.Instance._from_raw(wt_ffi.wasmtime_instance_t.from_buffer_copy(wt.buffer(inst))),
+            memory, globals_)
 
 
 def memory_base(memory: wasmtime.Memory, store: wasmtime.Store) -> int:
