@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import mmap
+import os
 import sys
 import threading
 import time
@@ -174,6 +175,34 @@ if sys.platform.startswith("linux") and _MADV_DONTNEED is not None:
         _malloc_trim.restype = ctypes.c_int
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters
+MALLOC_THRESHOLD = 1 << 20
+_malloc_pinned: bool | None = None
+
+
+def pin_malloc_thresholds() -> bool:
+    """Fix glibc's mmap and trim thresholds at 1 MiB (once per process; glibc only; not where the
+    user set either, by MALLOC_*_THRESHOLD_ or GLIBC_TUNABLES). By default both rise with the
+    largest buffer freed (up to 32 and 64 MiB): after a flood of variables frees its 16 MiB
+    buffer, later large buffers come from the threads' arenas, and an arena's free top is only
+    given back once it passes the raised trim threshold, which malloc_trim does not change for
+    the worker threads' arenas (about 60 MiB kept after a few floods, measured with
+    bench/hostile_soak.py's mix). Fixed, a buffer of 1 MiB or more is its own mapping, gone at
+    free, and an arena keeps at most 1 MiB of free top. Returns whether they are fixed."""
+    global _malloc_pinned
+    if _malloc_pinned is None:
+        _malloc_pinned = False
+        tunables = os.environ.get("GLIBC_TUNABLES", "")
+        user_set = any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")) \
+            or "mmap_threshold" in tunables or "trim_threshold" in tunables
+        mallopt = getattr(_libc, "mallopt", None) if _madvise is not None else None
+        if mallopt is not None and not user_set:
+            mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+            _malloc_pinned = (mallopt(_M_MMAP_THRESHOLD, MALLOC_THRESHOLD) == 1
+                              and mallopt(_M_TRIM_THRESHOLD, MALLOC_THRESHOLD) == 1)
+    return _malloc_pinned
+
+
 def give_back(base: int, size: int) -> bool:
     """Drop the resident pages of [base, base + size) (`base` page-aligned, `size` bytes, rounded
     up to pages): they read as before (zeros, or the file they map) and leave RSS. False where
@@ -198,7 +227,8 @@ class ResidentSlots:
       the slots freed longest ago are given back at once;
     * gives back all of it once no instance was made or freed for `idle_s` seconds
       (Limits.resident_idle_s), and the C heap's free pages with it (glibc's malloc_trim: a
-      burst's Stores, logs and variables are malloc'd). One daemon thread does this; it sleeps
+      burst's Stores, logs and variables are malloc'd; see also :func:`pin_malloc_thresholds`,
+      which a ResidentSlots applies once per process). One daemon thread does this; it sleeps
       without a timeout while freed slots hold nothing, so an idle runtime has no periodic wakeup.
 
     Giving back is madvise(MADV_DONTNEED) over a free slot's reset memory: what it reads does not
@@ -222,6 +252,7 @@ class ResidentSlots:
         self.idle_s = idle_s
         self.keep_resident = keep_resident
         self._pool = pool
+        pin_malloc_thresholds()
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)      # the idle thread waits on it
         self._free: OrderedDict[int, int] = OrderedDict()   # base address -> bytes held, oldest first

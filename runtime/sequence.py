@@ -87,10 +87,8 @@ class Sequence(Owned):
         slot.tick_us = limits.epoch_tick_s * 1e6
         slot.wall_factor = limits.wall_backstop_factor
         self._group_buf = None                     # the fork group reported on the next call
-        self.store: wasmtime.Store | None = wasmtime.Store(rt.engine)
-        self.store.set_limits(memory_size=limits.memory_bytes)
-        self.store.set_epoch_deadline(slot.first_call_ticks)   # a start function runs under the first-call limit
-        instance.bind(native, slot, self.store)
+        # the first-call limit holds from here: a start function runs while instantiating
+        self.store: wasmtime.Store | None = instance.new_store(native, rt.engine, slot, limits.memory_bytes)
         self.index = self._registry.add(self, native.addr(slot))
         resident = self._registry.resident
         try:

@@ -255,3 +255,27 @@ def test_the_server_shows_what_freed_slots_hold_and_its_resident_budget(tmp_path
         assert re.search(rf"^aicirt_resident_slot_bytes {held}(\.0)?$", text, re.M), text
         limits = httpx.get(url + "/v1/config").json()["limits"]
         assert (limits["resident_bytes"], limits["resident_idle_s"]) == (8 * MIB, 3600)
+
+
+def test_large_freed_buffers_go_back_to_the_os():
+    """glibc raises its mmap and trim thresholds after a large free unless they are fixed: the
+    next large buffer then comes from the heap and stays resident once freed (the variable
+    floods' RSS growth). A Runtime fixes them (registry.pin_malloc_thresholds)."""
+    import ctypes
+
+    from aicirt import registry
+    aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False).close()
+    if not registry.pin_malloc_thresholds():
+        pytest.skip("not glibc on Linux, or the thresholds were set by the user")
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    first = libc.malloc(24 * MIB)
+    ctypes.memset(first, 1, 24 * MIB)
+    libc.free(first)                       # unfixed, this would raise the thresholds to 24 and 48 MiB
+    before = rss_bytes()
+    second = libc.malloc(16 * MIB)
+    ctypes.memset(second, 1, 16 * MIB)
+    libc.free(second)
+    assert rss_bytes() - before < 8 * MIB

@@ -23,18 +23,30 @@ def context_addr(store: wasmtime.Store) -> int:
     return ctypes.cast(store._context(), ctypes.c_void_p).value or 0
 
 
+def new_store(native: "Native", engine: wasmtime.Engine, slot: CData, memory_bytes: int) -> wasmtime.Store:
+    """A Store for `slot`'s sequence: linear memory limited to `memory_bytes`, bound to `slot`
+    (see `bind`), its epoch deadline at the first-call limit (`slot.first_call_ticks`)."""
+    store = wasmtime.Store(engine)
+    _wtlib.wasmtime_store_limiter(_wt.cast("void *", ctypes.cast(store.ptr(), ctypes.c_void_p).value or 0),
+                                  memory_bytes, -1, -1, -1, -1)
+    bind(native, slot, store)
+    return store
+
+
 def bind(native: "Native", slot: CData, store: wasmtime.Store) -> None:
     """Make `slot` the Store's data (host.c's imports find their sequence through it), and the
     data of the Store's epoch-deadline callback, which holds its calls to their limits in CPU
-    time (step.c). The clock starts now, on this thread, under the first-call limit
-    (`slot.first_call_ticks`), for a start function that runs while instantiating."""
+    time (step.c). The deadline is set to the first-call limit (`slot.first_call_ticks`) and the
+    clock starts now, on this thread, for a start function that runs while instantiating."""
     ctx = context_addr(store)
     slot.ctx = native.ffi.cast("void *", ctx)
-    wt_ffi.wasmtime_context_set_data(store._context(), native.addr(slot))
-    wt, store_ptr = native.wt, ctypes.cast(store.ptr(), ctypes.c_void_p).value or 0
-    native.wtlib.wasmtime_store_epoch_deadline_callback(
-        wt.cast("void *", store_ptr), wt.cast("wt_epoch_cb", native.epoch_callback),
-        wt.cast("void *", native.addr(slot)), wt.NULL)
+    wt, lib = native.wt, native.wtlib
+    data, wt_ctx = wt.cast("void *", native.addr(slot)), wt.cast("void *", ctx)
+    lib.wasmtime_context_set_data(wt_ctx, data)
+    lib.wasmtime_context_set_epoch_deadline(wt_ctx, slot.first_call_ticks)
+    store_ptr = ctypes.cast(store.ptr(), ctypes.c_void_p).value or 0
+    lib.wasmtime_store_epoch_deadline_callback(
+        wt.cast("void *", store_ptr), wt.cast("wt_epoch_cb", native.epoch_callback), data, wt.NULL)
     slot.budget_us = slot.first_call_ticks * slot.tick_us
     native.clock_start(slot, slot.budget_us)
 
@@ -61,7 +73,7 @@ def _c_name(name: str) -> tuple[bytes, int]:
     return data, len(data)
 
 
-# wasmtime's C API for instantiation, through cffi (a call costs about a fifth of a ctypes one):
+# wasmtime's C API for Store limits and instantiation, through cffi (a call costs about a fifth of a ctypes one):
 # the struct layouts are wasmtime 50's (wasmtime/instance.h, extern.h), checked against
 # wasmtime-py's own bindings below.
 _wt = cffi.FFI()
@@ -70,6 +82,8 @@ typedef struct { uint64_t store_id; size_t index; } wt_instance_t;
 typedef struct { uint8_t kind; uint64_t of[3]; } wt_extern_t;
 void *wasmtime_instance_pre_instantiate(void *pre, void *ctx, wt_instance_t *out, void **trap);
 bool wasmtime_instance_export_get(void *ctx, const wt_instance_t *inst, const char *name, size_t len, wt_extern_t *item);
+void wasmtime_store_limiter(void *store, int64_t memory_size, int64_t table_elements, int64_t instances,
+                            int64_t tables, int64_t memories);
 """)
 _wtlib = _wt.dlopen(str(wt_ffi.filename))
 assert (_wt.sizeof("wt_instance_t"), _wt.sizeof("wt_extern_t"), _wt.offsetof("wt_extern_t", "of")) == (
