@@ -261,6 +261,7 @@ class ResidentSlots:
         self._paused = 0
         self._last_activity = time.monotonic()
         self._closed = False
+        self._asleep = False          # the idle thread waits to be woken (it found nothing held)
         self._thread: threading.Thread | None = None
 
     # -- what instantiation and freeing record (with the lock held) ---------------------------------
@@ -286,8 +287,9 @@ class ResidentSlots:
             self._thread = threading.Thread(target=_watch_idle, args=(weakref.ref(self), self._wake),
                                             daemon=True, name="aicirt-resident")
             self._thread.start()
-        elif self._held == held:
-            self._wake.notify()       # the idle thread was asleep with nothing to watch
+        elif self._asleep:
+            self._asleep = False
+            self._wake.notify()       # the idle thread was asleep with nothing to watch (at most once an idle period)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -338,6 +340,7 @@ class ResidentSlots:
         if self._closed:
             return None
         if not self._held:
+            self._asleep = True
             return None
         wait = self._last_activity + self.idle_s - time.monotonic()
         if wait > 0 or self._paused:

@@ -87,18 +87,18 @@ class Sequence(Owned):
         slot.tick_us = limits.epoch_tick_s * 1e6
         slot.wall_factor = limits.wall_backstop_factor
         self._group_buf = None                     # the fork group reported on the next call
-        # the first-call limit holds from here: a start function runs while instantiating
         self.store: wasmtime.Store | None = instance.new_store(native, rt.engine, slot, limits.memory_bytes)
         self.index = self._registry.add(self, native.addr(slot))
         resident = self._registry.resident
         try:
-            # a start function runs under the first-call limit; a slot is taken and recorded as taken at once
-            with rt.clock.ticking(), resident.lock:
+            # No guest code runs here (admission refuses a start function), so the epoch clock need
+            # not tick; a slot is taken and recorded as taken at once.
+            with resident.lock:
                 self.instance: wasmtime.Instance | None
                 self.instance, memory, self._globals = instance.instantiate(
                     native, slot, rt.instance_pre(request.controller), self.store, request.controller)
-                resident.taken(instance.memory_base(memory, self.store))
-        except Exception as e:  # start function trapped, or memory limit too small
+                resident.taken(native.memory(slot)[0])
+        except Exception as e:  # no free slot, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
         self.memory: wasmtime.Memory | None = memory
@@ -247,7 +247,7 @@ class Sequence(Owned):
         self._release_slot()
         if store is not None and memory is not None:
             resident = self._registry.resident
-            base, size = instance.memory_base(memory, store), memory.data_len(store)
+            base, size = self._native.memory(self.slot)   # the slot still points at the instance's memory
             with resident.lock:   # the slot is freed and recorded as free at once (registry.ResidentSlots)
                 store.close()
                 resident.freed(base, size)

@@ -37,7 +37,7 @@ def bind(native: "Native", slot: CData, store: wasmtime.Store) -> None:
     """Make `slot` the Store's data (host.c's imports find their sequence through it), and the
     data of the Store's epoch-deadline callback, which holds its calls to their limits in CPU
     time (step.c). The deadline is set to the first-call limit (`slot.first_call_ticks`) and the
-    clock starts now, on this thread, for a start function that runs while instantiating."""
+    clock starts now, on this thread (a worker restarts it for each call)."""
     ctx = context_addr(store)
     slot.ctx = native.ffi.cast("void *", ctx)
     wt, lib = native.wt, native.wtlib
