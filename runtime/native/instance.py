@@ -12,7 +12,7 @@ from wasmtime import _ffi as wt_ffi
 
 from .. import abi
 from . import pages
-from .types import CData
+from .types import CData, CLib
 
 if TYPE_CHECKING:
     from ..controller import Controller
@@ -85,7 +85,7 @@ bool wasmtime_instance_export_get(void *ctx, const wt_instance_t *inst, const ch
 void wasmtime_store_limiter(void *store, int64_t memory_size, int64_t table_elements, int64_t instances,
                             int64_t tables, int64_t memories);
 """)
-_wtlib = _wt.dlopen(str(wt_ffi.filename))
+_wtlib: CLib = _wt.dlopen(str(wt_ffi.filename))
 assert (_wt.sizeof("wt_instance_t"), _wt.sizeof("wt_extern_t"), _wt.offsetof("wt_extern_t", "of")) == (
     ctypes.sizeof(wt_ffi.wasmtime_instance_t), ctypes.sizeof(wt_ffi.wasmtime_extern_t), wt_ffi.wasmtime_extern_t.of.offset)
 _plans: "weakref.WeakKeyDictionary[Controller, _Plan]" = weakref.WeakKeyDictionary()
