@@ -191,9 +191,9 @@ class Sequence(Owned):
             for _ in range(n):
                 child = Sequence(self.request)
                 children.append(child)
-                assert self.store and self.memory and child.store and child.memory   # all open here
-                instance.copy_state(self._native, self.request.controller, self.store, self.memory, self._globals,
-                                    child.store, child.memory, child._globals)
+                assert self.store and child.store and child.memory   # all open here
+                instance.copy_state(self._native, self.request.controller, self.slot, self.store, self._globals,
+                                    child.slot, child.store, child.memory, child._globals)
                 self._native.copy_seen(self.slot, child.slot)
                 self._native.copy_fork_state(self.slot, child.slot)
         except Exception as e:

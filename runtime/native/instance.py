@@ -93,6 +93,7 @@ _pre_addrs: "weakref.WeakKeyDictionary[wasmtime.InstancePre, Any]" = weakref.Wea
 _FUNC_BYTES = ctypes.sizeof(wt_ffi.wasmtime_func_t)
 _MEMORY_BYTES = ctypes.sizeof(wt_ffi.wasmtime_memory_t)
 _GLOBAL_BYTES = ctypes.sizeof(wt_ffi.wasmtime_global_t)
+WASM_PAGE = 1 << 16
 
 
 def instantiate(native: "Native", slot: CData, pre: wasmtime.InstancePre, store: wasmtime.Store,
@@ -151,22 +152,26 @@ def memory_base(memory: wasmtime.Memory, store: wasmtime.Store) -> int:
 
 
 def copy_state(native: "Native", controller: "Controller",
-               src: wasmtime.Store, src_memory: wasmtime.Memory, src_globals: dict[int, wasmtime.Global],
-               dst: wasmtime.Store, dst_memory: wasmtime.Memory, dst_globals: dict[int, wasmtime.Global]) -> int:
-    """Fork's copy of an instance of `controller` into `dst`, a fresh instance of the same
-    controller that has not run (so its memory is zero outside the module's data image): linear
-    memory and every mutable global (the loader exported them). Only the 4 KiB pages where the
-    two can differ are written (pages.py): a page the parent left zero is skipped, so a fork
-    costs what the parent dirtied, not its memory's size. Returns the pages written. Raises
-    wasmtime.WasmtimeError if the copy cannot be made (e.g. memory cannot grow)."""
+               src_slot: CData, src: wasmtime.Store, src_globals: dict[int, wasmtime.Global],
+               dst_slot: CData, dst: wasmtime.Store, dst_memory: wasmtime.Memory,
+               dst_globals: dict[int, wasmtime.Global]) -> int:
+    """Fork's copy of an instance of `controller` (its slot, Store and globals) into `dst`, a
+    fresh instance of the same controller that has not run (so its memory is zero outside the
+    module's data image): linear memory and every mutable global (the loader exported them).
+    Only the 4 KiB pages where the two can differ are written (pages.py): a page the parent left
+    zero is skipped, so a fork costs what the parent dirtied, not its memory's size. The
+    memories' addresses and sizes are read through the hot path (`native.memory`, one call each).
+    Returns the pages written. Raises wasmtime.WasmtimeError if the copy cannot be made (e.g.
+    memory cannot grow)."""
     plan = _plans[controller]   # made by the instantiation of src
+    dst_base, dst_size = native.memory(dst_slot)
     if plan.image is None:      # the data image: the same in every fresh instance of the controller
-        plan.image = pages.nonzero_extent(native, memory_base(dst_memory, dst), dst_memory.data_len(dst))
-    grow = src_memory.size(src) - dst_memory.size(dst)
-    if grow > 0:
-        dst_memory.grow(dst, grow)
-    written = pages.copy_changed(native, memory_base(dst_memory, dst), memory_base(src_memory, src),
-                                 src_memory.data_len(src), plan.image)
+        plan.image = pages.nonzero_extent(native, dst_base, dst_size)
+    src_base, src_size = native.memory(src_slot)
+    if src_size > dst_size:
+        dst_memory.grow(dst, (src_size - dst_size) // WASM_PAGE)
+        dst_base, dst_size = native.memory(dst_slot)
+    written = pages.copy_changed(native, dst_base, src_base, src_size, plan.image)
     # Raw value copies: the globals are numeric (the rewriter refuses others), and wasmtime-py's
     # Global.value/set_value cost ~10 µs each through Val objects.
     raw = wt_ffi.wasmtime_val_t()
