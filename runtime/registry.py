@@ -228,8 +228,9 @@ class ResidentSlots:
     * gives back all of it once no instance was made or freed for `idle_s` seconds
       (Limits.resident_idle_s), and the C heap's free pages with it (glibc's malloc_trim: a
       burst's Stores, logs and variables are malloc'd; see also :func:`pin_malloc_thresholds`,
-      which a ResidentSlots applies once per process). One daemon thread does this; it sleeps
-      without a timeout while freed slots hold nothing, so an idle runtime has no periodic wakeup.
+      which a ResidentSlots applies once per process). One daemon thread does this; while freed
+      slots hold nothing it sleeps until a slot is freed (waking once a minute at most, to notice a
+      ResidentSlots that was dropped unclosed), so an idle runtime has no ticking thread.
 
     Giving back is madvise(MADV_DONTNEED) over a free slot's reset memory: what it reads does not
     change (zeros, or the module's copy-on-write image, which the kernel maps back), only the
