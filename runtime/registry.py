@@ -349,6 +349,7 @@ class ResidentSlots:
         self._trim_locked(0)
         if _malloc_trim is not None:
             _malloc_trim(0)   # the heap's free pages (a burst's Stores, logs, variables)
+        self._asleep = True   # nothing held now: the next `freed` wakes the thread
         return None
 
     def close(self) -> None:
