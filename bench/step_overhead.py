@@ -11,10 +11,12 @@ object API's (`object_api_us_per_seq_*`) and the engine thread's own share
 (`engine_thread_us_per_seq_b256`: submit + collect, the time blocked on workers excluded).
 `speedup_api` compares that whole with the naive path's (wasmtime-py's public API on the caller's
 thread: also its whole). `overhead_us_*` is the inner figure, timed inside the worker. Also:
-instantiate-per-sequence time, fork time at 1 and 16 MiB of linear memory, and batch-of-64 wall
-time with 1 vs 2 worker threads.
+instantiate-per-sequence time (beside wasmtime-py's own path for the same instance,
+`instantiate_naive_us`), fork time at 1 and 16 MiB of linear memory (untouched, and all written:
+a fork copies what the parent changed), and batch-of-64 wall time with 1 vs 2 worker threads.
 
     python bench/step_overhead.py [--steps 200] [--batch 64]
+    python bench/step_overhead.py --fork-only      # instantiate and fork only (instantiate_naive_us: its baseline)
 
 The last line is one JSON object.
 """
@@ -152,14 +154,18 @@ def bench_instantiate(rt, ctrl, n=300):
     return times
 
 
-def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True):
-    """Fork a parent whose linear memory is `mib` MiB. With `reuse_slots`, each child is closed
-    before the next fork, so the pooled slot it gets is resident (a serving steady state);
-    otherwise every child takes a never-used slot and pays its page faults."""
+def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True, dirty=False):
+    """Fork a parent whose linear memory is `mib` MiB (with `dirty`, every byte of it written).
+    With `reuse_slots`, each child is closed before the next fork, so the pooled slot it gets is
+    resident (a serving steady state); otherwise every child takes a never-used slot and pays its
+    page faults."""
     parent = rt.new_request(ctrl).spawn()
     pages = mib * 16 - parent.memory.size(parent.store)
     if pages > 0:
         parent.memory.grow(parent.store, pages)
+    if dirty:
+        start = 1 << 16   # past the controller's own data and stack
+        parent.memory.write(parent.store, b"\x5a" * (parent.memory.data_len(parent.store) - start), start)
     times, children = [], []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -173,14 +179,53 @@ def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True):
     return times
 
 
+def bench_instantiate_naive(rt, ctrl, n=300):
+    """The baseline: wasmtime-py's public path for the same instance (a Store with the same
+    limit, InstancePre.instantiate, the export map), as the runtime did it before."""
+    import wasmtime
+    pre = rt.instance_pre(ctrl)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        store = wasmtime.Store(rt.engine)
+        store.set_limits(memory_size=rt.limits.memory_bytes)
+        ex = pre.instantiate(store).exports(store)
+        _ = [ex[name] for name in ("memory", "cabi_realloc", "mid-process")]
+        times.append((time.perf_counter() - t0) * 1e6)
+        store.close()
+    return times
+
+
+def fork_instantiate_report(ctrl_path, limits) -> dict:
+    """Instantiate and fork, median wall time on the caller's thread (µs), with wasmtime-py's bare
+    instantiate as a same-run reference."""
+    report = {}
+    with aicirt.Runtime(FakeVocab(), limits=limits, workers=1, cache_dir=False) as rt:
+        ctrl = rt.load(ctrl_path)
+        report["instantiate_us"] = pct(bench_instantiate(rt, ctrl), 50)
+        report["instantiate_naive_us"] = pct(bench_instantiate_naive(rt, ctrl), 50)
+        report["fork_1mib_us"] = pct(bench_fork(rt, ctrl, 1), 50)
+        report["fork_16mib_us"] = pct(bench_fork(rt, ctrl, 16, n=20), 50)
+        report["fork_16mib_dirty_us"] = pct(bench_fork(rt, ctrl, 16, n=10, dirty=True), 50)
+        report["fork_1mib_fresh_slot_us"] = pct(bench_fork(rt, ctrl, 1, n=50, reuse_slots=False), 50)
+    # ours / wasmtime-py's bare path: what a Sequence adds (its slot, Store binding, registry) and saves (the export map)
+    report["instantiate_vs_naive"] = report["instantiate_us"] / report["instantiate_naive_us"]
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--work", type=int, default=200000, help="busy-work rounds per call for the 1-vs-2 workers run")
+    ap.add_argument("--fork-only", action="store_true", help="only the instantiate and fork figures")
     args = ap.parse_args()
     ctrl_path = build_cached(HERE / "controllers" / "static_mask.c", sdk=False)
     limits = aicirt.Limits(memory_bytes=64 << 20)
+    if args.fork_only:
+        report = fork_instantiate_report(ctrl_path, limits)
+        print(json.dumps({k: round(v, 3) for k, v in report.items()}))
+        return
     report = {"vocab": VOCAB, "batch": args.batch}
 
     with aicirt.Runtime(FakeVocab(), limits=limits, workers=1, cache_dir=False) as rt:
@@ -189,10 +234,8 @@ def main() -> None:
         per_seq, wall = bench_hot_path(rt, ctrl, args.batch, args.steps)
         report["overhead_us_median"] = pct(per_seq, 50)
         report["overhead_us_p99"] = pct(per_seq, 99)
-        report["instantiate_us"] = pct(bench_instantiate(rt, ctrl), 50)
-        report["fork_1mib_us"] = pct(bench_fork(rt, ctrl, 1), 50)
-        report["fork_16mib_us"] = pct(bench_fork(rt, ctrl, 16, n=20), 50)
-        report["fork_1mib_fresh_slot_us"] = pct(bench_fork(rt, ctrl, 1, n=50, reuse_slots=False), 50)
+
+    report.update(fork_instantiate_report(ctrl_path, limits))
 
     # What the caller feels: the whole submit -> wait, the runtime's default 2 workers.
     with aicirt.Runtime(FakeVocab(), limits=limits, workers=2, cache_dir=False) as rt:
@@ -240,8 +283,9 @@ def main() -> None:
     print(f"pure-Python fallback: {report['fallback_us_median']:.2f} us/seq-step median")
     print(f"naive wasmtime-py (whole, on the caller's thread): {report['naive_us_median']:.1f} us median -> "
           f"{report['speedup_api']:.0f}x the rows API's whole (inner: {report['speedup']:.0f}x)")
-    print(f"instantiate {report['instantiate_us']:.1f} us; fork 1 MiB {report['fork_1mib_us']:.1f} us "
-          f"({report['fork_1mib_fresh_slot_us']:.1f} us into a never-used slot), 16 MiB {report['fork_16mib_us']:.1f} us")
+    print(f"instantiate {report['instantiate_us']:.1f} us (wasmtime-py's path {report['instantiate_naive_us']:.1f}); "
+          f"fork 1 MiB {report['fork_1mib_us']:.1f} us ({report['fork_1mib_fresh_slot_us']:.1f} us into a never-used "
+          f"slot), 16 MiB {report['fork_16mib_us']:.1f} us ({report['fork_16mib_dirty_us']:.1f} us all written)")
     print(f"batch of {args.batch} busy controllers: 1 worker {report['batch64_busy_ms_1_workers']:.2f} ms, "
           f"2 workers {report['batch64_busy_ms_2_workers']:.2f} ms (cores: {os.cpu_count()})")
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in report.items()}))

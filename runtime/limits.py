@@ -16,6 +16,13 @@ class Limits:
     CPU still ends after `wall_backstop_factor` times its limit in wall-clock time. The soft
     deadline is wall-clock; a late step counts towards `max_late_steps` only once the call's own
     time (its CPU time, plus any wait for its turn among stuck calls) has reached the soft deadline.
+
+    `resident_bytes` and `resident_idle_s` are not sandbox limits but the runtime's memory policy:
+    a freed instance's pooled slot keeps up to 1 MiB of its linear memory resident, so the next
+    instance (or fork) in it starts without page faults; together freed slots keep at most
+    `resident_bytes` (the slots freed longest ago give theirs back first), and all of it goes back
+    once the runtime has made or freed no instance for `resident_idle_s` seconds
+    (:class:`aicirt.registry.ResidentSlots`).
     """
 
     soft_deadline_s: float = 0.025      # after the forward pass ends (i.e. from BatchHandle.wait)
@@ -37,16 +44,19 @@ class Limits:
     max_extra_workers: int = 32
     max_splices: int = 64               # splices in one branch of a result
     max_result_tokens: int = 1 << 16    # token ids in one result's splices (when-sampled + ff-tokens)
+    resident_bytes: int = 64 << 20      # linear memory freed pooled slots keep resident for reuse (0: none)
+    resident_idle_s: float = 1.0        # no instance made or freed this long: freed slots give it all back
 
     def __post_init__(self) -> None:
-        for name in ("soft_deadline_s", "call_timeout_s", "first_call_timeout_s", "compile_timeout_s", "epoch_tick_s"):
+        for name in ("soft_deadline_s", "call_timeout_s", "first_call_timeout_s", "compile_timeout_s", "epoch_tick_s",
+                     "resident_idle_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("max_late_steps", "memory_bytes", "stack_bytes", "log_bytes", "upload_bytes", "host_arg_bytes",
                      "variable_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("max_extra_workers", "max_splices", "max_result_tokens"):
+        for name in ("max_extra_workers", "max_splices", "max_result_tokens", "resident_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Limits.{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.wall_backstop_factor >= 1:

@@ -6,15 +6,25 @@ It keeps, for one Runtime:
   batch gathers its rows from in one hot-path call;
 - the calls that outlive their batch (late, or closed while running): their mask arrays are
   pinned, and a sequence closed while its call runs is freed once the call has ended;
-- the alternating mask arrays batches write into.
+- the alternating mask arrays batches write into;
+- what freed pooled slots keep resident (:class:`ResidentSlots`): bounded, given back when idle.
 
 Sequences and batches call only the methods below; all of it is touched on the engine's thread,
-except `lookup`, which worker threads call under the lock.
+except `lookup`, which worker threads call under the lock, and the resident slots, which have
+their own lock and idle thread.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import mmap
+import os
+import sys
 import threading
-from typing import TYPE_CHECKING, Callable
+import time
+import weakref
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 
@@ -45,8 +55,11 @@ class MaskBuffers:
 class Registry:
     """Live sequences, calls out past their batch, and mask arrays (see the module docstring)."""
 
-    def __init__(self, mask_words: int, gather: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, int]]) -> None:
+    def __init__(self, mask_words: int, gather: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, int]],
+                 resident: "ResidentSlots | None" = None) -> None:
         self._gather = gather   # the hot path's table[index] with a check of every index
+        #: what freed pooled slots keep resident (Limits.resident_bytes); closed by `clear`
+        self.resident = resident if resident is not None else ResidentSlots(0, 1.0, 0)
         self._lock = threading.Lock()
         self._by_addr: dict[int, Sequence] = {}
         self._by_index: list[Sequence | None] = []
@@ -144,4 +157,221 @@ class Registry:
             seqs = list(self._by_addr.values())
             self._closing.clear()
             self._held.clear()
-            return seqs
+        self.resident.close()
+        return seqs
+
+
+# -- memory that goes back --------------------------------------------------------------------------
+_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+_madvise = _malloc_trim = None
+if sys.platform.startswith("linux") and _MADV_DONTNEED is not None:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _madvise = _libc.madvise
+    _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    _madvise.restype = ctypes.c_int
+    _malloc_trim = getattr(_libc, "malloc_trim", None)   # glibc; not musl
+    if _malloc_trim is not None:
+        _malloc_trim.argtypes = [ctypes.c_size_t]
+        _malloc_trim.restype = ctypes.c_int
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters
+MALLOC_THRESHOLD = 1 << 20
+_malloc_pinned: bool | None = None
+
+
+def pin_malloc_thresholds() -> bool:
+    """Fix glibc's mmap and trim thresholds at 1 MiB (once per process; glibc only; not where the
+    user set either, by MALLOC_*_THRESHOLD_ or GLIBC_TUNABLES). By default both rise with the
+    largest buffer freed (up to 32 and 64 MiB): after a flood of variables frees its 16 MiB
+    buffer, later large buffers come from the threads' arenas, and an arena's free top is only
+    given back once it passes the raised trim threshold, which malloc_trim does not change for
+    the worker threads' arenas (about 60 MiB kept after a few floods, measured with
+    bench/hostile_soak.py's mix). Fixed, a buffer of 1 MiB or more is its own mapping, gone at
+    free, and an arena keeps at most 1 MiB of free top. Returns whether they are fixed."""
+    global _malloc_pinned
+    if _malloc_pinned is None:
+        _malloc_pinned = False
+        tunables = os.environ.get("GLIBC_TUNABLES", "")
+        user_set = any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")) \
+            or "mmap_threshold" in tunables or "trim_threshold" in tunables
+        mallopt = getattr(_libc, "mallopt", None) if _madvise is not None else None
+        if mallopt is not None and not user_set:
+            mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+            _malloc_pinned = (mallopt(_M_MMAP_THRESHOLD, MALLOC_THRESHOLD) == 1
+                              and mallopt(_M_TRIM_THRESHOLD, MALLOC_THRESHOLD) == 1)
+    return _malloc_pinned
+
+
+def give_back(base: int, size: int) -> bool:
+    """Drop the resident pages of [base, base + size) (`base` page-aligned, `size` bytes, rounded
+    up to pages): they read as before (zeros, or the file they map) and leave RSS. False where
+    the platform cannot (not Linux, where MADV_DONTNEED means "zero on next touch") or the
+    kernel refused (e.g. not mapped)."""
+    if _madvise is None or size <= 0:
+        return False
+    size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+    return bool(_madvise(base, size, _MADV_DONTNEED) == 0)
+
+
+class ResidentSlots:
+    """What the freed pooled slots of one Runtime's engine keep resident, bounded and given back.
+
+    wasmtime's pooling allocator zeroes the first `keep_resident` bytes of a freed slot's linear
+    memory (engine_config.KEEP_RESIDENT) and keeps them resident, so that the slot's next instance,
+    or a fork's copy into it, does not fault them in again. Left alone, every slot ever used holds
+    that much for good (up to max_sequences x 1 MiB after a burst). This records each freed slot
+    by the base address of its memory, and
+
+    * bounds what freed slots hold together by `budget_bytes` (Limits.resident_bytes): past it,
+      the slots freed longest ago are given back at once;
+    * gives back all of it once no instance was made or freed for `idle_s` seconds
+      (Limits.resident_idle_s), and the C heap's free pages with it (glibc's malloc_trim: a
+      burst's Stores, logs and variables are malloc'd; see also :func:`pin_malloc_thresholds`,
+      which a ResidentSlots applies once per process). One daemon thread does this; while freed
+      slots hold nothing it sleeps until a slot is freed (waking once a minute at most, to notice a
+      ResidentSlots that was dropped unclosed), so an idle runtime has no ticking thread.
+
+    Giving back is madvise(MADV_DONTNEED) over a free slot's reset memory: what it reads does not
+    change (zeros, or the module's copy-on-write image, which the kernel maps back), only the
+    pages leave RSS, and its next use faults them in again, so wasmtime's view of a reset slot
+    stays true. A slot must not be given back while an instance holds it: every instantiation in
+    the engine runs with :attr:`lock` held and records the slot with :meth:`taken` (a sequence's),
+    or inside :meth:`paused` (a template instance at load, which does not record its slot), and
+    every freeing of a recorded slot runs with the lock held and records it with :meth:`freed`.
+    `pool` is the Engine, kept alive until :meth:`close`: giving back a range that was unmapped and
+    reused would zero someone else's memory. Raises ValueError for a negative budget or a
+    non-positive idle time.
+    """
+
+    def __init__(self, budget_bytes: int, idle_s: float, keep_resident: int, pool: object = None) -> None:
+        if budget_bytes < 0:
+            raise ValueError(f"resident budget must be >= 0 bytes, got {budget_bytes!r}")
+        if not idle_s > 0:
+            raise ValueError(f"resident idle time must be > 0 s, got {idle_s!r}")
+        self.budget_bytes = budget_bytes
+        self.idle_s = idle_s
+        self.keep_resident = keep_resident
+        self._pool = pool
+        pin_malloc_thresholds()
+        self.lock = threading.Lock()
+        self._wake = threading.Condition(self.lock)      # the idle thread waits on it
+        self._free: OrderedDict[int, int] = OrderedDict()   # base address -> bytes held, oldest first
+        self._held = 0
+        self._given_back = 0
+        self._paused = 0
+        self._last_activity = time.monotonic()
+        self._closed = False
+        self._asleep = False          # the idle thread waits to be woken (it found nothing held)
+        self._thread: threading.Thread | None = None
+
+    # -- what instantiation and freeing record (with the lock held) ---------------------------------
+    def taken(self, base: int) -> None:
+        """An instance now holds the slot whose memory starts at `base`."""
+        held = self._free.pop(base, None)
+        if held is not None:
+            self._held -= held
+        self._last_activity = time.monotonic()
+
+    def freed(self, base: int, memory_bytes: int) -> None:
+        """The slot at `base` was freed (its Store closed) with `memory_bytes` of linear memory:
+        wasmtime keeps min(that, keep_resident) of it. Past the budget, the oldest go back now."""
+        self._last_activity = time.monotonic()
+        held = min(memory_bytes, self.keep_resident)
+        if held <= 0 or self._closed:
+            return
+        self._held += held - self._free.pop(base, 0)
+        self._free[base] = held
+        if self._held > self.budget_bytes:
+            self._trim_locked(self.budget_bytes)
+        if self._thread is None:
+            self._thread = threading.Thread(target=_watch_idle, args=(weakref.ref(self), self._wake),
+                                            daemon=True, name="aicirt-resident")
+            self._thread.start()
+        elif self._asleep:
+            self._asleep = False
+            self._wake.notify()       # the idle thread was asleep with nothing to watch (at most once an idle period)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Nothing is given back while the block runs (it may instantiate in the engine without
+        recording the slot: a free slot it takes stays recorded as free, safely, once it is free
+        again). Waits for a give-back in progress to end."""
+        with self.lock:
+            self._paused += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._paused -= 1
+                self._last_activity = time.monotonic()
+
+    # -- giving back ----------------------------------------------------------------------------------
+    @property
+    def held_bytes(self) -> int:
+        """What freed slots hold resident now (bytes; an upper bound, from wasmtime's rule)."""
+        return self._held
+
+    @property
+    def given_back_bytes(self) -> int:
+        """Bytes given back so far (over budget, idle, or by :meth:`trim`)."""
+        return self._given_back
+
+    def trim(self, keep_bytes: int = 0) -> int:
+        """Give back freed slots, oldest first, until they hold at most `keep_bytes`; returns the
+        bytes given back (0 while :meth:`paused`). Thread-safe."""
+        with self.lock:
+            return self._trim_locked(keep_bytes)
+
+    def _trim_locked(self, keep_bytes: int) -> int:
+        if self._paused:
+            return 0
+        released = 0
+        while self._held > keep_bytes and self._free:
+            base, held = self._free.popitem(last=False)
+            self._held -= held
+            if give_back(base, held):
+                released += held
+        self._given_back += released
+        return released
+
+    def _idle_step(self) -> float | None:
+        """With the lock held: give everything back if idle long enough; returns how long to wait
+        before looking again (None: nothing held, wait to be woken)."""
+        if self._closed:
+            return None
+        if not self._held:
+            self._asleep = True
+            return None
+        wait = self._last_activity + self.idle_s - time.monotonic()
+        if wait > 0 or self._paused:
+            return max(wait, self.idle_s / 4)
+        self._trim_locked(0)
+        if _malloc_trim is not None:
+            _malloc_trim(0)   # the heap's free pages (a burst's Stores, logs, variables)
+        self._asleep = True   # nothing held now: the next `freed` wakes the thread
+        return None
+
+    def close(self) -> None:
+        """Stop the idle thread and forget the freed slots (idempotent): nothing is given back
+        after this, so the engine may go; what freed slots hold goes with it."""
+        with self.lock:
+            self._closed = True
+            self._free.clear()
+            self._held = 0
+            self._pool = None
+            self._wake.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+def _watch_idle(ref: "weakref.ref[ResidentSlots]", wake: threading.Condition) -> None:
+    """The idle thread: holds its ResidentSlots only while it looks, so an unclosed one can go."""
+    with wake:
+        while True:
+            slots = ref()
+            if slots is None or slots._closed:
+                return
+            wait = slots._idle_step()
+            del slots
+            wake.wait(wait if wait is not None else 60.0)   # woken by `freed`; 60 s: to notice a lost ResidentSlots

@@ -25,11 +25,11 @@ from .controller import Controller, Source
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
-from .native.engine_config import make_engine
+from .native.engine_config import KEEP_RESIDENT, make_engine
 from .native.linker import define_imports
 from .owned import Owned
 from .paths import user_cache_dir
-from .registry import Registry
+from .registry import Registry, ResidentSlots
 from .request import Request
 from .results import StepInput
 from .snapshot import InitHost, load_initialized
@@ -131,7 +131,9 @@ class Runtime(Owned):
             f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]
         self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
-        self.registry = Registry(self.mask_words, self.native.gather_rows)   # live sequences, calls out past their batch, mask arrays
+        # live sequences, calls out past their batch, mask arrays, what freed slots keep resident
+        self.registry = Registry(self.mask_words, self.native.gather_rows, ResidentSlots(
+            self.limits.resident_bytes, self.limits.resident_idle_s, KEEP_RESIDENT, pool=self.engine))
         # The handlers live in a process-wide registry: they must not keep this runtime alive.
         self._host = HostImports(self.native, tokenizer, self.registry.lookup, self.limits.host_arg_bytes)
         if prebuild_trie:
@@ -154,7 +156,8 @@ class Runtime(Owned):
         one with an init export starts every request from its init snapshot for this tokenizer
         (aicirt.snapshot). Raises LoadError naming what is wrong."""
         self.check_open()
-        with self.clock.ticking():   # an init export runs under the epoch clock
+        # an init export runs under the epoch clock, in a template instance no freed slot is given back under
+        with self.clock.ticking(), self.registry.resident.paused():
             ctrl = load_initialized(self.engine, self.engine_key, src, self._init_host, self.limits, self.cache_dir)
         self._controllers.add(ctrl)
         return ctrl

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import wasmtime
 
-from . import abi
 from .errors import ControllerError
 from .native import instance
 from .native.types import CData
@@ -88,28 +87,21 @@ class Sequence(Owned):
         slot.tick_us = limits.epoch_tick_s * 1e6
         slot.wall_factor = limits.wall_backstop_factor
         self._group_buf = None                     # the fork group reported on the next call
-        self.store: wasmtime.Store | None = wasmtime.Store(rt.engine)
-        self.store.set_limits(memory_size=limits.memory_bytes)
-        self.store.set_epoch_deadline(slot.first_call_ticks)   # a start function runs under the first-call limit
-        instance.bind(native, slot, self.store)
+        self.store: wasmtime.Store | None = instance.new_store(native, rt.engine, slot, limits.memory_bytes)
         self.index = self._registry.add(self, native.addr(slot))
+        resident = self._registry.resident
         try:
-            with rt.clock.ticking():   # a start function runs under the first-call limit
-                self.instance: wasmtime.Instance | None = rt.instance_pre(request.controller).instantiate(self.store)
-        except Exception as e:  # start function trapped, or memory limit too small
+            # No guest code runs here (admission refuses a start function), so the epoch clock need
+            # not tick; a slot is taken and recorded as taken at once.
+            with resident.lock:
+                self.instance: wasmtime.Instance | None
+                self.instance, memory, self._globals = instance.instantiate(
+                    native, slot, rt.instance_pre(request.controller), self.store, request.controller)
+                resident.taken(native.memory(slot)[0])
+        except Exception as e:  # no free slot, or memory limit too small
             self._free()
             raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
-        ex = self.instance.exports(self.store)
-        memory = ex["memory"]
-        assert isinstance(memory, wasmtime.Memory)   # the loader checked the export
         self.memory: wasmtime.Memory | None = memory
-        self._globals = {idx: ex[name] for idx, name in request.controller.globals.items()}
-        instance.bind_exports(native, slot, {
-            "f_realloc": ex[abi.EXPORT_REALLOC],
-            "f_mid": ex[abi.EXPORT_MID_PROCESS],
-            "f_post": ex[abi.EXPORT_POST] if request.controller.has_post else None,
-            "f_init": ex[abi.EXPORT_INITIALIZE] if request.controller.has_initialize else None,
-        }, self.memory)
 
     def _describe(self) -> str:
         return f"sequence {self.id}"
@@ -199,8 +191,9 @@ class Sequence(Owned):
             for _ in range(n):
                 child = Sequence(self.request)
                 children.append(child)
-                assert self.store and self.memory and child.store and child.memory   # all open here
-                instance.copy_state(self.store, self.memory, self._globals, child.store, child.memory, child._globals)
+                assert self.store and child.store and child.memory   # all open here
+                instance.copy_state(self._native, self.request.controller, self.slot, self.store, self._globals,
+                                    child.slot, child.store, child.memory, child._globals)
                 self._native.copy_seen(self.slot, child.slot)
                 self._native.copy_fork_state(self.slot, child.slot)
         except Exception as e:
@@ -248,9 +241,15 @@ class Sequence(Owned):
         self._state = SeqState.CLOSED
         self.mask_buffer = None
         self._registry.remove(self, self._native.addr(self.slot))
+        store, memory, self.store = self.store, getattr(self, "memory", None), None   # no memory: instantiation failed
         self.instance = self.memory = None
         self._globals = {}
         self._release_slot()
-        store, self.store = self.store, None
-        if store is not None:
+        if store is not None and memory is not None:
+            resident = self._registry.resident
+            base, size = self._native.memory(self.slot)   # the slot still points at the instance's memory
+            with resident.lock:   # the slot is freed and recorded as free at once (registry.ResidentSlots)
+                store.close()
+                resident.freed(base, size)
+        elif store is not None:
             store.close()

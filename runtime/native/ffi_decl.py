@@ -54,6 +54,8 @@ void *aicirt_host_callback(int index);
 void *aicirt_wasi_callback(const char *name);
 uint8_t *aicirt_ctx_memory(aicirt_slot *s, void *ctx, size_t *size);
 int64_t aicirt_ctx_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t bytes, const char *name);
+size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi);
+void aicirt_nonzero_extent(const uint8_t *p, size_t n, size_t *lo, size_t *hi);
 extern "Python" int aicirt_py_import(int32_t index, aicirt_slot *s, void *ctx, wt_val_raw_t *args);
 """
 

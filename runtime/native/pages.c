@@ -1,0 +1,91 @@
+/* Fork's memory copy: only the 4 KiB pages in which the parent differs from a fresh instance.
+ *
+ * A fresh instance's linear memory is zero except for the module's data image, so a parent page
+ * outside the image that is all zero is already right in the child and is skipped (neither read
+ * again nor written: the child's slot keeps its untouched pages unmapped or resident-zero), and an
+ * image page is written only where the parent's differs from the child's. Runs of changed pages
+ * are copied with one memcpy each. A parent page the kernel has never backed (neither present nor
+ * swapped, per /proc/self/pagemap) is zero without reading it, so a large parent that touched
+ * little costs a pagemap read (8 bytes a page), not a scan of its whole memory.
+ * runtime/native/pages.py holds the Python side: the call into this, and the same copy with numpy
+ * for the pure-Python fallback. */
+#include <stdint.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#define AICIRT_PAGE 4096u
+
+static int aicirt_page_is_zero(const uint8_t *p) {
+    const uint64_t *w = (const uint64_t *)p;
+    for (size_t i = 0; i < AICIRT_PAGE / 8; i += 8) {   /* 64 bytes a round: one cache line */
+        if (w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] | w[i + 7])
+            return 0;
+    }
+    return 1;
+}
+
+/* /proc/self/pagemap, opened once (-1 where unreadable or pages are not 4 KiB: then every page is read). */
+static int aicirt_pagemap_fd(void) {
+    static int fd = -2;
+    int cur = __atomic_load_n(&fd, __ATOMIC_ACQUIRE);
+    if (cur != -2) return cur;
+    int opened = sysconf(_SC_PAGESIZE) == AICIRT_PAGE ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
+    int expected = -2;
+    if (!__atomic_compare_exchange_n(&fd, &expected, opened, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (opened >= 0) close(opened);   /* another thread won */
+        return expected;
+    }
+    return opened;
+}
+
+/* Whether the page at `p` may hold data: present or swapped out (bits 63, 62 of its pagemap entry).
+ * `map` caches 512 entries from page `*base` on. */
+static int aicirt_page_backed(const uint8_t *p, uint64_t *map, size_t *base, size_t *count) {
+    int fd = aicirt_pagemap_fd();
+    if (fd < 0) return 1;
+    size_t page = (uintptr_t)p / AICIRT_PAGE;
+    if (*count == 0 || page < *base || page - *base >= *count) {
+        ssize_t got = pread(fd, map, 512 * sizeof *map, (off_t)(page * sizeof *map));
+        *base = page;
+        *count = got > 0 ? (size_t)got / sizeof *map : 0;
+        if (*count == 0) return 1;
+    }
+    return (map[page - *base] >> 62) != 0;
+}
+
+/* Copy `src` into `dst` (both `n` bytes, n a multiple of 4 KiB) where they can differ, given that
+ * `dst` is a fresh instance's memory whose only nonzero bytes lie in [img_lo, img_hi). Returns
+ * the pages written. */
+size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi) {
+    size_t written = 0, run = SIZE_MAX;   /* run: start of the current run of changed pages */
+    uint64_t map[512];
+    size_t map_base = 0, map_count = 0;
+    for (size_t off = 0; off <= n; off += AICIRT_PAGE) {
+        int changed = 0;
+        if (off < n) {
+            int in_image = off + AICIRT_PAGE > img_lo && off < img_hi;
+            changed = in_image ? memcmp(dst + off, src + off, AICIRT_PAGE) != 0
+                               : aicirt_page_backed(src + off, map, &map_base, &map_count) && !aicirt_page_is_zero(src + off);
+        }
+        if (changed && run == SIZE_MAX) {
+            run = off;
+        } else if (!changed && run != SIZE_MAX) {
+            memcpy(dst + run, src + run, off - run);
+            written += (off - run) / AICIRT_PAGE;
+            run = SIZE_MAX;
+        }
+    }
+    return written;
+}
+
+/* [lo, hi): the pages of `p` (n bytes) that hold a nonzero byte (lo == hi == 0: none). */
+void aicirt_nonzero_extent(const uint8_t *p, size_t n, size_t *lo, size_t *hi) {
+    *lo = *hi = 0;
+    for (size_t off = 0; off + AICIRT_PAGE <= n; off += AICIRT_PAGE) {
+        if (!aicirt_page_is_zero(p + off)) {
+            if (*hi == 0) *lo = off;
+            *hi = off + AICIRT_PAGE;
+        }
+    }
+}

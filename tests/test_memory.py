@@ -1,0 +1,285 @@
+"""Fork's page copy (runtime/native/pages.c and its numpy twin in pages.py): exact copies that
+write only the pages that differ, on both hot paths. Memory that goes back (registry.ResidentSlots):
+freed slots' resident pages bounded by Limits.resident_bytes and returned to the OS when idle.
+RSS is read from /proc/self/status, with margins of half what is at stake."""
+from __future__ import annotations
+
+import mmap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hostile.wat import module
+
+import aicirt
+from aicirt import StepInput
+from aicirt.native import get_native, pages
+from aicirt.registry import ResidentSlots
+
+MIB = 1 << 20
+PAGE = 4096
+WASM_PAGE = 1 << 16
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def memory_bytes(seq) -> bytes:
+    return seq.memory.read(seq.store, 0, seq.memory.data_len(seq.store))
+
+
+def _addr(buf: mmap.mmap) -> int:
+    return np.frombuffer(buf, dtype=np.uint8).ctypes.data
+
+
+# -- the page copy -----------------------------------------------------------------------------
+def test_copy_changed_writes_exactly_the_pages_that_differ(hot_path):
+    """Into a fresh memory (zero but for its image), only pages that differ are written: nonzero
+    pages, image pages that changed (even to zero); never-touched and zeroed pages are skipped."""
+    native = get_native()
+    n = 64 * PAGE
+    src, dst = mmap.mmap(-1, n), mmap.mmap(-1, n)   # page-aligned, never backed
+    image = b"\x07" * 100
+    dst[0:100] = image
+    dst[PAGE:PAGE + 100] = image
+    src[0:100] = image                       # page 0: the same image: skipped
+    src[PAGE + 50] = 0                       # page 1: an image byte cleared: written
+    src[3 * PAGE] = 1
+    src[11 * PAGE - 1] = 2                   # the last byte of page 10
+    src[5 * PAGE] = 9
+    src[5 * PAGE] = 0                        # page 5: backed but zero again: skipped
+    src[40 * PAGE:42 * PAGE] = b"\x01" * (2 * PAGE)   # a run of two pages
+    src[n - 1] = 3                           # the last page
+    written = pages.copy_changed(native, _addr(dst), _addr(src), n, (0, 2 * PAGE))
+    assert dst[:] == src[:]
+    assert written == 1 + 1 + 1 + 2 + 1
+    assert pages.nonzero_extent(native, _addr(dst), n) == (0, n)
+    assert pages.nonzero_extent(native, _addr(mmap.mmap(-1, n)), n) == (0, 0)
+    assert pages.copy_changed(native, _addr(dst), _addr(src), 0, (0, 0)) == 0
+
+
+def test_copy_changed_over_random_pages_is_exact(hot_path):
+    """Randomized: pages backed or not, zero or not, in the image or not, dirty destination image."""
+    native = get_native()
+    rng = np.random.default_rng(7)
+    n = 96 * PAGE
+    for _ in range(20):
+        src, dst = mmap.mmap(-1, n), mmap.mmap(-1, n)
+        lo, hi = sorted(int(x) for x in rng.integers(0, 96, 2))
+        img = rng.integers(0, 256, (hi - lo) * PAGE, dtype=np.uint8).tobytes()
+        dst[lo * PAGE:hi * PAGE] = img
+        src[lo * PAGE:hi * PAGE] = img
+        for page in rng.choice(96, 30, replace=False):
+            at = int(page) * PAGE + int(rng.integers(0, PAGE))
+            src[at] = int(rng.integers(0, 2)) * int(rng.integers(1, 256))   # a write, maybe of a zero
+        pages.copy_changed(native, _addr(dst), _addr(src), n, (lo * PAGE, hi * PAGE))
+        assert dst[:] == src[:]
+
+
+def test_fork_copies_memory_exactly_into_a_reused_slot(rt):
+    """Scattered writes, a cleared data byte, grown pages: the child's memory equals the parent's
+    byte for byte, also in a slot an earlier child wrote elsewhere (it was reset, not copied over)."""
+    ctrl = rt.load(module())
+    parent = rt.new_request(ctrl).spawn()
+    parent.memory.grow(parent.store, 20)
+    parent.memory.write(parent.store, b"\0", 1040)                 # the data image, changed to zero
+    parent.memory.write(parent.store, b"first", 5 * WASM_PAGE + 7)
+    first = parent.fork()
+    assert memory_bytes(first) == memory_bytes(parent)
+    first.memory.write(first.store, b"child's own", 9 * WASM_PAGE)
+    first.close()                                                   # its slot goes back, dirty
+    parent.memory.write(parent.store, b"\0" * 5, 5 * WASM_PAGE + 7)
+    parent.memory.write(parent.store, b"end", 22 * WASM_PAGE - 3)   # the last bytes
+    second = parent.fork()
+    assert memory_bytes(second) == memory_bytes(parent)
+    assert second.memory.read(second.store, 9 * WASM_PAGE, 9 * WASM_PAGE + 11) == b"\0" * 11
+    for idx, g in parent._globals.items():
+        assert second._globals[idx].value(second.store) == g.value(parent.store)
+
+
+def test_a_fork_child_runs_on_from_the_parents_state(rt):
+    """The child's calls see what the parent's calls wrote (a counter in memory and a global)."""
+    counting = "(i32.store (i32.const 5000) (i32.add (i32.load (i32.const 5000)) (i32.const 1)))" \
+               " (global.set $calls (i32.add (global.get $calls) (i32.const 1)))"
+    ctrl = rt.load(module(counting))
+    parent = rt.new_request(ctrl).spawn()
+    for step in range(3):
+        assert rt.submit([StepInput(parent, [1] * (step + 1))]).wait().results[0].status == "ok"
+    child = parent.fork()
+    assert rt.submit([StepInput(child, [1, 1, 1, 1])]).wait().results[0].status == "ok"
+    read = lambda s: int.from_bytes(s.memory.read(s.store, 5000, 5004), "little")  # noqa: E731
+    assert (read(parent), read(child)) == (3, 4)
+    assert sorted(g.value(child.store) for g in child._globals.values()) == [4, 65536]   # $calls, $heap
+
+
+# -- memory that goes back -----------------------------------------------------------------------
+BURST = 48
+
+
+def _burst(runtime):
+    """BURST live sequences of 1 MiB + 128 KiB of linear memory each, the first 1 MiB written
+    (wasmtime keeps 1 MiB of each freed one resident, zeroed); returns them."""
+    ctrl = runtime.load(module())
+    seqs = [runtime.new_request(ctrl).spawn() for _ in range(BURST)]
+    for s in seqs:
+        s.memory.grow(s.store, 16)
+        s.memory.write(s.store, b"\1" * MIB, 4096)
+    return seqs
+
+
+def _resident_runtime(**limits):
+    return aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, limits=aicirt.Limits(**limits))
+
+
+def test_freed_slots_hold_memory_until_trimmed_and_then_give_it_back(hot_path):
+    rt = _resident_runtime(resident_bytes=1 << 30, resident_idle_s=3600)
+    try:
+        seqs = _burst(rt)
+        for s in seqs:
+            s.close()
+        resident = rt.registry.resident
+        assert resident.held_bytes == BURST * MIB
+        held = rss_bytes()
+        assert resident.trim() == BURST * MIB
+        assert resident.held_bytes == 0
+        assert held - rss_bytes() > BURST * MIB // 2
+    finally:
+        rt.close()
+
+
+def test_the_resident_budget_bounds_what_freed_slots_hold(hot_path):
+    rt = _resident_runtime(resident_bytes=4 * MIB, resident_idle_s=3600)
+    try:
+        seqs = _burst(rt)
+        busy = rss_bytes()
+        for s in seqs:
+            s.close()
+        resident = rt.registry.resident
+        assert resident.held_bytes <= 4 * MIB
+        assert resident.given_back_bytes >= (BURST - 4) * MIB
+        assert busy - rss_bytes() > BURST * MIB // 2       # what the burst wrote went back at close
+    finally:
+        rt.close()
+
+
+def test_an_idle_runtime_gives_everything_back_after_every_burst(hot_path):
+    """Idle after each of two bursts, the runtime gives back all that freed slots hold (the idle
+    thread, asleep after the first give-back, is woken by the next burst's frees: it used to
+    sleep its minute out)."""
+    rt = _resident_runtime(resident_bytes=1 << 30, resident_idle_s=0.05)
+    try:
+        resident = rt.registry.resident
+        for burst in (1, 2):
+            seqs = _burst(rt)
+            busy = rss_bytes()
+            for s in seqs:
+                s.close()
+            deadline = time.monotonic() + 30      # generous: a loaded machine may starve the idle thread
+            while resident.held_bytes and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert resident.held_bytes == 0, f"burst {burst}: not given back"
+            assert resident.given_back_bytes == burst * BURST * MIB
+            assert busy - rss_bytes() > BURST * MIB // 2
+    finally:
+        rt.close()
+
+
+def test_a_trimmed_slot_serves_its_next_instance_as_new(rt):
+    """Given back, a slot still starts its next instance from the module's image and zeros, and
+    runs it and its forks correctly."""
+    ctrl = rt.load(module())
+    seqs = [rt.new_request(ctrl).spawn() for _ in range(8)]
+    fresh = memory_bytes(seqs[0])
+    for s in seqs:
+        s.memory.grow(s.store, 4)
+        s.memory.write(s.store, b"left behind", 1100)
+        s.memory.write(s.store, b"left behind", 3 * WASM_PAGE)
+        s.close()
+    assert rt.registry.resident.trim() > 0
+    again = [rt.new_request(ctrl).spawn() for _ in range(8)]
+    for s in again:
+        assert memory_bytes(s) == fresh
+        out = rt.submit([StepInput(s, [1])]).wait().results[0]
+        assert out.status == "ok"
+        assert memory_bytes(s.fork()) == memory_bytes(s)
+
+
+def test_nothing_is_given_back_while_paused():
+    slots = ResidentSlots(0, 3600.0, MIB)
+    buf = mmap.mmap(-1, MIB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)   # as wasmtime's slots
+    buf[:] = b"\1" * MIB
+    with slots.lock:
+        slots.budget_bytes = 1 << 30
+        slots.freed(_addr(buf), MIB)
+    with slots.paused():
+        assert slots.trim() == 0
+        assert buf[MIB - 1] == 1
+    assert slots.trim() == MIB
+    assert buf[:] == b"\0" * MIB       # an anonymous page given back reads as zero
+    slots.close()
+    slots.close()                        # idempotent
+
+
+def test_resident_settings_are_validated():
+    with pytest.raises(ValueError, match="resident_bytes"):
+        aicirt.Limits(resident_bytes=-1)
+    with pytest.raises(ValueError, match="resident_idle_s"):
+        aicirt.Limits(resident_idle_s=0)
+    with pytest.raises(ValueError, match="idle"):
+        ResidentSlots(0, 0.0, MIB)
+    with pytest.raises(ValueError, match="budget"):
+        ResidentSlots(-1, 1.0, MIB)
+
+
+def test_the_server_shows_what_freed_slots_hold_and_its_resident_budget(tmp_path, scripted_wasm):
+    """/metrics has aicirt_resident_slot_bytes (a finished request's slot is held), /v1/config the
+    two settings; an operator sets them like any limit."""
+    pytest.importorskip("fastapi")
+    import re
+
+    import httpx
+    from _server_helpers import aici_run, live_server
+
+    from aicirt.engine.backends import load_backend
+    from aicirt.serve.settings import Settings
+
+    settings = Settings(store=str(tmp_path), max_context=256,
+                        limits=aicirt.Limits(resident_bytes=8 * MIB, resident_idle_s=3600))
+    with live_server(settings, backend=load_backend("scripted")) as (url, server):
+        mid = httpx.post(url + "/v1/controllers", content=scripted_wasm.read_bytes()).json()["module_id"]
+        aici_run(url, {"controller": mid, "controller_arg": "", "prompt": "Go: ", "max_tokens": 2})
+        held = server.runtime.registry.resident.held_bytes
+        assert 0 < held <= 8 * MIB
+        text = httpx.get(url + "/metrics").text
+        assert re.search(rf"^aicirt_resident_slot_bytes {held}(\.0)?$", text, re.M), text
+        limits = httpx.get(url + "/v1/config").json()["limits"]
+        assert (limits["resident_bytes"], limits["resident_idle_s"]) == (8 * MIB, 3600)
+
+
+def test_large_freed_buffers_go_back_to_the_os():
+    """glibc raises its mmap and trim thresholds after a large free unless they are fixed: the
+    next large buffer then comes from the heap and stays resident once freed (the variable
+    floods' RSS growth). A Runtime fixes them (registry.pin_malloc_thresholds)."""
+    import ctypes
+
+    from aicirt import registry
+    aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False).close()
+    if not registry.pin_malloc_thresholds():
+        pytest.skip("not glibc on Linux, or the thresholds were set by the user")
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    first = libc.malloc(24 * MIB)
+    ctypes.memset(first, 1, 24 * MIB)
+    libc.free(first)                       # unfixed, this would raise the thresholds to 24 and 48 MiB
+    before = rss_bytes()
+    second = libc.malloc(16 * MIB)
+    ctypes.memset(second, 1, 16 * MIB)
+    libc.free(second)
+    assert rss_bytes() - before < 8 * MIB
