@@ -28,9 +28,11 @@ Three parts, one run; the last line is one JSON object.
 
 3. `tool_call_valid_pct` (target 100): a fixed seeded sample (--tool-sample, >= 100) of Glaive
    function schemas from ../shared/jsonschema as OpenAI tools (two tools a request: the schema's
-   own and another's), `tool_choice="required"`, one call each on the default model through
+   own and another's, in OpenAI's strict shape: `additionalProperties: false` where a schema
+   lists properties and is silent on others), `tool_choice="required"`, one call each (at most
+   256 tokens, greedy) on the default model through
    `aicirt.program.tools` (the model family's native format): the call parses, names a given
-   tool, and its arguments validate under that tool's schema (`jsonschema`). Needs
+   tool, and its arguments validate under that tool's original schema (`jsonschema`). Needs
    runtime/program/tools.py (the `tools` branch) and the model; null with a note otherwise.
 
 Usage: python bench/program.py [--model M] [--form-prompts N] [--json-schemas N] [--tool-sample N]
@@ -329,6 +331,20 @@ def masks(n_json: int) -> dict:
 
 # ---- 3. tool calls -----------------------------------------------------------------------------
 
+def strict(schema):
+    """OpenAI's `strict: true` shape: every object schema that lists properties and says nothing
+    about others gets `additionalProperties: false` (the tools are given so; the arguments are
+    validated against the original schema, which admits everything the strict one does)."""
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
 def tool_calls(model: str | None, n: int) -> dict:
     try:
         from aicirt.program import tools as T
@@ -356,7 +372,7 @@ def tool_calls(model: str | None, n: int) -> dict:
             other_name = "g_" + other["id"].rsplit("/", 1)[-1].split(".")[0][:40].replace("-", "_")
             schemas = {name: case["schema"], other_name: other["schema"]}
             openai_tools = [{"type": "function", "function": {"name": k, "description": v.get("description", k),
-                                                              "parameters": v}} for k, v in schemas.items()]
+                                                              "parameters": strict(v)}} for k, v in schemas.items()]
             total += 1
             try:
                 tools = T.tools_from_openai(openai_tools)
