@@ -198,6 +198,9 @@ FUZZED = {   # name: (argument, a property of each sequence that ends without er
               is not None),
     "splice": (SPLICE_RULES, None),
     "json": (b'{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}', None),
+    "program": (b'{"type": "sequence", "elements": [{"type": "or", "elements": [{"type": "const_string", "value": "a"}, '
+                b'{"type": "regex", "pattern": "[0-9]{1,3}", "name": "n"}]}, {"type": "fork", "branches": ['
+                b'{"type": "const_string", "value": "!"}, {"type": "any_text", "max_tokens": 3}]}]}', None),
 }
 
 
