@@ -334,3 +334,12 @@ def test_captures_that_end_with_the_program_are_written_before_eos_ends_the_sequ
     t = texts(req)
     assert t[0] == "Facts:\nDone." and [s.finish_reason for s in req.sequences] == ["stop"] * 3
     assert t[1] == "Facts:\nA: " + req.variables["a"].decode() and t[2] == "Facts:\nB: " + req.variables["b"].decode()
+
+
+def test_the_token_budget_counts_whole_tokens(wasm):
+    """any_text's max_tokens: the last token within the budget is read to its end (it was cut at its
+    first byte, killing the sequence, when tokens had several bytes)."""
+    tok = MergeTokenizer(["ab", " cd", " ef"])
+    prog = P.seq(P.think(max_tokens=2), "X")
+    _, req = run(wasm, prog, "<think>ab cd ef</think>X", tokenizer=tok)
+    assert texts(req) == ["<think>ab cd</think>X"] and req.sequences[0].finish_reason == "stop"
