@@ -203,6 +203,9 @@ FUZZED = {   # name: (argument, a property of each sequence that ends without er
                 is not None),
     # the js controller running the yesno behaviour in JS (its argument: the script, NUL, none)
     "js": ((CONTROLLERS_DIR / "js" / "examples" / "yesno.js").read_bytes() + b"\0", _in({b"Yes", b"No"})),
+    "program": (b'{"type": "sequence", "elements": [{"type": "or", "elements": [{"type": "const_string", "value": "a"}, '
+                b'{"type": "regex", "pattern": "[0-9]{1,3}", "name": "n"}]}, {"type": "fork", "branches": ['
+                b'{"type": "const_string", "value": "!"}, {"type": "any_text", "max_tokens": 3}]}]}', None),
 }
 
 

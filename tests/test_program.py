@@ -322,3 +322,24 @@ def test_a_token_before_forced_text_carries_it_as_a_conditional_splice(wasm, run
         assert texts(done) == ['{"a":"x","b":"y"}']
     # both closing quotes carry what follows them (',"b":"' and '}'): two steps fewer
     assert n_steps[Capabilities.ALL] == n_steps[Capabilities.ALL & ~Capabilities.CONDITIONAL_FF_TOKENS] - 2
+
+
+def test_captures_that_end_with_the_program_are_written_before_eos_ends_the_sequence(wasm):
+    """An engine ends a sequence on EOS without calling its controller again: a splice takes the
+    EOS back so that the capture is written (then the program stops); the waiting parent goes on."""
+    p = P.seq("Facts:\n", P.fork(P.seq(P.wait("a", "b"), "Done."), P.seq("A: ", P.gen(regex="[A-Z][a-z]{2,12}", name="a")),
+                                 P.seq("B: ", P.gen(regex="[0-9]{1,4}", name="b"))))
+    with Engine(ScriptedBackend(seed=3)) as eng:
+        req = eng.generate(list(b"Q: "), wasm, p.dumps().encode())
+    t = texts(req)
+    assert t[0] == "Facts:\nDone." and [s.finish_reason for s in req.sequences] == ["stop"] * 3
+    assert t[1] == "Facts:\nA: " + req.variables["a"].decode() and t[2] == "Facts:\nB: " + req.variables["b"].decode()
+
+
+def test_the_token_budget_counts_whole_tokens(wasm):
+    """any_text's max_tokens: the last token within the budget is read to its end (it was cut at its
+    first byte, killing the sequence, when tokens had several bytes)."""
+    tok = MergeTokenizer(["ab", " cd", " ef"])
+    prog = P.seq(P.think(max_tokens=2), "X")
+    _, req = run(wasm, prog, "<think>ab cd ef</think>X", tokenizer=tok)
+    assert texts(req) == ["<think>ab cd</think>X"] and req.sequences[0].finish_reason == "stop"

@@ -241,6 +241,27 @@ static void conditional_ff(aici_branch_t *b, const sset_t *set, const aici_tokse
   }
 }
 
+/* Captures that end where the program does are written once EOS is sampled, but an engine ends a
+ * sequence on EOS without another call: a splice taking the EOS back brings that call (it then
+ * stops). Without the capabilities for it, the values are written now, and rewritten while the
+ * text goes on ("append" captures only at the end). */
+static void end_captures(aici_branch_t *b, sset_t *set, path_t *pp, aici_token_t eos) {
+  for (uint32_t i = 0; i < set->n; i++) {
+    if (P.g[set->st[i].node].kind != G_END || !pp[i].n_ev) continue;
+    uint32_t need = AICI_CAP_CONDITIONAL_FF | AICI_CAP_BACKTRACK;
+    if ((caps & need) == need) {
+      aici_branch_splice(b, &eos, 1, 1, 0, 0);
+      return;
+    }
+    for (uint32_t k = 0; k < pp[i].n_ev; k++) {
+      cev_t e = pp[i].ev[k];
+      const cap_t *c = &P.caps[e.cap];
+      if (!c->append) aici_var_set(c->name, gbytes ? gbytes + e.start : (const uint8_t *)"", e.end - e.start);
+    }
+    return;
+  }
+}
+
 static bool only_parked(const sset_t *set, bool *has_fork) {
   *has_fork = false;
   for (uint32_t i = 0; i < set->n; i++) {
@@ -320,6 +341,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   }
   aici_branch_t *b = aici_sample(res, m);
   conditional_ff(b, set, m);
+  end_captures(b, set, pp, eos);
   for (uint32_t i = 0; i < set->n; i++) {
     const gnode_t *g = &P.g[set->st[i].node];
     if (g->kind <= G_TOK) {

@@ -33,7 +33,7 @@ static bool leaf_can_continue(const program_t *p, const sset_t *set, const st_t 
         if (matcher_step(g->json, &set->js[st->s], (uint8_t)b, &t)) return true;
       return false;
     }
-    case G_TEXT: return st->n_tok < g->max_tokens;
+    case G_TEXT: return st->n_tok <= g->max_tokens;   /* n_tok counts the token being read */
     case G_TOK: return st->s == 1;
     default: return false;
   }

@@ -13,15 +13,11 @@ from .builder import (Format, any_tokens, as_format, const, exclude_token, fork,
 from .run import ProgramResult, program_arg, run
 from .validate import ProgramError, capability_refusal, parse, required_capabilities, validate
 
-# ---- tool calls ------------------------------------------------------------------------------
-# `tool_calls(tools, tool_choice=...)` (OpenAI tools -> the model family's native tool-call format)
-# lives in runtime/program/tools.py, written on the `tools` branch; the lead wires it here at merge:
-#     from .tools import tool_calls
-# ----------------------------------------------------------------------------------------------
+from .tools import tool_calls   # OpenAI tools -> the model family's native tool-call format (docs/tools.md)
 
 __all__ = [
     "Format", "ProgramError", "ProgramResult", "any_tokens", "as_format", "capability_refusal", "const", "exclude_token", "fork", "gen",
     "grammar", "json", "optional", "parse", "plus", "program_arg", "regex", "repeat", "required_capabilities", "run",
     "select", "seq", "star", "structural_tag", "tag", "tags_with_separator", "text", "think", "token",
-    "triggered_tags", "validate", "wait",
+    "tool_calls", "triggered_tags", "validate", "wait",
 ]
