@@ -40,6 +40,7 @@ from hostile.runner import Spec, healthy_specs, run_batch  # noqa: E402
 
 import aicirt  # noqa: E402
 from aicirt import toolchain  # noqa: E402
+from aicirt.registry import pin_malloc_thresholds  # noqa: E402
 from aicirt.testing import Choices, EngineSettings, FuzzEngine  # noqa: E402
 
 
@@ -161,6 +162,7 @@ def main() -> None:
         gc.collect()
         return busy, rss_mb()[0]
 
+    pin_malloc_thresholds()   # as `aicirt serve` does for its process (registry.py)
     with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers) as rt:
         reference = run_batch(rt, healthy).healthy
     gc.collect()

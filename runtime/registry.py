@@ -188,7 +188,12 @@ def pin_malloc_thresholds() -> bool:
     given back once it passes the raised trim threshold, which malloc_trim does not change for
     the worker threads' arenas (about 60 MiB kept after a few floods, measured with
     bench/hostile_soak.py's mix). Fixed, a buffer of 1 MiB or more is its own mapping, gone at
-    free, and an arena keeps at most 1 MiB of free top. Returns whether they are fixed."""
+    free, and an arena keeps at most 1 MiB of free top. Returns whether they are fixed.
+
+    Process-wide, so the runtime never does it by itself: `aicirt serve` (a process it owns)
+    and bench/hostile_soak.py call it; an engine that embeds the runtime (vLLM) decides for its
+    own process, since every buffer of 1 MiB or more then costs a fresh mapping and its page
+    faults (a CPU forward pass's activations among them)."""
     global _malloc_pinned
     if _malloc_pinned is None:
         _malloc_pinned = False
@@ -228,7 +233,7 @@ class ResidentSlots:
     * gives back all of it once no instance was made or freed for `idle_s` seconds
       (Limits.resident_idle_s), and the C heap's free pages with it (glibc's malloc_trim: a
       burst's Stores, logs and variables are malloc'd; see also :func:`pin_malloc_thresholds`,
-      which a ResidentSlots applies once per process). One daemon thread does this; while freed
+      which `aicirt serve` applies to its process, and an embedding host may). One daemon thread does this; while freed
       slots hold nothing it sleeps until a slot is freed (waking once a minute at most, to notice a
       ResidentSlots that was dropped unclosed), so an idle runtime has no ticking thread.
 
@@ -253,7 +258,6 @@ class ResidentSlots:
         self.idle_s = idle_s
         self.keep_resident = keep_resident
         self._pool = pool
-        pin_malloc_thresholds()
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)      # the idle thread waits on it
         self._free: OrderedDict[int, int] = OrderedDict()   # base address -> bytes held, oldest first

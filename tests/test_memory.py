@@ -264,11 +264,10 @@ def test_the_server_shows_what_freed_slots_hold_and_its_resident_budget(tmp_path
 def test_large_freed_buffers_go_back_to_the_os():
     """glibc raises its mmap and trim thresholds after a large free unless they are fixed: the
     next large buffer then comes from the heap and stays resident once freed (the variable
-    floods' RSS growth). A Runtime fixes them (registry.pin_malloc_thresholds)."""
+    floods' RSS growth). `aicirt serve` fixes them (registry.pin_malloc_thresholds)."""
     import ctypes
 
     from aicirt import registry
-    aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False).close()
     if not registry.pin_malloc_thresholds():
         pytest.skip("not glibc on Linux, or the thresholds were set by the user")
     libc = ctypes.CDLL(None)
