@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 
-from .wasm_binary import WASM_PAGE, WasmFormatError, _leb, _Reader, _skip_const_expr, sections
+from .wasm_binary import WASM_PAGE, WasmFormatError, _leb, _Reader, _skip_const_expr, _sleb, sections
 
 MARKER = b"aicirt:js:bound-script!\0"
 _SEC_MEMORY, _SEC_DATA, _SEC_DATA_COUNT = 5, 11, 12
@@ -82,14 +82,3 @@ def _leb_len(data: bytes) -> int:
     r = _Reader(data)
     r.leb(32)
     return r.pos
-
-
-def _sleb(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if (n == 0 and not b & 0x40) or (n == -1 and b & 0x40):
-            out.append(b)
-            return bytes(out)
-        out.append(b | 0x80)
