@@ -164,22 +164,6 @@ static cset_t *current(const aici_arg_t *arg) {
   return &sets[gen];
 }
 
-/* Whether s[0..n) is whole UTF-8 characters; *prefix gets the length of the longest such prefix. */
-static bool valid_utf8(const uint8_t *s, uint32_t n, uint32_t *prefix) {
-  uint32_t i = 0;
-  while (i < n) {
-    uint8_t c = s[i];
-    int k = c < 0x80 ? 0 : c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0 ? 2 : c >= 0xf0 && c < 0xf5 ? 3 : -1;
-    if (k < 0 || i + (uint32_t)k >= n) break;
-    bool cont = true;
-    for (int j = 1; j <= k; j++) cont &= (s[i + j] & 0xc0) == 0x80;
-    if (!cont) break;
-    i += (uint32_t)k + 1;
-  }
-  *prefix = i;
-  return i == n;
-}
-
 /* Text the schema forces next, fast-forwarded as the tokenizer would write it: the last token
  * and the forced text are tokenized together (so the split is canonical), the final token is
  * left to sampling (it may merge with what follows), and the old last token is replaced only
@@ -198,7 +182,7 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
     s = t;
   }
   uint32_t ok;
-  valid_utf8(forced, nf, &ok);
+  aici_utf8_whole(forced, nf, &ok);
   if (ok < 2) return false;
   uint32_t gen = arg->n_all_tokens - prompt_len, bt = 0, plen = 0;
   uint8_t text[512];
@@ -207,7 +191,7 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
     last = arg->all_tokens[arg->n_all_tokens - 1];
     const uint8_t *lb = aici_token_bytes(last, &plen);
     uint32_t v;
-    if (lb && plen <= 256 && valid_utf8(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
+    if (lb && plen <= 256 && aici_utf8_whole(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
     else plen = 0;
   }
   __builtin_memcpy(text + plen, forced, ok);

@@ -135,21 +135,6 @@ static sset_t *current(const aici_arg_t *arg, uint32_t *gen_out) {
   return &sets[gen];
 }
 
-static bool valid_utf8(const uint8_t *s, uint32_t n, uint32_t *prefix) {
-  uint32_t i = 0;
-  while (i < n) {
-    uint8_t c = s[i];
-    int k = c < 0x80 ? 0 : c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0 ? 2 : c >= 0xf0 && c < 0xf5 ? 3 : -1;
-    if (k < 0 || i + (uint32_t)k >= n) break;
-    bool cont = true;
-    for (int j = 1; j <= k; j++) cont &= (s[i + j] & 0xc0) == 0x80;
-    if (!cont) break;
-    i += (uint32_t)k + 1;
-  }
-  *prefix = i;
-  return i == n;
-}
-
 /* Forced text after `after` (the states after token `last`, or at the start of the generation),
  * as the tokenizer would write it: `last` and the forced text tokenized together (token healing:
  * `last` is replaced, *bt = 1, if the joined text splits differently; only with `before`, the
@@ -172,14 +157,14 @@ static bool plan_ff(const sset_t *before, const sset_t *after, const aici_token_
     s = t;
   }
   uint32_t ok;
-  bool to_end = valid_utf8(forced, nf, &ok) && nfa_only_end(&P, &s);   /* nothing can follow it */
+  bool to_end = aici_utf8_whole(forced, nf, &ok) && nfa_only_end(&P, &s);   /* nothing can follow it */
   if (ok < (to_end ? 1u : 2u)) return false;
   uint32_t bt = 0, plen = 0;
   uint8_t text[512];
   if (last && before) {
     const uint8_t *lb = aici_token_bytes(*last, &plen);
     uint32_t v;
-    if (lb && plen <= 256 && valid_utf8(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
+    if (lb && plen <= 256 && aici_utf8_whole(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
     else plen = 0;
   }
   __builtin_memcpy(text + plen, forced, ok);

@@ -170,6 +170,9 @@ const aici_trie_t *aici_trie(void);
 /* A token's bytes, from the trie (the table is built on first use). NULL for tokens without
  * bytes (special tokens). The pointer stays valid. */
 const uint8_t *aici_token_bytes(aici_token_t t, uint32_t *len_out);
+/* Whether s[0..n) is whole UTF-8 characters; *prefix gets the length of the longest such prefix
+ * (a character cut at the end, or a malformed byte, ends it). */
+bool aici_utf8_whole(const uint8_t *s, uint32_t n, uint32_t *prefix);
 
 /* A slice (llguidance's slicer, reduced to byte sets): for a byte set C, the tokens whose bytes
  * all lie in C, as a mask, and a sub-trie (same format) of all the other tokens, the rest trie.

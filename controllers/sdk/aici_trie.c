@@ -258,3 +258,18 @@ aici_slice_t *aici_trie_token_slice(const aici_trie_t *tr, aici_token_pred_fn in
   aici_free(pre);
   return s;
 }
+
+bool aici_utf8_whole(const uint8_t *s, uint32_t n, uint32_t *prefix) {
+    uint32_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        int k = c < 0x80 ? 0 : c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0 ? 2 : c >= 0xf0 && c < 0xf5 ? 3 : -1;
+        if (k < 0 || i + (uint32_t)k >= n) break;
+        bool cont = true;
+        for (int j = 1; j <= k; j++) cont &= (s[i + j] & 0xc0) == 0x80;
+        if (!cont) break;
+        i += (uint32_t)k + 1;
+    }
+    *prefix = i;
+    return i == n;
+}
