@@ -87,8 +87,12 @@ class EpochClock:
                 self._engine.increment_epoch()
 
     def close(self) -> None:
+        """Stop ticking; returns once the thread has ended (unless called on it), so that no tick
+        reaches an engine freed after this."""
         self.closed.set()
         self._work.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
 
 def _shutdown(pool: "CPool | ThreadPool", clock: EpochClock, host: HostImports) -> None:

@@ -94,3 +94,22 @@ def test_a_sequence_closed_mid_call_stops_pinning_its_mask_buffer(hot_path, scri
             rt.submit([StepInput(other, [1] * (k + 2), None)]).wait()
             time.sleep(0.01)
         assert not rt.registry.calls_out and stuck.state is aicirt.SeqState.CLOSED
+
+
+def test_runtimes_closed_as_soon_as_opened_leave_the_process_sound():
+    """A Runtime closed right after it started used to free its worker pool while the epoch
+    thread's first check was inside it (and could tick an engine freed after close): heap
+    corruption that aborted a later, unrelated `wasm_engine_new` in about 4 runs of 10 at 40
+    Runtimes. Run in a child process, so that a corrupted heap fails this test, not the session."""
+    import subprocess
+    import sys
+    code = (
+        "import aicirt\n"
+        "for _ in range(60):\n"
+        "    rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, prebuild_trie=False)\n"
+        "    rt.close()\n"
+        "    assert rt.pool.pending == 0 and rt.pool.threads == 0 and rt.pool.stats().threads == 0\n"
+        "print('sound')\n")
+    out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "sound", out.stderr[-3000:]

@@ -142,6 +142,11 @@ class CPool:
         self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
+        # Held across the C calls other threads make (the epoch clock's `pending`, a metrics
+        # scrape's `stats`) and across `close`'s free: without it such a call could lock the
+        # mutex of a pool being freed (heap corruption; seen when a Runtime closed right after
+        # it started, while its epoch thread made its first check).
+        self._lock = threading.Lock()
 
     def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
@@ -170,23 +175,30 @@ class CPool:
     @property
     def pending(self) -> int:
         """Calls running or queued (0 once closed)."""
-        return self.lib.aicirt_pool_pending(self.ptr) if self.ptr is not None else 0
+        with self._lock:
+            return self.lib.aicirt_pool_pending(self.ptr) if self.ptr is not None else 0
 
     @property
     def threads(self) -> int:
-        """Workers alive now: the base ones plus any started in place of stalled ones."""
-        return self.lib.aicirt_pool_threads(self.ptr)
+        """Workers alive now: the base ones plus any started in place of stalled ones (0 once closed)."""
+        with self._lock:
+            return self.lib.aicirt_pool_threads(self.ptr) if self.ptr is not None else 0
 
     def stats(self) -> PoolStats:
         """The pool now (see PoolStats)."""
         out = self.ffi.new("int[5]")
-        saturated = self.lib.aicirt_pool_stats(self.ptr, out)
+        with self._lock:
+            if self.ptr is None:
+                return PoolStats(0, 0, 0, 0, 0, False)
+            saturated = self.lib.aicirt_pool_stats(self.ptr, out)
         return PoolStats(out[0], out[1], out[2], out[3], out[4], bool(saturated))
 
     def close(self) -> None:
-        ptr, self.ptr = self.ptr, None
-        if ptr is not None:
-            self.lib.aicirt_pool_free(ptr)
+        """Stop the workers (waits for running calls: the epoch clock must still tick)."""
+        with self._lock:
+            ptr, self.ptr = self.ptr, None
+            if ptr is not None:
+                self.lib.aicirt_pool_free(ptr)
 
 
 class CVars:
