@@ -115,6 +115,34 @@ def test_a_late_step_the_machine_caused_is_not_charged(make_rt, scripted_wasm):
     assert r.status == "ok", r.error
 
 
+def test_a_healthy_call_the_machine_slows_down_is_never_stalled(make_rt, scripted_wasm):
+    """A call is stalled (made to take turns with stuck calls, its waits charged as its own
+    lateness) once it has used half the soft deadline in CPU time, not wall-clock time: starved
+    by busy processes, a 10 ms call runs far past the 25 ms threshold in wall time and is still
+    never stalled (with the wall-clock rule, it was: a healthy call then queued behind loopers
+    and ended "late 10 steps in a row" on a machine at load 20)."""
+    runtime = make_rt(soft_deadline_s=0.05)
+    ctrl = runtime.load(scripted_wasm)
+    n = spin_for_cpu(runtime, ctrl, 0.01)
+    seq = runtime.new_request(ctrl, arg=script(HEALTHY, spin(n, HEALTHY))).spawn()
+    assert runtime.submit([StepInput(seq, [1])]).wait(5.0).results[0].status == "ok"
+    before = runtime.pool.stats().stalls_total
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.2)   # let them start
+        t0 = time.perf_counter()
+        (r,) = run_until_settled(runtime, [seq], tokens=(1, 65))
+        wall = time.perf_counter() - t0
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert r.status == "ok", r.error
+    if wall < 0.025:
+        pytest.skip(f"the burners did not slow the call down ({wall * 1e3:.1f} ms)")
+    assert runtime.pool.stats().stalls_total == before
+
+
 def test_a_stuck_call_waiting_for_its_turn_is_charged(hot_path, scripted_wasm):
     """Two loopers on one turn: the one waiting for its turn is still charged for lateness (its
     wait is its share of the cores among stuck calls), so both end at max_late_steps."""

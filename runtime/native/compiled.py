@@ -186,12 +186,12 @@ class CPool:
 
     def stats(self) -> PoolStats:
         """The pool now (see PoolStats)."""
-        out = self.ffi.new("int[5]")
+        out = self.ffi.new("int[6]")
         with self._lock:
             if self.ptr is None:
-                return PoolStats(0, 0, 0, 0, 0, False)
+                return PoolStats(0, 0, 0, 0, 0, False, 0)
             saturated = self.lib.aicirt_pool_stats(self.ptr, out)
-        return PoolStats(out[0], out[1], out[2], out[3], out[4], bool(saturated))
+        return PoolStats(out[0], out[1], out[2], out[3], out[4], bool(saturated), out[5])
 
     def close(self) -> None:
         """Stop the workers (waits for running calls: the epoch clock must still tick)."""

@@ -140,7 +140,7 @@ class Fallback:
             return self._limit_error(s, cpu, wall)
         pool = getattr(_worker, "pool", None)
         if pool is not None:   # waiting for its turn is the pool's doing, not the machine's
-            s.wall_start_us += pool.stalled_turn(s, now / 1e6) * 1e6
+            s.wall_start_us += pool.stalled_turn(s, now / 1e6, cpu / 1e6) * 1e6
         return self.ffi.NULL
 
     def _limit_error(self, s: CData, cpu_us: float, wall_us: float) -> CData:
@@ -600,6 +600,7 @@ class ThreadPool:
         self.queue: deque = deque()
         self.busy_since: dict[threading.Thread, float] = {}   # 0.0 when idle
         self.stalled: set[threading.Thread] = set()
+        self.stalls_total = 0
         cores = os.cpu_count() or 1
         self.run_stalled_max = cores // 2 if cores >= 4 else 1
         self.turns: dict[threading.Thread, float] = {}         # holding a turn: since when
@@ -650,17 +651,18 @@ class ThreadPool:
         s.turn_wait_since_us = 0
         return waited
 
-    def stalled_turn(self, s: CData, now: float) -> float:
-        """step.c's stalled_turn, from the epoch callback on the worker running the call: seconds
-        waited for a turn."""
+    def stalled_turn(self, s: CData, now: float, cpu_s: float) -> float:
+        """step.c's stalled_turn, from the epoch callback on the worker running the call (whose
+        call has used `cpu_s` of CPU: a stall is counted in CPU time): seconds waited for a turn."""
         me = threading.current_thread()
-        since = self.busy_since.get(me, 0.0)
-        if me not in self.stalled and (not since or now - since < self.stall_s):
+        if me not in self.stalled and cpu_s < self.stall_s:
             return 0.0
         with self.cv:
             if self.stop:
                 return 0.0
-            self.stalled.add(me)
+            if me not in self.stalled:
+                self.stalled.add(me)
+                self.stalls_total += 1
             if me not in self.turns:
                 return self._take_turn(me, s)
             if self.waiting_turn and now - self.turns[me] >= STALL_SLICE_S:
@@ -738,7 +740,7 @@ class ThreadPool:
             stalled = len(self.stalled)
             return PoolStats(len(self.busy_since), stalled, len(self.turns),
                              sum(1 for v in self.busy_since.values() if v), len(self.queue),
-                             stalled > 0 and stalled >= self.max - self.base)
+                             stalled > 0 and stalled >= self.max - self.base, self.stalls_total)
 
     def close(self) -> None:
         with self.cv:

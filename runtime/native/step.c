@@ -207,7 +207,7 @@ double aicirt_call_cpu_us(aicirt_slot *s) {
     return s->cpu_pre_us + (now > start ? (double)(now - start) / 1e3 : 0);
 }
 
-static double stalled_turn(aicirt_slot *s, double now);
+static double stalled_turn(aicirt_slot *s, double now, double cpu_us);
 
 /* The call's own time (µs): the CPU it used plus what it waited for its turns as a stalled call
  * (waiting for a turn is a stuck call's share of the cores, not the machine's doing). Read by the
@@ -249,7 +249,7 @@ void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind) {
     *kind = 0;   /* WASMTIME_UPDATE_DEADLINE_CONTINUE */
     if (cpu >= s->cpu_budget_us || (s->wall_factor > 0 && wall >= s->wall_factor * limit))
         return limit_error(s, cpu, wall);
-    s->wall_start_us += stalled_turn(s, now);   /* waiting for its turn is the pool's doing, not the machine's */
+    s->wall_start_us += stalled_turn(s, now, cpu);   /* waiting for its turn is the pool's doing, not the machine's */
     return 0;
 }
 
@@ -428,10 +428,10 @@ struct aicirt_pool {
     int sleepers;             /* workers in pthread_cond_wait(&work) (under mu) */
     int spinners;             /* workers spinning for work before they sleep (atomic) */
     int base_threads, max_threads, live, busy, stalled;
+    int stalls_total;         /* calls ever demoted to stalled (a counter for /metrics) */
     double stall_us;
     pthread_t threads[MAX_THREADS];
     int started[MAX_THREADS], alive[MAX_THREADS], demoted[MAX_THREADS];
-    double busy_since[MAX_THREADS];   /* when its current call started; 0 when idle */
     worker_arg args[MAX_THREADS];
     /* stalled calls' turns: at most run_stalled_max hold one; the rest wait in FIFO order */
     pthread_cond_t turn;
@@ -454,7 +454,6 @@ static int spawn_worker(aicirt_pool *p) {
         p->args[i] = (worker_arg){p, i};
         p->alive[i] = 1;
         p->demoted[i] = 0;
-        p->busy_since[i] = 0;
         if (pthread_create(&p->threads[i], 0, worker, &p->args[i]) != 0) { p->alive[i] = 0; return 0; }
         p->started[i] = 1;
         p->live++;
@@ -514,16 +513,18 @@ static double take_turn(aicirt_pool *p, int i, aicirt_slot *s) {
     return waited;
 }
 
-/* From the epoch callback, on the thread running the call: a pool worker whose call has run past
- * the stall threshold becomes stalled (it is replaced, and leaves after this call) and from then
- * on runs only in its turn. Returns the µs it waited, which the wall-clock backstop leaves out. */
-static double stalled_turn(aicirt_slot *s, double now) {
+/* From the epoch callback, on the thread running the call: a pool worker whose call has used
+ * `cpu_us` of CPU past the stall threshold becomes stalled (it is replaced, and leaves after this
+ * call) and from then on runs only in its turn. CPU, not wall-clock time: on a busy machine a
+ * healthy call preempted for longer than the threshold must not be demoted and made to wait for
+ * turns behind stuck calls (that wait counts as its own lateness). Returns the µs it waited,
+ * which the wall-clock backstop leaves out. */
+static double stalled_turn(aicirt_slot *s, double now, double cpu_us) {
     worker_arg *w = tl_worker;
     if (!w) return 0;   /* not a pool worker (a start function on the engine's thread) */
     aicirt_pool *p = w->p;
     int i = w->index;
-    double since = p->busy_since[i];   /* its own entry: written by this thread only */
-    if (!p->demoted[i] && (since == 0 || now - since < p->stall_us)) return 0;
+    if (!p->demoted[i] && cpu_us < p->stall_us) return 0;
     double waited = 0;
     pthread_mutex_lock(&p->mu);
     if (p->stop) {   /* closing: no turns, the call runs on to its limit */
@@ -533,6 +534,7 @@ static double stalled_turn(aicirt_slot *s, double now) {
     if (!p->demoted[i]) {
         p->demoted[i] = 1;
         p->stalled++;
+        p->stalls_total++;
     }
     if (!p->holds[i]) {
         waited = take_turn(p, i, s);
@@ -570,12 +572,10 @@ static void *worker(void *arg) {
         aicirt_slot *s = p->queue[p->head % p->cap];
         __atomic_store_n(&p->head, p->head + 1, __ATOMIC_RELEASE);
         p->busy++;
-        p->busy_since[w->index] = now_us();
         pthread_mutex_unlock(&p->mu);
         aicirt_step(s);
         pthread_mutex_lock(&p->mu);
         p->busy--;
-        p->busy_since[w->index] = 0;
         if (p->waiting) pthread_cond_broadcast(&p->done);
         release_turn(p, w->index);
         if (p->demoted[w->index]) break;   /* stalled: leave; the worker that replaced it stays */
@@ -710,13 +710,13 @@ int aicirt_pool_threads(aicirt_pool *p) {
     return n;
 }
 
-/* out[0..4]: workers alive, of which stalled (taking turns, leaving after their call), stalled
- * calls running now (holding a turn), workers busy, calls queued; returns 1 if the pool is
+/* out[0..5]: workers alive, of which stalled (taking turns, leaving after their call), stalled
+ * calls running now (holding a turn), workers busy, calls queued, calls ever stalled; returns 1 if the pool is
  * saturated (stalled calls hold every extra worker), else 0. */
 int aicirt_pool_stats(aicirt_pool *p, int *out) {
     pthread_mutex_lock(&p->mu);
     out[0] = p->live; out[1] = p->stalled; out[2] = p->run_stalled; out[3] = p->busy;
-    out[4] = (int)(p->tail - p->head);
+    out[4] = (int)(p->tail - p->head); out[5] = p->stalls_total;
     int saturated = p->stalled > 0 && p->stalled >= p->max_threads - p->base_threads;
     pthread_mutex_unlock(&p->mu);
     return saturated;

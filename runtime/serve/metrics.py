@@ -26,6 +26,8 @@ DESCRIPTIONS = {
     "aicirt_live_sequences": ("gauge", "Sequences the engine is decoding."),
     "aicirt_worker_pool_saturated": ("gauge", "1 while stalled controller calls hold every extra worker "
                                               "(Limits.max_extra_workers): a further stuck call delays healthy ones."),
+    "aicirt_worker_stalls_total": ("counter", "Controller calls ever stalled: ones that used half the soft deadline "
+                                              "in CPU time, and from then on take turns with other stuck calls."),
     "aicirt_resident_slot_bytes": ("gauge", "Linear memory freed pooled slots keep resident for reuse "
                                             "(at most Limits.resident_bytes; all given back after Limits.resident_idle_s idle)."),
 }

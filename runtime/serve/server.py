@@ -54,6 +54,7 @@ class Server:
         self.metrics.gauge("aicirt_running_requests", lambda: self.loop.running)
         self.metrics.gauge("aicirt_live_sequences", self.loop.live_sequences)
         self.metrics.gauge("aicirt_worker_pool_saturated", lambda: float(runtime.pool.stats().saturated))
+        self.metrics.gauge("aicirt_worker_stalls_total", lambda: float(runtime.pool.stats().stalls_total))
         self.metrics.gauge("aicirt_resident_slot_bytes", lambda: runtime.registry.resident.held_bytes)
         self._controllers: dict[str, tuple[tuple, Controller]] = {}
         self._shipped: dict[str, Path] = {}          # shipped controllers' builds (sources fixed under a server)
