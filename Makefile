@@ -11,7 +11,7 @@ PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 # tests look for `wasm-tools` on PATH, and without this they were skipped.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup setup-model setup-llamacpp setup-bench-json setup-vllm test test-busy test-slow test-vllm typecheck demo demo-vllm bench bench-json bench-vllm clean
+.PHONY: setup setup-model setup-llamacpp setup-bench-json setup-vllm test test-busy test-slow fuzz test-vllm typecheck demo demo-vllm bench bench-json bench-vllm clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -55,6 +55,13 @@ test-busy: setup
 	for i in $$(seq $(BURNERS)); do $(BIN)/python -c 'while 1: pass' & pids="$$pids $$!"; done; \
 	echo "test-busy: $(BURNERS) CPU burners beside the tests (pids$$pids)"; \
 	$(BIN)/python -m pytest -q $(TEST_BUSY_ARGS)
+
+# The property tests at their full example budgets: the default run tries a quarter of each
+# (tests/_budget.py). A deep run: make fuzz FUZZ_SCALE=10.
+FUZZ_SCALE ?= 1
+fuzz: setup
+	AICIRT_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -q tests/test_parsers_fuzz.py tests/test_result_fuzz.py \
+	  tests/test_server_fuzz.py tests/test_wasm_binary.py
 
 # The modules that are clean so far ([tool.mypy] modules in pyproject.toml); widen the list there.
 typecheck: setup

@@ -6,6 +6,7 @@ own file, tests/test_server_fuzz.py."""
 from __future__ import annotations
 
 import wasmtime
+from _budget import examples
 from fuzz import host_targets, targets
 from fuzz.mutate import mutate
 from hypothesis import HealthCheck, given, settings
@@ -50,7 +51,7 @@ RICH = wasmtime.wat2wasm(r"""(module
     (drop (f64.add (global.get $f) (f64.const 2)))
     (i32.const 16)))""")
 
-MUTATE = dict(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MUTATE = dict(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -85,7 +86,7 @@ def _runtime():
     return _rt["rt"]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
 def test_what_the_loader_accepts_instantiates(wasm):
     """The loader's checks are complete: a mutated module it accepts never fails to instantiate
@@ -103,7 +104,7 @@ def test_what_the_loader_accepts_instantiates(wasm):
     seq.close()
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.binary(min_size=8, max_size=600))
 def test_result_lifting_from_arbitrary_memory(data):
     targets.lifted_result(data)
@@ -120,7 +121,7 @@ def small_structured_memory(draw):
     return struct.pack("<II", ptr, n) + struct.pack(f"<{len(words)}I", *words)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(small_structured_memory())
 def test_result_lifting_from_structured_memory(data):
     targets.lifted_result(data)
@@ -130,13 +131,13 @@ ARG_WORD = st.one_of(st.integers(0, 300), st.integers(8192, 8400), st.integers(0
                      st.sampled_from([0, 0xFFFFFFFF, 0x7FFFFFFF, 65536 * 4 - 4]))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 255), ARG_WORD, ARG_WORD, ARG_WORD, ARG_WORD, st.binary(max_size=64))
 def test_host_import_arguments(selector, a, b, c, d, tail):
     host_targets.host_call(host_targets.words(selector, a, b, c, d, tail))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=2000))
 def test_token_trie_round_trip(data):
     targets.trie_round_trip(data)

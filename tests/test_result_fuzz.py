@@ -7,6 +7,7 @@ import struct
 
 import numpy as np
 import wasmtime
+from _budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -90,7 +91,7 @@ def runtime():
     return _rt
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(results(), st.sampled_from([aicirt.Capabilities.ALL, aicirt.Capabilities.NONE]))
 def test_any_result_bytes_lift_or_error(blob, caps):
     rt = runtime()

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from _budget import examples  # noqa: E402
 from fuzz import server_targets as S  # noqa: E402
 from fuzz.mutate import mutate  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -20,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from aicirt.serve import protocol as P  # noqa: E402
 
-FAST = dict(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = dict(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Text with everything JSON can carry, lone surrogates included (they arrive as `\udcff` escapes).
 _ANY_TEXT = st.text(st.characters(exclude_categories=[]), max_size=12)
@@ -41,7 +42,7 @@ def encode(value: object, ascii_only: bool) -> bytes:
 
 
 # --- the parser alone: fast, many examples ---------------------------------------------------------
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.sampled_from(list(MODELS.values())), st.binary(max_size=200) | JSON.map(lambda v: encode(v, True)))
 def test_parse_gives_a_request_or_a_400(model, raw):
     """`protocol.parse` returns a request whose derived values all work, or ApiError(400)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import wasmtime
+from _budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +41,7 @@ def test_no_mutable_globals_leaves_module_untouched():
     assert export_mutable_globals(src) == (src, {})
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_fuzz_rewriter_on_mutated_modules(data):
     """Flip, drop or insert bytes: the rewriter returns a module or raises WasmFormatError, nothing else."""
@@ -70,7 +71,7 @@ def _runtime():
     return _rt
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=64) | st.binary(max_size=200).map(lambda b: b"\0asm\x01\0\0\0" + b))
 def test_fuzz_loader_raises_only_load_error(blob):
     try:
