@@ -46,8 +46,8 @@ def test_writing_controllers_zig_example_runs(tmp_path):
     zig_code = re.search(r"```zig\n(.*?)```", section, re.S).group(1)
     said = re.search(r"prints `(.*?)`", section).group(1)
     (tmp_path / "hello.zig").write_text(zig_code)
-    r = toolchain.build(tmp_path / "hello.zig", tmp_path / "hello.wasm", progress=False)
-    req = Engine(ScriptedBackend(script="Q: x")).generate("Q: ", controller=str(r.path), chat=False)
+    wasm = toolchain.build_cached(tmp_path / "hello.zig")   # built once per content (SDK and compiler included)
+    req = Engine(ScriptedBackend(script="Q: x")).generate("Q: ", controller=str(wasm), chat=False)
     assert req.sequences[0].text_bytes == said.encode() == b" hello from Zig"
 
 

@@ -2,6 +2,7 @@
 package: `pip install .` works from any folder, with no top-level `cli` module."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -12,8 +13,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Building the wheel takes ~10-25 s: `make test-slow` builds one, and CI runs these tests on the
+# wheel its packaging stage built (AICIRT_TEST_WHEEL, `.ci/run`).
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    given = os.environ.get("AICIRT_TEST_WHEEL")
+    if given:
+        return zipfile.ZipFile(given)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
                     "-w", str(out), str(ROOT)], check=True, capture_output=True)
