@@ -50,9 +50,9 @@ def trace(wasm, arg: bytes, script, caps, prompt="Q: "):
     return seqs, req.variables, [[toks for _, toks in batch] for batch in backend.calls]
 
 
-def same_trace(c_wasm, js_wasm, name, arg, script, caps):
+def same_trace(c_wasm, js_wasm, name, arg, script, caps, example=None):
     c = trace(c_wasm[name], arg, script, caps)
-    js = trace(js_wasm, js_arg((EXAMPLES / f"{name}.js").read_bytes(), arg), script, caps)
+    js = trace(js_wasm, js_arg((EXAMPLES / f"{example or name}.js").read_bytes(), arg), script, caps)
     assert js == c
     assert all(reason != "error" for _, _, reason, _, _ in c[0]), c[0]
     return c
@@ -76,8 +76,9 @@ def test_choice_in_js_traces_like_c(c_wasm, js_wasm, caps, arg, script):
 @pytest.mark.parametrize("caps", [C.ALL, C.NONE])
 @pytest.mark.parametrize("pattern,script", [(b"(19|20)[0-9]{2}", "1945"), (b"[a-z]+@[a-z]+\\.com", "ann@x.com"),
                                             (b"[0-9]+", list(b"12") + [EOS]), (b"ab|cd", "zz")])
-def test_regex_in_js_traces_like_c(c_wasm, js_wasm, caps, pattern, script):
-    same_trace(c_wasm, js_wasm, "regex", pattern, script, caps)
+@pytest.mark.parametrize("example", ["regex", "regex_by_hand"])   # aici.Follower, and the loop in JS
+def test_regex_in_js_traces_like_c(c_wasm, js_wasm, caps, pattern, script, example):
+    same_trace(c_wasm, js_wasm, "regex", pattern, script, caps, example)
 
 
 # -- the API -------------------------------------------------------------------------------------
