@@ -257,6 +257,18 @@ static const char PRELUDE[] =
     "aici.noop = () => aici.fastForward([], 0);\n"
     "globalThis.console = Object.freeze({log: aici.log, info: aici.log, warn: aici.log, error: aici.log, debug: aici.log});\n";
 
+/* The cycle collector's next run: GC_HEADROOM past the heap as it is now. QuickJS frees most
+ * garbage by reference counting; its cycle collector walks every object of the heap, writing
+ * each header, and its first threshold (256 KiB) lies below the heap the init leaves, so the
+ * first allocation of every request would walk (and so copy-on-write, and make each fork copy)
+ * the whole snapshot heap. */
+#define GC_HEADROOM (8u << 20)
+static void gc_later(void) {
+  JSMemoryUsage u;
+  JS_ComputeMemoryUsage(rt, &u);
+  JS_SetGCThreshold(rt, (size_t)u.malloc_size + GC_HEADROOM);
+}
+
 /* ---- the interpreter ----------------------------------------------------------------------- */
 static void make_interpreter(void) {
   if (ctx) return;
@@ -275,12 +287,14 @@ static void make_interpreter(void) {
   if (JS_IsException(r)) die_exception("prelude");
   JS_FreeValue(ctx, r);
   mid_fn = JS_UNDEFINED;
+  gc_later();
 }
 
 AICI_EXPORT_INIT void js_init(void) {
   make_interpreter();
   if ((trie = aici_trie())) aici_token_bytes(0, 0);
   JS_RunGC(rt);
+  gc_later();
 }
 
 /* Math.random from WASI random_get (seeded per request by the runtime: replayable). */
