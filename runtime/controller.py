@@ -20,6 +20,7 @@ import wasmtime
 from . import abi
 from .admission import structural_problems, wasi_problem
 from .errors import LoadError
+from .js_bind import split_arg_prefix
 from .limits import Limits
 from .native.engine_config import make_engine
 from .wasm_binary import WasmFormatError, export_mutable_globals, module_facts
@@ -45,6 +46,8 @@ class Controller:
     name: str = ""
     has_init: bool = False           # exports INIT_EXPORT
     snapshot: bool = False           # `module` starts where `_initialize` and the init export left off
+    arg_prefix: bytes = b""          # prepended to every request's argument (aicirt.js_bind)
+    code_sha256: str = ""            # sha256 of the module compiled: `sha256` less the arg-prefix section
 
     def _release(self) -> None:
         """Its Runtime closed: drop the compiled code, which would keep that runtime's wasmtime
@@ -230,9 +233,12 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, ma
     fit the engine falls back to compiling in this process. Raises LoadError naming what is wrong.
     """
     data, name = read_source(src, max_bytes)
-    sha = hashlib.sha256(data).hexdigest()
+    module_sha = hashlib.sha256(data).hexdigest()
     try:
-        wasm, globals_ = export_mutable_globals(data)
+        # a bound script (js_bind) is no part of the code: the module compiles as the js controller
+        code, arg_prefix = split_arg_prefix(data)
+        sha = hashlib.sha256(code).hexdigest() if arg_prefix else module_sha
+        wasm, globals_ = export_mutable_globals(code)
         problems = structural_problems(module_facts(wasm), memory_bytes or _DEFAULT_MEMORY)
     except WasmFormatError as e:
         raise LoadError(f"{name}: {e}") from None
@@ -245,7 +251,8 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, ma
     if artifact is not None:    # only now, so that nothing refused is ever cached
         keep_artifact(key, artifact, cached)
     has_init = any(e.name == INIT_EXPORT for e in module.exports)
-    return Controller(sha, module, len(data), globals_, has_post, has_initialize, wasi, name, has_init)
+    return Controller(module_sha, module, len(data), globals_, has_post, has_initialize, wasi, name, has_init,
+                      arg_prefix=arg_prefix, code_sha256=sha)
 
 
 def keep_artifact(key: tuple, artifact: bytes | bytearray, cached: Path | None) -> None:

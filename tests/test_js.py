@@ -200,7 +200,6 @@ def test_a_fork_copies_the_interpreter(make_rt):
 
 
 # -- a script as a module: aicirt build / run / upload ctrl.js -------------------------------------
-@pytest.mark.slow   # a bound script is its own module: one more compile of QuickJS (~10 s of CPU)
 def test_a_bound_script_module_runs_the_script_with_the_whole_argument(c_wasm, tmp_path):
     from aicirt.toolchain import build
     src = tmp_path / "re.js"
@@ -221,11 +220,31 @@ def test_binding_refuses_what_it_cannot_bind(js_wasm):
         bind(wasm, b"\xff\xfe")
     with pytest.raises(WasmFormatError, match="already has a script"):
         bind(bind(wasm, b"function midProcess(a) {}"), b"function midProcess(a) {}")
+    with pytest.raises(ValueError, match="NUL byte"):
+        bind(wasm, b"function midProcess(a) {}\0")
     with pytest.raises(WasmFormatError, match="not the js controller"):
         bind(open(build_cached("yesno"), "rb").read(), b"function midProcess(a) {}")
 
 
-@pytest.mark.slow   # two bound modules, each compiled with its snapshot
+def test_a_bound_script_shares_the_js_controllers_compiled_code(js_wasm):
+    """Binding compiles nothing: the bound module's code (less its arg-prefix section) is the js
+    controller's, so it loads the js controller's compiled snapshot, under its own module id."""
+    from aicirt.js_bind import bind, split_arg_prefix
+    wasm = open(js_wasm, "rb").read()
+    script = b"function midProcess(a) { aici.varSet('arg', aici.arg()); return aici.stop(); }"
+    bound = bind(wasm, script)
+    assert split_arg_prefix(bound) == (wasm, script + b"\0") and split_arg_prefix(wasm) == (wasm, b"")
+    with aicirt.Runtime(aicirt.ByteTokenizer()) as rt:
+        js, b1, b2 = rt.load(wasm), rt.load(bound), rt.load(bind(wasm, script + b" // another"))
+        assert b1.module is js.module and b2.module is js.module and js.snapshot
+        assert len({js.sha256, b1.sha256, b2.sha256}) == 3 and b1.arg_prefix == script + b"\0"
+        req = rt.new_request(b1, arg=b"its own")
+        out = rt.submit([StepInput(req.spawn(), [1, 2])]).wait()
+        assert out.results[0].status == "ok" and not out.results[0].branches, out.results[0].error
+        assert req.variables["arg"] == b"its own"
+
+
+@pytest.mark.slow   # three CLI runs on the scripted engine
 def test_cli_runs_and_uploads_js(tmp_path):
     from click.testing import CliRunner
 

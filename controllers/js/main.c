@@ -4,13 +4,15 @@
  * own argument (`aici.arg()`). The script defines `midProcess(arg)`; every mid-process call
  * passes it the WIT's `mid-process-arg` (camelCase, plus `callIndex`) and turns what it returns,
  * shaped like the WIT's `mid-process-result`, into the result. The API (`aici`, aici.d.ts)
- * mirrors the WIT host interface; token sets and the regex constraint are native (the SDK's), so
- * a JS controller's masks cost what C's do.
+ * mirrors the WIT host interface; token sets and the constraints (Regex, JsonSchema, Follower:
+ * constraint.c) are native, so a JS controller's masks cost what C's do. A script bound to the
+ * module (`aicirt upload ctrl.js`, runtime/js_bind.py) reaches it the same way: the runtime puts
+ * the script and its NUL in front of every request's argument.
  *
  * Lifetimes: the interpreter, its context and the API are made by `aicirt_init`, once per
  * (controller, tokenizer), and kept in the init snapshot (docs/snapshots.md); the script is
- * evaluated on the request's first call; a fork copies the whole interpreter with the linear
- * memory. A host without snapshots makes the interpreter on the first call instead.
+ * evaluated on the request's first call; a fork copies the pages of the interpreter the parent
+ * wrote. A host without snapshots makes the interpreter on the first call instead.
  *
  * Errors never trap silently: a syntax error, an exception, or a result of the wrong shape is
  * written to the log (message and stack) and ends the sequence through WASI `proc_exit(1)`,
@@ -45,13 +47,9 @@ static const char *const ATOM_NAMES[N_ATOMS] = {"branches", "sampleMask", "tempe
 static JSAtom atoms[N_ATOMS];
 static uint32_t arg_skip;             /* bytes of aici_arg() before the script's own argument */
 
-/* A script bound into the module (`aicirt build/upload ctrl.js`: runtime/js_bind.py finds the
- * marker and points ptr/len at a data segment it appends). Then the whole controller argument is
- * the script's own. volatile: the binder rewrites it after compilation. */
-__attribute__((used)) static volatile struct {
-  char magic[24];
-  uint32_t ptr, len;
-} bound_script = {"aicirt:js:bound-script!", 0, 0};
+/* What runtime/js_bind.py looks for before it binds a script to a module: this is the js
+ * controller. */
+__attribute__((used)) static const char JS_CONTROLLER_MARKER[] = "aicirt:js:controller:1";
 
 /* ---- failing: the log, then proc_exit ----------------------------------------------------- */
 __attribute__((noreturn)) static void die(const char *what, const char *text, size_t len) {
@@ -305,18 +303,10 @@ static JSValue math_random(JSContext *c, JSValueConst this, int argc, JSValueCon
 }
 
 static void load_script(void) {
-  uint32_t n, len = 0;
-  char *a;
-  if (bound_script.len) {          /* a bound script: the argument is all the script's */
-    a = aici_malloc(bound_script.len);
-    memcpy(a, (const void *)(uintptr_t)bound_script.ptr, bound_script.len);
-    len = bound_script.len;
-    arg_skip = 0;
-  } else {                         /* the argument: script, then NUL and the script's argument */
-    a = (char *)aici_arg(&n);
-    while (len < n && a[len]) len++;
-    arg_skip = len + 1;
-  }
+  uint32_t n, len = 0;   /* the argument: script, then NUL and the script's argument */
+  char *a = (char *)aici_arg(&n);
+  while (len < n && a[len]) len++;
+  arg_skip = len + 1;
   JSValue global = JS_GetGlobalObject(ctx);
   JSValue math = JS_GetPropertyStr(ctx, global, "Math");
   JS_SetPropertyStr(ctx, math, "random", JS_NewCFunction(ctx, math_random, "random", 0));
