@@ -26,7 +26,12 @@ Rounds alternate the sides. Ratios are JS / C of medians in this run (`ratio`: r
 "step_cached_us_p50", "fork_us", "memory_mib" (regex.js), "c": {...}, "js_by_hand": {...},
 "ratio": {...}, "ratio_by_hand": {...}, ...}.
 
-Usage: python bench/js_controller.py [--rounds N]
+`--bind-load`: instead, the cost of loading a script bound to the js module (`aicirt upload
+ctrl.js`): the js module, then two bound scripts, each Runtime.load'ed in a fresh runtime without
+the disk cache; wall and CPU (this process and its compile children). Last line: one JSON object
+{"js_load_cpu_s", "bound_load_cpu_s": [...], "bound_load_wall_s": [...]}.
+
+Usage: python bench/js_controller.py [--rounds N] [--bind-load]
 """
 from __future__ import annotations
 
@@ -92,10 +97,39 @@ def one_request(rt, ctrl, arg: bytes, tok, prompt: list[int]) -> dict:
             "steps": first, "cached_steps": cached}
 
 
+def bind_load() -> None:
+    import resource
+
+    import aicirt
+    from aicirt.js_bind import bind
+    from aicirt.toolchain import build_cached
+    from mask_speed import QwenTokenizer
+
+    def cpu() -> float:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    rt = aicirt.Runtime(QwenTokenizer(), workers=1, cache_dir=False)
+    js = build_cached("js").read_bytes()
+    got = []
+    for label, data in (("js", js), ("bound 1", bind(js, b"function midProcess(a) { return aici.stop(); } // 1")),
+                        ("bound 2", bind(js, b"function midProcess(a) { return aici.stop(); } // 2"))):
+        c0, t0 = cpu(), time.perf_counter()
+        rt.load(data)
+        got.append((time.perf_counter() - t0, cpu() - c0))
+        print(f"{label:8s} load {got[-1][0]:7.2f} s wall, {got[-1][1]:6.2f} s CPU", flush=True)
+    rt.close()
+    print(json.dumps({"js_load_cpu_s": round(got[0][1], 2), "bound_load_cpu_s": [round(c, 2) for _, c in got[1:]],
+                      "bound_load_wall_s": [round(w, 2) for w, _ in got[1:]]}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--bind-load", action="store_true")
     args = ap.parse_args()
+    if args.bind_load:
+        return bind_load()
     from mask_speed import QwenTokenizer
 
     import aicirt

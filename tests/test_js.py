@@ -123,6 +123,36 @@ def test_api_tokens_sets_and_variables(make_rt):
                    "tok": [1, 2], "caps": int(C.ALL), "sampled": True, "all": [1, 2]}
 
 
+def test_follower_follows_backtracking_and_skipped_calls_and_refuses_misuse(make_rt):
+    """Follower.step() compares the tokens with those it followed, so a backtrack (even one made
+    on a call that did not step it) is followed; its result converts natively and shows its
+    plain form; misuse throws."""
+    script = r"""
+    const f = new aici.Follower(new aici.Regex("[A-Z]{1,6}"));
+    let msgs = [];
+    try { f.step(); } catch (e) { msgs.push(e.message); }
+    try { new aici.Follower({}); } catch (e) { msgs.push(e.message); }
+    function midProcess(arg) {
+      if (arg.callIndex === 2) return aici.noop();               // a call the follower skips
+      const r = f.step();
+      console.log(JSON.stringify({call: arg.callIndex, state: f.state, n: r.branches.length,
+                                  has: r.branches.length ? r.branches[0].sampleMask.has(66) : null, msgs}));
+      return r;
+    }"""
+    rt = make_rt()
+    seq = rt.new_request(rt.load(build_cached("js")), js_arg(script)).spawn()
+    for tokens, sampled in (([1], None), ([1, 65], 65), ([1, 65, 65, 65], 65), ([1, 66], 66),
+                            ([1] + [65] * 6, 65)):
+        r = rt.submit([StepInput(seq, tokens, sampled)]).wait().results[0]
+        assert r.status == "ok", (r.error, seq.log)
+    logs = [json.loads(x) for x in seq.log.decode().strip().splitlines()]
+    assert logs[0]["msgs"] == ["Follower.step() is available during midProcess only",
+                               "expected an aici.Regex or aici.JsonSchema"]
+    states = {entry["call"]: entry["state"] for entry in logs}
+    assert states[3] == states[1] != states[0]      # "A", then "AAA" on a skipped call, then "B": one letter
+    assert [(e["call"], e["n"]) for e in logs] == [(0, 1), (1, 1), (3, 1), (4, 0)]   # 6 letters: complete, stop
+
+
 def test_regex_api_and_cached_masks_are_read_only(make_rt):
     script = r"""
     function midProcess(arg) {
