@@ -4,6 +4,7 @@ starts controllers with an init export from a snapshot: :mod:`aicirt.snapshot`.)
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import struct
@@ -23,6 +24,7 @@ from .errors import LoadError
 from .js_bind import split_arg_prefix
 from .limits import Limits
 from .native.engine_config import make_engine
+from .paths import user_cache_dir
 from .wasm_binary import WasmFormatError, export_mutable_globals, module_facts
 
 _DEFAULT_MEMORY = Limits().memory_bytes
@@ -269,13 +271,22 @@ def keep_artifact(key: tuple, artifact: bytes | bytearray, cached: Path | None) 
             pass
 
 
+def engine_key(limits: Limits) -> str:
+    """What a Runtime's compiled code depends on (its compile cache key): the wasmtime version,
+    the stack and the memory limit."""
+    return hashlib.sha256(f"wasmtime-{importlib.metadata.version('wasmtime')}"
+                          f"-stack{limits.stack_bytes}-epoch-pool{limits.memory_bytes}".encode()).hexdigest()[:12]
+
+
 def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0,
                      limits: Limits | None = None) -> Controller:
     """Validate `src` (path or bytes) without a Runtime: the same checks `Runtime.load` runs,
-    against an engine configured as a Runtime's with `limits` (default: Limits()), no disk cache.
-    For tools that want a quick verdict (`aicirt check`, `aicirt build`, and `aicirt run` before
-    it spends seconds loading a model). Raises LoadError."""
+    against an engine configured as a Runtime's with `limits` (default: Limits()), through the
+    Runtimes' disk cache of compiled code (what one of them compiled, or the js controller's code
+    under a bound script, compiles nothing; what this compiles and accepts, a Runtime finds). For
+    tools that want a quick verdict (`aicirt check`, `aicirt build`, and `aicirt run` before it
+    spends seconds loading a model). Raises LoadError."""
     limits = limits or Limits()
-    return load_controller(make_engine(limits.stack_bytes, limits.memory_bytes, 1), "check", src,
-                           max_bytes=max_bytes, compile_timeout_s=compile_timeout_s, cache_dir=None,
-                           memory_bytes=limits.memory_bytes)
+    return load_controller(make_engine(limits.stack_bytes, limits.memory_bytes, 1), engine_key(limits), src,
+                           max_bytes=max_bytes, compile_timeout_s=compile_timeout_s,
+                           cache_dir=user_cache_dir("modules"), memory_bytes=limits.memory_bytes)
