@@ -306,6 +306,18 @@ def test_the_docs_first_example_runs():
     assert [(reason, text) for _, _, reason, _, text in seqs] == [("stop", b"1945")]
 
 
+def test_the_docs_follower_example_runs():
+    import re as _re
+    from pathlib import Path
+    doc = Path(__file__).resolve().parent.parent / "docs" / "js.md"
+    script = _re.findall(r"```js\n(.*?)```", doc.read_text(), _re.S)[1]
+    assert "aici.Follower" in script
+    seqs, _, _ = trace(build_cached("js"), js_arg(script), '{"year":1945}', C.ALL)
+    assert [(reason, text) for _, _, reason, _, text in seqs] == [("stop", b'{"year":1945}')]
+    seqs, _, _ = trace(build_cached("js"), js_arg(script), '{"year":1845}', C.ALL)   # under the minimum
+    assert seqs[0][2] != "error" and seqs[0][4] != b'{"year":1845}'
+
+
 def test_the_vllm_steering_core_runs_a_js_script_as_it_runs_c(c_wasm, js_wasm):
     """The vLLM plugin's engine-independent core (mask-only host: no fork, no backtrack, forced
     fast-forward) gives the js regex.js the same tokens as the C regex controller."""
