@@ -1,25 +1,40 @@
 """The js controller (controllers/js) against the C `regex` controller on the same pattern, same run.
 
-The JS side runs controllers/js/examples/regex.js (the C regex controller's behaviour, its masks
-from the native aici.Regex); both on Qwen2's tokenizer (151,851 ids), both loaded once with their
-per-tokenizer init snapshot (the JS interpreter and its API are made by the init, so a request
-starts from an initialized interpreter; its script is evaluated on the request's first call).
+Three sides: C `regex`; controllers/js/examples/regex.js (aici.Follower over the native
+aici.Regex: one native call a step); regex_by_hand.js (the same loop written in JS). All on
+Qwen2's tokenizer (151,851 ids), each loaded once with its per-tokenizer init snapshot (the JS
+interpreter and its API are made by the init, so a request starts from an initialized
+interpreter; its script is evaluated on the request's first call).
 
   ttfm_ms       new request to first mask: Runtime.new_request + spawn + the first call (the
                 prompt; the JS side evaluates its script there) until the mask is in the batch's
                 array; wall, and this process's CPU (all threads) as ttfm_cpu_ms.
   step_us_p50   one step inside the controller (StepResult.elapsed_us: the worker's mid-process
-                call, the mask lifted into the batch row), the model's text following the pattern
-                (`1945` then EOS, repeated over fresh requests); median over steps after the first.
-  fork_us       Sequence.fork() of a sequence after its first step (a copy of its whole linear
-                memory and globals into a fresh instance), median.
-  memory_mib    the instance's linear memory after the first step, MiB (what a fork copies, and
-                the resident pages a sequence can touch).
+                call, wall, with the mask lifted into the batch row) along the pattern's text
+                (`194`), each state new to the instance: its mask is computed (the same native
+                code on every side); median.
+  step_cached_us_p50  the same steps again after backtracking to the prompt: every mask cached
+                in the instance, so this is the controller's own cost a step (for JS: the
+                interpreter, the argument and result conversion); median.
+  step_cached_cpu_us  those cached steps repeated (25 times a request), in this process's CPU
+                per step (all threads: the call and the runtime around it); median over
+                requests. `step_cached_cpu_extra_us`: JS less C, what the interpreter adds.
+  fork_us       Sequence.fork() of a sequence after its first call (a fresh instance, then the
+                4 KiB pages the parent wrote copied where they differ), median, wall.
+  memory_mib    the instance's linear memory after the first call, MiB (its address space; a
+                fork copies only what the parent wrote).
 
-Rounds alternate C and JS. Ratios are JS / C of medians in this run. The last line is one JSON
-object: {"ttfm_ms", "step_us_p50", "fork_us", "memory_mib", "c": {...}, "ratio": {...}, ...}.
+Rounds alternate the sides. Ratios are JS / C of medians in this run (`ratio`: regex.js,
+`ratio_by_hand`). The last line is one JSON object: {"ttfm_ms", "step_us_p50",
+"step_cached_us_p50", "fork_us", "memory_mib" (regex.js), "c": {...}, "js_by_hand": {...},
+"ratio": {...}, "ratio_by_hand": {...}, ...}.
 
-Usage: python bench/js_controller.py [--rounds N]
+`--bind-load`: instead, the cost of loading a script bound to the js module (`aicirt upload
+ctrl.js`): the js module, then two bound scripts, each Runtime.load'ed in a fresh runtime without
+the disk cache; wall and CPU (this process and its compile children). Last line: one JSON object
+{"js_load_cpu_s", "bound_load_cpu_s": [...], "bound_load_wall_s": [...]}.
+
+Usage: python bench/js_controller.py [--rounds N] [--bind-load]
 """
 from __future__ import annotations
 
@@ -34,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 PATTERN = "(19|20)[0-9]{2}"
+CYCLES = 25          # repeats of the cached steps timed in CPU
 TEXT = "1945"
 
 
@@ -52,29 +68,79 @@ def one_request(rt, ctrl, arg: bytes, tok, prompt: list[int]) -> dict:
     child = seq.fork()
     fork_us = (time.perf_counter() - t0) * 1e6
     child.close()
-    steps = []
-    tokens = list(prompt)
-    for t in tok.encode(TEXT) + [tok.eos_token_id]:
-        if not out.masks[r.branches[0].mask_row][t // 32] >> (t % 32) & 1:
-            raise RuntimeError(f"token {t} not allowed")
-        tokens.append(t)
-        out = rt.submit([StepInput(seq, tokens, t)]).wait()
+    digits = tok.encode(TEXT)
+
+    def step(tokens: list[int], sampled: int | None) -> tuple[object, object]:
+        out = rt.submit([StepInput(seq, tokens, sampled)]).wait()
         r = out.results[0]
         if r.status != "ok":
             raise RuntimeError(f"step failed: {r.error}")
-        steps.append(r.elapsed_us)
-        if not r.branches:
-            break
+        return out, r
+
+    def follow(out, r, toks: list[int]) -> tuple[list[float], object, object]:
+        times, tokens = [], list(prompt)
+        for t in toks:
+            if not r.branches or not out.masks[r.branches[0].mask_row][t // 32] >> (t % 32) & 1:
+                raise RuntimeError(f"token {t} not allowed")
+            tokens.append(t)
+            out, r = step(tokens, t)
+            times.append(r.elapsed_us)
+        return times, out, r
+
+    # all but the last digit (which completes the match and stops): masks of states new to this
+    # instance; then back to the prompt and the same again: masks cached in the instance
+    first, out, r = follow(out, r, digits[:-1])
+    out, r = step(list(prompt), None)
+    cached, out, r = follow(out, r, digits[:-1])
+    # the same cached steps, CYCLES times, timed in this process's CPU (all threads: the call on
+    # the worker and the runtime's own work around it), which a loaded machine does not inflate
+    c0 = time.process_time()
+    for _ in range(CYCLES):
+        out, r = step(list(prompt), None)
+        _, out, r = follow(out, r, digits[:-1])
+    cached_cpu_us = (time.process_time() - c0) * 1e6 / (CYCLES * len(digits))
+    _, out, r = follow(out, r, digits[-1:])
+    if r.branches:
+        raise RuntimeError("the controller did not stop after a complete match")
     seq.close()
     req.close()
     return {"ttfm_ms": ttfm, "ttfm_cpu_ms": ttfm_cpu, "fork_us": fork_us, "memory_mib": memory_mib,
-            "steps": steps[:-1]}   # the last call only sees EOS and stops: no mask
+            "steps": first, "cached_steps": cached, "cached_cpu_us": cached_cpu_us}
+
+
+def bind_load() -> None:
+    import resource
+
+    import aicirt
+    from aicirt.js_bind import bind
+    from aicirt.toolchain import build_cached
+    from mask_speed import QwenTokenizer
+
+    def cpu() -> float:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    rt = aicirt.Runtime(QwenTokenizer(), workers=1, cache_dir=False)
+    js = build_cached("js").read_bytes()
+    got = []
+    for label, data in (("js", js), ("bound 1", bind(js, b"function midProcess(a) { return aici.stop(); } // 1")),
+                        ("bound 2", bind(js, b"function midProcess(a) { return aici.stop(); } // 2"))):
+        c0, t0 = cpu(), time.perf_counter()
+        rt.load(data)
+        got.append((time.perf_counter() - t0, cpu() - c0))
+        print(f"{label:8s} load {got[-1][0]:7.2f} s wall, {got[-1][1]:6.2f} s CPU", flush=True)
+    rt.close()
+    print(json.dumps({"js_load_cpu_s": round(got[0][1], 2), "bound_load_cpu_s": [round(c, 2) for _, c in got[1:]],
+                      "bound_load_wall_s": [round(w, 2) for w, _ in got[1:]]}))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--bind-load", action="store_true")
     args = ap.parse_args()
+    if args.bind_load:
+        return bind_load()
     from mask_speed import QwenTokenizer
 
     import aicirt
@@ -84,9 +150,11 @@ def main() -> None:
     limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0)
     rt = aicirt.Runtime(tok, limits=limits, workers=1, cache_dir=False)
     prompt = tok.encode("In which year did World War II end? Answer: ")
-    script = (CONTROLLERS_DIR / "js" / "examples" / "regex.js").read_bytes()
+    examples = CONTROLLERS_DIR / "js" / "examples"
+    js = rt.load(build_cached("js"))
     sides = {"c": (rt.load(build_cached("regex")), PATTERN.encode()),
-             "js": (rt.load(build_cached("js")), script + b"\0" + PATTERN.encode())}
+             "js": (js, (examples / "regex.js").read_bytes() + b"\0" + PATTERN.encode()),
+             "js_by_hand": (js, (examples / "regex_by_hand.js").read_bytes() + b"\0" + PATTERN.encode())}
     for name, (ctrl, arg) in sides.items():   # warm-up: code paths, the regex's first masks
         for _ in range(3):
             one_request(rt, ctrl, arg, tok, prompt)
@@ -101,16 +169,23 @@ def main() -> None:
         return {"ttfm_ms": round(statistics.median(r["ttfm_ms"] for r in runs), 3),
                 "ttfm_cpu_ms": round(statistics.median(r["ttfm_cpu_ms"] for r in runs), 3),
                 "step_us_p50": round(statistics.median(s for r in runs for s in r["steps"]), 2),
+                "step_cached_us_p50": round(statistics.median(s for r in runs for s in r["cached_steps"]), 2),
+                "step_cached_cpu_us": round(statistics.median(r["cached_cpu_us"] for r in runs), 2),
                 "fork_us": round(statistics.median(r["fork_us"] for r in runs), 1),
                 "memory_mib": round(max(r["memory_mib"] for r in runs), 2)}
 
-    js, c = summary(got["js"]), summary(got["c"])
-    for name, s in (("c regex", c), ("js regex.js", js)):
+    js, c, by_hand = summary(got["js"]), summary(got["c"]), summary(got["js_by_hand"])
+    for name, s in (("c regex", c), ("js regex.js", js), ("js by hand", by_hand)):
         print(f"{name:12s} ttfm {s['ttfm_ms']:7.3f} ms ({s['ttfm_cpu_ms']:.3f} ms CPU)  step p50 "
-              f"{s['step_us_p50']:7.2f} us  fork {s['fork_us']:8.1f} us  memory {s['memory_mib']:.2f} MiB")
+              f"{s['step_us_p50']:7.2f} us (cached mask {s['step_cached_us_p50']:6.2f} us)  fork {s['fork_us']:8.1f} us  memory {s['memory_mib']:.2f} MiB")
     ratio = {k: round(js[k] / c[k], 2) if c[k] else None for k in c}
-    print(json.dumps({**js, "c": c, "ratio": ratio, "pattern": PATTERN, "rounds": args.rounds,
-                      "targets": {"ttfm_ms": 2.0, "step_us_p50": 20.0, "fork_us": 500.0}}))
+    ratio_by_hand = {k: round(by_hand[k] / c[k], 2) if c[k] else None for k in c}
+    # what the interpreter adds to a cached step, in CPU: JS less C, same steps, same run
+    extra = {"js": round(js["step_cached_cpu_us"] - c["step_cached_cpu_us"], 2),
+             "js_by_hand": round(by_hand["step_cached_cpu_us"] - c["step_cached_cpu_us"], 2)}
+    print(json.dumps({**js, "c": c, "ratio": ratio, "js_by_hand": by_hand, "ratio_by_hand": ratio_by_hand,
+                      "step_cached_cpu_extra_us": extra, "pattern": PATTERN, "rounds": args.rounds,
+                      "targets": {"ttfm_ms": 2.0, "step_cached_us_p50": 20.0, "fork_us": 500.0}}))
 
 
 if __name__ == "__main__":

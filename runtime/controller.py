@@ -4,6 +4,7 @@ starts controllers with an init export from a snapshot: :mod:`aicirt.snapshot`.)
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import struct
@@ -20,8 +21,10 @@ import wasmtime
 from . import abi
 from .admission import structural_problems, wasi_problem
 from .errors import LoadError
+from .js_bind import split_arg_prefix
 from .limits import Limits
 from .native.engine_config import make_engine
+from .paths import user_cache_dir
 from .wasm_binary import WasmFormatError, export_mutable_globals, module_facts
 
 _DEFAULT_MEMORY = Limits().memory_bytes
@@ -45,6 +48,8 @@ class Controller:
     name: str = ""
     has_init: bool = False           # exports INIT_EXPORT
     snapshot: bool = False           # `module` starts where `_initialize` and the init export left off
+    arg_prefix: bytes = b""          # prepended to every request's argument (aicirt.js_bind)
+    code_sha256: str = ""            # sha256 of the module compiled: `sha256` less the arg-prefix section
 
     def _release(self) -> None:
         """Its Runtime closed: drop the compiled code, which would keep that runtime's wasmtime
@@ -230,9 +235,12 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, ma
     fit the engine falls back to compiling in this process. Raises LoadError naming what is wrong.
     """
     data, name = read_source(src, max_bytes)
-    sha = hashlib.sha256(data).hexdigest()
+    module_sha = hashlib.sha256(data).hexdigest()
     try:
-        wasm, globals_ = export_mutable_globals(data)
+        # a bound script (js_bind) is no part of the code: the module compiles as the js controller
+        code, arg_prefix = split_arg_prefix(data)
+        sha = hashlib.sha256(code).hexdigest() if arg_prefix else module_sha
+        wasm, globals_ = export_mutable_globals(code)
         problems = structural_problems(module_facts(wasm), memory_bytes or _DEFAULT_MEMORY)
     except WasmFormatError as e:
         raise LoadError(f"{name}: {e}") from None
@@ -245,7 +253,8 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, ma
     if artifact is not None:    # only now, so that nothing refused is ever cached
         keep_artifact(key, artifact, cached)
     has_init = any(e.name == INIT_EXPORT for e in module.exports)
-    return Controller(sha, module, len(data), globals_, has_post, has_initialize, wasi, name, has_init)
+    return Controller(module_sha, module, len(data), globals_, has_post, has_initialize, wasi, name, has_init,
+                      arg_prefix=arg_prefix, code_sha256=sha)
 
 
 def keep_artifact(key: tuple, artifact: bytes | bytearray, cached: Path | None) -> None:
@@ -262,13 +271,22 @@ def keep_artifact(key: tuple, artifact: bytes | bytearray, cached: Path | None) 
             pass
 
 
+def engine_key(limits: Limits) -> str:
+    """What a Runtime's compiled code depends on (its compile cache key): the wasmtime version,
+    the stack and the memory limit."""
+    return hashlib.sha256(f"wasmtime-{importlib.metadata.version('wasmtime')}"
+                          f"-stack{limits.stack_bytes}-epoch-pool{limits.memory_bytes}".encode()).hexdigest()[:12]
+
+
 def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0,
                      limits: Limits | None = None) -> Controller:
     """Validate `src` (path or bytes) without a Runtime: the same checks `Runtime.load` runs,
-    against an engine configured as a Runtime's with `limits` (default: Limits()), no disk cache.
-    For tools that want a quick verdict (`aicirt check`, `aicirt build`, and `aicirt run` before
-    it spends seconds loading a model). Raises LoadError."""
+    against an engine configured as a Runtime's with `limits` (default: Limits()), through the
+    Runtimes' disk cache of compiled code (what one of them compiled, or the js controller's code
+    under a bound script, compiles nothing; what this compiles and accepts, a Runtime finds). For
+    tools that want a quick verdict (`aicirt check`, `aicirt build`, and `aicirt run` before it
+    spends seconds loading a model). Raises LoadError."""
     limits = limits or Limits()
-    return load_controller(make_engine(limits.stack_bytes, limits.memory_bytes, 1), "check", src,
-                           max_bytes=max_bytes, compile_timeout_s=compile_timeout_s, cache_dir=None,
-                           memory_bytes=limits.memory_bytes)
+    return load_controller(make_engine(limits.stack_bytes, limits.memory_bytes, 1), engine_key(limits), src,
+                           max_bytes=max_bytes, compile_timeout_s=compile_timeout_s,
+                           cache_dir=user_cache_dir("modules"), memory_bytes=limits.memory_bytes)

@@ -4,7 +4,8 @@ A recipe (JSON, in the controller's folder) says:
 
 - ``"libc": "wasi"`` (the only one): compile with ``-target wasm32-wasi`` and link wasi-libc, so
   the module imports a few `wasi_snapshot_preview1` functions (docs/wasi.md). The SDK's own
-  `_initialize` stays the reactor entry (``-nostartfiles``: no crt1 start code).
+  `_initialize` stays the reactor entry (zig links the command start code all the same: see
+  ``drop_exports``).
 - ``"sdist"``: ``requirement`` (an exact ``name==version`` pin), ``sources`` and ``include``
   (paths inside the unpacked sdist) and ``cflags``. The sdist is fetched with
   ``pip download --no-binary :all: --no-deps <requirement>`` into the build cache, once, and
@@ -12,6 +13,8 @@ A recipe (JSON, in the controller's folder) says:
   so a change to the controller's own files relinks in seconds.
 - ``"sdk_exclude"``: SDK files left out (e.g. `aici_alloc.c`, whose malloc would clash with libc's).
 - ``"stack_size"``: the shadow stack, bytes (default: the toolchain's).
+- ``"drop_exports"``: exports removed from the linked module (e.g. wasi-libc's ``_start``: a
+  reactor's `_initialize` is the SDK's, and nothing calls ``_start``).
 
 Everything raises :class:`aicirt.toolchain.BuildError` with the tool's own output.
 """
@@ -54,6 +57,8 @@ def find(path: Path) -> dict[str, Any] | None:
         for key in ("sources", "include", "cflags"):
             if not all(isinstance(x, str) for x in sd.get(key, [])):
                 raise BuildError(f'{f}: "sdist.{key}" must be a list of strings')
+    if not all(isinstance(x, str) for x in r.get("drop_exports", [])):
+        raise BuildError(f'{f}: "drop_exports" must be a list of strings')
     return r
 
 
@@ -133,14 +138,44 @@ def build(path: Path, out: Path, *, progress: bool, run: Callable) -> subprocess
     cmd = [*_zig(), "cc", "-target", "wasm32-wasi", *C_FLAGS, f"-I{SDK_DIR}", *includes, "-nostartfiles",
            "-Wl,--no-entry", "-Wl,--strip-all", f"-Wl,-z,stack-size={stack}", "-o", str(out),
            *map(str, sorted(path.glob("*.c"))), *sdk, *map(str, objs)]
-    return run(cmd, path.name, progress)
+    r = run(cmd, path.name, progress)
+    drop = recipe.get("drop_exports", [])
+    if r.returncode == 0 and drop:
+        out.write_bytes(without_exports(out.read_bytes(), set(drop)))
+    return r
+
+
+def without_exports(wasm: bytes, names: set[str]) -> bytes:
+    """`wasm` with the exports named in `names` removed (what they export stays, unexported):
+    e.g. wasi-libc's `_start`, which the command start code exports and nothing here calls."""
+    from .wasm_binary import _leb, _name, _Reader, sections
+    out = bytearray(wasm[:8])
+    for sid, header, start, end in sections(wasm):
+        if sid != 7:   # the export section
+            out += wasm[header:end]
+            continue
+        r = _Reader(wasm, start, end)
+        kept = []
+        for _ in range(r.leb(32)):
+            name = r.name()
+            kind = r.byte()
+            index = r.leb(32)
+            if name not in names:
+                kept.append(_name(name) + bytes([kind]) + _leb(index))
+        body = _leb(len(kept)) + b"".join(kept)
+        out += bytes([7]) + _leb(len(body)) + body
+    return bytes(out)
 
 
 def source_hash(path: Path, compiler: str) -> str:
-    """Everything the build reads: the recipe, the folder's C files and headers, the SDK, the
-    compiler's version (the sdist is pinned by the recipe)."""
-    from .toolchain import SDK_DIR
+    """Everything the build reads: the recipe, the folder's C files and headers, the files of
+    other folders they include, the SDK, the compiler's version (the sdist is pinned by the
+    recipe)."""
+    from .toolchain import SDK_DIR, _included_elsewhere
     h = hashlib.sha256(b"recipe-1\0" + compiler.encode())
-    for f in [*sorted(path.glob("*.[ch]")), path / RECIPE, *sorted(SDK_DIR.glob("*.[ch]"))]:
+    own = sorted(path.glob("*.[ch]"))
+    for f in [*own, path / RECIPE, *sorted(SDK_DIR.glob("*.[ch]"))]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
+    for f in _included_elsewhere(own):   # e.g. controllers/js compiles in ../json/*.c
+        h.update(f"{f.parent.name}/{f.name}".encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]

@@ -21,7 +21,7 @@ class Request(Owned):
     def __init__(self, runtime: "Runtime", controller: "Controller", arg: bytes, capabilities: Capabilities):
         self.runtime = runtime
         self.controller = controller
-        self.arg = bytes(arg)
+        self.arg = controller.arg_prefix + bytes(arg)   # a bound script's (aicirt.js_bind), then the request's
         self.arg_buffer = runtime.native.ffi.from_buffer(self.arg)   # read by the native `arg` import
         self.capabilities = Capabilities(capabilities)
         self.sequences: list["Sequence"] = []

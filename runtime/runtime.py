@@ -8,8 +8,6 @@ sequence with status "error" and a message, and every other sequence carries on.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib.metadata
 import os
 import threading
 import weakref
@@ -21,7 +19,7 @@ import wasmtime
 
 from .batch import BatchHandle, RowsHandle
 from .capabilities import Capabilities
-from .controller import Controller, Source
+from .controller import Controller, Source, engine_key
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
@@ -130,9 +128,7 @@ class Runtime(Owned):
         self.eos_token = int(eos) if eos is not None else 0
         self.mask_words = (self.vocab_size + 31) // 32
         self.engine = make_engine(self.limits.stack_bytes, self.limits.memory_bytes, max_sequences)
-        self.engine_key = hashlib.sha256(
-            f"wasmtime-{importlib.metadata.version('wasmtime')}"
-            f"-stack{self.limits.stack_bytes}-epoch-pool{self.limits.memory_bytes}".encode()).hexdigest()[:12]
+        self.engine_key = engine_key(self.limits)
         self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
         # live sequences, calls out past their batch, mask arrays, what freed slots keep resident

@@ -37,6 +37,7 @@ from . import abi, wasi
 from .controller import (_RULES, INIT_EXPORT, Controller, Source, _compiled, _recall, keep_artifact,
                          load_controller, read_source, validate)
 from .errors import LoadError
+from .js_bind import split_arg_prefix
 from .limits import Limits
 from .native.traps import summarize_trap
 from .wasm_binary import WasmFormatError, export_mutable_globals, snapshot_module
@@ -297,15 +298,15 @@ def load_initialized(engine: wasmtime.Engine, engine_key: str, src: Source, host
     if not ctrl.has_init:
         return ctrl
     tag = f"{host.identity}-s{SNAPSHOT_FORMAT}"
-    key = (ctrl.sha256, engine_key, limits.memory_bytes, _RULES, tag)
-    cached = cache_dir / f"{ctrl.sha256}-{engine_key}-r{_RULES}-{tag}.cwasm" if cache_dir else None
+    key = (ctrl.code_sha256, engine_key, limits.memory_bytes, _RULES, tag)   # a bound script shares its code's
+    cached = cache_dir / f"{ctrl.code_sha256}-{engine_key}-r{_RULES}-{tag}.cwasm" if cache_dir else None
     module, artifact = host.modules.get(key), None
     if module is None:
         module, artifact = _cached(engine, key, cached)
     if module is None:
         memory, values = run_init(engine, ctrl, host, limits)
         try:
-            wasm = snapshot_module(export_mutable_globals(data)[0], memory, values,
+            wasm = snapshot_module(export_mutable_globals(split_arg_prefix(data)[0])[0], memory, values,
                                    {abi.EXPORT_INITIALIZE, INIT_EXPORT})
         except WasmFormatError as e:
             raise LoadError(f"{name}: cannot snapshot its init: {e}") from None

@@ -222,7 +222,7 @@ def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     path = resolve(src)
     from . import recipe
     if path.suffix == ".js":
-        return hashlib.sha256(b"js-bind-1\0" + source_hash(CONTROLLERS_DIR / "js").encode()
+        return hashlib.sha256(b"js-bind-2\0" + source_hash(CONTROLLERS_DIR / "js").encode()
                               + path.read_bytes()).hexdigest()[:16]
     if recipe.find(path) is not None:
         return recipe.source_hash(path, _compiler_version())

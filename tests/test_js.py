@@ -50,9 +50,9 @@ def trace(wasm, arg: bytes, script, caps, prompt="Q: "):
     return seqs, req.variables, [[toks for _, toks in batch] for batch in backend.calls]
 
 
-def same_trace(c_wasm, js_wasm, name, arg, script, caps):
+def same_trace(c_wasm, js_wasm, name, arg, script, caps, example=None):
     c = trace(c_wasm[name], arg, script, caps)
-    js = trace(js_wasm, js_arg((EXAMPLES / f"{name}.js").read_bytes(), arg), script, caps)
+    js = trace(js_wasm, js_arg((EXAMPLES / f"{example or name}.js").read_bytes(), arg), script, caps)
     assert js == c
     assert all(reason != "error" for _, _, reason, _, _ in c[0]), c[0]
     return c
@@ -76,8 +76,9 @@ def test_choice_in_js_traces_like_c(c_wasm, js_wasm, caps, arg, script):
 @pytest.mark.parametrize("caps", [C.ALL, C.NONE])
 @pytest.mark.parametrize("pattern,script", [(b"(19|20)[0-9]{2}", "1945"), (b"[a-z]+@[a-z]+\\.com", "ann@x.com"),
                                             (b"[0-9]+", list(b"12") + [EOS]), (b"ab|cd", "zz")])
-def test_regex_in_js_traces_like_c(c_wasm, js_wasm, caps, pattern, script):
-    same_trace(c_wasm, js_wasm, "regex", pattern, script, caps)
+@pytest.mark.parametrize("example", ["regex", "regex_by_hand"])   # aici.Follower, and the loop in JS
+def test_regex_in_js_traces_like_c(c_wasm, js_wasm, caps, pattern, script, example):
+    same_trace(c_wasm, js_wasm, "regex", pattern, script, caps, example)
 
 
 # -- the API -------------------------------------------------------------------------------------
@@ -120,6 +121,36 @@ def test_api_tokens_sets_and_variables(make_rt):
     assert got == {"toks": [1, 3, 10, 11], "n": 4, "u": [3, 10], "has": True, "empty": False, "size": 257,
                    "eos": 256, "det": "hi", "v": "é257!", "none": True, "arg": "the-arg", "bytes": [65], "bt": 0,
                    "tok": [1, 2], "caps": int(C.ALL), "sampled": True, "all": [1, 2]}
+
+
+def test_follower_follows_backtracking_and_skipped_calls_and_refuses_misuse(make_rt):
+    """Follower.step() compares the tokens with those it followed, so a backtrack (even one made
+    on a call that did not step it) is followed; its result converts natively and shows its
+    plain form; misuse throws."""
+    script = r"""
+    const f = new aici.Follower(new aici.Regex("[A-Z]{1,6}"));
+    let msgs = [];
+    try { f.step(); } catch (e) { msgs.push(e.message); }
+    try { new aici.Follower({}); } catch (e) { msgs.push(e.message); }
+    function midProcess(arg) {
+      if (arg.callIndex === 2) return aici.noop();               // a call the follower skips
+      const r = f.step();
+      console.log(JSON.stringify({call: arg.callIndex, state: f.state, n: r.branches.length,
+                                  has: r.branches.length ? r.branches[0].sampleMask.has(66) : null, msgs}));
+      return r;
+    }"""
+    rt = make_rt()
+    seq = rt.new_request(rt.load(build_cached("js")), js_arg(script)).spawn()
+    for tokens, sampled in (([1], None), ([1, 65], 65), ([1, 65, 65, 65], 65), ([1, 66], 66),
+                            ([1] + [65] * 6, 65)):
+        r = rt.submit([StepInput(seq, tokens, sampled)]).wait().results[0]
+        assert r.status == "ok", (r.error, seq.log)
+    logs = [json.loads(x) for x in seq.log.decode().strip().splitlines()]
+    assert logs[0]["msgs"] == ["Follower.step() is available during midProcess only",
+                               "expected an aici.Regex or aici.JsonSchema"]
+    states = {entry["call"]: entry["state"] for entry in logs}
+    assert states[3] == states[1] != states[0]      # "A", then "AAA" on a skipped call, then "B": one letter
+    assert [(e["call"], e["n"]) for e in logs] == [(0, 1), (1, 1), (3, 1), (4, 0)]   # 6 letters: complete, stop
 
 
 def test_regex_api_and_cached_masks_are_read_only(make_rt):
@@ -199,7 +230,6 @@ def test_a_fork_copies_the_interpreter(make_rt):
 
 
 # -- a script as a module: aicirt build / run / upload ctrl.js -------------------------------------
-@pytest.mark.slow   # a bound script is its own module: one more compile of QuickJS (~10 s of CPU)
 def test_a_bound_script_module_runs_the_script_with_the_whole_argument(c_wasm, tmp_path):
     from aicirt.toolchain import build
     src = tmp_path / "re.js"
@@ -220,11 +250,31 @@ def test_binding_refuses_what_it_cannot_bind(js_wasm):
         bind(wasm, b"\xff\xfe")
     with pytest.raises(WasmFormatError, match="already has a script"):
         bind(bind(wasm, b"function midProcess(a) {}"), b"function midProcess(a) {}")
+    with pytest.raises(ValueError, match="NUL byte"):
+        bind(wasm, b"function midProcess(a) {}\0")
     with pytest.raises(WasmFormatError, match="not the js controller"):
         bind(open(build_cached("yesno"), "rb").read(), b"function midProcess(a) {}")
 
 
-@pytest.mark.slow   # two bound modules, each compiled with its snapshot
+def test_a_bound_script_shares_the_js_controllers_compiled_code(js_wasm):
+    """Binding compiles nothing: the bound module's code (less its arg-prefix section) is the js
+    controller's, so it loads the js controller's compiled snapshot, under its own module id."""
+    from aicirt.js_bind import bind, split_arg_prefix
+    wasm = open(js_wasm, "rb").read()
+    script = b"function midProcess(a) { aici.varSet('arg', aici.arg()); return aici.stop(); }"
+    bound = bind(wasm, script)
+    assert split_arg_prefix(bound) == (wasm, script + b"\0") and split_arg_prefix(wasm) == (wasm, b"")
+    with aicirt.Runtime(aicirt.ByteTokenizer()) as rt:
+        js, b1, b2 = rt.load(wasm), rt.load(bound), rt.load(bind(wasm, script + b" // another"))
+        assert b1.module is js.module and b2.module is js.module and js.snapshot
+        assert len({js.sha256, b1.sha256, b2.sha256}) == 3 and b1.arg_prefix == script + b"\0"
+        req = rt.new_request(b1, arg=b"its own")
+        out = rt.submit([StepInput(req.spawn(), [1, 2])]).wait()
+        assert out.results[0].status == "ok" and not out.results[0].branches, out.results[0].error
+        assert req.variables["arg"] == b"its own"
+
+
+@pytest.mark.slow   # three CLI runs on the scripted engine
 def test_cli_runs_and_uploads_js(tmp_path):
     from click.testing import CliRunner
 
@@ -254,6 +304,18 @@ def test_the_docs_first_example_runs():
     script = _re.search(r"```js\n(.*?)```", doc.read_text(), _re.S).group(1)
     seqs, _, _ = trace(build_cached("js"), js_arg(script), "1945", C.ALL)
     assert [(reason, text) for _, _, reason, _, text in seqs] == [("stop", b"1945")]
+
+
+def test_the_docs_follower_example_runs():
+    import re as _re
+    from pathlib import Path
+    doc = Path(__file__).resolve().parent.parent / "docs" / "js.md"
+    script = _re.findall(r"```js\n(.*?)```", doc.read_text(), _re.S)[1]
+    assert "aici.Follower" in script
+    seqs, _, _ = trace(build_cached("js"), js_arg(script), '{"year":1945}', C.ALL)
+    assert [(reason, text) for _, _, reason, _, text in seqs] == [("stop", b'{"year":1945}')]
+    seqs, _, _ = trace(build_cached("js"), js_arg(script), '{"year":1845}', C.ALL)   # under the minimum
+    assert seqs[0][2] != "error" and seqs[0][4] != b'{"year":1845}'
 
 
 def test_the_vllm_steering_core_runs_a_js_script_as_it_runs_c(c_wasm, js_wasm):

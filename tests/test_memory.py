@@ -5,6 +5,7 @@ RSS is read from /proc/self/status, with margins of half what is at stake."""
 from __future__ import annotations
 
 import mmap
+import os
 import time
 from pathlib import Path
 
@@ -33,6 +34,12 @@ def memory_bytes(seq) -> bytes:
     return seq.memory.read(seq.store, 0, seq.memory.data_len(seq.store))
 
 
+def _private(n: int) -> mmap.mmap:
+    """n bytes, page-aligned, never backed, private like wasmtime's linear memories (pages.c reads
+    a present shared page in the image as the image's own, never written)."""
+    return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
 def _addr(buf: mmap.mmap) -> int:
     return np.frombuffer(buf, dtype=np.uint8).ctypes.data
 
@@ -43,7 +50,7 @@ def test_copy_changed_writes_exactly_the_pages_that_differ(hot_path):
     pages, image pages that changed (even to zero); never-touched and zeroed pages are skipped."""
     native = get_native()
     n = 64 * PAGE
-    src, dst = mmap.mmap(-1, n), mmap.mmap(-1, n)   # page-aligned, never backed
+    src, dst = _private(n), _private(n)
     image = b"\x07" * 100
     dst[0:100] = image
     dst[PAGE:PAGE + 100] = image
@@ -59,8 +66,33 @@ def test_copy_changed_writes_exactly_the_pages_that_differ(hot_path):
     assert dst[:] == src[:]
     assert written == 1 + 1 + 1 + 2 + 1
     assert pages.nonzero_extent(native, _addr(dst), n) == (0, n)
-    assert pages.nonzero_extent(native, _addr(mmap.mmap(-1, n)), n) == (0, 0)
+    assert pages.nonzero_extent(native, _addr(_private(n)), n) == (0, 0)
     assert pages.copy_changed(native, _addr(dst), _addr(src), 0, (0, 0)) == 0
+
+
+def test_copy_changed_skips_image_pages_the_parent_never_wrote(hot_path):
+    """An image page the parent only read (still the image file's copy-on-write page, as
+    wasmtime maps a module's data) or never touched is not compared: a fork costs what the parent
+    wrote, not the image's size. Pages it wrote are compared and copied where they differ."""
+    native = get_native()
+    if native.mode != "compiled" or not hasattr(os, "memfd_create"):
+        pytest.skip("the pagemap rule is the compiled path's (Linux)")
+    n = 16 * PAGE
+    fd = os.memfd_create("image")
+    os.write(fd, bytes(range(256)) * (n // 256))
+    src = mmap.mmap(fd, n, flags=mmap.MAP_PRIVATE)   # the parent: the image, copy-on-write
+    os.close(fd)
+    dst = _private(n)
+    dst[:] = src[:]                       # reads every src page: present, still file pages
+    dst[2 * PAGE] = 0xEE                  # differs, but the parent never wrote page 2: not compared
+    src[5 * PAGE + 9] = 0xAA              # written and changed
+    src[7 * PAGE + 1] = src[7 * PAGE + 1]   # written, unchanged
+    written = pages.copy_changed(native, _addr(dst), _addr(src), n, (0, n))
+    assert written == 1
+    assert dst[5 * PAGE:6 * PAGE] == src[5 * PAGE:6 * PAGE]
+    assert dst[2 * PAGE] == 0xEE          # proof that page 2 was skipped
+    dst[2 * PAGE] = src[2 * PAGE]
+    assert dst[:] == src[:]
 
 
 def test_copy_changed_over_random_pages_is_exact(hot_path):
@@ -69,7 +101,7 @@ def test_copy_changed_over_random_pages_is_exact(hot_path):
     rng = np.random.default_rng(7)
     n = 96 * PAGE
     for _ in range(20):
-        src, dst = mmap.mmap(-1, n), mmap.mmap(-1, n)
+        src, dst = _private(n), _private(n)
         lo, hi = sorted(int(x) for x in rng.integers(0, 96, 2))
         img = rng.integers(0, 256, (hi - lo) * PAGE, dtype=np.uint8).tobytes()
         dst[lo * PAGE:hi * PAGE] = img

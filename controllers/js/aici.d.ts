@@ -76,23 +76,73 @@ declare namespace aici {
     tokens(): number[];
   }
 
-  /** The SDK's regex (a whole-string match; syntax: docs/writing-controllers.md), as a DFA whose
-   *  states are numbers: 0 is dead. Masks are computed natively and cached per state. */
-  class Regex {
-    /** Throws SyntaxError naming the offset of a bad pattern. */
-    constructor(pattern: string);
+  /** What Regex and JsonSchema share: a constraint whose states are numbers (0: dead), its
+   *  masks computed natively. */
+  interface Constraint {
     start(): number;
     /** The state after the bytes of a token (or of each token, in order); 0 once dead.
-     *  A token without bytes (a special token) leaves the state unchanged. */
+     *  A token without bytes (a special token) leaves the state unchanged. RangeError for a
+     *  state this constraint never gave out or a token id >= vocabSize(). */
     advance(state: number, tokens: number | number[]): number;
     accepting(state: number): boolean;
     /** Some byte keeps the match going. */
     canContinue(state: number): boolean;
-    /** The tokens that keep the text a prefix of a match, plus EOS where `state` accepts.
-     *  Read-only (cached): copy() it to change it. */
+    /** The tokens that keep the text a prefix of the language, plus EOS where `state` accepts.
+     *  Read-only: copy() it to change it. A Regex's masks are cached per state for good; a
+     *  JsonSchema's are valid until its next mask() of another state (a stale one throws). */
     mask(state: number): TokenSet;
   }
-
+  /** The SDK's regex (a whole-string match; syntax: docs/writing-controllers.md), as a DFA: the
+   *  C `regex` controller's matcher. */
+  class Regex implements Constraint {
+    /** Throws SyntaxError naming the offset of a bad pattern. */
+    constructor(pattern: string);
+    start(): number;
+    advance(state: number, tokens: number | number[]): number;
+    accepting(state: number): boolean;
+    canContinue(state: number): boolean;
+    mask(state: number): TokenSet;
+  }
+  /** Options of a JsonSchema (also read from the schema root's "x-aicirt", as the json
+   *  controller does; snake_case names are accepted too). */
+  interface JsonSchemaOptions {
+    /** Up to this many whitespace bytes between tokens (default 0: compact JSON). */
+    whitespace?: number;
+    /** Object keys in any order, each at most once (default: schema order). */
+    anyOrder?: boolean;
+    /** oneOf whose branches may overlap compiled as anyOf. */
+    coerceOneOf?: boolean;
+    /** Keywords not enforced (each stated in the log). */
+    ignore?: string[];
+  }
+  /** A JSON Schema through the `json` controller's compiler and pushdown matcher (its masks bit
+   *  for bit; docs/json.md lists what it supports). States number the matcher's configuration
+   *  sets as they are reached. */
+  class JsonSchema implements Constraint {
+    /** `schema`: an object, or its JSON text. Throws SyntaxError for text that is not JSON,
+     *  TypeError for an unknown option or a schema it cannot enforce ("JsonSchema: unsupported:
+     *  KEYWORD at POINTER ...") or one that admits no document. */
+    constructor(schema: object | string, options?: JsonSchemaOptions);
+    start(): number;
+    advance(state: number, tokens: number | number[]): number;
+    accepting(state: number): boolean;
+    canContinue(state: number): boolean;
+    mask(state: number): TokenSet;
+  }
+  /** A constraint run over the generated tokens natively, one call a step: what the C `regex`
+   *  and `json` controllers do (json with fast_forward=0: it samples every token). The prompt is
+   *  what the sequence held at the first step(); backtracking is followed (the tokens are
+   *  compared with those it followed, so a step() may skip calls). */
+  class Follower {
+    constructor(constraint: Constraint);
+    /** This call's result: stop when EOS was sampled, the text no longer matches (logged), or
+     *  a complete match cannot continue; else sample under the state's mask. Return it from
+     *  midProcess as is (it converts without a property walk); `.branches` shows the plain
+     *  form. TypeError outside midProcess. */
+    step(): MidProcessResult;
+    /** The constraint's state after the tokens followed (as of the last step()). */
+    readonly state: number;
+  }
   function vocabSize(): number;
   function eosToken(): number;
   function selfSeqId(): number;

@@ -4,13 +4,15 @@
  * own argument (`aici.arg()`). The script defines `midProcess(arg)`; every mid-process call
  * passes it the WIT's `mid-process-arg` (camelCase, plus `callIndex`) and turns what it returns,
  * shaped like the WIT's `mid-process-result`, into the result. The API (`aici`, aici.d.ts)
- * mirrors the WIT host interface; token sets and the regex constraint are native (the SDK's), so
- * a JS controller's masks cost what C's do.
+ * mirrors the WIT host interface; token sets and the constraints (Regex, JsonSchema, Follower:
+ * constraint.c) are native, so a JS controller's masks cost what C's do. A script bound to the
+ * module (`aicirt upload ctrl.js`, runtime/js_bind.py) reaches it the same way: the runtime puts
+ * the script and its NUL in front of every request's argument.
  *
  * Lifetimes: the interpreter, its context and the API are made by `aicirt_init`, once per
  * (controller, tokenizer), and kept in the init snapshot (docs/snapshots.md); the script is
- * evaluated on the request's first call; a fork copies the whole interpreter with the linear
- * memory. A host without snapshots makes the interpreter on the first call instead.
+ * evaluated on the request's first call; a fork copies the pages of the interpreter the parent
+ * wrote. A host without snapshots makes the interpreter on the first call instead.
  *
  * Errors never trap silently: a syntax error, an exception, or a result of the wrong shape is
  * written to the log (message and stack) and ends the sequence through WASI `proc_exit(1)`,
@@ -22,8 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "aici.h"
-#include "quickjs.h"
+#include "js.h"
 
 #define JS_MEMORY_LIMIT (40u << 20)   /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
 #define JS_STACK_LIMIT (640u << 10)   /* of the 1 MiB shadow stack (toolchain's js recipe) */
@@ -33,9 +34,9 @@ __attribute__((import_module("wasi_snapshot_preview1"), import_name("proc_exit")
 void wasi_proc_exit(int32_t code);
 
 static JSRuntime *rt;
-static JSContext *ctx;
+JSContext *ctx;
+const aici_arg_t *cur_arg;
 static JSValue mid_fn;                /* the script's midProcess */
-static JSClassID tokset_class, regex_class;
 static const aici_trie_t *trie;
 static bool script_loaded;
 /* Property names used every step, interned once (by the init): no string hashing per step. */
@@ -46,13 +47,9 @@ static const char *const ATOM_NAMES[N_ATOMS] = {"branches", "sampleMask", "tempe
 static JSAtom atoms[N_ATOMS];
 static uint32_t arg_skip;             /* bytes of aici_arg() before the script's own argument */
 
-/* A script bound into the module (`aicirt build/upload ctrl.js`: runtime/js_bind.py finds the
- * marker and points ptr/len at a data segment it appends). Then the whole controller argument is
- * the script's own. volatile: the binder rewrites it after compilation. */
-__attribute__((used)) static volatile struct {
-  char magic[24];
-  uint32_t ptr, len;
-} bound_script = {"aicirt:js:bound-script!", 0, 0};
+/* What runtime/js_bind.py looks for before it binds a script to a module: this is the js
+ * controller. */
+__attribute__((used)) static const char JS_CONTROLLER_MARKER[] = "aicirt:js:controller:1";
 
 /* ---- failing: the log, then proc_exit ----------------------------------------------------- */
 __attribute__((noreturn)) static void die(const char *what, const char *text, size_t len) {
@@ -89,261 +86,28 @@ static JSValue throw_shape(const char *path, const char *expected) {
   return JS_ThrowTypeError(ctx, "midProcess returned a result of the wrong shape: %s %s", path, expected);
 }
 
-/* ---- TokenSet ------------------------------------------------------------------------------ */
-typedef struct {
-  aici_tokset_t *set;
-  bool owned;       /* false: a Regex's cached mask, read-only */
-} tokset_t;
-
-static void tokset_finalizer(JSRuntime *r, JSValue v) {
-  tokset_t *t = JS_GetOpaque(v, tokset_class);
-  if (!t) return;
-  if (t->owned) aici_tokset_free(t->set);
-  free(t);
-}
-
-static JSValue tokset_wrap(aici_tokset_t *set, bool owned) {
-  JSValue obj = JS_NewObjectClass(ctx, (int)tokset_class);
-  if (JS_IsException(obj)) return obj;
-  tokset_t *t = malloc(sizeof *t);
-  if (!t) {
-    JS_FreeValue(ctx, obj);
-    return JS_ThrowOutOfMemory(ctx);
-  }
-  t->set = set, t->owned = owned;
-  JS_SetOpaque(obj, t);
-  return obj;
-}
-
-static tokset_t *tokset_of(JSContext *c, JSValueConst v) { return JS_GetOpaque2(c, v, tokset_class); }
-
-static tokset_t *tokset_mut(JSContext *c, JSValueConst v) {
-  tokset_t *t = tokset_of(c, v);
-  if (t && !t->owned) {
-    JS_ThrowTypeError(c, "this TokenSet is a Regex's cached mask and read-only: copy() it first");
-    return 0;
-  }
-  return t;
-}
-
-static JSValue tokset_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
-  JSValue obj = tokset_wrap(aici_tokset_new(), true);
-  if (JS_IsException(obj)) return obj;
-  if (argc > 0 && !JS_IsUndefined(argv[0])) {   /* new TokenSet(iterable of token ids) */
-    tokset_t *t = tokset_of(c, obj);
-    int64_t n;
-    if (JS_GetLength(c, argv[0], &n) < 0) { JS_FreeValue(c, obj); return JS_EXCEPTION; }
-    for (int64_t i = 0; i < n; i++) {
-      uint32_t tok;
-      JSValue v = JS_GetPropertyInt64(c, argv[0], i);
-      int bad = JS_ToUint32(c, &tok, v);
-      JS_FreeValue(c, v);
-      if (bad) { JS_FreeValue(c, obj); return JS_EXCEPTION; }
-      if (tok >= t->set->vocab) { JS_FreeValue(c, obj); return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, t->set->vocab); }
-      aici_tokset_allow(t->set, tok);
-    }
-  }
-  return obj;
-}
-
-static int arg_token(JSContext *c, tokset_t *t, JSValueConst v, uint32_t *tok, bool upto) {
-  if (JS_ToUint32(c, tok, v)) return -1;
-  if (*tok > t->set->vocab || (!upto && *tok == t->set->vocab)) {
-    JS_ThrowRangeError(c, "token %u >= vocab size %u", *tok, t->set->vocab);
-    return -1;
-  }
-  return 0;
-}
-
-enum { TS_ALLOW, TS_DENY, TS_HAS };
-static JSValue tokset_one(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
-  tokset_t *t = op == TS_HAS ? tokset_of(c, this) : tokset_mut(c, this);
-  uint32_t tok;
-  if (!t || arg_token(c, t, argc ? argv[0] : JS_UNDEFINED, &tok, false)) return JS_EXCEPTION;
-  if (op == TS_HAS) return JS_NewBool(c, aici_tokset_has(t->set, tok));
-  if (op == TS_ALLOW) aici_tokset_allow(t->set, tok); else aici_tokset_deny(t->set, tok);
-  return JS_DupValue(c, this);
-}
-
-static JSValue tokset_range(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int deny) {
-  tokset_t *t = tokset_mut(c, this);
-  uint32_t lo, hi;
-  if (!t || arg_token(c, t, argc > 0 ? argv[0] : JS_UNDEFINED, &lo, true) ||
-      arg_token(c, t, argc > 1 ? argv[1] : JS_UNDEFINED, &hi, true))
-    return JS_EXCEPTION;
-  if (deny) aici_tokset_deny_range(t->set, lo, hi); else aici_tokset_allow_range(t->set, lo, hi);
-  return JS_DupValue(c, this);
-}
-
-enum { TS_CLEAR, TS_FILL };
-static JSValue tokset_whole(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
-  tokset_t *t = tokset_mut(c, this);
-  if (!t) return JS_EXCEPTION;
-  if (op == TS_FILL) aici_tokset_fill(t->set); else aici_tokset_clear(t->set);
-  return JS_DupValue(c, this);
-}
-
-enum { TS_AND, TS_OR, TS_SUB, TS_SET };
-static JSValue tokset_bin(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
-  tokset_t *t = tokset_mut(c, this), *o = t ? tokset_of(c, argc ? argv[0] : JS_UNDEFINED) : 0;
-  if (!t || !o) return JS_EXCEPTION;
-  if (op == TS_AND) aici_tokset_and(t->set, o->set);
-  else if (op == TS_OR) aici_tokset_or(t->set, o->set);
-  else if (op == TS_SUB) aici_tokset_sub(t->set, o->set);
-  else aici_tokset_copy(t->set, o->set);
-  return JS_DupValue(c, this);
-}
-
-static JSValue tokset_copy(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
-  tokset_t *t = tokset_of(c, this);
-  if (!t) return JS_EXCEPTION;
-  aici_tokset_t *s = aici_tokset_new();
-  aici_tokset_copy(s, t->set);
-  return tokset_wrap(s, true);
-}
-
-enum { TS_COUNT, TS_EMPTY, TS_SIZE };
-static JSValue tokset_query(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
-  tokset_t *t = tokset_of(c, this);
-  if (!t) return JS_EXCEPTION;
-  if (op == TS_EMPTY) return JS_NewBool(c, aici_tokset_empty(t->set));
-  return JS_NewUint32(c, op == TS_COUNT ? aici_tokset_count(t->set) : t->set->vocab);
-}
-
-static JSValue tokset_tokens(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
-  tokset_t *t = tokset_of(c, this);
-  if (!t) return JS_EXCEPTION;
-  JSValue arr = JS_NewArray(c);
-  uint32_t k = 0;
-  for (uint32_t w = 0; w < t->set->n_words; w++)
-    for (uint32_t bits = t->set->words[w]; bits; bits &= bits - 1) {
-      uint32_t tok = w * 32 + (uint32_t)__builtin_ctz(bits);
-      if (tok < t->set->vocab) JS_SetPropertyUint32(c, arr, k++, JS_NewUint32(c, tok));
-    }
-  return arr;
-}
-
-static const JSCFunctionListEntry tokset_proto[] = {
-    JS_CFUNC_MAGIC_DEF("allow", 1, tokset_one, TS_ALLOW),
-    JS_CFUNC_MAGIC_DEF("deny", 1, tokset_one, TS_DENY),
-    JS_CFUNC_MAGIC_DEF("has", 1, tokset_one, TS_HAS),
-    JS_CFUNC_MAGIC_DEF("allowRange", 2, tokset_range, 0),
-    JS_CFUNC_MAGIC_DEF("denyRange", 2, tokset_range, 1),
-    JS_CFUNC_MAGIC_DEF("clear", 0, tokset_whole, TS_CLEAR),
-    JS_CFUNC_MAGIC_DEF("fill", 0, tokset_whole, TS_FILL),
-    JS_CFUNC_MAGIC_DEF("and", 1, tokset_bin, TS_AND),
-    JS_CFUNC_MAGIC_DEF("or", 1, tokset_bin, TS_OR),
-    JS_CFUNC_MAGIC_DEF("sub", 1, tokset_bin, TS_SUB),
-    JS_CFUNC_MAGIC_DEF("set", 1, tokset_bin, TS_SET),
-    JS_CFUNC_DEF("copy", 0, tokset_copy),
-    JS_CFUNC_MAGIC_DEF("count", 0, tokset_query, TS_COUNT),
-    JS_CFUNC_MAGIC_DEF("isEmpty", 0, tokset_query, TS_EMPTY),
-    JS_CFUNC_MAGIC_DEF("size", 0, tokset_query, TS_SIZE),
-    JS_CFUNC_DEF("tokens", 0, tokset_tokens),
-};
-
-/* ---- Regex (the SDK's matcher; masks cached per DFA state) --------------------------------- */
-typedef struct {
-  aici_regex_t *re;   /* never freed: the SDK's regex has no free (it lives in linear memory) */
-} regex_t;
-
-static void regex_finalizer(JSRuntime *r, JSValue v) { free(JS_GetOpaque(v, regex_class)); }
-
-static const aici_trie_t *get_trie(JSContext *c) {
+const aici_trie_t *get_trie(JSContext *c) {
   if (!trie && !(trie = aici_trie())) JS_ThrowInternalError(c, "the host's token trie is invalid");
   else aici_token_bytes(0, 0);
   return trie;
 }
 
-static JSValue regex_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
-  size_t len;
-  const char *pat = JS_ToCStringLen(c, &len, argc ? argv[0] : JS_UNDEFINED);
-  if (!pat) return JS_EXCEPTION;
-  char *err = 0;
-  aici_regex_t *re = aici_regex_compile(pat, len, &err);
-  JS_FreeCString(c, pat);
-  if (!re) {
-    JSValue e = JS_ThrowSyntaxError(c, "Regex: %s", err ? err : "invalid pattern");
-    aici_free(err);
-    return e;
+void define_class(JSValueConst api, JSClassID *id, const JSClassDef *def, JSCFunction *ctor,
+                  const JSCFunctionListEntry *fns, int n_fns) {
+  JS_NewClassID(rt, id);
+  JS_NewClass(rt, *id, def);
+  JSValue proto = JS_NewObject(ctx);
+  JS_SetPropertyFunctionList(ctx, proto, fns, n_fns);
+  if (ctor) {
+    JSValue f = JS_NewCFunction2(ctx, ctor, def->class_name, 1, JS_CFUNC_constructor, 0);
+    JS_SetConstructor(ctx, f, proto);
+    JS_SetPropertyStr(ctx, api, def->class_name, f);
   }
-  if (!get_trie(c)) return JS_EXCEPTION;
-  JSValue obj = JS_NewObjectClass(c, (int)regex_class);
-  regex_t *r = malloc(sizeof *r);
-  if (JS_IsException(obj) || !r) { free(r); JS_FreeValue(c, obj); return JS_ThrowOutOfMemory(c); }
-  r->re = re;
-  JS_SetOpaque(obj, r);
-  return obj;
+  JS_SetClassProto(ctx, *id, proto);
 }
-
-static int regex_state(JSContext *c, JSValueConst this, JSValueConst v, regex_t **r, uint32_t *st) {
-  if (!(*r = JS_GetOpaque2(c, this, regex_class))) return -1;
-  if (JS_ToUint32(c, st, v)) return -1;
-  if (*st >= aici_regex_num_states((*r)->re)) {
-    JS_ThrowRangeError(c, "Regex: %u is not a state of this regex", *st);
-    return -1;
-  }
-  return 0;
-}
-
-static JSValue regex_start(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
-  regex_t *r = JS_GetOpaque2(c, this, regex_class);
-  return r ? JS_NewUint32(c, aici_regex_start(r->re)) : JS_EXCEPTION;
-}
-
-/* advance(state, tokenOrTokens): the state after the tokens' bytes (0: dead). */
-static JSValue regex_advance(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
-  regex_t *r;
-  uint32_t st, vocab = aici_vocab_size();
-  if (regex_state(c, this, argc ? argv[0] : JS_UNDEFINED, &r, &st)) return JS_EXCEPTION;
-  JSValueConst toks = argc > 1 ? argv[1] : JS_UNDEFINED;
-  int64_t n = 1;
-  bool many = JS_IsArray(toks);
-  if (many && JS_GetLength(c, toks, &n) < 0) return JS_EXCEPTION;
-  for (int64_t i = 0; i < n && st; i++) {
-    uint32_t tok, len;
-    JSValue v = many ? JS_GetPropertyInt64(c, toks, i) : JS_DupValue(c, toks);
-    int bad = JS_ToUint32(c, &tok, v);
-    JS_FreeValue(c, v);
-    if (bad) return JS_EXCEPTION;
-    if (tok >= vocab) return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, vocab);
-    const uint8_t *b = aici_token_bytes(tok, &len);
-    st = aici_regex_advance(r->re, st, b, b ? len : 0);   /* no bytes (a special token): unchanged, as C */
-  }
-  return JS_NewUint32(c, st);
-}
-
-enum { RE_ACCEPTING, RE_CAN_CONTINUE };
-static JSValue regex_query(JSContext *c, JSValueConst this, int argc, JSValueConst *argv, int op) {
-  regex_t *r;
-  uint32_t st;
-  if (regex_state(c, this, argc ? argv[0] : JS_UNDEFINED, &r, &st)) return JS_EXCEPTION;
-  if (!st) return JS_FALSE;
-  return JS_NewBool(c, op == RE_ACCEPTING ? aici_regex_accepting(r->re, st) : aici_regex_can_continue(r->re, st));
-}
-
-/* mask(state): the tokens that keep the text a prefix of a match, plus EOS where the state
- * accepts; a read-only set cached per state (as the C regex controller's). */
-static JSValue regex_mask(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
-  regex_t *r;
-  uint32_t st;
-  if (regex_state(c, this, argc ? argv[0] : JS_UNDEFINED, &r, &st)) return JS_EXCEPTION;
-  if (!st) return tokset_wrap(aici_tokset_new(), true);
-  aici_tokset_t *m = (aici_tokset_t *)aici_regex_mask_cached(r->re, trie, st);
-  if (aici_regex_accepting(r->re, st)) aici_tokset_allow(m, aici_eos_token());   /* depends on st only */
-  return tokset_wrap(m, false);
-}
-
-static const JSCFunctionListEntry regex_proto[] = {
-    JS_CFUNC_DEF("start", 0, regex_start),
-    JS_CFUNC_DEF("advance", 2, regex_advance),
-    JS_CFUNC_MAGIC_DEF("accepting", 1, regex_query, RE_ACCEPTING),
-    JS_CFUNC_MAGIC_DEF("canContinue", 1, regex_query, RE_CAN_CONTINUE),
-    JS_CFUNC_DEF("mask", 1, regex_mask),
-};
 
 /* ---- the host interface -------------------------------------------------------------------- */
-static JSValue tokens_array(JSContext *c, const uint32_t *t, uint32_t n) {
+JSValue tokens_array(JSContext *c, const uint32_t *t, uint32_t n) {
   JSValue arr = JS_NewArray(c);
   if (JS_IsException(arr)) return arr;
   for (uint32_t i = 0; i < n; i++) JS_SetPropertyUint32(c, arr, i, JS_NewUint32(c, t[i]));
@@ -351,7 +115,7 @@ static JSValue tokens_array(JSContext *c, const uint32_t *t, uint32_t n) {
 }
 
 /* A JS array of token ids -> a heap array (free with free); NULL with an exception pending. */
-static uint32_t *tokens_from(JSContext *c, JSValueConst v, uint32_t *n_out, const char *what) {
+uint32_t *tokens_from(JSContext *c, JSValueConst v, uint32_t *n_out, const char *what) {
   int64_t n;
   if (!JS_IsArray(v)) { JS_ThrowTypeError(c, "%s: expected an array of token ids", what); return 0; }
   if (JS_GetLength(c, v, &n) < 0) return 0;
@@ -460,8 +224,6 @@ static JSValue api_log(JSContext *c, JSValueConst this, int argc, JSValueConst *
   return JS_UNDEFINED;
 }
 
-static const aici_arg_t *cur_arg;
-
 static JSValue api_all_tokens(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
   if (!cur_arg) return JS_ThrowTypeError(c, "allTokens() is available during midProcess only");
   return tokens_array(c, cur_arg->all_tokens, cur_arg->n_all_tokens);
@@ -488,10 +250,22 @@ static const char PRELUDE[] =
     "'use strict';\n"
     "aici.Cap = Object.freeze({FORK: 1, BACKTRACK: 2, FF_TOKENS: 4, CONDITIONAL_FF_TOKENS: 8});\n"
     "aici.stop = () => ({branches: []});\n"
-    "aici.sample = (mask, opts) => ({branches: [Object.assign({sampleMask: mask}, opts || {})]});\n"
+    "aici.sample = (mask, opts) => ({branches: [opts ? Object.assign({sampleMask: mask}, opts) : {sampleMask: mask}]});\n"
     "aici.fastForward = (tokens, backtrack) => ({branches: [{splices: [{backtrack: backtrack || 0, ffTokens: tokens}]}]});\n"
     "aici.noop = () => aici.fastForward([], 0);\n"
     "globalThis.console = Object.freeze({log: aici.log, info: aici.log, warn: aici.log, error: aici.log, debug: aici.log});\n";
+
+/* The cycle collector's next run: GC_HEADROOM past the heap as it is now. QuickJS frees most
+ * garbage by reference counting; its cycle collector walks every object of the heap, writing
+ * each header, and its first threshold (256 KiB) lies below the heap the init leaves, so the
+ * first allocation of every request would walk (and so copy-on-write, and make each fork copy)
+ * the whole snapshot heap. */
+#define GC_HEADROOM (8u << 20)
+static void gc_later(void) {
+  JSMemoryUsage u;
+  JS_ComputeMemoryUsage(rt, &u);
+  JS_SetGCThreshold(rt, (size_t)u.malloc_size + GC_HEADROOM);
+}
 
 /* ---- the interpreter ----------------------------------------------------------------------- */
 static void make_interpreter(void) {
@@ -500,25 +274,10 @@ static void make_interpreter(void) {
   JS_SetMemoryLimit(rt, JS_MEMORY_LIMIT);
   JS_SetMaxStackSize(rt, JS_STACK_LIMIT);
   if (!(ctx = JS_NewContext(rt))) aici_fail("js: cannot create the interpreter's context (out of memory)");
-  JSClassDef tdef = {"TokenSet", .finalizer = tokset_finalizer}, rdef = {"Regex", .finalizer = regex_finalizer};
-  JS_NewClassID(rt, &tokset_class);
-  JS_NewClassID(rt, &regex_class);
-  JS_NewClass(rt, tokset_class, &tdef);
-  JS_NewClass(rt, regex_class, &rdef);
   JSValue global = JS_GetGlobalObject(ctx), api = JS_NewObject(ctx);
   JS_SetPropertyFunctionList(ctx, api, api_funcs, sizeof api_funcs / sizeof api_funcs[0]);
-  struct { JSClassID id; const char *name; JSCFunction *ctor; const JSCFunctionListEntry *fns; int n; } cls[] = {
-      {tokset_class, "TokenSet", tokset_ctor, tokset_proto, sizeof tokset_proto / sizeof tokset_proto[0]},
-      {regex_class, "Regex", regex_ctor, regex_proto, sizeof regex_proto / sizeof regex_proto[0]},
-  };
-  for (int i = 0; i < 2; i++) {
-    JSValue proto = JS_NewObject(ctx);
-    JS_SetPropertyFunctionList(ctx, proto, cls[i].fns, cls[i].n);
-    JSValue ctor = JS_NewCFunction2(ctx, cls[i].ctor, cls[i].name, 1, JS_CFUNC_constructor, 0);
-    JS_SetConstructor(ctx, ctor, proto);
-    JS_SetClassProto(ctx, cls[i].id, proto);
-    JS_SetPropertyStr(ctx, api, cls[i].name, ctor);
-  }
+  tokset_define(api);
+  constraint_define(api);
   JS_SetPropertyStr(ctx, global, "aici", api);
   JS_FreeValue(ctx, global);
   for (int i = 0; i < N_ATOMS; i++) atoms[i] = JS_NewAtom(ctx, ATOM_NAMES[i]);
@@ -526,12 +285,14 @@ static void make_interpreter(void) {
   if (JS_IsException(r)) die_exception("prelude");
   JS_FreeValue(ctx, r);
   mid_fn = JS_UNDEFINED;
+  gc_later();
 }
 
 AICI_EXPORT_INIT void js_init(void) {
   make_interpreter();
   if ((trie = aici_trie())) aici_token_bytes(0, 0);
   JS_RunGC(rt);
+  gc_later();
 }
 
 /* Math.random from WASI random_get (seeded per request by the runtime: replayable). */
@@ -542,18 +303,10 @@ static JSValue math_random(JSContext *c, JSValueConst this, int argc, JSValueCon
 }
 
 static void load_script(void) {
-  uint32_t n, len = 0;
-  char *a;
-  if (bound_script.len) {          /* a bound script: the argument is all the script's */
-    a = aici_malloc(bound_script.len);
-    memcpy(a, (const void *)(uintptr_t)bound_script.ptr, bound_script.len);
-    len = bound_script.len;
-    arg_skip = 0;
-  } else {                         /* the argument: script, then NUL and the script's argument */
-    a = (char *)aici_arg(&n);
-    while (len < n && a[len]) len++;
-    arg_skip = len + 1;
-  }
+  uint32_t n, len = 0;   /* the argument: script, then NUL and the script's argument */
+  char *a = (char *)aici_arg(&n);
+  while (len < n && a[len]) len++;
+  arg_skip = len + 1;
   JSValue global = JS_GetGlobalObject(ctx);
   JSValue math = JS_GetPropertyStr(ctx, global, "Math");
   JS_SetPropertyStr(ctx, math, "random", JS_NewCFunction(ctx, math_random, "random", 0));
@@ -643,9 +396,23 @@ static int add_splice(aici_branch_t *b, JSValueConst sp, const char *path) {
   return 0;
 }
 
+/* prefix + "[" + i + "]" into out (at least 24 bytes more than prefix): no printf per step. */
+static void indexed(char *out, size_t cap, const char *prefix, uint64_t i) {
+  size_t n = strlen(prefix);
+  if (n + 24 > cap) n = cap - 24;
+  memcpy(out, prefix, n);
+  char digits[21];
+  int k = 0;
+  do digits[k++] = (char)('0' + i % 10); while ((i /= 10) && k < 20);
+  out[n++] = '[';
+  while (k) out[n++] = digits[--k];
+  out[n++] = ']';
+  out[n] = 0;
+}
+
 static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
   char path[48];
-  snprintf(path, sizeof path, "branches[%u]", i);
+  indexed(path, sizeof path, "branches", i);
   if (!JS_IsObject(br) || JS_IsArray(br)) { throw_shape(path, "is not an object {sampleMask?, temperature?, splices?}"); return -1; }
   if (check_keys(br, path, BRANCH_KEYS)) return -1;
   aici_branch_t *b = aici_branch(res);
@@ -656,6 +423,7 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
     tokset_t *t = JS_GetOpaque(v, tokset_class);
     JS_FreeValue(ctx, v);   /* the set outlives the call: the result holds it until the next call */
     if (!t) { throw_shape(path, ".sampleMask is not an aici.TokenSet"); return -1; }
+    if (t->gen_ptr && *t->gen_ptr != t->gen) { throw_shape(path, ".sampleMask is a JsonSchema mask a later mask() replaced (copy() it)"); return -1; }
     aici_branch_mask(b, t->set);
   } else {
     JS_FreeValue(ctx, v);
@@ -674,8 +442,10 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
     int64_t n;
     if (!JS_IsArray(v) || JS_GetLength(ctx, v, &n) < 0) { JS_FreeValue(ctx, v); throw_shape(path, ".splices is not an array"); return -1; }
     for (int64_t k = 0; k < n; k++) {
-      char sp_path[72];
-      snprintf(sp_path, sizeof sp_path, "%s.splices[%lld]", path, (long long)k);
+      char sp_path[72], prefix[64];
+      memcpy(prefix, path, strlen(path));
+      memcpy(prefix + strlen(path), ".splices", 9);
+      indexed(sp_path, sizeof sp_path, prefix, (uint64_t)k);
       JSValue sp = JS_GetPropertyInt64(ctx, v, k);
       int bad = add_splice(b, sp, sp_path);
       JS_FreeValue(ctx, sp);
@@ -688,6 +458,8 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
 
 /* The script's result -> the WIT result; -1 with a JS exception pending when it is misshapen. */
 static int convert_result(JSValueConst r, aici_result_t *res) {
+  int native = native_result(r, res);   /* a Follower's result: no property walk */
+  if (native) return native < 0 ? -1 : 0;
   if (!JS_IsObject(r) || JS_IsArray(r)) { throw_shape("the result", "is not an object {branches: [...]}"); return -1; }
   static const int keys[] = {A_BRANCHES, -1};
   if (check_keys(r, "the result", keys)) return -1;

@@ -6,7 +6,10 @@
  * image page is written only where the parent's differs from the child's. Runs of changed pages
  * are copied with one memcpy each. A parent page the kernel has never backed (neither present nor
  * swapped, per /proc/self/pagemap) is zero without reading it, so a large parent that touched
- * little costs a pagemap read (8 bytes a page), not a scan of its whole memory.
+ * little costs a pagemap read (8 bytes a page), not a scan of its whole memory. Likewise an image
+ * page the parent never wrote (unbacked, or still the image's file page: wasmtime maps the image
+ * copy-on-write) equals the child's without comparing the two, so a fork costs what the parent
+ * wrote, not the image's size.
  * runtime/native/pages.py holds the Python side: the call into this, and the same copy with numpy
  * for the pure-Python fallback. */
 #include <stdint.h>
@@ -39,19 +42,36 @@ static int aicirt_pagemap_fd(void) {
     return opened;
 }
 
-/* Whether the page at `p` may hold data: present or swapped out (bits 63, 62 of its pagemap entry).
+/* The pagemap entry of the page at `p` (all bits set where unreadable: "may hold anything").
  * `map` caches 512 entries from page `*base` on. */
-static int aicirt_page_backed(const uint8_t *p, uint64_t *map, size_t *base, size_t *count) {
+static uint64_t aicirt_page_entry(const uint8_t *p, uint64_t *map, size_t *base, size_t *count) {
     int fd = aicirt_pagemap_fd();
-    if (fd < 0) return 1;
+    if (fd < 0) return UINT64_MAX;
     size_t page = (uintptr_t)p / AICIRT_PAGE;
     if (*count == 0 || page < *base || page - *base >= *count) {
         ssize_t got = pread(fd, map, 512 * sizeof *map, (off_t)(page * sizeof *map));
         *base = page;
         *count = got > 0 ? (size_t)got / sizeof *map : 0;
-        if (*count == 0) return 1;
+        if (*count == 0) return UINT64_MAX;
     }
-    return (map[page - *base] >> 62) != 0;
+    return map[page - *base];
+}
+
+/* Whether the page at `p` may hold data: present or swapped out (bits 63, 62 of its pagemap entry). */
+static int aicirt_page_backed(const uint8_t *p, uint64_t *map, size_t *base, size_t *count) {
+    return (aicirt_page_entry(p, map, base, count) >> 62) != 0;
+}
+
+/* Whether an image page of the parent may differ from the image: neither unbacked (never
+ * touched: it reads as the image) nor a present file page (bit 61: still the module image's
+ * copy-on-write page, never written, since a write makes it the process's own anonymous copy).
+ * A swapped page (bit 62) may differ. */
+static int aicirt_image_page_written(const uint8_t *p, uint64_t *map, size_t *base, size_t *count) {
+    uint64_t e = aicirt_page_entry(p, map, base, count);
+    if (e == UINT64_MAX) return 1;
+    if ((e >> 62) & 1) return 1;                 /* swapped out */
+    if (!((e >> 63) & 1)) return 0;              /* never backed */
+    return !((e >> 61) & 1);                     /* present: anonymous = written */
 }
 
 /* Copy `src` into `dst` (both `n` bytes, n a multiple of 4 KiB) where they can differ, given that
@@ -65,7 +85,8 @@ size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t im
         int changed = 0;
         if (off < n) {
             int in_image = off + AICIRT_PAGE > img_lo && off < img_hi;
-            changed = in_image ? memcmp(dst + off, src + off, AICIRT_PAGE) != 0
+            changed = in_image ? aicirt_image_page_written(src + off, map, &map_base, &map_count) &&
+                                     memcmp(dst + off, src + off, AICIRT_PAGE) != 0
                                : aicirt_page_backed(src + off, map, &map_base, &map_count) && !aicirt_page_is_zero(src + off);
         }
         if (changed && run == SIZE_MAX) {

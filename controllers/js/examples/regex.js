@@ -1,36 +1,11 @@
 // regex in JavaScript: the shipped C `regex` controller's behaviour (controllers/regex/main.c).
-// The argument is the pattern (a whole-string match, the SDK's syntax); masks come from the
-// native aici.Regex (the SDK's matcher, cached per DFA state), so they cost what C's do.
-let re, promptLen, states, seen = [], nSeen = 0;
+// The argument is the pattern (a whole-string match, the SDK's syntax). aici.Follower runs the
+// native aici.Regex over the generated tokens (backtracking, stopping, masks cached per DFA
+// state) in one native call a step, so a step costs what C's does plus one JS call.
+// regex_by_hand.js writes the same loop out in JS.
+let follow;
 
 function midProcess(arg) {
-  seen.length = Math.max(0, seen.length - arg.backtrack);
-  for (const t of arg.tokens) seen.push(t);
-  if (arg.callIndex === 0) {
-    re = new aici.Regex(aici.arg());
-    promptLen = seen.length;
-    states = [re.start()];
-  }
-  if (seen.length < promptLen) {
-    aici.log("regex: backtracked into the prompt");
-    return aici.stop();
-  }
-  if (arg.sampled === aici.eosToken()) return aici.stop();      // EOS chosen while accepting
-  const gen = seen.length - promptLen;
-  let k = Math.min(Math.max(0, nSeen - arg.backtrack), gen);
-  for (; k < gen; k++) states[k + 1] = re.advance(states[k], seen[promptLen + k]);
-  nSeen = gen;
-  const s = states[gen];
-  if (!s) {
-    aici.log("regex: the text no longer matches");
-    return aici.stop();
-  }
-  const accepting = re.accepting(s);
-  if (accepting && !re.canContinue(s)) return aici.stop();        // complete match
-  const m = re.mask(s);                                           // EOS included when accepting
-  if (!accepting && m.isEmpty()) {
-    aici.log("regex: no token can continue the match");
-    return aici.stop();
-  }
-  return aici.sample(m);
+  if (arg.callIndex === 0) follow = new aici.Follower(new aici.Regex(aici.arg()));
+  return follow.step();
 }
