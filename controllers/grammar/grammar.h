@@ -84,6 +84,10 @@ void gr_regex_literal(gr_buf_t *out, const uint8_t *s, uint32_t len, bool icase)
 void gr_regex_cp_range(gr_buf_t *out, uint32_t lo, uint32_t hi);
 
 /* ---- matcher (earley.c, lexer.c, matcher.c) ---------------------------------------------- */
+/* What masks share across grammars (slices of the token trie for identifier byte sets), built
+ * once per tokenizer: call it in the controller's init (AICI_EXPORT_INIT) so that every request
+ * starts with it from the snapshot. Optional (masks are the same without it); idempotent. */
+void gr_prepare_tokenizer(const aici_trie_t *trie);
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g);
 /* Feed bytes; false (state unchanged) when they leave the grammar. */
 bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n);

@@ -14,7 +14,7 @@
 
 /* -DGR_STATS: each mask logs its work counters (profiling; "ST lp=... wn=...") */
 #ifdef GR_STATS
-static struct { uint32_t lp, lp_nodes, edges, groups, groups_live, walk_nodes, walk_steps, scans, scan_reuse, items, slices; } st;
+static struct { uint32_t lexmiss, lexnew, lp, lp_nodes, edges, groups, groups_live, walk_nodes, walk_steps, scans, scan_reuse, items, slices; } st;
 #define ST(x) (st.x++)
 #define STN(x, n) (st.x += (n))
 #else
@@ -43,6 +43,9 @@ struct gr_matcher {
   uint32_t tw;                         /* words of a terminal bitset */
   uint32_t *starts, n_starts, cap_starts;  /* start states: [state, bitset...] records */
   uint32_t *scratch;                   /* a terminal bitset */
+  uint8_t bcls[256];                   /* byte classes of all terminals together: bytes of one class */
+  uint8_t cls_bytes[256];              /* lead every lexer state to the same state; members of */
+  uint16_t cls_off[257];               /* class c: cls_bytes[cls_off[c] .. cls_off[c + 1]) */
   uint32_t *tmp_pairs, cap_tmp;
   struct parts *parts;                 /* the cached lexer-only parts of masks */
   uint32_t *spec_keys, *spec_lex, n_spec, cap_spec;   /* special-token scans: fake lexer states */
@@ -81,6 +84,7 @@ static uint32_t lex_intern(gr_matcher_t *m, const uint32_t *p, uint32_t n) {
     m->pairs = aici_realloc(m->pairs, m->cap_pairs * 4);
   }
   uint32_t id = m->n_ls++;
+  ST(lexnew);
   lstate_t *s = &m->ls[id];
   s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = false;
   __builtin_memcpy(m->pairs + m->n_pairs, p, 8 * n);
@@ -120,6 +124,7 @@ static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
   }
   int32_t r = s->row[b];
   if (r >= 0) return (uint32_t)r;
+  ST(lexmiss);
   if (m->cap_tmp < 2 * s->n) { m->cap_tmp = 2 * s->n; m->tmp_pairs = aici_realloc(m->tmp_pairs, m->cap_tmp * 4); }
   uint32_t n = 0, off = s->off, cnt = s->n;
   for (uint32_t k = 0; k < cnt; k++) {
@@ -128,7 +133,8 @@ static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
     if (ns) { m->tmp_pairs[2 * n] = t; m->tmp_pairs[2 * n + 1] = ns; n++; }
   }
   uint32_t id2 = lex_intern(m, m->tmp_pairs, n);
-  m->ls[id].row[b] = (int32_t)id2;     /* (ls may have moved) */
+  int32_t *row = m->ls[id].row;        /* (ls may have moved): every byte of b's class */
+  for (uint32_t k = m->cls_off[m->bcls[b]], e = m->cls_off[m->bcls[b] + 1]; k < e; k++) row[m->cls_bytes[k]] = (int32_t)id2;
   return id2;
 }
 
@@ -395,6 +401,34 @@ static bool special_step(gr_matcher_t *m, pos_t *p, uint32_t fake) {
 }
 
 /* ---- public API -------------------------------------------------------------------------- */
+/* The byte classes of all terminals together: the common refinement of each regex's classes
+ * (two bytes share a class iff they share one in every terminal's regex). */
+static void byte_classes(gr_matcher_t *m) {
+  uint32_t n = 1;
+  __builtin_memset(m->bcls, 0, 256);
+  for (uint32_t t = 0; t < m->g->n_terms; t++) {
+    if (!m->g->terms[t].re) continue;
+    const uint8_t *c = aici_regex_classes(m->g->terms[t].re, 0);
+    uint32_t keys[256], nk = 0;
+    uint8_t nb[256];
+    for (int b = 0; b < 256; b++) {
+      uint32_t key = (uint32_t)m->bcls[b] << 8 | c[b], k = 0;
+      while (k < nk && keys[k] != key) k++;
+      if (k == nk) keys[nk++] = key;
+      nb[b] = (uint8_t)k;
+    }
+    __builtin_memcpy(m->bcls, nb, 256);
+    n = nk;
+  }
+  uint32_t at = 0;
+  for (uint32_t c = 0; c < n; c++) {
+    m->cls_off[c] = (uint16_t)at;
+    for (int b = 0; b < 256; b++)
+      if (m->bcls[b] == c) m->cls_bytes[at++] = (uint8_t)b;
+  }
+  m->cls_off[n] = (uint16_t)at;
+}
+
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
   gr_matcher_t *m = aici_calloc(1, sizeof(gr_matcher_t));
   m->g = g;
@@ -413,6 +447,7 @@ gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
   m->pairs = aici_malloc(m->cap_pairs * 4);
   m->tw = (g->n_terms + 31) / 32 + 1;
   m->scratch = aici_calloc(m->tw, 4);
+  byte_classes(m);
   lht_grow(m);
   /* set 0 */
   m->sets[0].start = 0;
@@ -555,6 +590,43 @@ static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
   return count >= 8;
 }
 
+/* Slices made once per tokenizer (gr_prepare_tokenizer, in the init: every request starts with
+ * them from the snapshot) for the byte sets identifiers live in. A slice of any C' within a
+ * lexer state's cover is exact too (every string over C' is one over C): the largest ready one
+ * is taken, and a slice for the exact cover is built (per instance, a pass over the trie) only
+ * when none fits. */
+static const char *const STD_SLICES[] = {"a-z", "A-Za-z", "0-9A-Z_a-z"};
+#define N_STD (sizeof STD_SLICES / sizeof STD_SLICES[0])
+static const aici_slice_t *std_slices[N_STD];
+static const aici_trie_t *std_trie;
+
+void gr_prepare_tokenizer(const aici_trie_t *trie) {
+  if (!trie || std_trie == trie) return;
+  std_trie = trie;
+  for (uint32_t k = 0; k < N_STD; k++) {
+    uint32_t bytes[8] = {0};
+    for (const char *r = STD_SLICES[k]; *r;) {
+      uint8_t lo = (uint8_t)*r, hi = lo;
+      if (r[1] == '-' && r[2]) hi = (uint8_t)r[2], r += 3;
+      else r++;
+      for (uint32_t b = lo; b <= hi; b++) bytes[b >> 5] |= 1u << (b & 31);
+    }
+    std_slices[k] = aici_trie_slice(trie, bytes);
+  }
+}
+
+static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *cover) {
+  const aici_slice_t *best = 0;
+  if (std_trie == trie)
+    for (uint32_t k = 0; k < N_STD; k++) {
+      const aici_slice_t *sl = std_slices[k];
+      bool sub = sl != 0;
+      for (int w = 0; w < 8 && sub; w++) sub = !(sl->bytes[w] & ~cover[w]);
+      if (sub && (!best || sl->n_tokens > best->n_tokens)) best = sl;
+    }
+  return best ? best : aici_trie_slice(trie, cover);
+}
+
 /* The general walk over nodes [p, end) of the trie, the parent's position being `top`. */
 static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask,
                  uint32_t vocab, pos_t *stack) {
@@ -660,7 +732,10 @@ static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex)
   aici_tokset_t *dense = aici_tokset_new();
   uint32_t *mask = dense->words, cover[8], nt, ne;
   const aici_trie_t *walked = trie;
-  const aici_slice_t *sl = lex_cover(m, lex, cover) ? aici_trie_slice(trie, cover) : 0;
+  const aici_slice_t *sl = lex_cover(m, lex, cover) ? cover_slice(trie, cover) : 0;
+#ifdef GR_STATS
+  if (lex_cover(m, lex, cover)) { aici_logf("COVER %s ", sl ? "yes" : "no"); for (int b = 0; b < 256; b++) if ((cover[b >> 5] >> (b & 31)) & 1) aici_logf("%d,", b); aici_logf("\n"); }
+#endif
   if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
     ST(slices);
     if (sl->dense) __builtin_memcpy(mask, sl->dense, dense->n_words * 4);
@@ -756,7 +831,7 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
   if (pos_accepting(m, here) && eos < out->vocab) mask[eos >> 5] |= 1u << (eos & 31);
   goto_pos(m, here);
 #ifdef GR_STATS
-  aici_logf("ST lp=%u lpn=%u sl=%u edges=%u groups=%u live=%u wn=%u ws=%u scans=%u reuse=%u items=%u parts=%u bytes=%u\n", st.lp, st.lp_nodes, st.slices, st.edges, st.groups, st.groups_live, st.walk_nodes, st.walk_steps, st.scans, st.scan_reuse, st.items, m->parts->n, m->parts->bytes);
+  aici_logf("ST miss=%u new=%u lp=%u lpn=%u sl=%u edges=%u groups=%u live=%u wn=%u ws=%u scans=%u reuse=%u items=%u parts=%u bytes=%u\n", st.lexmiss, st.lexnew, st.lp, st.lp_nodes, st.slices, st.edges, st.groups, st.groups_live, st.walk_nodes, st.walk_steps, st.scans, st.scan_reuse, st.items, m->parts->n, m->parts->bytes);
   __builtin_memset(&st, 0, sizeof st);
 #endif
 }
