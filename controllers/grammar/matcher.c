@@ -504,7 +504,9 @@ void gr_restore(gr_matcher_t *m, gr_mark_t k) {
  * groups die at once: the byte starts no lexeme the parser allows), and for each live edge the
  * part below it, recursively. */
 #define PART_ROOTS_MAX 256u            /* root parts cached (more: plain walks) */
+#ifndef SUB_MIN_NODES
 #define SUB_MIN_NODES 48u              /* subtrees smaller than this are walked, not cached */
+#endif
 #define PART_BYTES_MAX (8u << 20)      /* memory all parts may hold (more: plain walks) */
 
 typedef struct { uint32_t key, child; } edge_t;   /* key: lexer state << 8 | byte */
@@ -781,25 +783,53 @@ static void part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *m
   }
   const aici_trie_t *wt = c->walked;
   const aici_trie_node_t *nodes = wt->nodes;
+  /* Edges are sorted by (lexer state, byte): per lexer state the lexeme is ended once, and each
+   * byte is then one row lookup in the next lexeme's start state (most die there); step()
+   * (empty lexemes) only where that start state itself accepts. */
   for (uint32_t i = 0; i < c->n_edges;) {
-    uint32_t key = c->edges[i].key, j = i;
-    while (j < c->n_edges && c->edges[j].key == key) j++;
-    pos_t q = {here.n_sets, key >> 8, false};
-    ST(groups); STN(edges, j - i);
-    bool live = step(m, &q, (uint8_t)(key & 255)) && !m->overflow;
+    uint32_t from = c->edges[i].key >> 8, run = i;
+    while (run < c->n_edges && c->edges[run].key >> 8 == from) run++;
+    goto_pos(m, here);
+    bool ended = emit(m, from) && !m->overflow;
     m->overflow = false;
-    if (live) {
-      ST(groups_live);
-      for (uint32_t k = i; k < j; k++) {
-        uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
-        if (tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
-        if (size <= 1) continue;
-        const part_t *sub = size >= SUB_MIN_NODES ? sub_part(m, wt, ch, q.lex, vocab) : 0;
-        if (sub) part_apply(m, sub, q, mask, vocab, stack);
-        else walk(m, wt, ch + 1, ch + size, q, mask, vocab, stack);
+    uint32_t top = m->n_sets, lex0 = m->sets[top - 1].lstart;
+    bool empty_ok = ended && m->ls[lex0].n_acc;
+    for (; i < run;) {
+      uint32_t key = c->edges[i].key, j = i;
+      while (j < run && c->edges[j].key == key) j++;
+      ST(groups); STN(edges, j - i);
+      uint8_t b = (uint8_t)(key & 255);
+      pos_t q = {top, 0, false};
+      bool live = false;
+      if (ended) {
+        const int32_t *row = m->ls[lex0].row;
+        int32_t r = row ? row[b] : -1;
+        uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, lex0, b);
+        if (ns) q.lex = ns, live = true;
+        else if (empty_ok) {
+          q = (pos_t){here.n_sets, from, false};
+          live = step(m, &q, b) && !m->overflow;
+          m->overflow = false;
+        }
       }
+      if (live) {
+        ST(groups_live);
+        for (uint32_t k = i; k < j; k++) {
+          uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
+          if (tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
+          if (size <= 1) continue;
+          const part_t *sub = size >= SUB_MIN_NODES ? sub_part(m, wt, ch, q.lex, vocab) : 0;
+          if (sub) part_apply(m, sub, q, mask, vocab, stack);
+          else walk(m, wt, ch + 1, ch + size, q, mask, vocab, stack);
+        }
+        if (empty_ok) {                /* the sets above top-1 may be gone: end the lexeme again */
+          goto_pos(m, here);
+          ended = emit(m, from) && !m->overflow;
+          m->overflow = false;
+        }
+      }
+      i = j;
     }
-    i = j;
   }
 }
 
