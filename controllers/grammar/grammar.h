@@ -18,6 +18,7 @@
 
 typedef struct gr_grammar gr_grammar_t;
 typedef struct gr_matcher gr_matcher_t;
+typedef struct gr_json gr_json_t;
 
 /* ---- compiled grammar (built by a front-end) --------------------------------------------- */
 #define GR_NT 0x80000000u              /* a symbol with this bit is a nonterminal, else a terminal */
@@ -31,7 +32,8 @@ typedef struct {
   int32_t token;                       /* >= 0: a special-token terminal (matched by id, no bytes) */
   uint32_t *tok_ranges, n_tok_ranges;  /* its token ids: [lo, hi] pairs (inclusive) */
   char *special_name;                  /* <|name|>: resolved to an id by gr_finish (host tokenizer) */
-  aici_regex_t *re;                    /* NULL for special-token terminals */
+  aici_regex_t *re;                    /* NULL for special-token and %json terminals */
+  gr_json_t *json;                     /* %json{...}: the json matcher's documents (json_term.c) */
 } gr_term_t;
 
 typedef struct { uint32_t lhs, n, *syms; } gr_prod_t;
@@ -69,6 +71,16 @@ uint32_t gr_add_special(gr_grammar_t *g, const char *name, uint32_t nlen, const 
 bool gr_finish(gr_grammar_t *g, char **err);
 char *gr_strdup(const char *s, uint32_t n);
 char *gr_fmt(const char *fmt, ...);   /* heap string: %s %.*s %u %d */
+
+/* A %json{SCHEMA} terminal: one lexeme, a document the json controller's matcher accepts. */
+uint32_t gr_add_json(gr_grammar_t *g, const char *schema, uint32_t len, char **err);
+
+/* ---- %json lexemes (json_term.c): lexer states are ids >= 1 (0: dead) ------------------- */
+/* NULL with *err (heap) when the schema is not JSON, not supported, or admits no document. */
+gr_json_t *gr_json_compile(const char *schema, uint32_t len, char **err);
+uint32_t gr_json_start(gr_json_t *j);
+uint32_t gr_json_step(gr_json_t *j, uint32_t state, uint8_t byte);
+bool gr_json_accepting(gr_json_t *j, uint32_t state);
 
 /* ---- regex text (rx.c): Rust/Python regex syntax -> SDK regex over UTF-8 bytes ---------- */
 typedef struct { char *p; uint32_t n, cap; } gr_buf_t;

@@ -92,7 +92,7 @@ static uint32_t lex_intern(gr_matcher_t *m, const uint32_t *p, uint32_t n) {
   s->acc_off = m->n_pairs, s->n_acc = 0;
   for (uint32_t k = 0; k < n; k++) {
     gr_term_t *t = &m->g->terms[p[2 * k]];
-    if (aici_regex_accepting(t->re, p[2 * k + 1])) {
+    if (t->json ? gr_json_accepting(t->json, p[2 * k + 1]) : aici_regex_accepting(t->re, p[2 * k + 1])) {
       m->pairs[m->n_pairs++] = p[2 * k];
       s->n_acc++;
       if (t->lazy) s->forced = true;   /* a lazy lexeme ends at its first match */
@@ -129,7 +129,8 @@ static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
   uint32_t n = 0, off = s->off, cnt = s->n;
   for (uint32_t k = 0; k < cnt; k++) {
     uint32_t t = m->pairs[off + 2 * k];
-    uint32_t ns = aici_regex_step(m->g->terms[t].re, m->pairs[off + 2 * k + 1], b);
+    const gr_term_t *x = &m->g->terms[t];
+    uint32_t st = m->pairs[off + 2 * k + 1], ns = x->json ? gr_json_step(x->json, st, b) : aici_regex_step(x->re, st, b);
     if (ns) { m->tmp_pairs[2 * n] = t; m->tmp_pairs[2 * n + 1] = ns; n++; }
   }
   uint32_t id2 = lex_intern(m, m->tmp_pairs, n);
@@ -146,9 +147,10 @@ static uint32_t lex_start(gr_matcher_t *m, const uint32_t *bits) {
   uint32_t n = 0;
   if (m->cap_tmp < 2 * m->g->n_terms) { m->cap_tmp = 2 * m->g->n_terms; m->tmp_pairs = aici_realloc(m->tmp_pairs, m->cap_tmp * 4); }
   for (uint32_t t = 0; t < m->g->n_terms; t++)
-    if ((bits[t >> 5] >> (t & 31)) & 1 && m->g->terms[t].re) {
+    if ((bits[t >> 5] >> (t & 31)) & 1 && (m->g->terms[t].re || m->g->terms[t].json)) {
+      gr_term_t *x = &m->g->terms[t];
       m->tmp_pairs[2 * n] = t;
-      m->tmp_pairs[2 * n + 1] = aici_regex_start(m->g->terms[t].re);
+      m->tmp_pairs[2 * n + 1] = x->json ? gr_json_start(x->json) : aici_regex_start(x->re);
       n++;
     }
   uint32_t id = lex_intern(m, m->tmp_pairs, n);
@@ -407,8 +409,10 @@ static void byte_classes(gr_matcher_t *m) {
   uint32_t n = 1;
   __builtin_memset(m->bcls, 0, 256);
   for (uint32_t t = 0; t < m->g->n_terms; t++) {
-    if (!m->g->terms[t].re) continue;
-    const uint8_t *c = aici_regex_classes(m->g->terms[t].re, 0);
+    static uint8_t every[256];         /* %json terminals: no classes (each byte its own) */
+    for (int b = 0; b < 256; b++) every[b] = (uint8_t)b;
+    if (!m->g->terms[t].re && !m->g->terms[t].json) continue;
+    const uint8_t *c = m->g->terms[t].json ? every : aici_regex_classes(m->g->terms[t].re, 0);
     uint32_t keys[256], nk = 0;
     uint8_t nb[256];
     for (int b = 0; b < 256; b++) {
