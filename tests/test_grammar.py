@@ -102,6 +102,7 @@ ERRORS = [
     ('start: A\nA: "x" %json {"type": "integer"}\n', "line 2: %json cannot be used inside terminals"),
     ('start: %json {"type": "string", "format": "no-such-format"}\n', "line 1: %json: unsupported"),
     ('start: x\nx[max_tokens=3]: /a+/\n', "line 2: unsupported: rule option max_tokens"),
+    ('start: x\nx[stop=""]: /a+/\n', "line 2: unsupported: stop=\"\""),
     ('start: A\nA: A "a"\n', "terminal A is recursive"),
     ('start: A\nA: b\nb: "x"\n', "a terminal cannot use rule b"),
     ('start: "unterminated\n', "line 1: newline in a string literal"),

@@ -28,6 +28,7 @@ typedef struct {
   char *regex;                         /* SDK regex text over bytes (UTF-8 expanded) */
   uint32_t regex_len;
   bool lazy;                           /* ends at its first match */
+  bool stop;                           /* [stop="S"]: what follows it starts a new token (llguidance) */
   bool unique;                         /* not merged with same-text terminals */
   int32_t token;                       /* >= 0: a special-token terminal (matched by id, no bytes) */
   uint32_t *tok_ranges, n_tok_ranges;  /* its token ids: [lo, hi] pairs (inclusive) */

@@ -20,6 +20,7 @@ typedef struct {
   uint32_t nlen, line;
   ex_t *body;
   bool term, lazy, common;
+  ex_t *stop;                          /* [stop="S"]: the lexeme ends at its first S (S included) */
   uint32_t sym;                        /* resolved symbol (when `resolved`) */
   bool resolved;
 } def_t;
@@ -393,11 +394,22 @@ static void parse_options(lp_t *p, def_t *d) {   /* after '[' */
     uint32_t s = p->i, n = read_name(p);
     if (!n) { fail(p, "bad rule option"); return; }
     const char *o = p->s + s;
+    bool stop = false;
     if (n == 4 && !__builtin_memcmp(o, "lazy", 4)) d->lazy = true;
     else if (n == 7 && !__builtin_memcmp(o, "capture", 7)) {}
+    else if (n == 4 && !__builtin_memcmp(o, "stop", 4)) stop = true;
     else { p->err = gr_fmt("line %u: unsupported: rule option %.*s", p->line, (int)n, o); return; }
     skip_ws(p, true);
-    if (p->i < p->n && p->s[p->i] == '=') {    /* capture="name" */
+    if (stop) {                                /* stop="S": lazy up to S */
+      if (p->i >= p->n || p->s[p->i] != '=') { fail(p, "stop needs a string: stop=\"...\""); return; }
+      p->i++;
+      skip_ws(p, true);
+      if (p->i >= p->n || p->s[p->i] != '"') { fail(p, "stop needs a string: stop=\"...\""); return; }
+      ex_t *e = read_string(p);
+      if (p->err) return;
+      if (!e->slen) { p->err = gr_fmt("line %u: unsupported: stop=\"\" (a lexeme EOS ends)", p->line); return; }
+      d->stop = e, d->lazy = true;
+    } else if (p->i < p->n && p->s[p->i] == '=') {    /* capture="name" */
       p->i++;
       skip_ws(p, true);
       if (p->i < p->n && p->s[p->i] == '"') read_string(p);
@@ -686,9 +698,15 @@ static uint32_t def_symbol(lp_t *p, def_t *d) {
       gb_puts(&o, ")");
       if (p->err) { aici_free(p->err); p->err = gr_fmt("line %u: lexeme options need a terminal body in rule %.*s", d->line, (int)d->nlen, d->name); }
     }
+    if (d->stop && !p->err) {          /* lazy: the lexeme ends where body + stop first matches */
+      gb_puts(&o, "(?:");
+      gr_regex_literal(&o, (const uint8_t *)d->stop->s, d->stop->slen, false);
+      gb_puts(&o, ")");
+    }
     if (p->err) return 0;
     uint32_t t = gr_add_term(p->g, d->name, d->nlen, o.p, o.n, d->lazy);
     if (d->lazy) p->g->terms[t].lazy = true;
+    if (d->stop) p->g->terms[t].stop = true;
     aici_free(o.p);
     d->sym = t, d->resolved = true;
     return t;

@@ -26,7 +26,7 @@ static struct { uint32_t lexmiss, lexnew, lp, lp_nodes, edges, groups, groups_li
 
 typedef struct { uint32_t prod, dot, origin; } item_t;
 typedef struct { uint32_t start; uint32_t lstart; int32_t prov_lex; uint32_t prov_parent; bool accepting; } eset_t;
-typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced; } lstate_t;
+typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced, stop; } lstate_t;
 
 struct gr_matcher {
   gr_grammar_t *g;
@@ -49,6 +49,7 @@ struct gr_matcher {
   uint32_t *tmp_pairs, cap_tmp;
   struct parts *parts;                 /* the cached lexer-only parts of masks */
   uint32_t *spec_keys, *spec_lex, n_spec, cap_spec;   /* special-token scans: fake lexer states */
+  bool tok_start;                      /* the byte being stepped is a token's first (stop lexemes) */
   /* position */
   uint32_t lex;
   bool at_start;
@@ -86,7 +87,7 @@ static uint32_t lex_intern(gr_matcher_t *m, const uint32_t *p, uint32_t n) {
   uint32_t id = m->n_ls++;
   ST(lexnew);
   lstate_t *s = &m->ls[id];
-  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = false;
+  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = s->stop = false;
   __builtin_memcpy(m->pairs + m->n_pairs, p, 8 * n);
   m->n_pairs += 2 * n;
   s->acc_off = m->n_pairs, s->n_acc = 0;
@@ -96,6 +97,7 @@ static uint32_t lex_intern(gr_matcher_t *m, const uint32_t *p, uint32_t n) {
       m->pairs[m->n_pairs++] = p[2 * k];
       s->n_acc++;
       if (t->lazy) s->forced = true;   /* a lazy lexeme ends at its first match */
+      if (t->stop) s->stop = true;     /* ... and a stop lexeme only where a token ends */
     }
   }
   m->lht[i] = id;
@@ -318,6 +320,7 @@ static void goto_pos(gr_matcher_t *m, pos_t p) { m->n_sets = p.n_sets; }
  * matches it (that wins over grammar terminals matching the same text, as in llguidance), else
  * scan it. */
 static bool emit(gr_matcher_t *m, uint32_t lex) {
+  if (m->ls[lex].stop && !m->tok_start) return false;   /* a stop lexeme ends with its token */
   for (uint32_t a = 0; a < m->ls[lex].n_acc; a++)
     if ((int32_t)m->pairs[m->ls[lex].acc_off + a] == m->g->skip) return true;   /* skipped: same set */
   return scan(m, lex);
@@ -339,8 +342,16 @@ static bool step(gr_matcher_t *m, pos_t *p, uint8_t b) {
   return false;
 }
 
+static bool pos_accepting_at(gr_matcher_t *m, pos_t p);
 static bool pos_accepting(gr_matcher_t *m, pos_t p) {
   goto_pos(m, p);
+  m->tok_start = true;                 /* EOS is a token of its own */
+  bool a = pos_accepting_at(m, p);
+  m->tok_start = false;
+  return a;
+}
+
+static bool pos_accepting_at(gr_matcher_t *m, pos_t p) {
   if (p.at_start && m->sets[p.n_sets - 1].accepting) return true;
   uint32_t lex = p.lex;
   for (uint32_t k = 0; k < MAX_EMPTY; k++) {
@@ -377,7 +388,7 @@ static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
   }
   uint32_t id = m->n_ls++;
   lstate_t *s = &m->ls[id];
-  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = false;
+  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = s->stop = false;
   s->row = aici_calloc(256, 4);       /* no byte continues it */
   for (uint32_t t = 0; t < m->g->n_terms; t++) {
     const gr_term_t *x = &m->g->terms[t];
@@ -394,7 +405,10 @@ static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
  * first (if it has bytes). */
 static bool special_step(gr_matcher_t *m, pos_t *p, uint32_t fake) {
   goto_pos(m, *p);
-  if (!p->at_start && (!m->ls[p->lex].n_acc || !emit(m, p->lex))) return false;
+  m->tok_start = true;                 /* a special token is a token of its own */
+  bool ended = p->at_start || (m->ls[p->lex].n_acc && emit(m, p->lex));
+  m->tok_start = false;
+  if (!ended) return false;
   if (!m->ls[fake].n_acc || !scan(m, fake) || m->overflow) { m->overflow = false; return false; }
   p->n_sets = m->n_sets;
   p->lex = m->sets[m->n_sets - 1].lstart;
@@ -471,8 +485,11 @@ static pos_t cur(const gr_matcher_t *m) { return (pos_t){m->n_sets, m->lex, m->a
 
 bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n) {
   pos_t p = cur(m), save = p;
-  for (uint32_t i = 0; i < n; i++)
-    if (!step(m, &p, bytes[i]) || m->overflow) { goto_pos(m, save); m->overflow = false; return false; }
+  for (uint32_t i = 0; i < n; i++) {
+    m->tok_start = i == 0;
+    if (!step(m, &p, bytes[i]) || m->overflow) { goto_pos(m, save); m->overflow = false; m->tok_start = false; return false; }
+  }
+  m->tok_start = false;
   m->n_sets = p.n_sets, m->lex = p.lex, m->at_start = p.at_start;
   return true;
 }
@@ -513,7 +530,8 @@ void gr_restore(gr_matcher_t *m, gr_mark_t k) {
 #endif
 #define PART_BYTES_MAX (8u << 20)      /* memory all parts may hold (more: plain walks) */
 
-typedef struct { uint32_t key, child; } edge_t;   /* key: lexer state << 8 | byte */
+typedef struct { uint32_t key, child; } edge_t;   /* key: EDGE_TOP | lexer state << 8 | byte */
+#define EDGE_TOP 0x80000000u           /* the edge's byte starts a token (lexer states < 2^23) */
 typedef struct part {
   uint32_t lex, node;                  /* key: lexer state, subtree root (0: the whole trie) */
   const aici_trie_t *base;             /* key: the trie `node` indexes */
@@ -637,6 +655,7 @@ static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *
 static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask,
                  uint32_t vocab, pos_t *stack) {
   const aici_trie_node_t *nodes = trie->nodes;
+  bool top_level = p == 1;             /* the whole trie: its root's children start tokens */
   uint32_t sp = 1;
   stack[0] = top;
   while (p < end) {
@@ -651,8 +670,9 @@ static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t 
       live = true;
     } else {
       ST(walk_steps);
+      m->tok_start = top_level && sp == 1;
       live = step(m, &q, (uint8_t)(w0 & 255)) && !m->overflow;
-      m->overflow = false;
+      m->overflow = m->tok_start = false;
     }
     if (live && tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
     if (live && (w1 >> 10) > 1) {
@@ -680,6 +700,7 @@ static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable en
  * into `mask` (when non-NULL) or the list P->tmp (count *n_toks), edges into P->etmp (*n_edges). */
 static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex, uint32_t *mask,
                      uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
+  bool top = p == 1;                   /* a root part: its root's children start tokens (EDGE_TOP) */
   parts_t *P = m->parts;
   const aici_trie_node_t *nodes = t->nodes;
   if (P->cap_lstack < t->max_depth + 2) {
@@ -705,7 +726,7 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
       if ((w1 >> 10) > 1) { stack[sp++] = ns; p++; continue; }
     } else if (m->ls[from].n_acc) {
       if (ne == P->cap_etmp) P->cap_etmp = P->cap_etmp ? 2 * P->cap_etmp : 256, P->etmp = aici_realloc(P->etmp, P->cap_etmp * sizeof(edge_t));
-      P->etmp[ne++] = (edge_t){from << 8 | (w0 & 255), p};
+      P->etmp[ne++] = (edge_t){(uint32_t)(sp == 1 && top) << 31 | from << 8 | (w0 & 255), p};
     }
     p += w1 >> 10;
     sp -= w1 & 1023;
@@ -793,9 +814,12 @@ static void part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *m
   for (uint32_t i = 0; i < c->n_edges;) {
     uint32_t from = c->edges[i].key >> 8, run = i;
     while (run < c->n_edges && c->edges[run].key >> 8 == from) run++;
+    bool tok_start = from & (EDGE_TOP >> 8);
+    from &= ~(EDGE_TOP >> 8);
     goto_pos(m, here);
+    m->tok_start = tok_start;
     bool ended = emit(m, from) && !m->overflow;
-    m->overflow = false;
+    m->overflow = m->tok_start = false;
     uint32_t top = m->n_sets, lex0 = m->sets[top - 1].lstart;
     bool empty_ok = ended && m->ls[lex0].n_acc;
     for (; i < run;) {
@@ -812,8 +836,9 @@ static void part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *m
         if (ns) q.lex = ns, live = true;
         else if (empty_ok) {
           q = (pos_t){here.n_sets, from, false};
+          m->tok_start = tok_start;
           live = step(m, &q, b) && !m->overflow;
-          m->overflow = false;
+          m->overflow = m->tok_start = false;
         }
       }
       if (live) {
@@ -828,8 +853,9 @@ static void part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *m
         }
         if (empty_ok) {                /* the sets above top-1 may be gone: end the lexeme again */
           goto_pos(m, here);
+          m->tok_start = tok_start;
           ended = emit(m, from) && !m->overflow;
-          m->overflow = false;
+          m->overflow = m->tok_start = false;
         }
       }
       i = j;
@@ -875,8 +901,9 @@ bool gr_can_continue(gr_matcher_t *m) {
   pos_t c = cur(m);
   for (int b = 0; b < 256; b++) {
     pos_t q = c;
-    if (step(m, &q, (uint8_t)b) && !m->overflow) { goto_pos(m, c); return true; }
-    m->overflow = false;
+    m->tok_start = true;               /* the next token's first byte */
+    if (step(m, &q, (uint8_t)b) && !m->overflow) { goto_pos(m, c); m->tok_start = false; return true; }
+    m->overflow = m->tok_start = false;
   }
   goto_pos(m, c);
   return false;
