@@ -421,21 +421,20 @@ static bool special_step(gr_matcher_t *m, pos_t *p, uint32_t fake) {
  * (two bytes share a class iff they share one in every terminal's regex). */
 static void byte_classes(gr_matcher_t *m) {
   uint32_t n = 1;
+  static uint16_t map[256 * 256];      /* (class so far, this regex's class) -> new class + 1 */
+  uint16_t used[256];
   __builtin_memset(m->bcls, 0, 256);
   for (uint32_t t = 0; t < m->g->n_terms; t++) {
-    static uint8_t every[256];         /* %json terminals: no classes (each byte its own) */
-    for (int b = 0; b < 256; b++) every[b] = (uint8_t)b;
-    if (!m->g->terms[t].re && !m->g->terms[t].json) continue;
-    const uint8_t *c = m->g->terms[t].json ? every : aici_regex_classes(m->g->terms[t].re, 0);
-    uint32_t keys[256], nk = 0;
-    uint8_t nb[256];
+    const gr_term_t *x = &m->g->terms[t];
+    if (!x->re && !x->json) continue;
+    const uint8_t *c = x->json ? 0 : aici_regex_classes(x->re, 0);   /* %json: each byte its own */
+    uint32_t nk = 0;
     for (int b = 0; b < 256; b++) {
-      uint32_t key = (uint32_t)m->bcls[b] << 8 | c[b], k = 0;
-      while (k < nk && keys[k] != key) k++;
-      if (k == nk) keys[nk++] = key;
-      nb[b] = (uint8_t)k;
+      uint32_t key = (uint32_t)m->bcls[b] << 8 | (c ? c[b] : (uint32_t)b);
+      if (!map[key]) map[key] = (uint16_t)++nk, used[nk - 1] = (uint16_t)key;
+      m->bcls[b] = (uint8_t)(map[key] - 1);
     }
-    __builtin_memcpy(m->bcls, nb, 256);
+    for (uint32_t k = 0; k < nk; k++) map[used[k]] = 0;
     n = nk;
   }
   uint32_t at = 0;
@@ -639,6 +638,38 @@ void gr_prepare_tokenizer(const aici_trie_t *trie) {
   }
 }
 
+/* Whether every string over byte set `bytes` keeps `lex` alive (false also past COVER_STATES). */
+static bool lex_covers(gr_matcher_t *m, uint32_t lex, const uint32_t *bytes) {
+  uint32_t list[COVER_STATES], n = 1;
+  list[0] = lex;
+  for (uint32_t i = 0; i < n; i++)
+    for (int b = 0; b < 256; b++) {
+      if (!((bytes[b >> 5] >> (b & 31)) & 1)) continue;
+      uint32_t ns = lex_next(m, list[i], (uint8_t)b);
+      if (!ns) return false;
+      bool seen = false;
+      for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
+      if (!seen) {
+        if (n == COVER_STATES) return false;
+        list[n++] = ns;
+      }
+    }
+  return true;
+}
+
+/* The largest ready slice whose byte set keeps `lex` alive (NULL: none). lex_cover's greedy set
+ * can miss it (a state where only digits live, NUMBER's, shrinks it to [0-9] though [a-z] keeps
+ * NAME's alive), so each ready set is checked on its own first. */
+static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+  const aici_slice_t *best = 0;
+  if (std_trie != trie) return 0;
+  for (uint32_t k = 0; k < N_STD; k++) {
+    const aici_slice_t *sl = std_slices[k];
+    if (sl && (!best || sl->n_tokens > best->n_tokens) && lex_covers(m, lex, sl->bytes)) best = sl;
+  }
+  return best;
+}
+
 static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *cover) {
   const aici_slice_t *best = 0;
   if (std_trie == trie)
@@ -759,10 +790,8 @@ static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex)
   aici_tokset_t *dense = aici_tokset_new();
   uint32_t *mask = dense->words, cover[8], nt, ne;
   const aici_trie_t *walked = trie;
-  const aici_slice_t *sl = lex_cover(m, lex, cover) ? cover_slice(trie, cover) : 0;
-#ifdef GR_STATS
-  if (lex_cover(m, lex, cover)) { aici_logf("COVER %s ", sl ? "yes" : "no"); for (int b = 0; b < 256; b++) if ((cover[b >> 5] >> (b & 31)) & 1) aici_logf("%d,", b); aici_logf("\n"); }
-#endif
+  const aici_slice_t *sl = std_slice(m, trie, lex);
+  if (!sl && lex_cover(m, lex, cover)) sl = cover_slice(trie, cover);
   if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
     ST(slices);
     if (sl->dense) __builtin_memcpy(mask, sl->dense, dense->n_words * 4);
