@@ -8,6 +8,10 @@
  * may come between any two lexemes. A token is allowed iff its bytes keep some continuation of
  * the grammar possible.
  *
+ * Sources: grammar.c, lark.c, gbnf.c, rx.c, matcher.c, json_term.c (%json), and the json
+ * controller's sources, which the one-line json_*.c files here include (a controller that
+ * compiles those in already, as the program controller does, takes json_term.c alone).
+ *
  * Memory: everything is heap (aici_malloc); out of guest memory traps (SPEC §4). Errors: the
  * compilers return NULL with a heap message naming the construct and its line ("line 3:
  * unsupported: %declare"); nothing here traps on bad input.
