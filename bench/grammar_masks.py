@@ -8,11 +8,14 @@ Figures (the last line is one JSON object):
   grammars            grammars both compiled
   masks               masks compared
   agree_pct           masks equal to llguidance's, bit for bit (EOS included; our stop = {EOS})
-  mask_us_p50/p99     ours: submit -> wait wall per mask on the caller's thread (object API,
-                      one sequence), every prefix after the first
-  inside_us_p50/p99   ours: the controller's own time per call (inside the Wasm instance)
+  mask_us_p50/p99     ours: submit -> wait wall per mask on the caller's thread through the rows
+                      API (Runtime.submit_rows, the engine's array path; one sequence), every
+                      prefix after the first
+  objects_mask_us_p50/p99  the same through the object API (Runtime.submit, StepInput)
+  inside_us_p50/p99   ours: the controller's own time per call (inside the Wasm instance, rows run)
   llg_mask_us_p50/p99 llguidance: fill_next_token_bitmask wall per mask, same prefixes
-  ratio_p50           mask_us_p50 / llg_mask_us_p50 (target <= 1.5)
+  ratio_p50/p99       mask_us_p50 / llg_mask_us_p50 (target <= 1.5), and at p99
+  inside_ratio_p50    inside_us_p50 / llg_mask_us_p50
   ttfm_ms_p50         ours: new request -> first mask (grammar compile + first mask), wall
   llg_ttfm_ms_p50     llguidance: grammar_from_lark + LLMatcher + first fill, wall
 
@@ -51,7 +54,7 @@ def main() -> None:
     names = sorted(p.stem for p in (ROOT / "tests" / "grammars").glob("*.lark"))
     if a.grammars:
         names = [n for n in names if n in a.grammars.split(",")]
-    ours, llg = Ours(v), Llg(v)
+    ours, objs, llg = Ours(v, rows=True), Ours(v), Llg(v)
     ttfm, llg_ttfm = [], []
     compiled = agree = compared = 0
     try:
@@ -64,30 +67,38 @@ def main() -> None:
                 print(f"{name}: not compared (ours: {err}; llguidance: {lerr})", flush=True)
                 ours.close_handle(h)
                 continue
+            oh, _, _ = objs.open(grammar)
             compiled += 1
             ttfm.append(first_us / 1e3)
             llg_ttfm.append(lms)
-            n0, a0 = compared, agree
+            n0, a0, i0, l0 = compared, agree, len(ours.inside_us), len(llg.fill_us)
             for text in cases["valid"] + cases["invalid"]:
                 toks = v.tokenize(text.encode("utf-8"))
-                x, y = ours.masks(h, toks), llg.masks(lm, toks)
+                x, y, z = ours.masks(h, toks), llg.masks(lm, toks), objs.masks(oh, toks)
                 for k in range(min(len(x), len(y))):
                     compared += 1
                     agree += bool(np.array_equal(as_mask(x[k], v), as_mask(y[k], v)))
+                if len(z) != len(x) or not all(np.array_equal(as_mask(a, v), as_mask(b, v)) for a, b in zip(x, z)):
+                    raise SystemExit(f"{name}: the object API and the rows API gave different masks for {text!r}")
             ours.close_handle(h)
-            print(f"{name}: {compared - n0} masks, {agree - a0} equal; first mask {first_us / 1e3:.2f} ms "
+            objs.close_handle(oh)
+            print(f"{name}: {compared - n0} masks, {agree - a0} equal; inside p50 {pct(ours.inside_us[i0:], 50):.0f} us "
+                  f"(llguidance fill {pct(llg.fill_us[l0:], 50):.0f} us); first mask {first_us / 1e3:.2f} ms "
                   f"(llguidance {lms:.2f} ms)", flush=True)
     finally:
         ours.close()
+        objs.close()
     r = {
         "bench": "grammar_masks", "vocab": v.name, "grammars": compiled, "masks": compared,
         "agree_pct": round(100.0 * agree / compared, 3) if compared else float("nan"),
         "mask_us_p50": round(pct(ours.wall_us, 50), 1), "mask_us_p99": round(pct(ours.wall_us, 99), 1),
+        "objects_mask_us_p50": round(pct(objs.wall_us, 50), 1), "objects_mask_us_p99": round(pct(objs.wall_us, 99), 1),
         "inside_us_p50": round(pct(ours.inside_us, 50), 1), "inside_us_p99": round(pct(ours.inside_us, 99), 1),
         "llg_mask_us_p50": round(pct(llg.fill_us, 50), 1), "llg_mask_us_p99": round(pct(llg.fill_us, 99), 1),
         "ttfm_ms_p50": round(pct(ttfm, 50), 2), "llg_ttfm_ms_p50": round(pct(llg_ttfm, 50), 2),
     }
     r["ratio_p50"] = round(r["mask_us_p50"] / r["llg_mask_us_p50"], 2) if r["llg_mask_us_p50"] else float("nan")
+    r["ratio_p99"] = round(r["mask_us_p99"] / r["llg_mask_us_p99"], 2) if r["llg_mask_us_p99"] else float("nan")
     r["inside_ratio_p50"] = round(r["inside_us_p50"] / r["llg_mask_us_p50"], 2) if r["llg_mask_us_p50"] else float("nan")
     print(json.dumps(r))
 

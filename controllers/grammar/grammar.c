@@ -77,6 +77,16 @@ uint32_t gr_add_special(gr_grammar_t *g, const char *name, uint32_t nlen, const 
   return t;
 }
 
+uint32_t gr_add_json(gr_grammar_t *g, const char *schema, uint32_t len, char **err) {
+  gr_json_t *j = gr_json_compile(schema, len, err);
+  if (!j) return UINT32_MAX;
+  char *name = gr_fmt("%%json#%u", g->n_terms);
+  uint32_t t = gr_add_term(g, name, (uint32_t)__builtin_strlen(name), "", 0, true);
+  aici_free(name);
+  g->terms[t].json = j;
+  return t;
+}
+
 void gr_add_prod(gr_grammar_t *g, uint32_t lhs, const uint32_t *syms, uint32_t n) {
   if (g->n_prods == g->cap_prods) {
     g->cap_prods = g->cap_prods ? g->cap_prods * 2 : 64;
@@ -140,7 +150,7 @@ bool gr_finish(gr_grammar_t *g, char **err) {
       t->n_tok_ranges = 1;
       aici_free(ids);
     }
-    if (t->token >= 0) continue;
+    if (t->token >= 0 || t->json) continue;
     char *e = 0;
     t->re = aici_regex_compile(t->regex, t->regex_len, &e);
     if (!t->re) { *err = gr_fmt("terminal %s: %s", t->name, e); return false; }

@@ -8,6 +8,10 @@
  * may come between any two lexemes. A token is allowed iff its bytes keep some continuation of
  * the grammar possible.
  *
+ * Sources: grammar.c, lark.c, gbnf.c, rx.c, matcher.c, json_term.c (%json), and the json
+ * controller's sources, which the one-line json_*.c files here include (a controller that
+ * compiles those in already, as the program controller does, takes json_term.c alone).
+ *
  * Memory: everything is heap (aici_malloc); out of guest memory traps (SPEC §4). Errors: the
  * compilers return NULL with a heap message naming the construct and its line ("line 3:
  * unsupported: %declare"); nothing here traps on bad input.
@@ -18,6 +22,7 @@
 
 typedef struct gr_grammar gr_grammar_t;
 typedef struct gr_matcher gr_matcher_t;
+typedef struct gr_json gr_json_t;
 
 /* ---- compiled grammar (built by a front-end) --------------------------------------------- */
 #define GR_NT 0x80000000u              /* a symbol with this bit is a nonterminal, else a terminal */
@@ -27,11 +32,13 @@ typedef struct {
   char *regex;                         /* SDK regex text over bytes (UTF-8 expanded) */
   uint32_t regex_len;
   bool lazy;                           /* ends at its first match */
+  bool stop;                           /* [stop="S"]: what follows it starts a new token (llguidance) */
   bool unique;                         /* not merged with same-text terminals */
   int32_t token;                       /* >= 0: a special-token terminal (matched by id, no bytes) */
   uint32_t *tok_ranges, n_tok_ranges;  /* its token ids: [lo, hi] pairs (inclusive) */
   char *special_name;                  /* <|name|>: resolved to an id by gr_finish (host tokenizer) */
-  aici_regex_t *re;                    /* NULL for special-token terminals */
+  aici_regex_t *re;                    /* NULL for special-token and %json terminals */
+  gr_json_t *json;                     /* %json{...}: the json matcher's documents (json_term.c) */
 } gr_term_t;
 
 typedef struct { uint32_t lhs, n, *syms; } gr_prod_t;
@@ -70,6 +77,16 @@ bool gr_finish(gr_grammar_t *g, char **err);
 char *gr_strdup(const char *s, uint32_t n);
 char *gr_fmt(const char *fmt, ...);   /* heap string: %s %.*s %u %d */
 
+/* A %json{SCHEMA} terminal: one lexeme, a document the json controller's matcher accepts. */
+uint32_t gr_add_json(gr_grammar_t *g, const char *schema, uint32_t len, char **err);
+
+/* ---- %json lexemes (json_term.c): lexer states are ids >= 1 (0: dead) ------------------- */
+/* NULL with *err (heap) when the schema is not JSON, not supported, or admits no document. */
+gr_json_t *gr_json_compile(const char *schema, uint32_t len, char **err);
+uint32_t gr_json_start(gr_json_t *j);
+uint32_t gr_json_step(gr_json_t *j, uint32_t state, uint8_t byte);
+bool gr_json_accepting(gr_json_t *j, uint32_t state);
+
 /* ---- regex text (rx.c): Rust/Python regex syntax -> SDK regex over UTF-8 bytes ---------- */
 typedef struct { char *p; uint32_t n, cap; } gr_buf_t;
 void gb_putn(gr_buf_t *b, const char *s, uint32_t n);
@@ -84,6 +101,10 @@ void gr_regex_literal(gr_buf_t *out, const uint8_t *s, uint32_t len, bool icase)
 void gr_regex_cp_range(gr_buf_t *out, uint32_t lo, uint32_t hi);
 
 /* ---- matcher (earley.c, lexer.c, matcher.c) ---------------------------------------------- */
+/* What masks share across grammars (slices of the token trie for identifier byte sets), built
+ * once per tokenizer: call it in the controller's init (AICI_EXPORT_INIT) so that every request
+ * starts with it from the snapshot. Optional (masks are the same without it); idempotent. */
+void gr_prepare_tokenizer(const aici_trie_t *trie);
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g);
 /* Feed bytes; false (state unchanged) when they leave the grammar. */
 bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n);

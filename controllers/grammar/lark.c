@@ -5,7 +5,7 @@
 #include "grammar.h"
 
 /* ---- expression trees -------------------------------------------------------------------- */
-enum { E_SEQ, E_ALT, E_REP, E_STR, E_RE, E_NAME, E_RANGE, E_EMPTY, E_SPECIAL };
+enum { E_SEQ, E_ALT, E_REP, E_STR, E_RE, E_NAME, E_RANGE, E_EMPTY, E_SPECIAL, E_JSON };
 typedef struct ex {
   uint8_t kind;
   bool icase, dotall;
@@ -20,6 +20,7 @@ typedef struct {
   uint32_t nlen, line;
   ex_t *body;
   bool term, lazy, common;
+  ex_t *stop;                          /* [stop="S"]: the lexeme ends at its first S (S included) */
   uint32_t sym;                        /* resolved symbol (when `resolved`) */
   bool resolved;
 } def_t;
@@ -190,6 +191,32 @@ static ex_t *read_special(lp_t *p) {
   return e;
 }
 
+/* %json {SCHEMA}: the schema's text, braces balanced outside JSON strings. */
+static ex_t *read_json(lp_t *p) {
+  while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\r' || p->s[p->i] == '\n'))
+    p->line += p->s[p->i++] == '\n';
+  if (p->i >= p->n || p->s[p->i] != '{') { fail(p, "%json needs a schema: %json {...}"); return 0; }
+  uint32_t s = p->i, depth = 0, line = p->line;
+  bool str = false;
+  for (; p->i < p->n; p->i++) {
+    char c = p->s[p->i];
+    if (c == '\n') p->line++;
+    if (str) {
+      if (c == '\\') p->i++;
+      else if (c == '"') str = false;
+    } else if (c == '"') str = true;
+    else if (c == '{') depth++;
+    else if (c == '}' && !--depth) break;
+  }
+  if (p->i >= p->n) { p->line = line; fail(p, "unterminated %json {...}"); return 0; }
+  p->i++;
+  ex_t *e = ex_new(p, E_JSON);
+  e->line = line;
+  e->s = p->s + s;
+  e->slen = p->i - s;
+  return e;
+}
+
 /* ---- expressions ------------------------------------------------------------------------- */
 static ex_t *parse_alts(lp_t *p, int depth);
 
@@ -249,7 +276,7 @@ static ex_t *parse_atom(lp_t *p, int depth) {
   if (c == '<') return read_special(p);
   if (c == '%') {
     uint32_t s = ++p->i, n = read_name(p);
-    if (n == 4 && !__builtin_memcmp(p->s + s, "json", 4)) fail(p, "unsupported: %json inside a grammar");
+    if (n == 4 && !__builtin_memcmp(p->s + s, "json", 4)) return read_json(p);
     else if (n == 5 && !__builtin_memcmp(p->s + s, "regex", 5)) fail(p, "unsupported: %regex");
     else fail(p, "unexpected % directive inside a rule");
     return 0;
@@ -367,11 +394,22 @@ static void parse_options(lp_t *p, def_t *d) {   /* after '[' */
     uint32_t s = p->i, n = read_name(p);
     if (!n) { fail(p, "bad rule option"); return; }
     const char *o = p->s + s;
+    bool stop = false;
     if (n == 4 && !__builtin_memcmp(o, "lazy", 4)) d->lazy = true;
     else if (n == 7 && !__builtin_memcmp(o, "capture", 7)) {}
+    else if (n == 4 && !__builtin_memcmp(o, "stop", 4)) stop = true;
     else { p->err = gr_fmt("line %u: unsupported: rule option %.*s", p->line, (int)n, o); return; }
     skip_ws(p, true);
-    if (p->i < p->n && p->s[p->i] == '=') {    /* capture="name" */
+    if (stop) {                                /* stop="S": lazy up to S */
+      if (p->i >= p->n || p->s[p->i] != '=') { fail(p, "stop needs a string: stop=\"...\""); return; }
+      p->i++;
+      skip_ws(p, true);
+      if (p->i >= p->n || p->s[p->i] != '"') { fail(p, "stop needs a string: stop=\"...\""); return; }
+      ex_t *e = read_string(p);
+      if (p->err) return;
+      if (!e->slen) { p->err = gr_fmt("line %u: unsupported: stop=\"\" (a lexeme EOS ends)", p->line); return; }
+      d->stop = e, d->lazy = true;
+    } else if (p->i < p->n && p->s[p->i] == '=') {    /* capture="name" */
       p->i++;
       skip_ws(p, true);
       if (p->i < p->n && p->s[p->i] == '"') read_string(p);
@@ -554,6 +592,7 @@ static void term_regex(lp_t *p, ex_t *e, gr_buf_t *o, bool common, uint32_t dept
   switch (e->kind) {
     case E_EMPTY: gb_puts(o, "(?:)"); return;
     case E_SPECIAL: p->err = gr_fmt("line %u: special tokens cannot be used inside terminals", e->line); return;
+    case E_JSON: p->err = gr_fmt("line %u: %%json cannot be used inside terminals", e->line); return;
     case E_STR: gr_regex_literal(o, (const uint8_t *)e->s, e->slen, e->icase); return;
     case E_RANGE: gr_regex_cp_range(o, e->lo, e->hi); return;
     case E_RE: {
@@ -659,9 +698,15 @@ static uint32_t def_symbol(lp_t *p, def_t *d) {
       gb_puts(&o, ")");
       if (p->err) { aici_free(p->err); p->err = gr_fmt("line %u: lexeme options need a terminal body in rule %.*s", d->line, (int)d->nlen, d->name); }
     }
+    if (d->stop && !p->err) {          /* lazy: the lexeme ends where body + stop first matches */
+      gb_puts(&o, "(?:");
+      gr_regex_literal(&o, (const uint8_t *)d->stop->s, d->stop->slen, false);
+      gb_puts(&o, ")");
+    }
     if (p->err) return 0;
     uint32_t t = gr_add_term(p->g, d->name, d->nlen, o.p, o.n, d->lazy);
     if (d->lazy) p->g->terms[t].lazy = true;
+    if (d->stop) p->g->terms[t].stop = true;
     aici_free(o.p);
     d->sym = t, d->resolved = true;
     return t;
@@ -702,6 +747,12 @@ static uint32_t lower(lp_t *p, ex_t *e) {
   switch (e->kind) {
     case E_STR: case E_RE: case E_RANGE: return anon_term(p, e);
     case E_SPECIAL: return special_term(p, e);
+    case E_JSON: {
+      char *err = 0;
+      uint32_t t = gr_add_json(p->g, e->s, e->slen, &err);
+      if (t == UINT32_MAX) { p->err = gr_fmt("line %u: %%json: %s", e->line, err); return 0; }
+      return t;
+    }
     case E_NAME: {
       def_t *d = find_def(p, e->s, e->slen, false);
       if (p->err) return 0;

@@ -11,7 +11,9 @@ static gr_mark_t *marks;               /* marks[k]: position after k generated t
 static uint32_t n_seen, cap;
 
 AICI_EXPORT_INIT void grammar_init(void) {
-  if ((trie = aici_trie())) aici_token_bytes(0, 0);
+  if (!(trie = aici_trie())) return;
+  aici_token_bytes(0, 0);
+  gr_prepare_tokenizer(trie);
 }
 
 static bool has_opt(const char *a, uint32_t from, uint32_t n, const char *opt) {

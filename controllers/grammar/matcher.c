@@ -12,12 +12,21 @@
  */
 #include "grammar.h"
 
+/* -DGR_STATS: each mask logs its work counters (profiling; "ST lp=... wn=...") */
+#ifdef GR_STATS
+static struct { uint32_t lexmiss, lexnew, lp, lp_nodes, edges, groups, groups_live, walk_nodes, walk_steps, scans, scan_reuse, items, slices; } st;
+#define ST(x) (st.x++)
+#define STN(x, n) (st.x += (n))
+#else
+#define ST(x)
+#define STN(x, n)
+#endif
 #define MAX_EMPTY 4u                   /* empty lexemes in a row before a byte */
 #define MAX_ITEMS (1u << 20)           /* Earley items alive at once (12 MiB): more fails the text */
 
 typedef struct { uint32_t prod, dot, origin; } item_t;
 typedef struct { uint32_t start; uint32_t lstart; int32_t prov_lex; uint32_t prov_parent; bool accepting; } eset_t;
-typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced; } lstate_t;
+typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced, stop; } lstate_t;
 
 struct gr_matcher {
   gr_grammar_t *g;
@@ -34,10 +43,13 @@ struct gr_matcher {
   uint32_t tw;                         /* words of a terminal bitset */
   uint32_t *starts, n_starts, cap_starts;  /* start states: [state, bitset...] records */
   uint32_t *scratch;                   /* a terminal bitset */
+  uint8_t bcls[256];                   /* byte classes of all terminals together: bytes of one class */
+  uint8_t cls_bytes[256];              /* lead every lexer state to the same state; members of */
+  uint16_t cls_off[257];               /* class c: cls_bytes[cls_off[c] .. cls_off[c + 1]) */
   uint32_t *tmp_pairs, cap_tmp;
-  struct lcache *lc;                   /* per lexer state: the cached part of its masks */
+  struct parts *parts;                 /* the cached lexer-only parts of masks */
   uint32_t *spec_keys, *spec_lex, n_spec, cap_spec;   /* special-token scans: fake lexer states */
-  uint32_t n_lc;
+  bool tok_start;                      /* the byte being stepped is a token's first (stop lexemes) */
   /* position */
   uint32_t lex;
   bool at_start;
@@ -73,17 +85,19 @@ static uint32_t lex_intern(gr_matcher_t *m, const uint32_t *p, uint32_t n) {
     m->pairs = aici_realloc(m->pairs, m->cap_pairs * 4);
   }
   uint32_t id = m->n_ls++;
+  ST(lexnew);
   lstate_t *s = &m->ls[id];
-  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = false;
+  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = s->stop = false;
   __builtin_memcpy(m->pairs + m->n_pairs, p, 8 * n);
   m->n_pairs += 2 * n;
   s->acc_off = m->n_pairs, s->n_acc = 0;
   for (uint32_t k = 0; k < n; k++) {
     gr_term_t *t = &m->g->terms[p[2 * k]];
-    if (aici_regex_accepting(t->re, p[2 * k + 1])) {
+    if (t->json ? gr_json_accepting(t->json, p[2 * k + 1]) : aici_regex_accepting(t->re, p[2 * k + 1])) {
       m->pairs[m->n_pairs++] = p[2 * k];
       s->n_acc++;
       if (t->lazy) s->forced = true;   /* a lazy lexeme ends at its first match */
+      if (t->stop) s->stop = true;     /* ... and a stop lexeme only where a token ends */
     }
   }
   m->lht[i] = id;
@@ -112,15 +126,18 @@ static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
   }
   int32_t r = s->row[b];
   if (r >= 0) return (uint32_t)r;
+  ST(lexmiss);
   if (m->cap_tmp < 2 * s->n) { m->cap_tmp = 2 * s->n; m->tmp_pairs = aici_realloc(m->tmp_pairs, m->cap_tmp * 4); }
   uint32_t n = 0, off = s->off, cnt = s->n;
   for (uint32_t k = 0; k < cnt; k++) {
     uint32_t t = m->pairs[off + 2 * k];
-    uint32_t ns = aici_regex_step(m->g->terms[t].re, m->pairs[off + 2 * k + 1], b);
+    const gr_term_t *x = &m->g->terms[t];
+    uint32_t st = m->pairs[off + 2 * k + 1], ns = x->json ? gr_json_step(x->json, st, b) : aici_regex_step(x->re, st, b);
     if (ns) { m->tmp_pairs[2 * n] = t; m->tmp_pairs[2 * n + 1] = ns; n++; }
   }
   uint32_t id2 = lex_intern(m, m->tmp_pairs, n);
-  m->ls[id].row[b] = (int32_t)id2;     /* (ls may have moved) */
+  int32_t *row = m->ls[id].row;        /* (ls may have moved): every byte of b's class */
+  for (uint32_t k = m->cls_off[m->bcls[b]], e = m->cls_off[m->bcls[b] + 1]; k < e; k++) row[m->cls_bytes[k]] = (int32_t)id2;
   return id2;
 }
 
@@ -132,9 +149,10 @@ static uint32_t lex_start(gr_matcher_t *m, const uint32_t *bits) {
   uint32_t n = 0;
   if (m->cap_tmp < 2 * m->g->n_terms) { m->cap_tmp = 2 * m->g->n_terms; m->tmp_pairs = aici_realloc(m->tmp_pairs, m->cap_tmp * 4); }
   for (uint32_t t = 0; t < m->g->n_terms; t++)
-    if ((bits[t >> 5] >> (t & 31)) & 1 && m->g->terms[t].re) {
+    if ((bits[t >> 5] >> (t & 31)) & 1 && (m->g->terms[t].re || m->g->terms[t].json)) {
+      gr_term_t *x = &m->g->terms[t];
       m->tmp_pairs[2 * n] = t;
-      m->tmp_pairs[2 * n + 1] = aici_regex_start(m->g->terms[t].re);
+      m->tmp_pairs[2 * n + 1] = x->json ? gr_json_start(x->json) : aici_regex_start(x->re);
       n++;
     }
   uint32_t id = lex_intern(m, m->tmp_pairs, n);
@@ -190,6 +208,7 @@ static void add_item(gr_matcher_t *m, uint32_t prod, uint32_t dot, uint32_t orig
     m->items = aici_realloc(m->items, m->cap_items * sizeof(item_t));
   }
   m->ht_stamp[i] = m->gen, m->ht[i] = m->n_items;
+  ST(items);
   m->items[m->n_items++] = (item_t){prod, dot, origin};
 }
 
@@ -251,9 +270,11 @@ static void push_set(gr_matcher_t *m) {
 static bool scan(gr_matcher_t *m, uint32_t lex) {
   uint32_t k = m->n_sets - 1, j = m->n_sets;
   if (j < m->valid && m->sets[j].prov_lex == (int32_t)lex && m->sets[j].prov_parent == k) {
+    ST(scan_reuse);
     m->n_sets++;
     return true;
   }
+  ST(scans);
   /* rebuild at j: everything above is gone */
   m->n_items = set_end(m, k);
   m->valid = j;
@@ -299,6 +320,7 @@ static void goto_pos(gr_matcher_t *m, pos_t p) { m->n_sets = p.n_sets; }
  * matches it (that wins over grammar terminals matching the same text, as in llguidance), else
  * scan it. */
 static bool emit(gr_matcher_t *m, uint32_t lex) {
+  if (m->ls[lex].stop && !m->tok_start) return false;   /* a stop lexeme ends with its token */
   for (uint32_t a = 0; a < m->ls[lex].n_acc; a++)
     if ((int32_t)m->pairs[m->ls[lex].acc_off + a] == m->g->skip) return true;   /* skipped: same set */
   return scan(m, lex);
@@ -320,8 +342,16 @@ static bool step(gr_matcher_t *m, pos_t *p, uint8_t b) {
   return false;
 }
 
+static bool pos_accepting_at(gr_matcher_t *m, pos_t p);
 static bool pos_accepting(gr_matcher_t *m, pos_t p) {
   goto_pos(m, p);
+  m->tok_start = true;                 /* EOS is a token of its own */
+  bool a = pos_accepting_at(m, p);
+  m->tok_start = false;
+  return a;
+}
+
+static bool pos_accepting_at(gr_matcher_t *m, pos_t p) {
   if (p.at_start && m->sets[p.n_sets - 1].accepting) return true;
   uint32_t lex = p.lex;
   for (uint32_t k = 0; k < MAX_EMPTY; k++) {
@@ -358,7 +388,7 @@ static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
   }
   uint32_t id = m->n_ls++;
   lstate_t *s = &m->ls[id];
-  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = false;
+  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = s->stop = false;
   s->row = aici_calloc(256, 4);       /* no byte continues it */
   for (uint32_t t = 0; t < m->g->n_terms; t++) {
     const gr_term_t *x = &m->g->terms[t];
@@ -375,7 +405,10 @@ static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
  * first (if it has bytes). */
 static bool special_step(gr_matcher_t *m, pos_t *p, uint32_t fake) {
   goto_pos(m, *p);
-  if (!p->at_start && (!m->ls[p->lex].n_acc || !emit(m, p->lex))) return false;
+  m->tok_start = true;                 /* a special token is a token of its own */
+  bool ended = p->at_start || (m->ls[p->lex].n_acc && emit(m, p->lex));
+  m->tok_start = false;
+  if (!ended) return false;
   if (!m->ls[fake].n_acc || !scan(m, fake) || m->overflow) { m->overflow = false; return false; }
   p->n_sets = m->n_sets;
   p->lex = m->sets[m->n_sets - 1].lstart;
@@ -384,6 +417,35 @@ static bool special_step(gr_matcher_t *m, pos_t *p, uint32_t fake) {
 }
 
 /* ---- public API -------------------------------------------------------------------------- */
+/* The byte classes of all terminals together: the common refinement of each regex's classes
+ * (two bytes share a class iff they share one in every terminal's regex). */
+static void byte_classes(gr_matcher_t *m) {
+  uint32_t n = 1;
+  static uint16_t map[256 * 256];      /* (class so far, this regex's class) -> new class + 1 */
+  uint16_t used[256];
+  __builtin_memset(m->bcls, 0, 256);
+  for (uint32_t t = 0; t < m->g->n_terms; t++) {
+    const gr_term_t *x = &m->g->terms[t];
+    if (!x->re && !x->json) continue;
+    const uint8_t *c = x->json ? 0 : aici_regex_classes(x->re, 0);   /* %json: each byte its own */
+    uint32_t nk = 0;
+    for (int b = 0; b < 256; b++) {
+      uint32_t key = (uint32_t)m->bcls[b] << 8 | (c ? c[b] : (uint32_t)b);
+      if (!map[key]) map[key] = (uint16_t)++nk, used[nk - 1] = (uint16_t)key;
+      m->bcls[b] = (uint8_t)(map[key] - 1);
+    }
+    for (uint32_t k = 0; k < nk; k++) map[used[k]] = 0;
+    n = nk;
+  }
+  uint32_t at = 0;
+  for (uint32_t c = 0; c < n; c++) {
+    m->cls_off[c] = (uint16_t)at;
+    for (int b = 0; b < 256; b++)
+      if (m->bcls[b] == c) m->cls_bytes[at++] = (uint8_t)b;
+  }
+  m->cls_off[n] = (uint16_t)at;
+}
+
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
   gr_matcher_t *m = aici_calloc(1, sizeof(gr_matcher_t));
   m->g = g;
@@ -402,6 +464,7 @@ gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
   m->pairs = aici_malloc(m->cap_pairs * 4);
   m->tw = (g->n_terms + 31) / 32 + 1;
   m->scratch = aici_calloc(m->tw, 4);
+  byte_classes(m);
   lht_grow(m);
   /* set 0 */
   m->sets[0].start = 0;
@@ -421,8 +484,11 @@ static pos_t cur(const gr_matcher_t *m) { return (pos_t){m->n_sets, m->lex, m->a
 
 bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n) {
   pos_t p = cur(m), save = p;
-  for (uint32_t i = 0; i < n; i++)
-    if (!step(m, &p, bytes[i]) || m->overflow) { goto_pos(m, save); m->overflow = false; return false; }
+  for (uint32_t i = 0; i < n; i++) {
+    m->tok_start = i == 0;
+    if (!step(m, &p, bytes[i]) || m->overflow) { goto_pos(m, save); m->overflow = false; m->tok_start = false; return false; }
+  }
+  m->tok_start = false;
   m->n_sets = p.n_sets, m->lex = p.lex, m->at_start = p.at_start;
   return true;
 }
@@ -447,21 +513,78 @@ void gr_restore(gr_matcher_t *m, gr_mark_t k) {
 }
 
 /* ---- masks ------------------------------------------------------------------------------
- * mask(P, L) = the tokens that stay inside the current lexeme (they depend on L alone: cached
- * per lexer state, with the trie's "emission edges": child nodes whose byte the lexeme cannot
- * take where the lexer state before it accepts) + for each edge, the subtree walked from the
- * state after the lexeme ends there. Edges are grouped by (lexer state, byte): one step decides
- * a whole group, and most groups die at once (the byte starts no lexeme the parser allows). */
-#define LCACHE_MAX 256u                /* lexer states with a cached part (more: plain walks) */
+ * A mask is built from *parts*. The part of (lexer state L, trie subtree T) is what the lexer
+ * alone decides about T's tokens from L: the tokens that stay inside the current lexeme, and the
+ * *emission edges*, nodes of T whose byte the lexeme cannot take where the lexer state before it
+ * accepts (a lexeme ends there). Parts depend on no parser state, so they are cached: the root
+ * part per lexer state (with the SDK's slices), and below each edge the part of the subtree
+ * that the next lexeme starts (per lexer state after the edge's byte and node), so that a
+ * token crossing a boundary costs a parser step per distinct (lexer state, byte) group, not a
+ * walk of its subtree. Applying a part: its tokens, then per edge group one parser step (most
+ * groups die at once: the byte starts no lexeme the parser allows), and for each live edge the
+ * part below it, recursively. */
+#define PART_ROOTS_MAX 256u            /* root parts cached (more: plain walks) */
+#ifndef SUB_MIN_NODES
+#define SUB_MIN_NODES 48u              /* subtrees smaller than this are walked, not cached */
+#endif
+#define PART_BYTES_MAX (8u << 20)      /* memory all parts may hold (more: plain walks) */
 
-typedef struct { uint32_t key, child; } edge_t;   /* key: lexer state << 8 | byte */
-typedef struct lcache {
-  uint32_t lex;
-  aici_tokset_t *inlex;
-  const aici_trie_t *walked;           /* the trie the edges index: the whole one, or a slice's rest */
+typedef struct { uint32_t key, child; } edge_t;   /* key: EDGE_TOP | lexer state << 8 | byte */
+#define EDGE_TOP 0x80000000u           /* the edge's byte starts a token (lexer states < 2^23) */
+typedef struct part {
+  uint32_t lex, node;                  /* key: lexer state, subtree root (0: the whole trie) */
+  const aici_trie_t *base;             /* key: the trie `node` indexes */
+  const aici_trie_t *walked;           /* the trie the edges index (root part: maybe a slice's rest) */
+  aici_tokset_t *dense;                /* tokens inside the lexeme: a set (root parts, big ones) */
+  uint32_t *toks, n_toks;              /* ... or a list */
   edge_t *edges;
   uint32_t n_edges;
-} lcache_t;
+} part_t;
+
+typedef struct parts {
+  part_t **tab;                        /* open addressing on (lex, node, base) */
+  uint32_t cap, n, n_roots;
+  uint32_t bytes;                      /* held by all parts */
+  uint32_t *tmp, cap_tmp;              /* token list being built */
+  edge_t *etmp;
+  uint32_t cap_etmp;
+  uint32_t *lstack, cap_lstack;        /* lex_walk's stack */
+} parts_t;
+
+static uint32_t part_hash(uint32_t lex, uint32_t node, const aici_trie_t *base) {
+  uint32_t h = lex * 0x9E3779B1u ^ node * 0x85EBCA77u ^ (uint32_t)(uintptr_t)base * 0xC2B2AE3Du;
+  return h ^ (h >> 15);
+}
+
+static part_t *part_find(parts_t *P, uint32_t lex, uint32_t node, const aici_trie_t *base) {
+  if (!P->cap) return 0;
+  for (uint32_t i = part_hash(lex, node, base) & (P->cap - 1);; i = (i + 1) & (P->cap - 1)) {
+    part_t *c = P->tab[i];
+    if (!c) return 0;
+    if (c->lex == lex && c->node == node && c->base == base) return c;
+  }
+}
+
+static void part_insert(parts_t *P, part_t *c) {
+  if ((P->n + 1) * 2 > P->cap) {
+    uint32_t cap = P->cap ? P->cap * 2 : 256;
+    part_t **t = aici_calloc(cap, sizeof(part_t *));
+    for (uint32_t k = 0; k < P->cap; k++)
+      if (P->tab[k]) {
+        uint32_t i = part_hash(P->tab[k]->lex, P->tab[k]->node, P->tab[k]->base) & (cap - 1);
+        while (t[i]) i = (i + 1) & (cap - 1);
+        t[i] = P->tab[k];
+      }
+    aici_free(P->tab);
+    P->tab = t, P->cap = cap;
+    P->bytes += cap * (uint32_t)sizeof(part_t *) / 2;
+  }
+  uint32_t i = part_hash(c->lex, c->node, c->base) & (P->cap - 1);
+  while (P->tab[i]) i = (i + 1) & (P->cap - 1);
+  P->tab[i] = c;
+  P->n++;
+}
+
 #define COVER_STATES 64u               /* lexer states a slice check follows before giving up */
 
 /* The largest byte set C such that every string over C keeps `lex` alive (false: none worth a
@@ -490,16 +613,86 @@ static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
   return count >= 8;
 }
 
+/* Slices made once per tokenizer (gr_prepare_tokenizer, in the init: every request starts with
+ * them from the snapshot) for the byte sets identifiers live in. A slice of any C' within a
+ * lexer state's cover is exact too (every string over C' is one over C): the largest ready one
+ * is taken, and a slice for the exact cover is built (per instance, a pass over the trie) only
+ * when none fits. */
+static const char *const STD_SLICES[] = {"a-z", "A-Za-z", "0-9A-Z_a-z"};
+#define N_STD (sizeof STD_SLICES / sizeof STD_SLICES[0])
+static const aici_slice_t *std_slices[N_STD];
+static const aici_trie_t *std_trie;
+
+void gr_prepare_tokenizer(const aici_trie_t *trie) {
+  if (!trie || std_trie == trie) return;
+  std_trie = trie;
+  for (uint32_t k = 0; k < N_STD; k++) {
+    uint32_t bytes[8] = {0};
+    for (const char *r = STD_SLICES[k]; *r;) {
+      uint8_t lo = (uint8_t)*r, hi = lo;
+      if (r[1] == '-' && r[2]) hi = (uint8_t)r[2], r += 3;
+      else r++;
+      for (uint32_t b = lo; b <= hi; b++) bytes[b >> 5] |= 1u << (b & 31);
+    }
+    std_slices[k] = aici_trie_slice(trie, bytes);
+  }
+}
+
+/* Whether every string over byte set `bytes` keeps `lex` alive (false also past COVER_STATES). */
+static bool lex_covers(gr_matcher_t *m, uint32_t lex, const uint32_t *bytes) {
+  uint32_t list[COVER_STATES], n = 1;
+  list[0] = lex;
+  for (uint32_t i = 0; i < n; i++)
+    for (int b = 0; b < 256; b++) {
+      if (!((bytes[b >> 5] >> (b & 31)) & 1)) continue;
+      uint32_t ns = lex_next(m, list[i], (uint8_t)b);
+      if (!ns) return false;
+      bool seen = false;
+      for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
+      if (!seen) {
+        if (n == COVER_STATES) return false;
+        list[n++] = ns;
+      }
+    }
+  return true;
+}
+
+/* The largest ready slice whose byte set keeps `lex` alive (NULL: none). lex_cover's greedy set
+ * can miss it (a state where only digits live, NUMBER's, shrinks it to [0-9] though [a-z] keeps
+ * NAME's alive), so each ready set is checked on its own first. */
+static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+  const aici_slice_t *best = 0;
+  if (std_trie != trie) return 0;
+  for (uint32_t k = 0; k < N_STD; k++) {
+    const aici_slice_t *sl = std_slices[k];
+    if (sl && (!best || sl->n_tokens > best->n_tokens) && lex_covers(m, lex, sl->bytes)) best = sl;
+  }
+  return best;
+}
+
+static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *cover) {
+  const aici_slice_t *best = 0;
+  if (std_trie == trie)
+    for (uint32_t k = 0; k < N_STD; k++) {
+      const aici_slice_t *sl = std_slices[k];
+      bool sub = sl != 0;
+      for (int w = 0; w < 8 && sub; w++) sub = !(sl->bytes[w] & ~cover[w]);
+      if (sub && (!best || sl->n_tokens > best->n_tokens)) best = sl;
+    }
+  return best ? best : aici_trie_slice(trie, cover);
+}
 
 /* The general walk over nodes [p, end) of the trie, the parent's position being `top`. */
 static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask,
                  uint32_t vocab, pos_t *stack) {
   const aici_trie_node_t *nodes = trie->nodes;
+  bool top_level = p == 1;             /* the whole trie: its root's children start tokens */
   uint32_t sp = 1;
   stack[0] = top;
   while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
     pos_t q = stack[sp - 1];
+    ST(walk_nodes);
     const int32_t *row = m->ls[q.lex].row;
     int32_t ns = row ? row[w0 & 255] : -1;
     bool live;
@@ -507,8 +700,10 @@ static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t 
       q.lex = (uint32_t)ns, q.at_start = false;
       live = true;
     } else {
+      ST(walk_steps);
+      m->tok_start = top_level && sp == 1;
       live = step(m, &q, (uint8_t)(w0 & 255)) && !m->overflow;
-      m->overflow = false;
+      m->overflow = m->tok_start = false;
     }
     if (live && tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
     if (live && (w1 >> 10) > 1) {
@@ -532,75 +727,183 @@ static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable en
     }
 }
 
-/* The lexer-only part for state `lex`: one walk of the whole trie, no parser. */
-static lcache_t *lex_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
-  for (uint32_t k = 0; k < m->n_lc; k++)
-    if (m->lc[k].lex == lex && m->lc[k].inlex->vocab == trie->vocab) return &m->lc[k];
-  if (m->n_lc >= LCACHE_MAX) return 0;
-  if (!m->lc) m->lc = aici_malloc(LCACHE_MAX * sizeof(lcache_t));
-  lcache_t *c = &m->lc[m->n_lc++];
-  c->lex = lex;
-  c->inlex = aici_tokset_new();
-  uint32_t *mask = c->inlex->words, cap = 256, n = 0, cover[8];
-  c->walked = trie;
-  const aici_slice_t *sl = lex_cover(m, lex, cover) ? aici_trie_slice(trie, cover) : 0;
-  if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
-    if (sl->dense) __builtin_memcpy(mask, sl->dense, c->inlex->n_words * 4);
-    else for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
-    c->walked = &sl->rest;
+/* The lexer-only walk of nodes [p, end) of `t` from lexer state `lex`: tokens inside the lexeme
+ * into `mask` (when non-NULL) or the list P->tmp (count *n_toks), edges into P->etmp (*n_edges). */
+static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex, uint32_t *mask,
+                     uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
+  bool top = p == 1;                   /* a root part: its root's children start tokens (EDGE_TOP) */
+  parts_t *P = m->parts;
+  const aici_trie_node_t *nodes = t->nodes;
+  if (P->cap_lstack < t->max_depth + 2) {
+    P->cap_lstack = t->max_depth + 2;
+    P->lstack = aici_realloc(P->lstack, P->cap_lstack * 4);
   }
-  edge_t *edges = aici_malloc(cap * sizeof(edge_t));
-  const aici_trie_node_t *nodes = c->walked->nodes;
-  uint32_t *stack = aici_malloc((trie->max_depth + 2) * 4), sp = 1, p = 1, end = c->walked->n_nodes;
+  uint32_t *stack = P->lstack, sp = 1, nt = 0, ne = 0;
   stack[0] = lex;
   while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, from = stack[sp - 1];
+    ST(lp_nodes);
     const int32_t *row = m->ls[from].row;
     int32_t r = row ? row[w0 & 255] : -1;
     uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, from, (uint8_t)(w0 & 255));
     if (ns) {
-      if (tok < trie->vocab) mask[tok >> 5] |= 1u << (tok & 31);
+      if (tok < vocab) {
+        if (mask) mask[tok >> 5] |= 1u << (tok & 31);
+        else {
+          if (nt == P->cap_tmp) P->cap_tmp = P->cap_tmp ? 2 * P->cap_tmp : 1024, P->tmp = aici_realloc(P->tmp, P->cap_tmp * 4);
+          P->tmp[nt++] = tok;
+        }
+      }
       if ((w1 >> 10) > 1) { stack[sp++] = ns; p++; continue; }
     } else if (m->ls[from].n_acc) {
-      if (n == cap) { cap *= 2; edges = aici_realloc(edges, cap * sizeof(edge_t)); }
-      edges[n++] = (edge_t){from << 8 | (w0 & 255), p};
+      if (ne == P->cap_etmp) P->cap_etmp = P->cap_etmp ? 2 * P->cap_etmp : 256, P->etmp = aici_realloc(P->etmp, P->cap_etmp * sizeof(edge_t));
+      P->etmp[ne++] = (edge_t){(uint32_t)(sp == 1 && top) << 31 | from << 8 | (w0 & 255), p};
     }
     p += w1 >> 10;
     sp -= w1 & 1023;
   }
-  aici_free(stack);
-  sort_edges(edges, n);
-  c->edges = edges;
-  c->n_edges = n;
+  *n_toks = nt, *n_edges = ne;
+}
+
+static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici_trie_t *base, const aici_trie_t *walked,
+                        uint32_t n_edges) {
+  parts_t *P = m->parts;
+  part_t *c = aici_calloc(1, sizeof(part_t));
+  c->lex = lex, c->node = node, c->base = base, c->walked = walked;
+  sort_edges(P->etmp, n_edges);
+  c->n_edges = n_edges;
+  if (n_edges) {
+    c->edges = aici_malloc(n_edges * sizeof(edge_t));
+    __builtin_memcpy(c->edges, P->etmp, n_edges * sizeof(edge_t));
+  }
+  P->bytes += (uint32_t)sizeof(part_t) + n_edges * (uint32_t)sizeof(edge_t);
+  part_insert(P, c);
   return c;
+}
+
+/* The root part of lexer state `lex` (NULL: too many cached). */
+static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+  parts_t *P = m->parts;
+  part_t *c = part_find(P, lex, 0, trie);
+  if (c || P->n_roots >= PART_ROOTS_MAX || P->bytes >= PART_BYTES_MAX) return c;
+  ST(lp);
+  aici_tokset_t *dense = aici_tokset_new();
+  uint32_t *mask = dense->words, cover[8], nt, ne;
+  const aici_trie_t *walked = trie;
+  const aici_slice_t *sl = std_slice(m, trie, lex);
+  if (!sl && lex_cover(m, lex, cover)) sl = cover_slice(trie, cover);
+  if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
+    ST(slices);
+    if (sl->dense) __builtin_memcpy(mask, sl->dense, dense->n_words * 4);
+    else for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
+    walked = &sl->rest;
+  }
+  lex_walk(m, walked, 1, walked->n_nodes, lex, mask, trie->vocab, &nt, &ne);
+  mask[dense->n_words] = 0;            /* the spare word */
+  c = part_new(m, lex, 0, trie, walked, ne);
+  c->dense = dense;
+  P->bytes += dense->n_words * 4;
+  P->n_roots++;
+  return c;
+}
+
+/* The part below edge node `ch` of trie `t`, the next lexeme in lexer state `lex` (NULL: the
+ * memory budget is spent; the caller walks). */
+static part_t *sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint32_t lex, uint32_t vocab) {
+  parts_t *P = m->parts;
+  part_t *c = part_find(P, lex, ch, t);
+  if (c || P->bytes >= PART_BYTES_MAX) return c;
+  uint32_t nt, ne, size = t->nodes[ch].w1 >> 10, nw = (vocab + 31) / 32;
+  lex_walk(m, t, ch + 1, ch + size, lex, 0, vocab, &nt, &ne);
+  c = part_new(m, lex, ch, t, t, ne);
+  if (nt > nw) {                       /* a set is smaller than the list */
+    c->dense = aici_tokset_new();
+    for (uint32_t k = 0; k < nt; k++) c->dense->words[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
+    P->bytes += nw * 4;
+  } else if (nt) {
+    c->toks = aici_malloc(nt * 4);
+    __builtin_memcpy(c->toks, P->tmp, nt * 4);
+    c->n_toks = nt;
+    P->bytes += nt * 4;
+  }
+  return c;
+}
+
+/* Adds part c's tokens at position `here` (its lexeme's start set: here.n_sets), then its edges'. */
+static void part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *mask, uint32_t vocab, pos_t *stack) {
+  if (c->node) {                       /* root parts are copied by the caller */
+    if (c->dense) for (uint32_t w = 0, n = c->dense->n_words; w < n; w++) mask[w] |= c->dense->words[w];
+    for (uint32_t k = 0; k < c->n_toks; k++) mask[c->toks[k] >> 5] |= 1u << (c->toks[k] & 31);
+  }
+  const aici_trie_t *wt = c->walked;
+  const aici_trie_node_t *nodes = wt->nodes;
+  /* Edges are sorted by (lexer state, byte): per lexer state the lexeme is ended once, and each
+   * byte is then one row lookup in the next lexeme's start state (most die there); step()
+   * (empty lexemes) only where that start state itself accepts. */
+  for (uint32_t i = 0; i < c->n_edges;) {
+    uint32_t from = c->edges[i].key >> 8, run = i;
+    while (run < c->n_edges && c->edges[run].key >> 8 == from) run++;
+    bool tok_start = from & (EDGE_TOP >> 8);
+    from &= ~(EDGE_TOP >> 8);
+    goto_pos(m, here);
+    m->tok_start = tok_start;
+    bool ended = emit(m, from) && !m->overflow;
+    m->overflow = m->tok_start = false;
+    uint32_t top = m->n_sets, lex0 = m->sets[top - 1].lstart;
+    bool empty_ok = ended && m->ls[lex0].n_acc;
+    for (; i < run;) {
+      uint32_t key = c->edges[i].key, j = i;
+      while (j < run && c->edges[j].key == key) j++;
+      ST(groups); STN(edges, j - i);
+      uint8_t b = (uint8_t)(key & 255);
+      pos_t q = {top, 0, false};
+      bool live = false;
+      if (ended) {
+        const int32_t *row = m->ls[lex0].row;
+        int32_t r = row ? row[b] : -1;
+        uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, lex0, b);
+        if (ns) q.lex = ns, live = true;
+        else if (empty_ok) {
+          q = (pos_t){here.n_sets, from, false};
+          m->tok_start = tok_start;
+          live = step(m, &q, b) && !m->overflow;
+          m->overflow = m->tok_start = false;
+        }
+      }
+      if (live) {
+        ST(groups_live);
+        for (uint32_t k = i; k < j; k++) {
+          uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
+          if (tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
+          if (size <= 1) continue;
+          const part_t *sub = size >= SUB_MIN_NODES ? sub_part(m, wt, ch, q.lex, vocab) : 0;
+          if (sub) part_apply(m, sub, q, mask, vocab, stack);
+          else walk(m, wt, ch + 1, ch + size, q, mask, vocab, stack);
+        }
+        if (empty_ok) {                /* the sets above top-1 may be gone: end the lexeme again */
+          goto_pos(m, here);
+          m->tok_start = tok_start;
+          ended = emit(m, from) && !m->overflow;
+          m->overflow = m->tok_start = false;
+        }
+      }
+      i = j;
+    }
+  }
 }
 
 void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_tokset_t *out) {
   uint32_t *mask = out->words;
   pos_t *stack = aici_tmp_alloc((trie->max_depth + 2) * sizeof(pos_t));
   pos_t here = cur(m);
-  lcache_t *c = lex_part(m, trie, here.lex);
+  if (!m->parts) m->parts = aici_calloc(1, sizeof(parts_t));
+  part_t *c = root_part(m, trie, here.lex);
   if (!c) {
     aici_tokset_clear(out);
     walk(m, trie, 1, trie->n_nodes, here, mask, out->vocab, stack);
   } else {
-    aici_tokset_copy(out, c->inlex);
-    const aici_trie_t *wt = c->walked;
-    const aici_trie_node_t *nodes = wt->nodes;
-    for (uint32_t i = 0; i < c->n_edges;) {
-      uint32_t key = c->edges[i].key, j = i;
-      while (j < c->n_edges && c->edges[j].key == key) j++;
-      pos_t q = {here.n_sets, key >> 8, false};
-      bool live = step(m, &q, (uint8_t)(key & 255)) && !m->overflow;
-      m->overflow = false;
-      if (live)
-        for (uint32_t k = i; k < j; k++) {
-          uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
-          if (tok < out->vocab) mask[tok >> 5] |= 1u << (tok & 31);
-          if (size > 1) walk(m, wt, ch + 1, ch + size, q, mask, out->vocab, stack);
-        }
-      i = j;
-    }
+    aici_tokset_copy(out, c->dense);
+    part_apply(m, c, here, mask, out->vocab, stack);
   }
   /* special tokens: each special-token terminal the position allows, its tokens without bytes */
   for (uint32_t t = 0; t < m->g->n_terms; t++) {
@@ -616,6 +919,10 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
   }
   if (pos_accepting(m, here) && eos < out->vocab) mask[eos >> 5] |= 1u << (eos & 31);
   goto_pos(m, here);
+#ifdef GR_STATS
+  aici_logf("ST miss=%u new=%u lp=%u lpn=%u sl=%u edges=%u groups=%u live=%u wn=%u ws=%u scans=%u reuse=%u items=%u parts=%u bytes=%u\n", st.lexmiss, st.lexnew, st.lp, st.lp_nodes, st.slices, st.edges, st.groups, st.groups_live, st.walk_nodes, st.walk_steps, st.scans, st.scan_reuse, st.items, m->parts->n, m->parts->bytes);
+  __builtin_memset(&st, 0, sizeof st);
+#endif
 }
 
 bool gr_can_continue(gr_matcher_t *m) {
@@ -623,8 +930,9 @@ bool gr_can_continue(gr_matcher_t *m) {
   pos_t c = cur(m);
   for (int b = 0; b < 256; b++) {
     pos_t q = c;
-    if (step(m, &q, (uint8_t)b) && !m->overflow) { goto_pos(m, c); return true; }
-    m->overflow = false;
+    m->tok_start = true;               /* the next token's first byte */
+    if (step(m, &q, (uint8_t)b) && !m->overflow) { goto_pos(m, c); m->tok_start = false; return true; }
+    m->overflow = m->tok_start = false;
   }
   goto_pos(m, c);
   return false;
