@@ -773,7 +773,8 @@ static void count_mask(const uint8_t *nchars, uint32_t room, uint32_t *w, uint32
 /* A single configuration in a length-counted machine, into the out buffer. Where every string
  * character leads back to its DFA state, the tokens of whole such characters are decided by
  * their character counts (the room the bounds leave, lencount_room) and only the rest of the
- * trie is walked. */
+ * trie is walked; where every short string keeps the DFA live and the bounds are far, the
+ * short-token slice is taken wholesale; elsewhere the whole trie is walked with the count. */
 static void compute_counted(matcher_t *M, const aici_trie_t *t, const cfg_t *c) {
   uint32_t room = 0xffffffffu, *w = M->out->words;
   const aici_trie_t *rest = t;
@@ -792,6 +793,12 @@ static void compute_counted(matcher_t *M, const aici_trie_t *t, const cfg_t *c) 
     count_mask(M->nchars, room, w, M->out->n_words);
     M->out_base = BASE_ZERO, M->out_n = NO_LIST, M->out_ent = NO_LIST;
     rest = &M->str_slice->rest;
+  } else if (room == 0xffffffffu && M->short_slice && (c->n & 15) == LC_IN &&
+             lencount_settled(M->lc[c->m], c->n, SHORT_CHARS) && room_of(M, c->m, c->s) == ROOM_SHORT) {
+    /* every string of up to SHORT_CHARS characters keeps the DFA live, and the bounds are far
+     * enough that none of them can meet one: the short-token slice wholesale */
+    out_reset(M, BASE_SHORT);
+    rest = &M->short_slice->rest;
   } else {
     out_reset(M, BASE_ZERO);
   }
