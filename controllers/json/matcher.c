@@ -872,10 +872,17 @@ static void cache_load(matcher_t *M, const cache_ent_t *e) {
 const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_token_t eos) {
   if (!M->out) matcher_prepare(M, t);
   cset_t key = *set;
-  /* a counted configuration far enough from its bounds has the mask of every count there */
-  for (uint32_t i = 0; i < key.n; i++)
-    if (M->lc[key.c[i].m] && lencount_settled(M->lc[key.c[i].m], key.c[i].n, M->longest_token))
-      key.c[i].n = SETTLED | (key.c[i].n & 15);
+  /* A counted configuration far enough from its bounds has the mask of every count there, and
+   * after its closing quote the count no longer matters; any other count is met once (unless
+   * the sequence backtracks): not cached, so that a long string does not fill the cache. */
+  bool cacheable = true;
+  for (uint32_t i = 0; i < key.n; i++) {
+    const lencount_t *L = M->lc[key.c[i].m];
+    if (!L) continue;
+    if ((key.c[i].n & 15) == LC_END) key.c[i].n = LC_END;
+    else if (lencount_settled(L, key.c[i].n, M->longest_token)) key.c[i].n = SETTLED | (key.c[i].n & 15);
+    else cacheable = false;
+  }
   sort_set(&key);
   uint32_t h = set_hash(&key);
   for (uint32_t i = 0; i < M->cache_n; i++) {
@@ -888,7 +895,7 @@ const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset
   compute(M, t, set);
   if (matcher_accepting(M, set)) aici_tokset_allow(M->out, eos);   /* a function of the set too */
   M->out_n = NO_LIST;
-  if (!M->reference && M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
+  if (!M->reference && cacheable && M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
     cache_ent_t *e = &M->cache[M->cache_n];
     e->key = key, e->hash = h;
     cache_store(M, e);
