@@ -233,6 +233,10 @@ def test_one_of_disjoint_by_required_keys_values(schema, text, verdict):
     ({"type": "string", "format": "uri", "maxLength": 20}, '"https://example.org"', "accepted"),
     ({"type": "string", "format": "hostname", "minLength": 5}, '"ab.c"', "rejected"),
     ({"type": "string", "format": "hostname", "minLength": 5}, '"ab.cd"', "accepted"),
+    # bounds past 262144 (refused before: a block machine per 128 characters); int32's largest
+    ({"type": "string", "minLength": 3, "maxLength": 2147483647}, '"abc"', "accepted"),
+    ({"type": "string", "minLength": 3, "maxLength": 2147483647}, '"ab"', "rejected"),
+    ({"type": "string", "pattern": "^[a-z]{3}$", "maxLength": 1000000}, '"abc"', "accepted"),
     # refused before ("together with format / pattern")
     ({"type": "string", "format": "email", "maxLength": 8}, '"a@b.cc"', "accepted"),
     ({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3}, '"a-b"', "accepted"),

@@ -13,7 +13,7 @@
 #define STR_INLINE_MIN 128u /* a plain string's minLength inline (one NFA copy a character) up to this */
 #define STR_INLINE_MAX 24u  /* and its maxLength; past either, a counted machine */
 #define PAT_INLINE_MAX 32u  /* `^ATOM{m,n}$` takes length bounds into its repeat while they are at most this */
-#define STR_MAX 262144u
+#define STR_MAX (1u << 27)          /* counted: a count fits cfg_t.n beside its tracker */
 #define PAT_CAP_MAX 128u /* a pattern narrowed to a maxLength: unbounded repeats at most this many more */
 
 typedef struct {
@@ -595,7 +595,7 @@ static void emit_string_flat(cx_t *c, sb_t *b, const jv_t *s) {
     }
   } else {
     if (min > STR_MAX || (has_max && max > STR_MAX)) {
-      UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 262144");
+      UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 134217728");
       return;
     }
     emit_chars(b, min, max, !has_max);
@@ -615,10 +615,6 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   if (fmt && fmt->kind != JV_STR) fmt = 0;
   if (c->err) return;
   if (has_max && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
-  if (min > STR_MAX || (has_max && max > STR_MAX)) {
-    UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 262144");
-    return;
-  }
   if (has_min && !min) has_min = false;
   sb_puts(b, "\\x22");
   sb_t content = {0};
@@ -670,7 +666,10 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
     emit_strchar(&content);
     sb_puts(&content, ")*");
   }
-  if (has_min || has_max) {
+  if (has_max && max > STR_MAX) max = STR_MAX;   /* narrower: no string of over 2^27 characters */
+  if (has_min && min > STR_MAX) {      /* (bounds the language implies are gone) */
+    UNSUPPORTED(c, "minLength", "over 134217728");
+  } else if (has_min || has_max) {
     b->n -= 4, b->p[b->n] = 0;         /* the opening quote goes in the machine */
     emit_counted(c, b, pat || fmt ? s : &ANY_MARK, &content, has_min ? min : 0, has_max ? max : CHARS_UNBOUNDED);
   } else {
