@@ -51,7 +51,7 @@ def hard_cases() -> list[dict]:
     """Hard cases of this project's own, in the slices' format ({id, schema, tests}): objects with
     dozens of optional properties before the first required one, oneOf whose branches overlap on
     values that are no objects, patternProperties covering required keys, int64 bounds, enum
-    beside long maxLength, patterns with length bounds."""
+    beside long maxLength, patterns and formats with length bounds, long bounded strings."""
     def case(name, schema, valid, invalid):
         return {"id": f"hard---{name}", "schema": schema,
                 "tests": [{"description": "", "valid": True, "data": d} for d in valid] +
@@ -85,6 +85,17 @@ def hard_cases() -> list[dict]:
              ["example-org", "a-b-c", "x" * 50], ["-a", "x" * 51]),
         case("pattern_unanchored_max_length_4", {"type": "string", "pattern": "ab", "maxLength": 4},
              ["ab", "xab", "abxx"], ["a", "abxxx"]),
+        # length bounds a pattern or format does not imply, long ones included (counted machines)
+        case("pattern_unanchored_max_length_255", {"type": "string", "pattern": "ab", "maxLength": 255},
+             ["some words " * 20 + "ab" + "x" * 20, "ab" + "y" * 253], ["x" * 254 + "ab", "xy"]),
+        case("pattern_min_length", {"type": "string", "pattern": "^https?://", "minLength": 11},
+             ["http://a.io", "https://example.org/a/b"], ["http://a.i", "ftp://example.org"]),
+        case("email_max_length_40", {"type": "object", "properties": {"email": {"type": "string", "format": "email",
+                                                                                "maxLength": 40}},
+                                     "required": ["email"]},
+             [{"email": "john.doe@example.com"}], [{"email": "a" * 40 + "@b.cc"}, {"email": "john"}]),
+        case("string_max_length_5000", {"type": "string", "minLength": 300, "maxLength": 5000},
+             ["lorem ipsum dolor " * 40], ["short", "x" * 5001]),
     ]
 
 

@@ -16,6 +16,19 @@ from aicirt.toktrie import serialize_trie
 
 HOST = "aici:controller/host@0.1.0"
 I32 = wasmtime.ValType.i32()
+_ENGINE: wasmtime.Engine | None = None
+_MODULES: dict[bytes, wasmtime.Module] = {}
+
+
+def _module(wasm: bytes) -> wasmtime.Module:
+    """One compile per controller binary for the whole test session (a compile took ~0.3 s of CPU
+    per MiniHost, most of a json walk's cost); every MiniHost still gets its own store."""
+    global _ENGINE
+    if _ENGINE is None:
+        _ENGINE = wasmtime.Engine()
+    if wasm not in _MODULES:
+        _MODULES[wasm] = wasmtime.Module(_ENGINE, wasm)
+    return _MODULES[wasm]
 
 
 @dataclass
@@ -42,13 +55,14 @@ class MiniHost:
     logs: list = field(default_factory=list)
 
     def __post_init__(self):
-        self.engine = wasmtime.Engine()
+        module = _module(self.wasm)
+        self.engine = _ENGINE
         self.store = wasmtime.Store(self.engine)
         self.trie = serialize_trie(self.token_bytes)
         linker = wasmtime.Linker(self.engine)
         for name, params, results, fn in self._imports():
             linker.define_func(HOST, name, wasmtime.FuncType([I32] * params, [I32] * results), fn)
-        self.inst = linker.instantiate(self.store, wasmtime.Module(self.engine, self.wasm))
+        self.inst = linker.instantiate(self.store, module)
         ex = self.inst.exports(self.store)
         self.mem, self.realloc, self.mid = ex["memory"], ex["cabi_realloc"], ex["mid-process"]
         if "_initialize" in ex:

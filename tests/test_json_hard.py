@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_json_schema import walk
+from test_json_schema import session, walk
 
 # Kubernetes' ObjectMeta: 16 optional properties, none required; nested under a Deployment-like
 # object whose first required key comes after 40 optional ones.
@@ -207,3 +207,98 @@ XAPI_IFI = {"oneOf": [
 ])
 def test_one_of_disjoint_by_required_keys_values(schema, text, verdict):
     assert walk(schema, text)[0] == verdict
+
+
+# ---- string constraints combined exactly (lencount.c): a pattern or format beside lengths it
+# does not imply. Before: the pattern's unbounded repeats and unanchored ends were capped to fit
+# maxLength (narrower), so these valid strings were rejected.
+@pytest.mark.parametrize("schema, text, verdict", [
+    ({"type": "string", "pattern": "^[A-Za-z0-9]+(-[A-Za-z0-9]+)*$", "maxLength": 50}, '"example-org"', "accepted"),
+    ({"type": "string", "pattern": "^[A-Za-z0-9]+(-[A-Za-z0-9]+)*$", "maxLength": 50}, '"' + "a-" * 24 + 'bc"', "accepted"),
+    ({"type": "string", "pattern": "^[A-Za-z0-9]+(-[A-Za-z0-9]+)*$", "maxLength": 50}, '"' + "a-" * 25 + 'b"', "rejected"),
+    ({"type": "string", "pattern": "ab", "maxLength": 4}, '"abxx"', "accepted"),
+    ({"type": "string", "pattern": "ab", "maxLength": 4}, '"xxab"', "accepted"),
+    ({"type": "string", "pattern": "ab", "maxLength": 4}, '"xxxab"', "rejected"),
+    ({"type": "string", "pattern": "ab", "maxLength": 255}, '"' + "x" * 200 + 'ab"', "accepted"),
+    ({"type": "array", "items": {"type": "string", "pattern": "ab", "maxLength": 4}}, '["abxx","ab","xab"]', "accepted"),
+    ({"type": "array", "items": {"type": "string", "pattern": "ab", "maxLength": 4}}, '["abxx","b"]', "rejected"),
+    ({"type": "string", "pattern": "ab", "maxLength": 255}, '"' + "x" * 254 + 'ab"', "rejected"),
+    # minLength beside a pattern that does not imply it, and escapes counting as one character
+    ({"type": "string", "pattern": "^https?://", "minLength": 11}, '"http://a.io"', "accepted"),
+    ({"type": "string", "pattern": "^https?://", "minLength": 11}, '"http://a.i"', "rejected"),
+    ({"type": "string", "pattern": "^[^x]*$", "minLength": 3, "maxLength": 3}, '"\\n\\u00e9\\""', "accepted"),
+    # format beside lengths: exact too (before: email narrowed to fixed shapes, others refused)
+    ({"type": "string", "format": "email", "maxLength": 12}, '"abcdefg@b.cc"', "accepted"),
+    ({"type": "string", "format": "email", "maxLength": 12}, '"abcdefgh@b.cc"', "rejected"),
+    ({"type": "string", "format": "uri", "maxLength": 20}, '"https://example.org"', "accepted"),
+    ({"type": "string", "format": "hostname", "minLength": 5}, '"ab.c"', "rejected"),
+    ({"type": "string", "format": "hostname", "minLength": 5}, '"ab.cd"', "accepted"),
+    # bounds past 262144 (refused before: a block machine per 128 characters); int32's largest
+    ({"type": "string", "minLength": 3, "maxLength": 2147483647}, '"abc"', "accepted"),
+    ({"type": "string", "minLength": 3, "maxLength": 2147483647}, '"ab"', "rejected"),
+    ({"type": "string", "pattern": "^[a-z]{3}$", "maxLength": 1000000}, '"abc"', "accepted"),
+    # refused before ("together with format / pattern")
+    ({"type": "string", "format": "email", "maxLength": 8}, '"a@b.cc"', "accepted"),
+    ({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3}, '"a-b"', "accepted"),
+    ({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3}, '"ab"', "rejected"),
+])
+def test_pattern_and_format_with_lengths_are_exact(schema, text, verdict):
+    assert walk(schema, text)[0] == verdict
+
+
+def test_a_max_length_below_the_patterns_shortest_string_admits_none():
+    verdict, log = walk({"type": "string", "pattern": "^abcd", "maxLength": 3}, '"abc"')
+    assert verdict == "error" and "the schema admits no document" in log
+    schema = {"type": "array", "items": {"type": "string", "pattern": "^abcd", "maxLength": 3}}
+    assert walk(schema, "[]")[0] == "accepted"
+    assert walk(schema, '["abcd"]')[0] == "rejected"
+
+
+def _valid_strings(pattern, lo, hi, alphabet):
+    import itertools
+    import re
+    return {"".join(t) for n in range(lo, hi + 1) for t in itertools.product(alphabet, repeat=n)
+            if re.search(pattern, "".join(t))}
+
+
+@pytest.mark.parametrize("pattern, lo, hi", [
+    ("ab", 0, 5), ("^[ab]+(-[ab]+)*$", 0, 5), ("^(ab|c)*$", 3, 6), ("b-?$", 2, 5), ("^a|c$", 2, 4), ("a.*b", 4, 5),
+])
+def test_counted_masks_allow_exactly_the_bytes_some_valid_string_continues(pattern, lo, hi):
+    """Every prefix of every valid string over a small alphabet (all of them, enumerated): the
+    mask allows a byte of the alphabet, or the closing quote, iff some valid string continues it."""
+    alphabet = "ab-c"
+    valid = _valid_strings(pattern, lo, hi, alphabet)
+    prefixes = sorted({v[:i] for v in valid for i in range(len(v) + 1)})
+    schema = {"type": "string", "pattern": pattern, "maxLength": hi, **({"minLength": lo} if lo else {})}
+    h, br = session(schema)
+    br = h.step([ord('"')], sampled=ord('"'))
+    path = ""
+    for p in prefixes:
+        common = 0
+        while common < min(len(path), len(p)) and path[common] == p[common]:
+            common += 1
+        if p != path:
+            toks = [ord(ch) for ch in p[common:]]
+            br = h.step(toks, backtrack=len(path) - common, sampled=toks[-1] if toks else None)
+            path = p
+        allowed = br[0].allowed()
+        want = {ord(c) for c in alphabet if p + c in prefixes} | ({ord('"')} if p in valid else set())
+        assert allowed & {ord(c) for c in alphabet + '"'} == want, (p, sorted(map(chr, allowed)), sorted(map(chr, want)))
+
+
+def test_a_document_that_outgrows_memory_ends_with_a_clear_error_not_a_trap():
+    """An unanchored pattern whose DFA has a state per window of the last 15 characters: every
+    new window builds a 1 KiB row. Past `memory_mib` the sequence ends with the log line that
+    says so (by default 56 MiB, below the host's 64 MiB limit where the allocation would trap)."""
+    import random
+    rng = random.Random(1)
+    text = '"' + "".join(rng.choice("ab") for _ in range(400)) + '"'
+    h, br = session({"type": "string", "pattern": "a[ab]{14}$"}, options=b"\0fast_forward=0\0memory_mib=3")
+    for ch in text.encode():
+        if not br:
+            break
+        assert ch in br[0].allowed()
+        br = h.step([ch], sampled=ch)
+    assert not br, "the document should outgrow 3 MiB"
+    assert "json: out of memory: guest memory reached" in h.logs[-1], h.logs[-3:]

@@ -94,7 +94,11 @@ bool dyn_text(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *ou
  * of machine k's language: $ref targets, free-form values and large sub-schemas are machines. */
 #define CALL_BYTE 0xffu
 #define MAX_MACHINES 4096u
-typedef struct { char *text; uint32_t len; } machine_src_t;   /* text NULL: a dynamic machine */
+/* text NULL: a dynamic machine. counted: a string machine (`"`, content, `"`, no calls) whose
+ * content must also be lo..hi characters long (hi CHARS_UNBOUNDED: no maximum); the matcher
+ * keeps the count beside the DFA state (cfg_t.n), so its memory does not grow with the bounds. */
+#define CHARS_UNBOUNDED 0xffffffffu
+typedef struct { char *text; uint32_t len; bool counted; uint32_t lo, hi; } machine_src_t;
 typedef struct {
   machine_src_t *m;
   uint32_t n;
@@ -105,6 +109,47 @@ typedef struct {
   dyn_t *dyn;
   bool (*dyn_write)(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *out);
 } compiled_t;
+
+/* ---- length-counted strings (lencount.c) ------------------------------------------------- */
+/* The tracker of a counted machine's characters: where in the JSON text of a string a byte is. */
+enum { LC_IN = 0, LC_PRE = 1, LC_END = 2, LC_ESC = 3, LC_U4 = 4, LC_U1 = 7, LC_C3 = 8, LC_C1 = 10, LC_DEAD = 15 };
+/* The tracker after byte b from t; *inc 1 when b completes a character. */
+static inline uint32_t lc_track(uint32_t t, uint8_t b, uint32_t *inc) {
+  *inc = 0;
+  switch (t) {
+    case LC_PRE: return b == '"' ? LC_IN : LC_DEAD;
+    case LC_IN:
+      if (b == '"') return LC_END;
+      if (b == '\\') return LC_ESC;
+      if (b < 0x80) { *inc = 1; return LC_IN; }
+      if (b < 0xc0) return LC_DEAD;
+      return b < 0xe0 ? LC_C1 : b < 0xf0 ? LC_C1 - 1 : b < 0xf8 ? LC_C3 : LC_DEAD;
+    case LC_ESC:
+      if (b == 'u') return LC_U4;
+      *inc = 1;
+      return LC_IN;
+    case LC_U1: *inc = 1; return LC_IN;
+    case LC_C1: *inc = 1; return LC_IN;
+    case LC_END: case LC_DEAD: return LC_DEAD;
+    default: return t + 1;             /* U4..U2, C3..C2: one byte more of the character */
+  }
+}
+typedef struct lencount lencount_t;
+/* The tables of a counted machine whose regex is `re` (see machine_src_t); NULL with *err (heap)
+ * when they would be too large (over 8192 product states, or 4 MiB of layers for minLength). */
+lencount_t *lencount_new(aici_regex_t *re, uint32_t lo, uint32_t hi, char **err);
+void lencount_free(lencount_t *L);
+/* Whether DFA state s with n = count << 4 | tracker can still end as a valid string. */
+bool lencount_live(const lencount_t *L, uint32_t s, uint32_t n);
+/* The count after byte b (saturated at lo when there is no maximum) into *n2, and whether DFA
+ * state s2 (the state after b) with it is live. */
+bool lencount_next(const lencount_t *L, uint32_t s2, uint32_t n, uint8_t b, uint32_t *n2);
+/* In a DFA state every character leads back to (tracker LC_IN), the most characters k <= kmax
+ * that keep it live (liveness there only falls as k grows). */
+uint32_t lencount_room(const lencount_t *L, uint32_t s, uint32_t n, uint32_t kmax);
+/* Whether no token (of at most longest_token characters) can meet a bound from n on: the
+ * mask is then that of every such count. */
+bool lencount_settled(const lencount_t *L, uint32_t n, uint32_t longest_token);
 
 /* ---- key languages (keylang.c) ------------------------------------------------------------ */
 /* Key contents in pattern `target`'s language (target < 0: in none of the patterns), in S (any

@@ -19,6 +19,11 @@ static bool check_only;                /* option check: compile, report, stop */
 static bool reference_masks;           /* option reference_masks: see matcher_reference */
 static uint32_t ff_streak;             /* fast-forwards in a row, without a sampled token */
 static uint32_t caps;                  /* the host's capabilities (a host call: asked once) */
+/* option memory_mib: guest memory (MiB) past which the document ends with a clear error instead
+ * of trapping when an allocation finds the host's limit (64 MiB by default): DFA rows, frames and
+ * key-set machines grow with what a document explores, and one step grows by far less than the
+ * 8 MiB left */
+static uint32_t memory_mib = 56;
 
 static bool opt_is(const char *s, uint32_t n, const char *name, const char **val, uint32_t *vlen) {
   uint32_t k = 0;
@@ -46,12 +51,13 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
   else if (opt_is(s, n, "fast_forward", &v, &vl)) fast_forward = !v || v[0] != '0';
   else if (opt_is(s, n, "check", &v, &vl)) check_only = !v || v[0] != '0';
   else if (opt_is(s, n, "reference_masks", &v, &vl)) reference_masks = !v || v[0] != '0';
+  else if (opt_is(s, n, "memory_mib", &v, &vl) && v) memory_mib = parse_uint(v, vl);
   else if (opt_is(s, n, "ignore", &v, &vl) && v) {
     if (ignore->n) sb_putc(ignore, ',');
     sb_putn(ignore, v, vl);
   } else {
     aici_logf("json: unknown option %.*s (options: whitespace=N, ignore=KEYWORD[,KEYWORD...], "
-              "coerce_one_of, any_order, fast_forward=0, check, reference_masks)\n", (int)n, s);
+              "coerce_one_of, any_order, fast_forward=0, check, reference_masks, memory_mib=N)\n", (int)n, s);
     return false;
   }
   return true;
@@ -118,13 +124,14 @@ static bool setup(const aici_arg_t *arg) {
     return false;
   }
   if (c.log.n) aici_log(c.log.p, c.log.n);
-  if (check_only) {
-    aici_logf("json: schema ok (%u machines)\n", c.n);
-    return false;
-  }
-  M = matcher_new(&c, &cerr);
+  M = matcher_new(&c, &cerr);          /* (under check too: its tables may refuse the schema) */
   if (!M) {
     aici_logf("json: %s\n", cerr);
+    return false;
+  }
+  if (check_only) {
+    aici_logf("json: schema ok (%u machines)\n", c.n);
+    M = 0;
     return false;
   }
   if (!(trie = aici_trie())) return false;
@@ -222,6 +229,17 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
   return done;
 }
 
+/* false (logged, the sequence ends) once guest memory is past memory_mib */
+static bool memory_ok(void) {
+  size_t mib = __builtin_wasm_memory_size(0) / 16;
+  if (mib <= memory_mib) return true;
+  aici_logf("json: out of memory: guest memory reached %zu MiB (%u DFA states in %u machines), past the %u MiB "
+            "this controller keeps below the host's limit; the document ends here (option memory_mib=N)\n",
+            mib, matcher_dfa_states(M), matcher_machines(M), memory_mib);
+  M = 0;
+  return false;
+}
+
 static bool can_continue(const cset_t *set) {
   cset_t t;
   for (int b = 0; b < 256; b++)
@@ -231,7 +249,7 @@ static bool can_continue(const cset_t *set) {
 
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (arg->call_index == 0 && !setup(arg)) return;
-  if (!M) return;
+  if (!M || !memory_ok()) return;
   if (arg->n_all_tokens < prompt_len) {
     aici_logs("json: backtracked into the prompt\n");
     return;

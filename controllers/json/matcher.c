@@ -24,6 +24,7 @@
 #define CACHE_MAX 256u                 /* masks cached per sequence */
 #define CACHE_BYTES (4u << 20)         /* and their stored words at most */
 #define NO_LIST 0xffffffffu
+#define SETTLED 0xfffffff0u              /* a cache key's count: lencount_settled */
 #define BASE_ZERO 0u
 #define BASE_STR 1u
 #define BASE_SHORT 2u
@@ -43,6 +44,7 @@ struct matcher {
   dyn_t *dyn;                          /* writes the dynamic machines' regexes (NULL: none) */
   bool (*dyn_write)(dyn_t *, uint32_t, dyn_reserve_fn, void *, sb_t *);
   aici_regex_t **re;                   /* NULL: a dynamic machine not made yet */
+  lencount_t **lc;                     /* per machine: its length tables (NULL: not counted) */
   uint16_t **info;                     /* per machine, per DFA state: ST_*, room << ROOM_SHIFT */
   char_reps_t **reps;                  /* per machine, made on first use */
   uint32_t *info_cap;
@@ -64,6 +66,8 @@ struct matcher {
   aici_slice_t *short_slice;           /* those of them of at most SHORT_CHARS characters */
   bool reference;                      /* matcher_reference */
   uint8_t *nchars;                     /* per token: its characters if a str_slice token (<= 255), else 0 */
+  uint32_t max_chars;                  /* the most characters of a str_slice token */
+  uint32_t longest_token;              /* the most bytes of any token */
 };
 
 static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
@@ -80,7 +84,8 @@ static void grow(matcher_t *M, uint32_t n) {
   M->info = aici_realloc(M->info, cap * sizeof(void *));
   M->info_cap = aici_realloc(M->info_cap, cap * 4);
   M->reps = aici_realloc(M->reps, cap * sizeof(void *));
-  for (uint32_t i = M->cap; i < cap; i++) M->re[i] = 0, M->info[i] = 0, M->info_cap[i] = 0, M->reps[i] = 0;
+  M->lc = aici_realloc(M->lc, cap * sizeof(void *));
+  for (uint32_t i = M->cap; i < cap; i++) M->re[i] = 0, M->info[i] = 0, M->info_cap[i] = 0, M->reps[i] = 0, M->lc[i] = 0;
   M->cap = cap;
 }
 
@@ -132,6 +137,7 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
     }
     aici_regex_cache_limit(M->re[i], 0);   /* masks are cached here, per configuration set */
     aici_regex_use_slices(M->re[i], false); /* the string slice below serves the free strings */
+    if (src->m[i].counted && !(M->lc[i] = lencount_new(M->re[i], src->m[i].lo, src->m[i].hi, err))) return 0;
   }
   M->cap_fr = 64;
   M->fr = aici_malloc(M->cap_fr * sizeof(frame_t));
@@ -146,6 +152,13 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
 }
 
 uint32_t matcher_machines(const matcher_t *M) { return M->n; }
+
+uint32_t matcher_dfa_states(const matcher_t *M) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < M->n; i++)
+    if (M->re[i]) n += aici_regex_num_states(M->re[i]);
+  return n;
+}
 
 void matcher_reference(matcher_t *M, bool on) { M->reference = on; }
 
@@ -241,20 +254,21 @@ static const call_t *calls_of(matcher_t *M, uint32_t m, uint32_t s, uint32_t *n_
 
 static bool told_full;
 
-static void add(cset_t *out, uint32_t m, uint32_t s, uint32_t parent) {
+static void add(cset_t *out, uint32_t m, uint32_t s, uint32_t parent, uint32_t n) {
   for (uint32_t i = 0; i < out->n; i++)
-    if (out->c[i].m == m && out->c[i].s == s && out->c[i].parent == parent) return;
-  if (out->n < MAX_CFGS) out->c[out->n++] = (cfg_t){m, s, parent};
+    if (out->c[i].m == m && out->c[i].s == s && out->c[i].parent == parent && out->c[i].n == n) return;
+  if (out->n < MAX_CFGS) out->c[out->n++] = (cfg_t){m, s, parent, n};
   else if (!told_full) {               /* narrower, never wider: said once */
     told_full = true;
     aici_logs("json: over 16 open alternatives at once; the extra ones are not offered\n");
   }
 }
 
-static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint8_t byte, cset_t *out, uint32_t depth) {
+static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint32_t n, uint8_t byte, cset_t *out,
+                     uint32_t depth) {
   uint16_t f = state_info(M, m, s);
-  uint32_t t = aici_regex_step(M->re[m], s, byte);
-  if (t) add(out, m, t, parent);
+  uint32_t t = aici_regex_step(M->re[m], s, byte), n2 = 0;
+  if (t && (!M->lc[m] || lencount_next(M->lc[m], t, n, byte, &n2))) add(out, m, t, parent, n2);
   if ((f & ST_CALLS) && depth < 32 && M->fr[parent].depth < MAX_STACK) {
     uint32_t n;
     const call_t *calls = calls_of(M, m, s, &n);
@@ -263,26 +277,26 @@ static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint
       if (!M->re[callee] && !ensure(M, callee)) { calls = calls_of(M, m, s, &n); continue; }
       calls = calls_of(M, m, s, &n);   /* ensure may have added calls to the pool */
       uint32_t p = state_info(M, m, ret) & ST_FINAL ? parent : frame(M, m, ret, parent);
-      step_cfg(M, callee, aici_regex_start(M->re[callee]), p, byte, out, depth + 1);
+      step_cfg(M, callee, aici_regex_start(M->re[callee]), p, M->lc[callee] ? LC_PRE : 0, byte, out, depth + 1);
       calls = calls_of(M, m, s, &n);   /* the pool may have moved */
     }
   }
   if ((f & ST_ACCEPT) && parent && depth < 32) {
     frame_t fr = M->fr[parent];
-    step_cfg(M, fr.m, fr.s, fr.parent, byte, out, depth + 1);
+    step_cfg(M, fr.m, fr.s, fr.parent, 0, byte, out, depth + 1);
   }
 }
 
 bool matcher_step(matcher_t *M, const cset_t *in, uint8_t byte, cset_t *out) {
   out->n = 0;
   if (byte == CALL_BYTE) return false;   /* never in UTF-8 text: only the machines' marker */
-  for (uint32_t i = 0; i < in->n; i++) step_cfg(M, in->c[i].m, in->c[i].s, in->c[i].parent, byte, out, 0);
+  for (uint32_t i = 0; i < in->n; i++) step_cfg(M, in->c[i].m, in->c[i].s, in->c[i].parent, in->c[i].n, byte, out, 0);
   return out->n > 0;
 }
 
 void matcher_start(matcher_t *M, cset_t *out) {
   out->n = 1;
-  out->c[0] = (cfg_t){0, aici_regex_start(M->re[0]), 0};
+  out->c[0] = (cfg_t){0, aici_regex_start(M->re[0]), 0, 0};
 }
 
 bool matcher_advance(matcher_t *M, cset_t *set, const uint8_t *bytes, uint32_t n) {
@@ -525,6 +539,7 @@ static uint32_t room_of(matcher_t *M, uint32_t m, uint32_t s) {
 static struct {
   aici_slice_t *str_slice, *short_slice;
   uint8_t *nchars;
+  uint32_t max_chars;
 } tok_tables;
 
 void matcher_prepare_tokenizer(const aici_trie_t *t) {
@@ -539,6 +554,7 @@ void matcher_prepare_tokenizer(const aici_trie_t *t) {
       if (!b || !in_string_slice(0, b, len)) continue;
       for (uint32_t i = 0; i < len; i++) n += (b[i] & 0xc0) != 0x80;
       nchars[tok] = (uint8_t)(n < 255 ? n : 255);
+      if (n > tok_tables.max_chars) tok_tables.max_chars = n;
     }
     tok_tables.nchars = nchars;
   }
@@ -547,6 +563,7 @@ void matcher_prepare_tokenizer(const aici_trie_t *t) {
 void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
   matcher_prepare_tokenizer(t);
   M->str_slice = tok_tables.str_slice, M->short_slice = tok_tables.short_slice, M->nchars = tok_tables.nchars;
+  M->max_chars = tok_tables.max_chars, M->longest_token = t->max_depth;
   if (!M->out) {
     M->out = aici_tokset_new();
     M->out_idx = aici_malloc(M->out->n_words * 4 + 4);
@@ -604,7 +621,7 @@ static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32
           base = aici_regex_row(re, 0);
         }
         if ((f & ST_CALLS) || ((f & ST_ACCEPT) && parent)) {
-          M->walk[sp] = (cset_t){.n = 1, .c = {{m, ns, parent}}};
+          M->walk[sp] = (cset_t){.n = 1, .c = {{m, ns, parent, 0}}};
           walk_generic(M, nodes, p + 1, p + size, sp + 1, mask);
           base = aici_regex_row(re, 0);
         } else if (!(e & AICI_REGEX_FINAL)) {
@@ -619,6 +636,39 @@ static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32
     p += size;
     sp -= w1 & 1023;
     row = base + (size_t)states[sp - 1] * 256;
+  }
+}
+
+/* The mono walk of a length-counted machine: the count and the tracker ride along the trie path,
+ * and a node lives iff its configuration can still end as a valid string (lencount_live), so a
+ * subtree dies as soon as no continuation fits. After the closing quote, the generic walk takes
+ * the subtree (the caller resumes). */
+static void walk_counted(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32_t *mask) {
+  aici_regex_t *re = M->re[c->m];
+  const lencount_t *L = M->lc[c->m];
+  uint32_t m = c->m, parent = c->parent, states[1025], counts[1025], sp = 1, p = 1, n = t->n_nodes;
+  const aici_trie_node_t *nodes = t->nodes;
+  states[0] = c->s, counts[0] = c->n;
+  while (p < n) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, size = w1 >> 10, n2;
+    uint8_t b = (uint8_t)w0;
+    uint32_t ns = b == CALL_BYTE ? 0 : aici_regex_step(re, states[sp - 1], b);
+    if (ns && lencount_next(L, ns, counts[sp - 1], b, &n2)) {
+      mask[tok >> 5] |= 1u << (tok & 31);
+      if (size > 1) {
+        if ((n2 & 15) != LC_END) {
+          states[sp] = ns, counts[sp++] = n2;
+          p++;
+          continue;
+        }
+        if (parent) {
+          M->walk[sp] = (cset_t){.n = 1, .c = {{m, ns, parent, n2}}};
+          walk_generic(M, nodes, p + 1, p + size, sp + 1, mask);
+        }
+      }
+    }
+    p += size;
+    sp -= w1 & 1023;
   }
 }
 
@@ -637,7 +687,7 @@ static void sort_set(cset_t *s) {
   for (uint32_t i = 1; i < s->n; i++)
     for (uint32_t j = i; j; j--) {
       cfg_t a = s->c[j - 1], b = s->c[j];
-      bool gt = a.m != b.m ? a.m > b.m : a.s != b.s ? a.s > b.s : a.parent > b.parent;
+      bool gt = a.m != b.m ? a.m > b.m : a.s != b.s ? a.s > b.s : a.parent != b.parent ? a.parent > b.parent : a.n > b.n;
       if (!gt) break;
       s->c[j - 1] = b, s->c[j] = a;
     }
@@ -646,7 +696,8 @@ static void sort_set(cset_t *s) {
 static bool same_set(const cset_t *a, const cset_t *b) {
   if (a->n != b->n) return false;
   for (uint32_t i = 0; i < a->n; i++)
-    if (a->c[i].m != b->c[i].m || a->c[i].s != b->c[i].s || a->c[i].parent != b->c[i].parent) return false;
+    if (a->c[i].m != b->c[i].m || a->c[i].s != b->c[i].s || a->c[i].parent != b->c[i].parent || a->c[i].n != b->c[i].n)
+      return false;
   return true;
 }
 
@@ -719,8 +770,48 @@ static void count_mask(const uint8_t *nchars, uint32_t room, uint32_t *w, uint32
   }
 }
 
+/* A single configuration in a length-counted machine, into the out buffer. Where every string
+ * character leads back to its DFA state, the tokens of whole such characters are decided by
+ * their character counts (the room the bounds leave, lencount_room) and only the rest of the
+ * trie is walked; where every short string keeps the DFA live and the bounds are far, the
+ * short-token slice is taken wholesale; elsewhere the whole trie is walked with the count. */
+static void compute_counted(matcher_t *M, const aici_trie_t *t, const cfg_t *c) {
+  uint32_t room = 0xffffffffu, *w = M->out->words;
+  const aici_trie_t *rest = t;
+  if (M->reference) {
+    out_reset(M, BASE_ZERO);
+    M->walk[0] = (cset_t){.n = 1, .c = {*c}};
+    walk_generic(M, t->nodes, 1, t->n_nodes, 1, w);
+    return;
+  }
+  if (M->str_slice && (c->n & 15) == LC_IN && string_loop(M, c->m, c->s))
+    room = lencount_room(M->lc[c->m], c->s, c->n, M->max_chars);
+  if (room >= M->max_chars && room != 0xffffffffu) {
+    out_reset(M, BASE_STR);
+    rest = &M->str_slice->rest;
+  } else if (room < 255) {
+    count_mask(M->nchars, room, w, M->out->n_words);
+    M->out_base = BASE_ZERO, M->out_n = NO_LIST, M->out_ent = NO_LIST;
+    rest = &M->str_slice->rest;
+  } else if (room == 0xffffffffu && M->short_slice && (c->n & 15) == LC_IN &&
+             lencount_settled(M->lc[c->m], c->n, SHORT_CHARS) && room_of(M, c->m, c->s) == ROOM_SHORT) {
+    /* every string of up to SHORT_CHARS characters keeps the DFA live, and the bounds are far
+     * enough that none of them can meet one: the short-token slice wholesale */
+    out_reset(M, BASE_SHORT);
+    rest = &M->short_slice->rest;
+  } else {
+    out_reset(M, BASE_ZERO);
+  }
+  walk_counted(M, rest, c, w);
+}
+
 /* The configuration set's mask, into the out buffer. */
 static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set) {
+  if (set->n == 1 && M->lc[set->c[0].m] && (set->c[0].n & 15) != LC_END) {   /* (closed: the caller's turn) */
+    compute_counted(M, t, &set->c[0]);
+    M->out->words[M->out->n_words] = 0;
+    return;
+  }
   const aici_slice_t *sl = 0;
   uint32_t room = ROOM_NONE;
   bool fresh;
@@ -744,7 +835,7 @@ static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set) {
 
 static uint32_t set_hash(const cset_t *s) {
   uint32_t h = s->n;
-  for (uint32_t i = 0; i < s->n; i++) h = hash3(h ^ s->c[i].m, s->c[i].s, s->c[i].parent);
+  for (uint32_t i = 0; i < s->n; i++) h = hash3(h ^ s->c[i].m, s->c[i].s ^ s->c[i].n * 0x9e3779b9u, s->c[i].parent);
   return h;
 }
 
@@ -781,6 +872,17 @@ static void cache_load(matcher_t *M, const cache_ent_t *e) {
 const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset_t *set, aici_token_t eos) {
   if (!M->out) matcher_prepare(M, t);
   cset_t key = *set;
+  /* A counted configuration far enough from its bounds has the mask of every count there, and
+   * after its closing quote the count no longer matters; any other count is met once (unless
+   * the sequence backtracks): not cached, so that a long string does not fill the cache. */
+  bool cacheable = true;
+  for (uint32_t i = 0; i < key.n; i++) {
+    const lencount_t *L = M->lc[key.c[i].m];
+    if (!L) continue;
+    if ((key.c[i].n & 15) == LC_END) key.c[i].n = LC_END;
+    else if (lencount_settled(L, key.c[i].n, M->longest_token)) key.c[i].n = SETTLED | (key.c[i].n & 15);
+    else cacheable = false;
+  }
   sort_set(&key);
   uint32_t h = set_hash(&key);
   for (uint32_t i = 0; i < M->cache_n; i++) {
@@ -790,10 +892,10 @@ const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset
     M->out_ent = i;
     return M->out;
   }
-  compute(M, t, &key);
-  if (matcher_accepting(M, &key)) aici_tokset_allow(M->out, eos);   /* a function of the set too */
+  compute(M, t, set);
+  if (matcher_accepting(M, set)) aici_tokset_allow(M->out, eos);   /* a function of the set too */
   M->out_n = NO_LIST;
-  if (!M->reference && M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
+  if (!M->reference && cacheable && M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
     cache_ent_t *e = &M->cache[M->cache_n];
     e->key = key, e->hash = h;
     cache_store(M, e);

@@ -8,7 +8,9 @@
 #define MAX_CFGS 16u                   /* configurations alive at once (more: the extra die) */
 #define MAX_STACK 128u                 /* nesting depth of calls */
 
-typedef struct { uint32_t m, s, parent; } cfg_t;   /* parent: frame id, 0 = empty stack */
+/* parent: frame id, 0 = empty stack; n: in a length-counted machine (machine_src_t.counted), its
+ * characters so far << 4 | where in a character it is (lc_track), else 0 */
+typedef struct { uint32_t m, s, parent, n; } cfg_t;
 typedef struct { cfg_t c[MAX_CFGS]; uint32_t n; } cset_t;
 
 typedef struct matcher matcher_t;
@@ -26,6 +28,7 @@ int matcher_forced_byte(matcher_t *m, const cset_t *set);
  * set. The result is owned by the matcher: do not change it; valid until the next call. */
 const aici_tokset_t *matcher_mask(matcher_t *m, const aici_trie_t *trie, const cset_t *set, aici_token_t eos);
 uint32_t matcher_machines(const matcher_t *m);
+uint32_t matcher_dfa_states(const matcher_t *m);   /* built so far, over every machine (1 KiB of rows each) */
 /* Builds what masks share across schemas (the free-string and short-token slices, per-token
  * character counts: passes over the trie), once per tokenizer: in the init (json_init), so that
  * every request starts with them from the snapshot. Idempotent. */

@@ -10,10 +10,11 @@
 
 #define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
 #define MAX_ALTS 64u
-#define STR_BLOCK 128u   /* characters one string machine spells (see string_machine) */
-#define STR_MAX 262144u  /* (a rest machine per block) */
+#define STR_INLINE_MIN 128u /* a plain string's minLength inline (one NFA copy a character) up to this */
+#define STR_INLINE_MAX 24u  /* and its maxLength; past either, a counted machine */
+#define PAT_INLINE_MAX 32u  /* `^ATOM{m,n}$` takes length bounds into its repeat while they are at most this */
+#define STR_MAX (1u << 27)          /* counted: a count fits cfg_t.n beside its tracker */
 #define PAT_CAP_MAX 128u /* a pattern narrowed to a maxLength: unbounded repeats at most this many more */
-#define STR_INF 0xffffffffu
 
 typedef struct {
   const jv_t *key;                     /* schema node (or a marker for special machines) */
@@ -238,7 +239,7 @@ static uint32_t machine_for(cx_t *c, const jv_t *schema, uint32_t kind, const ch
   }
   c->keys[i].key = schema, c->keys[i].kind = kind, c->keys[i].arg = key_arg;
   c->pending[i] = schema;
-  c->texts[i].text = 0, c->texts[i].len = 0;
+  c->texts[i] = (machine_src_t){0};
   sb_t p = {0};
   if (ptr) sb_putn(&p, ptr, ptr_len);
   else sb_puts(&p, c->ptr.n ? c->ptr.p : "#");
@@ -390,7 +391,7 @@ static bool get_uint(cx_t *c, const jv_t *s, const char *kw, uint64_t *out) {
 
 /* A pattern `^ATOM{a,b}$` (or * + ?) with length bounds: the same pattern with the repeat
  * narrowed to the bounds (each repeat of one atom is one character). NULL: not of that form. */
-static char *pattern_with_length(const jv_t *pat, uint64_t min, uint64_t max, bool has_max) {
+static char *pattern_with_length(const jv_t *pat, uint64_t min, uint64_t max, bool has_max, uint64_t *largest) {
   const char *p = pat->s;
   uint32_t n = pat->n, i = 0;
   if (n < 3 || p[0] != '^' || p[n - 1] != '$' || (n >= 2 && p[n - 2] == '\\')) return 0;
@@ -425,6 +426,7 @@ static char *pattern_with_length(const jv_t *pat, uint64_t min, uint64_t max, bo
   if (i != n - 1) return 0;
   if (min > a) a = min;
   if (has_max && (unbounded || max < b)) b = max, unbounded = false;
+  *largest = unbounded || b < a ? a : b;
   sb_t t = {0};
   sb_putc(&t, '^'), sb_putn(&t, p + atom, atom_end - atom);
   sb_putc(&t, '{'), sb_uint(&t, a);
@@ -479,70 +481,33 @@ static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_
   aici_free(l.memo), aici_free(l.mark);
 }
 
-/* Long strings: machines that count characters. The DFA of a bounded string has ~20 states a
- * character (1 KiB each), so no machine spells more than STR_BLOCK characters:
- *   top(min, max)  `"` then up to STR_BLOCK characters inline (the fast masks of bounded
- *                  strings: one configuration), else exactly STR_BLOCK, then rest(...)
- *   rest(lo, hi)   the rest and the closing quote: short(lo, hi) while hi < STR_BLOCK, or a whole
- *                  block then rest(lo - STR_BLOCK, hi - STR_BLOCK); both while lo < STR_BLOCK <= hi
- *                  (two configurations until the block decides); unbounded: blocks, then a free
- *                  string
- *   block          exactly STR_BLOCK characters (shared)
- *   short(a, b)    a..b characters and the closing quote
- * A rest is a few calls (tiny), the block and the shorts are shared, and the calls after which
- * nothing follows are tail calls: memory stays bounded whatever the length. */
-enum { MK_TOP = 4, MK_REST = 5, MK_BLOCK = 6, MK_SHORT = 7, MK_KEYLANG = 8, MK_ANY_ORDER = 9 };
+enum { MK_KEYLANG = 8, MK_ANY_ORDER = 9, MK_COUNTED = 10 };
 
-static uint32_t string_machine(cx_t *c, uint32_t kind, uint64_t lo, uint64_t hi) {
+/* A length-counted string machine (machine_src_t.counted): `"`, the content regex, `"`, and
+ * lo..hi characters (CHARS_UNBOUNDED: no maximum), one per (key, bounds). The matcher counts
+ * beside the DFA state, so nothing here grows with the bounds. */
+static void emit_counted(cx_t *c, sb_t *b, const jv_t *key, const sb_t *content, uint64_t lo, uint64_t hi) {
   key_arg = lo << 32 | hi;
-  int32_t m = machine_find(c, &ANY_MARK, kind);
-  if (m >= 0) { key_arg = 0; return (uint32_t)m; }
-  m = (int32_t)machine_for(c, &ANY_MARK, kind, 0, 0);
-  key_arg = 0;
-  if (c->err) return 0;
-  sb_t t = {0};
-  if (kind == MK_BLOCK) emit_chars(&t, STR_BLOCK, STR_BLOCK, false);
-  else if (kind == MK_SHORT || (kind == MK_REST && hi == STR_INF && lo <= STR_BLOCK)) {
-    emit_chars(&t, lo, hi, hi == STR_INF);
-    sb_puts(&t, "\\x22");
-  } else if (kind == MK_TOP) {
-    sb_puts(&t, "\\x22");
-    if (hi == STR_INF ? lo <= STR_BLOCK : hi < STR_BLOCK) {
-      emit_chars(&t, lo, hi, hi == STR_INF);
-      sb_puts(&t, "\\x22");
-    } else {                           /* the DFA tells the two apart: no second configuration */
-      sb_puts(&t, "(?:");
-      if (lo < STR_BLOCK) emit_chars(&t, lo, STR_BLOCK - 1, false), sb_puts(&t, "\\x22|");
-      emit_chars(&t, STR_BLOCK, STR_BLOCK, false);
-      uint64_t rlo = lo > STR_BLOCK ? lo - STR_BLOCK : 0, rhi = hi == STR_INF ? STR_INF : hi - STR_BLOCK;
-      emit_call(c, &t, string_machine(c, MK_REST, rlo, rhi));
-      sb_putc(&t, ')');
+  int32_t m = machine_find(c, key, MK_COUNTED);
+  if (m < 0) {
+    m = (int32_t)machine_for(c, key, MK_COUNTED, 0, 0);
+    if (!c->err) {
+      sb_t t = {0};
+      sb_puts(&t, "\\x22"), sb_putn(&t, content->p, content->n), sb_puts(&t, "\\x22");
+      set_text(c, (uint32_t)m, t.p, t.n);
+      aici_free(t.p);
+      c->texts[m].counted = true, c->texts[m].lo = (uint32_t)lo, c->texts[m].hi = (uint32_t)hi;
     }
-  } else if (hi == STR_INF) {          /* rest, unbounded, lo > STR_BLOCK: whole blocks first */
-    sb_t one = {0};
-    emit_call(c, &one, string_machine(c, MK_BLOCK, 0, 0));
-    emit_repeat(&t, &one, lo / STR_BLOCK, lo / STR_BLOCK, false);
-    aici_free(one.p);
-    emit_chars(&t, lo % STR_BLOCK, 0, true);
-    sb_puts(&t, "\\x22");
-  } else {                             /* rest, bounded */
-    sb_puts(&t, "(?:");
-    if (lo < STR_BLOCK) {
-      emit_call(c, &t, string_machine(c, MK_SHORT, lo, hi < STR_BLOCK ? hi : STR_BLOCK - 1));
-      if (hi >= STR_BLOCK) sb_putc(&t, '|');
-    }
-    if (hi >= STR_BLOCK) {
-      emit_call(c, &t, string_machine(c, MK_BLOCK, 0, 0));
-      emit_call(c, &t, string_machine(c, MK_REST, lo > STR_BLOCK ? lo - STR_BLOCK : 0, hi - STR_BLOCK));
-    }
-    sb_putc(&t, ')');
   }
-  if (!c->err) set_text(c, (uint32_t)m, t.p, t.n);
-  aici_free(t.p);
-  return (uint32_t)m;
+  key_arg = 0;
+  if (!c->err) emit_call(c, b, (uint32_t)m);
 }
 
-static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
+/* Strings while literals are checked (c->flat_cap: one regex, no machine, so no counting): a
+ * `maxLength` a pattern does not imply caps its unbounded repeats and unanchored ends, a
+ * `minLength` it does not imply is taken by its unanchored end (narrower: some valid literals
+ * dropped, never an invalid one kept). */
+static void emit_string_flat(cx_t *c, sb_t *b, const jv_t *s) {
   uint64_t min = 0, max = 0;
   bool has_min = get_uint(c, s, "minLength", &min), has_max = get_uint(c, s, "maxLength", &max);
   const jv_t *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
@@ -559,7 +524,8 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
     if (pat && pat->kind != JV_STR) { fail(c, "bad schema: ", "pattern", "not a string"); return; }
     jv_t narrowed = {0};
     if (pat && ((has_min && min > 0) || has_max)) {
-      char *t = pattern_with_length(pat, has_min ? min : 0, max, has_max);
+      uint64_t largest;
+      char *t = pattern_with_length(pat, has_min ? min : 0, max, has_max, &largest);
       if (t) {
         uint32_t k = 0;
         while (t[k]) k++;
@@ -629,17 +595,88 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
     }
   } else {
     if (min > STR_MAX || (has_max && max > STR_MAX)) {
-      UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 262144");
-      return;
-    }
-    if (((has_max && max > 24) || min > STR_BLOCK) && !c->flat_cap) {   /* one NFA copy a character: machines */
-      b->n -= 4, b->p[b->n] = 0;       /* the opening quote goes in it */
-      emit_call(c, b, string_machine(c, MK_TOP, min, has_max ? max : STR_INF));
+      UNSUPPORTED(c, has_max && max > STR_MAX ? "maxLength" : "minLength", "over 134217728");
       return;
     }
     emit_chars(b, min, max, !has_max);
   }
   sb_puts(b, "\\x22");
+}
+
+/* Strings: the content's language (a pattern, a format, any characters), and length bounds in
+ * characters, exactly. Bounds the language implies cost nothing; `^ATOM{m,n}$` takes small
+ * ones into its repeat; any other is a counted machine (emit_counted), whatever its size. */
+static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
+  if (c->flat_cap) { emit_string_flat(c, b, s); return; }
+  uint64_t min = 0, max = 0;
+  bool has_min = get_uint(c, s, "minLength", &min), has_max = get_uint(c, s, "maxLength", &max);
+  const jv_t *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
+  if (fmt && fmt->kind == JV_STR && ignored(c, "format")) { relax(c, "format"); fmt = 0; }
+  if (fmt && fmt->kind != JV_STR) fmt = 0;
+  if (c->err) return;
+  if (has_max && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (has_min && !min) has_min = false;
+  sb_puts(b, "\\x22");
+  sb_t content = {0};
+  jv_t narrowed = {0};
+  if (pat || fmt) {
+    if (pat && fmt) { UNSUPPORTED(c, "format", "together with pattern"); return; }
+    if (pat && pat->kind != JV_STR) { fail(c, "bad schema: ", "pattern", "not a string"); return; }
+    if (pat && (has_min || has_max)) {  /* ^ATOM{m,n}$: the bounds in the repeat, while small */
+      uint64_t largest = 0;
+      char *t = pattern_with_length(pat, has_min ? min : 0, max, has_max, &largest);
+      if (t && largest <= PAT_INLINE_MAX) {
+        uint32_t k = 0;
+        while (t[k]) k++;
+        narrowed.kind = JV_STR, narrowed.s = t, narrowed.n = k;
+        pat = &narrowed, has_min = has_max = false;
+      } else aici_free(t);
+    }
+    uint64_t lo = 0, hi = UINT64_MAX;  /* the language's lengths in characters */
+    if (pat) {
+      const char *why = 0;
+      uint32_t at = ptr_pushs(c, "pattern");
+      if (!emit_pattern_capped(&content, pat->s, pat->n, PAT_NO_CAP, 0, &lo, &hi, &why)) UNSUPPORTED(c, "pattern", why);
+      ptr_pop(c, at);
+    } else if (!emit_format(&content, fmt->s)) {
+      uint32_t at = ptr_pushs(c, "format");
+      UNSUPPORTED(c, "format", fmt->s);
+      ptr_pop(c, at);
+    } else {
+      length_bounds(content.p, content.n, &lo, &hi);   /* a format's text is ASCII: bytes are characters */
+      if (hi == UINT64_MAX) lo = 0;    /* (not told exactly: counted) */
+    }
+    if (narrowed.s) aici_free((char *)narrowed.s);
+    if (c->err) { aici_free(content.p); return; }
+    if (has_max && lo > max) {         /* no string fits */
+      b->n -= 4, b->p[b->n] = 0;
+      sb_puts(b, "[^\\x00-\\xff]");
+      aici_free(content.p);
+      return;
+    }
+    if (has_min && lo >= min) has_min = false;
+    if (has_max && hi <= max) has_max = false;
+  } else {
+    if ((!has_max || max <= STR_INLINE_MAX) && min <= STR_INLINE_MIN) {
+      emit_chars(b, min, max, !has_max);
+      sb_puts(b, "\\x22");
+      return;
+    }
+    sb_puts(&content, "(?:");
+    emit_strchar(&content);
+    sb_puts(&content, ")*");
+  }
+  if (has_max && max > STR_MAX) max = STR_MAX;   /* narrower: no string of over 2^27 characters */
+  if (has_min && min > STR_MAX) {      /* (bounds the language implies are gone) */
+    UNSUPPORTED(c, "minLength", "over 134217728");
+  } else if (has_min || has_max) {
+    b->n -= 4, b->p[b->n] = 0;         /* the opening quote goes in the machine */
+    emit_counted(c, b, pat || fmt ? s : &ANY_MARK, &content, has_min ? min : 0, has_max ? max : CHARS_UNBOUNDED);
+  } else {
+    sb_putn(b, content.p, content.n);
+    sb_puts(b, "\\x22");
+  }
+  aici_free(content.p);
 }
 
 /* ---- numbers --------------------------------------------------------------------------------- */
