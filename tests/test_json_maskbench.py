@@ -55,6 +55,9 @@ def test_maskbench_every_case(checker, slice_name):
 
 
 # -- documents sampled under the masks ----------------------------------------------------------
+# (the default run samples under masks in test_json_schema.py's keyword combinations; these
+# MaskBench schemas took ~20 s of it)
+@pytest.mark.slow
 def test_sampled_documents_validate(checker):
     cases = [c for s in SLICES[:3] for c in sample(s, 2, seed=2)]
     assert sampled_documents_validate(checker, cases, per_schema=1) >= 3

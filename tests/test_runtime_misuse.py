@@ -113,12 +113,12 @@ def test_a_host_import_fault_is_recorded_on_its_own_sequence(rt, ctrl):
 
 
 def test_random_lifetimes_leave_no_instance_store_or_pinned_buffer(hot_path, scripted_wasm):
-    """10,000 sequences opened, stepped, forked and closed in random order (closing some while
+    """4,000 sequences opened, stepped, forked and closed in random order (closing some while
     their call runs): afterwards no live instance, store, call or pinned mask buffer remains."""
     rng = random.Random(7)
     steps_pool = [HEALTHY, result(branch(mask=[65]), branch(mask=[66])), stop(),
                   result(branch(splices=[splice(ff=[70])]))]
-    n_total = 10_000 if hot_path == "compiled" else 1_000
+    n_total = 4_000 if hot_path == "compiled" else 1_000
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=256,
                         limits=aicirt.Limits(max_forks=2, soft_deadline_s=0.5)) as rt:
         ctrl = rt.load(scripted_wasm)
@@ -158,7 +158,7 @@ def test_closing_a_runtime_frees_its_address_space_reservation(hot_path, scripte
     """Each Runtime reserves its pool's address space (max_sequences x memory limit); close()
     must give it back even while the caller still holds a Controller it loaded."""
     import gc
-    for _ in range(3):
+    for _ in range(2):
         gc.collect()
         before = _vm_mib()
         rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, prebuild_trie=False)
