@@ -30,8 +30,11 @@ setup-model: setup
 setup-bench-json: setup-model
 	$(PIP) --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 
+# Test files spread over TEST_JOBS processes (pytest-xdist; `auto`: one a core, at most 4), a
+# file's tests in one process (module fixtures built once). TEST_JOBS=0 runs them in this one.
+TEST_JOBS ?= auto
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
 
 # llama-cpp-python builds from source (about 6 minutes on 2 cores; pip caches the wheel after).
 # GGML_NATIVE=OFF: a -march=native build dies with SIGILL on these VMs; AVX2 + FMA run everywhere here.
