@@ -1,11 +1,13 @@
 """The compiled hot path: step.c's worker pool and host.c's native imports and variables."""
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+from wasmtime import _ffi as wt_ffi
 
 from . import fn_addr
 from .build import load_extension
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from _cffi_backend import FFI as CompiledFFI   # the ffi of an API-mode extension
 
     from . import EditArrays, Native
+    from .instance import SpawnPlan
 
 
 def _ptr(ffi: "CompiledFFI", ctype: str, arr: np.ndarray) -> CData:
@@ -37,6 +40,19 @@ class Compiled:
         if size != ffi.sizeof("aicirt_slot"):
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
         lib.aicirt_bind_clock(ffi.cast("void *", fn_addr("wasmtime_error_new")))
+        self._spawn_fns = ffi.new("void *[]", [ffi.cast("void *", fn_addr(n)) for n in (   # spawn.c's order
+            "wasmtime_store_new", "wasmtime_store_context", "wasmtime_store_limiter", "wasmtime_store_delete",
+            "wasmtime_context_set_data", "wasmtime_store_epoch_deadline_callback", "wasmtime_instance_pre_instantiate",
+            "wasmtime_instance_export_get", "wasmtime_memory_grow", "wasmtime_global_get", "wasmtime_global_set")])
+        lib.aicirt_bind_spawn(self._spawn_fns)
+        # spawn.c copies handles by the sizes of wasmtime 50's C API: checked against wasmtime-py's bindings
+        if (ffi.sizeof("wt_instance_t"), ffi.sizeof("wt_extern_t"), ffi.offsetof("wt_extern_t", "of"),
+                ffi.sizeof("wt_func_t"), ffi.sizeof("wt_memory_t")) != (
+                ctypes.sizeof(wt_ffi.wasmtime_instance_t), ctypes.sizeof(wt_ffi.wasmtime_extern_t),
+                wt_ffi.wasmtime_extern_t.of.offset, ctypes.sizeof(wt_ffi.wasmtime_func_t),
+                ctypes.sizeof(wt_ffi.wasmtime_memory_t)) \
+                or ctypes.sizeof(wt_ffi.wasmtime_global_t) > 24 or ctypes.sizeof(wt_ffi.wasmtime_val_t) > 64:
+            raise RuntimeError("wasmtime's C API layouts differ from spawn.c's")
         #: step.c's epoch-deadline callback, for wasmtime_store_epoch_deadline_callback (its address)
         self.epoch_callback = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aicirt_epoch_cb")))
         self.clock_start = lib.aicirt_clock_start
@@ -67,9 +83,41 @@ class Compiled:
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
 
     def release(self, slot: CData) -> None:
-        """Free the slot's native buffers (its log, the tokens it saw)."""
+        """Free the slot's native buffers (its log, the tokens it saw) and its Store, if still held."""
+        self.lib.aicirt_store_delete(slot)
         self.lib.aicirt_slot_release(slot)
         self.lib.aicirt_seen_free(slot)
+
+    def store_delete(self, slot: CData) -> None:
+        """Free the slot's Store (its instance, its pooled memory slot); idempotent."""
+        self.lib.aicirt_store_delete(slot)
+
+    def _plan(self, plan: "SpawnPlan") -> CData:
+        """spawn.c's form of `plan` (made once; the C strings are kept with it)."""
+        if plan.impl is None:
+            ffi = self.ffi
+            names = [ffi.new("char[]", n) if n is not None else ffi.NULL for n in plan.names]
+            gnames = [ffi.new("char[]", name) for _, name in plan.globals]
+            c = ffi.new("aicirt_spawn_plan *")
+            c.engine, c.pre = ffi.cast("void *", plan.engine_addr), ffi.cast("void *", plan.pre_addr)
+            c.memory_bytes, c.has_post, c.has_init = plan.memory_bytes, plan.has_post, plan.has_init
+            for k, (n, raw) in enumerate(zip(names, plan.names)):
+                c.names[k], c.lens[k] = n, len(raw or b"")
+            c.n_globals = len(gnames)
+            garr = ffi.new("const char *[]", gnames or [ffi.NULL])
+            glens = ffi.new("size_t[]", [len(name) for _, name in plan.globals] or [0])
+            c.global_names, c.global_lens = garr, glens
+            plan.impl = (c, names, gnames, garr, glens)   # the struct and what it points at
+        return plan.impl[0]
+
+    def spawn(self, plan: "SpawnPlan", slot: CData) -> int:
+        """spawn.c's aicirt_spawn: 0, or 1 with the reason in the slot."""
+        return self.lib.aicirt_spawn(plan.impl[0] if plan.impl is not None else self._plan(plan), slot)
+
+    def fork_copy(self, plan: "SpawnPlan", src: CData, dst: CData) -> int:
+        """spawn.c's aicirt_fork_copy: the pages written, or -1 with the reason in `dst`."""
+        assert plan.image is not None
+        return self.lib.aicirt_fork_copy(self._plan(plan), src, dst, *plan.image)
 
     def seen_tokens(self, slot: CData) -> list[int]:
         """The tokens the slot's controller has seen."""
