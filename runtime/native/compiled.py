@@ -22,17 +22,14 @@ if TYPE_CHECKING:
     from .instance import SpawnPlan
 
 
-def _ptr(ffi: "CompiledFFI", ctype: str, arr: np.ndarray) -> CData:
-    """A C pointer into a contiguous numpy array (which the caller keeps alive for the call)."""
-    return ffi.from_buffer(ctype, arr)  # type: ignore[call-overload]   # numpy arrays have the buffer protocol
-
-
 class Compiled:
     mode = "compiled"
 
     def __init__(self, native: "Native") -> None:
         mod = load_extension()
         self.ffi, self.lib = ffi, lib = mod.ffi, mod.lib
+        #: a C pointer into a contiguous numpy array, which the caller keeps alive for the call
+        self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
         size = lib.aicirt_bind(*(ffi.cast("void *", fn_addr(n)) for n in (
             "wasmtime_func_call_unchecked", "wasmtime_memory_data", "wasmtime_memory_data_size",
             "wasmtime_context_set_epoch_deadline", "wasmtime_caller_context", "wasmtime_context_get_data",
@@ -131,16 +128,16 @@ class Compiled:
                      elapsed_us: np.ndarray) -> int:
         """step.c's aicirt_rows_collect over the batch's arrays (see RowKind); returns how many
         rows are not RowKind.MASK."""
-        ffi = self.ffi
-        return self.lib.aicirt_rows_collect(_ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
-                                            _ptr(ffi, "int8_t[]", row_status), _ptr(ffi, "uint8_t[]", kind),
-                                            _ptr(ffi, "float[]", temperature), _ptr(ffi, "double[]", elapsed_us))
+        fb = self._from_buffer
+        return self.lib.aicirt_rows_collect(fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int8_t[]", row_status),
+                                            fb("uint8_t[]", kind), fb("float[]", temperature),
+                                            fb("double[]", elapsed_us))
 
     def gather_rows(self, table: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, int]:
         """(table[index], -1), or (_, row) for the first row whose index is no live entry."""
-        ffi, out = self.ffi, np.empty(len(index), dtype=np.uint64)
-        rc = self.lib.aicirt_rows_gather(_ptr(ffi, "uint64_t[]", table), len(table), _ptr(ffi, "int64_t[]", index),
-                                         len(index), _ptr(ffi, "uint64_t[]", out))
+        fb, out = self._from_buffer, np.empty(len(index), dtype=np.uint64)
+        rc = self.lib.aicirt_rows_gather(fb("uint64_t[]", table), len(table), fb("int64_t[]", index), len(index),
+                                         fb("uint64_t[]", out))
         return out, -rc - 1
 
     def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
@@ -187,6 +184,7 @@ class CPool:
 
     def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float) -> None:
         self.ffi, self.lib = ffi, lib
+        self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer  # type: ignore[assignment]
         self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
@@ -194,26 +192,25 @@ class CPool:
     def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
         """step.c's aicirt_rows_start: (0, 0), or (-(row + 1), misuse) with nothing started."""
-        ffi = self.ffi
+        ffi, fb = self.ffi, self._from_buffer
         misuse = ffi.new("int *")
         if edits is None:
             of = off = tok = unchanged = ffi.NULL
         else:
-            of, off = _ptr(ffi, "int32_t[]", edits.of_row), _ptr(ffi, "int64_t[]", edits.offsets)
-            tok = _ptr(ffi, "uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
-            unchanged = _ptr(ffi, "uint32_t[]", edits.unchanged)
-        rc = self.lib.aicirt_rows_start(self.ptr, _ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
-                                        _ptr(ffi, "int32_t[]", sampled), of, off, tok, unchanged,
-                                        _ptr(ffi, "uint32_t[]", masks), words, stamp,
-                                        _ptr(ffi, "int8_t[]", row_status), misuse)
+            of, off = fb("int32_t[]", edits.of_row), fb("int64_t[]", edits.offsets)
+            tok = fb("uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
+            unchanged = fb("uint32_t[]", edits.unchanged)
+        rc = self.lib.aicirt_rows_start(self.ptr, fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int32_t[]", sampled),
+                                        of, off, tok, unchanged, fb("uint32_t[]", masks), words, stamp,
+                                        fb("int8_t[]", row_status), misuse)
         return rc, misuse[0]
 
     def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
         """Block until every row of `ptrs` (uint64 slot addresses) whose call is out (RowStatus
         STARTED or LATE) is done, or `timeout_s` passes; returns how many are not done."""
-        ffi = self.ffi
-        return self.lib.aicirt_rows_wait(self.ptr, _ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
-                                         _ptr(ffi, "int8_t[]", row_status), timeout_s * 1e6)
+        fb = self._from_buffer
+        return self.lib.aicirt_rows_wait(self.ptr, fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int8_t[]", row_status),
+                                         timeout_s * 1e6)
 
     @property
     def pending(self) -> int:
