@@ -81,7 +81,7 @@ class _BorrowedStore(wasmtime.Store):
     """A wasmtime.Store over a Store the slot owns: closing (or collecting) the view frees nothing."""
 
     def _delete(self, ptr: Any) -> None:
-        pass
+        setattr(self, "_Store__context", None)   # as wasmtime-py's Store._delete: a use after close raises
 
 
 def store_view(engine: wasmtime.Engine, slot: CData, native: "Native") -> wasmtime.Store:
@@ -89,7 +89,7 @@ def store_view(engine: wasmtime.Engine, slot: CData, native: "Native") -> wasmti
     view = _BorrowedStore.__new__(_BorrowedStore)
     ptr = ctypes.cast(native.addr(slot.store), ctypes.POINTER(wt_ffi.wasmtime_store_t))
     view._set_ptr(ptr)
-    view._Store__context = wt_ffi.wasmtime_store_context(ptr)   # type: ignore[attr-defined]
+    setattr(view, "_Store__context", wt_ffi.wasmtime_store_context(ptr))   # Store.__init__'s own field
     view.engine = engine
     return view
 
