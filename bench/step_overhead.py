@@ -143,18 +143,21 @@ def bench_naive(ctrl_path, batch, steps):
     return times
 
 
-def bench_instantiate(rt, ctrl, n=300):
+def bench_instantiate(rt, ctrl, n=300, cpu=None):
+    """Wall µs of each spawn on the caller's thread (`cpu`: a list that gets its CPU µs too)."""
     req = rt.new_request(ctrl)
     times = []
     for _ in range(n):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         s = req.spawn()
         times.append((time.perf_counter() - t0) * 1e6)
+        if cpu is not None:
+            cpu.append((time.thread_time() - c0) * 1e6)
         s.close()
     return times
 
 
-def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True, dirty=False):
+def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True, dirty=False, cpu=None):
     """Fork a parent whose linear memory is `mib` MiB (with `dirty`, every byte of it written).
     With `reuse_slots`, each child is closed before the next fork, so the pooled slot it gets is
     resident (a serving steady state); otherwise every child takes a never-used slot and pays its
@@ -168,9 +171,11 @@ def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True, dirty=False):
         parent.memory.write(parent.store, b"\x5a" * (parent.memory.data_len(parent.store) - start), start)
     times, children = [], []
     for _ in range(n):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         children.extend(parent._fork(1))
         times.append((time.perf_counter() - t0) * 1e6)
+        if cpu is not None:
+            cpu.append((time.thread_time() - c0) * 1e6)
         if reuse_slots:
             children.pop().close()
     for child in children:
@@ -198,13 +203,17 @@ def bench_instantiate_naive(rt, ctrl, n=300):
 
 def fork_instantiate_report(ctrl_path, limits) -> dict:
     """Instantiate and fork, median wall time on the caller's thread (µs), with wasmtime-py's bare
-    instantiate as a same-run reference."""
+    instantiate as a same-run reference; `*_cpu_us`: the caller's CPU time for the same (on a
+    loaded machine the wall figure is mostly waiting for a core)."""
     report = {}
     with aicirt.Runtime(FakeVocab(), limits=limits, workers=1, cache_dir=False) as rt:
         ctrl = rt.load(ctrl_path)
-        report["instantiate_us"] = pct(bench_instantiate(rt, ctrl), 50)
+        cpu_inst, cpu_fork = [], []
+        report["instantiate_us"] = pct(bench_instantiate(rt, ctrl, cpu=cpu_inst), 50)
+        report["instantiate_cpu_us"] = pct(cpu_inst, 50)
         report["instantiate_naive_us"] = pct(bench_instantiate_naive(rt, ctrl), 50)
-        report["fork_1mib_us"] = pct(bench_fork(rt, ctrl, 1), 50)
+        report["fork_1mib_us"] = pct(bench_fork(rt, ctrl, 1, cpu=cpu_fork), 50)
+        report["fork_1mib_cpu_us"] = pct(cpu_fork, 50)
         report["fork_16mib_us"] = pct(bench_fork(rt, ctrl, 16, n=20), 50)
         report["fork_16mib_dirty_us"] = pct(bench_fork(rt, ctrl, 16, n=10, dirty=True), 50)
         report["fork_1mib_fresh_slot_us"] = pct(bench_fork(rt, ctrl, 1, n=50, reuse_slots=False), 50)

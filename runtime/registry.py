@@ -270,12 +270,14 @@ class ResidentSlots:
         self._thread: threading.Thread | None = None
 
     # -- what instantiation and freeing record (with the lock held) ---------------------------------
-    def taken(self, base: int) -> None:
-        """An instance now holds the slot whose memory starts at `base`."""
+    def taken(self, base: int) -> int:
+        """An instance now holds the slot whose memory starts at `base`; returns the bytes of it
+        that were kept resident (0 if none are known to be: a fresh slot, or one given back)."""
         held = self._free.pop(base, None)
         if held is not None:
             self._held -= held
         self._last_activity = time.monotonic()
+        return held or 0
 
     def freed(self, base: int, memory_bytes: int) -> None:
         """The slot at `base` was freed (its Store closed) with `memory_bytes` of linear memory:

@@ -24,6 +24,7 @@ from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
 from .native.engine_config import KEEP_RESIDENT, make_engine
+from .native.instance import SpawnPlan
 from .native.linker import define_imports
 from .owned import Owned
 from .paths import user_cache_dir
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from .native import EditArrays
     from .native.compiled import CPool
     from .native.fallback import ThreadPool
+    from .native.types import CData
     from .tokenizer import Tokenizer
 
 
@@ -141,6 +143,9 @@ class Runtime(Owned):
         host = self._host     # the init snapshots' trie: the same one, never a reference to self
         self._init_host = InitHost(tokenizer, lambda: host.trie, self.eos_token)
         self._pres: dict[tuple[str, bool], wasmtime.InstancePre] = {}
+        self._plans: dict[tuple[str, bool], SpawnPlan] = {}
+        #: the native slot every sequence starts from: the limits and vocabulary (Sequence adds its request's)
+        self.slot_template = self._new_slot_template()
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         # the worker threads that run controller calls (step.c's pool, or the fallback's)
         self.pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
@@ -219,12 +224,37 @@ class Runtime(Owned):
             pre = self._pres[key] = linker.instantiate_pre(controller.module)
         return pre
 
+    def spawn_plan(self, controller: Controller) -> SpawnPlan:
+        """What every instance of `controller` binds (instance.SpawnPlan; made once, kept)."""
+        key = (controller.sha256, controller.snapshot)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = SpawnPlan(self.engine, self.instance_pre(controller), controller,
+                                                self.limits.memory_bytes)
+        return plan
+
+    def _new_slot_template(self) -> "CData":
+        slot = self.native.new_slot()
+        limits = self.limits
+        slot.vocab_size = self.vocab_size
+        slot.mask_words = self.mask_words
+        slot.eos_token = self.eos_token
+        slot.host_arg_cap = limits.host_arg_bytes
+        slot.log_cap = limits.log_bytes
+        slot.first_call_ticks = limits.ticks(limits.first_call_timeout_s)
+        slot.first_budget_us = limits.first_call_timeout_s * 1e6
+        slot.call_budget_us = limits.call_timeout_s * 1e6
+        slot.tick_us = limits.epoch_tick_s * 1e6
+        slot.wall_factor = limits.wall_backstop_factor
+        return slot
+
     def _release(self) -> None:
         """Stop the workers and the epoch clock and free every sequence."""
         self._shutdown()       # running calls end (by their deadline) before this returns
         for seq in self.registry.clear():
             seq._free()
         self._pres.clear()
+        self._plans.clear()
         self._init_host.forget()
         for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
             ctrl._release()

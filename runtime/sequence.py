@@ -68,43 +68,62 @@ class Sequence(Owned):
         self.mask_buffer: tuple | None = None      # (mask array, row) a late call writes into
         self._native = native
         self._registry = rt.registry
-        limits = rt.limits
         slot = self.slot = native.new_slot()
-        # the slot's native buffers (its log, its tokens) are freed once, at close or when collected unclosed
+        # the slot's native buffers (its log, its tokens, its Store) are freed once, at close or when collected unclosed
         self._release_slot = weakref.finalize(self, native.release, slot)
+        native.ffi.memmove(slot, rt.slot_template, native.slot_bytes)   # the runtime's limits and vocabulary
         slot.seq_id = self.id
-        slot.vocab_size = rt.vocab_size
-        slot.mask_words = rt.mask_words
-        slot.eos_token = rt.eos_token
         slot.capabilities = int(request.capabilities)
-        slot.host_arg_cap = limits.host_arg_bytes
         slot.arg, slot.arg_len = request.arg_buffer, len(request.arg)
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
-        slot.log_cap = limits.log_bytes
-        slot.first_call_ticks = limits.ticks(limits.first_call_timeout_s)
-        slot.first_budget_us = limits.first_call_timeout_s * 1e6
-        slot.call_budget_us = limits.call_timeout_s * 1e6
-        slot.tick_us = limits.epoch_tick_s * 1e6
-        slot.wall_factor = limits.wall_backstop_factor
         self._group_buf = None                     # the fork group reported on the next call
-        self.store: wasmtime.Store | None = instance.new_store(native, rt.engine, slot, limits.memory_bytes)
+        self._views: tuple | None = None           # wasmtime-py views of the Store, memory, instance (on demand)
+        plan = self._plan = rt.spawn_plan(request.controller)
         self.index = self._registry.add(self, native.addr(slot))
         resident = self._registry.resident
-        try:
-            # No guest code runs here (admission refuses a start function), so the epoch clock need
-            # not tick; a slot is taken and recorded as taken at once.
-            with resident.lock:
-                self.instance: wasmtime.Instance | None
-                self.instance, memory, self._globals = instance.instantiate(
-                    native, slot, rt.instance_pre(request.controller), self.store, request.controller)
-                resident.taken(native.memory(slot)[0])
-        except Exception as e:  # no free slot, or memory limit too small
+        # No guest code runs here (admission refuses a start function), so the epoch clock need
+        # not tick; a slot is taken and recorded as taken at once.
+        with resident.lock:
+            failed = instance.spawn(native, plan, slot)
+            if failed is None:
+                slot.resident_bytes = resident.taken(native.memory(slot)[0])
+        if failed is not None:   # no free slot, or memory limit too small
             self._free()
-            raise ControllerError(f"instantiating {request.controller.name}: {e}") from None
-        self.memory: wasmtime.Memory | None = memory
+            raise ControllerError(f"instantiating {request.controller.name}: {failed}")
 
     def _describe(self) -> str:
         return f"sequence {self.id}"
+
+    # -- wasmtime-py views, made on demand (the hot path never needs them) ------------------------
+    def _view(self) -> tuple:
+        if self._views is None:
+            if self._state is SeqState.CLOSED:
+                raise ValueError(f"{self._describe()} is closed")
+            store = instance.store_view(self.runtime.engine, self.slot, self._native)
+            self._views = (store, instance.memory_view(self._native, self.slot), instance.instance_view(self._native, self.slot))
+        return self._views
+
+    @property
+    def store(self) -> wasmtime.Store | None:
+        """The sequence's Store as a wasmtime-py object (borrowed; closed with the sequence;
+        None once closed)."""
+        return None if self._state is SeqState.CLOSED else self._view()[0]
+
+    @property
+    def memory(self) -> wasmtime.Memory | None:
+        """Its linear memory as a wasmtime-py object (None once closed)."""
+        return None if self._state is SeqState.CLOSED else self._view()[1]
+
+    @property
+    def instance(self) -> wasmtime.Instance | None:
+        """Its instance as a wasmtime-py object (None once closed)."""
+        return None if self._state is SeqState.CLOSED else self._view()[2]
+
+    @property
+    def _globals(self) -> dict[int, wasmtime.Global]:
+        """Its mutable globals by index, as the loader exported them (what a fork copies)."""
+        store, _, inst = self._view()
+        return instance.global_views(store, inst, self._plan)
 
     @classmethod
     def instantiate(cls, request: "Request") -> "Sequence":
@@ -191,11 +210,7 @@ class Sequence(Owned):
             for _ in range(n):
                 child = Sequence(self.request)
                 children.append(child)
-                assert self.store and child.store and child.memory   # all open here
-                instance.copy_state(self._native, self.request.controller, self.slot, self.store, self._globals,
-                                    child.slot, child.store, child.memory, child._globals)
-                self._native.copy_seen(self.slot, child.slot)
-                self._native.copy_fork_state(self.slot, child.slot)
+                instance.fork_copy(self._native, self._plan, self.slot, child.slot)
         except Exception as e:
             for child in children:
                 child.close()
@@ -241,15 +256,17 @@ class Sequence(Owned):
         self._state = SeqState.CLOSED
         self.mask_buffer = None
         self._registry.remove(self, self._native.addr(self.slot))
-        store, memory, self.store = self.store, getattr(self, "memory", None), None   # no memory: instantiation failed
-        self.instance = self.memory = None
-        self._globals = {}
+        views, self._views = self._views, None
+        if views is not None:
+            views[0].close()   # a borrowed view: using it from now on raises
+        slot = self.slot
+        if slot.store != self._native.ffi.NULL:
+            if slot.mem.a.store_id:   # instantiated: its pooled slot is recorded as free
+                resident = self._registry.resident
+                base, size = self._native.memory(slot)   # the slot still points at the instance's memory
+                with resident.lock:   # the slot is freed and recorded as free at once (registry.ResidentSlots)
+                    self._native.store_delete(slot)
+                    resident.freed(base, size)
+            else:
+                self._native.store_delete(slot)
         self._release_slot()
-        if store is not None and memory is not None:
-            resident = self._registry.resident
-            base, size = self._native.memory(self.slot)   # the slot still points at the instance's memory
-            with resident.lock:   # the slot is freed and recorded as free at once (registry.ResidentSlots)
-                store.close()
-                resident.freed(base, size)
-        elif store is not None:
-            store.close()

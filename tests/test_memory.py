@@ -113,6 +113,56 @@ def test_copy_changed_over_random_pages_is_exact(hot_path):
         assert dst[:] == src[:]
 
 
+def test_copy_changed_with_a_resident_hint_is_exact(hot_path):
+    """The `backed` hint (a prefix known resident: read without asking pagemap) changes what is
+    read, never the copy: exact for any hint, over pages backed or not."""
+    native = get_native()
+    rng = np.random.default_rng(11)
+    n = 64 * PAGE
+    for backed in (0, 7 * PAGE, 32 * PAGE + 5, n, 10 * n):
+        src, dst = mmap.mmap(-1, n), mmap.mmap(-1, n)
+        for page in rng.choice(64, 20, replace=False):
+            src[int(page) * PAGE + int(rng.integers(0, PAGE))] = int(rng.integers(1, 256))
+        written = pages.copy_changed(native, _addr(dst), _addr(src), n, (0, 0), backed)
+        assert dst[:] == src[:] and written == 20
+
+
+def test_a_sequence_makes_no_wasmtime_object_until_asked_and_its_views_close_with_it(rt):
+    """Spawn, a step and a fork make no wasmtime-py object (the slot owns its Store); `store`,
+    `memory` and `instance` are views made on first use: closing the view frees nothing, closing
+    the sequence closes the view."""
+    ctrl = rt.load(module())
+    seq = rt.new_request(ctrl).spawn()
+    assert rt.submit([StepInput(seq, [1, 2])]).wait().results[0].status == "ok"
+    child = seq.fork()
+    assert seq._views is None and child._views is None
+    store, memory = seq.store, seq.memory
+    assert seq.instance is not None and memory.data_len(store) == memory_bytes(child).__len__()
+    store.close()   # a borrowed view: the sequence's Store lives on
+    assert rt.submit([StepInput(seq, [1, 2, 3]), StepInput(child, [1, 2, 4])]).wait().results[0].status == "ok"
+    view, child_memory = child.store, child.memory
+    child.close()
+    with pytest.raises(ValueError, match="closed"):
+        child_memory.size(view)
+    assert child.store is None and child.memory is None and child.instance is None
+
+
+def test_a_reused_slot_is_known_resident_and_forks_from_it_exactly(rt):
+    """A sequence in a slot a freed one kept resident knows how much (ResidentSlots.taken), and a
+    fork of it, which reads that prefix without asking pagemap, is exact."""
+    ctrl = rt.load(module())
+    req = rt.new_request(ctrl)
+    first = req.spawn()
+    first.memory.grow(first.store, 16)
+    first.close()                                    # freed: wasmtime keeps its first 1 MiB resident
+    parent = req.spawn()
+    assert parent.slot.resident_bytes == min(MIB, 16 * WASM_PAGE + memory_bytes(parent).__len__())
+    parent.memory.grow(parent.store, 16)
+    parent.memory.write(parent.store, b"written", 3 * WASM_PAGE + 11)
+    child = parent.fork()
+    assert memory_bytes(child) == memory_bytes(parent)
+
+
 def test_fork_copies_memory_exactly_into_a_reused_slot(rt):
     """Scattered writes, a cleared data byte, grown pages: the child's memory equals the parent's
     byte for byte, also in a slot an earlier child wrote elsewhere (it was reset, not copied over)."""

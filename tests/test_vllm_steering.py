@@ -299,3 +299,16 @@ def test_a_controller_that_stops_at_once_saying_why_has_refused_its_argument(run
     assert quiet.error is None and quiet.stopped and quiet.output == [EOS]
     _, _, later = under_host(runtime, ctrl, S.script(S.result(S.branch(mask=[A])), S.log("done", S.stop())))
     assert later.error is None and later.output == [A, EOS]
+
+
+def test_variable_changes_are_left_to_the_embedder_unless_they_are_logged(runtime, ctrl, caplog):
+    """The adapter takes a request's variable changes only to log them (at DEBUG): otherwise they
+    stay for whoever reads them (`take_var_changes`), coalesced per name at no cost."""
+    arg = S.script(S.var_set("k", "v1", S.result(S.branch(mask=[A]))),
+                   S.var_set("k", "v2", S.result(S.branch(mask=[B]))), S.stop())
+    _, _, s = under_host(runtime, ctrl, arg)
+    assert {name: value for _, _, name, value in s.request.take_var_changes()}["k"] == b"v2"
+    with caplog.at_level(logging.DEBUG, logger="aicirt.integrations"):
+        _, _, logged = under_host(runtime, ctrl, arg)
+    assert "var set k = b'v1'" in caplog.text and "var set k = b'v2'" in caplog.text
+    assert not [c for c in logged.request.take_var_changes() if c[2] == "k"]

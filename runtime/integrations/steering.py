@@ -59,6 +59,7 @@ ERROR_TEXT = "\n[aicirt error: {}]"
 ERROR_TEXT_BYTES = 240
 
 _SAMPLE, _FORCE = "sample", "force"
+_MASK, _PENDING = int(RowKind.MASK), int(RowKind.PENDING)   # (an enum member's lookup costs µs a row)
 
 
 @dataclass
@@ -157,12 +158,12 @@ class Steered:
         edit = (self.tokens, 0) if synced is None else row_edit(self.tokens, sampled, synced, synced)
         return self.seq.index, -1 if sampled is None else sampled, edit  # type: ignore[union-attr]  # spawned
 
-    def _take_mask(self, mask: np.ndarray, temperature: float, row: np.ndarray) -> None:
-        """The common result (one branch, a mask) as the rows API returns it: sample under it."""
+    def _take_mask(self, temperature: float, masks: np.ndarray, pos: int) -> None:
+        """The common result (one branch, a mask) as the rows API returns it, its mask already
+        copied into `masks[pos]` (with the batch's others, by one copy): sample under it."""
         self._first = False
-        row[:] = mask
-        self._last_mask = row
-        self._temperature = None if temperature != temperature else float(temperature)   # NaN: none
+        self._last_mask = masks[pos]
+        self._temperature = None if temperature != temperature else temperature   # NaN: none
         self._splices = ()
         self._expect = _SAMPLE
 
@@ -198,12 +199,12 @@ class Steered:
                 self._expect = _SAMPLE
         return False
 
-    def _plan(self, row: np.ndarray) -> float | None:
-        """This step's row: the controller's mask (already in `row`), a forced token, or EOS."""
+    def _plan(self, masks: np.ndarray, pos: int) -> float | None:
+        """This step's row `masks[pos]`: the controller's mask (already there), a forced token, or EOS."""
         replay, self._replay = self._replay, False
         if self._expect == _SAMPLE:
             if replay:
-                row[:] = self._last_mask
+                masks[pos] = self._last_mask
             return self._temperature
         if replay:
             token = self._forced_token
@@ -215,6 +216,7 @@ class Steered:
             return None   # unreachable: every live, unheld controller was asked this step
         if not self.finished:
             self._expect, self._forced_token = _FORCE, token
+        row = masks[pos]
         row[:] = 0
         row[token >> 5] = np.uint32(1 << (token & 31))
         return None
@@ -252,6 +254,7 @@ class Steering:
         self._batch: list[Steered] | None = None
         self._handle: RowsHandle | None = None
         self._asked: list[Steered] = []
+        self._asked_at: list[int] = []   # their positions in the batch
         self._count = 0
 
     def open(self, controller: Any, arg: bytes | str, prompt: Sequence[int], output: list[int],
@@ -282,44 +285,59 @@ class Steering:
             # now; each request then sees nothing appended and replays that plan.
             self.end()
         self._batch = list(batch)
-        rows, self._asked = [], []
-        for s in self._batch:
+        asked: list[Steered] = []
+        at: list[int] = []
+        index: list[int] = []
+        sampled: list[int] = []
+        edits: dict[int, tuple[list[int], int]] = {}
+        for pos, s in enumerate(self._batch):
             row = s._begin()
             if row is not None:
-                rows.append(row)
-                self._asked.append(s)
-        self._handle = self._submit(rows) if rows else None
-
-    def _submit(self, rows: list[tuple[int, int, tuple[list[int], int] | None]]) -> RowsHandle:
-        """One batch through the runtime's rows API (no Python object per row in the common case)."""
-        index = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        sampled = np.fromiter((r[1] for r in rows), dtype=np.int32, count=len(rows))
-        edits = {i: r[2] for i, r in enumerate(rows) if r[2] is not None}
-        return self.runtime.submit_rows(index, sampled, edits or None)
+                if row[2] is not None:
+                    edits[len(asked)] = row[2]
+                asked.append(s)
+                at.append(pos)
+                index.append(row[0])
+                sampled.append(row[1])
+        self._asked, self._asked_at = asked, at
+        self._handle = self.runtime.submit_rows(np.array(index, dtype=np.int64), np.array(sampled, dtype=np.int32),
+                                                edits or None) if asked else None
 
     def end(self) -> StepPlan:
-        """After the forward pass: wait for the controllers (up to the hard limit) and plan."""
+        """After the forward pass: wait for the controllers (up to the hard limit) and plan.
+
+        The common rows (a mask back) cost no Python object: their masks go into the plan's
+        matrix by one vectorised copy, their state by a few attribute writes each."""
         if self._batch is None:
             raise ValueError("Steering.end() without begin()")
         batch, self._batch = self._batch, None
         masks = np.zeros((len(batch), self.runtime.mask_words), dtype=np.uint32)
-        rows = {id(s): masks[i] for i, s in enumerate(batch)}
-        asked = self._asked
+        asked, at = self._asked, self._asked_at
         handle, self._handle = self._handle, None
         wait_s = self.runtime.limits.call_timeout_s + 0.1
         for _ in range(MAX_NOOPS + 1):
             if handle is None:
                 break
             out = handle.wait(timeout_s=wait_s)
-            again = []
-            for i, s in enumerate(asked):
-                kind = out.kind[i]
-                if kind == RowKind.MASK:
-                    s._take_mask(out.masks[i], out.temperature[i], rows[id(s)])
-                elif kind == RowKind.PENDING or s._take(out.results[i], out.masks, rows[id(s)]):
-                    again.append(s)   # late: wait again (the runtime fails it after Limits.max_late_steps); no-op: ask again
-            asked = again
-            handle = self._submit([(s.seq.index, -1, None) for s in asked]) if asked else None  # type: ignore[union-attr]
+            is_mask = out.kind == _MASK
+            taken = np.flatnonzero(is_mask)
+            if len(taken):
+                masks[np.asarray(at)[taken]] = out.masks[taken]
+            again, again_at = [], []
+            if len(taken) < len(asked):
+                kinds = out.kind.tolist()
+                for i, s in enumerate(asked):
+                    if kinds[i] == _MASK:
+                        continue
+                    if kinds[i] == _PENDING or s._take(out.results[i], out.masks, masks[at[i]]):
+                        again.append(s)   # late: wait again (the runtime fails it after Limits.max_late_steps); no-op: ask again
+                        again_at.append(at[i])
+            temperature = out.temperature.tolist()
+            for i in taken.tolist():
+                asked[i]._take_mask(temperature[i], masks, at[i])
+            asked, at = again, again_at
+            handle = self.runtime.submit_rows(np.array([s.seq.index for s in asked], dtype=np.int64),  # type: ignore[union-attr]
+                                              np.full(len(asked), -1, dtype=np.int32)) if asked else None
         if handle is not None:   # still no answer, or no-op, after MAX_NOOPS rounds
             out = handle.wait(timeout_s=wait_s)
             for i, s in enumerate(asked):
@@ -327,8 +345,9 @@ class Steering:
                 s._fail(r.error or "controller error" if r is not None and r.status == "error" else
                         f"no answer after {MAX_NOOPS + 1} rounds (late or no-op each time): this host samples "
                         f"a token every step, so a controller cannot wait")
-        temperatures = [s._plan(rows[id(s)]) for s in batch]
-        for s in batch:
-            for _seq_id, op, name, value in (s.request.take_var_changes() if s.request else ()):
-                log.debug("%s var %s %s = %r", s.label, op, name, value[:80])
+        temperatures = [s._plan(masks, pos) for pos, s in enumerate(batch)]
+        if log.isEnabledFor(logging.DEBUG):   # changes not taken cost nothing (host.c coalesces them per name)
+            for s in batch:
+                for _seq_id, op, name, value in (s.request.take_var_changes() if s.request else ()):
+                    log.debug("%s var %s %s = %r", s.label, op, name, value[:80])
         return StepPlan(masks, temperatures)

@@ -65,11 +65,28 @@ class MaskBiases:
             raise ValueError(f"a numpy bias needs CPU float32 logits, got {logits.dtype} on {logits.device}")
         return row
 
-    def _entry(self, words: np.ndarray, logits: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
-        """(the bias as a tensor, the same memory as a float32 numpy array where it is one)."""
+    def arrays(self, masks: np.ndarray, logits: torch.Tensor) -> list[np.ndarray]:
+        """`array` for each row of `masks` (the logits' width, dtype and device looked at once)."""
+        self._check(logits)
+        out = []
+        for words in masks:
+            row = self._lookup(words, logits)[1]
+            if row is None:
+                raise ValueError(f"a numpy bias needs CPU float32 logits, got {logits.dtype} on {logits.device}")
+            out.append(row)
+        return out
+
+    def _check(self, logits: torch.Tensor) -> None:
         key = (logits.shape[1], logits.dtype, logits.device)
         if key != self._key:
             self._key, self._rows = key, OrderedDict()
+
+    def _entry(self, words: np.ndarray, logits: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
+        """(the bias as a tensor, the same memory as a float32 numpy array where it is one)."""
+        self._check(logits)
+        return self._lookup(words, logits)
+
+    def _lookup(self, words: np.ndarray, logits: torch.Tensor) -> tuple[torch.Tensor, np.ndarray | None]:
         content = words.tobytes()
         entry = self._rows.get(content)
         if entry is not None:
@@ -99,9 +116,9 @@ def mask_rows(logits: torch.Tensor, rows: list[int], masks: np.ndarray, biases: 
         # numpy on CPU float32: one thread, no OpenMP parallel region (torch splits a 49k-element
         # add over its pool, which on a loaded machine waits for descheduled threads: ms a row)
         view = logits.numpy()
-        for k, r in enumerate(rows):
+        for r, bias in zip(rows, biases.arrays(masks, logits)):
             out = view[r]
-            np.add(out, biases.array(masks[k], logits), out=out)
+            np.add(out, bias, out=out)
         return
     for k, r in enumerate(rows):
         logits[r].add_(biases.bias(masks[k], logits))

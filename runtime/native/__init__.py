@@ -33,7 +33,6 @@ from ..abi import Status
 from .ffi_decl import CDEF_SLOT, CDEF_VARS, CDEF_WASMTIME
 from .traps import summarize_trap, take_error_text
 from .types import CData, CLib
-from . import wasi_rng
 
 __all__ = ["EditArrays", "Native", "Status", "get_native", "summarize_trap"]
 
@@ -81,6 +80,7 @@ class Native:
         self.impl = impl
         self.mode: str = impl.mode
         self.ffi = impl.ffi
+        self.slot_bytes: int = impl.ffi.sizeof("aicirt_slot")
         # the hot operations, bound once (no extra Python frame per call)
         self.make_pool = impl.make_pool
         self.memory = impl.memory
@@ -88,6 +88,9 @@ class Native:
         self.new_vars = impl.new_vars
         self.log_append = impl.log_append
         self.release = impl.release
+        self.spawn = impl.spawn                 # (plan, slot) -> 0, or 1 with the reason in the slot (instance.py)
+        self.fork_copy = impl.fork_copy         # (plan, src, dst) -> pages written, or -1 with the reason in dst
+        self.store_delete = impl.store_delete   # (slot): free its Store; idempotent
         self.ctx_memory = impl.ctx_memory
         self.ctx_alloc = impl.ctx_alloc
         self.host_callback = impl.host_callback
@@ -127,16 +130,6 @@ class Native:
             slot.post_pending = 1
             slot.post_ptr = slot.result_ptr
             slot.post_left_us = slot.budget_us - slot.cpu_us   # the limit counts CPU time (SPEC §4)
-
-    def copy_fork_state(self, src: CData, dst: CData) -> None:
-        """A fork's copy of the per-call record that goes with the controller's state: the pending
-        post-return (`defer_post`), whether `_initialize` has run (a child of an initialized
-        parent must not run it again: wasi-libc's guard traps), and the calls made so far."""
-        dst.post_pending, dst.post_ptr, dst.post_left_us = src.post_pending, src.post_ptr, src.post_left_us
-        dst.needs_init, dst.calls = src.needs_init, src.calls
-        # WASI random_get: the child gets its own stream, the same on a replay (wasi_rng.py)
-        arg = bytes(self.ffi.buffer(src.arg, src.arg_len)) if src.arg_len else b""
-        src.wasi_rng, dst.wasi_rng = wasi_rng.split(src.wasi_rng or wasi_rng.seed(arg))
 
     def late_is_own(self, slot: CData, soft_deadline_s: float) -> bool:
         """Whether a call still running at the soft deadline is late by its own doing (SPEC §4):

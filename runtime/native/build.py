@@ -1,4 +1,4 @@
-"""Building the compiled hot path: step.c + host.c + wasi.c + pages.c (with the generated ABI header), once, with
+"""Building the compiled hot path: step.c + host.c + wasi.c + pages.c + spawn.c (with the generated ABI header), once, with
 cffi's API mode; the extension is cached under the user cache dir, keyed by its sources."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ _lock = threading.Lock()
 def load_extension() -> ModuleType:
     """The compiled module (``.ffi``, ``.lib``), built on first use. Raises if no C compiler works."""
     source = (abi.c_header() + (_HERE / "step.c").read_text() + (_HERE / "host.c").read_text()
-              + (_HERE / "wasi.c").read_text() + (_HERE / "pages.c").read_text())
+              + (_HERE / "wasi.c").read_text() + (_HERE / "pages.c").read_text() + (_HERE / "spawn.c").read_text())
     cdef = CDEF_SLOT + CDEF_VARS + CDEF_STEP
     key = hashlib.sha256((source + cdef + sys.version + cffi.__version__).encode()).hexdigest()[:16]
     name = f"_aicirt_step_{key}"

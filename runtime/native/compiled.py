@@ -1,11 +1,13 @@
 """The compiled hot path: step.c's worker pool and host.c's native imports and variables."""
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+from wasmtime import _ffi as wt_ffi
 
 from . import fn_addr
 from .build import load_extension
@@ -17,11 +19,7 @@ if TYPE_CHECKING:
     from _cffi_backend import FFI as CompiledFFI   # the ffi of an API-mode extension
 
     from . import EditArrays, Native
-
-
-def _ptr(ffi: "CompiledFFI", ctype: str, arr: np.ndarray) -> CData:
-    """A C pointer into a contiguous numpy array (which the caller keeps alive for the call)."""
-    return ffi.from_buffer(ctype, arr)  # type: ignore[call-overload]   # numpy arrays have the buffer protocol
+    from .instance import SpawnPlan
 
 
 class Compiled:
@@ -30,6 +28,8 @@ class Compiled:
     def __init__(self, native: "Native") -> None:
         mod = load_extension()
         self.ffi, self.lib = ffi, lib = mod.ffi, mod.lib
+        #: a C pointer into a contiguous numpy array, which the caller keeps alive for the call
+        self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
         size = lib.aicirt_bind(*(ffi.cast("void *", fn_addr(n)) for n in (
             "wasmtime_func_call_unchecked", "wasmtime_memory_data", "wasmtime_memory_data_size",
             "wasmtime_context_set_epoch_deadline", "wasmtime_caller_context", "wasmtime_context_get_data",
@@ -37,6 +37,19 @@ class Compiled:
         if size != ffi.sizeof("aicirt_slot"):
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
         lib.aicirt_bind_clock(ffi.cast("void *", fn_addr("wasmtime_error_new")))
+        self._spawn_fns = ffi.new("void *[]", [ffi.cast("void *", fn_addr(n)) for n in (   # spawn.c's order
+            "wasmtime_store_new", "wasmtime_store_context", "wasmtime_store_limiter", "wasmtime_store_delete",
+            "wasmtime_context_set_data", "wasmtime_store_epoch_deadline_callback", "wasmtime_instance_pre_instantiate",
+            "wasmtime_instance_export_get", "wasmtime_memory_grow", "wasmtime_global_get", "wasmtime_global_set")])
+        lib.aicirt_bind_spawn(self._spawn_fns)
+        # spawn.c copies handles by the sizes of wasmtime 50's C API: checked against wasmtime-py's bindings
+        if (ffi.sizeof("wt_instance_t"), ffi.sizeof("wt_extern_t"), ffi.offsetof("wt_extern_t", "of"),
+                ffi.sizeof("wt_func_t"), ffi.sizeof("wt_memory_t")) != (
+                ctypes.sizeof(wt_ffi.wasmtime_instance_t), ctypes.sizeof(wt_ffi.wasmtime_extern_t),
+                wt_ffi.wasmtime_extern_t.of.offset, ctypes.sizeof(wt_ffi.wasmtime_func_t),
+                ctypes.sizeof(wt_ffi.wasmtime_memory_t)) \
+                or ctypes.sizeof(wt_ffi.wasmtime_global_t) > 24 or ctypes.sizeof(wt_ffi.wasmtime_val_t) > 64:
+            raise RuntimeError("wasmtime's C API layouts differ from spawn.c's")
         #: step.c's epoch-deadline callback, for wasmtime_store_epoch_deadline_callback (its address)
         self.epoch_callback = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aicirt_epoch_cb")))
         self.clock_start = lib.aicirt_clock_start
@@ -67,9 +80,41 @@ class Compiled:
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
 
     def release(self, slot: CData) -> None:
-        """Free the slot's native buffers (its log, the tokens it saw)."""
+        """Free the slot's native buffers (its log, the tokens it saw) and its Store, if still held."""
+        self.lib.aicirt_store_delete(slot)
         self.lib.aicirt_slot_release(slot)
         self.lib.aicirt_seen_free(slot)
+
+    def store_delete(self, slot: CData) -> None:
+        """Free the slot's Store (its instance, its pooled memory slot); idempotent."""
+        self.lib.aicirt_store_delete(slot)
+
+    def _plan(self, plan: "SpawnPlan") -> CData:
+        """spawn.c's form of `plan` (made once; the C strings are kept with it)."""
+        if plan.impl is None:
+            ffi = self.ffi
+            names = [ffi.new("char[]", n) if n is not None else ffi.NULL for n in plan.names]
+            gnames = [ffi.new("char[]", name) for _, name in plan.globals]
+            c = ffi.new("aicirt_spawn_plan *")
+            c.engine, c.pre = ffi.cast("void *", plan.engine_addr), ffi.cast("void *", plan.pre_addr)
+            c.memory_bytes, c.has_post, c.has_init = plan.memory_bytes, plan.has_post, plan.has_init
+            for k, (n, raw) in enumerate(zip(names, plan.names)):
+                c.names[k], c.lens[k] = n, len(raw or b"")
+            c.n_globals = len(gnames)
+            garr = ffi.new("const char *[]", gnames or [ffi.NULL])
+            glens = ffi.new("size_t[]", [len(name) for _, name in plan.globals] or [0])
+            c.global_names, c.global_lens = garr, glens
+            plan.impl = (c, names, gnames, garr, glens)   # the struct and what it points at
+        return plan.impl[0]
+
+    def spawn(self, plan: "SpawnPlan", slot: CData) -> int:
+        """spawn.c's aicirt_spawn: 0, or 1 with the reason in the slot."""
+        return self.lib.aicirt_spawn(plan.impl[0] if plan.impl is not None else self._plan(plan), slot)
+
+    def fork_copy(self, plan: "SpawnPlan", src: CData, dst: CData) -> int:
+        """spawn.c's aicirt_fork_copy: the pages written, or -1 with the reason in `dst`."""
+        assert plan.image is not None
+        return self.lib.aicirt_fork_copy(self._plan(plan), src, dst, *plan.image)
 
     def seen_tokens(self, slot: CData) -> list[int]:
         """The tokens the slot's controller has seen."""
@@ -83,16 +128,16 @@ class Compiled:
                      elapsed_us: np.ndarray) -> int:
         """step.c's aicirt_rows_collect over the batch's arrays (see RowKind); returns how many
         rows are not RowKind.MASK."""
-        ffi = self.ffi
-        return self.lib.aicirt_rows_collect(_ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
-                                            _ptr(ffi, "int8_t[]", row_status), _ptr(ffi, "uint8_t[]", kind),
-                                            _ptr(ffi, "float[]", temperature), _ptr(ffi, "double[]", elapsed_us))
+        fb = self._from_buffer
+        return self.lib.aicirt_rows_collect(fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int8_t[]", row_status),
+                                            fb("uint8_t[]", kind), fb("float[]", temperature),
+                                            fb("double[]", elapsed_us))
 
     def gather_rows(self, table: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, int]:
         """(table[index], -1), or (_, row) for the first row whose index is no live entry."""
-        ffi, out = self.ffi, np.empty(len(index), dtype=np.uint64)
-        rc = self.lib.aicirt_rows_gather(_ptr(ffi, "uint64_t[]", table), len(table), _ptr(ffi, "int64_t[]", index),
-                                         len(index), _ptr(ffi, "uint64_t[]", out))
+        fb, out = self._from_buffer, np.empty(len(index), dtype=np.uint64)
+        rc = self.lib.aicirt_rows_gather(fb("uint64_t[]", table), len(table), fb("int64_t[]", index), len(index),
+                                         fb("uint64_t[]", out))
         return out, -rc - 1
 
     def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
@@ -139,6 +184,7 @@ class CPool:
 
     def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float) -> None:
         self.ffi, self.lib = ffi, lib
+        self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer  # type: ignore[assignment]
         self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
@@ -151,26 +197,25 @@ class CPool:
     def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
         """step.c's aicirt_rows_start: (0, 0), or (-(row + 1), misuse) with nothing started."""
-        ffi = self.ffi
+        ffi, fb = self.ffi, self._from_buffer
         misuse = ffi.new("int *")
         if edits is None:
             of = off = tok = unchanged = ffi.NULL
         else:
-            of, off = _ptr(ffi, "int32_t[]", edits.of_row), _ptr(ffi, "int64_t[]", edits.offsets)
-            tok = _ptr(ffi, "uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
-            unchanged = _ptr(ffi, "uint32_t[]", edits.unchanged)
-        rc = self.lib.aicirt_rows_start(self.ptr, _ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
-                                        _ptr(ffi, "int32_t[]", sampled), of, off, tok, unchanged,
-                                        _ptr(ffi, "uint32_t[]", masks), words, stamp,
-                                        _ptr(ffi, "int8_t[]", row_status), misuse)
+            of, off = fb("int32_t[]", edits.of_row), fb("int64_t[]", edits.offsets)
+            tok = fb("uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
+            unchanged = fb("uint32_t[]", edits.unchanged)
+        rc = self.lib.aicirt_rows_start(self.ptr, fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int32_t[]", sampled),
+                                        of, off, tok, unchanged, fb("uint32_t[]", masks), words, stamp,
+                                        fb("int8_t[]", row_status), misuse)
         return rc, misuse[0]
 
     def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
         """Block until every row of `ptrs` (uint64 slot addresses) whose call is out (RowStatus
         STARTED or LATE) is done, or `timeout_s` passes; returns how many are not done."""
-        ffi = self.ffi
-        return self.lib.aicirt_rows_wait(self.ptr, _ptr(ffi, "aicirt_slot *[]", ptrs), len(ptrs),
-                                         _ptr(ffi, "int8_t[]", row_status), timeout_s * 1e6)
+        fb = self._from_buffer
+        return self.lib.aicirt_rows_wait(self.ptr, fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int8_t[]", row_status),
+                                         timeout_s * 1e6)
 
     @property
     def pending(self) -> int:

@@ -16,11 +16,15 @@ import numpy as np
 
 from .. import abi
 from ..abi import RowKind, RowStatus, Stage, Status
+from . import pages, wasi_rng
 from .pool_stats import PoolStats
 from .types import CData
 
 if TYPE_CHECKING:
     from . import EditArrays, Native
+    from .instance import SpawnPlan
+
+_EXTERN_FUNC, _EXTERN_GLOBAL, _EXTERN_MEMORY = 0, 1, 3   # WASMTIME_EXTERN_* (spawn.c)
 
 # Host imports nested in one another on a thread (each cabi_realloc that calls a host import is
 # one level, about ten Python frames here): far below Python's recursion limit, far above any use.
@@ -339,7 +343,83 @@ class Fallback:
             s.log_len += n
         s.call_log_len = min(s.call_log_len + n, s.log_len)
 
+    # -- instances: spawn.c's aicirt_spawn / _fork_copy / _store_delete ----------------------------
+    def _fault(self, s: CData, text: str) -> int:
+        self.native.set_fault(s, text)
+        return 1
+
+    def _export(self, inst: CData, report: CData, name: bytes, kind: int, field_ptr: CData, n: int) -> int:
+        """spawn.c's export_copy: 0, or 1 with a fault in `report`."""
+        item: CData = self.ffi.new("wt_extern_t *")   # held by this frame while its handle is copied out
+        if not self.lib.wasmtime_instance_export_get(inst.ctx, self.ffi.addressof(inst, "inst"), name, len(name), item):
+            return self._fault(report, f"export '{name.decode()}' is missing")
+        if item.kind != kind:
+            return self._fault(report, f"export '{name.decode()}' is of another kind")
+        self.ffi.memmove(field_ptr, item.of, n)
+        return 0
+
+    def spawn(self, plan: "SpawnPlan", s: CData) -> int:
+        ffi, lib = self.ffi, self.lib
+        store = lib.wasmtime_store_new(ffi.cast("void *", plan.engine_addr), ffi.NULL, ffi.NULL)
+        s.store = store
+        if store == ffi.NULL:
+            return self._fault(s, "no Store could be made")
+        lib.wasmtime_store_limiter(store, plan.memory_bytes, -1, -1, -1, -1)
+        s.ctx = lib.wasmtime_store_context(store)
+        lib.wasmtime_context_set_data(s.ctx, s)
+        lib.wasmtime_store_epoch_deadline_callback(store, ffi.cast("wt_epoch_cb", self.epoch_callback), s, ffi.NULL)
+        s.budget_us = s.first_call_ticks * s.tick_us
+        self.clock_start(s, s.budget_us)
+        trap = ffi.new("wasm_trap_t **")
+        err = lib.wasmtime_instance_pre_instantiate(ffi.cast("void *", plan.pre_addr), s.ctx, ffi.addressof(s, "inst"), trap)
+        if err != ffi.NULL or trap[0] != ffi.NULL:
+            s.error, s.trap = err, trap[0]
+            return 1
+        for field, name, kind, n in (("f_realloc", plan.names[0], _EXTERN_FUNC, 16), ("f_mid", plan.names[1], _EXTERN_FUNC, 16),
+                                     ("f_post", plan.names[2], _EXTERN_FUNC, 16), ("f_init", plan.names[3], _EXTERN_FUNC, 16),
+                                     ("mem", plan.names[4], _EXTERN_MEMORY, 24)):   # wt_func_t, wt_memory_t (step.c)
+            if name is not None and self._export(s, s, name, kind, ffi.addressof(s, field), n):
+                return 1
+        s.has_post, s.needs_init = plan.has_post, plan.has_init
+        return 0
+
+    def store_delete(self, s: CData) -> None:
+        store = s.store
+        s.store = s.ctx = self.ffi.NULL
+        if store != self.ffi.NULL:
+            self.lib.wasmtime_store_delete(store)
+
+    def fork_copy(self, plan: "SpawnPlan", src: CData, dst: CData) -> int:
+        ffi, lib = self.ffi, self.lib
+        src_base, src_size = self.memory(src)
+        dst_base, dst_size = self.memory(dst)
+        if src_size > dst_size:
+            prev = ffi.new("uint64_t *")
+            err = lib.wasmtime_memory_grow(dst.ctx, ffi.addressof(dst, "mem"), (src_size - dst_size) // 65536, prev)
+            if err != ffi.NULL:
+                dst.error = err
+                return -1
+            dst_base, dst_size = self.memory(dst)
+        assert plan.image is not None
+        written = pages.copy_changed(self.native, dst_base, src_base, src_size, plan.image, src.resident_bytes)
+        gs, gd, val = ffi.new("uint64_t[3]"), ffi.new("uint64_t[3]"), ffi.new("uint64_t[8]")
+        for _, name in plan.globals:
+            if self._export(src, dst, name, _EXTERN_GLOBAL, gs, 24) or self._export(dst, dst, name, _EXTERN_GLOBAL, gd, 24):
+                return -1
+            lib.wasmtime_global_get(src.ctx, gs, val)
+            err = lib.wasmtime_global_set(dst.ctx, gd, val)
+            if err != ffi.NULL:
+                dst.error = err
+                return -1
+        self.copy_seen(src, dst)
+        dst.post_pending, dst.post_ptr, dst.post_left_us = src.post_pending, src.post_ptr, src.post_left_us
+        dst.needs_init, dst.calls = src.needs_init, src.calls
+        arg = bytes(ffi.buffer(src.arg, src.arg_len)) if src.arg_len else b""
+        src.wasi_rng, dst.wasi_rng = wasi_rng.split(src.wasi_rng or wasi_rng.seed(arg))
+        return written
+
     def release(self, s: CData) -> None:
+        self.store_delete(s)
         addr = int(self.ffi.cast("uintptr_t", s))
         _logs.pop(addr, None)
         _seen.pop(addr, None)

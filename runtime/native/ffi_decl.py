@@ -5,12 +5,19 @@ from pathlib import Path
 _STEP_C = (Path(__file__).resolve().parent / "step.c").read_text()
 # The slot and wasmtime handle layouts, declared once in step.c between its CDEF markers.
 CDEF_SLOT = _STEP_C[_STEP_C.index("/* CDEF BEGIN */"):_STEP_C.index("/* CDEF END */")]
+_SPAWN_C = (Path(__file__).resolve().parent / "spawn.c").read_text()
+# spawn.c's plan of one controller's instances (compiled mode only)
+CDEF_SPAWN = _SPAWN_C[_SPAWN_C.index("/* CDEF SPAWN BEGIN */"):_SPAWN_C.index("/* CDEF SPAWN END */")]
 
 # host.c's variables are opaque to the fallback (it keeps its own in Python).
 CDEF_VARS = ""
 
 # step.c and host.c, compiled mode only.
-CDEF_STEP = """
+CDEF_STEP = CDEF_SPAWN + """
+void aicirt_bind_spawn(void **fns);
+int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s);
+void aicirt_store_delete(aicirt_slot *s);
+int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_slot *dst, size_t img_lo, size_t img_hi);
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
                 void *get_data, void *trap_new, void *error_delete);
 uint8_t *aicirt_memory(aicirt_slot *s, size_t *size);
@@ -54,7 +61,7 @@ void *aicirt_host_callback(int index);
 void *aicirt_wasi_callback(const char *name);
 uint8_t *aicirt_ctx_memory(aicirt_slot *s, void *ctx, size_t *size);
 int64_t aicirt_ctx_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t bytes, const char *name);
-size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi);
+size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi, size_t backed);
 void aicirt_nonzero_extent(const uint8_t *p, size_t n, size_t *lo, size_t *hi);
 extern "Python" int aicirt_py_import(int32_t index, aicirt_slot *s, void *ctx, wt_val_raw_t *args);
 """
@@ -82,6 +89,16 @@ void *wasmtime_caller_context(void *caller);
 void *wasmtime_context_get_data(void *ctx);
 void wasmtime_context_set_data(void *ctx, void *data);
 typedef wasm_trap_t *(*wt_unchecked_cb)(void *env, void *caller, wt_val_raw_t *args, size_t n);
+void *wasmtime_store_new(void *engine, void *data, void *finalizer);
+void *wasmtime_store_context(void *store);
+void wasmtime_store_limiter(void *store, int64_t memory_size, int64_t table_elements, int64_t instances,
+                            int64_t tables, int64_t memories);
+void wasmtime_store_delete(void *store);
+wasmtime_error_t *wasmtime_instance_pre_instantiate(void *pre, void *ctx, wt_instance_t *out, wasm_trap_t **trap);
+bool wasmtime_instance_export_get(void *ctx, const wt_instance_t *inst, const char *name, size_t len, wt_extern_t *item);
+wasmtime_error_t *wasmtime_memory_grow(void *ctx, const wt_memory_t *m, uint64_t delta, uint64_t *prev);
+void wasmtime_global_get(void *ctx, const void *g, void *val);
+wasmtime_error_t *wasmtime_global_set(void *ctx, const void *g, const void *val);
 wasmtime_error_t *wasmtime_linker_define_func_unchecked(void *linker, const char *module, size_t module_len,
     const char *name, size_t name_len, const void *ty, void *cb, void *env, void *finalizer);
 """

@@ -19,14 +19,17 @@ if TYPE_CHECKING:
 PAGE = 4096   # pages.c's AICIRT_PAGE
 
 
-def copy_changed(native: "Native", dst: int, src: int, n: int, image: tuple[int, int]) -> int:
+def copy_changed(native: "Native", dst: int, src: int, n: int, image: tuple[int, int], backed: int = 0) -> int:
     """Copy the `n` bytes at `src` to `dst` where they can differ, `dst` being a fresh instance's
     memory whose only nonzero bytes lie in `image` ([lo, hi) in bytes): the pages nonzero in
-    `src`, and the pages of `image` where the two differ. Returns the 4 KiB pages written."""
+    `src`, and the pages of `image` where the two differ. `backed`: bytes at the start of `src`
+    known to be resident (read without asking pagemap; a hint, any value is correct). Returns
+    the 4 KiB pages written."""
     if native.mode == "compiled":
         ffi = native.ffi
-        return int(native.impl.lib.aicirt_copy_changed(ffi.cast("uint8_t *", dst), ffi.cast("uint8_t *", src), n, *image))
-    return _copy_changed_numpy(dst, src, n, image)
+        return int(native.impl.lib.aicirt_copy_changed(ffi.cast("uint8_t *", dst), ffi.cast("uint8_t *", src), n,
+                                                       *image, backed))
+    return _copy_changed_numpy(dst, src, n, image, backed)
 
 
 def nonzero_extent(native: "Native", addr: int, n: int) -> tuple[int, int]:
@@ -64,11 +67,14 @@ def _backed(addr: int, pages: int) -> np.ndarray:
     return (np.frombuffer(raw, dtype=np.uint64) >> np.uint64(62)) != 0
 
 
-def _copy_changed_numpy(dst: int, src: int, n: int, image: tuple[int, int]) -> int:
+def _copy_changed_numpy(dst: int, src: int, n: int, image: tuple[int, int], backed: int = 0) -> int:
     if n == 0:
         return 0
     s, d = _pages(src, n), _pages(dst, n)
-    changed = _backed(src, n // PAGE)
+    known = min(n, backed) // PAGE
+    changed = np.ones(n // PAGE, dtype=bool)
+    if known < n // PAGE:
+        changed[known:] = _backed(src + known * PAGE, n // PAGE - known)
     if changed.all():
         changed = s.max(axis=1) != 0          # a reduction, no temporary of the memory's size
     elif changed.any():

@@ -31,6 +31,8 @@
 typedef struct { uint64_t store_id; void *priv; } wt_func_t;                      /* 16 bytes */
 typedef struct { struct { uint64_t store_id; uint32_t p1; } a; uint32_t p2; } wt_memory_t; /* 24 */
 typedef union { int32_t i32; int64_t i64; float f32; double f64; uint8_t v128[16]; void *ref; } wt_val_raw_t;
+typedef struct { uint64_t store_id; size_t index; } wt_instance_t;                 /* 16 */
+typedef struct { uint8_t kind; uint64_t of[3]; } wt_extern_t;                       /* 32: kind, then the handle */
 typedef struct aicirt_vars aicirt_vars;
 
 typedef struct {
@@ -90,6 +92,10 @@ typedef struct {
     double turn_wait_us;            /* what the call waited for its turns as a stalled call, so far */
     double turn_wait_since_us;      /* when its current wait for a turn began; 0: not waiting */
     uint64_t wasi_rng;              /* WASI random_get's stream (wasi.c); 0: not seeded yet */
+    /* the instance (spawn.c): the Store this slot owns, and the instance in it */
+    void *store;
+    wt_instance_t inst;
+    uint64_t resident_bytes;        /* linear memory's first bytes the pooled slot kept resident at spawn (a hint: pages.c) */
 } aicirt_slot;
 /* CDEF END */
 
