@@ -145,6 +145,7 @@ static void enter(adder_t *a, uint32_t n, const path_t *path, uint32_t pos, uint
       else add(a, (st_t){n, 0, 0}, 0, path);
       break;
     case G_FORK:
+    case G_BT:
     case G_END: add(a, (st_t){n, 0, 0}, 0, path); break;
   }
 }
@@ -258,6 +259,18 @@ bool nfa_advance_token(stepctx_t *c, const sset_t *in, aici_token_t t, sset_t *o
   }
   out->n = w;
   return out->n > 0;
+}
+
+void nfa_resume(stepctx_t *c, uint32_t bt, const path_t *path, uint32_t cut, sset_t *out) {
+  path_t q = *path;
+  for (uint32_t k = 0; k < MAX_CAPS; k++)
+    if (q.open[k] != NO_POS && q.open[k] > cut) q.open[k] = NO_POS;
+  q.n_ev = 0;
+  out->n = out->nj = 0;
+  adder_t a = {c, out, c->caps};
+  c->barriers_open = true;
+  new_gen(c->p);
+  follow(&a, bt, c->caps ? &q : 0, c->pos, 0);
 }
 
 void nfa_reopen(stepctx_t *c, sset_t *set, int fork_branch) {
@@ -399,7 +412,7 @@ static bool next_lits(const program_t *p, uint32_t n, const gnode_t **lits, uint
       for (uint32_t i = 0; i < g->n_next; i++)
         if (!next_lits(p, g->next[i], lits, count, depth + 1)) return false;
       return true;
-    case G_END: case G_WAIT: case G_FORK: case G_TOK: return true;   /* take no bytes */
+    case G_END: case G_WAIT: case G_FORK: case G_BT: case G_TOK: return true;   /* take no bytes */
     default: return false;
   }
 }
@@ -444,7 +457,7 @@ static const aici_tokset_t *state_mask(program_t *p, const aici_trie_t *trie, co
                                        aici_token_t eos) {
   const st_t *st = &set->st[i];
   const gnode_t *g = &p->g[st->node];
-  if (g->kind == G_END || g->kind == G_WAIT || g->kind == G_FORK || g->kind == G_TOK) return 0;
+  if (g->kind == G_END || g->kind == G_WAIT || g->kind == G_FORK || g->kind == G_BT || g->kind == G_TOK) return 0;
   if (g->tail_is_end && g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
   if (g->tail_is_end && g->kind == G_RE) return aici_regex_mask_cached(g->re, trie, st->s);
   sset_t one;

@@ -13,7 +13,9 @@
 
 #define MAX_STATES 16u       /* live states at once (more: the extra are dropped, logged once) */
 #define MAX_JSON 2u          /* json-leaf states at once (each carries a matcher configuration set) */
-#define MAX_CAPS 16u         /* named elements (captured variables) in one program */
+#define MAX_NAMES 16u        /* named elements (captured variables) in one program */
+#define MAX_LABELS 8u        /* labels (backtrack targets) in one program */
+#define MAX_CAPS (MAX_NAMES + MAX_LABELS)   /* slots: a name's or a label's start position */
 #define MAX_NODES 65536u
 
 enum {
@@ -27,6 +29,7 @@ enum {
   G_WAIT,                    /* barrier: continue once every variable in vars is set */
   G_FORK,                    /* barrier: fork; sequence i continues with next[i] */
   G_END,                     /* the program's end: EOS allowed */
+  G_BT,                      /* barrier: backtrack to label `cap`, force `parts`, go on with next[0] */
 };
 
 typedef struct {
@@ -52,13 +55,15 @@ typedef struct gnode {
    * tokens that may cross from the leaf into what follows (nfa.c, state_mask); built on first use */
   uint8_t cross;             /* 0: not built, 1: built, 2: what follows is not only literals */
   aici_token_t *cross_toks; uint32_t n_cross;
-  /* G_WAIT */
+  /* G_WAIT: the variables; G_BT: the text parts (literal bytes, or a variable's name) */
   char **vars; uint32_t n_vars;
+  uint32_t *part_len; uint8_t *part_is_var;  /* G_BT: vars[i] holds part i (part_len[i] bytes) */
 } gnode_t;
 
 typedef struct {
   char *name;
   bool append;
+  bool label;                /* a label: its start is recorded (G_OPEN), nothing is captured */
 } cap_t;
 
 typedef struct {
@@ -67,8 +72,10 @@ typedef struct {
   uint32_t start;
   cap_t caps[MAX_CAPS];
   uint32_t n_caps;
-  bool uses_fork;
+  uint32_t n_names, n_labels;
+  bool uses_fork, uses_backtrack;
   char *fork_ptr;             /* the first fork's JSON pointer */
+  char *backtrack_ptr;        /* the first backtrack's JSON pointer */
 } program_t;
 
 /* ---- compiling (compile.c) ---------------------------------------------------------------- */
@@ -114,6 +121,9 @@ void nfa_start(program_t *p, sset_t *out, path_t *caps);
 bool nfa_step(stepctx_t *c, const sset_t *in, uint8_t byte, sset_t *out);
 /* The set after a whole token (token-level leaves take it whole; the others its bytes). */
 bool nfa_advance_token(stepctx_t *c, const sset_t *in, aici_token_t t, sset_t *out);
+/* The states after backtrack node `bt` (the closure of what follows it), its path's positions
+ * after byte `cut` dropped (they name removed text), at byte offset `pos`. */
+void nfa_resume(stepctx_t *c, uint32_t bt, const path_t *path, uint32_t cut, sset_t *out);
 /* Re-run the closure of parked waits (now that variables may be set) and of `fork` branch i. */
 void nfa_reopen(stepctx_t *c, sset_t *set, int fork_branch);
 bool nfa_at_end(const program_t *p, const sset_t *set);        /* G_END is live: EOS allowed */

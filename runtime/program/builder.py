@@ -65,8 +65,14 @@ def as_format(x: FormatLike | Mapping[str, Any]) -> Format:
 
 
 def _with(spec: dict[str, Any], *, name: str | None = None, capture: str | None = None,
-          temperature: float | None = None, stop: Iterable[str] | str | None = None) -> Format:
-    """The keys any format may carry: a variable it is captured into, a temperature, stop strings."""
+          temperature: float | None = None, stop: Iterable[str] | str | None = None,
+          label: str | None = None) -> Format:
+    """The keys any format may carry: a variable it is captured into, a temperature, stop strings,
+    a label (where a later `backtrack` cuts the text back to)."""
+    if label is not None:
+        if not isinstance(label, str) or not label:
+            raise ValueError("label must be a non-empty string")
+        spec["label"] = label
     if name is not None:
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string")
@@ -249,6 +255,45 @@ def wait(*variables: str) -> Format:
     if not variables or not all(isinstance(v, str) and v for v in variables):
         raise ValueError("wait takes one or more variable names")
     return Format({"type": "wait", "vars": list(variables)})
+
+
+def label(name: str, content: FormatLike) -> Format:
+    """`content` with label `name`: a later `backtrack(name, ...)` removes everything generated
+    from the start of `content` on."""
+    spec = as_format(content).to_json()
+    return _with(spec, label=name)
+
+
+class var:
+    """A variable's value as part of a backtrack's text: `backtrack("L", "Answer: ", var("x"))`."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise ValueError("a variable name is a non-empty string")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"var({self.name!r})"
+
+
+def backtrack(to: str, *text: str | var) -> Format:
+    """Remove the text generated since label `to` (it must come before this step), force `text`
+    (strings, and `var(name)`: a variable's value when the step runs; unset: nothing), and go on
+    with what follows. The forced text is not matched against the program. Needs a host that
+    grants `backtrack` and `ff_tokens` (not vLLM's)."""
+    if not isinstance(to, str) or not to:
+        raise ValueError("backtrack needs a label name")
+    parts: list[Any] = []
+    for t in text:
+        if isinstance(t, var):
+            parts.append({"var": t.name})
+        elif isinstance(t, str):
+            parts.append(t)
+        else:
+            raise TypeError(f"backtrack text parts are str or var(name), got {type(t).__name__}")
+    return Format({"type": "backtrack", "to": to, "text": parts})
 
 
 def think(*, max_tokens: int | None = None, begin: str = "<think>", end: str = "</think>", **kw: Any) -> Format:
