@@ -642,9 +642,23 @@ static uint32_t inner(cx_t *c, const jv_t *f, const jv_t *type, uint32_t cont) {
     return k;
   }
   if (jv_str_is(type, "json_schema")) return json_leaf(c, f, cont);
-  if (jv_str_is(type, "grammar"))
-    return fail(c, "the grammar format needs the grammar controller, which this build does not link "
-                   "(use regex or json_schema)"), 0;
+  if (jv_str_is(type, "grammar")) {    /* XGrammar's field: the grammar's text (Lark or GBNF) */
+    const jv_t *v = field(c, f, "grammar", JV_STR, true);
+    if (!v) return 0;
+    char *gerr = 0;
+    gr_grammar_t *gg = gr_compile(v->s, v->n, &gerr);
+    if (!gg) {
+      uint32_t old = push_key(c, "grammar");
+      failn(c, "grammar: ", gerr ? gerr : "does not compile", gerr ? (uint32_t)__builtin_strlen(gerr) : 16);
+      aici_free(gerr);
+      c->plen = old;
+      return 0;
+    }
+    uint32_t k = edge(c, G_GRAM, cont);
+    c->p->g[k].gram = gg;
+    gram_init(&c->p->g[k]);
+    return k;
+  }
   if (jv_str_is(type, "any_text")) {
     int64_t mt;
     if (!uint_field(c, f, "max_tokens", -1, 0, &mt)) return 0;
@@ -858,7 +872,7 @@ bool program_compile(const char *text, uint32_t len, program_t *p, char **err) {
   }
   for (uint32_t i = 0; i < p->n; i++) {
     uint8_t k = p->g[i].kind;
-    if (k <= G_TOK) p->g[i].tail_is_end = p->g[i].n_next == 1 && only_end(p, p->g[i].next[0], 0);
+    if (k <= G_GRAM) p->g[i].tail_is_end = p->g[i].n_next == 1 && only_end(p, p->g[i].next[0], 0);
   }
   return true;
 }

@@ -400,7 +400,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   end_captures(b, set, pp, eos);
   for (uint32_t i = 0; i < set->n; i++) {
     const gnode_t *g = &P.g[set->st[i].node];
-    if (g->kind <= G_TOK) {
+    if (g->kind <= G_GRAM) {
       if (g->has_temperature) aici_branch_temperature(b, g->temperature);
       break;
     }

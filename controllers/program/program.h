@@ -10,9 +10,11 @@
 #ifndef PROGRAM_H
 #define PROGRAM_H
 #include "../json/matcher.h"
+#include "../grammar/grammar.h"
 
 #define MAX_STATES 16u       /* live states at once (more: the extra are dropped, logged once) */
 #define MAX_JSON 2u          /* json-leaf states at once (each carries a matcher configuration set) */
+#define MAX_GRAM 2u          /* grammar-leaf states at once (each a position of its node's matcher) */
 #define MAX_NAMES 16u        /* named elements (captured variables) in one program */
 #define MAX_LABELS 8u        /* labels (backtrack targets) in one program */
 #define MAX_CAPS (MAX_NAMES + MAX_LABELS)   /* slots: a name's or a label's start position */
@@ -24,6 +26,7 @@ enum {
   G_JSON,                    /* leaf: a JSON Schema (the json controller's matcher) */
   G_TEXT,                    /* leaf: free text not containing any of its excludes */
   G_TOK,                     /* leaf: one token of a set (token, exclude_token) */
+  G_GRAM,                    /* leaf: a context-free grammar (the grammar controller's core) */
   G_EPS,                     /* epsilon: continue with any of next[] */
   G_OPEN, G_CLOSE,           /* epsilon: start / end of captured element `cap` */
   G_WAIT,                    /* barrier: continue once every variable in vars is set */
@@ -50,6 +53,12 @@ typedef struct gnode {
   matcher_t *json;                           /* G_JSON */
   ac_t ac; uint32_t max_tokens;              /* G_TEXT (max_tokens UINT32_MAX: none) */
   aici_tokset_t *toks;                       /* G_TOK */
+  /* G_GRAM: the node's matcher holds one text at a time ("physical"); ph[i] is the hash of its
+   * first i bytes (ph_len of them valid), so a state (a mark, its length and hash) can tell
+   * whether the matcher still holds its text: every use restores the mark of a prefix of it */
+  gr_grammar_t *gram; gr_matcher_t *gm; gr_mark_t g0;
+  uint64_t *ph; uint32_t ph_len, ph_cap;
+  aici_tokset_t *gmask;
   bool tail_is_end;          /* leaves: every continuation after the leaf is the program's end */
   /* regex / json leaves followed only by literals (or the end, barriers, token leaves): the
    * tokens that may cross from the leaf into what follows (nfa.c, state_mask); built on first use */
@@ -82,6 +91,9 @@ typedef struct {
 /* The program in `text` (JSON); false with *err (heap): "at POINTER: WHY". */
 bool program_compile(const char *text, uint32_t len, program_t *p, char **err);
 
+/* A grammar leaf's matcher, made once its `gram` is compiled (nfa.c). */
+void gram_init(gnode_t *g);
+
 /* ---- states (nfa.c) --------------------------------------------------------------------- */
 typedef struct {
   uint32_t node;             /* a leaf, G_END, or a parked barrier (G_WAIT / G_FORK) */
@@ -99,10 +111,13 @@ typedef struct {
   uint32_t n_ev;
 } path_t;
 
+typedef struct { gr_mark_t mark; uint32_t len; uint64_t h; } gst_t;   /* a grammar leaf's position */
+
 typedef struct {
-  uint32_t n, nj;
+  uint32_t n, nj, ng;
   st_t st[MAX_STATES];
   cset_t js[MAX_JSON];
+  gst_t gs[MAX_GRAM];
 } sset_t;
 
 #define NO_POS 0xffffffffu

@@ -150,8 +150,9 @@ def gen(*, regex: str | None = None, stop: Iterable[str] | str | None = None, na
 
 
 def grammar(text: str, **kw: Any) -> Format:
-    """An EBNF grammar (XGrammar's format; the controller refuses it until the grammar controller
-    is linked in)."""
+    """Text of a context-free grammar (XGrammar's `grammar` format): Lark as llguidance reads it
+    (`start: ...`), or GBNF (`root ::= ...`), compiled by the grammar controller's core
+    (docs/grammar.md). A grammar that does not compile is refused on the first call with its line."""
     return _with({"type": "grammar", "grammar": text}, **kw)
 
 

@@ -4,7 +4,7 @@ malformed program with the same pointer and wording as the `program` controller'
 controller loads.
 
 What needs the tokenizer or the controller's own compilers is left to the first call (which
-refuses the same way): whether a regex compiles, whether a JSON Schema is supported, whether a
+refuses the same way): whether a regex or a grammar compiles, whether a JSON Schema is supported, whether a
 token's text is one token. `required_capabilities(obj)` says which host capabilities a program
 needs (a host that cannot fork refuses a program with a `fork` step before running it).
 """
@@ -149,8 +149,7 @@ class _Checker:
             if "style" in f and f["style"] != "json":
                 self.fail(ptr + "/style", 'only style "json" is supported')
         elif t == "grammar":
-            self.fail(ptr, "the grammar format needs the grammar controller, which this build does not link "
-                           "(use regex or json_schema)")
+            self.field(f, ptr, "grammar", str, "a string", True)
         elif t == "any_text":
             self.uint(f, ptr, "max_tokens", 0)
             if f.get("max_chars") is not None:
