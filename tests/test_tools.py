@@ -175,3 +175,50 @@ def test_tool_calls_builder_entry_point():
             validate(T.tool_calls([WEATHER, TIME], choice, family=fam))
     with pytest.raises(T.ToolError, match="tool_format: unknown"):
         T.tool_calls([WEATHER], family="xml")
+
+
+# --- streaming: incremental deltas ------------------------------------------------------------------
+STREAMED = [
+    (T.HERMES, 'Sure. <tool_call>\n{"name": "get_weather", "arguments": {"city":"Nice","x":{"a":[1,{"b":"}"}]}}}\n'
+               '</tool_call>\n<tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'),
+    (T.HERMES, "no calls here <tool_ca"),
+    (T.HERMES, "<tool_call> not a call after all"),
+    (T.LLAMA3, '{"name": "f", "parameters": {"a":1}}; {"name": "g", "parameters": {"b":"x"}}'),
+    (T.GENERIC, '  hi <tool_call>{"name": "f", "arguments": {"q":"}</tool_call>"}}</tool_call> bye  '),
+]
+
+
+@pytest.mark.parametrize("fam,text", STREAMED)
+@pytest.mark.parametrize("step", [1, 4, 9])
+def test_streamed_deltas_add_up_to_the_parsed_reply(fam, text, step):
+    from aicirt.program.tool_stream import ToolStream
+    s = ToolStream(fam)
+    deltas = [d for i in range(step, len(text) + step, step) for d in s.feed(text[:i], final=i >= len(text))]
+    content = "".join(d["content"] for d in deltas if "content" in d) or None
+    calls: dict[int, list] = {}
+    for d in deltas:
+        if "tool_call" in d:
+            e = d["tool_call"]
+            if "id" in e:                                  # a call's first entry: its header
+                assert e["index"] not in calls and e["function"]["arguments"] == "" and e["type"] == "function"
+                calls[e["index"]] = [e["function"]["name"], ""]
+            else:
+                assert set(e) == {"index", "function"} and set(e["function"]) == {"arguments"}
+                calls[e["index"]][1] += e["function"]["arguments"]
+    ref_content, ref_calls = T.parse(text, fam)
+    assert content == ref_content
+    assert [(n, json.loads(a)) for n, a in calls.values()] == [(c.name, json.loads(c.arguments)) for c in ref_calls]
+    assert s.calls == len(ref_calls)
+
+
+def test_streamed_arguments_never_include_the_call_s_end():
+    from aicirt.program.tool_stream import ToolStream
+    s = ToolStream(T.HERMES)
+    text = '<tool_call>\n{"name": "f", "arguments": {"a": {"b": 1}}}\n</tool_call>'
+    sent = ""
+    for i in range(1, len(text) + 1):
+        for d in s.feed(text[:i]):
+            if "tool_call" in d and "id" not in d["tool_call"]:
+                sent += d["tool_call"]["function"]["arguments"]
+        assert '{"a": {"b": 1}}'.startswith(sent)          # a held "}" may still be the call's end
+    assert sent == '{"a": {"b": 1}}'
