@@ -182,6 +182,21 @@ def test_tools_required_forces_a_valid_call(url, fam):
     assert len(check_calls(c["message"], [c["message"]["tool_calls"][0]["function"]["name"]])) == 1
 
 
+def test_a_call_cut_by_max_tokens_still_ends_valid(url):
+    note = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"}}, "required": ["text", "n"],
+        "additionalProperties": False}}}
+    say = call_text("note", {"text": "x" * 300, "n": 1})
+    r = chat(url, say, tools=[note], tool_choice="required", tool_format="hermes", max_tokens=200)
+    # the arguments' budget (tools.args_budget(200) = 125 tokens, bytes here) ran out inside the
+    # string: the shortest completion was forced, so the reply is a whole, valid call
+    choice = r["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    (call,) = choice["message"]["tool_calls"]
+    args = json.loads(call["function"]["arguments"])
+    assert args["text"] == "x" * (125 - len('{"text":"')) and args["n"] == 0
+
+
 def test_tools_named_function_is_called(url):
     r = chat(url, call_text("get_weather", {"city": "Oslo"}, "llama3"), tools=[WEATHER, TIME], tool_format="llama3",
              tool_choice={"type": "function", "function": {"name": "get_time"}})

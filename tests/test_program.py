@@ -398,3 +398,20 @@ def test_backtrack_without_the_capability_is_refused_naming_the_step(wasm):
     assert P.capability_refusal(prog.to_json(), Capabilities.FF_TOKENS) == why
     assert P.required_capabilities(prog.to_json()) == {"backtrack": "/elements/1", "ff_tokens": "/elements/1"}
     assert P.capability_refusal(prog.to_json(), Capabilities.ALL) is None
+
+
+def test_a_json_document_past_its_max_tokens_is_completed_the_shortest_way(wasm):
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"},
+                                               "c": {"type": "array", "items": {"type": "string"}}},
+              "required": ["a", "b"]}
+    prog = P.seq("<c>", P.json(schema, max_tokens=8, name="v"), "</c>")
+    trace, req = run(wasm, prog, '{"a":"' + "x" * 40)
+    # 6 forced tokens and 2 sampled ones use the budget; then one fast-forward closes the string,
+    # writes the required "b" (its shortest value) and closes the object; then the end tag
+    assert trace == [(0, 0, '<c>{"a":"'), (0, 0, "x"), (0, 0, "x"), (0, 0, '","b":0}'), (0, 0, "</c>")]
+    assert texts(req) == ['<c>{"a":"xx","b":0}</c>'] and req.variables == {"v": b'{"a":"xx","b":0}'}
+    # a document that already accepts (a number that could go on) is left at once
+    prog = P.seq(P.json({"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]},
+                        max_tokens=4), "!")
+    trace, req = run(wasm, prog, '{"n":1234567890123')
+    assert trace == [(0, 0, '{"n":'), (0, 0, "0}"), (0, 0, "!")]

@@ -304,8 +304,11 @@ static uint32_t json_leaf(cx_t *c, const jv_t *f, uint32_t cont) {
     return 0;
   }
   c->plen = old;
+  int64_t mt;                          /* ours: past this many tokens the document is completed */
+  if (!uint_field(c, f, "max_tokens", -1, 0, &mt)) return 0;
   uint32_t k = edge(c, G_JSON, cont);
   c->p->g[k].json = m;
+  c->p->g[k].max_tokens = mt < 0 ? UINT32_MAX : (uint32_t)mt;
   return k;
 }
 

@@ -315,6 +315,37 @@ static bool only_parked(const sset_t *set, bool *has_fork) {
   return set->n > 0;
 }
 
+/* A JSON document past its max_tokens: forced to its shortest completion (one fast-forward), then,
+ * once it accepts, left (its state dropped: what follows it is in the set). true: the splice is
+ * out. Without ff_tokens the budget is not enforced. */
+static bool json_budget(aici_result_t *res, sset_t *set, path_t *pp) {
+  if (!(caps & AICI_CAP_FF_TOKENS)) return false;
+  for (uint32_t i = 0; i < set->n;) {
+    const gnode_t *g = &P.g[set->st[i].node];
+    if (g->kind != G_JSON || g->max_tokens == UINT32_MAX || set->st[i].n_tok < g->max_tokens) { i++; continue; }
+    uint32_t n;
+    uint8_t *bytes = nfa_json_completion(&P, set, i, &n);
+    if (bytes && n) {
+      uint32_t nt;
+      aici_token_t *toks = aici_tokenize((const char *)bytes, n, &nt);
+      aici_free(bytes);
+      if (toks && nt) {
+        aici_ff(res, 0, toks, nt);
+        aici_free(toks);
+        return true;
+      }
+      aici_free(toks);
+    } else if (!bytes) {
+      aici_logs("program: a JSON document past its max_tokens has no short completion; it is left as is\n");
+    }
+    aici_free(bytes);
+    if (!bytes) { i++; continue; }
+    for (uint32_t k = i + 1; k < set->n; k++) set->st[k - 1] = set->st[k], pp[k - 1] = pp[k];
+    set->n--;                          /* accepted: only what follows it goes on */
+  }
+  return false;
+}
+
 static bool has_kind(const sset_t *set, uint8_t kind) {
   for (uint32_t i = 0; i < set->n; i++)
     if (P.g[set->st[i].node].kind == kind) return true;
@@ -387,6 +418,15 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
       return;
     }
     aici_noop(res);
+    return;
+  }
+  if (json_budget(res, set, pp)) return;
+  if (!set->n) {
+    aici_logs("program: the text no longer matches the program\n");
+    return;
+  }
+  if (nfa_only_end(&P, set)) {
+    flush(set, pp, true);
     return;
   }
   if (try_fast_forward(arg, res, gen)) return;

@@ -256,7 +256,9 @@ static void step_into(stepctx_t *c, const sset_t *in, uint8_t byte, adder_t *a, 
       }
       case G_JSON: {
         cset_t js;
-        if (matcher_step(g->json, &in->js[st.s], byte, &js)) arrive(a, st, &js, path, c->pos + 1, 0);
+        if (!matcher_step(g->json, &in->js[st.s], byte, &js)) break;
+        if (first_byte) st.n_tok++;
+        arrive(a, st, &js, path, c->pos + 1, 0);
         break;
       }
       case G_GRAM: {
@@ -375,6 +377,54 @@ void nfa_reopen(stepctx_t *c, sset_t *set, int fork_branch) {
     else if (g->kind == G_FORK && fork_branch >= 0) continue;
     else add(&a, st, extra_of(p, &in, &st), path);
   }
+}
+
+/* Breadth first over the document's configurations (equal ones merged), bytes 0x20-0x7e plus
+ * \n: the first accepting one found is a shortest completion. */
+uint8_t *nfa_json_completion(program_t *p, const sset_t *set, uint32_t i, uint32_t *n) {
+  enum { MAX_Q = 4096, HT = 8192, MAX_LEN = 512 };
+  matcher_t *m = p->g[set->st[i].node].json;
+  const cset_t *start = &set->js[set->st[i].s];
+  *n = 0;
+  if (matcher_accepting(m, start)) return aici_malloc(1);
+  typedef struct { cset_t c; uint32_t parent, depth; uint8_t byte; } qn_t;
+  qn_t *q = aici_malloc(MAX_Q * sizeof(qn_t));
+  uint32_t *ht = aici_calloc(HT, 4), qh = 0, qt = 1, found = 0;
+  q[0].c = *start, q[0].parent = 0, q[0].depth = 0, q[0].byte = 0;
+  while (qh < qt && !found) {
+    uint32_t cur = qh++;
+    if (q[cur].depth >= MAX_LEN) continue;
+    for (int b = 0x0a; b < 0x7f && !found; b = b == 0x0a ? 0x20 : b + 1) {
+      if (qt == MAX_Q) break;
+      qn_t *x = &q[qt];
+      if (!matcher_step(m, &q[cur].c, (uint8_t)b, &x->c)) continue;
+      uint32_t h = 2166136261u;
+      const uint8_t *kb = (const uint8_t *)x->c.c;
+      for (uint32_t k = 0; k < x->c.n * sizeof(cfg_t); k++) h = (h ^ kb[k]) * 16777619u;
+      uint32_t slot = h & (HT - 1);
+      bool dup = false;
+      while (ht[slot]) {
+        const cset_t *y = &q[ht[slot] - 1].c;
+        if (y->n == x->c.n && !__builtin_memcmp(y->c, x->c.c, x->c.n * sizeof(cfg_t))) { dup = true; break; }
+        slot = (slot + 1) & (HT - 1);
+      }
+      if (dup) continue;
+      ht[slot] = qt + 1;
+      x->parent = cur, x->depth = q[cur].depth + 1, x->byte = (uint8_t)b;
+      if (matcher_accepting(m, &x->c)) found = qt;
+      qt++;
+    }
+  }
+  uint8_t *out = 0;
+  if (found) {
+    uint32_t len = q[found].depth;
+    out = aici_malloc(len + 1);
+    for (uint32_t k = found, d = len; k; k = q[k].parent) out[--d] = q[k].byte;
+    *n = len;
+  }
+  aici_free(q);
+  aici_free(ht);
+  return out;
 }
 
 bool nfa_at_end(const program_t *p, const sset_t *set) {

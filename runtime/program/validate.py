@@ -148,6 +148,7 @@ class _Checker:
                 self.fail(ptr + "/json_schema", "must be an object (a JSON Schema)")
             if "style" in f and f["style"] != "json":
                 self.fail(ptr + "/style", 'only style "json" is supported')
+            self.uint(f, ptr, "max_tokens", 0)
         elif t == "grammar":
             self.field(f, ptr, "grammar", str, "a string", True)
         elif t == "any_text":
