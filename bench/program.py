@@ -30,17 +30,19 @@ Three parts, one run; the last line is one JSON object.
    function schemas from ../shared/jsonschema as OpenAI tools (two tools a request: the schema's
    own and another's, in OpenAI's strict shape: `additionalProperties: false` where a schema
    lists properties and is silent on others), `tool_choice="required"`, one call each (at most
-   256 tokens, greedy) on the default model through
-   `aicirt.program.tools` (the model family's native format): the call parses, names a given
-   tool, and its arguments validate under that tool's original schema (`jsonschema`). Needs
-   runtime/program/tools.py (the `tools` branch) and the model; null with a note otherwise.
+   --tool-max-tokens tokens, default 128, greedy; `complete_by` that: the controller forces the
+   arguments' shortest valid completion while the call's closing still fits) on the default model
+   through `aicirt.program.tools` (the model family's native format), a short prompt (the tools'
+   names and descriptions), submitted --tool-batch (16) at a time: the call parses, names a given
+   tool, and its arguments validate under that tool's original schema (`jsonschema`). Failures
+   are printed as they happen and counted by cause (`tool_failures`).
 
 4. With --first-call-baseline OLD.wasm: the module's size and its first-call cost (CPU and wall ms
    from a new request to its first mask, Qwen2 tokenizer) against that build, in the same run
    (`first_call`, `module_size_ratio`).
 
 Usage: python bench/program.py [--model M] [--form-prompts N] [--json-schemas N] [--tool-sample N]
-[--tool-batch N] [--tool-max-tokens N] [--skip-tools] [--skip-form] [--skip-masks]
+[--tool-batch N] [--tool-max-tokens N] [--tool-limit N] [--skip-tools] [--skip-form] [--skip-masks]
 [--first-call-baseline OLD.wasm [--first-call-rounds N]]
 """
 from __future__ import annotations
@@ -350,7 +352,7 @@ def strict(schema):
     return out
 
 
-def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256) -> dict:
+def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256, limit: int | None = None) -> dict:
     try:
         from aicirt.program import tools as T
     except ImportError:
@@ -367,6 +369,7 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
     picked = rng.sample(pool, min(n, len(pool)))
     wasm = build_cached("program")
     ok = total = 0
+    run_cases = slice(0, limit)              # --tool-limit: the first of the sample only (a trial)
     failures: list[str] = []
     reasons: dict[str, int] = {}
     tokens: list[int] = []
@@ -379,6 +382,7 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
             name = "f_" + case["id"].rsplit("/", 1)[-1].split(".")[0][:40].replace("-", "_")
             other_name = "g_" + other["id"].rsplit("/", 1)[-1].split(".")[0][:40].replace("-", "_")
             cases.append((case, {name: case["schema"], other_name: other["schema"]}, name))
+        cases = cases[run_cases]
         for at in range(0, len(cases), batch):   # a batch at a time: the engine batches its requests
             pending = []
             for case, schemas, name in cases[at:at + batch]:
@@ -388,7 +392,7 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
                 try:
                     tools = T.tools_from_openai(openai_tools)
                     fmt = T.render(tools, T.choice_from_openai("required", tools), parallel=False, fam=fam,
-                                   args_max_tokens=T.args_budget(max_tokens))
+                                   complete_by=max_tokens)
                     # a short prompt: the tools' names and what they are for (the format enforces the rest)
                     listing = "; ".join(f"{t.name}: {str(t.description)[:80]}" for t in tools)
                     prompt = f"Tools: {listing}\nUser: please call {name} for my request.\nAssistant: "
@@ -397,8 +401,8 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
                     pending.append((case, schemas, req))
                 except Exception as e:  # noqa: BLE001 - counted, a few shown
                     reasons["refused"] = reasons.get("refused", 0) + 1
-                    if len(failures) < 8:
-                        failures.append(f"{case['id']}: {str(e)[:200]}")
+                    failures.append(f"{case['id']}: {str(e)[:200]}")
+                    print(f"  tool call refused: {failures[-1]}", flush=True)
             for _ in eng.run():
                 pass
             for case, schemas, req in pending:
@@ -423,12 +427,10 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
                 except Exception as e:  # noqa: BLE001 - counted, a few shown
                     key = str(e).split(":", 1)[0]
                     reasons[key] = reasons.get(key, 0) + 1
-                    if len(failures) < 8:
-                        failures.append(f"{case['id']}: {str(e)[:300]}")
+                    failures.append(f"{case['id']}: {str(e)[:400]}")
+                    print(f"  tool call failed: {failures[-1]}", flush=True)
             print(f"  tool calls: {ok}/{total} valid after {min(at + batch, len(cases))} "
                   f"({time.perf_counter() - T0:.0f} s)", flush=True)
-    for f in failures:
-        print(f"  tool call failed: {f}", flush=True)
     return {"tool_call_valid_pct": round(100.0 * ok / total, 2) if total else None, "tool_calls": total,
             "tool_calls_valid": ok, "tool_family": fam.name if total else None, "tool_failures": reasons,
             "tool_batch": batch, "tool_max_tokens": max_tokens,
@@ -519,7 +521,8 @@ def main() -> None:
     ap.add_argument("--first-call-baseline", default=None, help="a program .wasm: size and first call against it")
     ap.add_argument("--first-call-rounds", type=int, default=9)
     ap.add_argument("--tool-batch", type=int, default=16, help="tool calls submitted together")
-    ap.add_argument("--tool-max-tokens", type=int, default=256)
+    ap.add_argument("--tool-max-tokens", type=int, default=128)
+    ap.add_argument("--tool-limit", type=int, default=None, help="run only the first N of the sample (a trial)")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -540,7 +543,7 @@ def main() -> None:
               ", ".join(f"{k} {v['mask_us_p50']}/{v['mask_inner_us_p50']}/{v['llg_step_us_p50']}"
                         for k, v in m["per_kind"].items()), flush=True)
     if not args.skip_tools:
-        tc = tool_calls(args.model, args.tool_sample, args.tool_batch, args.tool_max_tokens)
+        tc = tool_calls(args.model, args.tool_sample, args.tool_batch, args.tool_max_tokens, args.tool_limit)
         row.update(tc)
         print(f"tool calls valid: {tc.get('tool_call_valid_pct')}% {tc.get('tool_note', '')}", flush=True)
     if args.first_call_baseline:

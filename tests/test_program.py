@@ -400,18 +400,21 @@ def test_backtrack_without_the_capability_is_refused_naming_the_step(wasm):
     assert P.capability_refusal(prog.to_json(), Capabilities.ALL) is None
 
 
-def test_a_json_document_past_its_max_tokens_is_completed_the_shortest_way(wasm):
+def test_a_json_document_is_completed_in_time_for_the_reply_s_budget(wasm):
     schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"},
                                                "c": {"type": "array", "items": {"type": "string"}}},
               "required": ["a", "b"]}
-    prog = P.seq("<c>", P.json(schema, max_tokens=8, name="v"), "</c>")
-    trace, req = run(wasm, prog, '{"a":"' + "x" * 40)
-    # 6 forced tokens and 2 sampled ones use the budget; then one fast-forward closes the string,
-    # writes the required "b" (its shortest value) and closes the object; then the end tag
+    prog = P.seq("<c>", P.json(schema, complete_by=24, name="v"), "</c>")
+    trace, req = run(wasm, prog, '{"a":"' + "x" * 40, max_tokens=24)
+    # after 11 tokens the shortest completion ('","b":0}', 8 bytes) and the end tag (4) just fit
+    # the 24: one fast-forward closes the string, writes the required "b" (its shortest value)
+    # and closes the object; then the end tag; the reply stops, whole, within its budget
     assert trace == [(0, 0, '<c>{"a":"'), (0, 0, "x"), (0, 0, "x"), (0, 0, '","b":0}'), (0, 0, "</c>")]
     assert texts(req) == ['<c>{"a":"xx","b":0}</c>'] and req.variables == {"v": b'{"a":"xx","b":0}'}
-    # a document that already accepts (a number that could go on) is left at once
+    assert req.sequences[0].finish_reason == "stop" and len(req.sequences[0].output_tokens) == 23
+    # a number that could go on is closed when only its closing and the "!" fit
     prog = P.seq(P.json({"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]},
-                        max_tokens=4), "!")
-    trace, req = run(wasm, prog, '{"n":1234567890123')
-    assert trace == [(0, 0, '{"n":'), (0, 0, "0}"), (0, 0, "!")]
+                        complete_by=12), "!")
+    trace, req = run(wasm, prog, '{"n":1234567890123', max_tokens=12)
+    assert trace == [(0, 0, '{"n":'), (0, 0, "1"), (0, 0, "2"), (0, 0, "3"), (0, 0, "4"), (0, 0, "}"), (0, 0, "!")]
+    assert req.sequences[0].finish_reason == "stop"

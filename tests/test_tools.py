@@ -224,9 +224,8 @@ def test_streamed_arguments_never_include_the_call_s_end():
     assert sent == '{"a": {"b": 1}}'
 
 
-def test_the_arguments_get_a_budget_for_the_reply_s_max_tokens():
+def test_the_arguments_are_completed_by_the_reply_s_max_tokens():
     tools = T.tools_from_openai([WEATHER])
-    assert T.args_budget(None) is None and T.args_budget(10) == 8 and T.args_budget(128) == 77
-    fmt = T.render(tools, "required", fam=T.HERMES, args_max_tokens=77)
-    assert all(t["content"]["max_tokens"] == 77 for t in fmt["tags"])
-    assert "max_tokens" not in T.render(tools, "required", fam=T.HERMES)["tags"][0]["content"]
+    fmt = T.render(tools, "required", fam=T.HERMES, complete_by=128)
+    assert all(t["content"]["complete_by"] == 128 and t["content"]["x-coerce-one-of"] for t in fmt["tags"])
+    assert "complete_by" not in T.render(tools, "required", fam=T.HERMES)["tags"][0]["content"]

@@ -284,6 +284,8 @@ static uint32_t json_leaf(cx_t *c, const jv_t *f, uint32_t cont) {
   json_opts_t o = {0};
   const jv_t *ws = jv_get(f, "x-whitespace");
   if (ws && ws->kind == JV_NUM && jv_is_int(ws) && ws->num >= 0 && ws->num <= 8) o.whitespace = (uint32_t)ws->num;
+  const jv_t *co = jv_get(f, "x-coerce-one-of");  /* oneOf whose branches may overlap, as anyOf */
+  o.coerce_one_of = co && co->kind == JV_TRUE;
   compiled_t cc = {0};
   char *cerr = 0;
   if (!schema_compile(schema, &o, &cc, &cerr)) {
@@ -304,11 +306,11 @@ static uint32_t json_leaf(cx_t *c, const jv_t *f, uint32_t cont) {
     return 0;
   }
   c->plen = old;
-  int64_t mt;                          /* ours: past this many tokens the document is completed */
-  if (!uint_field(c, f, "max_tokens", -1, 0, &mt)) return 0;
+  int64_t by;                          /* ours: the reply's length by which the document is complete */
+  if (!uint_field(c, f, "complete_by", -1, 0, &by)) return 0;
   uint32_t k = edge(c, G_JSON, cont);
   c->p->g[k].json = m;
-  c->p->g[k].max_tokens = mt < 0 ? UINT32_MAX : (uint32_t)mt;
+  c->p->g[k].max_tokens = by < 0 ? UINT32_MAX : (uint32_t)by;
   return k;
 }
 

@@ -315,31 +315,36 @@ static bool only_parked(const sset_t *set, bool *has_fork) {
   return set->n > 0;
 }
 
-/* A JSON document past its max_tokens: forced to its shortest completion (one fast-forward), then,
- * once it accepts, left (its state dropped: what follows it is in the set). true: the splice is
- * out. Without ff_tokens the budget is not enforced. */
-static bool json_budget(aici_result_t *res, sset_t *set, path_t *pp) {
+/* A JSON document with `complete_by` N: when the reply (gen tokens so far) has no more room than
+ * its shortest completion and the fixed text after it need (counted in bytes: at most that many
+ * tokens), the completion is forced in one fast-forward; a document that accepts then is left
+ * (its state dropped: what follows it is in the set). true: the splice is out. Looked at in the
+ * reply's last 64 tokens before N; without ff_tokens not at all. */
+static bool json_budget(aici_result_t *res, sset_t *set, path_t *pp, uint32_t gen) {
   if (!(caps & AICI_CAP_FF_TOKENS)) return false;
   for (uint32_t i = 0; i < set->n;) {
     const gnode_t *g = &P.g[set->st[i].node];
-    if (g->kind != G_JSON || g->max_tokens == UINT32_MAX || set->st[i].n_tok < g->max_tokens) { i++; continue; }
+    if (g->kind != G_JSON || g->max_tokens == UINT32_MAX || gen + 64 < g->max_tokens) { i++; continue; }
     uint32_t n;
     uint8_t *bytes = nfa_json_completion(&P, set, i, &n);
-    if (bytes && n) {
+    if (!bytes) {
+      aici_logs("program: a JSON document near its complete_by has no short completion; it is left as is\n");
+      i++;
+      continue;
+    }
+    uint32_t need = n + nfa_forced_after(&P, set, i, bytes, n);
+    if (gen + need + 1 < g->max_tokens) { aici_free(bytes); i++; continue; }
+    if (n) {
       uint32_t nt;
       aici_token_t *toks = aici_tokenize((const char *)bytes, n, &nt);
       aici_free(bytes);
-      if (toks && nt) {
-        aici_ff(res, 0, toks, nt);
-        aici_free(toks);
-        return true;
-      }
+      if (toks && nt) aici_ff(res, 0, toks, nt);
       aici_free(toks);
-    } else if (!bytes) {
-      aici_logs("program: a JSON document past its max_tokens has no short completion; it is left as is\n");
+      if (nt) return true;
+      i++;
+      continue;
     }
     aici_free(bytes);
-    if (!bytes) { i++; continue; }
     for (uint32_t k = i + 1; k < set->n; k++) set->st[k - 1] = set->st[k], pp[k - 1] = pp[k];
     set->n--;                          /* accepted: only what follows it goes on */
   }
@@ -420,7 +425,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     aici_noop(res);
     return;
   }
-  if (json_budget(res, set, pp)) return;
+  if (json_budget(res, set, pp, gen)) return;
   if (!set->n) {
     aici_logs("program: the text no longer matches the program\n");
     return;

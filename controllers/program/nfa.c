@@ -256,9 +256,7 @@ static void step_into(stepctx_t *c, const sset_t *in, uint8_t byte, adder_t *a, 
       }
       case G_JSON: {
         cset_t js;
-        if (!matcher_step(g->json, &in->js[st.s], byte, &js)) break;
-        if (first_byte) st.n_tok++;
-        arrive(a, st, &js, path, c->pos + 1, 0);
+        if (matcher_step(g->json, &in->js[st.s], byte, &js)) arrive(a, st, &js, path, c->pos + 1, 0);
         break;
       }
       case G_GRAM: {
@@ -425,6 +423,25 @@ uint8_t *nfa_json_completion(program_t *p, const sset_t *set, uint32_t i, uint32
   aici_free(q);
   aici_free(ht);
   return out;
+}
+
+uint32_t nfa_forced_after(program_t *p, const sset_t *set, uint32_t i, const uint8_t *bytes, uint32_t n) {
+  static sset_t a, b;
+  stepctx_t c = {.p = p};
+  a.n = 1, a.nj = a.ng = 0, a.st[0] = set->st[i];
+  const void *x = extra_of(p, set, &set->st[i]);
+  if (p->g[set->st[i].node].kind == G_JSON) a.js[0] = *(const cset_t *)x, a.st[0].s = 0, a.nj = 1;
+  for (uint32_t k = 0; k < n; k++) {
+    if (!nfa_step(&c, &a, bytes[k], &b)) return 0;
+    a = b;
+  }
+  uint32_t forced = 0;
+  while (forced < 256) {
+    int byte = nfa_forced_byte(p, &a);
+    if (byte < 0 || !nfa_step(&c, &a, (uint8_t)byte, &b)) break;
+    a = b, forced++;
+  }
+  return forced;
 }
 
 bool nfa_at_end(const program_t *p, const sset_t *set) {

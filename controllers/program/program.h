@@ -51,7 +51,7 @@ typedef struct gnode {
   uint8_t *lit; uint32_t lit_len;            /* G_LIT */
   aici_regex_t *re;                          /* G_RE */
   matcher_t *json;                           /* G_JSON */
-  ac_t ac; uint32_t max_tokens;              /* G_TEXT, G_JSON (max_tokens UINT32_MAX: none) */
+  ac_t ac; uint32_t max_tokens;              /* G_TEXT; G_JSON: complete_by (UINT32_MAX: none) */
   aici_tokset_t *toks;                       /* G_TOK */
   /* G_GRAM: the node's matcher holds one text at a time ("physical"); ph[i] is the hash of its
    * first i bytes (ph_len of them valid), so a state (a mark, its length and hash) can tell
@@ -98,7 +98,7 @@ void gram_init(gnode_t *g);
 typedef struct {
   uint32_t node;             /* a leaf, G_END, or a parked barrier (G_WAIT / G_FORK) */
   uint32_t s;                /* leaf state (lit: position + 1; re: DFA state; json: index into js; text: AC state) */
-  uint32_t n_tok;            /* G_TEXT, G_JSON: tokens taken in this leaf (that start in it) */
+  uint32_t n_tok;            /* G_TEXT: tokens taken in this leaf */
 } st_t;
 
 /* What a state's path has captured (advance mode only: mask walks do not track captures): the
@@ -145,6 +145,9 @@ void nfa_reopen(stepctx_t *c, sset_t *set, int fork_branch);
  * is accepted: heap, *n (0: it accepts already); NULL when none is found within the search's
  * limits (4096 configurations, 512 bytes). */
 uint8_t *nfa_json_completion(program_t *p, const sset_t *set, uint32_t i, uint32_t *n);
+/* The forced bytes (at most 256) after state i has taken `bytes` (e.g. a tag's end after its
+ * completed document); 0 when the bytes do not fit. */
+uint32_t nfa_forced_after(program_t *p, const sset_t *set, uint32_t i, const uint8_t *bytes, uint32_t n);
 bool nfa_at_end(const program_t *p, const sset_t *set);        /* G_END is live: EOS allowed */
 bool nfa_only_end(const program_t *p, const sset_t *set);
 int nfa_forced_byte(const program_t *p, const sset_t *set);    /* -1: none or several */

@@ -112,17 +112,18 @@ def regex(pattern: str, **kw: Any) -> Format:
 
 
 def json(schema: Mapping[str, Any] | bool | str = True, *, whitespace: int | None = None,
-         max_tokens: int | None = None, **kw: Any) -> Format:
+         complete_by: int | None = None, **kw: Any) -> Format:
     """A JSON document valid under `schema` (a JSON Schema dict, or its text; True: any JSON).
-    `whitespace`: up to N whitespace bytes between tokens (default 0, compact). `max_tokens`: once
-    the document has taken that many tokens, its shortest valid completion is forced (needs a
-    host that grants ff_tokens), so a budget-bound reply still ends valid."""
+    `whitespace`: up to N whitespace bytes between tokens (default 0, compact). `complete_by`:
+    the reply's token budget (e.g. the request's max_tokens): when the reply has no more room left
+    than the document's shortest completion and the fixed text after it need, that completion is
+    forced (needs a host that grants ff_tokens), so a budget-bound reply still ends valid."""
     spec: dict[str, Any] = {"type": "json_schema",
                             "json_schema": dict(schema) if isinstance(schema, Mapping) else schema}
     if whitespace is not None:
         spec["x-whitespace"] = int(whitespace)
-    if max_tokens is not None:
-        spec["max_tokens"] = _nonneg(max_tokens, "max_tokens")
+    if complete_by is not None:
+        spec["complete_by"] = _nonneg(complete_by, "complete_by")
     return _with(spec, **kw)
 
 

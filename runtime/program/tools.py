@@ -163,36 +163,31 @@ def choice_from_openai(tool_choice: Any, tools: list[Tool]) -> str:
 
 
 # --- rendering -------------------------------------------------------------------------------------
-def call_tag(fam: Family, tool: Tool, args_max_tokens: int | None = None) -> dict:
+def call_tag(fam: Family, tool: Tool, complete_by: int | None = None) -> dict:
     """One call of `tool` as a structural-tag `tag`: the forced opening with its name, its
-    arguments constrained by its `parameters` (past `args_max_tokens` tokens their shortest valid
-    completion is forced), the closing."""
-    content: dict[str, Any] = {"type": "json_schema", "json_schema": tool.parameters}
-    if args_max_tokens is not None:
-        content["max_tokens"] = args_max_tokens
+    arguments constrained by its `parameters`, the closing. `complete_by`: the reply's token
+    budget (its max_tokens): the arguments are completed (their shortest valid completion forced)
+    while the closing still fits. A `oneOf` whose branches may overlap is enforced as `anyOf`
+    (`x-coerce-one-of`) rather than refused."""
+    content: dict[str, Any] = {"type": "json_schema", "json_schema": tool.parameters, "x-coerce-one-of": True}
+    if complete_by is not None:
+        content["complete_by"] = complete_by
     return {"type": "tag", "begin": fam.call_begin(tool.name), "content": content, "end": fam.end}
 
 
-def args_budget(max_tokens: int | None) -> int | None:
-    """The arguments' token budget for a reply of at most `max_tokens` tokens: two thirds of it less
-    8 (at least 8), leaving room for the call's opening, the forced completion and the closing
-    (a call of one tool; parallel calls each get this budget). None: no budget."""
-    return None if max_tokens is None else max(8, (2 * max_tokens) // 3 - 8)
-
-
 def render(tools: list[Tool], choice: str, *, parallel: bool = True, fam: Family = HERMES,
-           args_max_tokens: int | None = None) -> dict | None:
+           complete_by: int | None = None) -> dict | None:
     """The format that enforces `choice` (from `choice_from_openai`) over `tools` in `fam`'s
     syntax; None for "none" (the tools add no constraint). With `parallel` False the reply ends
-    after its first call. `args_max_tokens`: each call's arguments, past that many tokens, are
-    completed (`args_budget` gives one for a reply's max_tokens), so a reply cut by its budget
-    still ends with valid calls."""
+    after its first call. `complete_by`: the reply's max_tokens; a call's arguments are then
+    completed in time for its closing, so a reply bound by its budget still ends with a valid
+    call (a later parallel call may still be cut)."""
     if choice == "none":
         return None
     if choice.startswith("function:"):
         name = choice[len("function:"):]
-        return call_tag(fam, next(t for t in tools if t.name == name), args_max_tokens)
-    tags = [call_tag(fam, t, args_max_tokens) for t in tools]
+        return call_tag(fam, next(t for t in tools if t.name == name), complete_by)
+    tags = [call_tag(fam, t, complete_by) for t in tools]
     if choice == "required":      # calls only: no text before, between (but the separator) or after them
         return {"type": "tags_with_separator", "tags": tags, "separator": fam.separator, "at_least_one": True,
                 "stop_after_first": not parallel}
