@@ -352,6 +352,15 @@ def strict(schema):
     return out
 
 
+def tool_name(case_id: str) -> str:
+    """The function's own name in a Glaive case id ("Glaiveai2K---search_jobs_fa1f54ca" ->
+    "search_jobs"): short, as a real tool's name is (the opening that forces it is shorter too)."""
+    base = case_id.rsplit("/", 1)[-1].split(".")[0].split("---")[-1]
+    head, _, tail = base.rpartition("_")
+    name = head if head and len(tail) == 8 and all(c in "0123456789abcdef" for c in tail) else base
+    return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64] or "tool"
+
+
 def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256, limit: int | None = None) -> dict:
     try:
         from aicirt.program import tools as T
@@ -379,8 +388,9 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
         cases = []
         for i, case in enumerate(picked):
             other = picked[(i + 1) % len(picked)]
-            name = "f_" + case["id"].rsplit("/", 1)[-1].split(".")[0][:40].replace("-", "_")
-            other_name = "g_" + other["id"].rsplit("/", 1)[-1].split(".")[0][:40].replace("-", "_")
+            name, other_name = tool_name(case["id"]), tool_name(other["id"])
+            if other_name == name:
+                other_name += "_2"
             cases.append((case, {name: case["schema"], other_name: other["schema"]}, name))
         cases = cases[run_cases]
         for at in range(0, len(cases), batch):   # a batch at a time: the engine batches its requests

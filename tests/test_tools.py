@@ -28,7 +28,8 @@ def test_named_choice_is_one_tag_with_the_tools_schema(fam, begin, end):
     ts = tools()
     fmt = T.render(ts, T.choice_from_openai({"type": "function", "function": {"name": "get_weather"}}, ts), fam=fam)
     assert fmt == {"type": "tag", "begin": begin, "end": end,
-                   "content": {"type": "json_schema", "json_schema": WEATHER["function"]["parameters"]}}
+                   "content": {"type": "json_schema", "json_schema": WEATHER["function"]["parameters"],
+                               "x-coerce-one-of": True}}
     # begin + some arguments + end is one JSON object (after the tag, if any): what parse reads back
     text = begin + '{"city": "Oslo"}' + end
     assert T.parse(text, fam)[1][0].name == "get_weather"

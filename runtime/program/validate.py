@@ -152,7 +152,7 @@ class _Checker:
         elif t == "grammar":
             self.field(f, ptr, "grammar", str, "a string", True)
         elif t == "any_text":
-            self.uint(f, ptr, "complete_by", 0)
+            self.uint(f, ptr, "max_tokens", 0)
             if f.get("max_chars") is not None:
                 self.fail(ptr + "/max_chars", "max_chars is not supported (use max_tokens)")
             self.strings(f, ptr, "excludes", True)
