@@ -30,13 +30,20 @@ Three parts, one run; the last line is one JSON object.
    function schemas from ../shared/jsonschema as OpenAI tools (two tools a request: the schema's
    own and another's, in OpenAI's strict shape: `additionalProperties: false` where a schema
    lists properties and is silent on others), `tool_choice="required"`, one call each (at most
-   256 tokens, greedy) on the default model through
-   `aicirt.program.tools` (the model family's native format): the call parses, names a given
-   tool, and its arguments validate under that tool's original schema (`jsonschema`). Needs
-   runtime/program/tools.py (the `tools` branch) and the model; null with a note otherwise.
+   --tool-max-tokens tokens, default 128, greedy; `complete_by` that: the controller forces the
+   arguments' shortest valid completion while the call's closing still fits) on the default model
+   through `aicirt.program.tools` (the model family's native format), a short prompt (the tools'
+   names and descriptions), submitted --tool-batch (16) at a time: the call parses, names a given
+   tool, and its arguments validate under that tool's original schema (`jsonschema`). Failures
+   are printed as they happen and counted by cause (`tool_failures`).
+
+4. With --first-call-baseline OLD.wasm: the module's size and its first-call cost (CPU and wall ms
+   from a new request to its first mask, Qwen2 tokenizer) against that build, in the same run
+   (`first_call`, `module_size_ratio`).
 
 Usage: python bench/program.py [--model M] [--form-prompts N] [--json-schemas N] [--tool-sample N]
-[--skip-tools] [--skip-form]
+[--tool-batch N] [--tool-max-tokens N] [--tool-limit N] [--skip-tools] [--skip-form] [--skip-masks]
+[--first-call-baseline OLD.wasm [--first-call-rounds N]]
 """
 from __future__ import annotations
 
@@ -345,7 +352,16 @@ def strict(schema):
     return out
 
 
-def tool_calls(model: str | None, n: int) -> dict:
+def tool_name(case_id: str) -> str:
+    """The function's own name in a Glaive case id ("Glaiveai2K---search_jobs_fa1f54ca" ->
+    "search_jobs"): short, as a real tool's name is (the opening that forces it is shorter too)."""
+    base = case_id.rsplit("/", 1)[-1].split(".")[0].split("---")[-1]
+    head, _, tail = base.rpartition("_")
+    name = head if head and len(tail) == 8 and all(c in "0123456789abcdef" for c in tail) else base
+    return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64] or "tool"
+
+
+def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256, limit: int | None = None) -> dict:
     try:
         from aicirt.program import tools as T
     except ImportError:
@@ -362,51 +378,145 @@ def tool_calls(model: str | None, n: int) -> dict:
     picked = rng.sample(pool, min(n, len(pool)))
     wasm = build_cached("program")
     ok = total = 0
+    run_cases = slice(0, limit)              # --tool-limit: the first of the sample only (a trial)
     failures: list[str] = []
+    reasons: dict[str, int] = {}
+    tokens: list[int] = []
     with Engine(load_backend(model)) as eng:
         template = getattr(getattr(eng.backend, "tokenizer", None), "chat_template", None)
         fam = T.detect_family(template)
-        pending = []   # all requests at once: the engine batches them (one at a time took ~10 s each)
+        cases = []
         for i, case in enumerate(picked):
             other = picked[(i + 1) % len(picked)]
-            name = "f_" + case["id"].rsplit("/", 1)[-1].split(".")[0][:40].replace("-", "_")
-            other_name = "g_" + other["id"].rsplit("/", 1)[-1].split(".")[0][:40].replace("-", "_")
-            schemas = {name: case["schema"], other_name: other["schema"]}
-            openai_tools = [{"type": "function", "function": {"name": k, "description": v.get("description", k),
-                                                              "parameters": strict(v)}} for k, v in schemas.items()]
-            total += 1
-            try:
-                tools = T.tools_from_openai(openai_tools)
-                fmt = T.render(tools, T.choice_from_openai("required", tools), parallel=False, fam=fam)
-                system = T.system_message(tools, fam)
-                prompt = f"{system}\n\nUser: please call one of the tools for my request ({name})."
-                req = eng.add_request(prompt, wasm, json.dumps(fmt).encode(),
-                                      params=SamplingParams(max_tokens=256, temperature=0.0))
-                pending.append((case, schemas, req))
-            except Exception as e:  # noqa: BLE001 - counted, a few shown
-                if len(failures) < 5:
+            name, other_name = tool_name(case["id"]), tool_name(other["id"])
+            if other_name == name:
+                other_name += "_2"
+            cases.append((case, {name: case["schema"], other_name: other["schema"]}, name))
+        cases = cases[run_cases]
+        for at in range(0, len(cases), batch):   # a batch at a time: the engine batches its requests
+            pending = []
+            for case, schemas, name in cases[at:at + batch]:
+                openai_tools = [{"type": "function", "function": {"name": k, "description": v.get("description", k),
+                                                                  "parameters": strict(v)}} for k, v in schemas.items()]
+                total += 1
+                try:
+                    tools = T.tools_from_openai(openai_tools)
+                    fmt = T.render(tools, T.choice_from_openai("required", tools), parallel=False, fam=fam,
+                                   complete_by=max_tokens)
+                    # a short prompt: the tools' names and what they are for (the format enforces the rest)
+                    listing = "; ".join(f"{t.name}: {str(t.description)[:80]}" for t in tools)
+                    prompt = f"Tools: {listing}\nUser: please call {name} for my request.\nAssistant: "
+                    req = eng.add_request(prompt, wasm, json.dumps(fmt).encode(),
+                                          params=SamplingParams(max_tokens=max_tokens, temperature=0.0))
+                    pending.append((case, schemas, req))
+                except Exception as e:  # noqa: BLE001 - counted, a few shown
+                    reasons["refused"] = reasons.get("refused", 0) + 1
                     failures.append(f"{case['id']}: {str(e)[:200]}")
-        for _ in eng.run():
-            pass
-        for case, schemas, req in pending:
-            try:
-                text = req.sequences[0].text_bytes.decode("utf-8", "replace")
-                _, calls = T.parse(text, fam)
-                if not calls:
-                    raise ValueError(f"no call parsed from {text[:120]!r}")
-                c = calls[0]
-                if c.name not in schemas:
-                    raise ValueError(f"names no given tool: {c.name!r}")
-                args = json.loads(c.arguments) if isinstance(c.arguments, str) else c.arguments
-                jsonschema.validate(args, schemas[c.name])
-                ok += 1
-            except Exception as e:  # noqa: BLE001 - counted, a few shown
-                if len(failures) < 5:
-                    failures.append(f"{case['id']}: {str(e)[:200]}")
-    for f in failures:
-        print(f"  tool call failed: {f}", flush=True)
+                    print(f"  tool call refused: {failures[-1]}", flush=True)
+            for _ in eng.run():
+                pass
+            for case, schemas, req in pending:
+                seq = req.sequences[0]
+                tokens.append(len(seq.output_tokens))
+                try:
+                    text = seq.text_bytes.decode("utf-8", "replace")
+                    _, calls = T.parse(text, fam)
+                    if not calls:
+                        why = "length" if seq.finish_reason == "length" else "no call"
+                        raise ValueError(f"{why}: no call parsed from {text[:160]!r} "
+                                         f"(finish {seq.finish_reason}; {''.join(seq.logs)[:160]})")
+                    c = calls[0]
+                    if c.name not in schemas:
+                        raise ValueError(f"names no given tool: {c.name!r}")
+                    args = json.loads(c.arguments) if isinstance(c.arguments, str) else c.arguments
+                    try:
+                        jsonschema.validate(args, schemas[c.name])
+                    except jsonschema.ValidationError as e:
+                        raise ValueError(f"invalid: {e.message[:160]}") from None
+                    ok += 1
+                except Exception as e:  # noqa: BLE001 - counted, a few shown
+                    key = str(e).split(":", 1)[0]
+                    reasons[key] = reasons.get(key, 0) + 1
+                    failures.append(f"{case['id']}: {str(e)[:400]}")
+                    print(f"  tool call failed: {failures[-1]}", flush=True)
+            print(f"  tool calls: {ok}/{total} valid after {min(at + batch, len(cases))} "
+                  f"({time.perf_counter() - T0:.0f} s)", flush=True)
     return {"tool_call_valid_pct": round(100.0 * ok / total, 2) if total else None, "tool_calls": total,
-            "tool_calls_valid": ok, "tool_family": fam.name if total else None}
+            "tool_calls_valid": ok, "tool_family": fam.name if total else None, "tool_failures": reasons,
+            "tool_batch": batch, "tool_max_tokens": max_tokens,
+            "tool_tokens_p50": pct(tokens, 50) if tokens else None, "tool_tokens_max": max(tokens, default=None)}
+
+
+T0 = time.perf_counter()
+
+
+# ---- 4. module size and first-call cost ----------------------------------------------------------
+
+FIRST_CALL_PROGRAMS = {
+    "json_schema": {"type": "json_schema", "json_schema": {"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "age"]}},
+    "regex": {"type": "regex", "pattern": "[A-Z][a-z]+ [0-9]{2,4}"},
+    "grammar": {"type": "grammar", "grammar": 'start: expr\nexpr: term ("+" term)*\nterm: NUM | "(" expr ")"\n'
+                                              'NUM: /[0-9]+/\n'},
+}
+
+
+def _first_mask(rt, ctrl, arg: str, prompt: list[int]) -> bool:
+    from aicirt import StepInput
+    req = rt.new_request(ctrl, arg=arg.encode())
+    seq = req.spawn()
+    tokens = list(prompt)
+    try:
+        for _ in range(8):
+            r = rt.submit([StepInput(seq, tokens, None)]).wait().results[0]
+            if r.status != "ok" or not r.branches:
+                return False
+            b = r.branches[0]
+            if b.mask_row is not None:
+                return True
+            sp = b.splices[0]
+            tokens = tokens[:len(tokens) - sp.backtrack] + list(sp.ff_tokens)
+        return False
+    finally:
+        seq.close()
+        req.close()
+
+
+def first_calls(baseline: str, rounds: int) -> dict:
+    """Module size and first-call cost of this tree's `program` build against `baseline` (a .wasm,
+    e.g. the build before a change), in one Runtime on the Qwen2 tokenizer (151k tokens): a new
+    request's first `submit` until its first mask (a fast-forward applied and the next call made),
+    CPU ms of this process (all threads) and wall ms, medians of `rounds`, per program (JSON
+    Schema, regex, grammar: None where the build refuses it)."""
+    from mask_speed import QwenTokenizer
+
+    import aicirt
+    from aicirt.toolchain import build_cached
+    tok = QwenTokenizer()
+    rt = aicirt.Runtime(tok, limits=aicirt.Limits(first_call_timeout_s=30.0, soft_deadline_s=5.0), workers=1,
+                        cache_dir=False)
+    prompt = tok.encode("Answer: ")
+    builds = {"baseline": Path(baseline), "this": build_cached("program")}
+    ctrls = {k: rt.load(p) for k, p in builds.items()}
+    out: dict = {k: {"size_bytes": os.path.getsize(p)} for k, p in builds.items()}
+    for name, prog in FIRST_CALL_PROGRAMS.items():
+        arg = json.dumps(prog)
+        for k, ctrl in ctrls.items():
+            if not _first_mask(rt, ctrl, arg, prompt):          # warm-up; a build without the format refuses
+                out[k][name] = None
+                continue
+            cpu, wall = [], []
+            for _ in range(rounds):
+                c0, t0 = time.process_time(), time.perf_counter()
+                _first_mask(rt, ctrl, arg, prompt)
+                cpu.append((time.process_time() - c0) * 1e3)
+                wall.append((time.perf_counter() - t0) * 1e3)
+            out[k][name] = {"cpu_ms": round(pct(cpu, 50), 2), "wall_ms": round(pct(wall, 50), 2)}
+            print(f"  first call: {k:9s} {name:12s} cpu {out[k][name]['cpu_ms']:8.2f} ms  "
+                  f"wall {out[k][name]['wall_ms']:8.2f} ms", flush=True)
+    rt.close()
+    return {"first_call": out, "module_size_ratio": round(out["this"]["size_bytes"] / out["baseline"]["size_bytes"], 3)}
 
 
 def main() -> None:
@@ -417,6 +527,12 @@ def main() -> None:
     ap.add_argument("--tool-sample", type=int, default=100)
     ap.add_argument("--skip-tools", action="store_true")
     ap.add_argument("--skip-form", action="store_true")
+    ap.add_argument("--skip-masks", action="store_true")
+    ap.add_argument("--first-call-baseline", default=None, help="a program .wasm: size and first call against it")
+    ap.add_argument("--first-call-rounds", type=int, default=9)
+    ap.add_argument("--tool-batch", type=int, default=16, help="tool calls submitted together")
+    ap.add_argument("--tool-max-tokens", type=int, default=128)
+    ap.add_argument("--tool-limit", type=int, default=None, help="run only the first N of the sample (a trial)")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -429,16 +545,19 @@ def main() -> None:
                     "form_valid_no_ff": fp["no_ff"]["valid"], "form_runs": args.form_prompts})
         print(f"forward passes a token: {fp['ff']['per_token']:.3f} (no fast-forward: "
               f"{fp['no_ff']['per_token']:.3f}); valid {fp['ff']['valid']}/{args.form_prompts}", flush=True)
-    m = masks(args.json_schemas)
-    row.update(m)
-    print(f"mask p50 {m['mask_us_p50']} µs (controller {m['mask_inner_us_p50']}) vs llguidance step "
-          f"{m['llg_step_us_p50']} µs ({m['mask_vs_llg_step_p50']}x); per kind (ours/inner/llg): " +
-          ", ".join(f"{k} {v['mask_us_p50']}/{v['mask_inner_us_p50']}/{v['llg_step_us_p50']}"
-                    for k, v in m["per_kind"].items()), flush=True)
+    if not args.skip_masks:
+        m = masks(args.json_schemas)
+        row.update(m)
+        print(f"mask p50 {m['mask_us_p50']} µs (controller {m['mask_inner_us_p50']}) vs llguidance step "
+              f"{m['llg_step_us_p50']} µs ({m['mask_vs_llg_step_p50']}x); per kind (ours/inner/llg): " +
+              ", ".join(f"{k} {v['mask_us_p50']}/{v['mask_inner_us_p50']}/{v['llg_step_us_p50']}"
+                        for k, v in m["per_kind"].items()), flush=True)
     if not args.skip_tools:
-        tc = tool_calls(args.model, args.tool_sample)
+        tc = tool_calls(args.model, args.tool_sample, args.tool_batch, args.tool_max_tokens, args.tool_limit)
         row.update(tc)
         print(f"tool calls valid: {tc.get('tool_call_valid_pct')}% {tc.get('tool_note', '')}", flush=True)
+    if args.first_call_baseline:
+        row.update(first_calls(args.first_call_baseline, args.first_call_rounds))
     row.update({"seconds": round(time.perf_counter() - t0, 1), "load_avg_start": round(load0, 2),
                 "load_avg_end": round(os.getloadavg()[0], 2)})
     print(json.dumps(row))

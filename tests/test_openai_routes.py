@@ -182,6 +182,22 @@ def test_tools_required_forces_a_valid_call(url, fam):
     assert len(check_calls(c["message"], [c["message"]["tool_calls"][0]["function"]["name"]])) == 1
 
 
+def test_a_call_cut_by_max_tokens_still_ends_valid(url):
+    note = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"}}, "required": ["text", "n"],
+        "additionalProperties": False}}}
+    say = call_text("note", {"text": "x" * 300, "n": 1})
+    r = chat(url, say, tools=[note], tool_choice="required", tool_format="hermes", max_tokens=200)
+    # the reply's budget ran out inside the string: the arguments' shortest completion was forced
+    # while the call's closing still fit, so the reply is a whole, valid call
+    choice = r["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    (call,) = choice["message"]["tool_calls"]
+    args = json.loads(call["function"]["arguments"])
+    assert args["text"].startswith("xxx") and len(args["text"]) < 200 and args["n"] == 0
+    assert r["usage"]["completion_tokens"] <= 200
+
+
 def test_tools_named_function_is_called(url):
     r = chat(url, call_text("get_weather", {"city": "Oslo"}, "llama3"), tools=[WEATHER, TIME], tool_format="llama3",
              tool_choice={"type": "function", "function": {"name": "get_time"}})
@@ -200,11 +216,6 @@ def test_parallel_calls_and_parallel_tool_calls_false(url):
     check_calls(r["choices"][0]["message"], ["get_weather", "get_time"])
 
 
-def test_tool_choice_none_is_plain_text(url):
-    r = chat(url, call_text("get_weather", {"city": "Rome"}), tools=[WEATHER], tool_choice="none")
-    assert "tool_calls" not in r["choices"][0]["message"] and r["choices"][0]["finish_reason"] == "stop"
-
-
 def test_tool_history_is_accepted(url):
     msgs = [{"role": "user", "content": "weather?"},
             {"role": "assistant", "content": None, "tool_calls": [
@@ -215,15 +226,65 @@ def test_tool_history_is_accepted(url):
     assert r["choices"][0]["message"]["content"] == "It is sunny."
 
 
-def test_streamed_tool_calls_arrive_in_openais_shape(url):
-    body = {"messages": [{"role": "user", "content": "SAY:" + call_text("get_weather", {"city": "Nice"}) + "|"}],
-            "tools": [WEATHER], "tool_format": "hermes", "stream": True, "temperature": 0, "max_tokens": 80}
-    chunks = stream_chunks(url, "/v1/chat/completions", body)
-    (last,) = [ch for ch in chunks if ch["choices"] and ch["choices"][0]["finish_reason"]]
-    delta = last["choices"][0]["delta"]
-    assert last["choices"][0]["finish_reason"] == "tool_calls" and delta["content"] is None
-    assert delta["tool_calls"][0]["index"] == 0 and delta["tool_calls"][0]["function"]["name"] == "get_weather"
-    assert json.loads(delta["tool_calls"][0]["function"]["arguments"]) == {"city": "Nice"}
+def test_streamed_tool_calls_arrive_as_openais_incremental_deltas(url):
+    say = "Let me check. " + call_text("get_weather", {"city": "Nice"}) + "\n" + call_text("get_time", {"zone": "CET"})
+    body = {"messages": [{"role": "user", "content": "SAY:" + say + "|"}], "tools": [WEATHER, TIME],
+            "tool_format": "hermes", "stream": True, "temperature": 0, "max_tokens": 200}
+    chunks = [ch for ch in stream_chunks(url, "/v1/chat/completions", body) if ch["choices"]]
+    deltas = [ch["choices"][0]["delta"] for ch in chunks]
+    assert deltas[0] == {"role": "assistant", "content": None}
+    content = "".join(d.get("content") or "" for d in deltas)
+    entries = [e for d in deltas for e in d.get("tool_calls", [])]
+    assert all(len(d.get("tool_calls", [])) <= 1 for d in deltas)
+    # per call: first its header (index, id, type, name, no arguments yet), then argument pieces
+    heads = [e for e in entries if "id" in e]
+    assert [(h["index"], h["type"], h["function"]) for h in heads] == \
+        [(0, "function", {"name": "get_weather", "arguments": ""}), (1, "function", {"name": "get_time", "arguments": ""})]
+    assert all(h["id"].startswith("call_") for h in heads) and heads[0]["id"] != heads[1]["id"]
+    for i, name in enumerate(["get_weather", "get_time"]):
+        mine = [e for e in entries if e["index"] == i]
+        assert "id" in mine[0] and all(set(e) == {"index", "function"} for e in mine[1:])
+        pieces = [e["function"]["arguments"] for e in mine[1:]]
+        assert len(pieces) >= 2                               # streamed as written, not in one piece
+        jsonschema.validate(json.loads("".join(pieces)), SCHEMAS[name])
+    assert entries.index(heads[1]) > max(k for k, e in enumerate(entries) if e["index"] == 0)
+    assert content == "Let me check."
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls" and deltas[-1] == {}
+    assert all(ch["choices"][0]["finish_reason"] is None for ch in chunks[:-1])
+
+
+def test_openai_client_accumulates_the_streamed_calls(url):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    say = call_text("get_weather", {"city": "Oslo"})
+    with client.chat.completions.stream(
+            model="scripted", messages=[{"role": "user", "content": f"SAY:{say}|"}], tools=[WEATHER, TIME],
+            tool_choice="required", temperature=0, max_tokens=120, extra_body={"tool_format": "hermes"}) as stream:
+        events = [ev.type for ev in stream]
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    assert json.loads(call.function.arguments) == {"city": "Oslo"}
+    assert "tool_calls.function.arguments.delta" in events
+
+
+def test_tool_choice_none_shows_the_tools_and_parses_nothing(url, monkeypatch):
+    # vLLM >= 0.10: the tools stay in the prompt, the reply is content only (docs/tools.md)
+    import aicirt.serve.protocol as PR
+    seen = {}
+    real = PR.chat_tokens
+
+    def spy(backend, messages, tools=None, fam=None):
+        seen["tools"] = tools
+        return real(backend, messages, tools, fam)
+    monkeypatch.setattr(PR, "chat_tokens", spy)
+    r = chat(url, call_text("get_weather", {"city": "Rome"}), tools=[WEATHER], tool_choice="none")
+    assert [t.name for t in seen["tools"]] == ["get_weather"]
+    msg = r["choices"][0]["message"]
+    assert "tool_calls" not in msg and msg["content"] == call_text("get_weather", {"city": "Rome"})
+    assert r["choices"][0]["finish_reason"] == "stop"
 
 
 def test_openai_client_reads_tool_calls(url):
@@ -255,6 +316,22 @@ def test_n_forks_one_choice_each(url):
         assert isinstance(json.loads(c["message"]["content"]), dict)
     r = complete(url, "abc", n=2)
     assert [c["text"] for c in r["choices"]] == ["abc", "abc"]
+
+
+def test_usage_counts_every_choice_of_n_forks_and_the_prompt_once(url):
+    one = complete(url, "abc")["usage"]
+    assert one["completion_tokens"] == 4                      # a, b, c and EOS (the scripted tokenizer: bytes)
+    three = complete(url, "abc", n=3)["usage"]
+    assert three == {"prompt_tokens": one["prompt_tokens"], "completion_tokens": 12,
+                     "total_tokens": one["prompt_tokens"] + 12}
+    cut = complete(url, "abcdef", n=2, max_tokens=4)
+    assert [c["finish_reason"] for c in cut["choices"]] == ["length"] * 2 and cut["usage"]["completion_tokens"] == 8
+    r = chat(url, "prose", n=2, response_format={"type": "json_object"})
+    # the program ends each choice after its object (no EOS sampled): its bytes are its tokens
+    assert r["usage"]["completion_tokens"] == sum(len(c["message"]["content"].encode()) for c in r["choices"])
+    chunks = stream_chunks(url, "/v1/completions", {"prompt": "SAY:abc|", "n": 3, "stream": True, "temperature": 0,
+                                                    "max_tokens": 20, "stream_options": {"include_usage": True}})
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == three
 
 
 def test_logprobs_chat_and_completions(url):

@@ -343,3 +343,78 @@ def test_the_token_budget_counts_whole_tokens(wasm):
     prog = P.seq(P.think(max_tokens=2), "X")
     _, req = run(wasm, prog, "<think>ab cd ef</think>X", tokenizer=tok)
     assert texts(req) == ["<think>ab cd</think>X"] and req.sequences[0].finish_reason == "stop"
+
+
+# ---- label + backtrack -----------------------------------------------------------------------
+
+def test_backtrack_removes_the_thought_and_forces_the_captured_value(wasm):
+    think = P.label("T", P.tag("<think>", P.gen(name="thought"), "</think>"))
+    prog = P.seq(think, P.backtrack("T", "A: ", P.var("thought")), " ok")
+    trace, req = run(wasm, prog, "<think>abc</think>zzzz")
+    # the thought is generated, then one splice takes all 18 of its tokens back and forces the
+    # captured value; the program goes on after the backtrack (" ok" forced to the end)
+    assert trace == [(0, 0, "<think>"), (0, 0, "a"), (0, 0, "b"), (0, 0, "c"),
+                     *[(0, 0, ch) for ch in "</think>"], (0, 18, "A: abc"), (0, 0, " ok")]
+    assert texts(req) == ["A: abc ok"] and req.variables == {"thought": b"abc"}
+
+
+def test_a_label_inside_a_token_keeps_the_token_s_head(wasm):
+    tok = MergeTokenizer(["x<"])
+    prog = P.seq(P.gen(regex="x+"), P.label("L", P.seq("<", P.gen(regex="[0-9]"))), P.backtrack("L", "="), P.gen(regex="[a-z]"))
+    trace, req = run(wasm, prog, "xx<5q", tokenizer=tok)
+    # "x<" spans the label's start: it is taken back too, and its "x" forced again before "="
+    assert trace == [(0, 0, "x"), (0, 0, "x<"), (0, 0, "5"), (0, 2, "x="), (0, 0, "q")]
+    assert texts(req) == ["xx=q"]
+
+
+def test_backtrack_without_text_only_removes(wasm):
+    prog = P.seq("a", P.label("L", "b"), P.backtrack("L"), P.gen(regex="[0-9]"))
+    trace, req = run(wasm, prog, "a77")            # the scripted model writes by position
+    assert trace == [(0, 0, "ab"), (0, 1, ""), (0, 0, "7")] and texts(req) == ["a7"]
+
+
+def test_backtrack_with_nothing_to_remove_goes_on_at_once(wasm):
+    prog = P.seq("a", P.label("L", P.seq()), P.backtrack("L"), P.gen(regex="[0-9]"))
+    trace, req = run(wasm, prog, "a7")
+    assert trace == [(0, 0, "a"), (0, 0, "7")] and texts(req) == ["a7"]
+
+
+def test_backtrack_to_a_label_this_path_did_not_pass_stops_with_a_log(wasm):
+    prog = P.seq(P.select([P.label("L", P.const("x")), "y"]), P.backtrack("L", "z"))
+    trace, req = run(wasm, prog, "y")
+    assert texts(req) == ["y"]
+    assert 'program: backtrack: label "L" was not passed on the way here' in "".join(req.sequences[0].logs)
+
+
+def test_backtrack_without_the_capability_is_refused_naming_the_step(wasm):
+    prog = P.seq(P.label("L", "x"), P.backtrack("L", "y"))
+    tok = ScriptedBackend().tokenizer
+    with Engine(ScriptedBackend(script="x")) as eng:
+        req = eng.add_request(tok.encode("Q"), wasm, prog.dumps().encode(),
+                              capabilities=Capabilities.FF_TOKENS | Capabilities.CONDITIONAL_FF_TOKENS)
+        list(eng.run())
+    why = "at /elements/1: backtrack needs capability `backtrack`, which this host did not grant"
+    assert "program: " + why in "".join(req.sequences[0].logs)
+    assert P.capability_refusal(prog.to_json(), Capabilities.FF_TOKENS) == why
+    assert P.required_capabilities(prog.to_json()) == {"backtrack": "/elements/1", "ff_tokens": "/elements/1"}
+    assert P.capability_refusal(prog.to_json(), Capabilities.ALL) is None
+
+
+def test_a_json_document_is_completed_in_time_for_the_reply_s_budget(wasm):
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"},
+                                               "c": {"type": "array", "items": {"type": "string"}}},
+              "required": ["a", "b"]}
+    prog = P.seq("<c>", P.json(schema, complete_by=24, name="v"), "</c>")
+    trace, req = run(wasm, prog, '{"a":"' + "x" * 40, max_tokens=24)
+    # after 11 tokens the shortest completion ('","b":0}', 8 bytes) and the end tag (4) just fit
+    # the 24: one fast-forward closes the string, writes the required "b" (its shortest value)
+    # and closes the object; then the end tag; the reply stops, whole, within its budget
+    assert trace == [(0, 0, '<c>{"a":"'), (0, 0, "x"), (0, 0, "x"), (0, 0, '","b":0}'), (0, 0, "</c>")]
+    assert texts(req) == ['<c>{"a":"xx","b":0}</c>'] and req.variables == {"v": b'{"a":"xx","b":0}'}
+    assert req.sequences[0].finish_reason == "stop" and len(req.sequences[0].output_tokens) == 23
+    # a number that could go on is closed when only its closing and the "!" fit
+    prog = P.seq(P.json({"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]},
+                        complete_by=12), "!")
+    trace, req = run(wasm, prog, '{"n":1234567890123', max_tokens=12)
+    assert trace == [(0, 0, '{"n":'), (0, 0, "1"), (0, 0, "2"), (0, 0, "3"), (0, 0, "4"), (0, 0, "}"), (0, 0, "!")]
+    assert req.sequences[0].finish_reason == "stop"

@@ -44,3 +44,19 @@ def test_bad_arguments_raise(make):
 def test_non_formats_raise_type_error():
     with pytest.raises(TypeError):
         P.seq(3)
+
+
+def test_label_backtrack_and_var_render_the_controller_s_json():
+    p = P.seq(P.label("T", P.gen(name="t", stop="\n")), P.backtrack("T", "Answer: ", P.var("t")), "!")
+    assert p.to_json()["elements"][:2] == [
+        {"type": "any_text", "name": "t", "stop": ["\n"], "label": "T"},
+        {"type": "backtrack", "to": "T", "text": ["Answer: ", {"var": "t"}]}]
+    P.validate(p.to_json())
+    with pytest.raises(ValueError):
+        P.backtrack("")
+    with pytest.raises(TypeError):
+        P.backtrack("T", 3)          # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        P.var("")
+    with pytest.raises(P.ProgramError, match="no label before this step is called T"):
+        P.validate(P.seq(P.backtrack("T"), P.label("T", "x")).to_json())

@@ -55,3 +55,23 @@ def test_two_forks_and_a_parent_that_waits():
     res = P.run(p, prompt="Name a city and a year.", max_tokens=40)
     assert res.texts[0] == "Facts:\nDone." and len(res.texts) == 3
     assert res.texts[1] == "Facts:\nA: " + res.variables["a"] and res.texts[2] == "Facts:\nB: " + res.variables["b"]
+
+
+def test_think_capture_backtrack_then_answer():
+    draft = P.seq(P.think(max_tokens=24), "\nConclusion: ", P.gen(regex="[0-9]{1,3}", name="conclusion"))
+    prog = P.seq(P.label("draft", draft), P.backtrack("draft", "Known: ", P.var("conclusion"), "\nAnswer: "),
+                 P.gen(regex="[0-9]{1,3}", name="answer"))
+    res = P.run(prog, prompt="What is 12 + 30?", max_tokens=80)
+    c = res.variables["conclusion"]
+    # the thought is gone from the text: only the captured conclusion was forced back in
+    assert "<think>" not in res.text and res.text.startswith(f"Known: {c}\nAnswer: ")
+    assert re.fullmatch(r"[0-9]{1,3}", res.variables["answer"])
+
+
+def test_a_grammar_inside_a_tag():
+    expr = 'start: expr\nexpr: term (("+" | "*") term)*\nterm: NUM | "(" expr ")"\nNUM: /[0-9]{1,3}/\n'
+    res = P.run(P.seq("<calc>", P.grammar(expr, name="e"), "</calc>"), prompt="Write an arithmetic expression.",
+                max_tokens=40)
+    e = res.variables.get("e", "")
+    assert res.text == f"<calc>{e}</calc>" or res.finish_reasons[0] == "length"
+    assert re.fullmatch(r"[0-9()+*]*", e)

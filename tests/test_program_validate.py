@@ -22,7 +22,8 @@ BAD = [
      "/format/elements/1", 'missing "pattern"'),
     ({"type": "const_string", "value": 3}, "/value", "must be a string"),
     ({"type": "sequence", "elements": [T, {"type": "or", "elements": []}]}, "/elements/1/elements", "must not be empty"),
-    ({"type": "grammar", "grammar": "root ::= \"a\""}, "/", "the grammar format needs the grammar controller"),
+    ({"type": "grammar"}, "/", 'missing "grammar"'),
+    ({"type": "grammar", "grammar": 5}, "/grammar", "must be a string"),
     ({"type": "any_text", "max_tokens": -2}, "/max_tokens", "must be a non-negative integer"),
     ({"type": "any_text", "max_chars": 5}, "/max_chars", "max_chars is not supported"),
     ({"type": "repeat", "min": 3, "max": 2, "content": T}, "/", '"max" is below "min"'),
@@ -44,6 +45,16 @@ BAD = [
     ({"type": "const_string", "value": "x", "name": ""}, "/name", "must be a non-empty string"),
     ({"type": "const_string", "value": "x", "name": "a", "capture": "add"}, "/capture", 'must be "set" or "append"'),
     ({"type": "any_text", "stop": [""]}, "/stop/0", "must not be empty"),
+    ({"type": "sequence", "elements": [{"type": "backtrack", "to": "L"}, dict(T, label="L")]}, "/elements/0/to",
+     "no label before this step is called L"),
+    ({"type": "sequence", "elements": [dict(T, label="L"), {"type": "or", "elements": [dict(T, label="L")]}]},
+     "/elements/1/elements/0/label", "label defined twice: L"),
+    ({"type": "sequence", "elements": [dict(T, label=3)]}, "/elements/0/label", "must be a non-empty string"),
+    ({"type": "sequence", "elements": [dict(T, label="L"), {"type": "backtrack"}]}, "/elements/1", 'missing "to"'),
+    ({"type": "sequence", "elements": [dict(T, label="L"), {"type": "backtrack", "to": "L", "text": ["a", {"var": ""}]}]},
+     "/elements/1/text/1", 'must be a string or {"var": NAME}'),
+    ({"type": "sequence", "elements": [dict(T, label="L"), {"type": "backtrack", "to": "L", "text": 5}]},
+     "/elements/1/text", "must be a string or a list of strings"),
     ({"type": "sequence", "elements": [{"type": "const_string", "value": "a/b", "x": 1},
                                        {"type": "optional", "content": {"type": "plus"}}]},
      "/elements/1/content", 'missing "content"'),
@@ -86,6 +97,10 @@ def test_regex_and_schema_errors_come_from_the_first_call(first_call):
     assert first_call(json.dumps(prog).encode()) == "program: at /elements/0/pattern: regex: missing ) at offset 2\n"
     prog = {"type": "json_schema", "json_schema": {"not": {}}}
     assert first_call(json.dumps(prog).encode()).startswith("program: at /json_schema: json_schema: unsupported: not")
+    prog = {"type": "sequence", "elements": [{"type": "grammar", "grammar": 'start: x\nx: "a"\n%declare FOO\n'}]}
+    P.validate(prog)
+    assert first_call(json.dumps(prog).encode()) == \
+        "program: at /elements/0/grammar: grammar: line 3: unsupported: %declare\n"
 
 
 def test_good_programs_validate():

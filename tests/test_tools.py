@@ -28,7 +28,8 @@ def test_named_choice_is_one_tag_with_the_tools_schema(fam, begin, end):
     ts = tools()
     fmt = T.render(ts, T.choice_from_openai({"type": "function", "function": {"name": "get_weather"}}, ts), fam=fam)
     assert fmt == {"type": "tag", "begin": begin, "end": end,
-                   "content": {"type": "json_schema", "json_schema": WEATHER["function"]["parameters"]}}
+                   "content": {"type": "json_schema", "json_schema": WEATHER["function"]["parameters"],
+                               "x-coerce-one-of": True}}
     # begin + some arguments + end is one JSON object (after the tag, if any): what parse reads back
     text = begin + '{"city": "Oslo"}' + end
     assert T.parse(text, fam)[1][0].name == "get_weather"
@@ -175,3 +176,57 @@ def test_tool_calls_builder_entry_point():
             validate(T.tool_calls([WEATHER, TIME], choice, family=fam))
     with pytest.raises(T.ToolError, match="tool_format: unknown"):
         T.tool_calls([WEATHER], family="xml")
+
+
+# --- streaming: incremental deltas ------------------------------------------------------------------
+STREAMED = [
+    (T.HERMES, 'Sure. <tool_call>\n{"name": "get_weather", "arguments": {"city":"Nice","x":{"a":[1,{"b":"}"}]}}}\n'
+               '</tool_call>\n<tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'),
+    (T.HERMES, "no calls here <tool_ca"),
+    (T.HERMES, "<tool_call> not a call after all"),
+    (T.LLAMA3, '{"name": "f", "parameters": {"a":1}}; {"name": "g", "parameters": {"b":"x"}}'),
+    (T.GENERIC, '  hi <tool_call>{"name": "f", "arguments": {"q":"}</tool_call>"}}</tool_call> bye  '),
+]
+
+
+@pytest.mark.parametrize("fam,text", STREAMED)
+@pytest.mark.parametrize("step", [1, 4, 9])
+def test_streamed_deltas_add_up_to_the_parsed_reply(fam, text, step):
+    from aicirt.program.tool_stream import ToolStream
+    s = ToolStream(fam)
+    deltas = [d for i in range(step, len(text) + step, step) for d in s.feed(text[:i], final=i >= len(text))]
+    content = "".join(d["content"] for d in deltas if "content" in d) or None
+    calls: dict[int, list] = {}
+    for d in deltas:
+        if "tool_call" in d:
+            e = d["tool_call"]
+            if "id" in e:                                  # a call's first entry: its header
+                assert e["index"] not in calls and e["function"]["arguments"] == "" and e["type"] == "function"
+                calls[e["index"]] = [e["function"]["name"], ""]
+            else:
+                assert set(e) == {"index", "function"} and set(e["function"]) == {"arguments"}
+                calls[e["index"]][1] += e["function"]["arguments"]
+    ref_content, ref_calls = T.parse(text, fam)
+    assert content == ref_content
+    assert [(n, json.loads(a)) for n, a in calls.values()] == [(c.name, json.loads(c.arguments)) for c in ref_calls]
+    assert s.calls == len(ref_calls)
+
+
+def test_streamed_arguments_never_include_the_call_s_end():
+    from aicirt.program.tool_stream import ToolStream
+    s = ToolStream(T.HERMES)
+    text = '<tool_call>\n{"name": "f", "arguments": {"a": {"b": 1}}}\n</tool_call>'
+    sent = ""
+    for i in range(1, len(text) + 1):
+        for d in s.feed(text[:i]):
+            if "tool_call" in d and "id" not in d["tool_call"]:
+                sent += d["tool_call"]["function"]["arguments"]
+        assert '{"a": {"b": 1}}'.startswith(sent)          # a held "}" may still be the call's end
+    assert sent == '{"a": {"b": 1}}'
+
+
+def test_the_arguments_are_completed_by_the_reply_s_max_tokens():
+    tools = T.tools_from_openai([WEATHER])
+    fmt = T.render(tools, "required", fam=T.HERMES, complete_by=128)
+    assert all(t["content"]["complete_by"] == 128 and t["content"]["x-coerce-one-of"] for t in fmt["tags"])
+    assert "complete_by" not in T.render(tools, "required", fam=T.HERMES)["tags"][0]["content"]

@@ -16,7 +16,7 @@ typedef struct {
 
 static const char *TYPES = "const_string, regex, json_schema, grammar, any_text, sequence, or, optional, star, "
                            "plus, repeat, tag, triggered_tags, tags_with_separator, token, exclude_token, any_tokens, "
-                           "fork, wait";
+                           "fork, wait, backtrack";
 
 static bool fail(cx_t *c, const char *why) {
   if (c->err) return false;
@@ -284,6 +284,8 @@ static uint32_t json_leaf(cx_t *c, const jv_t *f, uint32_t cont) {
   json_opts_t o = {0};
   const jv_t *ws = jv_get(f, "x-whitespace");
   if (ws && ws->kind == JV_NUM && jv_is_int(ws) && ws->num >= 0 && ws->num <= 8) o.whitespace = (uint32_t)ws->num;
+  const jv_t *co = jv_get(f, "x-coerce-one-of");  /* oneOf whose branches may overlap, as anyOf */
+  o.coerce_one_of = co && co->kind == JV_TRUE;
   compiled_t cc = {0};
   char *cerr = 0;
   if (!schema_compile(schema, &o, &cc, &cerr)) {
@@ -304,8 +306,11 @@ static uint32_t json_leaf(cx_t *c, const jv_t *f, uint32_t cont) {
     return 0;
   }
   c->plen = old;
+  int64_t by;                          /* ours: the reply's length by which the document is complete */
+  if (!uint_field(c, f, "complete_by", -1, 0, &by)) return 0;
   uint32_t k = edge(c, G_JSON, cont);
   c->p->g[k].json = m;
+  c->p->g[k].max_tokens = by < 0 ? UINT32_MAX : (uint32_t)by;
   return k;
 }
 
@@ -506,12 +511,119 @@ static uint32_t cap_slot(cx_t *c, const jv_t *f) {
     c->plen = old;
   }
   program_t *p = c->p;
-  if (p->n_caps == MAX_CAPS) return fail(c, "over 16 named elements in one program"), NO_POS;
+  if (p->n_names == MAX_NAMES) return fail(c, "over 16 named elements in one program"), NO_POS;
+  p->n_names++;
+  p->caps[p->n_caps].label = false;
   p->caps[p->n_caps].name = aici_malloc(name->n + 1);
   __builtin_memcpy(p->caps[p->n_caps].name, name->s, name->n);
   p->caps[p->n_caps].name[name->n] = 0;
   p->caps[p->n_caps].append = append;
   return p->n_caps++;
+}
+
+/* The slot of label `name` (labels are given slots, in document order, by check_labels). */
+static uint32_t label_slot(const program_t *p, const char *s, uint32_t n) {
+  for (uint32_t i = 0; i < p->n_caps; i++)
+    if (p->caps[i].label && __builtin_strlen(p->caps[i].name) == n && !__builtin_memcmp(p->caps[i].name, s, n)) return i;
+  return NO_POS;
+}
+
+/* Labels and backtracks, in document order, before anything is built (a sequence is built back
+ * to front): a label is a non-empty string, defined once; a backtrack names a label defined
+ * before it. Malformed structure is left to build(). */
+static void check_labels(cx_t *c, const jv_t *f) {
+  if (c->err || !f || f->kind != JV_OBJ) return;
+  program_t *p = c->p;
+  const jv_t *lab = jv_get(f, "label");
+  if (lab) {
+    uint32_t old = push_key(c, "label");
+    if (lab->kind != JV_STR || !lab->n) return (void)fail(c, "must be a non-empty string");
+    if (label_slot(p, lab->s, lab->n) != NO_POS) return (void)failn(c, "label defined twice: ", lab->s, lab->n);
+    if (p->n_labels == MAX_LABELS) return (void)fail(c, "over 8 labels in one program");
+    c->plen = old;
+    cap_t *k = &p->caps[p->n_caps++];
+    p->n_labels++;
+    k->label = true, k->append = false;
+    k->name = aici_malloc(lab->n + 1);
+    __builtin_memcpy(k->name, lab->s, lab->n);
+    k->name[lab->n] = 0;
+  }
+  if (jv_str_is(jv_get(f, "type"), "backtrack")) {
+    const jv_t *to = jv_get(f, "to");
+    if (to && to->kind == JV_STR && label_slot(p, to->s, to->n) == NO_POS) {
+      uint32_t old = push_key(c, "to");
+      failn(c, "no label before this step is called ", to->s, to->n);
+      c->plen = old;
+    }
+    return;
+  }
+  static const char *kids[] = {"begin", "content", "end"};
+  for (uint32_t i = 0; i < 3; i++) {
+    const jv_t *k = jv_get(f, kids[i]);
+    uint32_t old = push_key(c, kids[i]);
+    check_labels(c, k);
+    c->plen = old;
+  }
+  static const char *lists[] = {"elements", "tags", "branches"};
+  for (uint32_t i = 0; i < 3; i++) {
+    const jv_t *l = jv_get(f, lists[i]);
+    if (!l || l->kind != JV_ARR) continue;
+    uint32_t old = push_key(c, lists[i]);
+    for (uint32_t j = 0; j < l->n && !c->err; j++) {
+      uint32_t o2 = push_idx(c, j);
+      check_labels(c, &l->items[j]);
+      c->plen = o2;
+    }
+    c->plen = old;
+  }
+}
+
+/* {"type": "backtrack", "to": LABEL, "text": T}: T a string, or a list of strings and
+ * {"var": NAME} (the variable's value when the step runs; unset: nothing). */
+static uint32_t backtrack_step(cx_t *c, const jv_t *f, uint32_t cont) {
+  const jv_t *to = field(c, f, "to", JV_STR, true);
+  if (!to) return 0;
+  const jv_t *text = jv_get(f, "text");
+  uint32_t old = push_key(c, "text");
+  jv_t one = {0};
+  const jv_t *parts = text;
+  if (text && text->kind == JV_STR) one.kind = JV_ARR, one.n = 1, one.items = (jv_t *)text, parts = &one;
+  else if (text && text->kind != JV_ARR) return fail(c, "must be a string or a list of strings and {\"var\": NAME}"), 0;
+  for (uint32_t i = 0; parts && i < parts->n; i++) {
+    const jv_t *x = &parts->items[i];
+    if (x->kind == JV_STR) continue;
+    const jv_t *v = x->kind == JV_OBJ ? jv_get(x, "var") : 0;
+    if (!v || v->kind != JV_STR || !v->n || x->n != 1) {
+      push_idx(c, i);
+      return fail(c, "must be a string or {\"var\": NAME} (a non-empty variable name)"), 0;
+    }
+  }
+  c->plen = old;
+  uint32_t k = edge(c, G_BT, cont);
+  gnode_t *g = &c->p->g[k];
+  g->cap = label_slot(c->p, to->s, to->n);
+  if (g->cap == NO_POS) return push_key(c, "to"), failn(c, "no label before this step is called ", to->s, to->n), 0;
+  uint32_t n = parts ? parts->n : 0;
+  g->vars = aici_malloc((n ? n : 1) * sizeof(char *));
+  g->part_len = aici_malloc((n ? n : 1) * 4);
+  g->part_is_var = aici_malloc(n ? n : 1);
+  g->n_vars = n;
+  for (uint32_t i = 0; i < n; i++) {
+    const jv_t *x = &parts->items[i];
+    bool is_var = x->kind == JV_OBJ;
+    const jv_t *s = is_var ? jv_get(x, "var") : x;
+    g->vars[i] = aici_malloc(s->n + 1);
+    __builtin_memcpy(g->vars[i], s->s, s->n);
+    g->vars[i][s->n] = 0;
+    g->part_len[i] = s->n, g->part_is_var[i] = is_var;
+  }
+  if (!c->p->uses_backtrack) {
+    c->p->backtrack_ptr = aici_malloc(c->plen + 2);
+    __builtin_memcpy(c->p->backtrack_ptr, c->plen ? c->ptr : "/", c->plen ? c->plen : 1);
+    c->p->backtrack_ptr[c->plen ? c->plen : 1] = 0;
+  }
+  c->p->uses_backtrack = true;
+  return k;
 }
 
 static uint32_t inner(cx_t *c, const jv_t *f, const jv_t *type, uint32_t cont) {
@@ -535,9 +647,23 @@ static uint32_t inner(cx_t *c, const jv_t *f, const jv_t *type, uint32_t cont) {
     return k;
   }
   if (jv_str_is(type, "json_schema")) return json_leaf(c, f, cont);
-  if (jv_str_is(type, "grammar"))
-    return fail(c, "the grammar format needs the grammar controller, which this build does not link "
-                   "(use regex or json_schema)"), 0;
+  if (jv_str_is(type, "grammar")) {    /* XGrammar's field: the grammar's text (Lark or GBNF) */
+    const jv_t *v = field(c, f, "grammar", JV_STR, true);
+    if (!v) return 0;
+    char *gerr = 0;
+    gr_grammar_t *gg = gr_compile(v->s, v->n, &gerr);
+    if (!gg) {
+      uint32_t old = push_key(c, "grammar");
+      failn(c, "grammar: ", gerr ? gerr : "does not compile", gerr ? (uint32_t)__builtin_strlen(gerr) : 16);
+      aici_free(gerr);
+      c->plen = old;
+      return 0;
+    }
+    uint32_t k = edge(c, G_GRAM, cont);
+    c->p->g[k].gram = gg;
+    gram_init(&c->p->g[k]);
+    return k;
+  }
   if (jv_str_is(type, "any_text")) {
     int64_t mt;
     if (!uint_field(c, f, "max_tokens", -1, 0, &mt)) return 0;
@@ -639,6 +765,7 @@ static uint32_t inner(cx_t *c, const jv_t *f, const jv_t *type, uint32_t cont) {
     c->p->uses_fork = true;
     return k;
   }
+  if (jv_str_is(type, "backtrack")) return backtrack_step(c, f, cont);
   if (jv_str_is(type, "wait")) {
     const jv_t *vars;
     if (!strings(c, f, "vars", &vars, true)) return 0;
@@ -697,6 +824,11 @@ static uint32_t build(cx_t *c, const jv_t *f, uint32_t cont) {
     start = edge(c, G_OPEN, start);
     c->p->g[start].cap = slot;
   }
+  const jv_t *lab = jv_get(f, "label");
+  if (!c->err && lab) {                /* the label's start: where a backtrack to it cuts */
+    start = edge(c, G_OPEN, start);
+    c->p->g[start].cap = label_slot(c->p, lab->s, lab->n);
+  }
   c->temp = saved_t, c->has_temp = saved_h;
   return start;
 }
@@ -732,6 +864,11 @@ bool program_compile(const char *text, uint32_t len, program_t *p, char **err) {
     if (!f) return fail(&c, "missing \"format\""), *err = c.err, false;
     push_key(&c, "format");
   }
+  check_labels(&c, f);
+  if (c.err) {
+    *err = c.err;
+    return false;
+  }
   uint32_t end = node(&c, G_END);
   p->start = build(&c, f, end);
   if (c.err) {
@@ -740,7 +877,7 @@ bool program_compile(const char *text, uint32_t len, program_t *p, char **err) {
   }
   for (uint32_t i = 0; i < p->n; i++) {
     uint8_t k = p->g[i].kind;
-    if (k <= G_TOK) p->g[i].tail_is_end = p->g[i].n_next == 1 && only_end(p, p->g[i].next[0], 0);
+    if (k <= G_GRAM) p->g[i].tail_is_end = p->g[i].n_next == 1 && only_end(p, p->g[i].next[0], 0);
   }
   return true;
 }

@@ -22,6 +22,10 @@ static uint32_t gcap;
 
 #define MAX_WAIT_STEPS 100000u
 #define MAX_CANDS 12u
+/* A backtrack to a label (G_BT): its splice removes tokens [from, gen) and forces n tokens of text
+ * that the program does not match; the states after them are those after the backtrack node. */
+static struct { bool on; uint32_t from, n, node, cut; path_t path; } rb;
+static uint32_t heal_floor;            /* sets before this index may be a backtrack's forced text */
 static aici_token_t cands[MAX_CANDS];  /* tokens sampled right before forced text (conditional_ff) */
 static uint32_t n_cands, cand_next;
 
@@ -54,6 +58,13 @@ static bool setup(const aici_arg_t *arg) {
   caps = aici_capabilities();
   if (P.uses_fork && !(caps & AICI_CAP_FORK)) {
     aici_logf("program: at %s: fork needs capability `fork`, which this host did not grant\n", P.fork_ptr);
+    return false;
+  }
+  for (uint32_t k = 0; P.uses_backtrack && k < 2; k++) {
+    uint32_t need = k ? AICI_CAP_FF_TOKENS : AICI_CAP_BACKTRACK;
+    if (caps & need) continue;
+    aici_logf("program: at %s: backtrack needs capability `%s`, which this host did not grant\n", P.backtrack_ptr,
+              k ? "ff_tokens" : "backtrack");
     return false;
   }
   aici_token_bytes(0, 0);
@@ -113,18 +124,65 @@ static void flush(sset_t *set, path_t *pp, bool only_first) {
   }
 }
 
+/* sets[k]: the states after the backtrack node (its forced text ends at token k). */
+static void resume(uint32_t k) {
+  stepctx_t c = {.p = &P, .caps = &paths[k * MAX_STATES], .pos = boff[k], .barriers_open = true};
+  nfa_resume(&c, rb.node, &rb.path, rb.cut, &sets[k]);
+  flush(&sets[k], &paths[k * MAX_STATES], false);
+  rb.on = false;
+  heal_floor = k;
+}
+
+/* The parked backtrack: cut the text back to its label's start (whole tokens: the bytes of the
+ * last kept token's tail before the label are forced again) and force the step's text. */
+static bool do_backtrack(aici_result_t *res, const sset_t *set, const path_t *pp, uint32_t gen) {
+  uint32_t i = 0;
+  while (P.g[set->st[i].node].kind != G_BT) i++;
+  const gnode_t *g = &P.g[set->st[i].node];
+  uint32_t cut = pp[i].open[g->cap];
+  if (cut == NO_POS || cut > boff[gen]) {
+    aici_logf("program: backtrack: label \"%s\" was not passed on the way here\n", P.caps[g->cap].name);
+    return false;
+  }
+  uint32_t k = gen;
+  while (k > 0 && boff[k] > cut) k--;
+  sb_t text = {0};
+  sb_putn(&text, (const char *)gbytes + boff[k], cut - boff[k]);
+  for (uint32_t j = 0; j < g->n_vars; j++) {
+    if (!g->part_is_var[j]) { sb_putn(&text, g->vars[j], g->part_len[j]); continue; }
+    uint32_t len = 0;
+    uint8_t *v = aici_var_get(g->vars[j], &len);
+    if (v) sb_putn(&text, (const char *)v, len);
+    aici_free(v);
+  }
+  uint32_t nt = 0;
+  aici_token_t *toks = text.n ? aici_tokenize(text.p, text.n, &nt) : 0;
+  aici_free(text.p);
+  rb = (typeof(rb)){true, k, nt, set->st[i].node, cut, pp[i]};
+  if (gen == k && !nt) resume(k);      /* nothing to remove or force: go on at once */
+  else aici_ff(res, gen - k, toks, nt);
+  aici_free(toks);
+  return true;
+}
+
 /* Bring the history up to date with the sequence: drop backtracked tokens, advance by new ones. */
 static sset_t *current(const aici_arg_t *arg, uint32_t *gen_out) {
   uint32_t gen = arg->n_all_tokens - prompt_len;
   uint32_t keep = arg->backtrack > n_seen ? 0 : n_seen - arg->backtrack;
   if (keep > gen) keep = gen;
   grow(gen);
+  if (rb.on && keep == rb.from && !rb.n) resume(rb.from);
   for (uint32_t k = keep; k < gen; k++) {
     aici_token_t t = arg->all_tokens[prompt_len + k];
     uint32_t len = 0;
     const uint8_t *b = aici_token_bytes(t, &len);
     put_bytes(boff[k], b, len);
     boff[k + 1] = boff[k] + len;
+    if (rb.on && k >= rb.from && k < rb.from + rb.n) {   /* a backtrack's forced text */
+      if (k + 1 == rb.from + rb.n) resume(k + 1);
+      else sets[k + 1] = sets[k];
+      continue;
+    }
     stepctx_t c = {.p = &P, .caps = &paths[(k + 1) * MAX_STATES], .in_caps = &paths[k * MAX_STATES],
                    .pos = boff[k], .barriers_open = true};
     if (!sets[k].n || !nfa_advance_token(&c, &sets[k], t, &sets[k + 1])) sets[k + 1].n = 0;
@@ -193,7 +251,7 @@ static bool plan_ff(const sset_t *before, const sset_t *after, const aici_token_
 
 static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, uint32_t gen) {
   if (!(caps & AICI_CAP_FF_TOKENS) || ff_streak >= 4) return false;
-  bool heal = gen > 0 && (caps & AICI_CAP_BACKTRACK);
+  bool heal = gen > heal_floor && (caps & AICI_CAP_BACKTRACK);
   aici_token_t last = gen > 0 ? arg->all_tokens[arg->n_all_tokens - 1] : 0;
   ffplan_t pl;
   if (!plan_ff(heal ? &sets[gen - 1] : 0, &sets[gen], gen > 0 ? &last : 0, &pl)) return false;
@@ -252,9 +310,51 @@ static bool only_parked(const sset_t *set, bool *has_fork) {
   for (uint32_t i = 0; i < set->n; i++) {
     uint8_t k = P.g[set->st[i].node].kind;
     if (k == G_FORK) *has_fork = true;
-    else if (k != G_WAIT) return false;
+    else if (k != G_WAIT && k != G_BT) return false;
   }
   return set->n > 0;
+}
+
+/* A JSON document with `complete_by` N: when the reply (gen tokens so far) has no more room than
+ * its shortest completion and the fixed text after it need (counted in bytes: at most that many
+ * tokens), the completion is forced in one fast-forward; a document that accepts then is left
+ * (its state dropped: what follows it is in the set). true: the splice is out. Looked at in the
+ * reply's last 64 tokens before N; without ff_tokens not at all. */
+static bool json_budget(aici_result_t *res, sset_t *set, path_t *pp, uint32_t gen) {
+  if (!(caps & AICI_CAP_FF_TOKENS)) return false;
+  for (uint32_t i = 0; i < set->n;) {
+    const gnode_t *g = &P.g[set->st[i].node];
+    if (g->kind != G_JSON || g->max_tokens == UINT32_MAX || gen + 64 < g->max_tokens) { i++; continue; }
+    uint32_t n;
+    uint8_t *bytes = nfa_json_completion(&P, set, i, &n);
+    if (!bytes) {
+      aici_logs("program: a JSON document near its complete_by has no short completion; it is left as is\n");
+      i++;
+      continue;
+    }
+    uint32_t need = n + nfa_forced_after(&P, set, i, bytes, n);
+    if (gen + need + 1 < g->max_tokens) { aici_free(bytes); i++; continue; }
+    if (n) {
+      uint32_t nt;
+      aici_token_t *toks = aici_tokenize((const char *)bytes, n, &nt);
+      aici_free(bytes);
+      if (toks && nt) aici_ff(res, 0, toks, nt);
+      aici_free(toks);
+      if (nt) return true;
+      i++;
+      continue;
+    }
+    aici_free(bytes);
+    for (uint32_t k = i + 1; k < set->n; k++) set->st[k - 1] = set->st[k], pp[k - 1] = pp[k];
+    set->n--;                          /* accepted: only what follows it goes on */
+  }
+  return false;
+}
+
+static bool has_kind(const sset_t *set, uint8_t kind) {
+  for (uint32_t i = 0; i < set->n; i++)
+    if (P.g[set->st[i].node].kind == kind) return true;
+  return false;
 }
 
 static void do_fork(aici_result_t *res, const sset_t *set) {
@@ -306,6 +406,13 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     return;
   }
   bool has_fork;
+  if (only_parked(set, &has_fork) && !has_fork && has_kind(set, G_BT)) {
+    if (!do_backtrack(res, set, pp, gen) || rb.on) return;                 /* the splice is out; else it resumed in place */
+    if (nfa_only_end(&P, set)) {
+      flush(set, pp, true);
+      return;
+    }
+  }
   if (only_parked(set, &has_fork)) {
     if (has_fork && set->n == 1) {
       do_fork(res, set);
@@ -316,6 +423,15 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
       return;
     }
     aici_noop(res);
+    return;
+  }
+  if (json_budget(res, set, pp, gen)) return;
+  if (!set->n) {
+    aici_logs("program: the text no longer matches the program\n");
+    return;
+  }
+  if (nfa_only_end(&P, set)) {
+    flush(set, pp, true);
     return;
   }
   if (try_fast_forward(arg, res, gen)) return;
@@ -329,7 +445,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   end_captures(b, set, pp, eos);
   for (uint32_t i = 0; i < set->n; i++) {
     const gnode_t *g = &P.g[set->st[i].node];
-    if (g->kind <= G_TOK) {
+    if (g->kind <= G_GRAM) {
       if (g->has_temperature) aici_branch_temperature(b, g->temperature);
       break;
     }

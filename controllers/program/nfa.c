@@ -6,7 +6,60 @@
 
 
 static uint32_t *seen, seen_gen;       /* per node: the closure generation that visited it */
-static bool overflow_logged;
+static bool overflow_logged, lost_logged;
+
+/* ---- grammar leaves: one matcher per node, positions checked against the text it holds ---- */
+
+#define GH0 0xcbf29ce484222325ull
+static uint64_t gh(uint64_t h, uint8_t b) { return (h ^ b) * 0x100000001b3ull; }
+
+void gram_init(gnode_t *g) {
+  g->gm = gr_matcher_new(g->gram);
+  g->g0 = gr_save(g->gm);
+  g->ph_cap = 64, g->ph = aici_malloc(g->ph_cap * 8), g->ph[0] = GH0, g->ph_len = 0;
+}
+
+static gst_t gram_start(const gnode_t *g) { return (gst_t){g->g0, 0, GH0}; }
+
+/* Puts g's matcher at x; false when it no longer holds x's text (a position of this node that
+ * another path of the same node overwrote: a grammar re-entered while it is live, e.g. in a
+ * `star`; logged once, the state dies). */
+static bool gram_at(gnode_t *g, const gst_t *x) {
+  if (x->len > g->ph_len || g->ph[x->len] != x->h) {
+    if (!lost_logged) aici_logs("program: a grammar was re-entered while live; the older position is dropped\n");
+    lost_logged = true;
+    return false;
+  }
+  gr_restore(g->gm, x->mark);
+  g->ph_len = x->len;
+  return true;
+}
+
+static bool gram_step(gnode_t *g, const gst_t *x, uint8_t b, gst_t *y) {
+  if (!gram_at(g, x) || !gr_advance(g->gm, &b, 1)) return false;
+  *y = (gst_t){gr_save(g->gm), x->len + 1, gh(x->h, b)};
+  if (y->len >= g->ph_cap) g->ph_cap *= 2, g->ph = aici_realloc(g->ph, g->ph_cap * 8);
+  g->ph[y->len] = y->h, g->ph_len = y->len;
+  return true;
+}
+
+/* The grammar's own mask at x (EOS where it accepts), in the node's buffer. */
+static const aici_tokset_t *gram_mask(gnode_t *g, const aici_trie_t *trie, const gst_t *x, aici_token_t eos) {
+  if (!g->gmask) g->gmask = aici_tokset_new();
+  if (!gram_at(g, x)) {
+    aici_tokset_clear(g->gmask);
+    return g->gmask;
+  }
+  gr_mask(g->gm, trie, eos, g->gmask);
+  g->ph_len = x->len;                  /* the walk overwrote what lay beyond x */
+  return g->gmask;
+}
+
+/* A state's matcher data: json configurations, a grammar position, or nothing. */
+static const void *extra_of(const program_t *p, const sset_t *set, const st_t *st) {
+  uint8_t k = p->g[st->node].kind;
+  return k == G_JSON ? (const void *)&set->js[st->s] : k == G_GRAM ? (const void *)&set->gs[st->s] : 0;
+}
 
 /* ---- leaves ------------------------------------------------------------------------------- */
 
@@ -18,6 +71,7 @@ static bool leaf_accepting(const program_t *p, const sset_t *set, const st_t *st
     case G_JSON: return matcher_accepting(g->json, &set->js[st->s]);
     case G_TEXT: return true;
     case G_TOK: return st->s == 2;
+    case G_GRAM: return gram_at((gnode_t *)g, &set->gs[st->s]) && gr_accepting(g->gm);
     default: return false;
   }
 }
@@ -35,6 +89,7 @@ static bool leaf_can_continue(const program_t *p, const sset_t *set, const st_t 
     }
     case G_TEXT: return st->n_tok <= g->max_tokens;   /* n_tok counts the token being read */
     case G_TOK: return st->s == 1;
+    case G_GRAM: return gram_at((gnode_t *)g, &set->gs[st->s]) && gr_can_continue(g->gm);
     default: return false;
   }
 }
@@ -49,29 +104,36 @@ typedef struct {
 
 static bool same_state(const sset_t *a, const st_t *x, const sset_t *b, const st_t *y, const program_t *p) {
   if (x->node != y->node) return false;
+  if (p->g[x->node].kind == G_GRAM) {
+    const gst_t *u = &a->gs[x->s], *v = &b->gs[y->s];
+    return u->len == v->len && u->h == v->h && u->mark.n_sets == v->mark.n_sets && u->mark.lex == v->mark.lex &&
+           u->mark.at_start == v->mark.at_start;
+  }
   if (p->g[x->node].kind != G_JSON) return x->s == y->s;
   const cset_t *u = &a->js[x->s], *v = &b->js[y->s];
   return u->n == v->n && !__builtin_memcmp(u->c, v->c, u->n * sizeof(cfg_t));
 }
 
-/* Adds `st` (whose json configurations, for a json leaf, are *js) unless already there. */
-static bool add(adder_t *a, st_t st, const cset_t *js, const path_t *path) {
+/* Adds `st` (whose matcher data, for a json or grammar leaf, is *x: extra_of) unless already there. */
+static bool add(adder_t *a, st_t st, const void *x, const path_t *path) {
   sset_t *o = a->out;
   program_t *p = a->c->p;
-  bool is_json = p->g[st.node].kind == G_JSON;
+  bool is_json = p->g[st.node].kind == G_JSON, is_gram = p->g[st.node].kind == G_GRAM;
   sset_t tmp;
-  if (is_json) tmp.js[0] = *js;
+  if (is_json) tmp.js[0] = *(const cset_t *)x;
+  if (is_gram) tmp.gs[0] = *(const gst_t *)x;
   for (uint32_t i = 0; i < o->n; i++) {
     st_t probe = st;
-    if (is_json) probe.s = 0;
-    if (same_state(o, &o->st[i], is_json ? &tmp : o, &probe, p)) return false;
+    if (is_json || is_gram) probe.s = 0;
+    if (same_state(o, &o->st[i], is_json || is_gram ? &tmp : o, &probe, p)) return false;
   }
-  if (o->n == MAX_STATES || (is_json && o->nj == MAX_JSON)) {
-    if (!overflow_logged) aici_logs("program: over 16 live states (or 2 JSON ones); the extra are dropped\n");
+  if (o->n == MAX_STATES || (is_json && o->nj == MAX_JSON) || (is_gram && o->ng == MAX_GRAM)) {
+    if (!overflow_logged) aici_logs("program: over 16 live states (or 2 JSON or 2 grammar ones); the extra are dropped\n");
     overflow_logged = true;
     return false;
   }
-  if (is_json) o->js[o->nj] = *js, st.s = o->nj++;
+  if (is_json) o->js[o->nj] = *(const cset_t *)x, st.s = o->nj++;
+  if (is_gram) o->gs[o->ng] = *(const gst_t *)x, st.s = o->ng++;
   if (a->paths && path) a->paths[o->n] = *path;
   o->st[o->n++] = st;
   return true;
@@ -86,15 +148,17 @@ static void follow(adder_t *a, uint32_t n, const path_t *path, uint32_t pos, uin
 
 /* A leaf's state after its bytes: add it (unless it can only end here) and, where it accepts,
  * what follows it. */
-static void arrive(adder_t *a, st_t st, const cset_t *js, const path_t *path, uint32_t pos, uint32_t depth) {
+static void arrive(adder_t *a, st_t st, const void *x, const path_t *path, uint32_t pos, uint32_t depth) {
   program_t *p = a->c->p;
   sset_t one;
-  one.n = 1, one.nj = 0;
-  if (p->g[st.node].kind == G_JSON) one.js[0] = *js, one.nj = 1;
+  one.n = 1, one.nj = one.ng = 0;
+  uint8_t kind = p->g[st.node].kind;
+  if (kind == G_JSON) one.js[0] = *(const cset_t *)x, one.nj = 1;
+  if (kind == G_GRAM) one.gs[0] = *(const gst_t *)x, one.ng = 1;
   st_t local = st;
-  if (p->g[st.node].kind == G_JSON) local.s = 0;
+  if (kind == G_JSON || kind == G_GRAM) local.s = 0;
   bool acc = leaf_accepting(p, &one, &local);
-  if (!acc || leaf_can_continue(p, &one, &local)) add(a, st, js, path);
+  if (!acc || leaf_can_continue(p, &one, &local)) add(a, st, x, path);
   if (acc) follow(a, st.node, path, pos, depth);
 }
 
@@ -125,6 +189,11 @@ static void enter(adder_t *a, uint32_t n, const path_t *path, uint32_t pos, uint
       if (js.n && js.c[0].s) arrive(a, (st_t){n, 0, 0}, &js, path, pos, depth);
       break;
     }
+    case G_GRAM: {
+      gst_t x = gram_start(g);
+      arrive(a, (st_t){n, 0, 0}, &x, path, pos, depth);
+      break;
+    }
     case G_TEXT:
       if (g->max_tokens) add(a, (st_t){n, 1, 0}, 0, path);
       follow(a, n, path, pos, depth);
@@ -145,6 +214,7 @@ static void enter(adder_t *a, uint32_t n, const path_t *path, uint32_t pos, uint
       else add(a, (st_t){n, 0, 0}, 0, path);
       break;
     case G_FORK:
+    case G_BT:
     case G_END: add(a, (st_t){n, 0, 0}, 0, path); break;
   }
 }
@@ -156,7 +226,7 @@ static void new_gen(program_t *p) {
 
 void nfa_start(program_t *p, sset_t *out, path_t *caps) {
   stepctx_t c = {.p = p, .caps = caps, .barriers_open = true};
-  out->n = out->nj = 0;
+  out->n = out->nj = out->ng = 0;
   path_t path;
   __builtin_memset(&path, 0xff, sizeof path);
   path.n_ev = 0;
@@ -189,6 +259,11 @@ static void step_into(stepctx_t *c, const sset_t *in, uint8_t byte, adder_t *a, 
         if (matcher_step(g->json, &in->js[st.s], byte, &js)) arrive(a, st, &js, path, c->pos + 1, 0);
         break;
       }
+      case G_GRAM: {
+        gst_t y;
+        if (gram_step((gnode_t *)g, &in->gs[st.s], byte, &y)) arrive(a, st, &y, path, c->pos + 1, 0);
+        break;
+      }
       case G_TEXT: {
         uint32_t ns = g->ac.go[st.s * 256 + byte];
         if (g->ac.hit[ns]) break;
@@ -203,7 +278,7 @@ static void step_into(stepctx_t *c, const sset_t *in, uint8_t byte, adder_t *a, 
 }
 
 bool nfa_step(stepctx_t *c, const sset_t *in, uint8_t byte, sset_t *out) {
-  out->n = out->nj = 0;
+  out->n = out->nj = out->ng = 0;
   adder_t a = {c, out, c->caps};
   step_into(c, in, byte, &a, false);
   return out->n > 0;
@@ -219,7 +294,7 @@ bool nfa_advance_token(stepctx_t *c, const sset_t *in, aici_token_t t, sset_t *o
   path_t *pout = c->caps;
   uint32_t pos0 = c->pos;
   const path_t *in_caps = c->in_caps;
-  out->n = out->nj = 0;
+  out->n = out->nj = out->ng = 0;
   adder_t ao = {c, out, pout};
   /* token leaves take the token whole */
   for (uint32_t i = 0; i < in->n; i++) {
@@ -235,7 +310,7 @@ bool nfa_advance_token(stepctx_t *c, const sset_t *in, aici_token_t t, sset_t *o
   for (; b && k < len; k++) {
     sset_t *to = &buf[k & 1];
     path_t *top = pout ? bufp[k & 1] : 0;
-    to->n = to->nj = 0;
+    to->n = to->nj = to->ng = 0;
     adder_t a = {c, to, top};
     c->in_caps = fromp, c->pos = pos0 + k;
     step_into(c, from, b[k], &a, k == 0);
@@ -246,7 +321,7 @@ bool nfa_advance_token(stepctx_t *c, const sset_t *in, aici_token_t t, sset_t *o
   if (b && len && k == len)
     for (uint32_t i = 0; i < from->n; i++) {
       const st_t *st = &from->st[i];
-      add(&ao, *st, p->g[st->node].kind == G_JSON ? &from->js[st->s] : 0, fromp ? &fromp[i] : 0);
+      add(&ao, *st, extra_of(p, from, st), fromp ? &fromp[i] : 0);
     }
   /* free text that has spent its token budget can only end (its continuations are in the set) */
   uint32_t w = 0;
@@ -258,6 +333,18 @@ bool nfa_advance_token(stepctx_t *c, const sset_t *in, aici_token_t t, sset_t *o
   }
   out->n = w;
   return out->n > 0;
+}
+
+void nfa_resume(stepctx_t *c, uint32_t bt, const path_t *path, uint32_t cut, sset_t *out) {
+  path_t q = *path;
+  for (uint32_t k = 0; k < MAX_CAPS; k++)
+    if (q.open[k] != NO_POS && q.open[k] > cut) q.open[k] = NO_POS;
+  q.n_ev = 0;
+  out->n = out->nj = out->ng = 0;
+  adder_t a = {c, out, c->caps};
+  c->barriers_open = true;
+  new_gen(c->p);
+  follow(&a, bt, c->caps ? &q : 0, c->pos, 0);
 }
 
 void nfa_reopen(stepctx_t *c, sset_t *set, int fork_branch) {
@@ -274,7 +361,7 @@ void nfa_reopen(stepctx_t *c, sset_t *set, int fork_branch) {
     inp = aici_tmp_alloc(sizeof(path_t) * MAX_STATES);
     __builtin_memcpy(inp, c->caps, sizeof(path_t) * in.n);
   }
-  set->n = set->nj = 0;
+  set->n = set->nj = set->ng = 0;
   adder_t a = {c, set, c->caps};
   c->barriers_open = true;
   for (uint32_t i = 0; i < in.n; i++) {
@@ -286,8 +373,75 @@ void nfa_reopen(stepctx_t *c, sset_t *set, int fork_branch) {
     else if (g->kind == G_FORK && fork_branch >= 0 && (uint32_t)fork_branch < g->n_next)
       enter(&a, g->next[fork_branch], path, c->pos, 0);
     else if (g->kind == G_FORK && fork_branch >= 0) continue;
-    else add(&a, st, g->kind == G_JSON ? &in.js[st.s] : 0, path);
+    else add(&a, st, extra_of(p, &in, &st), path);
   }
+}
+
+/* Breadth first over the document's configurations (equal ones merged), bytes 0x20-0x7e plus
+ * \n: the first accepting one found is a shortest completion. */
+uint8_t *nfa_json_completion(program_t *p, const sset_t *set, uint32_t i, uint32_t *n) {
+  enum { MAX_Q = 4096, HT = 8192, MAX_LEN = 512 };
+  matcher_t *m = p->g[set->st[i].node].json;
+  const cset_t *start = &set->js[set->st[i].s];
+  *n = 0;
+  if (matcher_accepting(m, start)) return aici_malloc(1);
+  typedef struct { cset_t c; uint32_t parent, depth; uint8_t byte; } qn_t;
+  qn_t *q = aici_malloc(MAX_Q * sizeof(qn_t));
+  uint32_t *ht = aici_calloc(HT, 4), qh = 0, qt = 1, found = 0;
+  q[0].c = *start, q[0].parent = 0, q[0].depth = 0, q[0].byte = 0;
+  while (qh < qt && !found) {
+    uint32_t cur = qh++;
+    if (q[cur].depth >= MAX_LEN) continue;
+    for (int b = 0x0a; b < 0x7f && !found; b = b == 0x0a ? 0x20 : b + 1) {
+      if (qt == MAX_Q) break;
+      qn_t *x = &q[qt];
+      if (!matcher_step(m, &q[cur].c, (uint8_t)b, &x->c)) continue;
+      uint32_t h = 2166136261u;
+      const uint8_t *kb = (const uint8_t *)x->c.c;
+      for (uint32_t k = 0; k < x->c.n * sizeof(cfg_t); k++) h = (h ^ kb[k]) * 16777619u;
+      uint32_t slot = h & (HT - 1);
+      bool dup = false;
+      while (ht[slot]) {
+        const cset_t *y = &q[ht[slot] - 1].c;
+        if (y->n == x->c.n && !__builtin_memcmp(y->c, x->c.c, x->c.n * sizeof(cfg_t))) { dup = true; break; }
+        slot = (slot + 1) & (HT - 1);
+      }
+      if (dup) continue;
+      ht[slot] = qt + 1;
+      x->parent = cur, x->depth = q[cur].depth + 1, x->byte = (uint8_t)b;
+      if (matcher_accepting(m, &x->c)) found = qt;
+      qt++;
+    }
+  }
+  uint8_t *out = 0;
+  if (found) {
+    uint32_t len = q[found].depth;
+    out = aici_malloc(len + 1);
+    for (uint32_t k = found, d = len; k; k = q[k].parent) out[--d] = q[k].byte;
+    *n = len;
+  }
+  aici_free(q);
+  aici_free(ht);
+  return out;
+}
+
+uint32_t nfa_forced_after(program_t *p, const sset_t *set, uint32_t i, const uint8_t *bytes, uint32_t n) {
+  static sset_t a, b;
+  stepctx_t c = {.p = p};
+  a.n = 1, a.nj = a.ng = 0, a.st[0] = set->st[i];
+  const void *x = extra_of(p, set, &set->st[i]);
+  if (p->g[set->st[i].node].kind == G_JSON) a.js[0] = *(const cset_t *)x, a.st[0].s = 0, a.nj = 1;
+  for (uint32_t k = 0; k < n; k++) {
+    if (!nfa_step(&c, &a, bytes[k], &b)) return 0;
+    a = b;
+  }
+  uint32_t forced = 0;
+  while (forced < 256) {
+    int byte = nfa_forced_byte(p, &a);
+    if (byte < 0 || !nfa_step(&c, &a, (uint8_t)byte, &b)) break;
+    a = b, forced++;
+  }
+  return forced;
 }
 
 bool nfa_at_end(const program_t *p, const sset_t *set) {
@@ -345,7 +499,8 @@ static void key_of(const program_t *p, const sset_t *s, sset_t *k) {
       st_t t = k->st[j];
       k->st[j] = k->st[j - 1], k->st[j - 1] = t;
     }
-  k->nj = s->nj;
+  k->nj = s->nj, k->ng = s->ng;
+  for (uint32_t j = 0; j < s->ng; j++) k->gs[j] = s->gs[j];
   for (uint32_t j = 0; j < s->nj; j++) {
     k->js[j].n = s->js[j].n;
     __builtin_memcpy(k->js[j].c, s->js[j].c, s->js[j].n * sizeof(cfg_t));
@@ -399,7 +554,7 @@ static bool next_lits(const program_t *p, uint32_t n, const gnode_t **lits, uint
       for (uint32_t i = 0; i < g->n_next; i++)
         if (!next_lits(p, g->next[i], lits, count, depth + 1)) return false;
       return true;
-    case G_END: case G_WAIT: case G_FORK: case G_TOK: return true;   /* take no bytes */
+    case G_END: case G_WAIT: case G_FORK: case G_BT: case G_TOK: return true;   /* take no bytes */
     default: return false;
   }
 }
@@ -435,6 +590,7 @@ static void build_cross(const program_t *p, gnode_t *g, const aici_trie_t *trie)
 static const aici_tokset_t *inside_mask(const gnode_t *g, const aici_trie_t *trie, const sset_t *set, const st_t *st,
                                         aici_token_t eos) {
   if (g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
+  if (g->kind == G_GRAM) return gram_mask((gnode_t *)g, trie, &set->gs[st->s], eos);
   return aici_regex_mask_cached(g->re, trie, st->s);
 }
 
@@ -444,12 +600,14 @@ static const aici_tokset_t *state_mask(program_t *p, const aici_trie_t *trie, co
                                        aici_token_t eos) {
   const st_t *st = &set->st[i];
   const gnode_t *g = &p->g[st->node];
-  if (g->kind == G_END || g->kind == G_WAIT || g->kind == G_FORK || g->kind == G_TOK) return 0;
+  if (g->kind == G_END || g->kind == G_WAIT || g->kind == G_FORK || g->kind == G_BT || g->kind == G_TOK) return 0;
   if (g->tail_is_end && g->kind == G_JSON) return matcher_mask(g->json, trie, &set->js[st->s], eos);
   if (g->tail_is_end && g->kind == G_RE) return aici_regex_mask_cached(g->re, trie, st->s);
+  if (g->tail_is_end && g->kind == G_GRAM) return gram_mask((gnode_t *)g, trie, &set->gs[st->s], eos);
   sset_t one;
-  one.n = 1, one.nj = 0, one.st[0] = *st, one.st[0].n_tok = 0;
+  one.n = 1, one.nj = one.ng = 0, one.st[0] = *st, one.st[0].n_tok = 0;
   if (g->kind == G_JSON) one.js[0] = set->js[st->s], one.st[0].s = 0, one.nj = 1;
+  if (g->kind == G_GRAM) one.gs[0] = set->gs[st->s], one.st[0].s = 0, one.ng = 1;
   sset_t key;
   key_of(p, &one, &key);
   uint32_t h = hash_key(&key);
@@ -459,8 +617,9 @@ static const aici_tokset_t *state_mask(program_t *p, const aici_trie_t *trie, co
   if (!e->mask) e->mask = aici_tokset_new();
   e->hash = h, e->key = key;
   gnode_t *gw = &p->g[st->node];
-  if ((g->kind == G_JSON || g->kind == G_RE) && !gw->cross) build_cross(p, gw, trie);
-  if ((g->kind == G_JSON || g->kind == G_RE) && gw->cross == 1) {
+  bool crossing = g->kind == G_JSON || g->kind == G_RE || g->kind == G_GRAM;
+  if (crossing && !gw->cross) build_cross(p, gw, trie);
+  if (crossing && gw->cross == 1) {
     /* inside the leaf (its own mask) or across into the literals after it (the candidates, each
      * checked by stepping this state alone through its bytes) */
     aici_tokset_copy(e->mask, inside_mask(g, trie, set, st, eos));

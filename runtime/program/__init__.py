@@ -7,17 +7,17 @@ embedded engine (`run`).
 """
 from __future__ import annotations
 
-from .builder import (Format, any_tokens, as_format, const, exclude_token, fork, gen, grammar, json, optional, plus,
-                      regex, repeat, select, seq, star, structural_tag, tag, tags_with_separator, text, think, token,
-                      triggered_tags, wait)
+from .builder import (Format, any_tokens, as_format, backtrack, const, exclude_token, fork, gen, grammar, json, label,
+                      optional, plus, regex, repeat, select, seq, star, structural_tag, tag, tags_with_separator, text,
+                      think, token, triggered_tags, var, wait)
 from .run import ProgramResult, program_arg, run
 from .validate import ProgramError, capability_refusal, parse, required_capabilities, validate
 
 from .tools import tool_calls   # OpenAI tools -> the model family's native tool-call format (docs/tools.md)
 
 __all__ = [
-    "Format", "ProgramError", "ProgramResult", "any_tokens", "as_format", "capability_refusal", "const", "exclude_token", "fork", "gen",
-    "grammar", "json", "optional", "parse", "plus", "program_arg", "regex", "repeat", "required_capabilities", "run",
+    "Format", "ProgramError", "ProgramResult", "any_tokens", "as_format", "backtrack", "capability_refusal", "const",
+    "exclude_token", "fork", "gen", "grammar", "json", "label", "var", "optional", "parse", "plus", "program_arg", "regex", "repeat", "required_capabilities", "run",
     "select", "seq", "star", "structural_tag", "tag", "tags_with_separator", "text", "think", "token",
     "tool_calls", "triggered_tags", "validate", "wait",
 ]

@@ -65,8 +65,14 @@ def as_format(x: FormatLike | Mapping[str, Any]) -> Format:
 
 
 def _with(spec: dict[str, Any], *, name: str | None = None, capture: str | None = None,
-          temperature: float | None = None, stop: Iterable[str] | str | None = None) -> Format:
-    """The keys any format may carry: a variable it is captured into, a temperature, stop strings."""
+          temperature: float | None = None, stop: Iterable[str] | str | None = None,
+          label: str | None = None) -> Format:
+    """The keys any format may carry: a variable it is captured into, a temperature, stop strings,
+    a label (where a later `backtrack` cuts the text back to)."""
+    if label is not None:
+        if not isinstance(label, str) or not label:
+            raise ValueError("label must be a non-empty string")
+        spec["label"] = label
     if name is not None:
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string")
@@ -105,13 +111,19 @@ def regex(pattern: str, **kw: Any) -> Format:
     return _with({"type": "regex", "pattern": pattern}, **kw)
 
 
-def json(schema: Mapping[str, Any] | bool | str = True, *, whitespace: int | None = None, **kw: Any) -> Format:
+def json(schema: Mapping[str, Any] | bool | str = True, *, whitespace: int | None = None,
+         complete_by: int | None = None, **kw: Any) -> Format:
     """A JSON document valid under `schema` (a JSON Schema dict, or its text; True: any JSON).
-    `whitespace`: up to N whitespace bytes between tokens (default 0, compact)."""
+    `whitespace`: up to N whitespace bytes between tokens (default 0, compact). `complete_by`:
+    the reply's token budget (e.g. the request's max_tokens): when the reply has no more room left
+    than the document's shortest completion and the fixed text after it need, that completion is
+    forced (needs a host that grants ff_tokens), so a budget-bound reply still ends valid."""
     spec: dict[str, Any] = {"type": "json_schema",
                             "json_schema": dict(schema) if isinstance(schema, Mapping) else schema}
     if whitespace is not None:
         spec["x-whitespace"] = int(whitespace)
+    if complete_by is not None:
+        spec["complete_by"] = _nonneg(complete_by, "complete_by")
     return _with(spec, **kw)
 
 
@@ -144,8 +156,9 @@ def gen(*, regex: str | None = None, stop: Iterable[str] | str | None = None, na
 
 
 def grammar(text: str, **kw: Any) -> Format:
-    """An EBNF grammar (XGrammar's format; the controller refuses it until the grammar controller
-    is linked in)."""
+    """Text of a context-free grammar (XGrammar's `grammar` format): Lark as llguidance reads it
+    (`start: ...`), or GBNF (`root ::= ...`), compiled by the grammar controller's core
+    (docs/grammar.md). A grammar that does not compile is refused on the first call with its line."""
     return _with({"type": "grammar", "grammar": text}, **kw)
 
 
@@ -249,6 +262,45 @@ def wait(*variables: str) -> Format:
     if not variables or not all(isinstance(v, str) and v for v in variables):
         raise ValueError("wait takes one or more variable names")
     return Format({"type": "wait", "vars": list(variables)})
+
+
+def label(name: str, content: FormatLike) -> Format:
+    """`content` with label `name`: a later `backtrack(name, ...)` removes everything generated
+    from the start of `content` on."""
+    spec = as_format(content).to_json()
+    return _with(spec, label=name)
+
+
+class var:
+    """A variable's value as part of a backtrack's text: `backtrack("L", "Answer: ", var("x"))`."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise ValueError("a variable name is a non-empty string")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"var({self.name!r})"
+
+
+def backtrack(to: str, *text: str | var) -> Format:
+    """Remove the text generated since label `to` (it must come before this step), force `text`
+    (strings, and `var(name)`: a variable's value when the step runs; unset: nothing), and go on
+    with what follows. The forced text is not matched against the program. Needs a host that
+    grants `backtrack` and `ff_tokens` (not vLLM's)."""
+    if not isinstance(to, str) or not to:
+        raise ValueError("backtrack needs a label name")
+    parts: list[Any] = []
+    for t in text:
+        if isinstance(t, var):
+            parts.append({"var": t.name})
+        elif isinstance(t, str):
+            parts.append(t)
+        else:
+            raise TypeError(f"backtrack text parts are str or var(name), got {type(t).__name__}")
+    return Format({"type": "backtrack", "to": to, "text": parts})
 
 
 def think(*, max_tokens: int | None = None, begin: str = "<think>", end: str = "</think>", **kw: Any) -> Format:

@@ -163,23 +163,31 @@ def choice_from_openai(tool_choice: Any, tools: list[Tool]) -> str:
 
 
 # --- rendering -------------------------------------------------------------------------------------
-def call_tag(fam: Family, tool: Tool) -> dict:
+def call_tag(fam: Family, tool: Tool, complete_by: int | None = None) -> dict:
     """One call of `tool` as a structural-tag `tag`: the forced opening with its name, its
-    arguments constrained by its `parameters`, the closing."""
-    return {"type": "tag", "begin": fam.call_begin(tool.name),
-            "content": {"type": "json_schema", "json_schema": tool.parameters}, "end": fam.end}
+    arguments constrained by its `parameters`, the closing. `complete_by`: the reply's token
+    budget (its max_tokens): the arguments are completed (their shortest valid completion forced)
+    while the closing still fits. A `oneOf` whose branches may overlap is enforced as `anyOf`
+    (`x-coerce-one-of`) rather than refused."""
+    content: dict[str, Any] = {"type": "json_schema", "json_schema": tool.parameters, "x-coerce-one-of": True}
+    if complete_by is not None:
+        content["complete_by"] = complete_by
+    return {"type": "tag", "begin": fam.call_begin(tool.name), "content": content, "end": fam.end}
 
 
-def render(tools: list[Tool], choice: str, *, parallel: bool = True, fam: Family = HERMES) -> dict | None:
+def render(tools: list[Tool], choice: str, *, parallel: bool = True, fam: Family = HERMES,
+           complete_by: int | None = None) -> dict | None:
     """The format that enforces `choice` (from `choice_from_openai`) over `tools` in `fam`'s
     syntax; None for "none" (the tools add no constraint). With `parallel` False the reply ends
-    after its first call."""
+    after its first call. `complete_by`: the reply's max_tokens; a call's arguments are then
+    completed in time for its closing, so a reply bound by its budget still ends with a valid
+    call (a later parallel call may still be cut)."""
     if choice == "none":
         return None
     if choice.startswith("function:"):
         name = choice[len("function:"):]
-        return call_tag(fam, next(t for t in tools if t.name == name))
-    tags = [call_tag(fam, t) for t in tools]
+        return call_tag(fam, next(t for t in tools if t.name == name), complete_by)
+    tags = [call_tag(fam, t, complete_by) for t in tools]
     if choice == "required":      # calls only: no text before, between (but the separator) or after them
         return {"type": "tags_with_separator", "tags": tags, "separator": fam.separator, "at_least_one": True,
                 "stop_after_first": not parallel}

@@ -4,7 +4,7 @@ malformed program with the same pointer and wording as the `program` controller'
 controller loads.
 
 What needs the tokenizer or the controller's own compilers is left to the first call (which
-refuses the same way): whether a regex compiles, whether a JSON Schema is supported, whether a
+refuses the same way): whether a regex or a grammar compiles, whether a JSON Schema is supported, whether a
 token's text is one token. `required_capabilities(obj)` says which host capabilities a program
 needs (a host that cannot fork refuses a program with a `fork` step before running it).
 """
@@ -16,9 +16,10 @@ from typing import Any
 #: Every format type, as the controller lists them in its "unknown type" message.
 TYPES = ("const_string", "regex", "json_schema", "grammar", "any_text", "sequence", "or", "optional", "star",
          "plus", "repeat", "tag", "triggered_tags", "tags_with_separator", "token", "exclude_token", "any_tokens",
-         "fork", "wait")
+         "fork", "wait", "backtrack")
 
 MAX_CAPS = 16          # named elements in one program
+MAX_LABELS = 8         # labels (backtrack targets) in one program
 MAX_REPEAT = 256       # copies of repeated content in one program (the controller unrolls repeats)
 INT_MAX = 2147483647
 
@@ -42,6 +43,34 @@ class _Checker:
         self.caps = 0
         self.repeat_budget = MAX_REPEAT
         self.forks: list[str] = []
+        self.backtracks: list[str] = []
+
+    def labels(self, f: Any, ptr: str, seen: list[str]) -> None:
+        """Labels and backtracks in document order (the controller's check_labels): a label is
+        a non-empty string defined once, a backtrack names a label defined before it."""
+        if not isinstance(f, dict):
+            return
+        if "label" in f:
+            lab = f["label"]
+            if not isinstance(lab, str) or not lab:
+                self.fail(ptr + "/label", "must be a non-empty string")
+            if lab in seen:
+                self.fail(ptr + "/label", f"label defined twice: {lab}")
+            if len(seen) == MAX_LABELS:
+                self.fail(ptr + "/label", "over 8 labels in one program")
+            seen.append(lab)
+        if f.get("type") == "backtrack":
+            to = f.get("to")
+            if isinstance(to, str) and to not in seen:
+                self.fail(ptr + "/to", f"no label before this step is called {to}")
+            return
+        for k in ("begin", "content", "end"):
+            self.labels(f.get(k), ptr + _seg(k), seen)
+        for k in ("elements", "tags", "branches"):
+            items = f.get(k)
+            if isinstance(items, list):
+                for i, x in enumerate(items):
+                    self.labels(x, ptr + _seg(k) + _seg(i), seen)
 
     def fail(self, ptr: str, why: str) -> None:
         raise ProgramError(ptr or "/", why)
@@ -119,9 +148,9 @@ class _Checker:
                 self.fail(ptr + "/json_schema", "must be an object (a JSON Schema)")
             if "style" in f and f["style"] != "json":
                 self.fail(ptr + "/style", 'only style "json" is supported')
+            self.uint(f, ptr, "complete_by", 0)
         elif t == "grammar":
-            self.fail(ptr, "the grammar format needs the grammar controller, which this build does not link "
-                           "(use regex or json_schema)")
+            self.field(f, ptr, "grammar", str, "a string", True)
         elif t == "any_text":
             self.uint(f, ptr, "max_tokens", 0)
             if f.get("max_chars") is not None:
@@ -205,6 +234,17 @@ class _Checker:
             self.forks.append(ptr or "/")
             for i, b in enumerate(br):
                 self.format(b, ptr + "/branches" + _seg(i))
+        elif t == "backtrack":
+            self.field(f, ptr, "to", str, "a string", True)
+            text = f.get("text")
+            parts = [text] if isinstance(text, str) else text
+            if "text" in f and not isinstance(text, (str, list)):
+                self.fail(ptr + "/text", 'must be a string or a list of strings and {"var": NAME}')
+            for i, x in enumerate(parts or []):
+                is_var = isinstance(x, dict) and len(x) == 1 and isinstance(x.get("var"), str) and x["var"]
+                if not isinstance(x, str) and not is_var:
+                    self.fail(ptr + f"/text/{i}", 'must be a string or {"var": NAME} (a non-empty variable name)')
+            self.backtracks.append(ptr or "/")
         elif t == "wait":
             v = self.strings(f, ptr, "vars", True)
             if not v:
@@ -270,20 +310,29 @@ def parse(arg: str | bytes | Any) -> Any:
     return arg
 
 
+def _check(obj: Any) -> _Checker:
+    f, ptr = _root(parse(obj))
+    c = _Checker()
+    c.labels(f, ptr, [])
+    c.format(f, ptr)
+    return c
+
+
 def validate(obj: Any) -> None:
     """Check a program (a dict from JSON, or its JSON text). Raises `ProgramError(pointer, why)`."""
-    f, ptr = _root(parse(obj))
-    _Checker().format(f, ptr)
+    _check(obj)
 
 
 def required_capabilities(obj: Any) -> dict[str, str]:
     """Host capabilities the program needs that hosts may lack, each with the pointer of the first
-    step that needs it: {"fork": "/format/elements/1"}. (Token healing uses backtrack only where
-    granted, so no step needs it.) Raises ProgramError for a malformed program."""
-    f, ptr = _root(parse(obj))
-    c = _Checker()
-    c.format(f, ptr)
-    return {"fork": c.forks[0]} if c.forks else {}
+    step that needs it: {"fork": "/format/elements/1"}; a `backtrack` step needs "backtrack" and
+    "ff_tokens". (Token healing uses backtrack only where granted, so no other step needs it.)
+    Raises ProgramError for a malformed program."""
+    c = _check(obj)
+    need = {"fork": c.forks[0]} if c.forks else {}
+    if c.backtracks:           # the first the controller builds (a sequence back to front, as here)
+        need["backtrack"] = need["ff_tokens"] = c.backtracks[0]
+    return need
 
 
 def capability_refusal(obj: Any, granted: int) -> str | None:
@@ -293,6 +342,10 @@ def capability_refusal(obj: Any, granted: int) -> str | None:
     from ..capabilities import Capabilities
 
     need = required_capabilities(obj)
-    if "fork" in need and not Capabilities(granted) & Capabilities.FORK:
+    have = Capabilities(granted)
+    if "fork" in need and not have & Capabilities.FORK:
         return f"at {need['fork']}: fork needs capability `fork`, which this host did not grant"
+    for cap, flag in (("backtrack", Capabilities.BACKTRACK), ("ff_tokens", Capabilities.FF_TOKENS)):
+        if cap in need and not have & flag:
+            return f"at {need[cap]}: backtrack needs capability `{cap}`, which this host did not grant"
     return None

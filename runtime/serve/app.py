@@ -23,6 +23,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from aicirt.program.tool_stream import ToolStream
+
 from . import protocol as P
 from . import structured as S
 from .metrics import Metrics
@@ -187,7 +189,9 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
         if chat:
             if body.max_completion_tokens is not None:
                 body.max_tokens = body.max_completion_tokens
-            shown = plan.tools if plan.calls_tools else None
+            # tool_choice "none" shows the tools as vLLM (>= 0.10) does: the model sees them, no
+            # call is constrained or parsed (docs/tools.md)
+            shown = plan.tools or None
             tokens = lambda: P.chat_tokens(server.backend, body.messages, shown, plan.family)  # noqa: E731
         else:
             tokens = lambda: server.backend.encode(body.text)  # noqa: E731
@@ -220,24 +224,38 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
 
         async def stream() -> AsyncIterator[bytes]:
             first, usage = True, None
-            held: dict[int, str] = {}          # tool calling: each choice's text, parsed when it ends
-            held_lp: dict[int, list] = {}
+            held: dict[int, str] = {}          # tool calling: each choice's text so far
+            held_lp: dict[int, list] = {}      # and its logprobs not sent yet
+            parsers: dict[int, ToolStream] = {}
             offsets: dict[int, int] = {}       # completions' text_offset: characters sent per choice
             try:
                 async for batch in server.updates(job):
                     chunks = []
                     for upd in batch:
                         usage = upd.usage
-                        if plan.calls_tools:
+                        if plan.calls_tools:     # OpenAI's incremental tool_calls deltas
                             for d in upd.forks:
                                 text = held.get(d.index, "")
                                 held[d.index] = (text[:len(text) - d.backtrack] if d.backtrack else text) + d.text
                                 held_lp.setdefault(d.index, []).extend(d.logprobs)
-                                if d.finish_reason is not None:
-                                    content, calls = plan.reply(held[d.index])
-                                    lp = P.logprobs_object(backend, held_lp[d.index], True) if wants_logprobs else None
-                                    chunk = P.tool_calls_chunk(cid, created, name, d.index, content, calls,
-                                                               P.finish_reason(d.finish_reason, calls) or "stop", lp)
+                                ts = parsers.get(d.index)
+                                if ts is None:
+                                    ts = parsers[d.index] = ToolStream(plan.family)
+                                    chunks.append(P.sse(P.tool_delta_chunk(cid, created, name, d.index,
+                                                                           {"role": "assistant", "content": None})))
+                                done = d.finish_reason is not None
+                                for piece in ts.feed(held[d.index], final=done):
+                                    lp = None
+                                    if wants_logprobs and held_lp[d.index]:
+                                        lp = P.logprobs_object(backend, held_lp.pop(d.index), True)
+                                    delta = piece if "content" in piece else {"tool_calls": [piece["tool_call"]]}
+                                    chunks.append(P.sse(P.tool_delta_chunk(cid, created, name, d.index, delta,
+                                                                           logprobs=lp)))
+                                if done:
+                                    lp = P.logprobs_object(backend, held_lp.pop(d.index, []), True) \
+                                        if wants_logprobs else None
+                                    reason = P.finish_reason(d.finish_reason, [True] * ts.calls) or "stop"
+                                    chunk = P.tool_delta_chunk(cid, created, name, d.index, {}, reason, lp)
                                     if d.error:
                                         chunk["choices"][0]["error"] = d.error
                                     chunks.append(P.sse(chunk))

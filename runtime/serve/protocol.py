@@ -452,12 +452,11 @@ def completion_chunk(cid: str, created: int, model: str, u: Update, chat: bool, 
             "model": model, "choices": choices}
 
 
-def tool_calls_chunk(cid: str, created: int, model: str, index: int, content: str | None, calls: list[dict],
-                     finish_reason: str, logprobs: dict | None = None) -> dict:
-    """A tool-calling choice's one chunk (sent when the choice ends: its text is parsed then)."""
-    delta: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+def tool_delta_chunk(cid: str, created: int, model: str, index: int, delta: dict, finish_reason: str | None = None,
+                     logprobs: dict | None = None) -> dict:
+    """A streamed chunk of a tool-calling choice: `delta` is OpenAI's (`role`, `content`, or
+    `tool_calls` entries: the first of a call with its index, id, type and name, then pieces of
+    its arguments); the last chunk of a choice has an empty delta and its finish reason."""
     return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}]}
 

@@ -88,10 +88,15 @@ def plan(body: Any, template: str | None) -> Plan:
         raise ApiError(400, str(e)) from None
     fmt = _output_format(body)
     if p.calls_tools:
-        calls = T.render(p.tools, p.choice, parallel=body.parallel_tool_calls is not False, fam=p.family)
+        # a reply cut by its max_tokens still ends with valid calls: the arguments are completed
+        # once they have taken most of it (docs/tools.md)
+        budget = getattr(body, "max_completion_tokens", None) or body.max_tokens
+        calls = T.render(p.tools, p.choice, parallel=body.parallel_tool_calls is not False, fam=p.family,
+                         complete_by=budget)
         if p.choice == "auto" and fmt is not None:
             # Either an answer in the response format or tool calls (OpenAI's auto with both).
-            required = T.render(p.tools, "required", parallel=body.parallel_tool_calls is not False, fam=p.family)
+            required = T.render(p.tools, "required", parallel=body.parallel_tool_calls is not False, fam=p.family,
+                                complete_by=budget)
             fmt = {"type": "or", "elements": [fmt, required]}
         else:     # with required or a named function the reply is calls only: no content to format
             fmt = calls
