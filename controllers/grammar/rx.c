@@ -25,54 +25,26 @@ void gb_byte(gr_buf_t *b, uint8_t c) {
   gb_putn(b, t, 4);
 }
 
-/* ---- code-point sets -------------------------------------------------------------------- */
-typedef struct { uint32_t lo, hi; } rng_t;
-typedef struct { rng_t *r; uint32_t n, cap; } cps_t;
+/* ---- code-point sets (the SDK's, aici_cps.c) ------------------------------------------- */
+typedef aici_cp_set_t cps_t;
 
-static void cps_add(cps_t *s, uint32_t lo, uint32_t hi) {
-  if (lo > hi) return;
-  if (s->n == s->cap) {
-    s->cap = s->cap ? s->cap * 2 : 8;
-    s->r = aici_realloc(s->r, s->cap * sizeof(rng_t));
-  }
-  s->r[s->n++] = (rng_t){lo, hi};
-}
-
-static void cps_normalize(cps_t *s) {   /* sort, merge, drop surrogates */
-  for (uint32_t i = 1; i < s->n; i++)
-    for (uint32_t j = i; j > 0 && s->r[j - 1].lo > s->r[j].lo; j--) {
-      rng_t t = s->r[j]; s->r[j] = s->r[j - 1]; s->r[j - 1] = t;
-    }
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < s->n; i++) {
-    if (k && s->r[i].lo <= s->r[k - 1].hi + 1) {
-      if (s->r[i].hi > s->r[k - 1].hi) s->r[k - 1].hi = s->r[i].hi;
-    } else s->r[k++] = s->r[i];
-  }
-  s->n = k;
+static void cps_normalize(cps_t *s) {   /* the SDK's sort and merge, then surrogates and anything past U+10FFFF dropped */
+  aici_cps_normalize(s);
   cps_t o = {0};
   for (uint32_t i = 0; i < s->n; i++) {
     uint32_t lo = s->r[i].lo, hi = s->r[i].hi > 0x10FFFF ? 0x10FFFF : s->r[i].hi;
     if (lo <= 0xDFFF && hi >= 0xD800) {
-      if (lo < 0xD800) cps_add(&o, lo, 0xD7FF);
-      if (hi > 0xDFFF) cps_add(&o, 0xE000, hi);
-    } else cps_add(&o, lo, hi);
+      if (lo < 0xD800) aici_cps_add(&o, lo, 0xD7FF);
+      if (hi > 0xDFFF) aici_cps_add(&o, 0xE000, hi);
+    } else aici_cps_add(&o, lo, hi);
   }
   aici_free(s->r);
   *s = o;
 }
 
-static void cps_negate(cps_t *s) {
+static void cps_negate(cps_t *s) {      /* the scalar values not in s */
   cps_normalize(s);
-  cps_t o = {0};
-  uint32_t next = 0;
-  for (uint32_t i = 0; i < s->n; i++) {
-    if (s->r[i].lo > next) cps_add(&o, next, s->r[i].lo - 1);
-    next = s->r[i].hi + 1;
-  }
-  if (next <= 0x10FFFF) cps_add(&o, next, 0x10FFFF);
-  aici_free(s->r);
-  *s = o;
+  aici_cps_negate(s);
   cps_normalize(s);
 }
 
@@ -80,12 +52,12 @@ static void cps_icase(cps_t *s) {      /* ASCII letters in either case, and thei
   uint32_t n = s->n;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
-    if ((lo <= 's' && hi >= 's') || (lo <= 'S' && hi >= 'S')) cps_add(s, 0x17F, 0x17F);   /* long s */
-    if ((lo <= 'k' && hi >= 'k') || (lo <= 'K' && hi >= 'K')) cps_add(s, 0x212A, 0x212A); /* Kelvin */
+    if ((lo <= 's' && hi >= 's') || (lo <= 'S' && hi >= 'S')) aici_cps_add(s, 0x17F, 0x17F);   /* long s */
+    if ((lo <= 'k' && hi >= 'k') || (lo <= 'K' && hi >= 'K')) aici_cps_add(s, 0x212A, 0x212A); /* Kelvin */
     uint32_t a = lo > 'a' ? lo : 'a', z = hi < 'z' ? hi : 'z';
-    if (a <= z) cps_add(s, a - 32, z - 32);
+    if (a <= z) aici_cps_add(s, a - 32, z - 32);
     a = lo > 'A' ? lo : 'A', z = hi < 'Z' ? hi : 'Z';
-    if (a <= z) cps_add(s, a + 32, z + 32);
+    if (a <= z) aici_cps_add(s, a + 32, z + 32);
   }
 }
 
@@ -191,7 +163,7 @@ static void emit_cps(gr_buf_t *b, cps_t *s) {
 
 void gr_regex_cp_range(gr_buf_t *out, uint32_t lo, uint32_t hi) {
   cps_t s = {0};
-  cps_add(&s, lo, hi);
+  aici_cps_add(&s, lo, hi);
   emit_cps(out, &s);
   aici_free(s.r);
 }
@@ -202,7 +174,7 @@ void gr_regex_literal(gr_buf_t *out, const uint8_t *s, uint32_t len, bool icase)
     bool letter = (c | 32) >= 'a' && (c | 32) <= 'z';
     if (icase && ((c | 32) == 's' || (c | 32) == 'k')) {   /* the folds outside ASCII too */
       cps_t f = {0};
-      cps_add(&f, c, c);
+      aici_cps_add(&f, c, c);
       cps_icase(&f);
       emit_cps(out, &f);
       aici_free(f.r);
@@ -267,9 +239,9 @@ static void class_named(cps_t *s, char c) {   /* \d \w \s (Unicode, as Rust's) a
   char l = c | 32;
   const uint32_t (*tab)[2] = l == 'd' ? UNI_D : l == 'w' ? UNI_W : UNI_S;
   uint32_t n = l == 'd' ? sizeof UNI_D / sizeof UNI_D[0] : l == 'w' ? sizeof UNI_W / sizeof UNI_W[0] : sizeof UNI_S / sizeof UNI_S[0];
-  for (uint32_t i = 0; i < n; i++) cps_add(&t, tab[i][0], tab[i][1]);
+  for (uint32_t i = 0; i < n; i++) aici_cps_add(&t, tab[i][0], tab[i][1]);
   if (c != l) cps_negate(&t);
-  for (uint32_t i = 0; i < t.n; i++) cps_add(s, t.r[i].lo, t.r[i].hi);
+  for (uint32_t i = 0; i < t.n; i++) aici_cps_add(s, t.r[i].lo, t.r[i].hi);
   aici_free(t.r);
 }
 
@@ -335,8 +307,8 @@ static void rx_class(rp_t *p, gr_buf_t *o) {   /* after '[' */
         if (hi == -1) { p->err = "bad class range"; goto out; }
       } else hi = read_cp(p);
       if (hi < lo) { p->err = "class range out of order"; goto out; }
-      cps_add(&s, (uint32_t)lo, (uint32_t)hi);
-    } else cps_add(&s, (uint32_t)lo, (uint32_t)lo);
+      aici_cps_add(&s, (uint32_t)lo, (uint32_t)hi);
+    } else aici_cps_add(&s, (uint32_t)lo, (uint32_t)lo);
   }
   if (!peek(p, ']')) { p->err = "missing ]"; goto out; }
   p->i++;
@@ -389,8 +361,8 @@ static void rx_atom(rp_t *p, gr_buf_t *o) {
   if (c == '.') {
     p->i++;
     cps_t s = {0};
-    cps_add(&s, 0, 0x10FFFF);
-    if (!p->dotall) { s.n = 0; cps_add(&s, 0, 9); cps_add(&s, 11, 0x10FFFF); }
+    aici_cps_add(&s, 0, 0x10FFFF);
+    if (!p->dotall) { s.n = 0; aici_cps_add(&s, 0, 9); aici_cps_add(&s, 11, 0x10FFFF); }
     emit_cps(o, &s);
     aici_free(s.r);
     return;
@@ -409,7 +381,7 @@ static void rx_atom(rp_t *p, gr_buf_t *o) {
     if (cp > 0x10FFFF) { p->err = "code point out of range"; aici_free(s.r); return; }
     bool letter = cp < 128 && ((cp | 32) >= 'a' && (cp | 32) <= 'z');
     if (cp < 128 && !(p->icase && letter)) { gb_byte(o, (uint8_t)cp); aici_free(s.r); return; }
-    cps_add(&s, (uint32_t)cp, (uint32_t)cp);
+    aici_cps_add(&s, (uint32_t)cp, (uint32_t)cp);
     if (p->icase) cps_icase(&s);
   }
   emit_cps(o, &s);

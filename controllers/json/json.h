@@ -39,11 +39,8 @@ void jv_write_str(sb_t *b, const char *s, uint32_t n);
 /* ---- regex fragments -------------------------------------------------------------------- */
 /* Code-point ranges [lo, hi] (sorted, disjoint) as a regex over their canonical JSON string
  * encoding: raw UTF-8, and the escapes JSON needs for ", \ and control characters. */
-typedef struct { uint32_t lo, hi; } cp_range_t;
-typedef struct { cp_range_t *r; uint32_t n, cap; } cp_set_t;
-void cps_add(cp_set_t *s, uint32_t lo, uint32_t hi);
-void cps_normalize(cp_set_t *s);
-void cps_negate(cp_set_t *s);                   /* within [0, 0x10FFFF] minus surrogates */
+typedef aici_cp_range_t cp_range_t;             /* the SDK's code-point sets (aici_cps_add, _normalize, _negate) */
+typedef aici_cp_set_t cp_set_t;
 bool emit_cp_set(sb_t *b, cp_set_t *s);         /* false: empty set (emits a dead class) */
 void emit_strchar(sb_t *b);                     /* any one character of a JSON string */
 /* An ECMA-262 `pattern` (search semantics) as a regex over the JSON string's contents. */

@@ -8,42 +8,6 @@
  */
 #include "json.h"
 
-void cps_add(cp_set_t *s, uint32_t lo, uint32_t hi) {
-  if (lo > hi) return;
-  if (s->n == s->cap) {
-    s->cap = s->cap ? 2 * s->cap : 8;
-    s->r = aici_realloc(s->r, s->cap * sizeof(cp_range_t));
-  }
-  s->r[s->n].lo = lo, s->r[s->n++].hi = hi;
-}
-
-void cps_normalize(cp_set_t *s) {
-  for (uint32_t i = 1; i < s->n; i++)        /* insertion sort: sets are small */
-    for (uint32_t j = i; j && s->r[j - 1].lo > s->r[j].lo; j--) {
-      cp_range_t t = s->r[j]; s->r[j] = s->r[j - 1]; s->r[j - 1] = t;
-    }
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < s->n; i++) {
-    if (k && s->r[i].lo <= s->r[k - 1].hi + 1) {
-      if (s->r[i].hi > s->r[k - 1].hi) s->r[k - 1].hi = s->r[i].hi;
-    } else s->r[k++] = s->r[i];
-  }
-  s->n = k;
-}
-
-void cps_negate(cp_set_t *s) {
-  cps_normalize(s);
-  cp_set_t o = {0};
-  uint32_t next = 0;
-  for (uint32_t i = 0; i < s->n; i++) {
-    if (s->r[i].lo > next) cps_add(&o, next, s->r[i].lo - 1);
-    next = s->r[i].hi + 1;
-  }
-  if (next <= 0x10ffff) cps_add(&o, next, 0x10ffff);
-  aici_free(s->r);
-  *s = o;
-}
-
 static uint32_t enc(uint32_t c, uint8_t *out) {
   if (c < 0x80) { out[0] = (uint8_t)c; return 1; }
   if (c < 0x800) { out[0] = (uint8_t)(0xc0 | c >> 6), out[1] = (uint8_t)(0x80 | (c & 63)); return 2; }
@@ -117,7 +81,7 @@ static void escaped(sb_t *b, uint32_t c, bool *first) {
 }
 
 bool emit_cp_set(sb_t *b, cp_set_t *s) {
-  cps_normalize(s);
+  aici_cps_normalize(s);
   bool first = true;
   sb_puts(b, "(?:");
   bool all_escaped = s->n && s->r[0].lo == 0 && s->r[0].hi >= '\\';
@@ -178,15 +142,15 @@ static uint32_t next_cp(pat_t *p) {
 static void class_escape(cp_set_t *s, char c) {   /* \d \w \s and negations */
   cp_set_t t = {0};
   switch (c | 0x20) {
-    case 'd': cps_add(&t, '0', '9'); break;
-    case 'w': cps_add(&t, '0', '9'), cps_add(&t, 'A', 'Z'), cps_add(&t, 'a', 'z'), cps_add(&t, '_', '_'); break;
+    case 'd': aici_cps_add(&t, '0', '9'); break;
+    case 'w': aici_cps_add(&t, '0', '9'), aici_cps_add(&t, 'A', 'Z'), aici_cps_add(&t, 'a', 'z'), aici_cps_add(&t, '_', '_'); break;
     default:
-      cps_add(&t, 9, 13), cps_add(&t, ' ', ' '), cps_add(&t, 0xa0, 0xa0), cps_add(&t, 0x1680, 0x1680);
-      cps_add(&t, 0x2000, 0x200a), cps_add(&t, 0x2028, 0x2029), cps_add(&t, 0x202f, 0x202f);
-      cps_add(&t, 0x205f, 0x205f), cps_add(&t, 0x3000, 0x3000), cps_add(&t, 0xfeff, 0xfeff);
+      aici_cps_add(&t, 9, 13), aici_cps_add(&t, ' ', ' '), aici_cps_add(&t, 0xa0, 0xa0), aici_cps_add(&t, 0x1680, 0x1680);
+      aici_cps_add(&t, 0x2000, 0x200a), aici_cps_add(&t, 0x2028, 0x2029), aici_cps_add(&t, 0x202f, 0x202f);
+      aici_cps_add(&t, 0x205f, 0x205f), aici_cps_add(&t, 0x3000, 0x3000), aici_cps_add(&t, 0xfeff, 0xfeff);
   }
-  if (c >= 'A' && c <= 'Z') cps_negate(&t);
-  for (uint32_t i = 0; i < t.n; i++) cps_add(s, t.r[i].lo, t.r[i].hi);
+  if (c >= 'A' && c <= 'Z') aici_cps_negate(&t);
+  for (uint32_t i = 0; i < t.n; i++) aici_cps_add(s, t.r[i].lo, t.r[i].hi);
   aici_free(t.r);
 }
 
@@ -278,12 +242,12 @@ static bool parse_class(pat_t *p) {
       if (p->s[p->i] == '\\') { p->i++; hi = escape(p, &s, true); }
       else hi = next_cp(p);
       if (hi == -2) return false;
-      if (hi == -1) { cps_add(&s, (uint32_t)lo, (uint32_t)lo), cps_add(&s, '-', '-'); continue; }
+      if (hi == -1) { aici_cps_add(&s, (uint32_t)lo, (uint32_t)lo), aici_cps_add(&s, '-', '-'); continue; }
       if (hi < lo) { p->why = "bad range in [ ]"; return false; }
-      cps_add(&s, (uint32_t)lo, (uint32_t)hi);
-    } else cps_add(&s, (uint32_t)lo, (uint32_t)lo);
+      aici_cps_add(&s, (uint32_t)lo, (uint32_t)hi);
+    } else aici_cps_add(&s, (uint32_t)lo, (uint32_t)lo);
   }
-  if (neg) cps_negate(&s);
+  if (neg) aici_cps_negate(&s);
   return emit_set_atom(p, &s);
 }
 
@@ -310,20 +274,20 @@ static bool parse_atom(pat_t *p, uint32_t depth) {
     }
     case '[': return parse_class(p);
     case '.':
-      cps_add(&s, '\n', '\n'), cps_add(&s, '\r', '\r'), cps_add(&s, 0x2028, 0x2029);
-      cps_negate(&s);
+      aici_cps_add(&s, '\n', '\n'), aici_cps_add(&s, '\r', '\r'), aici_cps_add(&s, 0x2028, 0x2029);
+      aici_cps_negate(&s);
       return emit_set_atom(p, &s);
     case '\\': {
       int64_t v = escape(p, &s, false);
       if (v == -2) return false;
-      if (v >= 0) cps_add(&s, (uint32_t)v, (uint32_t)v);
+      if (v >= 0) aici_cps_add(&s, (uint32_t)v, (uint32_t)v);
       return emit_set_atom(p, &s);
     }
     case '^': case '$': p->why = "^ or $ inside the pattern"; return false;
     case '*': case '+': case '?': p->why = "nothing to repeat"; return false;
     case ')': p->why = "unbalanced )"; return false;
   }
-  cps_add(&s, c, c);
+  aici_cps_add(&s, c, c);
   return emit_set_atom(p, &s);
 }
 
@@ -454,7 +418,7 @@ bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why) {
 
 void emit_strchar(sb_t *b) {
   cp_set_t s = {0};
-  cps_add(&s, 0, 0x10ffff);
+  aici_cps_add(&s, 0, 0x10ffff);
   emit_cp_set(b, &s);
   aici_free(s.r);
 }

@@ -855,7 +855,7 @@ static void emit_early_ends(sb_t *b, ktrie_t *t, uint32_t node) {
     if (!first) sb_putc(b, '|');
     first = false;
     cp_set_t one = {0};
-    cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
+    aici_cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
     emit_cp_set(b, &one);
     aici_free(one.r);
     emit_early_ends(b, t, t->n[node].kid[j]);
@@ -867,13 +867,13 @@ static void emit_early_ends(sb_t *b, ktrie_t *t, uint32_t node) {
 static void emit_divergences(sb_t *b, ktrie_t *t, uint32_t node) {
   knode_t *x = &t->n[node];
   cp_set_t other = {0}, low = {0};     /* not children: above \ (raw), and up to \ (escapes too) */
-  for (uint32_t j = 0; j < x->n_kids; j++) cps_add(&other, x->kid_cp[j], x->kid_cp[j]);
-  cps_add(&other, 0, 0x5c);
-  cps_negate(&other);
+  for (uint32_t j = 0; j < x->n_kids; j++) aici_cps_add(&other, x->kid_cp[j], x->kid_cp[j]);
+  aici_cps_add(&other, 0, 0x5c);
+  aici_cps_negate(&other);
   for (uint32_t c = 0; c <= 0x5c; c++) {
     bool kid = false;
     for (uint32_t j = 0; j < x->n_kids; j++) kid |= x->kid_cp[j] == c;
-    if (!kid) cps_add(&low, c, c);
+    if (!kid) aici_cps_add(&low, c, c);
   }
   sb_puts(b, "(?:");
   emit_cp_set(b, &other);
@@ -882,7 +882,7 @@ static void emit_divergences(sb_t *b, ktrie_t *t, uint32_t node) {
   for (uint32_t j = 0; j < x->n_kids; j++) {
     sb_putc(b, '|');
     cp_set_t one = {0};
-    cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
+    aici_cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
     emit_cp_set(b, &one);
     aici_free(one.r);
     emit_divergences(b, t, t->n[node].kid[j]);

@@ -174,6 +174,14 @@ const uint8_t *aici_token_bytes(aici_token_t t, uint32_t *len_out);
  * (a character cut at the end, or a malformed byte, ends it). */
 bool aici_utf8_whole(const uint8_t *s, uint32_t n, uint32_t *prefix);
 
+/* Code-point sets (aici_cps.c): ranges [lo, hi] of code points, each set owning its array
+ * (aici_free(s.r) when done; {0} is the empty set). */
+typedef struct { uint32_t lo, hi; } aici_cp_range_t;
+typedef struct { aici_cp_range_t *r; uint32_t n, cap; } aici_cp_set_t;
+void aici_cps_add(aici_cp_set_t *s, uint32_t lo, uint32_t hi);   /* append [lo, hi]; nothing if lo > hi */
+void aici_cps_normalize(aici_cp_set_t *s);                       /* sort; merge overlapping and adjacent ranges */
+void aici_cps_negate(aici_cp_set_t *s);                          /* the complement within [0, 0x10FFFF] */
+
 /* A slice (llguidance's slicer, reduced to byte sets): for a byte set C, the tokens whose bytes
  * all lie in C, as a mask, and a sub-trie (same format) of all the other tokens, the rest trie.
  * A recognizer that keeps every string over C (up to max_len bytes) live from its state may add
