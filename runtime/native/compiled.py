@@ -189,9 +189,10 @@ class CPool:
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
         # Held across the C calls other threads make (the epoch clock's `pending`, a metrics
-        # scrape's `stats`) and across `close`'s free: without it such a call could lock the
-        # mutex of a pool being freed (heap corruption; seen when a Runtime closed right after
-        # it started, while its epoch thread made its first check).
+        # scrape's `stats`) and while `close` takes the pointer: without it such a call could
+        # lock the mutex of a pool being freed (heap corruption; seen when a Runtime closed right
+        # after it started, while its epoch thread made its first check). Not held across the
+        # free itself, which waits for running calls: those need the epoch thread's ticks.
         self._lock = threading.Lock()
 
     def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
@@ -240,10 +241,10 @@ class CPool:
 
     def close(self) -> None:
         """Stop the workers (waits for running calls: the epoch clock must still tick)."""
-        with self._lock:
+        with self._lock:   # once taken, no other thread can reach the pool
             ptr, self.ptr = self.ptr, None
-            if ptr is not None:
-                self.lib.aicirt_pool_free(ptr)
+        if ptr is not None:
+            self.lib.aicirt_pool_free(ptr)
 
 
 class CVars:
