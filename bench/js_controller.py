@@ -152,7 +152,9 @@ def main() -> None:
     from aicirt.toolchain import CONTROLLERS_DIR, build_cached
 
     tok = QwenTokenizer()
-    limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0,
+    # compile_timeout_s: the js module is compiled afresh each run (no disk cache), which takes
+    # over the default 30 s on a loaded 2-core machine
+    limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0, compile_timeout_s=300.0,
                            resident_bytes=args.resident_bytes)
     rt = aicirt.Runtime(tok, limits=limits, workers=1, cache_dir=False)
     prompt = tok.encode("In which year did World War II end? Answer: ")
