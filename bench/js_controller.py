@@ -34,7 +34,11 @@ ctrl.js`): the js module, then two bound scripts, each Runtime.load'ed in a fres
 the disk cache; wall and CPU (this process and its compile children). Last line: one JSON object
 {"js_load_cpu_s", "bound_load_cpu_s": [...], "bound_load_wall_s": [...]}.
 
-Usage: python bench/js_controller.py [--rounds N] [--bind-load]
+`--resident-bytes N`: Limits.resident_bytes for the runtime (default 0, the runtime's default: a
+freed slot keeps nothing resident; 67108864 is the policy before, freed slots keeping 1 MiB each),
+for an A/B of the memory policy in separate runs.
+
+Usage: python bench/js_controller.py [--rounds N] [--resident-bytes N] [--bind-load]
 """
 from __future__ import annotations
 
@@ -138,6 +142,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--bind-load", action="store_true")
+    ap.add_argument("--resident-bytes", type=int, default=0, help="Limits.resident_bytes (the memory policy)")
     args = ap.parse_args()
     if args.bind_load:
         return bind_load()
@@ -147,7 +152,10 @@ def main() -> None:
     from aicirt.toolchain import CONTROLLERS_DIR, build_cached
 
     tok = QwenTokenizer()
-    limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0)
+    # compile_timeout_s: the js module is compiled afresh each run (no disk cache), which takes
+    # over the default 30 s on a loaded 2-core machine
+    limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0, compile_timeout_s=300.0,
+                           resident_bytes=args.resident_bytes)
     rt = aicirt.Runtime(tok, limits=limits, workers=1, cache_dir=False)
     prompt = tok.encode("In which year did World War II end? Answer: ")
     examples = CONTROLLERS_DIR / "js" / "examples"
@@ -185,6 +193,7 @@ def main() -> None:
              "js_by_hand": round(by_hand["step_cached_cpu_us"] - c["step_cached_cpu_us"], 2)}
     print(json.dumps({**js, "c": c, "ratio": ratio, "js_by_hand": by_hand, "ratio_by_hand": ratio_by_hand,
                       "step_cached_cpu_extra_us": extra, "pattern": PATTERN, "rounds": args.rounds,
+                      "resident_bytes": args.resident_bytes,
                       "targets": {"ttfm_ms": 2.0, "step_cached_us_p50": 20.0, "fork_us": 500.0}}))
 
 

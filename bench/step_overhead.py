@@ -17,6 +17,13 @@ a fork copies what the parent changed), and batch-of-64 wall time with 1 vs 2 wo
 
     python bench/step_overhead.py [--steps 200] [--batch 64]
     python bench/step_overhead.py --fork-only      # instantiate and fork only (instantiate_naive_us: its baseline)
+    python bench/step_overhead.py --fork-only --rounds 3 --phases
+
+`--fork-only` runs the instantiate and fork figures `--rounds` times under the default memory
+policy (Limits.resident_bytes 0: a freed slot keeps nothing resident) alternating with the policy
+before it (`resident_64mib`: freed slots keep 1 MiB each resident), and reports medians over the
+rounds and `*_vs_resident` ratios (ours / that). `--phases` adds `fork_1mib_phases_us`: a 1 MiB
+fork's median time in each of spawn.c's phases (its debug counters; compiled hot path only).
 
 The last line is one JSON object.
 """
@@ -222,18 +229,74 @@ def fork_instantiate_report(ctrl_path, limits) -> dict:
     return report
 
 
+FORK_FIELDS = ("instantiate_us", "fork_1mib_us", "fork_16mib_us", "fork_16mib_dirty_us", "fork_1mib_fresh_slot_us")
+PHASES = ("store", "instantiate", "exports", "grow", "copy", "globals", "record")   # spawn.c's PH_* order
+
+
+def fork_ab_report(ctrl_path, limits, rounds: int) -> dict:
+    """fork_instantiate_report under `limits` and under the same with freed slots keeping memory
+    resident (Limits.resident_bytes 64 MiB), alternating, `rounds` times each: medians per field."""
+    import dataclasses
+    import statistics
+    resident = dataclasses.replace(limits, resident_bytes=64 << 20)
+    runs: dict[str, list[dict]] = {"ours": [], "resident": []}
+    for i in range(rounds):
+        for name in (("ours", "resident") if i % 2 == 0 else ("resident", "ours")):
+            runs[name].append(fork_instantiate_report(ctrl_path, limits if name == "ours" else resident))
+    med = {name: {k: statistics.median(r[k] for r in got) for k in got[0]} for name, got in runs.items()}
+    report = dict(med["ours"])
+    report["resident_64mib"] = {k: round(v, 3) for k, v in med["resident"].items()}
+    for k in FORK_FIELDS:
+        report[k.removesuffix("_us") + "_vs_resident"] = med["ours"][k] / med["resident"][k]
+    report["rounds"] = rounds
+    return report
+
+
+def fork_phases(ctrl_path, limits, n: int = 100) -> dict:
+    """Median µs of each of spawn.c's phases over `n` forks of a 1 MiB parent (each child closed
+    before the next fork), from its debug counters."""
+    import statistics
+    with aicirt.Runtime(FakeVocab(), limits=limits, workers=1, cache_dir=False) as rt:
+        lib, ffi = rt.native.impl.lib, rt.native.ffi
+        parent = rt.new_request(rt.load(ctrl_path)).spawn()
+        parent.memory.grow(parent.store, 16 - parent.memory.size(parent.store))
+        out, got = ffi.new("uint64_t[14]"), []
+        for _ in range(n):
+            lib.aicirt_spawn_timing(1, ffi.NULL)
+            t0 = time.perf_counter()
+            child = parent._fork(1)[0]
+            wall = (time.perf_counter() - t0) * 1e6
+            lib.aicirt_spawn_timing(0, out)
+            got.append([out[k] / 1e3 for k in range(len(PHASES))] + [wall])
+            child.close()
+        parent.close()
+    med = {name: statistics.median(g[k] for g in got) for k, name in enumerate(PHASES)}
+    med["wall"] = statistics.median(g[-1] for g in got)
+    med["python_and_rest"] = statistics.median(g[-1] - sum(g[:-1]) for g in got)
+    return {k: round(v, 2) for k, v in med.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--work", type=int, default=200000, help="busy-work rounds per call for the 1-vs-2 workers run")
     ap.add_argument("--fork-only", action="store_true", help="only the instantiate and fork figures")
+    ap.add_argument("--rounds", type=int, default=2, help="--fork-only: rounds of each memory policy, alternating")
+    ap.add_argument("--phases", action="store_true", help="--fork-only: a 1 MiB fork's time by phase (compiled)")
     args = ap.parse_args()
     ctrl_path = build_cached(HERE / "controllers" / "static_mask.c", sdk=False)
     limits = aicirt.Limits(memory_bytes=64 << 20)
     if args.fork_only:
-        report = fork_instantiate_report(ctrl_path, limits)
-        print(json.dumps({k: round(v, 3) for k, v in report.items()}))
+        report = fork_ab_report(ctrl_path, limits, args.rounds)
+        if args.phases:
+            report["fork_1mib_phases_us"] = fork_phases(ctrl_path, limits)
+        print(f"instantiate {report['instantiate_us']:.1f} us, fork 1 MiB {report['fork_1mib_us']:.1f} us, "
+              f"16 MiB {report['fork_16mib_us']:.1f} us ({report['fork_16mib_dirty_us']:.1f} us all written); "
+              f"with freed slots keeping 1 MiB resident: {report['resident_64mib']['instantiate_us']:.1f}, "
+              f"{report['resident_64mib']['fork_1mib_us']:.1f}, {report['resident_64mib']['fork_16mib_us']:.1f} us "
+              f"(medians of {args.rounds} rounds each, alternating)")
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in report.items()}))
         return
     report = {"vocab": VOCAB, "batch": args.batch}
 

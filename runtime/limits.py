@@ -17,11 +17,16 @@ class Limits:
     deadline is wall-clock; a late step counts towards `max_late_steps` only once the call's own
     time (its CPU time, plus any wait for its turn among stuck calls) has reached the soft deadline.
 
-    `resident_bytes` and `resident_idle_s` are not sandbox limits but the runtime's memory policy:
-    a freed instance's pooled slot keeps up to 1 MiB of its linear memory resident, so the next
-    instance (or fork) in it starts without page faults; together freed slots keep at most
-    `resident_bytes` (the slots freed longest ago give theirs back first), and all of it goes back
-    once the runtime has made or freed no instance for `resident_idle_s` seconds
+    `resident_bytes` and `resident_idle_s` are not sandbox limits but the runtime's memory policy.
+    With `resident_bytes` 0 (the default) a freed instance's linear memory goes back to the kernel
+    at once (madvise), so the next instance's memory is unbacked until written: a fork then learns
+    from /proc/self/pagemap exactly which pages its parent wrote and copies only those. With
+    `resident_bytes` > 0 a freed pooled slot keeps up to min(1 MiB, resident_bytes) of its linear
+    memory resident (zeroed, or reset to the module's image), so the next instance writes those
+    pages without page faults, at the price of wasmtime resetting them at every free and a fork
+    reading them all (which of them the parent wrote cannot be told); together freed slots keep at
+    most `resident_bytes` (the slots freed longest ago give theirs back first), and all of it goes
+    back once the runtime has made or freed no instance for `resident_idle_s` seconds
     (:class:`aicirt.registry.ResidentSlots`).
     """
 
@@ -44,7 +49,7 @@ class Limits:
     max_extra_workers: int = 32
     max_splices: int = 64               # splices in one branch of a result
     max_result_tokens: int = 1 << 16    # token ids in one result's splices (when-sampled + ff-tokens)
-    resident_bytes: int = 64 << 20      # linear memory freed pooled slots keep resident for reuse (0: none)
+    resident_bytes: int = 0             # linear memory freed pooled slots keep resident for reuse (0: none)
     resident_idle_s: float = 1.0        # no instance made or freed this long: freed slots give it all back
 
     def __post_init__(self) -> None:

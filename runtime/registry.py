@@ -223,10 +223,10 @@ class ResidentSlots:
     """What the freed pooled slots of one Runtime's engine keep resident, bounded and given back.
 
     wasmtime's pooling allocator zeroes the first `keep_resident` bytes of a freed slot's linear
-    memory (engine_config.KEEP_RESIDENT) and keeps them resident, so that the slot's next instance,
-    or a fork's copy into it, does not fault them in again. Left alone, every slot ever used holds
-    that much for good (up to max_sequences x 1 MiB after a burst). This records each freed slot
-    by the base address of its memory, and
+    memory (engine_config.slot_keep_resident: 0 by default, and then this records nothing) and
+    keeps them resident, so that the slot's next instance does not fault them in again. Left
+    alone, every slot ever used holds that much for good (up to max_sequences x 1 MiB after a
+    burst). This records each freed slot by the base address of its memory, and
 
     * bounds what freed slots hold together by `budget_bytes` (Limits.resident_bytes): past it,
       the slots freed longest ago are given back at once;

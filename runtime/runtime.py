@@ -23,7 +23,7 @@ from .controller import Controller, Source, engine_key
 from .host_imports import HostImports
 from .limits import Limits
 from .native import get_native
-from .native.engine_config import KEEP_RESIDENT, make_engine
+from .native.engine_config import make_engine, slot_keep_resident
 from .native.instance import SpawnPlan
 from .native.linker import define_imports
 from .owned import Owned
@@ -129,13 +129,14 @@ class Runtime(Owned):
         eos = tokenizer.eos_token_id
         self.eos_token = int(eos) if eos is not None else 0
         self.mask_words = (self.vocab_size + 31) // 32
-        self.engine = make_engine(self.limits.stack_bytes, self.limits.memory_bytes, max_sequences)
+        keep_resident = slot_keep_resident(self.limits.resident_bytes, self.limits.memory_bytes)
+        self.engine = make_engine(self.limits.stack_bytes, self.limits.memory_bytes, max_sequences, keep_resident)
         self.engine_key = engine_key(self.limits)
         self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
         # live sequences, calls out past their batch, mask arrays, what freed slots keep resident
         self.registry = Registry(self.mask_words, self.native.gather_rows, ResidentSlots(
-            self.limits.resident_bytes, self.limits.resident_idle_s, KEEP_RESIDENT, pool=self.engine))
+            self.limits.resident_bytes, self.limits.resident_idle_s, keep_resident, pool=self.engine))
         # The handlers live in a process-wide registry: they must not keep this runtime alive.
         self._host = HostImports(self.native, tokenizer, self.registry.lookup, self.limits.host_arg_bytes)
         if prebuild_trie:

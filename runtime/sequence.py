@@ -217,15 +217,17 @@ class Sequence(Owned):
             raise ControllerError(f"fork failed: {e}") from None
         self.request._adopt(children)
         group = [self.id] + [c.id for c in children]
+        buf = self._native.ffi.new("uint32_t[]", group)   # one array for the group: the calls only read it
         for member in (self, *children):
-            member._report_group(group)
+            member._report_group(buf, len(group))
         return children
 
-    def _report_group(self, group: list[int]) -> None:
-        """The fork group this sequence's next call reports (`fork-group`)."""
-        self._group_buf = self._native.ffi.new("uint32_t[]", group)
-        self.slot.group = self._group_buf
-        self.slot.n_group = len(group)
+    def _report_group(self, buf: CData, n: int) -> None:
+        """The fork group this sequence's next call reports (`fork-group`): the `n` ids in `buf`
+        (a cffi uint32_t array, kept alive here until replaced)."""
+        self._group_buf = buf
+        self.slot.group = buf
+        self.slot.n_group = n
 
     # -- log -------------------------------------------------------------------------------------
     @property

@@ -16,6 +16,7 @@ from hostile.wat import module
 import aicirt
 from aicirt import StepInput
 from aicirt.native import get_native, pages
+from aicirt.native.instance import fork_copy
 from aicirt.registry import ResidentSlots
 
 MIB = 1 << 20
@@ -62,7 +63,7 @@ def test_copy_changed_writes_exactly_the_pages_that_differ(hot_path):
     src[5 * PAGE] = 0                        # page 5: backed but zero again: skipped
     src[40 * PAGE:42 * PAGE] = b"\x01" * (2 * PAGE)   # a run of two pages
     src[n - 1] = 3                           # the last page
-    written = pages.copy_changed(native, _addr(dst), _addr(src), n, (0, 2 * PAGE))
+    written = pages.copy_changed(native, _addr(dst), _addr(src), n, (0, 2 * PAGE), 0, n)   # dst resident: compared
     assert dst[:] == src[:]
     assert written == 1 + 1 + 1 + 2 + 1
     assert pages.nonzero_extent(native, _addr(dst), n) == (0, n)
@@ -75,9 +76,22 @@ def test_copy_changed_skips_image_pages_the_parent_never_wrote(hot_path):
     wasmtime maps a module's data) or never touched is not compared: a fork costs what the parent
     wrote, not the image's size. Pages it wrote are compared and copied where they differ."""
     native = get_native()
-    if native.mode != "compiled" or not hasattr(os, "memfd_create"):
-        pytest.skip("the pagemap rule is the compiled path's (Linux)")
-    n = 16 * PAGE
+    src, dst = _image_parent(16)
+    written = pages.copy_changed(native, _addr(dst), _addr(src), len(src), (0, len(src)), 0, len(src))
+    assert written == 1
+    assert dst[5 * PAGE:6 * PAGE] == src[5 * PAGE:6 * PAGE]
+    assert dst[2 * PAGE] == 0xEE          # proof that page 2 was skipped
+    dst[2 * PAGE] = src[2 * PAGE]
+    assert dst[:] == src[:]
+
+
+def _image_parent(n_pages: int) -> tuple[mmap.mmap, mmap.mmap]:
+    """(src, dst): src maps an image copy-on-write (as wasmtime maps a module's data) and wrote
+    pages 5 (changed) and 7 (the same byte back); dst is the image in private pages, page 2 made
+    to differ (a page src never wrote)."""
+    if not hasattr(os, "memfd_create"):
+        pytest.skip("memfd_create (Linux)")
+    n = n_pages * PAGE
     fd = os.memfd_create("image")
     os.write(fd, bytes(range(256)) * (n // 256))
     src = mmap.mmap(fd, n, flags=mmap.MAP_PRIVATE)   # the parent: the image, copy-on-write
@@ -87,10 +101,18 @@ def test_copy_changed_skips_image_pages_the_parent_never_wrote(hot_path):
     dst[2 * PAGE] = 0xEE                  # differs, but the parent never wrote page 2: not compared
     src[5 * PAGE + 9] = 0xAA              # written and changed
     src[7 * PAGE + 1] = src[7 * PAGE + 1]   # written, unchanged
-    written = pages.copy_changed(native, _addr(dst), _addr(src), n, (0, n))
-    assert written == 1
-    assert dst[5 * PAGE:6 * PAGE] == src[5 * PAGE:6 * PAGE]
-    assert dst[2 * PAGE] == 0xEE          # proof that page 2 was skipped
+    return src, dst
+
+
+def test_an_image_page_the_parent_wrote_is_copied_unread_where_the_child_is_not_resident(hot_path):
+    """Past the child's resident prefix (`dst_backed`), an image page the parent wrote is copied
+    without reading the child's page (reading it would fault it in from the image only to
+    compare): page 7, written back unchanged, is copied too; inside the prefix it is compared."""
+    native = get_native()
+    src, dst = _image_parent(16)
+    written = pages.copy_changed(native, _addr(dst), _addr(src), len(src), (0, len(src)), 0, 6 * PAGE)
+    assert written == 2                   # page 5 (inside the prefix: it differs), page 7 (past it)
+    assert dst[2 * PAGE] == 0xEE          # page 2: never written by the parent, still skipped
     dst[2 * PAGE] = src[2 * PAGE]
     assert dst[:] == src[:]
 
@@ -109,7 +131,8 @@ def test_copy_changed_over_random_pages_is_exact(hot_path):
         for page in rng.choice(96, 30, replace=False):
             at = int(page) * PAGE + int(rng.integers(0, PAGE))
             src[at] = int(rng.integers(0, 2)) * int(rng.integers(1, 256))   # a write, maybe of a zero
-        pages.copy_changed(native, _addr(dst), _addr(src), n, (lo * PAGE, hi * PAGE))
+        dst_backed = int(rng.integers(0, 97)) * PAGE      # the child's resident prefix: any hint
+        pages.copy_changed(native, _addr(dst), _addr(src), n, (lo * PAGE, hi * PAGE), 0, dst_backed)
         assert dst[:] == src[:]
 
 
@@ -147,9 +170,11 @@ def test_a_sequence_makes_no_wasmtime_object_until_asked_and_its_views_close_wit
     assert child.store is None and child.memory is None and child.instance is None
 
 
-def test_a_reused_slot_is_known_resident_and_forks_from_it_exactly(rt):
-    """A sequence in a slot a freed one kept resident knows how much (ResidentSlots.taken), and a
-    fork of it, which reads that prefix without asking pagemap, is exact."""
+def test_a_reused_slot_is_known_resident_and_forks_from_it_exactly(make_rt):
+    """With freed slots keeping memory resident (Limits.resident_bytes > 0), a sequence in a slot
+    a freed one kept resident knows how much (ResidentSlots.taken), and a fork of it, which reads
+    that prefix without asking pagemap, is exact."""
+    rt = make_rt(resident_bytes=64 * MIB)
     ctrl = rt.load(module())
     req = rt.new_request(ctrl)
     first = req.spawn()
@@ -163,9 +188,12 @@ def test_a_reused_slot_is_known_resident_and_forks_from_it_exactly(rt):
     assert memory_bytes(child) == memory_bytes(parent)
 
 
-def test_fork_copies_memory_exactly_into_a_reused_slot(rt):
+@pytest.mark.parametrize("resident", [0, 64 * MIB])
+def test_fork_copies_memory_exactly_into_a_reused_slot(make_rt, resident):
     """Scattered writes, a cleared data byte, grown pages: the child's memory equals the parent's
-    byte for byte, also in a slot an earlier child wrote elsewhere (it was reset, not copied over)."""
+    byte for byte, also in a slot an earlier child wrote elsewhere (it was reset, not copied over);
+    whether freed slots keep memory resident or give it back."""
+    rt = make_rt(resident_bytes=resident)
     ctrl = rt.load(module())
     parent = rt.new_request(ctrl).spawn()
     parent.memory.grow(parent.store, 20)
@@ -182,6 +210,32 @@ def test_fork_copies_memory_exactly_into_a_reused_slot(rt):
     assert second.memory.read(second.store, 9 * WASM_PAGE, 9 * WASM_PAGE + 11) == b"\0" * 11
     for idx, g in parent._globals.items():
         assert second._globals[idx].value(second.store) == g.value(parent.store)
+
+
+def test_by_default_a_freed_slot_keeps_nothing_and_a_fork_copies_what_the_parent_wrote(rt):
+    """Limits.resident_bytes 0 (the default): a freed slot's memory goes back to the kernel, so
+    the next instance in it knows nothing resident, and its fork writes exactly the pages the
+    parent wrote (pagemap tells them apart from the rest: no zero page is read or copied)."""
+    if not Path("/proc/self/pagemap").exists():
+        pytest.skip("pagemap (Linux)")
+    ctrl = rt.load(module())
+    req = rt.new_request(ctrl)
+    first = req.spawn()
+    first.memory.grow(first.store, 16)
+    first.memory.write(first.store, b"\1" * (16 * WASM_PAGE), WASM_PAGE)   # 1 MiB written
+    first.close()
+    assert rt.registry.resident.held_bytes == 0
+    parent = req.spawn()                               # the freed slot again (the only one free)
+    assert parent.slot.resident_bytes == 0
+    parent.memory.grow(parent.store, 16)
+    for at in (2 * WASM_PAGE + 5, 9 * WASM_PAGE, 9 * WASM_PAGE + PAGE):   # three pages past the image
+        parent.memory.write(parent.store, b"x", at)
+    child = req.spawn()
+    written = fork_copy(rt.native, child._plan, parent.slot, child.slot)
+    assert memory_bytes(child) == memory_bytes(parent)
+    image = child._plan.image
+    assert image is not None and image[1] <= 2 * WASM_PAGE
+    assert written == 3
 
 
 def test_a_fork_child_runs_on_from_the_parents_state(rt):
@@ -271,9 +325,10 @@ def test_an_idle_runtime_gives_everything_back_after_every_burst(hot_path):
         rt.close()
 
 
-def test_a_trimmed_slot_serves_its_next_instance_as_new(rt):
+def test_a_trimmed_slot_serves_its_next_instance_as_new(make_rt):
     """Given back, a slot still starts its next instance from the module's image and zeros, and
     runs it and its forks correctly."""
+    rt = make_rt(resident_bytes=64 * MIB)
     ctrl = rt.load(module())
     seqs = [rt.new_request(ctrl).spawn() for _ in range(8)]
     fresh = memory_bytes(seqs[0])

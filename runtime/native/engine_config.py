@@ -4,22 +4,30 @@ from __future__ import annotations
 import wasmtime
 from wasmtime import _ffi as wt_ffi
 
-# Linear memory a pooled slot keeps resident when freed, reused by the slot's next instance: a
-# fork's copy then lands on resident pages (1 MiB: ~0.8 ms into fresh pages, ~0.2 ms into resident
-# ones, measured here). It bounds what a used slot holds: at most this much per slot, reused,
-# never accumulated (4 MiB left 1,000 closed sequences holding 4 GB; 1 MiB forks as fast).
+# The most of its linear memory a freed pooled slot keeps resident (zeroed, or reset to the
+# module's image) for its next instance; what a Runtime's slots keep is slot_keep_resident's.
+# 4 MiB left 1,000 closed sequences holding 4 GB.
 KEEP_RESIDENT = 1 << 20
 
 
-def make_engine(stack_bytes: int, memory_bytes: int, slots: int) -> wasmtime.Engine:
+def slot_keep_resident(resident_bytes: int, memory_bytes: int) -> int:
+    """Bytes of a freed slot's linear memory wasmtime keeps resident: KEEP_RESIDENT, no more than
+    the memory limit or the whole budget of freed slots (Limits.resident_bytes; 0: none, and a
+    freed slot's memory goes back to the kernel at once, madvise)."""
+    return max(0, min(KEEP_RESIDENT, resident_bytes, memory_bytes))
+
+
+def make_engine(stack_bytes: int, memory_bytes: int, slots: int, keep_resident: int = 0) -> wasmtime.Engine:
+    """An engine for `slots` instances of at most `memory_bytes` of linear memory each, whose
+    freed slots keep `keep_resident` bytes resident (see slot_keep_resident)."""
     cfg = wasmtime.Config()
     cfg.epoch_interruption = True
     cfg.max_wasm_stack = stack_bytes
-    _enable_pooling(cfg, slots, memory_bytes)
+    _enable_pooling(cfg, slots, memory_bytes, keep_resident)
     return wasmtime.Engine(cfg)
 
 
-def _enable_pooling(cfg: wasmtime.Config, slots: int, memory_bytes: int) -> None:
+def _enable_pooling(cfg: wasmtime.Config, slots: int, memory_bytes: int, keep_resident: int) -> None:
     """Pooling instance allocator (not exposed by wasmtime-py's Config, so set through its C API):
     instances and memories come from preallocated slots instead of fresh mmaps.
 
@@ -34,6 +42,6 @@ def _enable_pooling(cfg: wasmtime.Config, slots: int, memory_bytes: int) -> None
     wt_ffi.wasmtime_pooling_allocation_config_total_tables_set(pc, slots)
     wt_ffi.wasmtime_pooling_allocation_config_total_stacks_set(pc, 1)  # async fiber stacks: unused
     wt_ffi.wasmtime_pooling_allocation_config_max_memory_size_set(pc, memory_bytes)
-    wt_ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set(pc, min(KEEP_RESIDENT, memory_bytes))
+    wt_ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set(pc, min(keep_resident, memory_bytes))
     wt_ffi.wasmtime_pooling_allocation_strategy_set(cfg.ptr(), pc)
     wt_ffi.wasmtime_pooling_allocation_config_delete(pc)

@@ -401,7 +401,8 @@ class Fallback:
                 return -1
             dst_base, dst_size = self.memory(dst)
         assert plan.image is not None
-        written = pages.copy_changed(self.native, dst_base, src_base, src_size, plan.image, src.resident_bytes)
+        written = pages.copy_changed(self.native, dst_base, src_base, src_size, plan.image,
+                                       src.resident_bytes, dst.resident_bytes)
         gs, gd, val = ffi.new("uint64_t[3]"), ffi.new("uint64_t[3]"), ffi.new("uint64_t[8]")
         for _, name in plan.globals:
             if self._export(src, dst, name, _EXTERN_GLOBAL, gs, 24) or self._export(dst, dst, name, _EXTERN_GLOBAL, gd, 24):

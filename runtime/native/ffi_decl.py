@@ -17,6 +17,7 @@ CDEF_STEP = CDEF_SPAWN + """
 void aicirt_bind_spawn(void **fns);
 int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s);
 void aicirt_store_delete(aicirt_slot *s);
+void aicirt_spawn_timing(int on, uint64_t *out);
 int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_slot *dst, size_t img_lo, size_t img_hi);
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
                 void *get_data, void *trap_new, void *error_delete);
@@ -61,7 +62,8 @@ void *aicirt_host_callback(int index);
 void *aicirt_wasi_callback(const char *name);
 uint8_t *aicirt_ctx_memory(aicirt_slot *s, void *ctx, size_t *size);
 int64_t aicirt_ctx_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t bytes, const char *name);
-size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi, size_t backed);
+size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi, size_t src_backed,
+                           size_t dst_backed);
 void aicirt_nonzero_extent(const uint8_t *p, size_t n, size_t *lo, size_t *hi);
 extern "Python" int aicirt_py_import(int32_t index, aicirt_slot *s, void *ctx, wt_val_raw_t *args);
 """

@@ -2,23 +2,29 @@
  *
  * A fresh instance's linear memory is zero except for the module's data image, so a parent page
  * outside the image that is all zero is already right in the child and is skipped (neither read
- * again nor written: the child's slot keeps its untouched pages unmapped or resident-zero), and an
- * image page is written only where the parent's differs from the child's. Runs of changed pages
- * are copied with one memcpy each. A parent page the kernel has never backed (neither present nor
- * swapped, per /proc/self/pagemap) is zero without reading it, so a large parent that touched
- * little costs a pagemap read (8 bytes a page), not a scan of its whole memory. Likewise an image
- * page the parent never wrote (unbacked, or still the image's file page: wasmtime maps the image
- * copy-on-write) equals the child's without comparing the two, so a fork costs what the parent
- * wrote, not the image's size. The pages below `backed` (the prefix a reused pooled slot kept
- * resident, which is there by construction) are read without asking pagemap: asking costs a system
- * call that walks those page tables (about 12 µs of CPU for 1 MiB on a VM), for an answer known in
- * advance.
+ * again nor written), and an image page is written only where the parent wrote it. Runs of
+ * changed pages are copied with one memcpy each. /proc/self/pagemap (8 bytes a page, read 512
+ * entries at a time) says which pages to read at all: a parent page the kernel has never backed
+ * (neither present nor swapped) is zero without reading it, and an image page the parent never
+ * wrote (unbacked, or still the image's file page: wasmtime maps the image copy-on-write) equals
+ * the child's without comparing the two, so a fork costs what the parent wrote, not its memory's
+ * or the image's size. This is exact when freed slots keep nothing resident (Limits.resident_bytes
+ * 0, the default): a fresh instance's memory is then unbacked but for what it writes.
+ *
+ * Two hints bend it (any values are correct): `src_backed`, the prefix of the parent a reused
+ * pooled slot kept resident (wasmtime wrote all of it at reset, so pagemap cannot tell what the
+ * guest wrote there: those pages are read without asking it); `dst_backed`, the child's, where an
+ * image page the parent wrote is compared with the child's before copying (reading it costs no
+ * fault there; past it, the page is copied unread). The child's pages past `dst_backed` that the
+ * copy writes are unbacked or the image's, so each write would fault: a run of two or more is
+ * prefaulted first in one madvise(MADV_POPULATE_WRITE).
  * runtime/native/pages.py holds the Python side: the call into this, and the same copy with numpy
  * for the pure-Python fallback. */
 #include <stdint.h>
 #include <string.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #define AICIRT_PAGE 4096u
 
@@ -77,11 +83,27 @@ static int aicirt_image_page_written(const uint8_t *p, uint64_t *map, size_t *ba
     return !((e >> 61) & 1);                     /* present: anonymous = written */
 }
 
+/* Prefault `n` bytes at `p` for writing in one system call (MADV_POPULATE_WRITE, Linux 5.14): a
+ * run of pages about to be copied into the child that are not resident there would otherwise take
+ * one page fault each (zero-fill, or the image's copy-on-write). A failure (an older kernel) just
+ * leaves the faults to the copy. */
+static void aicirt_prefault(uint8_t *p, size_t n) {
+#ifdef MADV_POPULATE_WRITE
+    madvise(p, n, MADV_POPULATE_WRITE);
+#else
+    madvise(p, n, 23);
+#endif
+}
+
 /* Copy `src` into `dst` (both `n` bytes, n a multiple of 4 KiB) where they can differ, given that
- * `dst` is a fresh instance's memory whose only nonzero bytes lie in [img_lo, img_hi), and that
- * src's first `backed` bytes are resident (a hint: pages past it are looked up in pagemap first).
- * Returns the pages written. */
-size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi, size_t backed) {
+ * `dst` is a fresh instance's memory whose only nonzero bytes lie in [img_lo, img_hi), that src's
+ * first `src_backed` bytes are resident (a hint: pages past it are looked up in pagemap first),
+ * and that dst's first `dst_backed` bytes are resident (a hint: an image page the parent wrote is
+ * compared with the child's only there, where reading the child's page costs no fault; past it
+ * the page is copied, and a run of two or more copied pages is prefaulted in one call). Returns
+ * the pages written. */
+size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi,
+                           size_t src_backed, size_t dst_backed) {
     size_t written = 0, run = SIZE_MAX;   /* run: start of the current run of changed pages */
     uint64_t map[512];
     size_t map_base = 0, map_count = 0;
@@ -90,13 +112,15 @@ size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t im
         if (off < n) {
             int in_image = off + AICIRT_PAGE > img_lo && off < img_hi;
             changed = in_image ? aicirt_image_page_written(src + off, map, &map_base, &map_count) &&
-                                     memcmp(dst + off, src + off, AICIRT_PAGE) != 0
-                               : (off < backed || aicirt_page_backed(src + off, map, &map_base, &map_count))
+                                     (off >= dst_backed || memcmp(dst + off, src + off, AICIRT_PAGE) != 0)
+                               : (off < src_backed || aicirt_page_backed(src + off, map, &map_base, &map_count))
                                  && !aicirt_page_is_zero(src + off);
         }
         if (changed && run == SIZE_MAX) {
             run = off;
         } else if (!changed && run != SIZE_MAX) {
+            size_t cold = run > dst_backed ? run : dst_backed;   /* the run's part not resident in dst */
+            if (off > cold && off - cold >= 2 * AICIRT_PAGE) aicirt_prefault(dst + cold, off - cold);
             memcpy(dst + run, src + run, off - run);
             written += (off - run) / AICIRT_PAGE;
             run = SIZE_MAX;

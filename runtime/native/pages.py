@@ -19,17 +19,21 @@ if TYPE_CHECKING:
 PAGE = 4096   # pages.c's AICIRT_PAGE
 
 
-def copy_changed(native: "Native", dst: int, src: int, n: int, image: tuple[int, int], backed: int = 0) -> int:
+def copy_changed(native: "Native", dst: int, src: int, n: int, image: tuple[int, int], backed: int = 0,
+                 dst_backed: int = 0) -> int:
     """Copy the `n` bytes at `src` to `dst` where they can differ, `dst` being a fresh instance's
     memory whose only nonzero bytes lie in `image` ([lo, hi) in bytes): the pages nonzero in
-    `src`, and the pages of `image` where the two differ. `backed`: bytes at the start of `src`
-    known to be resident (read without asking pagemap; a hint, any value is correct). Returns
-    the 4 KiB pages written."""
+    `src`, and the pages of `image` that `src` wrote (pagemap: neither unbacked nor still the
+    image's copy-on-write page), those in dst's first `dst_backed` bytes only where the two
+    differ. `backed` / `dst_backed`: bytes at the start of `src` / `dst` known to be resident
+    (hints: any values are correct; `backed` is read without asking pagemap, and past
+    `dst_backed` an image page `src` wrote is copied without reading the child's, which would
+    fault it in). Returns the 4 KiB pages written."""
     if native.mode == "compiled":
         ffi = native.ffi
         return int(native.impl.lib.aicirt_copy_changed(ffi.cast("uint8_t *", dst), ffi.cast("uint8_t *", src), n,
-                                                       *image, backed))
-    return _copy_changed_numpy(dst, src, n, image, backed)
+                                                       *image, backed, dst_backed))
+    return _copy_changed_numpy(dst, src, n, image, backed, dst_backed)
 
 
 def nonzero_extent(native: "Native", addr: int, n: int) -> tuple[int, int]:
@@ -51,9 +55,9 @@ def _pages(addr: int, n: int) -> np.ndarray:
 _pagemap_fd: int | None = None
 
 
-def _backed(addr: int, pages: int) -> np.ndarray:
-    """pages.c's aicirt_page_backed for `pages` pages from `addr`: present or swapped out (all
-    True where /proc/self/pagemap cannot be read or pages are not 4 KiB)."""
+def _entries(addr: int, pages: int) -> np.ndarray | None:
+    """The pagemap entries of `pages` pages from `addr` (None where /proc/self/pagemap cannot be
+    read or pages are not 4 KiB)."""
     global _pagemap_fd
     raw = b""
     try:
@@ -63,11 +67,29 @@ def _backed(addr: int, pages: int) -> np.ndarray:
     except OSError:
         pass
     if len(raw) != 8 * pages or os.sysconf("SC_PAGESIZE") != PAGE:
+        return None
+    return np.frombuffer(raw, dtype=np.uint64)
+
+
+def _backed(addr: int, pages: int) -> np.ndarray:
+    """pages.c's aicirt_page_backed for `pages` pages from `addr`: present or swapped out (all
+    True where pagemap cannot be read)."""
+    e = _entries(addr, pages)
+    return np.ones(pages, dtype=bool) if e is None else (e >> np.uint64(62)) != 0
+
+
+def _image_written(addr: int, pages: int) -> np.ndarray:
+    """pages.c's aicirt_image_page_written for `pages` pages from `addr`: swapped, or present and
+    anonymous (not the image's file page); all True where pagemap cannot be read."""
+    e = _entries(addr, pages)
+    if e is None:
         return np.ones(pages, dtype=bool)
-    return (np.frombuffer(raw, dtype=np.uint64) >> np.uint64(62)) != 0
+    swapped, present, file = ((e >> np.uint64(b)) & np.uint64(1) for b in (62, 63, 61))
+    return (swapped | (present & (file ^ np.uint64(1)))) != 0
 
 
-def _copy_changed_numpy(dst: int, src: int, n: int, image: tuple[int, int], backed: int = 0) -> int:
+def _copy_changed_numpy(dst: int, src: int, n: int, image: tuple[int, int], backed: int = 0,
+                        dst_backed: int = 0) -> int:
     if n == 0:
         return 0
     s, d = _pages(src, n), _pages(dst, n)
@@ -80,8 +102,11 @@ def _copy_changed_numpy(dst: int, src: int, n: int, image: tuple[int, int], back
     elif changed.any():
         changed[changed] = s[changed].max(axis=1) != 0
     lo, hi = image[0] // PAGE, -(-image[1] // PAGE)
-    if hi > lo:
-        changed[lo:hi] = (s[lo:hi] != d[lo:hi]).any(axis=1)
+    if hi > lo:   # as pages.c: the image pages src wrote; compared with dst's only where dst is resident
+        written = _image_written(src + lo * PAGE, hi - lo)
+        cut = min(max(dst_backed // PAGE, lo), hi)
+        changed[lo:cut] = written[:cut - lo] & (s[lo:cut] != d[lo:cut]).any(axis=1)
+        changed[cut:hi] = written[cut - lo:]
     idx = np.flatnonzero(changed)
     if len(idx):
         breaks = np.flatnonzero(np.diff(idx) != 1)

@@ -52,6 +52,40 @@ static global_set_fn p_global_set;
 #define EXTERN_MEMORY 3   /* WASMTIME_EXTERN_MEMORY */
 #define WASM_PAGE_BYTES 65536u
 
+/* Debug counters for timing spawn's and fork's phases (bench/step_overhead.py --phases): while
+ * enabled by aicirt_spawn_timing(1, ...), each phase adds its wall ns (CLOCK_MONOTONIC) and 1 to its
+ * count; while disabled (the default) no clock is read. Not thread-safe: one engine thread. */
+enum { PH_STORE, PH_INSTANTIATE, PH_EXPORTS, PH_GROW, PH_COPY, PH_GLOBALS, PH_RECORD, PH_N };
+static int phase_on;
+static uint64_t phase_ns[PH_N], phase_count[PH_N];
+
+static uint64_t phase_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* End phase `ph`, begun at *t (when enabled); the next phase begins now. */
+static inline void phase_end(int ph, uint64_t *t) {
+    if (!phase_on) return;
+    uint64_t now = phase_clock();
+    phase_ns[ph] += now - *t;
+    phase_count[ph]++;
+    *t = now;
+}
+
+/* Enable (on != 0) or disable the counters; `out` (2 * PH_N entries, or NULL) gets the ns then the
+ * counts summed so far, which are then reset. */
+void aicirt_spawn_timing(int on, uint64_t *out) {
+    if (out) {
+        memcpy(out, phase_ns, sizeof phase_ns);
+        memcpy(out + PH_N, phase_count, sizeof phase_count);
+    }
+    memset(phase_ns, 0, sizeof phase_ns);
+    memset(phase_count, 0, sizeof phase_count);
+    phase_on = on;
+}
+
 /* libwasmtime's entry points, from the copy wasmtime-py loaded (the order of compiled.py's list). */
 void aicirt_bind_spawn(void **fns) {
     p_store_new = (store_new_fn)fns[0];
@@ -93,6 +127,7 @@ static int export_copy(const aicirt_slot *inst, aicirt_slot *report, const char 
  * Returns 0, or 1 with the reason in `s` (error / trap / fault). Either way s->store is the Store
  * (NULL only if none could be made), for the caller to free with aicirt_store_delete. */
 int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s) {
+    uint64_t t = phase_on ? phase_clock() : 0;
     void *store = p_store_new(pl->engine, NULL, NULL);
     s->store = store;
     if (!store) return spawn_fault(s, "%.*s", "no Store could be made", 22);
@@ -102,8 +137,10 @@ int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s) {
     p_epoch_callback(store, (void *)aicirt_epoch_cb, s, NULL);
     s->budget_us = (double)s->first_call_ticks * s->tick_us;
     aicirt_clock_start(s, s->budget_us);
+    phase_end(PH_STORE, &t);
     void *trap = 0;
     void *err = p_pre_instantiate(pl->pre, s->ctx, &s->inst, &trap);
+    phase_end(PH_INSTANTIATE, &t);
     if (err || trap) {
         s->error = err;
         s->trap = trap;
@@ -115,6 +152,7 @@ int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s) {
         || (pl->has_init && export_copy(s, s, pl->names[3], pl->lens[3], EXTERN_FUNC, &s->f_init, sizeof s->f_init))
         || export_copy(s, s, pl->names[4], pl->lens[4], EXTERN_MEMORY, &s->mem, sizeof s->mem))
         return 1;
+    phase_end(PH_EXPORTS, &t);
     s->has_post = pl->has_post;
     s->needs_init = pl->has_init;   /* _initialize runs on the worker, first */
     return 0;
@@ -135,14 +173,18 @@ void aicirt_store_delete(aicirt_slot *s) {
  * state (a pending post-return, whether _initialize has run, the calls made; WASI random_get's
  * stream split between the two). Returns the pages written (>= 0), or -1 with the reason in `dst`. */
 int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_slot *dst, size_t img_lo, size_t img_hi) {
+    uint64_t t = phase_on ? phase_clock() : 0;
     size_t src_size = p_mem_size(src->ctx, &src->mem), dst_size = p_mem_size(dst->ctx, &dst->mem);
     if (src_size > dst_size) {
         uint64_t prev = 0;
         void *err = p_memory_grow(dst->ctx, &dst->mem, (src_size - dst_size) / WASM_PAGE_BYTES, &prev);
         if (err) { dst->error = err; return -1; }
     }
+    phase_end(PH_GROW, &t);
     size_t written = aicirt_copy_changed(p_mem_data(dst->ctx, &dst->mem), p_mem_data(src->ctx, &src->mem),
-                                         src_size, img_lo, img_hi, (size_t)src->resident_bytes);
+                                         src_size, img_lo, img_hi, (size_t)src->resident_bytes,
+                                         (size_t)dst->resident_bytes);
+    phase_end(PH_COPY, &t);
     for (int32_t k = 0; k < pl->n_globals; k++) {
         uint64_t gs[3], gd[3], val[8];   /* wasmtime_global_t (<= 24 bytes), wasmtime_val_t (<= 64: compiled.py checks) */
         const char *name = pl->global_names[k];
@@ -154,6 +196,7 @@ int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_s
         void *err = p_global_set(dst->ctx, gd, val);
         if (err) { dst->error = err; return -1; }
     }
+    phase_end(PH_GLOBALS, &t);
     if (aicirt_seen_copy(src, dst)) {
         spawn_fault(dst, "%.*s", "out of memory for the tokens seen", 33);
         return -1;
@@ -167,5 +210,6 @@ int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_s
     if (!src->wasi_rng) src->wasi_rng = wasi_seed(src->arg, src->arg_len);
     uint64_t r = wasi_mix(&src->wasi_rng);
     dst->wasi_rng = r ? r : 1;
+    phase_end(PH_RECORD, &t);
     return (int64_t)written;
 }
