@@ -140,8 +140,8 @@ class Compiled:
                                          fb("uint64_t[]", out))
         return out, -rc - 1
 
-    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
-        return CPool(self.ffi, self.lib, workers, max_workers, stall_s)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> "CPool":
+        return CPool(self.ffi, self.lib, workers, max_workers, stall_s, steal)
 
     def memory(self, slot: CData) -> tuple[int, int]:
         """(address, size) of the slot's linear memory."""
@@ -180,14 +180,19 @@ class Compiled:
 class CPool:
     """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released).
     `workers` run at normal priority; a worker stalled past `stall_s` lowers its priority and is
-    replaced, up to `max_workers` threads in all (step.c explains)."""
+    replaced, up to `max_workers` threads in all (step.c explains). With `steal`, a waiting
+    caller runs the calls of its own rows that no worker has taken, where step.c's caller-runs
+    rule allows."""
 
-    def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float) -> None:
+    def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float,
+                 steal: bool = True) -> None:
         self.ffi, self.lib = ffi, lib
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer  # type: ignore[assignment]
         self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
+        if not steal:
+            lib.aicirt_pool_steal(self.ptr, 0)
         # Held across the C calls other threads make (the epoch clock's `pending`, a metrics
         # scrape's `stats`) and while `close` takes the pointer: without it such a call could
         # lock the mutex of a pool being freed (heap corruption; seen when a Runtime closed right
@@ -229,6 +234,12 @@ class CPool:
         """Workers alive now: the base ones plus any started in place of stalled ones (0 once closed)."""
         with self._lock:
             return self.lib.aicirt_pool_threads(self.ptr) if self.ptr is not None else 0
+
+    @property
+    def steals(self) -> int:
+        """Calls run on a waiting caller's thread so far (the caller-runs rule; 0 once closed)."""
+        with self._lock:
+            return self.lib.aicirt_pool_steal(self.ptr, -1) if self.ptr is not None else 0
 
     def stats(self) -> PoolStats:
         """The pool now (see PoolStats)."""

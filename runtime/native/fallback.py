@@ -272,6 +272,9 @@ class Fallback:
         t0 = self._run(s)
         s.elapsed_us = (time.perf_counter() - t0) * 1e6
         s.cpu_us = (time.thread_time_ns() - s.cpu_start_ns) / 1e3
+        if s.calls > 1:   # step.c: the caller-runs rule's history (first calls left out)
+            s.hist_calls += 1
+            s.hist_max_us = max(s.hist_max_us, s.cpu_us)
         s.done = 1
 
     def _run(self, s: CData) -> float:
@@ -318,8 +321,8 @@ class Fallback:
                 s.status = Status.TRAP
         return t0
 
-    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "ThreadPool":
-        return ThreadPool(self, workers, max_workers, stall_s)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> "ThreadPool":
+        return ThreadPool(self, workers, max_workers, stall_s, steal)
 
     # -- host state ------------------------------------------------------------------------------
     def log_append(self, s: CData, data: bytes) -> None:
@@ -666,15 +669,22 @@ class PyVars:
 
 _worker = threading.local()   # `pool` on a ThreadPool's worker threads (step.c's tl_worker)
 STALL_SLICE_S = 0.01            # step.c's STALL_SLICE_US
+STEAL_HEADROOM = 10.0           # step.c's: a call is taken if its history x this fits before the deadline
+STEAL_PAUSE = 100.0             # step.c's: an overrun pauses taking calls for this many times itself
 
 
 class ThreadPool:
     """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same rule for
     stalls (a worker whose call runs past `stall_s` is replaced, up to `max_workers` threads in
-    all, and leaves after the call; stalled calls take turns, at most `run_stalled_max` at once)."""
+    all, and leaves after the call; stalled calls take turns, at most `run_stalled_max` at once;
+    with `steal`, the caller-runs rule at wait)."""
 
-    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float) -> None:
+    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> None:
         self.impl = impl
+        self.steal = steal
+        self.steal_paused_until = 0.0   # perf_counter() seconds
+        self.steals = 0                 # calls run on a waiting caller
+        self.caller_busy = 0            # calls running on waiting callers now
         self.base, self.max, self.stall_s = workers, max(max_workers, workers), stall_s
         self.cv = threading.Condition()
         self.queue: deque = deque()
@@ -760,6 +770,9 @@ class ThreadPool:
                 if not self.queue:
                     break
                 s = self.queue.popleft()
+                if s.claimed:   # a waiting caller ran it
+                    continue
+                s.claimed = 1
                 self.busy_since[me] = time.perf_counter()
                 self.cv.release()
                 try:
@@ -785,7 +798,7 @@ class ThreadPool:
     def submit(self, slots: list) -> None:
         with self.cv:
             for s in slots:
-                s.started = 0
+                s.started = s.claimed = 0
                 self.queue.append(s)
             self._replace_stalled()
             self.cv.notify_all()
@@ -794,6 +807,8 @@ class ThreadPool:
         out = (row_status == RowStatus.STARTED) | (row_status == RowStatus.LATE)
         slots = self.impl.slots(ptrs[out])
         deadline = time.perf_counter() + timeout_s
+        if self.steal:
+            self._run_queued_here(slots, deadline)
         while True:
             left = sum(1 for s in slots if not s.done)
             now = time.perf_counter()
@@ -803,11 +818,37 @@ class ThreadPool:
                 self._replace_stalled()
             time.sleep(0.0002)
 
+    def _run_queued_here(self, slots: list, deadline: float) -> None:
+        """step.c's run_queued_here: the caller-runs rule, last row first."""
+        for s in reversed(slots):
+            now = time.perf_counter()
+            if s.claimed or s.done or s.steal_barred or s.needs_init or s.calls <= 1 or not s.hist_calls \
+                    or s.hist_max_us * STEAL_HEADROOM > (deadline - now) * 1e6:
+                continue
+            with self.cv:
+                mine = not s.claimed and not self.stop and now >= self.steal_paused_until
+                if mine:
+                    s.claimed = 1
+                    self.caller_busy += 1
+            if not mine:
+                continue
+            try:
+                self.impl.step(s)
+            finally:
+                end = time.perf_counter()
+                with self.cv:
+                    self.caller_busy -= 1
+                    self.steals += 1
+                    if end > deadline:   # it outlasted the deadline: bar it, pause taking calls
+                        s.steal_barred = 1
+                        self.steal_paused_until = max(self.steal_paused_until, end + STEAL_PAUSE * (end - deadline))
+                    self.cv.notify_all()
+
     @property
     def pending(self) -> int:
         """Calls running or queued."""
         with self.cv:
-            return len(self.queue) + sum(1 for since in self.busy_since.values() if since)
+            return len(self.queue) + self.caller_busy + sum(1 for since in self.busy_since.values() if since)
 
     @property
     def threads(self) -> int:

@@ -40,6 +40,7 @@ int aicirt_rows_wait(aicirt_pool *p, aicirt_slot **slots, int n, const int8_t *r
 int aicirt_seen_copy(const aicirt_slot *src, aicirt_slot *dst);
 void aicirt_seen_free(aicirt_slot *s);
 int aicirt_pool_stats(aicirt_pool *p, int *out);
+int aicirt_pool_steal(aicirt_pool *p, int on);
 void aicirt_bind_clock(void *error_new);
 void aicirt_clock_start(aicirt_slot *s, double budget_us);
 double aicirt_call_cpu_us(aicirt_slot *s);

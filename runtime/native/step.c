@@ -96,6 +96,11 @@ typedef struct {
     void *store;
     wt_instance_t inst;
     uint64_t resident_bytes;        /* linear memory's first bytes the pooled slot kept resident at spawn (a hint: pages.c) */
+    /* the caller-runs rule (see the pool): a queued call may run on the caller's thread at wait() */
+    int32_t claimed;                /* a worker or a waiting caller has taken the queued call (under the pool's mu) */
+    int32_t steal_barred;           /* a call run on a caller outlasted that wait's deadline: never on a caller again */
+    uint32_t hist_calls;            /* calls after the first that have ended */
+    double hist_max_us;             /* the most CPU time one of them used */
 } aicirt_slot;
 /* CDEF END */
 
@@ -395,6 +400,10 @@ void aicirt_step(aicirt_slot *s) {
 out:
     s->elapsed_us = now_us() - t0;
     s->cpu_us = cpu_used_us(s);
+    if (s->calls > 1) {   /* the history the caller-runs rule predicts from (first calls left out) */
+        s->hist_calls++;
+        if (s->cpu_us > s->hist_max_us) s->hist_max_us = s->cpu_us;
+    }
     __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 }
 
@@ -417,8 +426,24 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
  * at most `base_threads` plus that bounded few however many calls are stuck, and sixteen
  * loopers cost a legal call beside them wall-clock time, never CPU budget. When stalled calls
  * hold every extra worker the pool is saturated (aicirt_pool_stats): a further stuck call holds
- * up the queue. Host imports in Python take the GIL themselves. */
+ * up the queue. Host imports in Python take the GIL themselves.
+ *
+ * The caller runs what no worker has taken (aicirt_pool_wait): a caller that reaches wait() while a
+ * call of its own is still queued runs it on its own thread (it is idle until its rows are done
+ * anyway), which removes the hand-off to a worker and the wake-ups when the forward pass was short,
+ * and costs nothing when it was long (the workers had taken everything). A call running on the
+ * caller cannot be left behind at the wait's deadline, so only a call predicted short is taken:
+ * not a first call, from a sequence with at least one ended call after its first and none that
+ * used more than a STEAL_HEADROOM-th of the time left to the deadline (CPU time), and not barred. A taken call that
+ * still ends past the deadline (a controller cheap so far, then not) bars its sequence from the
+ * caller for good and pauses taking calls in this pool for STEAL_PAUSE times the overrun, so
+ * however requests behave, overruns cost the caller at most about 1 / STEAL_PAUSE of its time.
+ * A taken call runs under the same limits as on a worker (its CPU clock, the epoch callback, the
+ * wall-clock backstop; it counts as busy, so the epoch clock ticks); it never takes turns (no
+ * other call waits for the caller's thread). */
 #define SPIN_US 50.0
+#define STEAL_HEADROOM 10.0
+#define STEAL_PAUSE 100.0
 #define MAX_THREADS 64
 #define STALL_SLICE_US 10000.0
 
@@ -446,6 +471,10 @@ struct aicirt_pool {
     double turn_since[MAX_THREADS];
     int waiting_turn[MAX_THREADS];    /* FIFO ring of worker indices */
     int turn_head, turn_len;
+    /* the caller-runs rule */
+    int steal;                  /* 0: every call goes to a worker */
+    double steal_paused_until;  /* now_us() before which no caller takes a call (under mu) */
+    int steals_total;           /* calls run on a waiting caller (a counter; under mu) */
 };
 
 static __thread worker_arg *tl_worker;   /* the pool worker this thread is, if any */
@@ -577,6 +606,8 @@ static void *worker(void *arg) {
         if (p->head == p->tail) break;   /* stop, and nothing left to run */
         aicirt_slot *s = p->queue[p->head % p->cap];
         __atomic_store_n(&p->head, p->head + 1, __ATOMIC_RELEASE);
+        if (s->claimed) continue;   /* a waiting caller ran it */
+        s->claimed = 1;
         p->busy++;
         pthread_mutex_unlock(&p->mu);
         aicirt_step(s);
@@ -610,6 +641,7 @@ aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
     p->base_threads = n_threads;
     p->max_threads = max_threads;
     p->stall_us = stall_us;
+    p->steal = 1;
     pthread_mutex_lock(&p->mu);
     for (int i = 0; i < n_threads && p->queue; i++) spawn_worker(p);
     int live = p->live;
@@ -632,6 +664,7 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
     }
     for (int i = 0; i < n; i++) {
         slots[i]->started = 0;
+        slots[i]->claimed = 0;
         p->queue[(p->tail + i) % p->cap] = slots[i];
     }
     __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
@@ -654,10 +687,46 @@ static int count_left(aicirt_slot **slots, int n) {
     return left;
 }
 
-/* Wait until every slot is done or `timeout_us` passes; returns how many are not done. While
- * waiting, stalled workers are replaced (see above). */
+/* Whether the caller may take `s`'s queued call with `left_us` to its wait's deadline (the rule
+ * above; a hint read without mu: the claim itself is made under it). */
+static int stealable(const aicirt_slot *s, double left_us) {
+    return !__atomic_load_n(&s->claimed, __ATOMIC_ACQUIRE) && !s->steal_barred && !s->needs_init && s->calls > 1
+        && s->hist_calls > 0 && s->hist_max_us * STEAL_HEADROOM <= left_us;
+}
+
+/* The caller-runs rule: run on this thread the calls of `slots` that no worker has taken and that
+ * the rule allows, last row first (the workers take the queue from its front). */
+static void run_queued_here(aicirt_pool *p, aicirt_slot **slots, int n, double t_end) {
+    for (int i = n - 1; i >= 0; i--) {
+        aicirt_slot *s = slots[i];
+        double now = now_us();
+        if (!stealable(s, t_end - now) || __atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) continue;
+        pthread_mutex_lock(&p->mu);
+        int mine = !s->claimed && !p->stop && now >= p->steal_paused_until;
+        if (mine) { s->claimed = 1; p->busy++; }
+        pthread_mutex_unlock(&p->mu);
+        if (!mine) continue;
+        aicirt_step(s);
+        double end = now_us();
+        pthread_mutex_lock(&p->mu);
+        p->busy--;
+        p->steals_total++;
+        if (end > t_end) {   /* it outlasted the deadline: bar it, pause taking calls */
+            s->steal_barred = 1;
+            double until = end + STEAL_PAUSE * (end - t_end);
+            if (until > p->steal_paused_until) p->steal_paused_until = until;
+        }
+        if (p->waiting) pthread_cond_broadcast(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Wait until every slot is done or `timeout_us` passes; returns how many are not done. Calls still
+ * queued may run on this thread first (the caller-runs rule above). While waiting, stalled workers
+ * are replaced (see above). */
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
     double t_end = now_us() + timeout_us;
+    if (p->steal) run_queued_here(p, slots, n, t_end);
     /* Spin briefly first: the caller is idle anyway, and a futex sleep + wake-up costs tens of µs
      * on a VM, more than most controller calls. */
     double spin_until = now_us() + (timeout_us < SPIN_US ? timeout_us : SPIN_US);
@@ -698,6 +767,15 @@ void aicirt_pool_free(aicirt_pool *p) {
         if (p->started[i]) pthread_join(p->threads[i], 0);
     free(p->queue);
     free(p);
+}
+
+/* The caller-runs rule on (1) or off (0); returns the calls run on a waiting caller so far. */
+int aicirt_pool_steal(aicirt_pool *p, int on) {
+    pthread_mutex_lock(&p->mu);
+    if (on >= 0) p->steal = on;
+    int n = p->steals_total;
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 /* Calls running or queued (the epoch clock ticks only while there are some). */
