@@ -236,15 +236,17 @@ def test_a_caller_run_call_that_loops_still_ends_by_its_cpu_limit(hot_path, scri
         other = _primed(rt, ctrl, [result(branch(mask=[65]))])
         before = rt.pool.steals
         c0 = cpu_seconds(thread=True)
-        out = rt.submit_rows([hog.index, looper.index], [65, 65]).wait(min(0.1, _short_of(hog)))
-        assert rt.pool.steals == before + 1   # taken: cheap so far
-        assert cpu_seconds(thread=True) - c0 >= 0.25   # it ran here, until its hard limit, past the deadline
-        assert out.kind[1] == RowKind.OTHER and out.results[1].status == "error"
-        assert "over its time limit of 0.3 s (Limits.call_timeout_s)" in out.results[1].error
+        timeout = min(0.1, _short_of(hog))
+        out = rt.submit_rows([hog.index, looper.index], [65, 65]).wait(timeout)
+        why = (timeout, hog.slot.hist_max_us, looper.slot.hist_max_us, out.kind.tolist(), out.results)
+        assert rt.pool.steals == before + 1, why   # taken: cheap so far
+        assert cpu_seconds(thread=True) - c0 >= 0.25, why   # it ran here, until its hard limit, past the deadline
+        assert out.kind[1] == RowKind.OTHER and out.results[1].status == "error", why
+        assert "over its time limit of 0.3 s (Limits.call_timeout_s)" in out.results[1].error, why
         assert out.kind[0] == RowKind.MASK or out.results[0].status == "pending"   # the hog, on the worker
         # the overrun paused taking calls: the next queued cheap row goes to the worker
         out = rt.submit_rows([hog.index, other.index], [65, 65]).wait(60.0)
-        assert rt.pool.steals == before + 1 and out.kind[1] == RowKind.MASK
+        assert rt.pool.steals == before + 1 and out.kind[1] == RowKind.MASK, (out.kind.tolist(), out.results)
     finally:
         rt.close()
 

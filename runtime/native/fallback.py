@@ -21,7 +21,7 @@ from .pool_stats import PoolStats
 from .types import CData
 
 if TYPE_CHECKING:
-    from . import EditArrays, Native
+    from . import EditArrays, Native, RowScratch
     from .instance import SpawnPlan
 
 _EXTERN_FUNC, _EXTERN_GLOBAL, _EXTERN_MEMORY = 0, 1, 3   # WASMTIME_EXTERN_* (spawn.c)
@@ -786,6 +786,30 @@ class ThreadPool:
                     break
             self.stalled.discard(me)
             del self.busy_since[me]
+
+    def submit_rows(self, table: np.ndarray, index: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None",
+                    masks: np.ndarray, words: int, stamp: int, scratch: "RowScratch") -> tuple[int, None]:
+        """CPool.submit_rows (step.c's aicirt_rows_submit)."""
+        ptrs, bad = self.impl.gather_rows(table, index)
+        if bad >= 0:
+            scratch.row_status[bad] = 5
+            return -(bad + 1), None
+        scratch.slots[:] = ptrs
+        rc, misuse = self.start_rows(ptrs, sampled, edits, masks, words, stamp, scratch.row_status)
+        if rc < 0:
+            scratch.row_status[-rc - 1] = misuse
+        return rc, None
+
+    def finish_rows(self, scratch: "RowScratch", held: None, timeout_s: float, closed: bool) -> int:
+        """CPool.finish_rows (step.c's aicirt_rows_finish)."""
+        t0 = time.perf_counter()
+        if scratch.n and not closed:
+            self.wait_rows(scratch.slots, scratch.row_status, timeout_s)
+        scratch.blocked_us[0] = (time.perf_counter() - t0) * 1e6
+        if not scratch.n:
+            return 0
+        return self.impl.collect_rows(scratch.slots, scratch.row_status, scratch.kind, scratch.temperature,
+                                      scratch.elapsed_us)
 
     def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:

@@ -842,7 +842,8 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
         if (s->stopped == 2) { *misuse = 3; return -(i + 1); }
         s->stamp = stamp;
     }
-    aicirt_slot **run = malloc((size_t)(n > 0 ? n : 1) * sizeof *run);
+    aicirt_slot *small[256];   /* no allocation for the common batch */
+    aicirt_slot **run = n <= 256 ? small : malloc((size_t)n * sizeof *run);
     if (!run) { *misuse = 4; return -1; }
     int m = 0;
     for (int i = 0; i < n; i++) {
@@ -896,7 +897,7 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
             __atomic_store_n(&run[k]->done, 1, __ATOMIC_RELEASE);
         }
     }
-    free(run);
+    if (run != small) free(run);
     return 0;
 }
 
@@ -939,8 +940,8 @@ int aicirt_rows_gather(const uint64_t *table, int64_t table_len, const int64_t *
 
 /* Wait (as aicirt_pool_wait) for the rows whose calls are out: started this step or late. */
 int aicirt_rows_wait(aicirt_pool *p, aicirt_slot **slots, int n, const int8_t *row_status, double timeout_us) {
-    aicirt_slot *small[64];
-    aicirt_slot **out = n <= 64 ? small : malloc((size_t)n * sizeof *out);
+    aicirt_slot *small[256];
+    aicirt_slot **out = n <= 256 ? small : malloc((size_t)n * sizeof *out);
     if (!out) return aicirt_pool_wait(p, slots, n, timeout_us);   /* every row: slower, still right */
     int m = 0;
     for (int i = 0; i < n; i++)
@@ -962,4 +963,48 @@ void aicirt_seen_free(aicirt_slot *s) {
     free(s->seen);
     s->seen = 0;
     s->n_seen = s->seen_cap = 0;
+}
+
+/* ---- One batch in two calls: the engine thread's whole share of a step --------------------------
+ * A batch of n rows keeps its arrays in one scratch buffer (native/__init__.py's RowScratch; one
+ * buffer handed over once instead of six), 8-byte aligned: blocked_us (double) at 0, slots
+ * (aicirt_slot *[n]) at 8, elapsed_us (double[n]) at 8 + 8n, temperature (float[n]) at 8 + 16n,
+ * row_status (int8_t[n]) at 8 + 20n, kind (uint8_t[n]) at 8 + 21n; 8 + 22n bytes in all. */
+#define SCR_BLOCKED(b) ((double *)(b))
+#define SCR_SLOTS(b, n) ((aicirt_slot **)((b) + 8))
+#define SCR_ELAPSED(b, n) ((double *)((b) + 8 + 8 * (size_t)(n)))
+#define SCR_TEMP(b, n) ((float *)((b) + 8 + 16 * (size_t)(n)))
+#define SCR_STATUS(b, n) ((int8_t *)((b) + 8 + 20 * (size_t)(n)))
+#define SCR_KIND(b, n) ((uint8_t *)((b) + 8 + 21 * (size_t)(n)))
+
+/* aicirt_rows_gather (the rows' slots from the registry's table) then aicirt_rows_start. Returns 0,
+ * or -(i + 1) with nothing started and row_status[i] saying why: 5 no live sequence at index[i],
+ * else aicirt_rows_start's misuse (1 twice in this batch, 2 in a batch not waited for, 3 closed,
+ * 4 out of memory). */
+int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len, const int64_t *index, int n,
+                       const int32_t *sampled, const int32_t *edit_of, const int64_t *edit_off,
+                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, uint32_t *mask_base,
+                       uint32_t words, uint64_t stamp, uint8_t *scratch) {
+    aicirt_slot **slots = SCR_SLOTS(scratch, n);
+    int8_t *status = SCR_STATUS(scratch, n);
+    int rc = aicirt_rows_gather(table, table_len, index, n, (uint64_t *)slots);
+    if (rc < 0) { status[-rc - 1] = 5; return rc; }
+    int misuse = 0;
+    rc = aicirt_rows_start(p, slots, n, sampled, edit_of, edit_off, edit_tok, edit_unchanged, mask_base, words,
+                           stamp, status, &misuse);
+    if (rc < 0) status[-rc - 1] = (int8_t)misuse;
+    return rc;
+}
+
+/* aicirt_rows_wait (p NULL: the pool is closed, no wait) then aicirt_rows_collect over the
+ * batch's scratch, with blocked_us the time spent waiting (calls run here included). Returns how
+ * many rows are not KIND_MASK. */
+int aicirt_rows_finish(aicirt_pool *p, uint8_t *scratch, int n, double timeout_us) {
+    aicirt_slot **slots = SCR_SLOTS(scratch, n);
+    const int8_t *status = SCR_STATUS(scratch, n);
+    double t0 = now_us();
+    if (p && n) aicirt_rows_wait(p, slots, n, status, timeout_us);
+    *SCR_BLOCKED(scratch) = now_us() - t0;
+    return n ? aicirt_rows_collect(slots, n, status, SCR_KIND(scratch, n), SCR_TEMP(scratch, n),
+                                   SCR_ELAPSED(scratch, n)) : 0;
 }
