@@ -240,9 +240,13 @@ def test_a_caller_run_call_that_loops_still_ends_by_its_cpu_limit(hot_path, scri
         out = rt.submit_rows([hog.index, looper.index], [65, 65]).wait(timeout)
         why = (timeout, hog.slot.hist_max_us, looper.slot.hist_max_us, out.kind.tolist(), out.results)
         assert rt.pool.steals == before + 1, why   # taken: cheap so far
-        assert cpu_seconds(thread=True) - c0 >= 0.25, why   # it ran here, until its hard limit, past the deadline
         assert out.kind[1] == RowKind.OTHER and out.results[1].status == "error", why
-        assert "over its time limit of 0.3 s (Limits.call_timeout_s)" in out.results[1].error, why
+        error = out.results[1].error
+        # ended by its hard limit: its CPU time, or (on a machine too busy to give this thread a tenth
+        # of a core) the limit's wall-clock backstop; the same texts as on a worker
+        assert error.startswith("trap: interrupted: ") and "Limits.call_timeout_s" in error, why
+        if "over its time limit of 0.3 s" in error:
+            assert cpu_seconds(thread=True) - c0 >= 0.25, why   # it ran here, on this thread's CPU clock
         assert out.kind[0] == RowKind.MASK or out.results[0].status == "pending"   # the hog, on the worker
         # the overrun paused taking calls: the next queued cheap row goes to the worker
         out = rt.submit_rows([hog.index, other.index], [65, 65]).wait(60.0)
@@ -261,3 +265,25 @@ def test_steal_off_runs_every_call_on_a_worker(hot_path, scripted_wasm):
         assert rt.pool.steals == 0
     finally:
         rt.close()
+
+
+def test_closing_the_runtime_waits_for_a_call_the_caller_is_running(hot_path, scripted_wasm):
+    import threading
+    from conftest import guarded_steps
+    rt = _caller_rt(hot_path)
+    ctrl = rt.load(scripted_wasm)
+    hog = _hog(rt, ctrl, 0.2)
+    from test_cpu_limits import spin_for_cpu
+    slow = _primed(rt, ctrl, [result(branch(mask=[65])), result(branch(mask=[65])),
+                              spin(spin_for_cpu(rt, ctrl, 0.2), result(branch(mask=[66])))])
+    handle = rt.submit_rows([hog.index, slow.index], [65, 65])
+    got = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("out", handle.wait(60.0)))
+    waiter.start()
+    for _ in guarded_steps("the waiting caller takes the slow call"):   # the only worker runs the hog
+        if slow.slot.started:
+            break
+    rt.close()   # frees every Store: only once the caller's call has ended
+    assert slow.slot.done == 1
+    waiter.join()
+    assert got["out"].kind[1] in (RowKind.MASK, RowKind.OTHER)   # collected, whatever close made of it

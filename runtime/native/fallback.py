@@ -893,3 +893,6 @@ class ThreadPool:
             self.cv.notify_all()   # wakes calls waiting for a turn too
         for t in list(self.all):
             t.join()
+        with self.cv:   # a call a waiting caller runs must end before the Stores go (step.c: callers)
+            while self.caller_busy:
+                self.cv.wait()

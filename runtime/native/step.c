@@ -475,6 +475,7 @@ struct aicirt_pool {
     int steal;                  /* 0: every call goes to a worker */
     double steal_paused_until;  /* now_us() before which no caller takes a call (under mu) */
     int steals_total;           /* calls run on a waiting caller (a counter; under mu) */
+    int callers;                /* threads inside aicirt_pool_wait (under mu): the free waits for them */
 };
 
 static __thread worker_arg *tl_worker;   /* the pool worker this thread is, if any */
@@ -724,7 +725,20 @@ static void run_queued_here(aicirt_pool *p, aicirt_slot **slots, int n, double t
 /* Wait until every slot is done or `timeout_us` passes; returns how many are not done. Calls still
  * queued may run on this thread first (the caller-runs rule above). While waiting, stalled workers
  * are replaced (see above). */
+static int pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us);
+
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
+    pthread_mutex_lock(&p->mu);   /* a caller running a call here must outlive neither the pool nor the Store */
+    p->callers++;
+    pthread_mutex_unlock(&p->mu);
+    int left = pool_wait(p, slots, n, timeout_us);
+    pthread_mutex_lock(&p->mu);
+    if (--p->callers == 0 && p->stop) pthread_cond_broadcast(&p->done);
+    pthread_mutex_unlock(&p->mu);   /* the last touch of p: aicirt_pool_free may free it now */
+    return left;
+}
+
+static int pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
     double t_end = now_us() + timeout_us;
     if (p->steal) run_queued_here(p, slots, n, t_end);
     /* Spin briefly first: the caller is idle anyway, and a futex sleep + wake-up costs tens of µs
@@ -756,7 +770,8 @@ int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
     return left;
 }
 
-/* Let the queue drain (running calls end by their time limits), then join the threads. */
+/* Let the queue drain (running calls end by their time limits), join the threads, and wait for the
+ * callers still in aicirt_pool_wait (a call one runs ends by its limits; the rest are done). */
 void aicirt_pool_free(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
@@ -765,6 +780,9 @@ void aicirt_pool_free(aicirt_pool *p) {
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < MAX_THREADS; i++)
         if (p->started[i]) pthread_join(p->threads[i], 0);
+    pthread_mutex_lock(&p->mu);   /* callers still waiting: their calls are done or end by their limits */
+    while (p->callers) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
     free(p->queue);
     free(p);
 }
