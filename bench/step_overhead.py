@@ -6,9 +6,12 @@ post-return. The controller does almost nothing (bench/controllers/static_mask.c
 measured is the host.
 
 The headline is what the caller's thread feels: `api_us_per_seq_b64` / `_b256`, the whole
-`submit_rows -> wait` of a batch divided by its rows (Python included, 2 workers), beside the
-object API's (`object_api_us_per_seq_*`) and the engine thread's own share
-(`engine_thread_us_per_seq_b256`: submit + collect, the time blocked on workers excluded).
+`submit_rows -> wait` of a batch divided by its rows (Python included, 2 workers, the caller
+running still-queued calls at wait as the runtime does by default), beside the object API's
+(`object_api_us_per_seq_*`), the engine thread's own share (`engine_thread_us_per_seq_b256`:
+submit + collect, the time blocked on workers and on calls it ran excluded) and the whole
+process's CPU time for it (`api_cpu_us_per_seq_*`, all threads: on a loaded machine the wall
+figures mostly measure waiting for a core).
 `speedup_api` compares that whole with the naive path's (wasmtime-py's public API on the caller's
 thread: also its whole). `overhead_us_*` is the inner figure, timed inside the worker. Also:
 instantiate-per-sequence time (beside wasmtime-py's own path for the same instance,
@@ -88,14 +91,16 @@ def bench_api(rt, ctrl, batch, steps, rows=True):
     """What the caller's thread feels per sequence, Python included: the whole submit -> wait of a
     batch of `batch` sequences, through the rows API (`rows`) or the object API, each row
     appending its sampled token. Also the engine thread's own share: submit + collect, the time
-    blocked on the workers excluded. Returns (whole us/seq per step, engine-thread us/seq per step)."""
+    blocked on the workers excluded. Returns (whole us/seq per step, engine-thread us/seq per step,
+    the whole process's CPU us/seq per step: workers, caller and their spinning, which a loaded
+    machine does not inflate as it does wall time)."""
     seqs = [rt.new_request(ctrl).spawn() for _ in range(batch)]
     tokens = [[1, 2, 3] for _ in seqs]
     index = np.array([s.index for s in seqs], dtype=np.int64)
-    whole, own = [], []
+    whole, own, cpu = [], [], []
     for k in range(steps + 10):
         first = k == 0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if rows:
             sampled = np.full(batch, k % 1000, dtype=np.int32)
             handle = rt.submit_rows(index, sampled, {i: (t, 0) for i, t in enumerate(tokens)} if first else None)
@@ -105,12 +110,14 @@ def bench_api(rt, ctrl, batch, steps, rows=True):
             handle = rt.submit([StepInput(s, t, None if first else t[-1], len(t) - 1) for s, t in zip(seqs, tokens)])
         out = handle.wait(5.0)
         wall = (time.perf_counter() - t0) * 1e6
+        used = (time.process_time() - c0) * 1e6
         if k >= 10:
             whole.append(wall / batch)
             own.append((wall - out.blocked_us) / batch)
+            cpu.append(used / batch)
     for s in seqs:
         s.close()
-    return pct(whole, 50), pct(own, 50)
+    return pct(whole, 50), pct(own, 50), pct(cpu, 50)
 
 
 def bench_naive(ctrl_path, batch, steps):
@@ -313,9 +320,10 @@ def main() -> None:
     with aicirt.Runtime(FakeVocab(), limits=limits, workers=2, cache_dir=False) as rt:
         ctrl = rt.load(ctrl_path)
         for b in (64, 256):
-            report[f"api_us_per_seq_b{b}"], own = bench_api(rt, ctrl, b, args.steps)
-            report[f"object_api_us_per_seq_b{b}"], _ = bench_api(rt, ctrl, b, args.steps, rows=False)
+            report[f"api_us_per_seq_b{b}"], own, cpu = bench_api(rt, ctrl, b, args.steps)
+            report[f"object_api_us_per_seq_b{b}"], _, _ = bench_api(rt, ctrl, b, args.steps, rows=False)
             report[f"engine_thread_us_per_seq_b{b}"] = own
+            report[f"api_cpu_us_per_seq_b{b}"] = cpu
 
     # The pure-Python fallback (machines without a C compiler), same protocol, fewer steps.
     from aicirt import native

@@ -28,7 +28,7 @@ import numpy as np
 from .abi import RowKind, RowStatus, Stage, Status
 from .errors import ControllerError
 from .lift import InvalidResult, check_temperature, read_branches, status_message
-from .native import EditArrays
+from .native import EditArrays, RowScratch
 from .results import Branch, StepInput, StepResult
 from .sequence import Sequence, SeqState
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 _stamps = itertools.count(1)   # one per batch, process-wide: a slot never sees one twice
 _MASK, _PENDING, _OTHER = int(RowKind.MASK), int(RowKind.PENDING), int(RowKind.OTHER)   # (enum lookups cost µs)
 _MISUSE = {1: "is submitted twice in one batch", 2: "is in a batch that has not been waited for", 3: "is closed"}
+_NO_SEQUENCE = 5   # aicirt_rows_submit: no live sequence at that index
 
 
 class RowsOutcome:
@@ -75,7 +76,7 @@ class BatchOutcome:
 
 def _int_array(values: object, name: str, dtype: type) -> np.ndarray:
     if type(values) is np.ndarray and values.dtype == dtype and values.ndim == 1 and values.flags.c_contiguous:
-        return values   # the engine's own arrays: nothing to convert
+        return values   # the engine's own arrays: nothing to convert (RowsHandle inlines this test)
     arr = np.asarray(values)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise TypeError(f"{name} must be a one-dimensional array of integers, got {arr.dtype} of shape {arr.shape}")
@@ -91,28 +92,39 @@ class RowsHandle:
         runtime.check_open()
         self.rt = runtime
         self.registry = registry = runtime.registry
-        self.index = _int_array(index, "index", np.int64)
+        # the engine's own arrays pass as they are (the test inlined: it is most of this call)
+        self.index = index if (type(index) is np.ndarray and index.dtype == np.int64 and index.ndim == 1
+                               and index.flags.c_contiguous) else _int_array(index, "index", np.int64)
         n = len(self.index)
-        self.sampled = _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
+        self.sampled = sampled if (type(sampled) is np.ndarray and sampled.dtype == np.int32 and sampled.ndim == 1
+                                   and sampled.flags.c_contiguous) else \
+            _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
         if len(self.sampled) != n:
             raise ValueError(f"sampled has {len(self.sampled)} entries for {n} rows")
-        self.ptrs = registry.ptrs(self.index)
         self.edits = edits if isinstance(edits, EditArrays) or edits is None else _edit_arrays(edits, n)
-        if self.edits is not None and len(self.edits.of_row) != n:
-            raise ValueError(f"edits cover {len(self.edits.of_row)} rows, the batch has {n}")
+        if self.edits is not None:
+            if len(self.edits.of_row) != n:
+                raise ValueError(f"edits cover {len(self.edits.of_row)} rows, the batch has {n}")
+            vocab = runtime.vocab_size
+            bad = self._bad_edit_rows(vocab)
+            if bad:
+                registry.ptrs(self.index)   # an index that is no live sequence raises first
+            for row, token in bad:
+                registry.at(int(self.index[row]))._finish(f"invalid step input: token {token} is not a token id "
+                                                          f"of this vocabulary (0..{vocab - 1})")
         self.masks = registry.take_masks(n)
-        self.row_status = np.zeros(n, dtype=np.int8)
+        self.scratch = scratch = RowScratch(n)
         self._extra: list[np.ndarray] = []
         self._waited = False
-        vocab = runtime.vocab_size
-        for row, token in self._bad_edit_rows(vocab):
-            registry.at(int(self.index[row]))._finish(f"invalid step input: token {token} is not a token id of "
-                                                      f"this vocabulary (0..{vocab - 1})")
-        rc, misuse = runtime.pool.start_rows(self.ptrs, self.sampled, self.edits, self.masks,
-                                             runtime.mask_words, next(_stamps), self.row_status)
+        # the rows' slots from the registry's table, their edits applied, their calls queued: one call
+        rc, self._held = runtime.pool.submit_rows(registry.table, self.index, self.sampled, self.edits, self.masks,
+                                                  runtime.mask_words, next(_stamps), scratch)
         if rc < 0:
-            seq = registry.at(int(self.index[-rc - 1]))
-            raise ValueError(f"sequence {seq.id} {_MISUSE.get(misuse, 'could not be queued')}")
+            row, why = -rc - 1, int(scratch.row_status[-rc - 1])
+            if why == _NO_SEQUENCE:
+                registry.ptrs(self.index)   # raises, naming what is wrong with the index
+            seq = registry.at(int(self.index[row]))
+            raise ValueError(f"sequence {seq.id} {_MISUSE.get(why, 'could not be queued')}")
 
     def _bad_edit_rows(self, vocab: int) -> list[tuple[int, int]]:
         """The rows whose edit holds a token past the vocabulary (the engine's mistake: still only
@@ -139,15 +151,12 @@ class RowsHandle:
             raise ValueError("this batch was already waited for (wait may be called once)")
         self._waited = True
         t0 = time.perf_counter()
-        rt, st = self.rt, self.row_status
-        n = len(self.index)
-        if n and not rt.closed:
-            rt.pool.wait_rows(self.ptrs, st, rt.limits.soft_deadline_s if timeout_s is None else timeout_s)
-        blocked_us = (time.perf_counter() - t0) * 1e6
-        kind = np.empty(n, dtype=np.uint8)
-        temperature = np.empty(n, dtype=np.float32)
-        elapsed = np.empty(n, dtype=np.float64)
-        other = rt.native.collect_rows(self.ptrs, st, kind, temperature, elapsed) if n else 0
+        rt, sc = self.rt, self.scratch
+        # wait (running still-queued calls here where the caller-runs rule allows), then collect: one call
+        other = rt.pool.finish_rows(sc, self._held, rt.limits.soft_deadline_s if timeout_s is None else timeout_s,
+                                    rt.closed)
+        blocked_us = float(sc.blocked_us[0])
+        st, kind, temperature, elapsed = sc.row_status, sc.kind, sc.temperature, sc.elapsed_us
         results: dict[int, StepResult] = {}
         if other:
             for i in np.flatnonzero(kind != _MASK).tolist():

@@ -109,13 +109,15 @@ class Runtime(Owned):
     threads that run controllers while the caller does its forward pass; `cache_dir` keeps
     compiled modules (None: the user cache dir; False: no disk cache); `max_sequences` the live
     instances the pooling allocator has slots for; `prebuild_trie` builds the vocabulary's token
-    trie (for the `token-trie` import; ~1 s at 150k tokens) on a background thread right away.
+    trie (for the `token-trie` import; ~1 s at 150k tokens) on a background thread right away;
+    `steal` lets a caller waiting for a batch run the calls of its rows that no worker has taken
+    yet, where the caller-runs rule allows (docs/embedding.md; False: every call runs on a worker).
     Raises ValueError for a bad tokenizer or settings. Use after `close()` raises ValueError.
     """
 
     def __init__(self, tokenizer: Tokenizer, limits: Limits | None = None, workers: int = 2,
                  cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
-                 max_sequences: int = 1024, prebuild_trie: bool = True) -> None:
+                 max_sequences: int = 1024, prebuild_trie: bool = True, steal: bool = True) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if max_sequences < 1:
@@ -150,7 +152,7 @@ class Runtime(Owned):
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         # the worker threads that run controller calls (step.c's pool, or the fallback's)
         self.pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
-                                          self.limits.soft_deadline_s / 2)
+                                          self.limits.soft_deadline_s / 2, steal)
         self.clock = EpochClock(self.engine, self.pool, self.limits.epoch_tick_s)
         # At interpreter exit (or when collected), let running calls end before Python goes away:
         # worker threads may still call back into Python through host imports.

@@ -9,7 +9,9 @@ import random
 
 import numpy as np
 import pytest
-from scripted import branch, by_fork_index, log, noop, parse_trace, result, script, splice, stop, trap, var_set
+from conftest import cpu_seconds, mask_tokens
+from scripted import (branch, by_fork_index, log, loop_forever, noop, parse_trace, result, script, spin, splice, stop, trap,
+                      var_set)
 
 import aicirt
 from aicirt import Capabilities, RowKind, StepInput
@@ -168,3 +170,120 @@ def test_rows_misuse_raises_before_anything_runs(make_rt, scripted_wasm):
                          {0: ([1, 999], 0), 1: ([2], 0), 2: ([3, 1 << 30], 0)}).wait()
     assert out.kind.tolist() == [RowKind.OTHER, RowKind.MASK, RowKind.OTHER]
     assert "token 999 " in out.results[0].error and f"token {1 << 30} " in out.results[2].error
+
+
+# -- the caller-runs rule (docs/embedding.md): a queued call may run on the waiting caller --------
+def _caller_rt(hot_path, **limits):
+    """One worker, so that a long call holds it and the next row stays queued for the caller."""
+    limits.setdefault("soft_deadline_s", 30.0)
+    return aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(**limits), workers=1, cache_dir=False)
+
+
+def _hog(rt, ctrl, cpu_s: float):
+    """A sequence whose every call spins for about `cpu_s` of CPU, past its first two calls (so it
+    has a history, which keeps it on the worker when the wait's deadline is short)."""
+    from test_cpu_limits import spin_for_cpu
+    seq = rt.new_request(ctrl, arg=script(result(branch(mask=[65])), spin(spin_for_cpu(rt, ctrl, cpu_s),
+                                                                       result(branch(mask=[65]))))).spawn()
+    for k in range(2):
+        assert rt.submit_rows([seq.index], [-1], {0: ([1], 0)} if k == 0 else None).wait(60.0).kind[0] == RowKind.MASK
+    return seq
+
+
+def _short_of(hog) -> float:
+    """A wait timeout (s) short of what the caller-runs rule needs to take `hog`'s call (its
+    history's longest call, ten times over), long enough for a cheap one."""
+    return hog.slot.hist_max_us * 5 / 1e6
+
+
+def _primed(rt, ctrl, steps):
+    """A new sequence of `steps` past its first call and one more (each ran on the worker: a
+    sequence with no history is never taken)."""
+    seq = rt.new_request(ctrl, arg=script(*steps)).spawn()
+    for k in range(2):
+        out = rt.submit_rows([seq.index], [-1], {0: ([1], 0)} if k == 0 else None).wait(60.0)
+        assert out.kind[0] == RowKind.MASK or out.results[0].status == "ok"
+    return seq
+
+
+def test_the_caller_runs_a_queued_cheap_call_and_gets_the_same_result(hot_path, scripted_wasm):
+    rt = _caller_rt(hot_path)
+    try:
+        ctrl = rt.load(scripted_wasm)
+        hog = _hog(rt, ctrl, 0.1)   # holds the only worker
+        cheap = _primed(rt, ctrl, [result(branch(mask=[65])), result(branch(mask=[66, 67]))])
+        before = rt.pool.steals
+        out = rt.submit_rows([hog.index, cheap.index], [65, 66]).wait(_short_of(hog))
+        assert rt.pool.steals == before + 1       # the cheap row ran here, the hog's on the worker
+        assert out.kind[1] == RowKind.MASK and (out.kind[0] == RowKind.MASK or out.results[0].status == "pending")
+        assert mask_tokens(out, 1) == [66, 67] and cheap.seen == [1, 66]
+        # a first call is never taken, nor a sequence with no call after its first ended yet
+        fresh = rt.new_request(ctrl, arg=script(result(branch(mask=[68])))).spawn()
+        before = rt.pool.steals
+        out = rt.submit_rows([hog.index, fresh.index], [65, -1], {1: ([1], 0)}).wait(_short_of(hog))
+        assert rt.pool.steals == before
+        assert out.kind[1] == RowKind.MASK or out.results[1].status == "pending"
+    finally:
+        rt.close()
+
+
+def test_a_caller_run_call_that_loops_still_ends_by_its_cpu_limit(hot_path, scripted_wasm):
+    rt = _caller_rt(hot_path, call_timeout_s=0.3)
+    try:
+        ctrl = rt.load(scripted_wasm)
+        hog = _hog(rt, ctrl, 0.1)
+        looper = _primed(rt, ctrl, [result(branch(mask=[65])), result(branch(mask=[65])), loop_forever()])
+        other = _primed(rt, ctrl, [result(branch(mask=[65]))])
+        before = rt.pool.steals
+        c0 = cpu_seconds(thread=True)
+        timeout = min(0.1, _short_of(hog))
+        out = rt.submit_rows([hog.index, looper.index], [65, 65]).wait(timeout)
+        why = (timeout, hog.slot.hist_max_us, looper.slot.hist_max_us, out.kind.tolist(), out.results)
+        assert rt.pool.steals == before + 1, why   # taken: cheap so far
+        assert out.kind[1] == RowKind.OTHER and out.results[1].status == "error", why
+        error = out.results[1].error
+        # ended by its hard limit: its CPU time, or (on a machine too busy to give this thread a tenth
+        # of a core) the limit's wall-clock backstop; the same texts as on a worker
+        assert error.startswith("trap: interrupted: ") and "Limits.call_timeout_s" in error, why
+        if "over its time limit of 0.3 s" in error:
+            assert cpu_seconds(thread=True) - c0 >= 0.25, why   # it ran here, on this thread's CPU clock
+        assert out.kind[0] == RowKind.MASK or out.results[0].status == "pending"   # the hog, on the worker
+        # the overrun paused taking calls: the next queued cheap row goes to the worker
+        out = rt.submit_rows([hog.index, other.index], [65, 65]).wait(60.0)
+        assert rt.pool.steals == before + 1 and out.kind[1] == RowKind.MASK, (out.kind.tolist(), out.results)
+    finally:
+        rt.close()
+
+
+def test_steal_off_runs_every_call_on_a_worker(hot_path, scripted_wasm):
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), workers=1, cache_dir=False, steal=False)
+    try:
+        ctrl = rt.load(scripted_wasm)
+        seq = _primed(rt, ctrl, [result(branch(mask=[65]))])
+        for _ in range(20):
+            assert rt.submit_rows([seq.index], [65]).wait(60.0).kind[0] == RowKind.MASK
+        assert rt.pool.steals == 0
+    finally:
+        rt.close()
+
+
+def test_closing_the_runtime_waits_for_a_call_the_caller_is_running(hot_path, scripted_wasm):
+    import threading
+    from conftest import guarded_steps
+    rt = _caller_rt(hot_path)
+    ctrl = rt.load(scripted_wasm)
+    hog = _hog(rt, ctrl, 0.2)
+    from test_cpu_limits import spin_for_cpu
+    slow = _primed(rt, ctrl, [result(branch(mask=[65])), result(branch(mask=[65])),
+                              spin(spin_for_cpu(rt, ctrl, 0.2), result(branch(mask=[66])))])
+    handle = rt.submit_rows([hog.index, slow.index], [65, 65])
+    got = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("out", handle.wait(60.0)))
+    waiter.start()
+    for _ in guarded_steps("the waiting caller takes the slow call"):   # the only worker runs the hog
+        if slow.slot.started:
+            break
+    rt.close()   # frees every Store: only once the caller's call has ended
+    assert slow.slot.done == 1
+    waiter.join()
+    assert got["out"].kind[1] in (RowKind.MASK, RowKind.OTHER)   # collected, whatever close made of it

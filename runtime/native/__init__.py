@@ -34,7 +34,26 @@ from .ffi_decl import CDEF_SLOT, CDEF_VARS, CDEF_WASMTIME
 from .traps import summarize_trap, take_error_text
 from .types import CData, CLib
 
-__all__ = ["EditArrays", "Native", "Status", "get_native", "summarize_trap"]
+__all__ = ["EditArrays", "Native", "RowScratch", "Status", "get_native", "summarize_trap"]
+
+
+class RowScratch:
+    """A batch's arrays in one buffer, handed to the hot path once (step.c's scratch layout, for
+    `n` rows): `blocked_us` (float64 [1]: the time the wait blocked), `slots` (uint64 slot
+    addresses), `elapsed_us` (float64), `temperature` (float32), `row_status` (int8,
+    RowStatus), `kind` (uint8, RowKind)."""
+
+    __slots__ = ("n", "buf", "blocked_us", "slots", "elapsed_us", "temperature", "row_status", "kind")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        b = self.buf = np.empty(8 + 22 * n, dtype=np.uint8)
+        self.blocked_us = b[:8].view(np.float64)
+        self.slots = b[8:8 + 8 * n].view(np.uint64)
+        self.elapsed_us = b[8 + 8 * n:8 + 16 * n].view(np.float64)
+        self.temperature = b[8 + 16 * n:8 + 20 * n].view(np.float32)
+        self.row_status = b[8 + 20 * n:8 + 21 * n].view(np.int8)
+        self.kind = b[8 + 21 * n:]
 
 @dataclass(frozen=True)
 class EditArrays:

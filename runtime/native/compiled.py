@@ -18,7 +18,7 @@ from .types import CData, CLib
 if TYPE_CHECKING:
     from _cffi_backend import FFI as CompiledFFI   # the ffi of an API-mode extension
 
-    from . import EditArrays, Native
+    from . import EditArrays, Native, RowScratch
     from .instance import SpawnPlan
 
 
@@ -140,8 +140,8 @@ class Compiled:
                                          fb("uint64_t[]", out))
         return out, -rc - 1
 
-    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "CPool":
-        return CPool(self.ffi, self.lib, workers, max_workers, stall_s)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> "CPool":
+        return CPool(self.ffi, self.lib, workers, max_workers, stall_s, steal)
 
     def memory(self, slot: CData) -> tuple[int, int]:
         """(address, size) of the slot's linear memory."""
@@ -180,14 +180,20 @@ class Compiled:
 class CPool:
     """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released).
     `workers` run at normal priority; a worker stalled past `stall_s` lowers its priority and is
-    replaced, up to `max_workers` threads in all (step.c explains)."""
+    replaced, up to `max_workers` threads in all (step.c explains). With `steal`, a waiting
+    caller runs the calls of its own rows that no worker has taken, where step.c's caller-runs
+    rule allows."""
 
-    def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float) -> None:
+    def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float,
+                 steal: bool = True) -> None:
         self.ffi, self.lib = ffi, lib
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer  # type: ignore[assignment]
         self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
+        if not steal:
+            lib.aicirt_pool_steal(self.ptr, 0)
+
         # Held across the C calls other threads make (the epoch clock's `pending`, a metrics
         # scrape's `stats`) and while `close` takes the pointer: without it such a call could
         # lock the mutex of a pool being freed (heap corruption; seen when a Runtime closed right
@@ -211,6 +217,32 @@ class CPool:
                                         fb("int8_t[]", row_status), misuse)
         return rc, misuse[0]
 
+    def submit_rows(self, table: np.ndarray, index: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None",
+                    masks: np.ndarray, words: int, stamp: int, scratch: "RowScratch") -> tuple[int, CData]:
+        """step.c's aicirt_rows_submit (the slots from `table`, then aicirt_rows_start) into
+        `scratch`: (0, its buffer as the hot path holds it), or (-(row + 1), _) with nothing
+        started and scratch.row_status[row] saying why (5: no live sequence at that index, else
+        aicirt_rows_start's misuse)."""
+        ffi, fb = self.ffi, self._from_buffer
+        if edits is None:
+            of = off = tok = unchanged = ffi.NULL
+        else:
+            of, off = fb("int32_t[]", edits.of_row), fb("int64_t[]", edits.offsets)
+            tok = fb("uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
+            unchanged = fb("uint32_t[]", edits.unchanged)
+        buf = fb("uint8_t[]", scratch.buf)
+        rc = self.lib.aicirt_rows_submit(self.ptr, fb("uint64_t[]", table), len(table), fb("int64_t[]", index),
+                                         scratch.n, fb("int32_t[]", sampled), of, off, tok, unchanged,
+                                         fb("uint32_t[]", masks), words, stamp, buf)
+        return rc, buf
+
+    def finish_rows(self, scratch: "RowScratch", held: CData, timeout_s: float, closed: bool) -> int:
+        """step.c's aicirt_rows_finish over `scratch` (`held`: its buffer from submit_rows): wait
+        for the rows' calls (not when `closed`), then collect; scratch.blocked_us says how long
+        it waited. Returns how many rows are not RowKind.MASK."""
+        return self.lib.aicirt_rows_finish(self.ffi.NULL if closed or self.ptr is None else self.ptr, held,
+                                           scratch.n, timeout_s * 1e6)
+
     def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
         """Block until every row of `ptrs` (uint64 slot addresses) whose call is out (RowStatus
         STARTED or LATE) is done, or `timeout_s` passes; returns how many are not done."""
@@ -229,6 +261,12 @@ class CPool:
         """Workers alive now: the base ones plus any started in place of stalled ones (0 once closed)."""
         with self._lock:
             return self.lib.aicirt_pool_threads(self.ptr) if self.ptr is not None else 0
+
+    @property
+    def steals(self) -> int:
+        """Calls run on a waiting caller's thread so far (the caller-runs rule; 0 once closed)."""
+        with self._lock:
+            return self.lib.aicirt_pool_steal(self.ptr, -1) if self.ptr is not None else 0
 
     def stats(self) -> PoolStats:
         """The pool now (see PoolStats)."""

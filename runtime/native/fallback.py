@@ -21,7 +21,7 @@ from .pool_stats import PoolStats
 from .types import CData
 
 if TYPE_CHECKING:
-    from . import EditArrays, Native
+    from . import EditArrays, Native, RowScratch
     from .instance import SpawnPlan
 
 _EXTERN_FUNC, _EXTERN_GLOBAL, _EXTERN_MEMORY = 0, 1, 3   # WASMTIME_EXTERN_* (spawn.c)
@@ -272,6 +272,9 @@ class Fallback:
         t0 = self._run(s)
         s.elapsed_us = (time.perf_counter() - t0) * 1e6
         s.cpu_us = (time.thread_time_ns() - s.cpu_start_ns) / 1e3
+        if s.calls > 1:   # step.c: the caller-runs rule's history (first calls left out)
+            s.hist_calls += 1
+            s.hist_max_us = max(s.hist_max_us, s.cpu_us)
         s.done = 1
 
     def _run(self, s: CData) -> float:
@@ -318,8 +321,8 @@ class Fallback:
                 s.status = Status.TRAP
         return t0
 
-    def make_pool(self, workers: int, max_workers: int, stall_s: float) -> "ThreadPool":
-        return ThreadPool(self, workers, max_workers, stall_s)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> "ThreadPool":
+        return ThreadPool(self, workers, max_workers, stall_s, steal)
 
     # -- host state ------------------------------------------------------------------------------
     def log_append(self, s: CData, data: bytes) -> None:
@@ -667,15 +670,22 @@ class PyVars:
 
 _worker = threading.local()   # `pool` on a ThreadPool's worker threads (step.c's tl_worker)
 STALL_SLICE_S = 0.01            # step.c's STALL_SLICE_US
+STEAL_HEADROOM = 10.0           # step.c's: a call is taken if its history x this fits before the deadline
+STEAL_PAUSE = 100.0             # step.c's: an overrun pauses taking calls for this many times itself
 
 
 class ThreadPool:
     """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same rule for
     stalls (a worker whose call runs past `stall_s` is replaced, up to `max_workers` threads in
-    all, and leaves after the call; stalled calls take turns, at most `run_stalled_max` at once)."""
+    all, and leaves after the call; stalled calls take turns, at most `run_stalled_max` at once;
+    with `steal`, the caller-runs rule at wait)."""
 
-    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float) -> None:
+    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> None:
         self.impl = impl
+        self.steal = steal
+        self.steal_paused_until = 0.0   # perf_counter() seconds
+        self.steals = 0                 # calls run on a waiting caller
+        self.caller_busy = 0            # calls running on waiting callers now
         self.base, self.max, self.stall_s = workers, max(max_workers, workers), stall_s
         self.cv = threading.Condition()
         self.queue: deque = deque()
@@ -761,6 +771,9 @@ class ThreadPool:
                 if not self.queue:
                     break
                 s = self.queue.popleft()
+                if s.claimed:   # a waiting caller ran it
+                    continue
+                s.claimed = 1
                 self.busy_since[me] = time.perf_counter()
                 self.cv.release()
                 try:
@@ -775,6 +788,30 @@ class ThreadPool:
             self.stalled.discard(me)
             del self.busy_since[me]
 
+    def submit_rows(self, table: np.ndarray, index: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None",
+                    masks: np.ndarray, words: int, stamp: int, scratch: "RowScratch") -> tuple[int, None]:
+        """CPool.submit_rows (step.c's aicirt_rows_submit)."""
+        ptrs, bad = self.impl.gather_rows(table, index)
+        if bad >= 0:
+            scratch.row_status[bad] = 5
+            return -(bad + 1), None
+        scratch.slots[:] = ptrs
+        rc, misuse = self.start_rows(ptrs, sampled, edits, masks, words, stamp, scratch.row_status)
+        if rc < 0:
+            scratch.row_status[-rc - 1] = misuse
+        return rc, None
+
+    def finish_rows(self, scratch: "RowScratch", held: None, timeout_s: float, closed: bool) -> int:
+        """CPool.finish_rows (step.c's aicirt_rows_finish)."""
+        t0 = time.perf_counter()
+        if scratch.n and not closed:
+            self.wait_rows(scratch.slots, scratch.row_status, timeout_s)
+        scratch.blocked_us[0] = (time.perf_counter() - t0) * 1e6
+        if not scratch.n:
+            return 0
+        return self.impl.collect_rows(scratch.slots, scratch.row_status, scratch.kind, scratch.temperature,
+                                      scratch.elapsed_us)
+
     def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
         run, rc, misuse = self.impl.start_rows(self.impl.slots(ptrs), sampled, edits, masks.ctypes.data, words, stamp,
@@ -786,7 +823,7 @@ class ThreadPool:
     def submit(self, slots: list) -> None:
         with self.cv:
             for s in slots:
-                s.started = 0
+                s.started = s.claimed = 0
                 self.queue.append(s)
             self._replace_stalled()
             self.cv.notify_all()
@@ -795,6 +832,8 @@ class ThreadPool:
         out = (row_status == RowStatus.STARTED) | (row_status == RowStatus.LATE)
         slots = self.impl.slots(ptrs[out])
         deadline = time.perf_counter() + timeout_s
+        if self.steal:
+            self._run_queued_here(slots, deadline)
         while True:
             left = sum(1 for s in slots if not s.done)
             now = time.perf_counter()
@@ -804,11 +843,37 @@ class ThreadPool:
                 self._replace_stalled()
             time.sleep(0.0002)
 
+    def _run_queued_here(self, slots: list, deadline: float) -> None:
+        """step.c's run_queued_here: the caller-runs rule, last row first."""
+        for s in reversed(slots):
+            now = time.perf_counter()
+            if s.claimed or s.done or s.steal_barred or s.needs_init or s.calls <= 1 or not s.hist_calls \
+                    or s.hist_max_us * STEAL_HEADROOM > (deadline - now) * 1e6:
+                continue
+            with self.cv:
+                mine = not s.claimed and not self.stop and now >= self.steal_paused_until
+                if mine:
+                    s.claimed = 1
+                    self.caller_busy += 1
+            if not mine:
+                continue
+            try:
+                self.impl.step(s)
+            finally:
+                end = time.perf_counter()
+                with self.cv:
+                    self.caller_busy -= 1
+                    self.steals += 1
+                    if end > deadline:   # it outlasted the deadline: bar it, pause taking calls
+                        s.steal_barred = 1
+                        self.steal_paused_until = max(self.steal_paused_until, end + STEAL_PAUSE * (end - deadline))
+                    self.cv.notify_all()
+
     @property
     def pending(self) -> int:
         """Calls running or queued."""
         with self.cv:
-            return len(self.queue) + sum(1 for since in self.busy_since.values() if since)
+            return len(self.queue) + self.caller_busy + sum(1 for since in self.busy_since.values() if since)
 
     @property
     def threads(self) -> int:
@@ -829,3 +894,6 @@ class ThreadPool:
             self.cv.notify_all()   # wakes calls waiting for a turn too
         for t in list(self.all):
             t.join()
+        with self.cv:   # a call a waiting caller runs must end before the Stores go (step.c: callers)
+            while self.caller_busy:
+                self.cv.wait()

@@ -41,6 +41,12 @@ int aicirt_rows_wait(aicirt_pool *p, aicirt_slot **slots, int n, const int8_t *r
 int aicirt_seen_copy(const aicirt_slot *src, aicirt_slot *dst);
 void aicirt_seen_free(aicirt_slot *s);
 int aicirt_pool_stats(aicirt_pool *p, int *out);
+int aicirt_pool_steal(aicirt_pool *p, int on);
+int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len, const int64_t *index, int n,
+                       const int32_t *sampled, const int32_t *edit_of, const int64_t *edit_off,
+                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, uint32_t *mask_base,
+                       uint32_t words, uint64_t stamp, uint8_t *scratch);
+int aicirt_rows_finish(aicirt_pool *p, uint8_t *scratch, int n, double timeout_us);
 void aicirt_bind_clock(void *error_new);
 void aicirt_clock_start(aicirt_slot *s, double budget_us);
 double aicirt_call_cpu_us(aicirt_slot *s);

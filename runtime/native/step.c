@@ -96,6 +96,11 @@ typedef struct {
     void *store;
     wt_instance_t inst;
     uint64_t resident_bytes;        /* linear memory's first bytes the pooled slot kept resident at spawn (a hint: pages.c) */
+    /* the caller-runs rule (see the pool): a queued call may run on the caller's thread at wait() */
+    int32_t claimed;                /* a worker or a waiting caller has taken the queued call (under the pool's mu) */
+    int32_t steal_barred;           /* a call run on a caller outlasted that wait's deadline: never on a caller again */
+    uint32_t hist_calls;            /* calls after the first that have ended */
+    double hist_max_us;             /* the most CPU time one of them used */
 } aicirt_slot;
 /* CDEF END */
 
@@ -395,6 +400,10 @@ void aicirt_step(aicirt_slot *s) {
 out:
     s->elapsed_us = now_us() - t0;
     s->cpu_us = cpu_used_us(s);
+    if (s->calls > 1) {   /* the history the caller-runs rule predicts from (first calls left out) */
+        s->hist_calls++;
+        if (s->cpu_us > s->hist_max_us) s->hist_max_us = s->cpu_us;
+    }
     __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 }
 
@@ -417,8 +426,24 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
  * at most `base_threads` plus that bounded few however many calls are stuck, and sixteen
  * loopers cost a legal call beside them wall-clock time, never CPU budget. When stalled calls
  * hold every extra worker the pool is saturated (aicirt_pool_stats): a further stuck call holds
- * up the queue. Host imports in Python take the GIL themselves. */
+ * up the queue. Host imports in Python take the GIL themselves.
+ *
+ * The caller runs what no worker has taken (aicirt_pool_wait): a caller that reaches wait() while a
+ * call of its own is still queued runs it on its own thread (it is idle until its rows are done
+ * anyway), which removes the hand-off to a worker and the wake-ups when the forward pass was short,
+ * and costs nothing when it was long (the workers had taken everything). A call running on the
+ * caller cannot be left behind at the wait's deadline, so only a call predicted short is taken:
+ * not a first call, from a sequence with at least one ended call after its first and none that
+ * used more than a STEAL_HEADROOM-th of the time left to the deadline (CPU time), and not barred. A taken call that
+ * still ends past the deadline (a controller cheap so far, then not) bars its sequence from the
+ * caller for good and pauses taking calls in this pool for STEAL_PAUSE times the overrun, so
+ * however requests behave, overruns cost the caller at most about 1 / STEAL_PAUSE of its time.
+ * A taken call runs under the same limits as on a worker (its CPU clock, the epoch callback, the
+ * wall-clock backstop; it counts as busy, so the epoch clock ticks); it never takes turns (no
+ * other call waits for the caller's thread). */
 #define SPIN_US 50.0
+#define STEAL_HEADROOM 10.0
+#define STEAL_PAUSE 100.0
 #define MAX_THREADS 64
 #define STALL_SLICE_US 10000.0
 
@@ -446,6 +471,11 @@ struct aicirt_pool {
     double turn_since[MAX_THREADS];
     int waiting_turn[MAX_THREADS];    /* FIFO ring of worker indices */
     int turn_head, turn_len;
+    /* the caller-runs rule */
+    int steal;                  /* 0: every call goes to a worker */
+    double steal_paused_until;  /* now_us() before which no caller takes a call (under mu) */
+    int steals_total;           /* calls run on a waiting caller (a counter; under mu) */
+    int callers;                /* threads inside aicirt_pool_wait (under mu): the free waits for them */
 };
 
 static __thread worker_arg *tl_worker;   /* the pool worker this thread is, if any */
@@ -577,6 +607,8 @@ static void *worker(void *arg) {
         if (p->head == p->tail) break;   /* stop, and nothing left to run */
         aicirt_slot *s = p->queue[p->head % p->cap];
         __atomic_store_n(&p->head, p->head + 1, __ATOMIC_RELEASE);
+        if (s->claimed) continue;   /* a waiting caller ran it */
+        s->claimed = 1;
         p->busy++;
         pthread_mutex_unlock(&p->mu);
         aicirt_step(s);
@@ -610,6 +642,7 @@ aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
     p->base_threads = n_threads;
     p->max_threads = max_threads;
     p->stall_us = stall_us;
+    p->steal = 1;
     pthread_mutex_lock(&p->mu);
     for (int i = 0; i < n_threads && p->queue; i++) spawn_worker(p);
     int live = p->live;
@@ -632,6 +665,7 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
     }
     for (int i = 0; i < n; i++) {
         slots[i]->started = 0;
+        slots[i]->claimed = 0;
         p->queue[(p->tail + i) % p->cap] = slots[i];
     }
     __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
@@ -654,10 +688,59 @@ static int count_left(aicirt_slot **slots, int n) {
     return left;
 }
 
-/* Wait until every slot is done or `timeout_us` passes; returns how many are not done. While
- * waiting, stalled workers are replaced (see above). */
+/* Whether the caller may take `s`'s queued call with `left_us` to its wait's deadline (the rule
+ * above; a hint read without mu: the claim itself is made under it). */
+static int stealable(const aicirt_slot *s, double left_us) {
+    return !__atomic_load_n(&s->claimed, __ATOMIC_ACQUIRE) && !s->steal_barred && !s->needs_init && s->calls > 1
+        && s->hist_calls > 0 && s->hist_max_us * STEAL_HEADROOM <= left_us;
+}
+
+/* The caller-runs rule: run on this thread the calls of `slots` that no worker has taken and that
+ * the rule allows, last row first (the workers take the queue from its front). */
+static void run_queued_here(aicirt_pool *p, aicirt_slot **slots, int n, double t_end) {
+    for (int i = n - 1; i >= 0; i--) {
+        aicirt_slot *s = slots[i];
+        double now = now_us();
+        if (!stealable(s, t_end - now) || __atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) continue;
+        pthread_mutex_lock(&p->mu);
+        int mine = !s->claimed && !p->stop && now >= p->steal_paused_until;
+        if (mine) { s->claimed = 1; p->busy++; }
+        pthread_mutex_unlock(&p->mu);
+        if (!mine) continue;
+        aicirt_step(s);
+        double end = now_us();
+        pthread_mutex_lock(&p->mu);
+        p->busy--;
+        p->steals_total++;
+        if (end > t_end) {   /* it outlasted the deadline: bar it, pause taking calls */
+            s->steal_barred = 1;
+            double until = end + STEAL_PAUSE * (end - t_end);
+            if (until > p->steal_paused_until) p->steal_paused_until = until;
+        }
+        if (p->waiting) pthread_cond_broadcast(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Wait until every slot is done or `timeout_us` passes; returns how many are not done. Calls still
+ * queued may run on this thread first (the caller-runs rule above). While waiting, stalled workers
+ * are replaced (see above). */
+static int pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us);
+
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
+    pthread_mutex_lock(&p->mu);   /* a caller running a call here must outlive neither the pool nor the Store */
+    p->callers++;
+    pthread_mutex_unlock(&p->mu);
+    int left = pool_wait(p, slots, n, timeout_us);
+    pthread_mutex_lock(&p->mu);
+    if (--p->callers == 0 && p->stop) pthread_cond_broadcast(&p->done);
+    pthread_mutex_unlock(&p->mu);   /* the last touch of p: aicirt_pool_free may free it now */
+    return left;
+}
+
+static int pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
     double t_end = now_us() + timeout_us;
+    if (p->steal) run_queued_here(p, slots, n, t_end);
     /* Spin briefly first: the caller is idle anyway, and a futex sleep + wake-up costs tens of µs
      * on a VM, more than most controller calls. */
     double spin_until = now_us() + (timeout_us < SPIN_US ? timeout_us : SPIN_US);
@@ -687,7 +770,8 @@ int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
     return left;
 }
 
-/* Let the queue drain (running calls end by their time limits), then join the threads. */
+/* Let the queue drain (running calls end by their time limits), join the threads, and wait for the
+ * callers still in aicirt_pool_wait (a call one runs ends by its limits; the rest are done). */
 void aicirt_pool_free(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
@@ -696,8 +780,20 @@ void aicirt_pool_free(aicirt_pool *p) {
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < MAX_THREADS; i++)
         if (p->started[i]) pthread_join(p->threads[i], 0);
+    pthread_mutex_lock(&p->mu);   /* callers still waiting: their calls are done or end by their limits */
+    while (p->callers) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
     free(p->queue);
     free(p);
+}
+
+/* The caller-runs rule on (1) or off (0); returns the calls run on a waiting caller so far. */
+int aicirt_pool_steal(aicirt_pool *p, int on) {
+    pthread_mutex_lock(&p->mu);
+    if (on >= 0) p->steal = on;
+    int n = p->steals_total;
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 /* Calls running or queued (the epoch clock ticks only while there are some). */
@@ -764,7 +860,8 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
         if (s->stopped == 2) { *misuse = 3; return -(i + 1); }
         s->stamp = stamp;
     }
-    aicirt_slot **run = malloc((size_t)(n > 0 ? n : 1) * sizeof *run);
+    aicirt_slot *small[256];   /* no allocation for the common batch */
+    aicirt_slot **run = n <= 256 ? small : malloc((size_t)n * sizeof *run);
     if (!run) { *misuse = 4; return -1; }
     int m = 0;
     for (int i = 0; i < n; i++) {
@@ -818,7 +915,7 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
             __atomic_store_n(&run[k]->done, 1, __ATOMIC_RELEASE);
         }
     }
-    free(run);
+    if (run != small) free(run);
     return 0;
 }
 
@@ -861,8 +958,8 @@ int aicirt_rows_gather(const uint64_t *table, int64_t table_len, const int64_t *
 
 /* Wait (as aicirt_pool_wait) for the rows whose calls are out: started this step or late. */
 int aicirt_rows_wait(aicirt_pool *p, aicirt_slot **slots, int n, const int8_t *row_status, double timeout_us) {
-    aicirt_slot *small[64];
-    aicirt_slot **out = n <= 64 ? small : malloc((size_t)n * sizeof *out);
+    aicirt_slot *small[256];
+    aicirt_slot **out = n <= 256 ? small : malloc((size_t)n * sizeof *out);
     if (!out) return aicirt_pool_wait(p, slots, n, timeout_us);   /* every row: slower, still right */
     int m = 0;
     for (int i = 0; i < n; i++)
@@ -884,4 +981,48 @@ void aicirt_seen_free(aicirt_slot *s) {
     free(s->seen);
     s->seen = 0;
     s->n_seen = s->seen_cap = 0;
+}
+
+/* ---- One batch in two calls: the engine thread's whole share of a step --------------------------
+ * A batch of n rows keeps its arrays in one scratch buffer (native/__init__.py's RowScratch; one
+ * buffer handed over once instead of six), 8-byte aligned: blocked_us (double) at 0, slots
+ * (aicirt_slot *[n]) at 8, elapsed_us (double[n]) at 8 + 8n, temperature (float[n]) at 8 + 16n,
+ * row_status (int8_t[n]) at 8 + 20n, kind (uint8_t[n]) at 8 + 21n; 8 + 22n bytes in all. */
+#define SCR_BLOCKED(b) ((double *)(b))
+#define SCR_SLOTS(b, n) ((aicirt_slot **)((b) + 8))
+#define SCR_ELAPSED(b, n) ((double *)((b) + 8 + 8 * (size_t)(n)))
+#define SCR_TEMP(b, n) ((float *)((b) + 8 + 16 * (size_t)(n)))
+#define SCR_STATUS(b, n) ((int8_t *)((b) + 8 + 20 * (size_t)(n)))
+#define SCR_KIND(b, n) ((uint8_t *)((b) + 8 + 21 * (size_t)(n)))
+
+/* aicirt_rows_gather (the rows' slots from the registry's table) then aicirt_rows_start. Returns 0,
+ * or -(i + 1) with nothing started and row_status[i] saying why: 5 no live sequence at index[i],
+ * else aicirt_rows_start's misuse (1 twice in this batch, 2 in a batch not waited for, 3 closed,
+ * 4 out of memory). */
+int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len, const int64_t *index, int n,
+                       const int32_t *sampled, const int32_t *edit_of, const int64_t *edit_off,
+                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, uint32_t *mask_base,
+                       uint32_t words, uint64_t stamp, uint8_t *scratch) {
+    aicirt_slot **slots = SCR_SLOTS(scratch, n);
+    int8_t *status = SCR_STATUS(scratch, n);
+    int rc = aicirt_rows_gather(table, table_len, index, n, (uint64_t *)slots);
+    if (rc < 0) { status[-rc - 1] = 5; return rc; }
+    int misuse = 0;
+    rc = aicirt_rows_start(p, slots, n, sampled, edit_of, edit_off, edit_tok, edit_unchanged, mask_base, words,
+                           stamp, status, &misuse);
+    if (rc < 0) status[-rc - 1] = (int8_t)misuse;
+    return rc;
+}
+
+/* aicirt_rows_wait (p NULL: the pool is closed, no wait) then aicirt_rows_collect over the
+ * batch's scratch, with blocked_us the time spent waiting (calls run here included). Returns how
+ * many rows are not KIND_MASK. */
+int aicirt_rows_finish(aicirt_pool *p, uint8_t *scratch, int n, double timeout_us) {
+    aicirt_slot **slots = SCR_SLOTS(scratch, n);
+    const int8_t *status = SCR_STATUS(scratch, n);
+    double t0 = now_us();
+    if (p && n) aicirt_rows_wait(p, slots, n, status, timeout_us);
+    *SCR_BLOCKED(scratch) = now_us() - t0;
+    return n ? aicirt_rows_collect(slots, n, status, SCR_KIND(scratch, n), SCR_TEMP(scratch, n),
+                                   SCR_ELAPSED(scratch, n)) : 0;
 }
