@@ -369,7 +369,7 @@ class Steering:
         and `_plan` do for such a row, in one loop."""
         temperatures: list[float | None] = []
         for pos, s in enumerate(batch):
-            t = temperature[pos]
+            t: float | None = temperature[pos]
             s._first = s._replay = False
             s._last_mask = masks[pos]
             s._temperature = t = None if t != t else t
