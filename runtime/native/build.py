@@ -1,5 +1,6 @@
 """Building the compiled hot path: step.c + host.c + wasi.c + pages.c + spawn.c (with the generated ABI header), once, with
-cffi's API mode; the extension is cached under the user cache dir, keyed by its sources."""
+cffi's API mode; the extension is cached under the user cache dir, keyed by its sources. `build_cached`
+builds any other such extension the same way (the vLLM adapter's masking kernel)."""
 from __future__ import annotations
 
 import hashlib
@@ -24,9 +25,15 @@ def load_extension() -> ModuleType:
     """The compiled module (``.ffi``, ``.lib``), built on first use. Raises if no C compiler works."""
     source = (abi.c_header() + (_HERE / "step.c").read_text() + (_HERE / "host.c").read_text()
               + (_HERE / "wasi.c").read_text() + (_HERE / "pages.c").read_text() + (_HERE / "spawn.c").read_text())
-    cdef = CDEF_SLOT + CDEF_VARS + CDEF_STEP
+    return build_cached("_aicirt_step", source, CDEF_SLOT + CDEF_VARS + CDEF_STEP)
+
+
+def build_cached(prefix: str, source: str, cdef: str) -> ModuleType:
+    """The cffi API-mode extension of C `source` declaring `cdef` (``.ffi``, ``.lib``): compiled
+    once with -O3 into the user cache dir, named `prefix` plus a hash of its text, and imported
+    once per process. Raises (cffi's VerificationError, a CompileError) if no C compiler works."""
     key = hashlib.sha256((source + cdef + sys.version + cffi.__version__).encode()).hexdigest()[:16]
-    name = f"_aicirt_step_{key}"
+    name = f"{prefix}_{key}"
     out = user_cache_dir("native")
     with _lock:
         built = list(out.glob(name + "*.so")) if out.exists() else []
