@@ -535,7 +535,8 @@ typedef struct part {
   uint32_t lex, node;                  /* key: lexer state, subtree root (0: the whole trie) */
   const aici_trie_t *base;             /* key: the trie `node` indexes */
   const aici_trie_t *walked;           /* the trie the edges index (root part: maybe a slice's rest) */
-  aici_tokset_t *dense;                /* tokens inside the lexeme: a set (root parts, big ones) */
+  const aici_slice_t *slice;           /* root parts: the slice whose tokens are inside wholesale */
+  aici_tokset_t *dense;                /* (other) tokens inside the lexeme: a set (big ones) */
   uint32_t *toks, n_toks;              /* ... or a list */
   edge_t *edges;
   uint32_t n_edges;
@@ -781,28 +782,47 @@ static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici
   return c;
 }
 
-/* The root part of lexer state `lex` (NULL: too many cached). */
+/* Keeps the token list P->tmp[0..nt) in part c: a set when that is smaller than the list. */
+static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, uint32_t vocab) {
+  uint32_t nw = (vocab + 31) / 32;
+  if (nt > nw) {
+    c->dense = aici_tokset_new();
+    for (uint32_t k = 0; k < nt; k++) c->dense->words[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
+    P->bytes += nw * 4;
+  } else if (nt) {
+    c->toks = aici_malloc(nt * 4);
+    __builtin_memcpy(c->toks, P->tmp, nt * 4);
+    c->n_toks = nt;
+    P->bytes += nt * 4;
+  }
+}
+
+/* A part's own tokens (a root part's slice included) into mask (ORed). */
+static void part_toks(const part_t *c, uint32_t *mask) {
+  if (c->dense) for (uint32_t w = 0, n = c->dense->n_words; w < n; w++) mask[w] |= c->dense->words[w];
+  for (uint32_t k = 0; k < c->n_toks; k++) mask[c->toks[k] >> 5] |= 1u << (c->toks[k] & 31);
+}
+
+/* The root part of lexer state `lex` (NULL: too many cached). It refers to its slice (the SDK
+ * keeps it) and holds only the other tokens, mostly a short list: a first visit costs no
+ * vocabulary-sized copy or allocation. */
 static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   parts_t *P = m->parts;
   part_t *c = part_find(P, lex, 0, trie);
   if (c || P->n_roots >= PART_ROOTS_MAX || P->bytes >= PART_BYTES_MAX) return c;
   ST(lp);
-  aici_tokset_t *dense = aici_tokset_new();
-  uint32_t *mask = dense->words, cover[8], nt, ne;
+  uint32_t cover[8], nt, ne;
   const aici_trie_t *walked = trie;
   const aici_slice_t *sl = std_slice(m, trie, lex);
   if (!sl && lex_cover(m, lex, cover)) sl = cover_slice(trie, cover);
   if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
     ST(slices);
-    if (sl->dense) __builtin_memcpy(mask, sl->dense, dense->n_words * 4);
-    else for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
     walked = &sl->rest;
   }
-  lex_walk(m, walked, 1, walked->n_nodes, lex, mask, trie->vocab, &nt, &ne);
-  mask[dense->n_words] = 0;            /* the spare word */
+  lex_walk(m, walked, 1, walked->n_nodes, lex, 0, trie->vocab, &nt, &ne);
   c = part_new(m, lex, 0, trie, walked, ne);
-  c->dense = dense;
-  P->bytes += dense->n_words * 4;
+  c->slice = sl;
+  part_keep_toks(P, c, nt, trie->vocab);
   P->n_roots++;
   return c;
 }
@@ -813,28 +833,16 @@ static part_t *sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint
   parts_t *P = m->parts;
   part_t *c = part_find(P, lex, ch, t);
   if (c || P->bytes >= PART_BYTES_MAX) return c;
-  uint32_t nt, ne, size = t->nodes[ch].w1 >> 10, nw = (vocab + 31) / 32;
+  uint32_t nt, ne, size = t->nodes[ch].w1 >> 10;
   lex_walk(m, t, ch + 1, ch + size, lex, 0, vocab, &nt, &ne);
   c = part_new(m, lex, ch, t, t, ne);
-  if (nt > nw) {                       /* a set is smaller than the list */
-    c->dense = aici_tokset_new();
-    for (uint32_t k = 0; k < nt; k++) c->dense->words[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
-    P->bytes += nw * 4;
-  } else if (nt) {
-    c->toks = aici_malloc(nt * 4);
-    __builtin_memcpy(c->toks, P->tmp, nt * 4);
-    c->n_toks = nt;
-    P->bytes += nt * 4;
-  }
+  part_keep_toks(P, c, nt, vocab);
   return c;
 }
 
 /* Adds part c's tokens at position `here` (its lexeme's start set: here.n_sets), then its edges'. */
 static void part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *mask, uint32_t vocab, pos_t *stack) {
-  if (c->node) {                       /* root parts are copied by the caller */
-    if (c->dense) for (uint32_t w = 0, n = c->dense->n_words; w < n; w++) mask[w] |= c->dense->words[w];
-    for (uint32_t k = 0; k < c->n_toks; k++) mask[c->toks[k] >> 5] |= 1u << (c->toks[k] & 31);
-  }
+  if (c->node) part_toks(c, mask);     /* root parts: the caller's */
   const aici_trie_t *wt = c->walked;
   const aici_trie_node_t *nodes = wt->nodes;
   /* Edges are sorted by (lexer state, byte): per lexer state the lexeme is ended once, and each
@@ -902,7 +910,13 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
     aici_tokset_clear(out);
     walk(m, trie, 1, trie->n_nodes, here, mask, out->vocab, stack);
   } else {
-    aici_tokset_copy(out, c->dense);
+    const aici_slice_t *sl = c->slice;
+    if (sl && sl->dense) __builtin_memcpy(mask, sl->dense, out->n_words * 4);
+    else {
+      aici_tokset_clear(out);
+      if (sl) for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
+    }
+    part_toks(c, mask);
     part_apply(m, c, here, mask, out->vocab, stack);
   }
   /* special tokens: each special-token terminal the position allows, its tokens without bytes */
