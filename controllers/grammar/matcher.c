@@ -46,6 +46,7 @@ struct gr_matcher {
   uint8_t bcls[256];                   /* byte classes of all terminals together: bytes of one class */
   uint8_t cls_bytes[256];              /* lead every lexer state to the same state; members of */
   uint16_t cls_off[257];               /* class c: cls_bytes[cls_off[c] .. cls_off[c + 1]) */
+  uint32_t n_cls;
   uint32_t *tmp_pairs, cap_tmp;
   struct parts *parts;                 /* the cached lexer-only parts of masks */
   uint32_t *spec_keys, *spec_lex, n_spec, cap_spec;   /* special-token scans: fake lexer states */
@@ -444,6 +445,7 @@ static void byte_classes(gr_matcher_t *m) {
       if (m->bcls[b] == c) m->cls_bytes[at++] = (uint8_t)b;
   }
   m->cls_off[n] = (uint16_t)at;
+  m->n_cls = n;
 }
 
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
@@ -592,15 +594,17 @@ static void part_insert(parts_t *P, part_t *c) {
  * slice, or too many states to check). Then the tokens whose bytes lie in C are inside the
  * lexeme wholesale (the SDK's slice), and only the other tokens (its rest trie) are walked. */
 static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
-  uint32_t list[COVER_STATES], n = 1;
+  /* over byte classes: the bytes of a class lead every lexer state to the same state */
+  uint32_t list[COVER_STATES], n = 1, nc = m->n_cls;
+  uint8_t in[256];
   list[0] = lex;
-  for (int w = 0; w < 8; w++) cover[w] = ~0u;
+  __builtin_memset(in, 1, nc);
   for (uint32_t i = 0; i < n; i++) {
     uint32_t st = list[i];
-    for (int b = 0; b < 256; b++) {
-      if (!((cover[b >> 5] >> (b & 31)) & 1)) continue;
-      uint32_t ns = lex_next(m, st, (uint8_t)b);
-      if (!ns) { cover[b >> 5] &= ~(1u << (b & 31)); continue; }
+    for (uint32_t c = 0; c < nc; c++) {
+      if (!in[c]) continue;
+      uint32_t ns = lex_next(m, st, m->cls_bytes[m->cls_off[c]]);
+      if (!ns) { in[c] = 0; continue; }
       bool seen = false;
       for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
       if (!seen) {
@@ -610,7 +614,11 @@ static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
     }
   }
   uint32_t count = 0;
-  for (int w = 0; w < 8; w++) count += (uint32_t)__builtin_popcount(cover[w]);
+  for (int w = 0; w < 8; w++) cover[w] = 0;
+  for (uint32_t c = 0; c < nc; c++)
+    if (in[c])
+      for (uint32_t k = m->cls_off[c], e = m->cls_off[c + 1]; k < e; k++, count++)
+        cover[m->cls_bytes[k] >> 5] |= 1u << (m->cls_bytes[k] & 31);
   return count >= 8;
 }
 
@@ -641,12 +649,15 @@ void gr_prepare_tokenizer(const aici_trie_t *trie) {
 
 /* Whether every string over byte set `bytes` keeps `lex` alive (false also past COVER_STATES). */
 static bool lex_covers(gr_matcher_t *m, uint32_t lex, const uint32_t *bytes) {
-  uint32_t list[COVER_STATES], n = 1;
+  uint32_t list[COVER_STATES], n = 1, nc = 0;
+  uint8_t reps[256];                   /* one byte per class that meets `bytes` */
+  for (uint32_t c = 0; c < m->n_cls; c++)
+    for (uint32_t k = m->cls_off[c], e = m->cls_off[c + 1]; k < e; k++)
+      if ((bytes[m->cls_bytes[k] >> 5] >> (m->cls_bytes[k] & 31)) & 1) { reps[nc++] = m->cls_bytes[k]; break; }
   list[0] = lex;
   for (uint32_t i = 0; i < n; i++)
-    for (int b = 0; b < 256; b++) {
-      if (!((bytes[b >> 5] >> (b & 31)) & 1)) continue;
-      uint32_t ns = lex_next(m, list[i], (uint8_t)b);
+    for (uint32_t c = 0; c < nc; c++) {
+      uint32_t ns = lex_next(m, list[i], reps[c]);
       if (!ns) return false;
       bool seen = false;
       for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
