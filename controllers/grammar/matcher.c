@@ -26,7 +26,7 @@ static struct { uint32_t lexmiss, lexnew, lp, lp_nodes, edges, groups, groups_li
 
 typedef struct { uint32_t prod, dot, origin; } item_t;
 typedef struct { uint32_t start; uint32_t lstart; int32_t prov_lex; uint32_t prov_parent; bool accepting; } eset_t;
-typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced, stop; } lstate_t;
+typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced, stop; int8_t eager; } lstate_t;
 
 struct gr_matcher {
   gr_grammar_t *g;
@@ -52,6 +52,8 @@ struct gr_matcher {
   uint32_t *spec_keys, *spec_lex, n_spec, cap_spec;   /* special-token scans: fake lexer states */
   bool tok_start;                      /* the byte being stepped is a token's first (stop lexemes) */
   /* position */
+  uint32_t n_tok, n_byte;              /* tokens and bytes fed (max_tokens lexemes) */
+  uint32_t row_byte, row_tok;          /* llguidance's start byte of the current row, its token */
   uint32_t lex;
   bool at_start;
   bool overflow;
@@ -88,7 +90,7 @@ static uint32_t lex_intern(gr_matcher_t *m, const uint32_t *p, uint32_t n) {
   uint32_t id = m->n_ls++;
   ST(lexnew);
   lstate_t *s = &m->ls[id];
-  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = s->stop = false;
+  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = s->stop = false, s->eager = -1;
   __builtin_memcpy(m->pairs + m->n_pairs, p, 8 * n);
   m->n_pairs += 2 * n;
   s->acc_off = m->n_pairs, s->n_acc = 0;
@@ -118,13 +120,20 @@ static void lht_grow(gr_matcher_t *m) {
   }
 }
 
-static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
+/* State id's transition row (allocated on first use; -1: not computed yet). Rows do not move
+ * when m->ls grows. */
+static const int32_t *lex_row(gr_matcher_t *m, uint32_t id) {
   lstate_t *s = &m->ls[id];
   if (!s->row) {
     s->row = aici_malloc(256 * 4);
-    for (int k = 0; k < 256; k++) s->row[k] = -1;
-    if (s->forced) for (int k = 0; k < 256; k++) s->row[k] = 0;
+    for (int k = 0; k < 256; k++) s->row[k] = s->forced ? 0 : -1;
   }
+  return s->row;
+}
+
+static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
+  lex_row(m, id);
+  lstate_t *s = &m->ls[id];
   int32_t r = s->row[b];
   if (r >= 0) return (uint32_t)r;
   ST(lexmiss);
@@ -373,7 +382,8 @@ static bool term_has(const gr_term_t *t, aici_token_t tok) {
   return false;
 }
 
-/* The fake state for key (a terminal id + 1, or 0x80000000 | token: every terminal holding it). */
+/* The fake state for key (a special-token terminal's id + 1; 0x80000000 | token: every terminal
+ * holding it; 0x40000000 | terminal: that terminal, a max_tokens lexeme cut short). */
 static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
   for (uint32_t k = 0; k < m->n_spec; k++)
     if (m->spec_keys[k] == key) return m->spec_lex[k];
@@ -389,12 +399,13 @@ static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
   }
   uint32_t id = m->n_ls++;
   lstate_t *s = &m->ls[id];
-  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = s->stop = false;
+  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = s->stop = false, s->eager = -1;
   s->row = aici_calloc(256, 4);       /* no byte continues it */
   for (uint32_t t = 0; t < m->g->n_terms; t++) {
     const gr_term_t *x = &m->g->terms[t];
-    if (x->token < 0) continue;
-    bool in = key & 0x80000000u ? term_has(x, key & 0x7FFFFFFFu) : t + 1 == key;
+    bool in = key & 0x80000000u   ? x->token >= 0 && term_has(x, key & 0x7FFFFFFFu)
+              : key & 0x40000000u ? t == (key & 0x3FFFFFFFu)
+                                  : x->token >= 0 && t + 1 == key;
     if (in) { m->pairs[m->n_pairs++] = t; s->n_acc++; }
   }
   m->spec_keys[m->n_spec] = key;
@@ -484,14 +495,70 @@ gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
 
 static pos_t cur(const gr_matcher_t *m) { return (pos_t){m->n_sets, m->lex, m->at_start}; }
 
+/* ---- max_tokens lexemes ------------------------------------------------------------------
+ * As llguidance's parser (earley/parser.rs, apply_token): each lexeme's row has a start byte and
+ * the token holding it (row_tok). A lexeme that no byte can extend, or a lazy one once it
+ * matches, ends at its last byte, and the next row starts at the byte after it (at byte 0 when
+ * it ended at the text's first byte); other lexemes end at the byte that cannot extend them,
+ * which starts the next row. After a token in whose last byte no row began, the terminals of the
+ * lexer state whose max_tokens is at most the tokens from row_tok to this one are dropped from
+ * it; if none is left, the lexeme ends there as the first of them, matched or not (llguidance's
+ * force_lexeme_end), and the next row starts one byte past the token's end. */
+static bool lex_eager(gr_matcher_t *m, uint32_t id) {   /* ends at its last byte */
+  lstate_t *s = &m->ls[id];
+  if (s->eager < 0) {
+    bool ext = false;
+    for (uint32_t c = 0; c < m->n_cls && !ext; c++) ext = lex_next(m, id, m->cls_bytes[m->cls_off[c]]) != 0;
+    s = &m->ls[id];
+    s->eager = s->n_acc && (s->forced || !ext);
+  }
+  return s->eager;
+}
+
+/* false: the lexeme was not cut; else *p is after it (at the start of the next one). */
+static bool limit_tokens(gr_matcher_t *m, pos_t *p, uint32_t span) {
+  lstate_t *s = &m->ls[p->lex];
+  uint32_t n = s->n, off = s->off, keep = 0;
+  if (m->cap_tmp < 2 * n) { m->cap_tmp = 2 * n; m->tmp_pairs = aici_realloc(m->tmp_pairs, m->cap_tmp * 4); }
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t t = m->pairs[off + 2 * k], mt = m->g->terms[t].max_tokens;
+    if (mt && mt <= span) continue;
+    m->tmp_pairs[2 * keep] = t, m->tmp_pairs[2 * keep + 1] = m->pairs[off + 2 * k + 1];
+    keep++;
+  }
+  if (keep == n) return false;
+  if (keep) { p->lex = lex_intern(m, m->tmp_pairs, keep); return false; }
+  uint32_t fake = spec_state(m, 0x40000000u | m->pairs[off]);   /* pairs are sorted by terminal */
+  goto_pos(m, *p);
+  if (!scan(m, fake) || m->overflow) { m->overflow = false; goto_pos(m, *p); return false; }
+  p->n_sets = m->n_sets, p->lex = m->sets[m->n_sets - 1].lstart, p->at_start = true;
+  return true;
+}
+
 bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n) {
   pos_t p = cur(m), save = p;
+  uint32_t tok = m->n_tok, b0 = m->n_byte, row_byte = m->row_byte, row_tok = m->row_tok;
+  bool counted = m->g->has_max_tokens, last_row = false;
   for (uint32_t i = 0; i < n; i++) {
+    uint32_t prev = p.lex;
     m->tok_start = i == 0;
     if (!step(m, &p, bytes[i]) || m->overflow) { goto_pos(m, save); m->overflow = false; m->tok_start = false; return false; }
+    if (!counted) continue;
+    last_row = false;
+    if (!lex_next(m, prev, bytes[i])) {  /* this byte began a new lexeme */
+      uint32_t x = b0 + i;
+      if (lex_eager(m, prev)) row_byte = x == 1 ? 0 : x;   /* its row began at the byte before */
+      else row_byte = x, last_row = true;
+    }
   }
   m->tok_start = false;
+  if (counted && n) {
+    if (row_byte >= b0) row_tok = tok;
+    if (!last_row && !lex_eager(m, p.lex) && limit_tokens(m, &p, tok + 1 - row_tok))
+      row_byte = b0 + n + 1, row_tok = tok;
+  }
   m->n_sets = p.n_sets, m->lex = p.lex, m->at_start = p.at_start;
+  m->n_tok = tok + 1, m->n_byte = b0 + n, m->row_byte = row_byte, m->row_tok = row_tok;
   return true;
 }
 
@@ -499,6 +566,7 @@ bool gr_advance_token(gr_matcher_t *m, aici_token_t t) {
   pos_t p = cur(m), save = p;
   if (t >= 0x80000000u || !special_step(m, &p, spec_state(m, 0x80000000u | t))) { goto_pos(m, save); return false; }
   m->n_sets = p.n_sets, m->lex = p.lex, m->at_start = p.at_start;
+  m->row_byte = m->n_byte, m->row_tok = m->n_tok++;   /* the next lexeme's row */
   return true;
 }
 
@@ -509,9 +577,12 @@ bool gr_accepting(gr_matcher_t *m) {
   return a;
 }
 
-gr_mark_t gr_save(const gr_matcher_t *m) { return (gr_mark_t){m->n_sets, m->lex, m->at_start}; }
+gr_mark_t gr_save(const gr_matcher_t *m) {
+  return (gr_mark_t){m->n_sets, m->lex, m->at_start, m->n_tok, m->n_byte, m->row_byte, m->row_tok};
+}
 void gr_restore(gr_matcher_t *m, gr_mark_t k) {
   m->n_sets = k.n_sets, m->lex = k.lex, m->at_start = k.at_start != 0;   /* sets below stay intact */
+  m->n_tok = k.n_tok, m->n_byte = k.n_byte, m->row_byte = k.row_byte, m->row_tok = k.row_tok;
 }
 
 /* ---- masks ------------------------------------------------------------------------------
@@ -750,13 +821,16 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
     P->cap_lstack = t->max_depth + 2;
     P->lstack = aici_realloc(P->lstack, P->cap_lstack * 4);
   }
-  uint32_t *stack = P->lstack, sp = 1, nt = 0, ne = 0;
+  /* the top's state, its row and whether it accepts stay in locals: they change on a push or a
+   * pop only, not between siblings */
+  uint32_t *stack = P->lstack, sp = 1, nt = 0, ne = 0, from = lex;
+  const int32_t *row = lex_row(m, from);
+  bool acc = m->ls[from].n_acc != 0;
   stack[0] = lex;
   while (p < end) {
-    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, from = stack[sp - 1];
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
     ST(lp_nodes);
-    const int32_t *row = m->ls[from].row;
-    int32_t r = row ? row[w0 & 255] : -1;
+    int32_t r = row[w0 & 255];
     uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, from, (uint8_t)(w0 & 255));
     if (ns) {
       if (tok < vocab) {
@@ -766,13 +840,25 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
           P->tmp[nt++] = tok;
         }
       }
-      if ((w1 >> 10) > 1) { stack[sp++] = ns; p++; continue; }
-    } else if (m->ls[from].n_acc) {
+      if ((w1 >> 10) > 1) {
+        stack[sp++] = from = ns;
+        row = lex_row(m, from);
+        acc = m->ls[from].n_acc != 0;
+        p++;
+        continue;
+      }
+    } else if (acc) {
       if (ne == P->cap_etmp) P->cap_etmp = P->cap_etmp ? 2 * P->cap_etmp : 256, P->etmp = aici_realloc(P->etmp, P->cap_etmp * sizeof(edge_t));
       P->etmp[ne++] = (edge_t){(uint32_t)(sp == 1 && top) << 31 | from << 8 | (w0 & 255), p};
     }
     p += w1 >> 10;
-    sp -= w1 & 1023;
+    if (w1 & 1023) {
+      sp -= w1 & 1023;
+      if (p >= end) break;             /* the subtree's last node pops past its root */
+      from = stack[sp - 1];
+      row = m->ls[from].row;
+      acc = m->ls[from].n_acc != 0;
+    }
   }
   *n_toks = nt, *n_edges = ne;
 }
