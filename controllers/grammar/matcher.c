@@ -811,11 +811,14 @@ static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable en
 }
 
 /* The lexer-only walk of nodes [p, end) of `t` from lexer state `lex`: tokens inside the lexeme
- * into `mask` (when non-NULL) or the list P->tmp (count *n_toks), edges into P->etmp (*n_edges). */
-static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex, uint32_t *mask,
-                     uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
+ * into the list P->tmp (count *n_toks), or, once they outnumber a set's words, into the new set
+ * *grown (else NULL); edges into P->etmp (*n_edges). */
+static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex,
+                     aici_tokset_t **grown, uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
   bool top = p == 1;                   /* a root part: its root's children start tokens (EDGE_TOP) */
   parts_t *P = m->parts;
+  uint32_t *mask = 0, nw = (vocab + 31) / 32;
+  *grown = 0;
   const aici_trie_node_t *nodes = t->nodes;
   if (P->cap_lstack < t->max_depth + 2) {
     P->cap_lstack = t->max_depth + 2;
@@ -835,7 +838,12 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
     if (ns) {
       if (tok < vocab) {
         if (mask) mask[tok >> 5] |= 1u << (tok & 31);
-        else {
+        else if (nt == nw) {           /* a set is smaller than the list from here on */
+          *grown = aici_tokset_new();
+          mask = (*grown)->words;
+          for (uint32_t k = 0; k < nt; k++) mask[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
+          mask[tok >> 5] |= 1u << (tok & 31);
+        } else {
           if (nt == P->cap_tmp) P->cap_tmp = P->cap_tmp ? 2 * P->cap_tmp : 1024, P->tmp = aici_realloc(P->tmp, P->cap_tmp * 4);
           P->tmp[nt++] = tok;
         }
@@ -879,13 +887,11 @@ static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici
   return c;
 }
 
-/* Keeps the token list P->tmp[0..nt) in part c: a set when that is smaller than the list. */
-static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, uint32_t vocab) {
-  uint32_t nw = (vocab + 31) / 32;
-  if (nt > nw) {
-    c->dense = aici_tokset_new();
-    for (uint32_t k = 0; k < nt; k++) c->dense->words[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
-    P->bytes += nw * 4;
+/* Keeps lex_walk's tokens in part c: its set, or its list P->tmp[0..nt). */
+static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, aici_tokset_t *grown) {
+  if (grown) {
+    c->dense = grown;
+    P->bytes += grown->n_words * 4;
   } else if (nt) {
     c->toks = aici_malloc(nt * 4);
     __builtin_memcpy(c->toks, P->tmp, nt * 4);
@@ -916,10 +922,11 @@ static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex)
     ST(slices);
     walked = &sl->rest;
   }
-  lex_walk(m, walked, 1, walked->n_nodes, lex, 0, trie->vocab, &nt, &ne);
+  aici_tokset_t *grown;
+  lex_walk(m, walked, 1, walked->n_nodes, lex, &grown, trie->vocab, &nt, &ne);
   c = part_new(m, lex, 0, trie, walked, ne);
   c->slice = sl;
-  part_keep_toks(P, c, nt, trie->vocab);
+  part_keep_toks(P, c, nt, grown);
   P->n_roots++;
   return c;
 }
@@ -931,9 +938,10 @@ static part_t *sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint
   part_t *c = part_find(P, lex, ch, t);
   if (c || P->bytes >= PART_BYTES_MAX) return c;
   uint32_t nt, ne, size = t->nodes[ch].w1 >> 10;
-  lex_walk(m, t, ch + 1, ch + size, lex, 0, vocab, &nt, &ne);
+  aici_tokset_t *grown;
+  lex_walk(m, t, ch + 1, ch + size, lex, &grown, vocab, &nt, &ne);
   c = part_new(m, lex, ch, t, t, ne);
-  part_keep_toks(P, c, nt, vocab);
+  part_keep_toks(P, c, nt, grown);
   return c;
 }
 
