@@ -18,15 +18,25 @@ Figures (the last line is one JSON object):
   inside_ratio_p50    inside_us_p50 / llg_mask_us_p50
   ttfm_ms_p50         ours: new request -> first mask (grammar compile + first mask), wall
   llg_ttfm_ms_p50     llguidance: grammar_from_lark + LLMatcher + first fill, wall
+With --baseline REF (a git ref: the grammar controller built from that commit's
+controllers/grammar and controllers/json, today's SDK), run the same way right after ours on
+every grammar, its masks checked equal to ours:
+  baseline_inside_us_p50   its inside p50
+  inside_vs_baseline_p50   inside_us_p50 / baseline_inside_us_p50 (timings at this machine's load
+                           move both alike; this ratio is the one to compare across runs)
 
-Usage: python bench/grammar_masks.py [--vocab qwen2|bytes] [--grammars a,b]
+Usage: python bench/grammar_masks.py [--vocab qwen2|bytes] [--grammars a,b] [--baseline REF]
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
+import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -45,16 +55,40 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, max(0, int(math.ceil(q / 100 * len(xs))) - 1))]
 
 
+def baseline_wasm(ref: str, tmp: Path) -> bytes:
+    """The grammar controller as of git ref `ref` (its grammar and json sources; today's SDK)."""
+    from aicirt.toolchain import build
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "controllers/grammar", "controllers/json"],
+                         check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        t.extractall(tmp, filter="data")
+    out = tmp / "grammar-baseline.wasm"
+    build(tmp / "controllers" / "grammar", out, progress=False)
+    return out.read_bytes()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", default="qwen2", choices=["qwen2", "bytes"])
     ap.add_argument("--grammars", default="")
+    ap.add_argument("--baseline", default="", help="git ref of a grammar controller to time beside ours")
     a = ap.parse_args()
     v = qwen_vocab() if a.vocab == "qwen2" else byte_vocab()
     names = sorted(p.stem for p in (ROOT / "tests" / "grammars").glob("*.lark"))
     if a.grammars:
         names = [n for n in names if n in a.grammars.split(",")]
     ours, objs, llg = Ours(v, rows=True), Ours(v), Llg(v)
+    base = None
+    if a.baseline:
+        import harness
+        with tempfile.TemporaryDirectory() as tmp:
+            wasm = baseline_wasm(a.baseline, Path(tmp))
+        mine = harness.grammar_wasm
+        harness.grammar_wasm = lambda: wasm
+        try:
+            base = Ours(v, rows=True)
+        finally:
+            harness.grammar_wasm = mine
     ttfm, llg_ttfm = [], []
     compiled = agree = compared = 0
     try:
@@ -68,10 +102,12 @@ def main() -> None:
                 ours.close_handle(h)
                 continue
             oh, _, _ = objs.open(grammar)
+            bh = base.open(grammar)[0] if base else None
             compiled += 1
             ttfm.append(first_us / 1e3)
             llg_ttfm.append(lms)
             n0, a0, i0, l0 = compared, agree, len(ours.inside_us), len(llg.fill_us)
+            j0 = len(base.inside_us) if base else 0
             for text in cases["valid"] + cases["invalid"]:
                 toks = v.tokenize(text.encode("utf-8"))
                 x, y, z = ours.masks(h, toks), llg.masks(lm, toks), objs.masks(oh, toks)
@@ -80,14 +116,24 @@ def main() -> None:
                     agree += bool(np.array_equal(as_mask(x[k], v), as_mask(y[k], v)))
                 if len(z) != len(x) or not all(np.array_equal(as_mask(a, v), as_mask(b, v)) for a, b in zip(x, z)):
                     raise SystemExit(f"{name}: the object API and the rows API gave different masks for {text!r}")
+                if base:
+                    w = base.masks(bh, toks)
+                    if len(w) != len(x) or not all(np.array_equal(as_mask(a, v), as_mask(b, v)) for a, b in zip(x, w)):
+                        raise SystemExit(f"{name}: the baseline gave different masks for {text!r}")
             ours.close_handle(h)
             objs.close_handle(oh)
+            if base:
+                base.close_handle(bh)
             print(f"{name}: {compared - n0} masks, {agree - a0} equal; inside p50 {pct(ours.inside_us[i0:], 50):.0f} us "
-                  f"(llguidance fill {pct(llg.fill_us[l0:], 50):.0f} us); first mask {first_us / 1e3:.2f} ms "
+                  f"(llguidance fill {pct(llg.fill_us[l0:], 50):.0f} us"
+                  + (f", baseline {pct(base.inside_us[j0:], 50):.0f} us" if base else "")
+                  + f"); first mask {first_us / 1e3:.2f} ms "
                   f"(llguidance {lms:.2f} ms)", flush=True)
     finally:
         ours.close()
         objs.close()
+        if base:
+            base.close()
     r = {
         "bench": "grammar_masks", "vocab": v.name, "grammars": compiled, "masks": compared,
         "agree_pct": round(100.0 * agree / compared, 3) if compared else float("nan"),
@@ -100,6 +146,10 @@ def main() -> None:
     r["ratio_p50"] = round(r["mask_us_p50"] / r["llg_mask_us_p50"], 2) if r["llg_mask_us_p50"] else float("nan")
     r["ratio_p99"] = round(r["mask_us_p99"] / r["llg_mask_us_p99"], 2) if r["llg_mask_us_p99"] else float("nan")
     r["inside_ratio_p50"] = round(r["inside_us_p50"] / r["llg_mask_us_p50"], 2) if r["llg_mask_us_p50"] else float("nan")
+    if base:
+        r["baseline"] = a.baseline
+        r["baseline_inside_us_p50"] = round(pct(base.inside_us, 50), 1)
+        r["inside_vs_baseline_p50"] = round(r["inside_us_p50"] / r["baseline_inside_us_p50"], 2)
     print(json.dumps(r))
 
 

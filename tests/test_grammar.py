@@ -101,7 +101,9 @@ ERRORS = [
     ('start: %json {"type": "object"\n', "line 1: unterminated %json"),
     ('start: A\nA: "x" %json {"type": "integer"}\n', "line 2: %json cannot be used inside terminals"),
     ('start: %json {"type": "string", "format": "no-such-format"}\n', "line 1: %json: unsupported"),
-    ('start: x\nx[max_tokens=3]: /a+/\n', "line 2: unsupported: rule option max_tokens"),
+    ('start: x\nx[temperature=0.5]: /a+/\n', "line 2: unsupported: rule option temperature"),
+    ('start: x\nx[max_tokens=3]: "a" y\ny: "b"\n', "line 2: lexeme options need a terminal body in rule x"),
+    ('start: x\nx[max_tokens]: /a+/\n', "line 2: max_tokens needs a number"),
     ('start: x\nx[stop=""]: /a+/\n', "line 2: unsupported: stop=\"\""),
     ('start: A\nA: A "a"\n', "terminal A is recursive"),
     ('start: A\nA: b\nb: "x"\n', "a terminal cannot use rule b"),
@@ -298,5 +300,59 @@ def test_special_tokens_by_id_agree_with_llguidance(qwen_pair):
             assert len(a) == len(b), toks
             for k, (x, y) in enumerate(zip(a, b)):
                 assert np.array_equal(as_mask(x, v), as_mask(y, v)), (toks, k)
+    finally:
+        ours.close_handle(h)
+
+
+#: max_tokens lexemes and the token sequences fed (pieces tokenized one by one, so that lexemes
+#: start and end inside tokens, at their edges, and span several).
+MAX_TOKENS_CASES = [
+    ('start: "<" word ">"\nword[max_tokens=2]: /[a-z]+/\n',
+     [["<hello>"], ["<", "h", "e", ">"], ["<internationalization>"], ["<a", "b", "c>"], ["<", "ab", "cd", "ef>"]]),
+    ('start: item ("," item)*\nitem[max_tokens=3]: /[a-z]+/\n%ignore " "\n',
+     [["abc,def"], ["a", "b", "c", "d"], ["ab", ",", "cd", "ef", "gh", "ij"], ["abcdefghijklmnop,qrstuvwxyz"],
+      [" ", "a", "b", " ,c"]]),
+    ('start: "<" w ">"\nw[max_tokens=3, lazy]: /[a-z]+x/\n', [["<abcdefx>"], ["<", "a", "x>"], ["<ab", "cx", ">"]]),
+    ('start: a | b\na[max_tokens=2]: /[a-z]+1/\nb: /[a-z]+2/\n', [["abcdef2"], ["a", "b", "c", "2"], ["a", "b", "1"], ["ab1"]]),
+    ('start: "<" word ">"\nword[max_tokens=0]: /[a-z]+/\n', [["<>"], ["<a>"]]),
+    ('start: "x=" v ";"\nv[max_tokens=2]: /[0-9a-z]+/\n', [["x=ab;"], ["x=a", "b", "c;"], ["x", "=", "1", "2", "3", ";"], ["x=", "123", "45;"]]),
+    ('start: word+\nword[max_tokens=1]: /[a-z]+/ " "?\n', [["hello world "], ["h", "e", "l"], ["ab", "cd"]]),
+    ('start: (NUM | name)+\nname[max_tokens=2]: /[a-z]+/\nNUM: /[0-9]+/\n%ignore /[ \\n]+/\n',
+     [["hello 42 world"], ["abc", "def", " 1", "2 x"], ["\n", "a", "b", "c", "d"]]),
+]
+
+
+def test_max_tokens_agrees_with_llguidance(qwen_pair):
+    """[max_tokens=N]: a lexeme spans at most N tokens, counted as llguidance counts them (from
+    the token holding its row's start byte), cut short as llguidance does (the lexeme ends where
+    the budget is spent, matched or not); masks equal to llguidance's at every prefix."""
+    ours, llg, v = qwen_pair
+    for grammar, strings in MAX_TOKENS_CASES:
+        h, err, _ = ours.open(grammar)
+        lm, lerr, _ = llg.compile(grammar)
+        assert err is None and lerr is None, (grammar, err, lerr)
+        try:
+            for pieces in strings:
+                toks = [t for p in pieces for t in v.tokenize(p.encode())]
+                a, b = ours.masks(h, toks), llg.masks(lm, toks)
+                assert len(a) == len(b), (grammar, pieces, len(a), len(b))
+                for k, (x, y) in enumerate(zip(a, b)):
+                    assert np.array_equal(as_mask(x, v), as_mask(y, v)), (grammar, pieces, k)
+        finally:
+            ours.close_handle(h)
+
+
+def test_max_tokens_cuts_the_lexeme(qwen_pair):
+    """After two tokens inside `word`, only its end can follow: the limit is enforced, not only
+    agreed on."""
+    ours, _, v = qwen_pair
+    h, err, _ = ours.open('start: "say " word "."\nword[max_tokens=2]: /[a-z]+/\n')
+    assert err is None, err
+    try:
+        head = v.tokenize(b"say ")
+        masks = ours.masks(h, head + v.tokenize(b"ab") + v.tokenize(b"cd"))
+        assert allowed(masks[len(head) + 1], v.tokenize(b"cd")[0])   # the lexeme's second token
+        last = masks[len(head) + 2]                                   # after it: "." only
+        assert allowed(last, v.tokenize(b".")[0]) and not allowed(last, v.tokenize(b"e")[0])
     finally:
         ours.close_handle(h)

@@ -34,6 +34,7 @@ typedef struct {
   bool lazy;                           /* ends at its first match */
   bool stop;                           /* [stop="S"]: what follows it starts a new token (llguidance) */
   bool unique;                         /* not merged with same-text terminals */
+  uint32_t max_tokens;                 /* [max_tokens=N] (N >= 1; 0: no limit): spans at most N tokens */
   int32_t token;                       /* >= 0: a special-token terminal (matched by id, no bytes) */
   uint32_t *tok_ranges, n_tok_ranges;  /* its token ids: [lo, hi] pairs (inclusive) */
   char *special_name;                  /* <|name|>: resolved to an id by gr_finish (host tokenizer) */
@@ -52,6 +53,7 @@ struct gr_grammar {
   uint32_t n_nts, cap_nts;
   uint32_t start;                      /* nonterminal index */
   int32_t skip;                        /* the %ignore terminal, -1: none */
+  bool has_max_tokens;                 /* some terminal has max_tokens */
   /* derived by gr_finish */
   uint32_t *nt_first, *nt_count;       /* productions of nonterminal k: prods[nt_first[k] ..] */
   bool *nullable;
@@ -106,7 +108,8 @@ void gr_regex_cp_range(gr_buf_t *out, uint32_t lo, uint32_t hi);
  * starts with it from the snapshot. Optional (masks are the same without it); idempotent. */
 void gr_prepare_tokenizer(const aici_trie_t *trie);
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g);
-/* Feed bytes; false (state unchanged) when they leave the grammar. */
+/* Feed one token's bytes; false (state unchanged) when they leave the grammar. Each call counts
+ * as one token for `stop` lexemes (what follows starts a new token) and `max_tokens` ones. */
 bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n);
 /* Feed a special token (no bytes); false when not allowed here (always, for now: grammars
  * with special tokens are refused at compile time). */
@@ -118,7 +121,7 @@ bool gr_can_continue(gr_matcher_t *m);/* some byte or special token may follow *
 void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_tokset_t *out);
 /* Save / restore the matcher's position: a mark taken on the current text, or on a prefix of it
  * (restoring to it is backtracking); marks of text no longer a prefix are invalid. */
-typedef struct { uint32_t n_sets, lex, at_start; } gr_mark_t;
+typedef struct { uint32_t n_sets, lex, at_start, n_tok, n_byte, row_byte, row_tok; } gr_mark_t;
 gr_mark_t gr_save(const gr_matcher_t *m);
 void gr_restore(gr_matcher_t *m, gr_mark_t mark);
 

@@ -21,6 +21,7 @@ typedef struct {
   ex_t *body;
   bool term, lazy, common;
   ex_t *stop;                          /* [stop="S"]: the lexeme ends at its first S (S included) */
+  uint32_t max_tokens;                 /* [max_tokens=N]: N + 1 (0: none; 1: max_tokens=0) */
   uint32_t sym;                        /* resolved symbol (when `resolved`) */
   bool resolved;
 } def_t;
@@ -394,13 +395,24 @@ static void parse_options(lp_t *p, def_t *d) {   /* after '[' */
     uint32_t s = p->i, n = read_name(p);
     if (!n) { fail(p, "bad rule option"); return; }
     const char *o = p->s + s;
-    bool stop = false;
+    bool stop = false, maxt = false;
     if (n == 4 && !__builtin_memcmp(o, "lazy", 4)) d->lazy = true;
     else if (n == 7 && !__builtin_memcmp(o, "capture", 7)) {}
     else if (n == 4 && !__builtin_memcmp(o, "stop", 4)) stop = true;
+    else if (n == 10 && !__builtin_memcmp(o, "max_tokens", 10)) maxt = true;
     else { p->err = gr_fmt("line %u: unsupported: rule option %.*s", p->line, (int)n, o); return; }
     skip_ws(p, true);
-    if (stop) {                                /* stop="S": lazy up to S */
+    if (maxt) {                                /* max_tokens=N: the lexeme spans at most N tokens */
+      if (p->i >= p->n || p->s[p->i] != '=') { fail(p, "max_tokens needs a number: max_tokens=N"); return; }
+      p->i++;
+      skip_ws(p, true);
+      uint64_t v = 0;
+      uint32_t d0 = p->i;
+      while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9' && v <= 0xFFFFFFF) v = v * 10 + (uint32_t)(p->s[p->i++] - '0');
+      if (p->i == d0) { fail(p, "max_tokens needs a number: max_tokens=N"); return; }
+      if (v > 0xFFFFFFF) { p->err = gr_fmt("line %u: max_tokens is over 268435455", p->line); return; }
+      d->max_tokens = (uint32_t)v + 1;
+    } else if (stop) {                                /* stop="S": lazy up to S */
       if (p->i >= p->n || p->s[p->i] != '=') { fail(p, "stop needs a string: stop=\"...\""); return; }
       p->i++;
       skip_ws(p, true);
@@ -689,7 +701,13 @@ static uint32_t special_term(lp_t *p, ex_t *e) {
 
 static uint32_t def_symbol(lp_t *p, def_t *d) {
   if (d->resolved) return d->sym;
-  if (d->term || d->lazy) {
+  if (d->max_tokens == 1) {            /* max_tokens=0: no token, so only "" (llguidance) */
+    uint32_t nt = gr_add_nt(p->g, d->name, d->nlen);
+    gr_add_prod(p->g, nt, 0, 0);
+    d->sym = nt | GR_NT, d->resolved = true;
+    return d->sym;
+  }
+  if (d->term || d->lazy || d->max_tokens) {
     gr_buf_t o = {0};
     if (d->term) def_regex(p, d, &o, 0);
     else {                             /* foo[lazy]: <terminal expression> */
@@ -704,8 +722,9 @@ static uint32_t def_symbol(lp_t *p, def_t *d) {
       gb_puts(&o, ")");
     }
     if (p->err) return 0;
-    uint32_t t = gr_add_term(p->g, d->name, d->nlen, o.p, o.n, d->lazy);
+    uint32_t t = gr_add_term(p->g, d->name, d->nlen, o.p, o.n, d->lazy || d->max_tokens);
     if (d->lazy) p->g->terms[t].lazy = true;
+    if (d->max_tokens) p->g->terms[t].max_tokens = d->max_tokens - 1, p->g->has_max_tokens = true;
     if (d->stop) p->g->terms[t].stop = true;
     aici_free(o.p);
     d->sym = t, d->resolved = true;

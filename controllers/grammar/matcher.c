@@ -26,7 +26,7 @@ static struct { uint32_t lexmiss, lexnew, lp, lp_nodes, edges, groups, groups_li
 
 typedef struct { uint32_t prod, dot, origin; } item_t;
 typedef struct { uint32_t start; uint32_t lstart; int32_t prov_lex; uint32_t prov_parent; bool accepting; } eset_t;
-typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced, stop; } lstate_t;
+typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced, stop; int8_t eager; } lstate_t;
 
 struct gr_matcher {
   gr_grammar_t *g;
@@ -46,11 +46,14 @@ struct gr_matcher {
   uint8_t bcls[256];                   /* byte classes of all terminals together: bytes of one class */
   uint8_t cls_bytes[256];              /* lead every lexer state to the same state; members of */
   uint16_t cls_off[257];               /* class c: cls_bytes[cls_off[c] .. cls_off[c + 1]) */
+  uint32_t n_cls;
   uint32_t *tmp_pairs, cap_tmp;
   struct parts *parts;                 /* the cached lexer-only parts of masks */
   uint32_t *spec_keys, *spec_lex, n_spec, cap_spec;   /* special-token scans: fake lexer states */
   bool tok_start;                      /* the byte being stepped is a token's first (stop lexemes) */
   /* position */
+  uint32_t n_tok, n_byte;              /* tokens and bytes fed (max_tokens lexemes) */
+  uint32_t row_byte, row_tok;          /* llguidance's start byte of the current row, its token */
   uint32_t lex;
   bool at_start;
   bool overflow;
@@ -87,7 +90,7 @@ static uint32_t lex_intern(gr_matcher_t *m, const uint32_t *p, uint32_t n) {
   uint32_t id = m->n_ls++;
   ST(lexnew);
   lstate_t *s = &m->ls[id];
-  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = s->stop = false;
+  s->off = m->n_pairs, s->n = n, s->row = 0, s->forced = s->stop = false, s->eager = -1;
   __builtin_memcpy(m->pairs + m->n_pairs, p, 8 * n);
   m->n_pairs += 2 * n;
   s->acc_off = m->n_pairs, s->n_acc = 0;
@@ -117,13 +120,20 @@ static void lht_grow(gr_matcher_t *m) {
   }
 }
 
-static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
+/* State id's transition row (allocated on first use; -1: not computed yet). Rows do not move
+ * when m->ls grows. */
+static const int32_t *lex_row(gr_matcher_t *m, uint32_t id) {
   lstate_t *s = &m->ls[id];
   if (!s->row) {
     s->row = aici_malloc(256 * 4);
-    for (int k = 0; k < 256; k++) s->row[k] = -1;
-    if (s->forced) for (int k = 0; k < 256; k++) s->row[k] = 0;
+    for (int k = 0; k < 256; k++) s->row[k] = s->forced ? 0 : -1;
   }
+  return s->row;
+}
+
+static uint32_t lex_next(gr_matcher_t *m, uint32_t id, uint8_t b) {
+  lex_row(m, id);
+  lstate_t *s = &m->ls[id];
   int32_t r = s->row[b];
   if (r >= 0) return (uint32_t)r;
   ST(lexmiss);
@@ -372,7 +382,8 @@ static bool term_has(const gr_term_t *t, aici_token_t tok) {
   return false;
 }
 
-/* The fake state for key (a terminal id + 1, or 0x80000000 | token: every terminal holding it). */
+/* The fake state for key (a special-token terminal's id + 1; 0x80000000 | token: every terminal
+ * holding it; 0x40000000 | terminal: that terminal, a max_tokens lexeme cut short). */
 static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
   for (uint32_t k = 0; k < m->n_spec; k++)
     if (m->spec_keys[k] == key) return m->spec_lex[k];
@@ -388,12 +399,13 @@ static uint32_t spec_state(gr_matcher_t *m, uint32_t key) {
   }
   uint32_t id = m->n_ls++;
   lstate_t *s = &m->ls[id];
-  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = s->stop = false;
+  s->off = s->acc_off = m->n_pairs, s->n = 0, s->n_acc = 0, s->forced = s->stop = false, s->eager = -1;
   s->row = aici_calloc(256, 4);       /* no byte continues it */
   for (uint32_t t = 0; t < m->g->n_terms; t++) {
     const gr_term_t *x = &m->g->terms[t];
-    if (x->token < 0) continue;
-    bool in = key & 0x80000000u ? term_has(x, key & 0x7FFFFFFFu) : t + 1 == key;
+    bool in = key & 0x80000000u   ? x->token >= 0 && term_has(x, key & 0x7FFFFFFFu)
+              : key & 0x40000000u ? t == (key & 0x3FFFFFFFu)
+                                  : x->token >= 0 && t + 1 == key;
     if (in) { m->pairs[m->n_pairs++] = t; s->n_acc++; }
   }
   m->spec_keys[m->n_spec] = key;
@@ -444,6 +456,7 @@ static void byte_classes(gr_matcher_t *m) {
       if (m->bcls[b] == c) m->cls_bytes[at++] = (uint8_t)b;
   }
   m->cls_off[n] = (uint16_t)at;
+  m->n_cls = n;
 }
 
 gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
@@ -482,14 +495,70 @@ gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
 
 static pos_t cur(const gr_matcher_t *m) { return (pos_t){m->n_sets, m->lex, m->at_start}; }
 
+/* ---- max_tokens lexemes ------------------------------------------------------------------
+ * As llguidance's parser (earley/parser.rs, apply_token): each lexeme's row has a start byte and
+ * the token holding it (row_tok). A lexeme that no byte can extend, or a lazy one once it
+ * matches, ends at its last byte, and the next row starts at the byte after it (at byte 0 when
+ * it ended at the text's first byte); other lexemes end at the byte that cannot extend them,
+ * which starts the next row. After a token in whose last byte no row began, the terminals of the
+ * lexer state whose max_tokens is at most the tokens from row_tok to this one are dropped from
+ * it; if none is left, the lexeme ends there as the first of them, matched or not (llguidance's
+ * force_lexeme_end), and the next row starts one byte past the token's end. */
+static bool lex_eager(gr_matcher_t *m, uint32_t id) {   /* ends at its last byte */
+  lstate_t *s = &m->ls[id];
+  if (s->eager < 0) {
+    bool ext = false;
+    for (uint32_t c = 0; c < m->n_cls && !ext; c++) ext = lex_next(m, id, m->cls_bytes[m->cls_off[c]]) != 0;
+    s = &m->ls[id];
+    s->eager = s->n_acc && (s->forced || !ext);
+  }
+  return s->eager;
+}
+
+/* false: the lexeme was not cut; else *p is after it (at the start of the next one). */
+static bool limit_tokens(gr_matcher_t *m, pos_t *p, uint32_t span) {
+  lstate_t *s = &m->ls[p->lex];
+  uint32_t n = s->n, off = s->off, keep = 0;
+  if (m->cap_tmp < 2 * n) { m->cap_tmp = 2 * n; m->tmp_pairs = aici_realloc(m->tmp_pairs, m->cap_tmp * 4); }
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t t = m->pairs[off + 2 * k], mt = m->g->terms[t].max_tokens;
+    if (mt && mt <= span) continue;
+    m->tmp_pairs[2 * keep] = t, m->tmp_pairs[2 * keep + 1] = m->pairs[off + 2 * k + 1];
+    keep++;
+  }
+  if (keep == n) return false;
+  if (keep) { p->lex = lex_intern(m, m->tmp_pairs, keep); return false; }
+  uint32_t fake = spec_state(m, 0x40000000u | m->pairs[off]);   /* pairs are sorted by terminal */
+  goto_pos(m, *p);
+  if (!scan(m, fake) || m->overflow) { m->overflow = false; goto_pos(m, *p); return false; }
+  p->n_sets = m->n_sets, p->lex = m->sets[m->n_sets - 1].lstart, p->at_start = true;
+  return true;
+}
+
 bool gr_advance(gr_matcher_t *m, const uint8_t *bytes, uint32_t n) {
   pos_t p = cur(m), save = p;
+  uint32_t tok = m->n_tok, b0 = m->n_byte, row_byte = m->row_byte, row_tok = m->row_tok;
+  bool counted = m->g->has_max_tokens, last_row = false;
   for (uint32_t i = 0; i < n; i++) {
+    uint32_t prev = p.lex;
     m->tok_start = i == 0;
     if (!step(m, &p, bytes[i]) || m->overflow) { goto_pos(m, save); m->overflow = false; m->tok_start = false; return false; }
+    if (!counted) continue;
+    last_row = false;
+    if (!lex_next(m, prev, bytes[i])) {  /* this byte began a new lexeme */
+      uint32_t x = b0 + i;
+      if (lex_eager(m, prev)) row_byte = x == 1 ? 0 : x;   /* its row began at the byte before */
+      else row_byte = x, last_row = true;
+    }
   }
   m->tok_start = false;
+  if (counted && n) {
+    if (row_byte >= b0) row_tok = tok;
+    if (!last_row && !lex_eager(m, p.lex) && limit_tokens(m, &p, tok + 1 - row_tok))
+      row_byte = b0 + n + 1, row_tok = tok;
+  }
   m->n_sets = p.n_sets, m->lex = p.lex, m->at_start = p.at_start;
+  m->n_tok = tok + 1, m->n_byte = b0 + n, m->row_byte = row_byte, m->row_tok = row_tok;
   return true;
 }
 
@@ -497,6 +566,7 @@ bool gr_advance_token(gr_matcher_t *m, aici_token_t t) {
   pos_t p = cur(m), save = p;
   if (t >= 0x80000000u || !special_step(m, &p, spec_state(m, 0x80000000u | t))) { goto_pos(m, save); return false; }
   m->n_sets = p.n_sets, m->lex = p.lex, m->at_start = p.at_start;
+  m->row_byte = m->n_byte, m->row_tok = m->n_tok++;   /* the next lexeme's row */
   return true;
 }
 
@@ -507,9 +577,12 @@ bool gr_accepting(gr_matcher_t *m) {
   return a;
 }
 
-gr_mark_t gr_save(const gr_matcher_t *m) { return (gr_mark_t){m->n_sets, m->lex, m->at_start}; }
+gr_mark_t gr_save(const gr_matcher_t *m) {
+  return (gr_mark_t){m->n_sets, m->lex, m->at_start, m->n_tok, m->n_byte, m->row_byte, m->row_tok};
+}
 void gr_restore(gr_matcher_t *m, gr_mark_t k) {
   m->n_sets = k.n_sets, m->lex = k.lex, m->at_start = k.at_start != 0;   /* sets below stay intact */
+  m->n_tok = k.n_tok, m->n_byte = k.n_byte, m->row_byte = k.row_byte, m->row_tok = k.row_tok;
 }
 
 /* ---- masks ------------------------------------------------------------------------------
@@ -535,7 +608,8 @@ typedef struct part {
   uint32_t lex, node;                  /* key: lexer state, subtree root (0: the whole trie) */
   const aici_trie_t *base;             /* key: the trie `node` indexes */
   const aici_trie_t *walked;           /* the trie the edges index (root part: maybe a slice's rest) */
-  aici_tokset_t *dense;                /* tokens inside the lexeme: a set (root parts, big ones) */
+  const aici_slice_t *slice;           /* root parts: the slice whose tokens are inside wholesale */
+  aici_tokset_t *dense;                /* (other) tokens inside the lexeme: a set (big ones) */
   uint32_t *toks, n_toks;              /* ... or a list */
   edge_t *edges;
   uint32_t n_edges;
@@ -591,15 +665,17 @@ static void part_insert(parts_t *P, part_t *c) {
  * slice, or too many states to check). Then the tokens whose bytes lie in C are inside the
  * lexeme wholesale (the SDK's slice), and only the other tokens (its rest trie) are walked. */
 static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
-  uint32_t list[COVER_STATES], n = 1;
+  /* over byte classes: the bytes of a class lead every lexer state to the same state */
+  uint32_t list[COVER_STATES], n = 1, nc = m->n_cls;
+  uint8_t in[256];
   list[0] = lex;
-  for (int w = 0; w < 8; w++) cover[w] = ~0u;
+  __builtin_memset(in, 1, nc);
   for (uint32_t i = 0; i < n; i++) {
     uint32_t st = list[i];
-    for (int b = 0; b < 256; b++) {
-      if (!((cover[b >> 5] >> (b & 31)) & 1)) continue;
-      uint32_t ns = lex_next(m, st, (uint8_t)b);
-      if (!ns) { cover[b >> 5] &= ~(1u << (b & 31)); continue; }
+    for (uint32_t c = 0; c < nc; c++) {
+      if (!in[c]) continue;
+      uint32_t ns = lex_next(m, st, m->cls_bytes[m->cls_off[c]]);
+      if (!ns) { in[c] = 0; continue; }
       bool seen = false;
       for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
       if (!seen) {
@@ -609,7 +685,11 @@ static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
     }
   }
   uint32_t count = 0;
-  for (int w = 0; w < 8; w++) count += (uint32_t)__builtin_popcount(cover[w]);
+  for (int w = 0; w < 8; w++) cover[w] = 0;
+  for (uint32_t c = 0; c < nc; c++)
+    if (in[c])
+      for (uint32_t k = m->cls_off[c], e = m->cls_off[c + 1]; k < e; k++, count++)
+        cover[m->cls_bytes[k] >> 5] |= 1u << (m->cls_bytes[k] & 31);
   return count >= 8;
 }
 
@@ -640,12 +720,15 @@ void gr_prepare_tokenizer(const aici_trie_t *trie) {
 
 /* Whether every string over byte set `bytes` keeps `lex` alive (false also past COVER_STATES). */
 static bool lex_covers(gr_matcher_t *m, uint32_t lex, const uint32_t *bytes) {
-  uint32_t list[COVER_STATES], n = 1;
+  uint32_t list[COVER_STATES], n = 1, nc = 0;
+  uint8_t reps[256];                   /* one byte per class that meets `bytes` */
+  for (uint32_t c = 0; c < m->n_cls; c++)
+    for (uint32_t k = m->cls_off[c], e = m->cls_off[c + 1]; k < e; k++)
+      if ((bytes[m->cls_bytes[k] >> 5] >> (m->cls_bytes[k] & 31)) & 1) { reps[nc++] = m->cls_bytes[k]; break; }
   list[0] = lex;
   for (uint32_t i = 0; i < n; i++)
-    for (int b = 0; b < 256; b++) {
-      if (!((bytes[b >> 5] >> (b & 31)) & 1)) continue;
-      uint32_t ns = lex_next(m, list[i], (uint8_t)b);
+    for (uint32_t c = 0; c < nc; c++) {
+      uint32_t ns = lex_next(m, list[i], reps[c]);
       if (!ns) return false;
       bool seen = false;
       for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
@@ -728,39 +811,62 @@ static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable en
 }
 
 /* The lexer-only walk of nodes [p, end) of `t` from lexer state `lex`: tokens inside the lexeme
- * into `mask` (when non-NULL) or the list P->tmp (count *n_toks), edges into P->etmp (*n_edges). */
-static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex, uint32_t *mask,
-                     uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
+ * into the list P->tmp (count *n_toks), or, once they outnumber a set's words, into the new set
+ * *grown (else NULL); edges into P->etmp (*n_edges). */
+static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex,
+                     aici_tokset_t **grown, uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
   bool top = p == 1;                   /* a root part: its root's children start tokens (EDGE_TOP) */
   parts_t *P = m->parts;
+  uint32_t *mask = 0, nw = (vocab + 31) / 32;
+  *grown = 0;
   const aici_trie_node_t *nodes = t->nodes;
   if (P->cap_lstack < t->max_depth + 2) {
     P->cap_lstack = t->max_depth + 2;
     P->lstack = aici_realloc(P->lstack, P->cap_lstack * 4);
   }
-  uint32_t *stack = P->lstack, sp = 1, nt = 0, ne = 0;
+  /* the top's state, its row and whether it accepts stay in locals: they change on a push or a
+   * pop only, not between siblings */
+  uint32_t *stack = P->lstack, sp = 1, nt = 0, ne = 0, from = lex;
+  const int32_t *row = lex_row(m, from);
+  bool acc = m->ls[from].n_acc != 0;
   stack[0] = lex;
   while (p < end) {
-    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, from = stack[sp - 1];
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
     ST(lp_nodes);
-    const int32_t *row = m->ls[from].row;
-    int32_t r = row ? row[w0 & 255] : -1;
+    int32_t r = row[w0 & 255];
     uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, from, (uint8_t)(w0 & 255));
     if (ns) {
       if (tok < vocab) {
         if (mask) mask[tok >> 5] |= 1u << (tok & 31);
-        else {
+        else if (nt == nw) {           /* a set is smaller than the list from here on */
+          *grown = aici_tokset_new();
+          mask = (*grown)->words;
+          for (uint32_t k = 0; k < nt; k++) mask[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
+          mask[tok >> 5] |= 1u << (tok & 31);
+        } else {
           if (nt == P->cap_tmp) P->cap_tmp = P->cap_tmp ? 2 * P->cap_tmp : 1024, P->tmp = aici_realloc(P->tmp, P->cap_tmp * 4);
           P->tmp[nt++] = tok;
         }
       }
-      if ((w1 >> 10) > 1) { stack[sp++] = ns; p++; continue; }
-    } else if (m->ls[from].n_acc) {
+      if ((w1 >> 10) > 1) {
+        stack[sp++] = from = ns;
+        row = lex_row(m, from);
+        acc = m->ls[from].n_acc != 0;
+        p++;
+        continue;
+      }
+    } else if (acc) {
       if (ne == P->cap_etmp) P->cap_etmp = P->cap_etmp ? 2 * P->cap_etmp : 256, P->etmp = aici_realloc(P->etmp, P->cap_etmp * sizeof(edge_t));
       P->etmp[ne++] = (edge_t){(uint32_t)(sp == 1 && top) << 31 | from << 8 | (w0 & 255), p};
     }
     p += w1 >> 10;
-    sp -= w1 & 1023;
+    if (w1 & 1023) {
+      sp -= w1 & 1023;
+      if (p >= end) break;             /* the subtree's last node pops past its root */
+      from = stack[sp - 1];
+      row = m->ls[from].row;
+      acc = m->ls[from].n_acc != 0;
+    }
   }
   *n_toks = nt, *n_edges = ne;
 }
@@ -781,28 +887,46 @@ static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici
   return c;
 }
 
-/* The root part of lexer state `lex` (NULL: too many cached). */
+/* Keeps lex_walk's tokens in part c: its set, or its list P->tmp[0..nt). */
+static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, aici_tokset_t *grown) {
+  if (grown) {
+    c->dense = grown;
+    P->bytes += grown->n_words * 4;
+  } else if (nt) {
+    c->toks = aici_malloc(nt * 4);
+    __builtin_memcpy(c->toks, P->tmp, nt * 4);
+    c->n_toks = nt;
+    P->bytes += nt * 4;
+  }
+}
+
+/* A part's own tokens (a root part's slice included) into mask (ORed). */
+static void part_toks(const part_t *c, uint32_t *mask) {
+  if (c->dense) for (uint32_t w = 0, n = c->dense->n_words; w < n; w++) mask[w] |= c->dense->words[w];
+  for (uint32_t k = 0; k < c->n_toks; k++) mask[c->toks[k] >> 5] |= 1u << (c->toks[k] & 31);
+}
+
+/* The root part of lexer state `lex` (NULL: too many cached). It refers to its slice (the SDK
+ * keeps it) and holds only the other tokens, mostly a short list: a first visit costs no
+ * vocabulary-sized copy or allocation. */
 static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   parts_t *P = m->parts;
   part_t *c = part_find(P, lex, 0, trie);
   if (c || P->n_roots >= PART_ROOTS_MAX || P->bytes >= PART_BYTES_MAX) return c;
   ST(lp);
-  aici_tokset_t *dense = aici_tokset_new();
-  uint32_t *mask = dense->words, cover[8], nt, ne;
+  uint32_t cover[8], nt, ne;
   const aici_trie_t *walked = trie;
   const aici_slice_t *sl = std_slice(m, trie, lex);
   if (!sl && lex_cover(m, lex, cover)) sl = cover_slice(trie, cover);
   if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
     ST(slices);
-    if (sl->dense) __builtin_memcpy(mask, sl->dense, dense->n_words * 4);
-    else for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
     walked = &sl->rest;
   }
-  lex_walk(m, walked, 1, walked->n_nodes, lex, mask, trie->vocab, &nt, &ne);
-  mask[dense->n_words] = 0;            /* the spare word */
+  aici_tokset_t *grown;
+  lex_walk(m, walked, 1, walked->n_nodes, lex, &grown, trie->vocab, &nt, &ne);
   c = part_new(m, lex, 0, trie, walked, ne);
-  c->dense = dense;
-  P->bytes += dense->n_words * 4;
+  c->slice = sl;
+  part_keep_toks(P, c, nt, grown);
   P->n_roots++;
   return c;
 }
@@ -813,28 +937,17 @@ static part_t *sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint
   parts_t *P = m->parts;
   part_t *c = part_find(P, lex, ch, t);
   if (c || P->bytes >= PART_BYTES_MAX) return c;
-  uint32_t nt, ne, size = t->nodes[ch].w1 >> 10, nw = (vocab + 31) / 32;
-  lex_walk(m, t, ch + 1, ch + size, lex, 0, vocab, &nt, &ne);
+  uint32_t nt, ne, size = t->nodes[ch].w1 >> 10;
+  aici_tokset_t *grown;
+  lex_walk(m, t, ch + 1, ch + size, lex, &grown, vocab, &nt, &ne);
   c = part_new(m, lex, ch, t, t, ne);
-  if (nt > nw) {                       /* a set is smaller than the list */
-    c->dense = aici_tokset_new();
-    for (uint32_t k = 0; k < nt; k++) c->dense->words[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
-    P->bytes += nw * 4;
-  } else if (nt) {
-    c->toks = aici_malloc(nt * 4);
-    __builtin_memcpy(c->toks, P->tmp, nt * 4);
-    c->n_toks = nt;
-    P->bytes += nt * 4;
-  }
+  part_keep_toks(P, c, nt, grown);
   return c;
 }
 
 /* Adds part c's tokens at position `here` (its lexeme's start set: here.n_sets), then its edges'. */
 static void part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *mask, uint32_t vocab, pos_t *stack) {
-  if (c->node) {                       /* root parts are copied by the caller */
-    if (c->dense) for (uint32_t w = 0, n = c->dense->n_words; w < n; w++) mask[w] |= c->dense->words[w];
-    for (uint32_t k = 0; k < c->n_toks; k++) mask[c->toks[k] >> 5] |= 1u << (c->toks[k] & 31);
-  }
+  if (c->node) part_toks(c, mask);     /* root parts: the caller's */
   const aici_trie_t *wt = c->walked;
   const aici_trie_node_t *nodes = wt->nodes;
   /* Edges are sorted by (lexer state, byte): per lexer state the lexeme is ended once, and each
@@ -902,7 +1015,13 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
     aici_tokset_clear(out);
     walk(m, trie, 1, trie->n_nodes, here, mask, out->vocab, stack);
   } else {
-    aici_tokset_copy(out, c->dense);
+    const aici_slice_t *sl = c->slice;
+    if (sl && sl->dense) __builtin_memcpy(mask, sl->dense, out->n_words * 4);
+    else {
+      aici_tokset_clear(out);
+      if (sl) for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
+    }
+    part_toks(c, mask);
     part_apply(m, c, here, mask, out->vocab, stack);
   }
   /* special tokens: each special-token terminal the position allows, its tokens without bytes */
