@@ -100,7 +100,7 @@ class RunResult:
     steps: int
     calls: int
     capabilities: Capabilities = Capabilities.ALL
-    communicating: bool = False      # several sequences set variables: order may depend on timing
+    communicating: bool = False      # a request's forks share variables: order may depend on timing
 
 
 @dataclass
@@ -206,7 +206,7 @@ class Fuzzer:
             failure.plan = recorded
         return RunResult(seed, recorded, failure, {t.label: t.trace for t in engine.tracks}, reasons,
                          engine.steps, sum(t.calls for t in engine.tracks), caps,
-                         any(len(w) > 1 for w in engine.var_writers.values()))
+                         engine.communicating)
 
     def _judge(self, seed: int | None, t: Track, engine: FuzzEngine, caps: Capabilities,
                prompt: list[int]) -> FuzzFailure | None:
@@ -277,8 +277,9 @@ class Fuzzer:
     def _replay_differs(self, res: RunResult) -> FuzzFailure | None:
         """Late calls can cost a replay steps (never change what a sequence does), so one run
         may get further than the other: each sequence's traces must agree as far as both go.
-        Runs in which several sequences set variables are not compared: which fork reads whose
-        value first depends on the workers' timing, and SPEC §3 allows that."""
+        Runs in which a sequence set a variable its request's other sequences could read are not
+        compared: which fork reads whose value first depends on the workers' timing (the caller
+        may run one row while a worker runs another), and SPEC §3 allows that."""
         again = self.run(seed=res.seed, max_steps=2 * res.steps + 20)
         if res.communicating or again.communicating:
             return None       # forks that talk through variables may legitimately race

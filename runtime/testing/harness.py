@@ -15,6 +15,7 @@ it finishes that sequence with reason "error" (the fuzzer counts it as a failure
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -109,6 +110,13 @@ class FuzzEngine:
         t = Track(label, seq, list(prompt), len(prompt), self.make_choices(label))
         self.tracks.append(t)
         return t
+
+    @property
+    def communicating(self) -> bool:
+        """Whether some sequence set a variable of a request that has other sequences (forks):
+        which of them reads a value first depends on the workers' timing (SPEC §3 allows that)."""
+        sizes = Counter(id(t.seq.request) for t in self.tracks if t.seq is not None)
+        return any(writers and sizes[req] > 1 for req, writers in self.var_writers.items())
 
     @property
     def live(self) -> list[Track]:
