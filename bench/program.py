@@ -338,16 +338,29 @@ def masks(n_json: int) -> dict:
 
 # ---- 3. tool calls -----------------------------------------------------------------------------
 
-def strict(schema):
+COMBINATORS = ("allOf", "anyOf", "oneOf", "not", "$ref")
+
+
+def strict(schema, branch: bool = False):
     """OpenAI's `strict: true` shape: every object schema that lists properties and says nothing
     about others gets `additionalProperties: false` (the tools are given so; the arguments are
-    validated against the original schema, which admits everything the strict one does)."""
+    validated against the original schema, which admits everything the strict one does). Left
+    open: a schema that is itself a branch of allOf/anyOf (`branch`), and one with a combinator
+    (or `$ref`) beside its properties: there `additionalProperties` sees only the schema's own
+    `properties`, so closing it would forbid keys the other side names (a `calculate_area` tool
+    whose `oneOf` branches constrain keys the object does not list would admit no document at
+    all). Left as given: whatever is under `oneOf` or `not`, where closing an object narrows a
+    branch and so widens what "exactly one" / "not" admit (the strict schema would no longer be
+    a narrowing of the original)."""
     if isinstance(schema, list):
-        return [strict(s) for s in schema]
+        return [strict(s, branch) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: strict(v) for k, v in schema.items()}
-    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out:
+    out = {k: v if k in ("oneOf", "not") else strict(v, k in COMBINATORS)
+           if k != "properties" or not isinstance(v, dict) else {p: strict(s) for p, s in v.items()}
+           for k, v in schema.items()}
+    if (isinstance(out.get("properties"), dict) and "additionalProperties" not in out and not branch
+            and not any(k in out for k in COMBINATORS)):
         out["additionalProperties"] = False
     return out
 

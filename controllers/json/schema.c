@@ -107,6 +107,12 @@ static void relax(cx_t *c, const char *kw) {
   sb_puts(l, " (option ignore)\n");
 }
 
+/* Internal keyword of complements (negate): strings other than those listed (a JSON array).
+ * Merged by union; written as a pattern, or checked directly against enum/const literals. No
+ * schema spells it (it starts with a control character). */
+#define NOT_IN "\x01not-in"
+#define NOT_IN_LEN 7u
+
 /* ---- keywords -------------------------------------------------------------------------------- */
 static const char *const ANNOTATIONS[] = {
   "title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
@@ -116,7 +122,7 @@ static const char *const HANDLED[] = {
   "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
   "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
   "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf",
-  "allOf", "$ref", "minProperties", "maxProperties", "uniqueItems", "patternProperties", 0};
+  "allOf", "$ref", "minProperties", "maxProperties", "uniqueItems", "patternProperties", NOT_IN, 0};
 static const char *const UNSUPPORTED_KWS[] = {
   "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "contains",
   "minContains", "maxContains", "propertyNames", "unevaluatedProperties",
@@ -265,6 +271,7 @@ static void emit(cx_t *c, sb_t *b, const jv_t *s);
 static void emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_max);
 static void emit_value(cx_t *c, sb_t *b, const jv_t *s) { emit_value_within(c, b, s, OUTLINE_BYTES); }
 static jv_t *all_of2(const jv_t *a, const jv_t *b);
+static const jv_t *without_not(cx_t *c, const jv_t *s);
 
 /* A sub-schema inline, or as a call when its text is over `inline_max` bytes (cut out into its
  * own machine). */
@@ -1322,7 +1329,7 @@ static jv_t *merge2(cx_t *c, const jv_t *a, const jv_t *b) {
         bool take_a = in_list(k, MAXES) ? va->num >= vb->num : va->num <= vb->num;
         jv_obj_put(o, k->s, k->n, take_a ? va : vb);
       } else { UNSUPPORTED(c, "allOf", "boolean exclusive bounds on both sides"); return 0; }
-    } else if (jv_str_is(k, "required")) {
+    } else if (jv_str_is(k, "required") || jv_str_is(k, NOT_IN)) {
       jv_t *r = jv_new(JV_ARR);
       uint32_t na = va->kind == JV_ARR ? va->n : 0, nb = vb->kind == JV_ARR ? vb->n : 0;
       r->items = aici_malloc((na + nb + 1) * sizeof(jv_t));
@@ -1415,6 +1422,7 @@ static const jv_t *flatten(cx_t *c, const jv_t *s) {
     uint32_t at = ptr_pushs(c, "allOf");
     ptr_pushi(c, i);
     const jv_t *part = flatten(c, &all->items[i]);
+    if (part && part->kind == JV_OBJ && jv_get(part, "not")) part = flatten(c, without_not(c, part));
     if (part && !c->err && !check_keywords(c, part)) part = 0;
     ptr_pop(c, at);
     if (!part) return 0;
@@ -1544,7 +1552,7 @@ static bool admits_every(cx_t *c, const jv_t *s, uint32_t kind) {
                                     "dependentSchemas", "propertyNames", "unevaluatedProperties", 0};
   static const char *const ARR[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
                                     "contains", "minContains", "maxContains", "unevaluatedItems", 0};
-  static const char *const STR[] = {"minLength", "maxLength", "pattern", "format", 0};
+  static const char *const STR[] = {"minLength", "maxLength", "pattern", "format", NOT_IN, 0};
   static const char *const NUM[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", 0};
   s = deref(c, s);
   if (!s || s->kind == JV_FALSE) return false;
@@ -1583,6 +1591,398 @@ static bool one_of_exact(cx_t *c, const jv_t *alts, const jv_t *rest, uint32_t *
   return !((*excluded & 32) && !(*excluded & 64));
 }
 
+/* ---- complements: `not`, and oneOf made exact ------------------------------------------------
+ * negate(s) is the complement of s as a list of schemas whose union it is (an empty list: s
+ * admits every value), written with keywords this compiler enforces exactly; NULL (no error set)
+ * when it has no such form: a keyword whose complement is not written here (pattern, format,
+ * multipleOf, items, additionalProperties other than true, minProperties, ...), structured
+ * enum/const values, "integers" without enum (no type names the numbers that are no integers). */
+#define NEG_MAX 64u                    /* disjuncts in one complement at most */
+#define ONE_OF_TERMS 256u              /* alternatives of an exact oneOf at most */
+
+static jv_t *jstr(const char *s, uint32_t n) {
+  jv_t *v = jv_new(JV_STR);
+  v->s = s, v->n = n;
+  return v;
+}
+
+static jv_t *jnum(uint64_t x) {
+  sb_t t = {0};
+  sb_uint(&t, x);
+  jv_t *v = jv_new(JV_NUM);
+  v->s = t.p, v->n = t.n, v->num = (double)x;
+  return v;
+}
+
+static jv_t *typed(uint32_t bits) {    /* {"type": bits} */
+  jv_t *o = jv_new(JV_OBJ);
+  jv_obj_put(o, "type", 4, types_value(bits));
+  return o;
+}
+
+static jv_t *typed_kw(uint32_t bits, const char *kw, const jv_t *v) {
+  jv_t *o = typed(bits);
+  uint32_t n = 0;
+  while (kw[n]) n++;
+  jv_obj_put(o, kw, n, v);
+  return o;
+}
+
+static void jv_push(jv_t *arr, const jv_t *v) {
+  arr->items = aici_realloc(arr->items, (arr->n + 1) * sizeof(jv_t));
+  arr->items[arr->n++] = *v;
+}
+
+static bool neg_push(jv_t *out, const jv_t *v) {
+  if (out->n >= NEG_MAX) return false;
+  jv_push(out, v);
+  return true;
+}
+
+static void cp_escape(sb_t *b, uint32_t cp) {   /* an ECMA escape of one code point */
+  static const char hx[] = "0123456789abcdef";
+  if (cp > 0xffff) {
+    sb_puts(b, "\\u{");
+    char t[8];
+    int k = 0;
+    do t[k++] = hx[cp & 15], cp >>= 4; while (cp);
+    while (k) sb_putc(b, t[--k]);
+    sb_putc(b, '}');
+    return;
+  }
+  char e[6] = {'\\', 'u', hx[cp >> 12], hx[(cp >> 8) & 15], hx[(cp >> 4) & 15], hx[cp & 15]};
+  sb_putn(b, e, 6);
+}
+
+typedef struct { uint32_t *cp, n; } cps_t;  /* a string's code points */
+
+static cps_t decode(const jv_t *s) {
+  cps_t r = {aici_malloc((s->n + 1) * 4), 0};
+  const uint8_t *p = (const uint8_t *)s->s;
+  for (uint32_t i = 0; i < s->n;) {
+    uint32_t c = p[i], len = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+    uint32_t v = len == 1 ? c : len == 2 ? c & 31 : len == 3 ? c & 15 : c & 7;
+    for (uint32_t k = 1; k < len && i + k < s->n; k++) v = v << 6 | (p[i + k] & 63);
+    r.cp[r.n++] = v, i += len;
+  }
+  return r;
+}
+
+/* Strings other than w[0..n) (each sharing the first `d` code points): an ECMA pattern body
+ * from the trie of the words. */
+static void words_complement(sb_t *b, cps_t *w, uint32_t n, uint32_t d) {
+  bool terminal = false;
+  uint32_t *kids = aici_malloc((n + 1) * 4), nk = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (w[i].n == d) { terminal = true; continue; }
+    bool seen = false;
+    for (uint32_t k = 0; k < nk && !seen; k++) seen = kids[k] == w[i].cp[d];
+    if (!seen) kids[nk++] = w[i].cp[d];
+  }
+  sb_puts(b, "(?:");
+  if (!nk) sb_puts(b, "[^]+");
+  else {
+    sb_puts(b, "[^");
+    for (uint32_t k = 0; k < nk; k++) cp_escape(b, kids[k]);
+    sb_puts(b, "][^]*");
+  }
+  cps_t *sub = aici_malloc((n + 1) * sizeof(cps_t));
+  for (uint32_t k = 0; k < nk; k++) {
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++)
+      if (w[i].n > d && w[i].cp[d] == kids[k]) sub[m++] = w[i];
+    sb_putc(b, '|');
+    cp_escape(b, kids[k]);
+    words_complement(b, sub, m, d + 1);
+  }
+  sb_putc(b, ')');
+  if (!terminal) sb_putc(b, '?');      /* this prefix itself is no word */
+  aici_free(sub), aici_free(kids);
+}
+
+static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth);
+
+/* A string schema with its NOT_IN written as a pattern (the trie of the words, complemented). */
+static const jv_t *strings_of(cx_t *c, const jv_t *s) {
+  const jv_t *w = jv_get(s, NOT_IN);
+  if (!w || w->kind != JV_ARR) return s;
+  if (jv_get(s, "pattern") || jv_get(s, "format")) {
+    UNSUPPORTED(c, "not", "strings other than listed ones beside a pattern or format: the complement of a not or oneOf branch");
+    return s;
+  }
+  cps_t *words = aici_malloc((w->n + 1) * sizeof(cps_t));
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < w->n; i++)
+    if (w->items[i].kind == JV_STR) words[n++] = decode(&w->items[i]);
+  sb_t p = {0};
+  sb_putc(&p, '^');
+  words_complement(&p, words, n, 0);
+  sb_putc(&p, '$');
+  for (uint32_t i = 0; i < n; i++) aici_free(words[i].cp);
+  aici_free(words);
+  static const char *const drop[] = {NOT_IN, 0};
+  jv_t *o = obj_without(s, drop);
+  jv_obj_put(o, "pattern", 7, jstr(p.p, p.n));
+  return o;
+}
+
+/* The complement, within types `T`, of enum/const values `v[0..n)` (scalars); false: not
+ * expressible. Numbers: the open intervals between the listed ones (of type number: where T
+ * has integers only, the numbers that are no integers belong to the complement too). */
+static bool neg_literals(jv_t *out, uint32_t *whole, uint32_t T, const jv_t *v, uint32_t n) {
+  bool has_null = false, has_t = false, has_f = false;
+  uint32_t ns = 0, nn = 0;
+  const jv_t **nums = aici_malloc((n + 1) * sizeof(void *));
+  jv_t *words = jv_new(JV_ARR);
+  bool ok = true;
+  for (uint32_t i = 0; i < n && ok; i++) {
+    switch (v[i].kind) {
+      case JV_NULL: has_null = true; break;
+      case JV_TRUE: has_t = true; break;
+      case JV_FALSE: has_f = true; break;
+      case JV_STR: ns++, jv_push(words, &v[i]); break;
+      case JV_NUM:
+        if (!(T & 64) && !jv_is_int(&v[i])) break;   /* no integer: not in T */
+        if (!number_bound_ok(v[i].s, v[i].n, &(const char *){0})) { ok = false; break; }
+        nums[nn++] = &v[i];
+        break;
+      default: ok = false;             /* structured values */
+    }
+  }
+  if ((T & 1) && !has_null) *whole |= 1;
+  if ((T & 2) && !has_t && !has_f) *whole |= 2;
+  if (ok && (T & 2) && has_t != has_f) {   /* the other boolean */
+    jv_t *o = jv_new(JV_OBJ);
+    jv_obj_put(o, "const", 5, jv_new(has_t ? JV_FALSE : JV_TRUE));
+    ok = neg_push(out, o);
+  }
+  *whole |= T & 12;
+  if (ok && (T & 16)) {
+    if (!ns) *whole |= 16;
+    else ok = neg_push(out, typed_kw(16, NOT_IN, words));
+  }
+  if (ok && (T & 96)) {
+    if (!nn) *whole |= T & 64 ? 64 : 32;
+    else {
+      for (uint32_t i = 1; i < nn; i++)  /* sorted by value (exact ties are equal values) */
+        for (uint32_t k = i; k > 0 && nums[k]->num < nums[k - 1]->num; k--) {
+          const jv_t *t = nums[k];
+          nums[k] = nums[k - 1], nums[k - 1] = t;
+        }
+      ok = neg_push(out, typed_kw(64, "exclusiveMaximum", nums[0]));
+      for (uint32_t i = 0; ok && i + 1 < nn; i++) {
+        if (nums[i + 1]->num == nums[i]->num) continue;
+        jv_t *o = typed_kw(64, "exclusiveMinimum", nums[i]);
+        jv_obj_put(o, "exclusiveMaximum", 16, nums[i + 1]);
+        ok = neg_push(out, o);
+      }
+      if (ok) ok = neg_push(out, typed_kw(64, "exclusiveMinimum", nums[nn - 1]));
+    }
+  }
+  aici_free(nums);
+  return ok;
+}
+
+static bool nonneg_int(const jv_t *v, uint64_t *x) {
+  if (!v || v->kind != JV_NUM || !jv_is_int(v) || v->num < 0 || v->num > 9.0e15) return false;
+  *x = (uint64_t)v->num;
+  return true;
+}
+
+static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth) {
+  static const char *const STR_KW[] = {"pattern", "format", NOT_IN, 0};
+  static const char *const NUM_KW[] = {"multipleOf", 0};
+  static const char *const ARR_KW[] = {"items", "prefixItems", "additionalItems", "contains", "minContains",
+                                       "maxContains", "unevaluatedItems", 0};
+  static const char *const OBJ_KW[] = {"patternProperties", "minProperties", "maxProperties", "dependencies",
+                                       "dependentRequired", "dependentSchemas", "propertyNames",
+                                       "unevaluatedProperties", 0};
+  if (depth > 8 || c->err) return 0;
+  s = flatten(c, s);
+  if (!s || c->err) return 0;
+  jv_t *out = jv_new(JV_ARR);
+  if (s->kind == JV_TRUE) return out;
+  if (s->kind == JV_FALSE) { neg_push(out, &ANY_MARK); return out; }
+  if (s->kind != JV_OBJ) return 0;
+  const jv_t *t = jv_get(s, "type"), *k = jv_get(s, "const"), *e = jv_get(s, "enum");
+  uint32_t T = t ? type_bits(t) : 127;
+  if (t && !T) return 0;
+  bool literals = k || (e && e->kind == JV_ARR);
+  if ((T & 32) && !(T & 64) && !literals) return 0;   /* "numbers that are no integers" */
+  uint32_t whole = 127 & ~T & ~(T & 32 ? 96u : 0u);   /* kinds all of whose values are in it */
+  uint64_t x;
+  for (uint32_t i = 0; i < s->n; i++) {
+    const jv_t *key = &s->keys[i], *v = &s->items[i];
+    if (!is_constraint_key(key) || jv_str_is(key, "type") || jv_str_is(key, "const") || jv_str_is(key, "enum")) continue;
+    bool ok = true;
+    if (jv_str_is(key, "not")) {
+      ok = neg_push(out, T == 127 ? v : all_of2(typed(T), v));
+    } else if (jv_str_is(key, "required")) {
+      for (uint32_t r = 0; ok && (T & 4) && v->kind == JV_ARR && r < v->n; r++) {
+        if (v->items[r].kind != JV_STR) continue;
+        jv_t *p = jv_new(JV_OBJ);
+        jv_obj_put(p, v->items[r].s, v->items[r].n, &FALSE_SCHEMA);
+        ok = neg_push(out, typed_kw(4, "properties", p));
+      }
+    } else if (jv_str_is(key, "properties")) {
+      for (uint32_t r = 0; ok && (T & 4) && v->kind == JV_OBJ && r < v->n; r++) {
+        const jv_t *nd = negate(c, &v->items[r], depth + 1);
+        if (!nd) return 0;
+        if (!nd->n) continue;          /* the value may be anything */
+        jv_t *req = jv_new(JV_ARR), *p = jv_new(JV_OBJ), *any = jv_new(JV_OBJ);
+        jv_push(req, &v->keys[r]);     /* one disjunct: present, with a value in the union */
+        jv_obj_put(any, "anyOf", 5, nd);
+        jv_obj_put(p, v->keys[r].s, v->keys[r].n, nd->n == 1 ? nd->items : any);
+        jv_t *o = typed_kw(4, "required", req);
+        jv_obj_put(o, "properties", 10, p);
+        ok = neg_push(out, o);
+      }
+    } else if (jv_str_is(key, "additionalProperties")) {
+      if (T & 4) {
+        const jv_t *nd = negate(c, v, depth + 1);
+        ok = nd && nd->n == 0;           /* true or {}: no constraint */
+      }
+    } else if (jv_str_is(key, "minLength") || jv_str_is(key, "maxLength") || jv_str_is(key, "minItems") ||
+               jv_str_is(key, "maxItems")) {
+      bool str = key->s[3] == 'L', min = key->s[1] == 'i';
+      if (!(T & (str ? 16 : 8))) continue;
+      if (!nonneg_int(v, &x)) return 0;
+      if (min && !x) continue;         /* minLength 0: every value */
+      ok = neg_push(out, typed_kw(str ? 16 : 8, str ? (min ? "maxLength" : "minLength") : (min ? "maxItems" : "minItems"),
+                                  jnum(min ? x - 1 : x + 1)));
+    } else if (jv_str_is(key, "minimum") || jv_str_is(key, "maximum") || jv_str_is(key, "exclusiveMinimum") ||
+               jv_str_is(key, "exclusiveMaximum")) {
+      if (!(T & 96)) continue;
+      if (v->kind != JV_NUM) return 0;   /* draft 4's boolean form */
+      static const char *const flip[][2] = {{"minimum", "exclusiveMaximum"}, {"maximum", "exclusiveMinimum"},
+                                            {"exclusiveMinimum", "maximum"}, {"exclusiveMaximum", "minimum"}};
+      const char *to = 0;
+      for (uint32_t f = 0; f < 4; f++)
+        if (jv_str_is(key, flip[f][0])) to = flip[f][1];
+      ok = neg_push(out, typed_kw(T & 64 ? 64 : 32, to, v));
+    } else if (jv_str_is(key, "uniqueItems") && v->kind != JV_TRUE) {
+      continue;
+    } else if (jv_str_is(key, "anyOf") && v->kind == JV_ARR) {
+      /* not (A or B): not A and not B, each a union: one disjunct, distributed when merged */
+      jv_t *all = jv_new(JV_ARR);
+      bool empty = false;
+      for (uint32_t a = 0; a < v->n && !empty; a++) {
+        const jv_t *nd = negate(c, &v->items[a], depth + 1);
+        if (!nd) return 0;
+        empty = !nd->n;
+        jv_t *any = jv_new(JV_OBJ);
+        jv_obj_put(any, "anyOf", 5, nd);
+        neg_push(all, any);
+      }
+      if (empty) continue;
+      if (T != 127) neg_push(all, typed(T));
+      jv_t *o = jv_new(JV_OBJ);
+      jv_obj_put(o, "allOf", 5, all);
+      ok = neg_push(out, o);
+    } else {
+      bool other = (in_list(key, STR_KW) && !(T & 16)) || (in_list(key, NUM_KW) && !(T & 96)) ||
+                   (in_list(key, ARR_KW) && !(T & 8)) || (in_list(key, OBJ_KW) && !(T & 4));
+      if (!other) return 0;            /* oneOf, if/then/else, pattern, ...: not written */
+    }
+    if (!ok) return 0;
+  }
+  if (literals && !neg_literals(out, &whole, T, k ? k : e->items, k ? 1 : e->n)) return 0;
+  if (whole && !neg_push(out, typed(whole))) return 0;
+  return out;
+}
+
+/* `s` with its `not` written as the union of its operand's complement (beside the rest, merged
+ * as allOf); an error when that complement has no form here. */
+static const jv_t *without_not(cx_t *c, const jv_t *s) {
+  const jv_t *n = s && s->kind == JV_OBJ ? jv_get(s, "not") : 0;
+  if (!n || c->err) return s;
+  if (ignored(c, "not")) return s;
+  uint32_t at = ptr_pushs(c, "not");
+  const jv_t *nd = negate(c, n, 0);
+  ptr_pop(c, at);
+  if (c->err) return 0;
+  if (!nd) { UNSUPPORTED(c, "not", "its operand's complement is not expressible here"); return 0; }
+  static const char *const drop[] = {"not", 0};
+  const jv_t *rest = obj_without(s, drop);
+  if (!nd->n) return &FALSE_SCHEMA;
+  jv_t *any = jv_new(JV_OBJ);
+  jv_obj_put(any, "anyOf", 5, nd);
+  return rest->n ? all_of2(rest, any) : any;
+}
+
+/* Where the compiler stands, to try a form and take it back. */
+typedef struct { uint32_t n_keys, ptr_n, log_n, b_n; } mark_t;
+
+static mark_t mark(cx_t *c, const sb_t *b) { return (mark_t){c->n_keys, c->ptr.n, c->out->log.n, b->n}; }
+
+static void take_back(cx_t *c, sb_t *b, mark_t m) {
+  aici_free(c->err);
+  c->err = 0;
+  for (uint32_t i = m.n_keys; i < c->n_keys; i++) aici_free(c->ptrs[i]), aici_free(c->texts[i].text);
+  c->n_keys = m.n_keys;
+  ptr_pop(c, m.ptr_n);
+  c->out->log.n = m.log_n;
+  b->n = m.b_n;
+  if (b->p) b->p[m.b_n] = 0;
+}
+
+/* oneOf exactly, by complements: branch i's alternatives are rest and B_i and, for every other
+ * branch j, one disjunct of not B_j (the complements distributed). False, with nothing emitted
+ * and no error, when a complement has no form here or the alternatives would be over
+ * ONE_OF_TERMS. */
+static bool emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const jv_t *rest, bool siblings) {
+  uint32_t n = alts->n;
+  mark_t m = mark(c, b);
+  const jv_t **neg = aici_malloc(n * sizeof(void *));
+  uint64_t terms = 0;
+  bool ok = true;
+  for (uint32_t j = 0; j < n && ok; j++) ok = (neg[j] = negate(c, &alts->items[j], 0)) != 0;
+  for (uint32_t i = 0; i < n && ok; i++) {
+    uint64_t t = 1;
+    for (uint32_t j = 0; j < n && t; j++)
+      if (j != i) t *= neg[j]->n, t = t > ONE_OF_TERMS ? ONE_OF_TERMS + 1 : t;
+    terms += t;
+  }
+  ok = ok && terms <= ONE_OF_TERMS;
+  if (!ok) {
+    if (c->err) take_back(c, b, m);
+    aici_free(neg);
+    return false;
+  }
+  uint32_t *pick = aici_calloc(n, 4);
+  sb_puts(b, "(?:");
+  bool first = true;
+  for (uint32_t i = 0; i < n && !c->err; i++) {
+    bool empty = false;
+    for (uint32_t j = 0; j < n; j++) empty |= j != i && !neg[j]->n, pick[j] = 0;
+    if (empty) continue;               /* B_j admits every value: B_i never alone */
+    for (;;) {
+      const jv_t *alt = siblings ? all_of2(rest, &alts->items[i]) : &alts->items[i];
+      for (uint32_t j = 0; j < n; j++)
+        if (j != i) alt = all_of2(alt, &neg[j]->items[pick[j]]);
+      if (!first) sb_putc(b, '|');
+      first = false;
+      uint32_t at = ptr_pushs(c, "oneOf");
+      ptr_pushi(c, i);
+      emit(c, b, alt);
+      ptr_pop(c, at);
+      if (c->err) break;
+      uint32_t j = 0;                  /* the next tuple of disjuncts */
+      for (; j < n; j++) {
+        if (j == i) continue;
+        if (++pick[j] < neg[j]->n) break;
+        pick[j] = 0;
+      }
+      if (j == n) break;
+    }
+  }
+  if (first) sb_puts(b, "[^\\x00-\\xff]");
+  sb_putc(b, ')');
+  aici_free(pick), aici_free(neg);
+  if (c->err) { take_back(c, b, m); return false; }
+  return true;
+}
+
 /* ---- the dispatcher -------------------------------------------------------------------------- */
 static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
   const jv_t *alts = jv_get(s, kw);
@@ -1594,6 +1994,7 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
   uint32_t excluded = 0;
   if (kw[0] == 'o' && !one_of_exact(c, alts, rest, &excluded) && !c->err) {
     excluded = 0;
+    if (emit_one_of_by_complements(c, b, alts, rest, siblings)) return;
     if (c->o->coerce_one_of) relax(c, "oneOf (as anyOf: option coerce_one_of)");
     else { UNSUPPORTED(c, "oneOf", "branches that may overlap; the option coerce_one_of compiles it as anyOf"); return; }
   }
@@ -1620,8 +2021,8 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
 static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
   const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
   if (e && e->kind != JV_ARR) { fail(c, "bad schema: ", "enum", "not an array"); return; }
-  static const char *const drop[] = {"enum", "const", 0};
-  const jv_t *rest = obj_without(s, drop);
+  static const char *const drop[] = {"enum", "const", NOT_IN, 0};
+  const jv_t *rest = obj_without(s, drop), *not_in = jv_get(s, NOT_IN);
   bool constrained = false;
   for (uint32_t i = 0; i < rest->n; i++) constrained |= is_constraint_key(&rest->keys[i]);
   aici_regex_t *re = 0;
@@ -1663,7 +2064,8 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
     sb_t t = {0};
     jv_write(&t, v);
     bool keep = true;
-    if (re) {
+    for (uint32_t w = 0; not_in && not_in->kind == JV_ARR && w < not_in->n && keep; w++) keep = !jv_equal(v, &not_in->items[w]);
+    if (re && keep) {
       uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)t.p, t.n);
       keep = st && aici_regex_accepting(re, st);
     }
@@ -1694,6 +2096,11 @@ static void emit_schema(cx_t *c, sb_t *b, const jv_t *s) {
   if (s == &ANY_MARK || s->kind == JV_TRUE) { emit_any_value(c, b); return; }
   if (s->kind == JV_FALSE) { sb_puts(b, "[^\\x00-\\xff]"); return; }
   if (s->kind != JV_OBJ) { fail(c, "bad schema: ", "schema", "expected an object or a boolean"); return; }
+  if (jv_get(s, "not")) {              /* written as its operand's complement */
+    const jv_t *r = without_not(c, s);
+    if (!r || c->err) return;
+    if (r != s) { emit(c, b, r); return; }
+  }
   if (!check_keywords(c, s)) return;
   const jv_t *r = jv_get(s, "$ref");
   if (r && !jv_get(s, "allOf")) {
@@ -1731,7 +2138,7 @@ static void emit_schema(cx_t *c, sb_t *b, const jv_t *s) {
   if (bits & 2) ALT(), sb_puts(b, "true|false");
   if (bits & 4) ALT(), emit_object(c, b, s);
   if (bits & 8) ALT(), emit_array(c, b, s);
-  if (bits & 16) ALT(), emit_string(c, b, s);
+  if (bits & 16) ALT(), emit_string(c, b, strings_of(c, s));
   if (bits & 64) ALT(), emit_num(c, b, s, false);
   else if (bits & 32) ALT(), emit_num(c, b, s, true);
 #undef ALT
