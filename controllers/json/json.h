@@ -166,6 +166,17 @@ void keylang_text(const keylang_t *L, uint32_t machine, uint32_t base, sb_t *out
 void keylang_start_text(const keylang_t *L, uint32_t base, sb_t *out);
 void keylang_free(keylang_t *L);
 
+/* ---- empty languages (empty.c) ------------------------------------------------------------ */
+/* prod[i] for machines 0..n-1: machine i's language has a string whose calls all go to
+ * productive machines (re[i] NULL, a dynamic machine made later: taken as productive; lc[i]:
+ * a counted machine, productive when its start is live). A search that would visit over 4096
+ * DFA states of one machine takes it as productive (never an error for a schema that has
+ * documents). */
+void machines_productive(aici_regex_t *const *re, lencount_t *const *lc, uint32_t n, bool *prod);
+/* Regex text `t` with every call into a machine that is not productive written as a dead class
+ * (heap, *out_len its length); NULL when it calls none. */
+char *text_without_dead_calls(const char *t, uint32_t len, const bool *prod, uint32_t n, uint32_t *out_len);
+
 /* false on error: *err gets a heap message such as "unsupported: not at #/properties/a". */
 bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, char **err);
 
