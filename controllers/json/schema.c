@@ -1700,7 +1700,7 @@ static void words_complement(sb_t *b, cps_t *w, uint32_t n, uint32_t d) {
   aici_free(sub), aici_free(kids);
 }
 
-static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth);
+static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth, uint32_t U);
 
 /* A string schema with its NOT_IN written as a pattern (the trie of the words, complemented). */
 static const jv_t *strings_of(cx_t *c, const jv_t *s) {
@@ -1789,7 +1789,7 @@ static bool nonneg_int(const jv_t *v, uint64_t *x) {
   return true;
 }
 
-static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth) {
+static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth, uint32_t U) {
   static const char *const STR_KW[] = {"pattern", "format", NOT_IN, 0};
   static const char *const NUM_KW[] = {"multipleOf", 0};
   static const char *const ARR_KW[] = {"items", "prefixItems", "additionalItems", "contains", "minContains",
@@ -1808,8 +1808,9 @@ static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth) {
   uint32_t T = t ? type_bits(t) : 127;
   if (t && !T) return 0;
   bool literals = k || (e && e->kind == JV_ARR);
-  if ((T & 32) && !(T & 64) && !literals) return 0;   /* "numbers that are no integers" */
-  uint32_t whole = 127 & ~T & ~(T & 32 ? 96u : 0u);   /* kinds all of whose values are in it */
+  if ((T & 32) && !(T & 64) && (U & 64) && !literals) return 0;   /* "numbers that are no integers" */
+  uint32_t whole = U & ~T & ~(T & 32 ? 96u : 0u);     /* kinds all of whose values are in it */
+  T &= U;
   uint64_t x;
   for (uint32_t i = 0; i < s->n; i++) {
     const jv_t *key = &s->keys[i], *v = &s->items[i];
@@ -1826,7 +1827,7 @@ static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth) {
       }
     } else if (jv_str_is(key, "properties")) {
       for (uint32_t r = 0; ok && (T & 4) && v->kind == JV_OBJ && r < v->n; r++) {
-        const jv_t *nd = negate(c, &v->items[r], depth + 1);
+        const jv_t *nd = negate(c, &v->items[r], depth + 1, 127);
         if (!nd) return 0;
         if (!nd->n) continue;          /* the value may be anything */
         jv_t *req = jv_new(JV_ARR), *p = jv_new(JV_OBJ), *any = jv_new(JV_OBJ);
@@ -1839,7 +1840,7 @@ static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth) {
       }
     } else if (jv_str_is(key, "additionalProperties")) {
       if (T & 4) {
-        const jv_t *nd = negate(c, v, depth + 1);
+        const jv_t *nd = negate(c, v, depth + 1, 127);
         ok = nd && nd->n == 0;           /* true or {}: no constraint */
       }
     } else if (jv_str_is(key, "minLength") || jv_str_is(key, "maxLength") || jv_str_is(key, "minItems") ||
@@ -1867,7 +1868,7 @@ static jv_t *negate(cx_t *c, const jv_t *s, uint32_t depth) {
       jv_t *all = jv_new(JV_ARR);
       bool empty = false;
       for (uint32_t a = 0; a < v->n && !empty; a++) {
-        const jv_t *nd = negate(c, &v->items[a], depth + 1);
+        const jv_t *nd = negate(c, &v->items[a], depth + 1, U);
         if (!nd) return 0;
         empty = !nd->n;
         jv_t *any = jv_new(JV_OBJ);
@@ -1898,12 +1899,12 @@ static const jv_t *without_not(cx_t *c, const jv_t *s) {
   if (!n || c->err) return s;
   if (ignored(c, "not")) return s;
   uint32_t at = ptr_pushs(c, "not");
-  const jv_t *nd = negate(c, n, 0);
+  static const char *const drop[] = {"not", 0};
+  const jv_t *rest = obj_without(s, drop);
+  const jv_t *nd = negate(c, n, 0, kinds_of(c, rest));
   ptr_pop(c, at);
   if (c->err) return 0;
   if (!nd) { UNSUPPORTED(c, "not", "its operand's complement is not expressible here"); return 0; }
-  static const char *const drop[] = {"not", 0};
-  const jv_t *rest = obj_without(s, drop);
   if (!nd->n) return &FALSE_SCHEMA;
   jv_t *any = jv_new(JV_OBJ);
   jv_obj_put(any, "anyOf", 5, nd);
@@ -1933,14 +1934,18 @@ static void take_back(cx_t *c, sb_t *b, mark_t m) {
 static bool emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const jv_t *rest, bool siblings) {
   uint32_t n = alts->n;
   mark_t m = mark(c, b);
-  const jv_t **neg = aici_malloc(n * sizeof(void *));
+  const jv_t **neg = aici_calloc(n * n, sizeof(void *));   /* neg[i * n + j]: not B_j, within B_i's kinds */
   uint64_t terms = 0;
   bool ok = true;
-  for (uint32_t j = 0; j < n && ok; j++) ok = (neg[j] = negate(c, &alts->items[j], 0)) != 0;
+  uint32_t within = kinds_of(c, rest);
   for (uint32_t i = 0; i < n && ok; i++) {
-    uint64_t t = 1;
-    for (uint32_t j = 0; j < n && t; j++)
-      if (j != i) t *= neg[j]->n, t = t > ONE_OF_TERMS ? ONE_OF_TERMS + 1 : t;
+    uint32_t U = kinds_of(c, &alts->items[i]) & within;
+    uint64_t t = U ? 1 : 0;
+    for (uint32_t j = 0; j < n && t && ok; j++)
+      if (j != i) {
+        ok = (neg[i * n + j] = negate(c, &alts->items[j], 0, U)) != 0;
+        if (ok) t *= neg[i * n + j]->n, t = t > ONE_OF_TERMS ? ONE_OF_TERMS + 1 : t;
+      }
     terms += t;
   }
   ok = ok && terms <= ONE_OF_TERMS;
@@ -1953,13 +1958,14 @@ static bool emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const
   sb_puts(b, "(?:");
   bool first = true;
   for (uint32_t i = 0; i < n && !c->err; i++) {
+    const jv_t **ng = neg + i * n;
     bool empty = false;
-    for (uint32_t j = 0; j < n; j++) empty |= j != i && !neg[j]->n, pick[j] = 0;
-    if (empty) continue;               /* B_j admits every value: B_i never alone */
+    for (uint32_t j = 0; j < n; j++) empty |= j != i && (!ng[j] || !ng[j]->n), pick[j] = 0;
+    if (empty) continue;               /* B_j admits every value B_i may: B_i never alone */
     for (;;) {
       const jv_t *alt = siblings ? all_of2(rest, &alts->items[i]) : &alts->items[i];
       for (uint32_t j = 0; j < n; j++)
-        if (j != i) alt = all_of2(alt, &neg[j]->items[pick[j]]);
+        if (j != i) alt = all_of2(alt, &ng[j]->items[pick[j]]);
       if (!first) sb_putc(b, '|');
       first = false;
       uint32_t at = ptr_pushs(c, "oneOf");
@@ -1970,7 +1976,7 @@ static bool emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const
       uint32_t j = 0;                  /* the next tuple of disjuncts */
       for (; j < n; j++) {
         if (j == i) continue;
-        if (++pick[j] < neg[j]->n) break;
+        if (++pick[j] < ng[j]->n) break;
         pick[j] = 0;
       }
       if (j == n) break;
