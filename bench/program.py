@@ -28,14 +28,18 @@ Three parts, one run; the last line is one JSON object.
 
 3. `tool_call_valid_pct` (target 100): a fixed seeded sample (--tool-sample, >= 100) of Glaive
    function schemas from ../shared/jsonschema as OpenAI tools (two tools a request: the schema's
-   own and another's, in OpenAI's strict shape: `additionalProperties: false` where a schema
-   lists properties and is silent on others), `tool_choice="required"`, one call each (at most
+   own and the next one's in the sample that admits a document, in OpenAI's strict shape: `additionalProperties: false` where a schema
+   lists properties and is silent on others, see `strict`), `tool_choice="required"`, one call each (at most
    --tool-max-tokens tokens, default 128, greedy; `complete_by` that: the controller forces the
    arguments' shortest valid completion while the call's closing still fits) on the default model
    through `aicirt.program.tools` (the model family's native format), a short prompt (the tools'
    names and descriptions), submitted --tool-batch (16) at a time: the call parses, names a given
    tool, and its arguments validate under that tool's original schema (`jsonschema`). Failures
-   are printed as they happen and counted by cause (`tool_failures`).
+   are printed as they happen and counted by cause (`tool_failures`). A request refused before
+   generation because a tool's schema admits no document at all (the controller's first call
+   says `the schema admits no document`: no call could be valid, so it is neither a valid call
+   nor a failure of ours) is counted in `tool_unsatisfiable`, and `tool_call_valid_pct` is over
+   the other calls (`tool_calls` - `tool_unsatisfiable`).
 
 4. With --first-call-baseline OLD.wasm: the module's size and its first-call cost (CPU and wall ms
    from a new request to its first mask, Qwen2 tokenizer) against that build, in the same run
@@ -390,7 +394,7 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
     pool = [c for c in load_slice("Glaiveai2K") if c["schema"].get("type") == "object"]
     picked = rng.sample(pool, min(n, len(pool)))
     wasm = build_cached("program")
-    ok = total = 0
+    ok = total = unsat = 0
     run_cases = slice(0, limit)              # --tool-limit: the first of the sample only (a trial)
     failures: list[str] = []
     reasons: dict[str, int] = {}
@@ -398,9 +402,23 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
     with Engine(load_backend(model)) as eng:
         template = getattr(getattr(eng.backend, "tokenizer", None), "chat_template", None)
         fam = T.detect_family(template)
+        # schemas that admit no document (the json controller's `check` says so): refused, never
+        # another case's second tool (that would refuse a request whose own tool is fine)
+        json_wasm = build_cached("json")
+        empty = set()
+        for case in picked:
+            req = eng.add_request("x", json_wasm, json.dumps(strict(case["schema"])).encode() + b"\0check",
+                                  params=SamplingParams(max_tokens=1))
+            for _ in eng.run():
+                pass
+            if "the schema admits no document" in "".join(req.sequences[0].logs):
+                empty.add(case["id"])
         cases = []
         for i, case in enumerate(picked):
-            other = picked[(i + 1) % len(picked)]
+            k = 1
+            while picked[(i + k) % len(picked)]["id"] in empty and k < len(picked):
+                k += 1
+            other = picked[(i + k) % len(picked)]
             name, other_name = tool_name(case["id"]), tool_name(other["id"])
             if other_name == name:
                 other_name += "_2"
@@ -431,6 +449,11 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
             for case, schemas, req in pending:
                 seq = req.sequences[0]
                 tokens.append(len(seq.output_tokens))
+                if "the schema admits no document" in "".join(seq.logs) and case["id"] in empty:
+                    unsat += 1                   # refused before generation, as it should be
+                    print(f"  tool call refused, the schema admits no document: {case['id']}: "
+                          f"{''.join(seq.logs).strip()[:200]}", flush=True)
+                    continue
                 try:
                     text = seq.text_bytes.decode("utf-8", "replace")
                     _, calls = T.parse(text, fam)
@@ -452,10 +475,10 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
                     reasons[key] = reasons.get(key, 0) + 1
                     failures.append(f"{case['id']}: {str(e)[:400]}")
                     print(f"  tool call failed: {failures[-1]}", flush=True)
-            print(f"  tool calls: {ok}/{total} valid after {min(at + batch, len(cases))} "
+            print(f"  tool calls: {ok}/{total - unsat} valid ({unsat} unsatisfiable) after {min(at + batch, len(cases))} "
                   f"({time.perf_counter() - T0:.0f} s)", flush=True)
-    return {"tool_call_valid_pct": round(100.0 * ok / total, 2) if total else None, "tool_calls": total,
-            "tool_calls_valid": ok, "tool_family": fam.name if total else None, "tool_failures": reasons,
+    return {"tool_call_valid_pct": round(100.0 * ok / (total - unsat), 2) if total > unsat else None,
+            "tool_calls": total, "tool_calls_valid": ok, "tool_unsatisfiable": unsat, "tool_family": fam.name if total else None, "tool_failures": reasons,
             "tool_batch": batch, "tool_max_tokens": max_tokens,
             "tool_tokens_p50": pct(tokens, 50) if tokens else None, "tool_tokens_max": max(tokens, default=None)}
 

@@ -1,4 +1,4 @@
-/* Which machines admit no value: a regex may be non-empty as text yet every string of it call a
+/* Questions about languages the compiler asks. Which machines admit no value: a regex may be non-empty as text yet every string of it call a
  * machine whose own language is empty (a required property whose schema admits nothing, an
  * exact oneOf none of whose branches can be the only one). The language of machine i is
  * non-empty ("productive") iff some path from its start to an accepting DFA state takes calls
@@ -118,4 +118,64 @@ char *text_without_dead_calls(const char *t, uint32_t len, const bool *prod, uin
   sb_putn(&out, t + copied, len - copied);
   *out_len = out.n;
   return out.p;
+}
+
+/* ---- inclusion ------------------------------------------------------------------------------- */
+#define SUBSET_PAIRS 16384u            /* product states one check visits at most (past it: no) */
+
+bool regex_subset(const char *a, uint32_t na, const char *b, uint32_t nb) {
+  aici_regex_t *A = aici_regex_compile(a, na, 0), *B = aici_regex_compile(b, nb, 0);
+  if (!A || !B) return false;
+  const uint8_t *ca = aici_regex_classes(A, 0), *cb = aici_regex_classes(B, 0);
+  uint8_t rep[256];                    /* one byte per joint class */
+  uint32_t n_rep = 0;
+  uint16_t seen_pair[256];
+  uint32_t n_seen = 0;
+  for (uint32_t x = 0; x < 256; x++) {
+    if (x == CALL_BYTE) continue;
+    uint16_t key = (uint16_t)(ca[x] << 8 | cb[x]);
+    bool dup = false;
+    for (uint32_t k = 0; k < n_seen && !dup; k++) dup = seen_pair[k] == key;
+    if (!dup) seen_pair[n_seen++] = key, rep[n_rep++] = (uint8_t)x;
+  }
+  uint32_t cap = 4096, n = 0, head = 0;
+  uint64_t *q = aici_malloc(SUBSET_PAIRS * 8);
+  uint32_t *ht = aici_calloc(cap, 4);  /* open addressing over q indices + 1 */
+  bool subset = true;
+  uint64_t start = (uint64_t)aici_regex_start(A) << 32 | aici_regex_start(B);
+  if (start >> 32) q[n++] = start;
+  while (head < n && subset) {
+    uint64_t p = q[head++];
+    uint32_t sa = (uint32_t)(p >> 32), sb = (uint32_t)p;
+    if (aici_regex_accepting(A, sa) && !(sb && aici_regex_accepting(B, sb))) { subset = false; break; }
+    for (uint32_t k = 0; k < n_rep && subset; k++) {
+      uint32_t ta = aici_regex_step(A, sa, rep[k]);
+      if (!ta) continue;               /* (a live A state: some string from it is in A) */
+      uint32_t tb = sb ? aici_regex_step(B, sb, rep[k]) : 0;
+      if (!tb) { subset = false; break; }   /* that string is in A, not in B */
+      uint64_t t = (uint64_t)ta << 32 | tb;
+      uint32_t h = (uint32_t)(t * 0x9e3779b97f4a7c15ull >> 40);
+      bool dup = false;
+      for (uint32_t j = h & (cap - 1); ht[j]; j = (j + 1) & (cap - 1))
+        if (q[ht[j] - 1] == t) { dup = true; break; }
+      if (dup) continue;
+      if (n == SUBSET_PAIRS || 2 * n >= cap * 1) {
+        if (n == SUBSET_PAIRS) { subset = false; break; }   /* too large to tell: no */
+        aici_free(ht);
+        cap *= 2;
+        ht = aici_calloc(cap, 4);
+        for (uint32_t i = 0; i < n; i++) {
+          uint32_t hi = (uint32_t)(q[i] * 0x9e3779b97f4a7c15ull >> 40), j = hi & (cap - 1);
+          while (ht[j]) j = (j + 1) & (cap - 1);
+          ht[j] = i + 1;
+        }
+      }
+      uint32_t j = h & (cap - 1);
+      while (ht[j]) j = (j + 1) & (cap - 1);
+      ht[j] = n + 1;
+      q[n++] = t;
+    }
+  }
+  aici_free(q), aici_free(ht);
+  return subset;
 }

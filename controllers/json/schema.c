@@ -510,6 +510,42 @@ static void emit_counted(cx_t *c, sb_t *b, const jv_t *key, const sb_t *content,
   if (!c->err) emit_call(c, b, (uint32_t)m);
 }
 
+/* `pattern` beside `format`: exact where one's language lies inside the other's (the inner one is
+ * then the string's language: `^[a-z]+@[a-z]+\.com$` beside `format: email`); else an error. */
+static bool emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, int32_t target, const sb_t *keys);
+
+/* `pattern` beside `format` (true: both stay, to be intersected, when `intersect`; else an
+ * error). */
+static bool pattern_beside_format(cx_t *c, const jv_t **pat, const jv_t **fmt, bool intersect) {
+  if (!*pat || !*fmt || (*pat)->kind != JV_STR) return false;
+  sb_t p = {0}, f = {0};
+  const char *why = 0;
+  bool ok = emit_pattern_capped(&p, (*pat)->s, (*pat)->n, PAT_NO_CAP, 0, 0, 0, &why) && emit_format(&f, (*fmt)->s);
+  if (ok && regex_subset(p.p, p.n, f.p, f.n)) *fmt = 0;
+  else if (ok && regex_subset(f.p, f.n, p.p, p.n)) *pat = 0;
+  else if (!ok || !intersect) UNSUPPORTED(c, "format", "together with pattern, neither language inside the other's");
+  aici_free(p.p), aici_free(f.p);
+  return *pat && *fmt && !c->err;
+}
+
+/* A string in both the pattern's and the format's language: their product automaton
+ * (keylang.c, at most KEYLANG_STATES states), no length bounds beside (a counted machine takes
+ * one regex). */
+static void emit_pattern_and_format(cx_t *c, sb_t *b, const jv_t *pat, const jv_t *fmt) {
+  sb_t pats[2] = {{0}, {0}}, none = {0};
+  const char *why = 0;
+  if (!emit_pattern_capped(&pats[0], pat->s, pat->n, PAT_NO_CAP, 0, 0, 0, &why) || !emit_format(&pats[1], fmt->s)) {
+    UNSUPPORTED(c, "pattern", why ? why : "?");
+  } else {
+    sb_t content = {0};
+    if (!emit_keylang(c, &content, pats, 2, KEYLANG_ALL, &none))
+      UNSUPPORTED(c, "format", "together with pattern: their product has over 1024 states");
+    else sb_puts(b, "\\x22"), sb_putn(b, content.p, content.n), sb_puts(b, "\\x22");
+    aici_free(content.p);
+  }
+  aici_free(pats[0].p), aici_free(pats[1].p);
+}
+
 /* Strings while literals are checked (c->flat_cap: one regex, no machine, so no counting): a
  * `maxLength` a pattern does not imply caps its unbounded repeats and unanchored ends, a
  * `minLength` it does not imply is taken by its unanchored end (narrower: some valid literals
@@ -527,7 +563,8 @@ static void emit_string_flat(cx_t *c, sb_t *b, const jv_t *s) {
   }
   sb_puts(b, "\\x22");
   if (pat || fmt) {
-    if (pat && fmt) { UNSUPPORTED(c, "format", "together with pattern"); return; }
+    pattern_beside_format(c, &pat, &fmt, false);
+    if (c->err) return;
     if (pat && pat->kind != JV_STR) { fail(c, "bad schema: ", "pattern", "not a string"); return; }
     jv_t narrowed = {0};
     if (pat && ((has_min && min > 0) || has_max)) {
@@ -627,7 +664,16 @@ static void emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   sb_t content = {0};
   jv_t narrowed = {0};
   if (pat || fmt) {
-    if (pat && fmt) { UNSUPPORTED(c, "format", "together with pattern"); return; }
+    if (pattern_beside_format(c, &pat, &fmt, true)) {
+      if (has_min || has_max) {
+        UNSUPPORTED(c, has_max ? "maxLength" : "minLength", "beside both a pattern and a format, neither inside the other");
+        return;
+      }
+      b->n -= 4, b->p[b->n] = 0;       /* (the opening quote: written with the content) */
+      emit_pattern_and_format(c, b, pat, fmt);
+      return;
+    }
+    if (c->err) return;
     if (pat && pat->kind != JV_STR) { fail(c, "bad schema: ", "pattern", "not a string"); return; }
     if (pat && (has_min || has_max)) {  /* ^ATOM{m,n}$: the bounds in the repeat, while small */
       uint64_t largest = 0;
@@ -2023,6 +2069,54 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
   sb_putc(b, ')');
 }
 
+/* Literals beside a string schema's own keywords only (type, pattern, format, minLength,
+ * maxLength): each decided exactly, a string by the pattern's and the format's regexes on its
+ * canonical content and its length in code points (an astral character, a surrogate pair in
+ * the schema's text, is one), any other value by `type` alone. False: `rest` is no such schema,
+ * or a keyword there cannot be compiled (the caller then checks on one regex). */
+static bool literals_by_string_keywords(cx_t *c, const jv_t *rest, const jv_t *v, uint32_t n, bool *keep) {
+  static const char *const OWN[] = {"type", "pattern", "format", "minLength", "maxLength", 0};
+  for (uint32_t i = 0; i < rest->n; i++)
+    if (is_constraint_key(&rest->keys[i]) && !in_list(&rest->keys[i], OWN)) return false;
+  const jv_t *t = jv_get(rest, "type"), *pat = jv_get(rest, "pattern"), *fmt = jv_get(rest, "format");
+  const jv_t *mn = jv_get(rest, "minLength"), *mx = jv_get(rest, "maxLength");
+  if ((pat && pat->kind != JV_STR) || (fmt && fmt->kind != JV_STR) || (mn && mn->kind != JV_NUM) || (mx && mx->kind != JV_NUM))
+    return false;
+  if (fmt && ignored(c, "format")) relax(c, "format"), fmt = 0;
+  uint32_t bits = t ? type_bits(t) : 127;
+  aici_regex_t *re[2] = {0, 0};
+  for (uint32_t k = 0; k < 2; k++) {
+    const jv_t *src = k ? fmt : pat;
+    if (!src) continue;
+    sb_t r = {0};
+    const char *why = 0;
+    bool ok = k ? emit_format(&r, src->s) : emit_pattern(&r, src->s, src->n, &why);
+    re[k] = ok ? aici_regex_compile(r.p, r.n, 0) : 0;
+    aici_free(r.p);
+    if (!re[k]) return false;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const jv_t *x = &v[i];
+    uint32_t kind = x->kind == JV_NULL ? 1 : x->kind <= JV_TRUE ? 2 : x->kind == JV_OBJ ? 4 : x->kind == JV_ARR ? 8
+                  : x->kind == JV_STR ? 16 : jv_is_int(x) ? 32 : 64;
+    keep[i] = (bits & kind) != 0;
+    if (!keep[i] || x->kind != JV_STR) continue;
+    sb_t w = {0};                      /* the canonical content: the text without its quotes */
+    jv_write_str(&w, x->s, x->n);
+    for (uint32_t k = 0; k < 2 && keep[i]; k++) {
+      if (!re[k]) continue;
+      uint32_t st = aici_regex_advance(re[k], aici_regex_start(re[k]), (const uint8_t *)w.p + 1, w.n - 2);
+      keep[i] = st && aici_regex_accepting(re[k], st);
+    }
+    aici_free(w.p);
+    uint64_t chars = 0;
+    for (uint32_t b = 0; b < x->n; b++) chars += ((uint8_t)x->s[b] & 0xc0) != 0x80;
+    if (mn && (double)chars < mn->num) keep[i] = false;
+    if (mx && (double)chars > mx->num) keep[i] = false;
+  }
+  return true;
+}
+
 /* enum / const: the literals that the rest of the schema allows. */
 static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
   const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
@@ -2032,7 +2126,10 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
   bool constrained = false;
   for (uint32_t i = 0; i < rest->n; i++) constrained |= is_constraint_key(&rest->keys[i]);
   aici_regex_t *re = 0;
-  if (constrained) {                   /* keep the literals that the rest's language holds */
+  uint32_t n_lit = k ? 1 : e->n;
+  bool *keep_exact = aici_malloc(n_lit + 1);
+  bool exact = constrained && literals_by_string_keywords(c, rest, k ? k : e->items, n_lit, keep_exact);
+  if (constrained && !exact) {         /* keep the literals that the rest's language holds */
     sb_t r = {0};
     uint32_t nm = c->n_keys;
     uint64_t longest = 0, saved = c->flat_cap;
@@ -2055,7 +2152,7 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
       const jv_t *v = k ? k : &e->items[i];
       if (v->kind == JV_ARR || v->kind == JV_OBJ) {
         UNSUPPORTED(c, k ? "const" : "enum", "structured values with constraints beside them");
-        aici_free(r.p);
+        aici_free(r.p), aici_free(keep_exact);
         return;
       }
     }
@@ -2069,7 +2166,7 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
     const jv_t *v = k ? k : &e->items[i];
     sb_t t = {0};
     jv_write(&t, v);
-    bool keep = true;
+    bool keep = !exact || keep_exact[i];
     for (uint32_t w = 0; not_in && not_in->kind == JV_ARR && w < not_in->n && keep; w++) keep = !jv_equal(v, &not_in->items[w]);
     if (re && keep) {
       uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)t.p, t.n);
@@ -2084,6 +2181,7 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
   }
   if (!any) sb_puts(b, "[^\\x00-\\xff]");
   sb_putc(b, ')');
+  aici_free(keep_exact);
 }
 
 static void emit_schema(cx_t *c, sb_t *b, const jv_t *s);
