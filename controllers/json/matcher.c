@@ -91,6 +91,7 @@ static void grow(matcher_t *M, uint32_t n) {
   M->cap = cap;
 }
 
+#define COMPILE_MIB 48u                /* guest memory the compiled machines may reach (MiB) */
 #define ID_MAX 65536u                  /* a call names its machine in 16 bits */
 #define DYN_MAX 8192u                  /* dynamic machines a sequence makes at most */
 
@@ -140,6 +141,12 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
     aici_regex_cache_limit(M->re[i], 0);   /* masks are cached here, per configuration set */
     aici_regex_use_slices(M->re[i], false); /* the string slice below serves the free strings */
     if (src->m[i].counted && !(M->lc[i] = lencount_new(M->re[i], src->m[i].lo, src->m[i].hi, err))) return 0;
+    if (__builtin_wasm_memory_size(0) / 16 > COMPILE_MIB) {   /* a clear error, before the host's limit traps */
+      static const char msg[] = "unsupported: schema at # (its machines take over 48 MiB of guest memory)";
+      *err = aici_malloc(sizeof msg);
+      __builtin_memcpy(*err, msg, sizeof msg);
+      return 0;
+    }
   }
   /* machines that admit no value: none of them at the root is an error; calls into the others are
    * taken out of the texts (and skipped by dynamic machines, made later) */

@@ -281,6 +281,13 @@ static void emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_m
   uint32_t at = b->n;
   emit(c, b, s);
   if (c->err || b->n - at <= inline_max) return;
+  for (uint32_t i = 0; i < c->n_keys; i++)   /* the same text from another schema node: one machine */
+    if (c->texts[i].text && !c->texts[i].counted && c->texts[i].len == b->n - at &&
+        !__builtin_memcmp(c->texts[i].text, b->p + at, b->n - at)) {
+      b->n = at, b->p[at] = 0;
+      emit_call(c, b, i);
+      return;
+    }
   uint32_t m = machine_for(c, s, 3, 0, 0);
   if (c->err) return;
   set_text(c, m, b->p + at, b->n - at);
@@ -496,16 +503,20 @@ enum { MK_KEYLANG = 8, MK_ANY_ORDER = 9, MK_COUNTED = 10 };
 static void emit_counted(cx_t *c, sb_t *b, const jv_t *key, const sb_t *content, uint64_t lo, uint64_t hi) {
   key_arg = lo << 32 | hi;
   int32_t m = machine_find(c, key, MK_COUNTED);
+  sb_t t = {0};
+  sb_puts(&t, "\\x22"), sb_putn(&t, content->p, content->n), sb_puts(&t, "\\x22");
+  for (uint32_t i = 0; m < 0 && i < c->n_keys; i++)   /* the same machine from another schema node */
+    if (c->texts[i].counted && c->texts[i].lo == lo && c->texts[i].hi == hi && c->texts[i].len == t.n &&
+        !__builtin_memcmp(c->texts[i].text, t.p, t.n))
+      m = (int32_t)i;
   if (m < 0) {
     m = (int32_t)machine_for(c, key, MK_COUNTED, 0, 0);
     if (!c->err) {
-      sb_t t = {0};
-      sb_puts(&t, "\\x22"), sb_putn(&t, content->p, content->n), sb_puts(&t, "\\x22");
       set_text(c, (uint32_t)m, t.p, t.n);
-      aici_free(t.p);
       c->texts[m].counted = true, c->texts[m].lo = (uint32_t)lo, c->texts[m].hi = (uint32_t)hi;
     }
   }
+  aici_free(t.p);
   key_arg = 0;
   if (!c->err) emit_call(c, b, (uint32_t)m);
 }
@@ -1645,6 +1656,8 @@ static bool one_of_exact(cx_t *c, const jv_t *alts, const jv_t *rest, uint32_t *
  * enum/const values, "integers" without enum (no type names the numbers that are no integers). */
 #define NEG_MAX 64u                    /* disjuncts in one complement at most */
 #define ONE_OF_TERMS 256u              /* alternatives of an exact oneOf at most */
+#define ONE_OF_BYTES (1024u << 10)     /* and their regex text with the machines they make
+                                          (16-24x that in guest memory, measured) */
 
 static jv_t *jstr(const char *s, uint32_t n) {
   jv_t *v = jv_new(JV_STR);
@@ -1973,10 +1986,12 @@ static void take_back(cx_t *c, sb_t *b, mark_t m) {
   if (b->p) b->p[m.b_n] = 0;
 }
 
+static bool obviously_empty(cx_t *c, const jv_t *s, uint32_t depth);
+
 /* oneOf exactly, by complements: branch i's alternatives are rest and B_i and, for every other
  * branch j, one disjunct of not B_j (the complements distributed). False, with nothing emitted
- * and no error, when a complement has no form here or the alternatives would be over
- * ONE_OF_TERMS. */
+ * and no error, when a complement has no form here, the alternatives would be over
+ * ONE_OF_TERMS or their text over ONE_OF_BYTES (with the machines they made). */
 static bool emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const jv_t *rest, bool siblings) {
   uint32_t n = alts->n;
   mark_t m = mark(c, b);
@@ -2012,12 +2027,17 @@ static bool emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const
       const jv_t *alt = siblings ? all_of2(rest, &alts->items[i]) : &alts->items[i];
       for (uint32_t j = 0; j < n; j++)
         if (j != i) alt = all_of2(alt, &ng[j]->items[pick[j]]);
-      if (!first) sb_putc(b, '|');
-      first = false;
       uint32_t at = ptr_pushs(c, "oneOf");
       ptr_pushi(c, i);
-      emit(c, b, alt);
+      if (!obviously_empty(c, alt, 0)) {
+        if (!first) sb_putc(b, '|');
+        first = false;
+        emit(c, b, alt);
+      }
       ptr_pop(c, at);
+      uint64_t bytes = b->n - m.b_n;
+      for (uint32_t k = m.n_keys; k < c->n_keys; k++) bytes += c->texts[k].len;
+      if (!c->err && bytes > ONE_OF_BYTES) fail(c, "too large: ", "oneOf", 0);   /* taken back below */
       if (c->err) break;
       uint32_t j = 0;                  /* the next tuple of disjuncts */
       for (; j < n; j++) {
@@ -2033,6 +2053,30 @@ static bool emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const
   aici_free(pick), aici_free(neg);
   if (c->err) { take_back(c, b, m); return false; }
   return true;
+}
+
+/* A schema no value meets, by a look at its keywords (false, `type: []`, `enum: []`, literals
+ * of none of its types, an object-only schema with a required key whose value is such a schema):
+ * alternatives so made are not written (the distributed complements of an exact oneOf make
+ * many). False says nothing. */
+static bool obviously_empty(cx_t *c, const jv_t *s, uint32_t depth) {
+  if (depth > 4 || c->err || !s || (s->kind == JV_OBJ && jv_get(s, "$ref"))) return false;
+  s = flatten(c, s);
+  if (!s || c->err) return false;
+  if (s->kind == JV_FALSE) return true;
+  if (s->kind != JV_OBJ) return false;
+  const jv_t *t = jv_get(s, "type"), *e = jv_get(s, "enum"), *k = jv_get(s, "const");
+  uint32_t T = t ? type_bits(t) : 127;
+  if (t && !T && t->kind == JV_ARR) return true;
+  if (!k && e && e->kind == JV_ARR && (!e->n || !(kinds_of(c, s) & T))) return true;
+  if (k && !(kinds_of(c, s) & T)) return true;
+  const jv_t *req = jv_get(s, "required");
+  for (uint32_t i = 0; T == 4 && req && req->kind == JV_ARR && i < req->n; i++) {
+    if (req->items[i].kind != JV_STR) continue;
+    const jv_t *v = value_schema(c, s, &req->items[i]);
+    if (v && obviously_empty(c, v, depth + 1)) return true;
+  }
+  return false;
 }
 
 /* ---- the dispatcher -------------------------------------------------------------------------- */
@@ -2057,15 +2101,20 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
     jv_obj_put(only, "type", 4, types_value(127 & ~excluded));
   }
   sb_puts(b, "(?:");
+  bool first = true;
   for (uint32_t i = 0; i < alts->n && !c->err; i++) {
-    if (i) sb_putc(b, '|');
     uint32_t at = ptr_pushs(c, kw);
     ptr_pushi(c, i);
     const jv_t *alt = siblings ? all_of2(rest, &alts->items[i]) : &alts->items[i];
     if (only) alt = all_of2(alt, only);
-    emit(c, b, alt);
+    if (!obviously_empty(c, alt, 0)) {
+      if (!first) sb_putc(b, '|');
+      first = false;
+      emit(c, b, alt);
+    }
     ptr_pop(c, at);
   }
+  if (first) sb_puts(b, "[^\\x00-\\xff]");
   sb_putc(b, ')');
 }
 
