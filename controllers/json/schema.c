@@ -1655,6 +1655,7 @@ static bool one_of_exact(cx_t *c, const jv_t *alts, const jv_t *rest, uint32_t *
  * multipleOf, items, additionalProperties other than true, minProperties, ...), structured
  * enum/const values, "integers" without enum (no type names the numbers that are no integers). */
 #define NEG_MAX 64u                    /* disjuncts in one complement at most */
+#define NEG_WORD_BYTES 256u            /* a string literal whose complement is written: its bytes at most */
 #define ONE_OF_TERMS 256u              /* alternatives of an exact oneOf at most */
 #define ONE_OF_BYTES (1024u << 10)     /* and their regex text with the machines they make
                                           (16-24x that in guest memory, measured) */
@@ -1799,7 +1800,10 @@ static bool neg_literals(jv_t *out, uint32_t *whole, uint32_t T, const jv_t *v, 
       case JV_NULL: has_null = true; break;
       case JV_TRUE: has_t = true; break;
       case JV_FALSE: has_f = true; break;
-      case JV_STR: ns++, jv_push(words, &v[i]); break;
+      case JV_STR:                     /* (the trie's text nests a group a character: kept short) */
+        if (v[i].n > NEG_WORD_BYTES) { ok = false; break; }
+        ns++, jv_push(words, &v[i]);
+        break;
       case JV_NUM:
         if (!(T & 64) && !jv_is_int(&v[i])) break;   /* no integer: not in T */
         if (!number_bound_ok(v[i].s, v[i].n, &(const char *){0})) { ok = false; break; }
@@ -1999,7 +2003,7 @@ static bool emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const
   uint64_t terms = 0;
   bool ok = true;
   uint32_t within = kinds_of(c, rest);
-  for (uint32_t i = 0; i < n && ok; i++) {
+  for (uint32_t i = 0; i < n && ok && terms <= ONE_OF_TERMS; i++) {
     uint32_t U = kinds_of(c, &alts->items[i]) & within;
     uint64_t t = U ? 1 : 0;
     for (uint32_t j = 0; j < n && t && ok; j++)
