@@ -28,14 +28,18 @@ Three parts, one run; the last line is one JSON object.
 
 3. `tool_call_valid_pct` (target 100): a fixed seeded sample (--tool-sample, >= 100) of Glaive
    function schemas from ../shared/jsonschema as OpenAI tools (two tools a request: the schema's
-   own and another's, in OpenAI's strict shape: `additionalProperties: false` where a schema
-   lists properties and is silent on others), `tool_choice="required"`, one call each (at most
+   own and the next one's in the sample that admits a document, in OpenAI's strict shape: `additionalProperties: false` where a schema
+   lists properties and is silent on others, see `strict`), `tool_choice="required"`, one call each (at most
    --tool-max-tokens tokens, default 128, greedy; `complete_by` that: the controller forces the
    arguments' shortest valid completion while the call's closing still fits) on the default model
    through `aicirt.program.tools` (the model family's native format), a short prompt (the tools'
    names and descriptions), submitted --tool-batch (16) at a time: the call parses, names a given
    tool, and its arguments validate under that tool's original schema (`jsonschema`). Failures
-   are printed as they happen and counted by cause (`tool_failures`).
+   are printed as they happen and counted by cause (`tool_failures`). A request refused before
+   generation because a tool's schema admits no document at all (the controller's first call
+   says `the schema admits no document`: no call could be valid, so it is neither a valid call
+   nor a failure of ours) is counted in `tool_unsatisfiable`, and `tool_call_valid_pct` is over
+   the other calls (`tool_calls` - `tool_unsatisfiable`).
 
 4. With --first-call-baseline OLD.wasm: the module's size and its first-call cost (CPU and wall ms
    from a new request to its first mask, Qwen2 tokenizer) against that build, in the same run
@@ -338,16 +342,29 @@ def masks(n_json: int) -> dict:
 
 # ---- 3. tool calls -----------------------------------------------------------------------------
 
-def strict(schema):
+COMBINATORS = ("allOf", "anyOf", "oneOf", "not", "$ref")
+
+
+def strict(schema, branch: bool = False):
     """OpenAI's `strict: true` shape: every object schema that lists properties and says nothing
     about others gets `additionalProperties: false` (the tools are given so; the arguments are
-    validated against the original schema, which admits everything the strict one does)."""
+    validated against the original schema, which admits everything the strict one does). Left
+    open: a schema that is itself a branch of allOf/anyOf (`branch`), and one with a combinator
+    (or `$ref`) beside its properties: there `additionalProperties` sees only the schema's own
+    `properties`, so closing it would forbid keys the other side names (a `calculate_area` tool
+    whose `oneOf` branches constrain keys the object does not list would admit no document at
+    all). Left as given: whatever is under `oneOf` or `not`, where closing an object narrows a
+    branch and so widens what "exactly one" / "not" admit (the strict schema would no longer be
+    a narrowing of the original)."""
     if isinstance(schema, list):
-        return [strict(s) for s in schema]
+        return [strict(s, branch) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: strict(v) for k, v in schema.items()}
-    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out:
+    out = {k: v if k in ("oneOf", "not") else strict(v, k in COMBINATORS)
+           if k != "properties" or not isinstance(v, dict) else {p: strict(s) for p, s in v.items()}
+           for k, v in schema.items()}
+    if (isinstance(out.get("properties"), dict) and "additionalProperties" not in out and not branch
+            and not any(k in out for k in COMBINATORS)):
         out["additionalProperties"] = False
     return out
 
@@ -377,7 +394,7 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
     pool = [c for c in load_slice("Glaiveai2K") if c["schema"].get("type") == "object"]
     picked = rng.sample(pool, min(n, len(pool)))
     wasm = build_cached("program")
-    ok = total = 0
+    ok = total = unsat = 0
     run_cases = slice(0, limit)              # --tool-limit: the first of the sample only (a trial)
     failures: list[str] = []
     reasons: dict[str, int] = {}
@@ -385,9 +402,22 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
     with Engine(load_backend(model)) as eng:
         template = getattr(getattr(eng.backend, "tokenizer", None), "chat_template", None)
         fam = T.detect_family(template)
+        # schemas that admit no document (the json controller's `check` says so): refused, never
+        # another case's second tool (that would refuse a request whose own tool is fine)
+        json_wasm = build_cached("json")
+        checks = [(case, eng.add_request("x", json_wasm, json.dumps(strict(case["schema"])).encode() + b"\0check",
+                                         params=SamplingParams(max_tokens=1))) for case in picked]
+        for _ in eng.run():                  # all at once: each stops on its first call
+            pass
+        empty = {case["id"] for case, req in checks
+                 if "the schema admits no document" in "".join(req.sequences[0].logs)}
+        print(f"  {len(empty)} of {len(picked)} tool schemas admit no document: {sorted(empty)}", flush=True)
         cases = []
         for i, case in enumerate(picked):
-            other = picked[(i + 1) % len(picked)]
+            k = 1
+            while picked[(i + k) % len(picked)]["id"] in empty and k < len(picked):
+                k += 1
+            other = picked[(i + k) % len(picked)]
             name, other_name = tool_name(case["id"]), tool_name(other["id"])
             if other_name == name:
                 other_name += "_2"
@@ -418,6 +448,11 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
             for case, schemas, req in pending:
                 seq = req.sequences[0]
                 tokens.append(len(seq.output_tokens))
+                if "the schema admits no document" in "".join(seq.logs) and case["id"] in empty:
+                    unsat += 1                   # refused before generation, as it should be
+                    print(f"  tool call refused, the schema admits no document: {case['id']}: "
+                          f"{''.join(seq.logs).strip()[:200]}", flush=True)
+                    continue
                 try:
                     text = seq.text_bytes.decode("utf-8", "replace")
                     _, calls = T.parse(text, fam)
@@ -439,10 +474,10 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
                     reasons[key] = reasons.get(key, 0) + 1
                     failures.append(f"{case['id']}: {str(e)[:400]}")
                     print(f"  tool call failed: {failures[-1]}", flush=True)
-            print(f"  tool calls: {ok}/{total} valid after {min(at + batch, len(cases))} "
+            print(f"  tool calls: {ok}/{total - unsat} valid ({unsat} unsatisfiable) after {min(at + batch, len(cases))} "
                   f"({time.perf_counter() - T0:.0f} s)", flush=True)
-    return {"tool_call_valid_pct": round(100.0 * ok / total, 2) if total else None, "tool_calls": total,
-            "tool_calls_valid": ok, "tool_family": fam.name if total else None, "tool_failures": reasons,
+    return {"tool_call_valid_pct": round(100.0 * ok / (total - unsat), 2) if total > unsat else None,
+            "tool_calls": total, "tool_calls_valid": ok, "tool_unsatisfiable": unsat, "tool_family": fam.name if total else None, "tool_failures": reasons,
             "tool_batch": batch, "tool_max_tokens": max_tokens,
             "tool_tokens_p50": pct(tokens, 50) if tokens else None, "tool_tokens_max": max(tokens, default=None)}
 

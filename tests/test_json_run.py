@@ -18,7 +18,7 @@ def test_unsupported_schema_is_reported_before_the_model_loads(monkeypatch):
         raise AssertionError("the model was loaded")
     monkeypatch.setattr("aicirt.engine.backends.load_backend", no_model)
     with pytest.raises(run_command.RunFailed, match=r"json: unsupported: not at #/properties/a"):
-        run_command.run("json", arg=b'{"properties": {"a": {"not": {}}}}', model="scripted",
+        run_command.run("json", arg=b'{"properties": {"a": {"not": {"pattern": "x"}}}}', model="scripted",
                         out=io.StringIO(), err=io.StringIO())
     with pytest.raises(run_command.RunFailed, match=r"json: bad schema: not JSON"):
         run_command.run("json", arg=b"{", model="scripted", out=io.StringIO(), err=io.StringIO())

@@ -155,6 +155,7 @@ bool lencount_settled(const lencount_t *L, uint32_t n, uint32_t longest_token);
  * states other than the plain STRCHAR* ones are machines 0..keylang_machines()-1 (0: the start,
  * unless keylang_start_is_free: S alone is left, or keylang_empty); keylang_text writes machine i's regex, calling
  * the others as machines base + j. */
+#define KEYLANG_ALL (-2)               /* target: in every pattern's language (an intersection) */
 typedef struct keylang keylang_t;
 keylang_t *keylang_new(const char *const *pats, const uint32_t *pat_lens, uint32_t n_pats, int32_t target,
                        const char *keys, uint32_t keys_len, uint32_t limit);
@@ -165,6 +166,21 @@ void keylang_text(const keylang_t *L, uint32_t machine, uint32_t base, sb_t *out
 /* The start's regex, inline when keylang_start_is_free (no machine), else a call to machine base. */
 void keylang_start_text(const keylang_t *L, uint32_t base, sb_t *out);
 void keylang_free(keylang_t *L);
+
+/* ---- language questions (empty.c): empty machines, inclusion of two regexes -------------- */
+/* prod[i] for machines 0..n-1: machine i's language has a string whose calls all go to
+ * productive machines (re[i] NULL, a dynamic machine made later: taken as productive; lc[i]:
+ * a counted machine, productive when its start is live). A search that would visit over 4096
+ * DFA states of one machine takes it as productive (never an error for a schema that has
+ * documents). */
+void machines_productive(aici_regex_t *const *re, lencount_t *const *lc, uint32_t n, bool *prod);
+/* Regex text `t` with every call into a machine that is not productive written as a dead class
+ * (heap, *out_len its length); NULL when it calls none. */
+char *text_without_dead_calls(const char *t, uint32_t len, const bool *prod, uint32_t n, uint32_t *out_len);
+
+/* Whether every string regex `a` matches regex `b` matches too (both over the same bytes, no
+ * calls); false too when the check would visit over 16384 product states. */
+bool regex_subset(const char *a, uint32_t na, const char *b, uint32_t nb);
 
 /* false on error: *err gets a heap message such as "unsupported: not at #/properties/a". */
 bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, char **err);

@@ -6,7 +6,8 @@
  *   K   the listed keys (their canonical content), when there are any,
  *   P_j each pattern's regex over string content (search semantics),
  * accepting where S accepts, K does not, and P_target does (target >= 0; the patterns are
- * disjoint, the caller checks) or no P_j does (target < 0). States that cannot reach a match are
+ * disjoint, the caller checks), no P_j does (target -1), or every P_j does (KEYLANG_ALL: a
+ * string's `pattern` beside its `format`). States that cannot reach a match are
  * dropped (else a mask would offer a dead end). Each remaining state becomes a machine whose
  * regex steps one byte class and tail-calls the next state's machine, so the stack does not
  * grow; a state where every part but S is absorbing (dead, or matched for good) and S is at a
@@ -39,6 +40,11 @@ static bool accepts(const keylang_t *L, const uint32_t *s) {
   if (!aici_regex_accepting(L->re[0], s[0])) return false;
   if (L->has_k && aici_regex_accepting(L->re[1], s[1])) return false;
   uint32_t p0 = L->has_k ? 2 : 1;
+  if (L->target == KEYLANG_ALL) {      /* in every pattern's language */
+    for (uint32_t j = p0; j < L->n_comp; j++)
+      if (!aici_regex_accepting(L->re[j], s[j])) return false;
+    return true;
+  }
   if (L->target >= 0) return aici_regex_accepting(L->re[p0 + (uint32_t)L->target], s[p0 + (uint32_t)L->target]);
   for (uint32_t j = p0; j < L->n_comp; j++)
     if (aici_regex_accepting(L->re[j], s[j])) return false;

@@ -68,6 +68,8 @@ struct matcher {
   uint8_t *nchars;                     /* per token: its characters if a str_slice token (<= 255), else 0 */
   uint32_t max_chars;                  /* the most characters of a str_slice token */
   uint32_t longest_token;              /* the most bytes of any token */
+  uint8_t *dead;                       /* per compiled machine (< n_static): it admits no value */
+  uint32_t n_static;
 };
 
 static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
@@ -89,6 +91,7 @@ static void grow(matcher_t *M, uint32_t n) {
   M->cap = cap;
 }
 
+#define COMPILE_MIB 48u                /* guest memory the compiled machines may reach (MiB) */
 #define ID_MAX 65536u                  /* a call names its machine in 16 bits */
 #define DYN_MAX 8192u                  /* dynamic machines a sequence makes at most */
 
@@ -138,7 +141,39 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
     aici_regex_cache_limit(M->re[i], 0);   /* masks are cached here, per configuration set */
     aici_regex_use_slices(M->re[i], false); /* the string slice below serves the free strings */
     if (src->m[i].counted && !(M->lc[i] = lencount_new(M->re[i], src->m[i].lo, src->m[i].hi, err))) return 0;
+    if (__builtin_wasm_memory_size(0) / 16 > COMPILE_MIB) {   /* a clear error, before the host's limit traps */
+      static const char msg[] = "unsupported: schema at # (its machines take over 48 MiB of guest memory)";
+      *err = aici_malloc(sizeof msg);
+      __builtin_memcpy(*err, msg, sizeof msg);
+      return 0;
+    }
   }
+  /* machines that admit no value: none of them at the root is an error; calls into the others are
+   * taken out of the texts (and skipped by dynamic machines, made later) */
+  M->dead = aici_calloc(src->n + 1, 1);
+  bool *prod = aici_malloc(src->n + 1);
+  machines_productive(M->re, M->lc, src->n, prod);
+  if (src->n && !prod[0]) {
+    static const char msg[] = "the schema admits no document";
+    *err = aici_malloc(sizeof msg);
+    __builtin_memcpy(*err, msg, sizeof msg);
+    aici_free(prod);
+    return 0;
+  }
+  for (uint32_t i = 0; i < src->n; i++) {
+    M->dead[i] = !prod[i];
+    uint32_t len = 0;
+    char *t = src->m[i].text && !src->m[i].counted ? text_without_dead_calls(src->m[i].text, src->m[i].len, prod, src->n, &len) : 0;
+    if (!t) continue;
+    aici_regex_t *re = aici_regex_compile(t, len, 0);
+    aici_free(t);
+    if (!re) continue;                 /* (it compiled with the calls: keep that one) */
+    aici_regex_cache_limit(re, 0);
+    aici_regex_use_slices(re, false);
+    M->re[i] = re;                     /* (the first one's memory is not reclaimed: the SDK has no free) */
+  }
+  M->n_static = src->n;
+  aici_free(prod);
   M->cap_fr = 64;
   M->fr = aici_malloc(M->cap_fr * sizeof(frame_t));
   M->n_fr = 1;                         /* frame 0: the empty stack */
@@ -274,6 +309,7 @@ static void step_cfg(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, uint
     const call_t *calls = calls_of(M, m, s, &n);
     for (uint32_t i = 0; i < n; i++) {
       uint32_t callee = calls[i].callee, ret = calls[i].ret;
+      if (callee < M->n_static && M->dead[callee]) continue;   /* admits no value */
       if (!M->re[callee] && !ensure(M, callee)) { calls = calls_of(M, m, s, &n); continue; }
       calls = calls_of(M, m, s, &n);   /* ensure may have added calls to the pool */
       uint32_t p = state_info(M, m, ret) & ST_FINAL ? parent : frame(M, m, ret, parent);

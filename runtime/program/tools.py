@@ -167,8 +167,9 @@ def call_tag(fam: Family, tool: Tool, complete_by: int | None = None) -> dict:
     """One call of `tool` as a structural-tag `tag`: the forced opening with its name, its
     arguments constrained by its `parameters`, the closing. `complete_by`: the reply's token
     budget (its max_tokens): the arguments are completed (their shortest valid completion forced)
-    while the closing still fits. A `oneOf` whose branches may overlap is enforced as `anyOf`
-    (`x-coerce-one-of`) rather than refused."""
+    while the closing still fits. A `oneOf` the json matcher cannot make exact is enforced as
+    `anyOf` (`x-coerce-one-of`) rather than refused; a schema that admits no document is refused
+    by the controller's first call (`the schema admits no document`), before any generation."""
     content: dict[str, Any] = {"type": "json_schema", "json_schema": tool.parameters, "x-coerce-one-of": True}
     if complete_by is not None:
         content["complete_by"] = complete_by
