@@ -262,6 +262,9 @@ class ResidentSlots:
         self._wake = threading.Condition(self.lock)      # the idle thread waits on it
         self._free: OrderedDict[int, int] = OrderedDict()   # base address -> bytes held, oldest first
         self._held = 0
+        # base -> the prefix of the slot's memory that may be resident (bytes): the most that any
+        # instance of it kept since it was last given back; kept while an instance holds the slot
+        self._extent: dict[int, int] = {}
         self._given_back = 0
         self._paused = 0
         self._last_activity = time.monotonic()
@@ -277,15 +280,19 @@ class ResidentSlots:
         if held is not None:
             self._held -= held
         self._last_activity = time.monotonic()
-        return held or 0
+        return self._extent.get(base, 0)
 
     def freed(self, base: int, memory_bytes: int) -> None:
         """The slot at `base` was freed (its Store closed) with `memory_bytes` of linear memory:
-        wasmtime keeps min(that, keep_resident) of it. Past the budget, the oldest go back now."""
+        wasmtime keeps min(that, keep_resident) of it, zeroed, and what an earlier, larger
+        instance of the slot kept past `memory_bytes` stays resident too: wasmtime resets only the
+        memory the last instance could reach, so the slot holds the largest of these since it was
+        last given back (its extent). Past the budget, the oldest go back now."""
         self._last_activity = time.monotonic()
-        held = min(memory_bytes, self.keep_resident)
+        held = max(min(memory_bytes, self.keep_resident), self._extent.get(base, 0))
         if held <= 0 or self._closed:
             return
+        self._extent[base] = held
         self._held += held - self._free.pop(base, 0)
         self._free[base] = held
         if self._held > self.budget_bytes:
@@ -336,6 +343,7 @@ class ResidentSlots:
         while self._held > keep_bytes and self._free:
             base, held = self._free.popitem(last=False)
             self._held -= held
+            self._extent.pop(base, None)
             if give_back(base, held):
                 released += held
         self._given_back += released
@@ -364,6 +372,7 @@ class ResidentSlots:
         with self.lock:
             self._closed = True
             self._free.clear()
+            self._extent.clear()
             self._held = 0
             self._pool = None
             self._wake.notify()
