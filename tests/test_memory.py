@@ -364,3 +364,32 @@ def test_large_freed_buffers_go_back_to_the_os():
     ctypes.memset(second, 1, 16 * MIB)
     libc.free(second)
     assert rss_bytes() - before < 8 * MIB
+
+
+def test_a_slot_reused_by_a_smaller_instance_gives_back_what_a_larger_one_kept(hot_path):
+    """wasmtime resets only the memory a slot's last instance could reach: after a 1 MiB instance,
+    a slot reused by a 128 KiB one still holds the first one's zeroed MiB. Giving back the last
+    instance's memory alone left that resident for good (the soak's slow RSS growth: 0.5 MiB more
+    in every slot that changed hands); the slot's whole extent goes back."""
+    n = 32
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=n,
+                        limits=aicirt.Limits(resident_bytes=1 << 30, resident_idle_s=3600))
+    try:
+        big = rt.load(module())
+        seqs = [rt.new_request(big).spawn() for _ in range(n)]
+        for s in seqs:
+            s.memory.grow(s.store, 16)
+            s.memory.write(s.store, b"\1" * MIB, 4096)
+            s.close()
+        small = rt.load(module(memory="2 2"))             # another module: it takes the same slots
+        seqs = [rt.new_request(small).spawn() for _ in range(n)]
+        assert all(s.memory.data_len(s.store) == 2 * WASM_PAGE for s in seqs)
+        for s in seqs:
+            s.close()
+        resident = rt.registry.resident
+        assert resident.held_bytes >= n * MIB
+        held = rss_bytes()
+        assert resident.trim() >= n * MIB
+        assert held - rss_bytes() > n * MIB // 2
+    finally:
+        rt.close()
