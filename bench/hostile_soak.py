@@ -42,7 +42,7 @@ from hostile.runner import Spec, healthy_specs, run_batch  # noqa: E402
 
 import aicirt  # noqa: E402
 from aicirt import toolchain  # noqa: E402
-from aicirt.registry import pin_malloc_thresholds  # noqa: E402
+from aicirt.registry import cap_malloc_arenas, pin_malloc_thresholds  # noqa: E402
 from aicirt.testing import Choices, EngineSettings, FuzzEngine  # noqa: E402
 
 
@@ -175,7 +175,8 @@ def main() -> None:
         gc.collect()
         return busy, rss_mb()[0]
 
-    pin_malloc_thresholds()   # as `aicirt serve` does for its process (registry.py)
+    malloc_policy = {"thresholds_pinned": pin_malloc_thresholds(),   # as `aicirt serve` does (registry.py)
+                     "arenas_capped": cap_malloc_arenas()}
     with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers) as rt:
         reference = run_batch(rt, healthy).healthy
     gc.collect()
@@ -225,7 +226,7 @@ def main() -> None:
     rss_after, peak = rss_mb()
     print(json.dumps({
         "sequences": checkpoints[-1], "hostile_kinds": len(kinds), "live_hostile_per_batch": args.live,
-        "workers": args.workers, "steps": steps, "seconds": round(elapsed, 1),
+        "workers": args.workers, "malloc": malloc_policy, "steps": steps, "seconds": round(elapsed, 1),
         "left_out": left_out, "idle_s": args.idle, "call_timeout_s": args.call_timeout,
         "rss_start_mb": round(rss_start, 1), "rss_warm_mb": round(rss_warm, 1),
         "rss_warm_busy_mb": round(rss_warm_busy, 1), "rss_peak_mb": round(peak, 1),

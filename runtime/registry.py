@@ -208,6 +208,37 @@ def pin_malloc_thresholds() -> bool:
     return _malloc_pinned
 
 
+_M_ARENA_MAX = -8   # glibc's mallopt parameter
+MALLOC_ARENAS = 1
+_arenas_capped: bool | None = None
+
+
+def cap_malloc_arenas() -> bool:
+    """Cap glibc's malloc arenas at MALLOC_ARENAS (1: every thread shares the main thread's),
+    once per process; glibc only; not where the user set MALLOC_ARENA_MAX or the
+    glibc.malloc.arena_max tunable. By default glibc gives threads up to 8 arenas a core; the
+    workers' calls (traps, logs, host-import buffers) then spread their few long-lived chunks
+    over several arenas, each chunk keeping its page resident after the rest is freed, which
+    malloc_trim cannot give back (bench/hostile_soak.py's full mix, 3,000 sequences after
+    warm-up, one run each: RSS +5.0 MiB with the default arenas, +3.5 with two, +2.1 with one;
+    the same CPU time, 80 s).
+    The cost: threads that malloc at the same moment wait for the one arena's lock (the hot
+    path mallocs little; an engine's own threads share it too). It bounds arenas made after the
+    call, so call it before the threads start. Returns whether the cap is set.
+
+    Process-wide, like :func:`pin_malloc_thresholds`, so the runtime never does it by itself:
+    `aicirt serve` and bench/hostile_soak.py call it; a host that embeds the runtime decides."""
+    global _arenas_capped
+    if _arenas_capped is None:
+        _arenas_capped = False
+        user_set = "MALLOC_ARENA_MAX" in os.environ or "arena_max" in os.environ.get("GLIBC_TUNABLES", "")
+        mallopt = getattr(_libc, "mallopt", None) if _madvise is not None else None
+        if mallopt is not None and not user_set:
+            mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+            _arenas_capped = mallopt(_M_ARENA_MAX, MALLOC_ARENAS) == 1
+    return _arenas_capped
+
+
 def give_back(base: int, size: int) -> bool:
     """Drop the resident pages of [base, base + size) (`base` page-aligned, `size` bytes, rounded
     up to pages): they read as before (zeros, or the file they map) and leave RSS. False where

@@ -393,3 +393,43 @@ def test_a_slot_reused_by_a_smaller_instance_gives_back_what_a_larger_one_kept(h
         assert held - rss_bytes() > n * MIB // 2
     finally:
         rt.close()
+
+
+_ARENAS_CHILD = r"""
+import ctypes, os, sys, threading
+from aicirt import registry
+capped = registry.cap_malloc_arenas() if sys.argv[1] == "cap" else False
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.fopen.restype = ctypes.c_void_p
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+held, go = [], threading.Barrier(8)
+def work():
+    go.wait()                               # all at once: each would get an arena of its own
+    held.extend(libc.malloc(4096) for _ in range(200))
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+f = libc.fopen(sys.argv[2].encode(), b"w")
+libc.malloc_info(0, f)
+libc.fclose(f)
+print(capped, open(sys.argv[2]).read().count("<heap nr="))
+"""
+
+
+@pytest.mark.parametrize("cap", ["cap", "default"])
+def test_capped_arenas_make_the_threads_share_one(cap, tmp_path):
+    """registry.cap_malloc_arenas (what `aicirt serve` does): threads that malloc at once share the
+    main arena instead of each taking its own (scattered long-lived chunks over many arenas kept
+    the soak's pages resident). In a child process: the cap is process-wide."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
+    out = subprocess.run([sys.executable, "-c", _ARENAS_CHILD, cap, str(tmp_path / "info.xml")], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    if cap == "cap" and out[0] != "True":
+        pytest.skip("not glibc on Linux")
+    heaps = int(out[1])
+    assert heaps == 1 if cap == "cap" else heaps > 1
