@@ -291,7 +291,8 @@ class ResidentSlots:
         self._pool = pool
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)      # the idle thread waits on it
-        self._free: OrderedDict[int, int] = OrderedDict()   # base address -> bytes held, oldest first
+        # base address -> (bytes held: the slot's extent, bytes its last instance kept), oldest first
+        self._free: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._held = 0
         # base -> the prefix of the slot's memory that may be resident (bytes): the most that any
         # instance of it kept since it was last given back; kept while an instance holds the slot
@@ -307,11 +308,11 @@ class ResidentSlots:
     def taken(self, base: int) -> int:
         """An instance now holds the slot whose memory starts at `base`; returns the bytes of it
         that were kept resident (0 if none are known to be: a fresh slot, or one given back)."""
-        held = self._free.pop(base, None)
-        if held is not None:
-            self._held -= held
+        record = self._free.pop(base, None)
+        if record is not None:
+            self._held -= record[0]
         self._last_activity = time.monotonic()
-        return self._extent.get(base, 0)
+        return record[1] if record is not None else 0
 
     def freed(self, base: int, memory_bytes: int) -> None:
         """The slot at `base` was freed (its Store closed) with `memory_bytes` of linear memory:
@@ -320,12 +321,13 @@ class ResidentSlots:
         memory the last instance could reach, so the slot holds the largest of these since it was
         last given back (its extent). Past the budget, the oldest go back now."""
         self._last_activity = time.monotonic()
-        held = max(min(memory_bytes, self.keep_resident), self._extent.get(base, 0))
+        kept = min(memory_bytes, self.keep_resident)
+        held = max(kept, self._extent.get(base, 0))
         if held <= 0 or self._closed:
             return
         self._extent[base] = held
-        self._held += held - self._free.pop(base, 0)
-        self._free[base] = held
+        self._held += held - self._free.pop(base, (0, 0))[0]
+        self._free[base] = (held, kept)
         if self._held > self.budget_bytes:
             self._trim_locked(self.budget_bytes)
         if self._thread is None:
@@ -372,7 +374,7 @@ class ResidentSlots:
             return 0
         released = 0
         while self._held > keep_bytes and self._free:
-            base, held = self._free.popitem(last=False)
+            base, (held, _) = self._free.popitem(last=False)
             self._held -= held
             self._extent.pop(base, None)
             if give_back(base, held):
