@@ -255,8 +255,10 @@ class ResidentSlots:
 
     wasmtime's pooling allocator zeroes the first `keep_resident` bytes of a freed slot's linear
     memory (engine_config.KEEP_RESIDENT) and keeps them resident, so that the slot's next instance,
-    or a fork's copy into it, does not fault them in again. Left alone, every slot ever used holds
-    that much for good (up to max_sequences x 1 MiB after a burst). This records each freed slot
+    or a fork's copy into it, does not fault them in again (only what the last instance could
+    reach: a slot a smaller instance reused still holds what a larger one kept, so a slot's record
+    is the most any instance kept since it was last given back). Left alone, every slot ever used
+    holds that much for good (up to max_sequences x 1 MiB after a burst). This records each freed slot
     by the base address of its memory, and
 
     * bounds what freed slots hold together by `budget_bytes` (Limits.resident_bytes): past it,
