@@ -18,6 +18,7 @@ run: healthy rounds alone, for as many steps as warm-up.
 
     python bench/hostile_soak.py                       # checkpoints at 10,000 and 50,000 sequences
     python bench/hostile_soak.py --sequences 2000 --warmup 500
+    python bench/hostile_soak.py --kinds 'flood|memory' --sequences 3000 --warmup 500   # one family: a fast reproducer
 
 Last line: one JSON object (sequences, rss_growth_pct, healthy_ok, healthy_total, left_out, ...).
 Target (issue 10, and the memory issue): rss_growth_pct <= 10 after a few seconds of idle and
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -40,7 +42,7 @@ from hostile.runner import Spec, healthy_specs, run_batch  # noqa: E402
 
 import aicirt  # noqa: E402
 from aicirt import toolchain  # noqa: E402
-from aicirt.registry import pin_malloc_thresholds  # noqa: E402
+from aicirt.registry import cap_malloc_arenas, pin_malloc_thresholds  # noqa: E402
 from aicirt.testing import Choices, EngineSettings, FuzzEngine  # noqa: E402
 
 
@@ -50,11 +52,14 @@ def rss_mb() -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def soak_kinds() -> tuple[list, dict[str, str]]:
-    """(the kinds in the mix, {kind left out: why})."""
+def soak_kinds(only: str | None = None) -> tuple[list, dict[str, str]]:
+    """(the kinds in the mix, {kind left out: why}); `only`: a regular expression the names of the
+    kinds kept must contain a match of (the others are left out as "not selected")."""
     kinds, left_out = [], {}
     for k in KINDS:
-        if k.expect.startswith(("load:", "spawn:")):
+        if only is not None and not re.search(only, k.name):
+            left_out[k.name] = "not selected (--kinds)"
+        elif k.expect.startswith(("load:", "spawn:")):
             left_out[k.name] = "not a sequence: refused at " + k.expect.split(":")[0]
         elif k.xfail:
             left_out[k.name] = "xfail: " + k.xfail
@@ -144,11 +149,19 @@ def main() -> None:
     ap.add_argument("--call-timeout", type=float, default=0.1,
                     help="the hard limit (s of CPU) every looper runs to: SPEC's 1 s would make the loopers "
                          "alone hours of CPU at 50,000 sequences (0.05 failed a healthy call at load 20)")
+    ap.add_argument("--kinds", default=None, help="only the hostile kinds whose name matches this regular expression "
+                                                  "(default: the whole mix)")
     args = ap.parse_args()
     checkpoints = sorted(int(x) for x in args.sequences.split(","))
     scripted = toolchain.build_cached(HERE.parent / "tests" / "controllers" / "scripted.c", sdk=False)
     hostile_c = toolchain.build_cached(HERE.parent / "tests" / "hostile" / "hostile.c")
-    kinds, left_out = soak_kinds()
+    try:
+        re.compile(args.kinds or "")
+    except re.error as e:
+        ap.error(f"--kinds {args.kinds!r}: {e}")
+    kinds, left_out = soak_kinds(args.kinds)
+    if not kinds:
+        ap.error(f"--kinds {args.kinds!r} selects no hostile kind")
     hostile = [Spec(k.wasm if k.wasm is not None else hostile_c, k.arg, capabilities=k.capabilities) for k in kinds]
     healthy = healthy_specs(scripted)
     limits = aicirt.Limits(call_timeout_s=args.call_timeout, first_call_timeout_s=args.call_timeout)
@@ -162,7 +175,8 @@ def main() -> None:
         gc.collect()
         return busy, rss_mb()[0]
 
-    pin_malloc_thresholds()   # as `aicirt serve` does for its process (registry.py)
+    malloc_policy = {"thresholds_pinned": pin_malloc_thresholds(),   # as `aicirt serve` does (registry.py)
+                     "arenas_capped": cap_malloc_arenas()}
     with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers) as rt:
         reference = run_batch(rt, healthy).healthy
     gc.collect()
@@ -212,7 +226,7 @@ def main() -> None:
     rss_after, peak = rss_mb()
     print(json.dumps({
         "sequences": checkpoints[-1], "hostile_kinds": len(kinds), "live_hostile_per_batch": args.live,
-        "workers": args.workers, "steps": steps, "seconds": round(elapsed, 1),
+        "workers": args.workers, "malloc": malloc_policy, "steps": steps, "seconds": round(elapsed, 1),
         "left_out": left_out, "idle_s": args.idle, "call_timeout_s": args.call_timeout,
         "rss_start_mb": round(rss_start, 1), "rss_warm_mb": round(rss_warm, 1),
         "rss_warm_busy_mb": round(rss_warm_busy, 1), "rss_peak_mb": round(peak, 1),

@@ -208,6 +208,37 @@ def pin_malloc_thresholds() -> bool:
     return _malloc_pinned
 
 
+_M_ARENA_MAX = -8   # glibc's mallopt parameter
+MALLOC_ARENAS = 1
+_arenas_capped: bool | None = None
+
+
+def cap_malloc_arenas() -> bool:
+    """Cap glibc's malloc arenas at MALLOC_ARENAS (1: every thread shares the main thread's),
+    once per process; glibc only; not where the user set MALLOC_ARENA_MAX or the
+    glibc.malloc.arena_max tunable. By default glibc gives threads up to 8 arenas a core; the
+    workers' calls (traps, logs, host-import buffers) then spread their few long-lived chunks
+    over several arenas, each chunk keeping its page resident after the rest is freed, which
+    malloc_trim cannot give back (bench/hostile_soak.py's full mix, 3,000 sequences after
+    warm-up, one run each: RSS +5.0 MiB with the default arenas, +3.5 with two, +2.1 with one;
+    the same CPU time, 80 s).
+    The cost: threads that malloc at the same moment wait for the one arena's lock (the hot
+    path mallocs little; an engine's own threads share it too). It bounds arenas made after the
+    call, so call it before the threads start. Returns whether the cap is set.
+
+    Process-wide, like :func:`pin_malloc_thresholds`, so the runtime never does it by itself:
+    `aicirt serve` and bench/hostile_soak.py call it; a host that embeds the runtime decides."""
+    global _arenas_capped
+    if _arenas_capped is None:
+        _arenas_capped = False
+        user_set = "MALLOC_ARENA_MAX" in os.environ or "arena_max" in os.environ.get("GLIBC_TUNABLES", "")
+        mallopt = getattr(_libc, "mallopt", None) if _madvise is not None else None
+        if mallopt is not None and not user_set:
+            mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+            _arenas_capped = mallopt(_M_ARENA_MAX, MALLOC_ARENAS) == 1
+    return _arenas_capped
+
+
 def give_back(base: int, size: int) -> bool:
     """Drop the resident pages of [base, base + size) (`base` page-aligned, `size` bytes, rounded
     up to pages): they read as before (zeros, or the file they map) and leave RSS. False where
@@ -224,7 +255,9 @@ class ResidentSlots:
 
     wasmtime's pooling allocator zeroes the first `keep_resident` bytes of a freed slot's linear
     memory (engine_config.slot_keep_resident: 0 by default, and then this records nothing) and
-    keeps them resident, so that the slot's next instance does not fault them in again. Left
+    keeps them resident, so that the slot's next instance does not fault them in again (only what
+    the last instance could reach: a slot a smaller instance reused still holds what a larger one
+    kept, so a slot's record is the most any instance kept since it was last given back). Left
     alone, every slot ever used holds that much for good (up to max_sequences x 1 MiB after a
     burst). This records each freed slot by the base address of its memory, and
 
@@ -260,8 +293,12 @@ class ResidentSlots:
         self._pool = pool
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)      # the idle thread waits on it
-        self._free: OrderedDict[int, int] = OrderedDict()   # base address -> bytes held, oldest first
+        # base address -> (bytes held: the slot's extent, bytes its last instance kept), oldest first
+        self._free: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._held = 0
+        # base -> the prefix of the slot's memory that may be resident (bytes): the most that any
+        # instance of it kept since it was last given back; kept while an instance holds the slot
+        self._extent: dict[int, int] = {}
         self._given_back = 0
         self._paused = 0
         self._last_activity = time.monotonic()
@@ -273,21 +310,26 @@ class ResidentSlots:
     def taken(self, base: int) -> int:
         """An instance now holds the slot whose memory starts at `base`; returns the bytes of it
         that were kept resident (0 if none are known to be: a fresh slot, or one given back)."""
-        held = self._free.pop(base, None)
-        if held is not None:
-            self._held -= held
+        record = self._free.pop(base, None)
+        if record is not None:
+            self._held -= record[0]
         self._last_activity = time.monotonic()
-        return held or 0
+        return record[1] if record is not None else 0
 
     def freed(self, base: int, memory_bytes: int) -> None:
         """The slot at `base` was freed (its Store closed) with `memory_bytes` of linear memory:
-        wasmtime keeps min(that, keep_resident) of it. Past the budget, the oldest go back now."""
+        wasmtime keeps min(that, keep_resident) of it, zeroed, and what an earlier, larger
+        instance of the slot kept past `memory_bytes` stays resident too: wasmtime resets only the
+        memory the last instance could reach, so the slot holds the largest of these since it was
+        last given back (its extent). Past the budget, the oldest go back now."""
         self._last_activity = time.monotonic()
-        held = min(memory_bytes, self.keep_resident)
+        kept = min(memory_bytes, self.keep_resident)
+        held = max(kept, self._extent.get(base, 0))
         if held <= 0 or self._closed:
             return
-        self._held += held - self._free.pop(base, 0)
-        self._free[base] = held
+        self._extent[base] = held
+        self._held += held - self._free.pop(base, (0, 0))[0]
+        self._free[base] = (held, kept)
         if self._held > self.budget_bytes:
             self._trim_locked(self.budget_bytes)
         if self._thread is None:
@@ -334,8 +376,9 @@ class ResidentSlots:
             return 0
         released = 0
         while self._held > keep_bytes and self._free:
-            base, held = self._free.popitem(last=False)
+            base, (held, _) = self._free.popitem(last=False)
             self._held -= held
+            self._extent.pop(base, None)
             if give_back(base, held):
                 released += held
         self._given_back += released
@@ -364,6 +407,7 @@ class ResidentSlots:
         with self.lock:
             self._closed = True
             self._free.clear()
+            self._extent.clear()
             self._held = 0
             self._pool = None
             self._wake.notify()

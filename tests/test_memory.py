@@ -419,3 +419,72 @@ def test_large_freed_buffers_go_back_to_the_os():
     ctypes.memset(second, 1, 16 * MIB)
     libc.free(second)
     assert rss_bytes() - before < 8 * MIB
+
+
+def test_a_slot_reused_by_a_smaller_instance_gives_back_what_a_larger_one_kept(hot_path):
+    """wasmtime resets only the memory a slot's last instance could reach: after a 1 MiB instance,
+    a slot reused by a 128 KiB one still holds the first one's zeroed MiB. Giving back the last
+    instance's memory alone left that resident for good (the soak's slow RSS growth: 0.5 MiB more
+    in every slot that changed hands); the slot's whole extent goes back."""
+    n = 32
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=n,
+                        limits=aicirt.Limits(resident_bytes=1 << 30, resident_idle_s=3600))
+    try:
+        big = rt.load(module())
+        seqs = [rt.new_request(big).spawn() for _ in range(n)]
+        for s in seqs:
+            s.memory.grow(s.store, 16)
+            s.memory.write(s.store, b"\1" * MIB, 4096)
+            s.close()
+        small = rt.load(module(memory="2 2"))             # another module: it takes the same slots
+        seqs = [rt.new_request(small).spawn() for _ in range(n)]
+        assert all(s.memory.data_len(s.store) == 2 * WASM_PAGE for s in seqs)
+        for s in seqs:
+            s.close()
+        resident = rt.registry.resident
+        assert resident.held_bytes >= n * MIB
+        held = rss_bytes()
+        assert resident.trim() >= n * MIB
+        assert held - rss_bytes() > n * MIB // 2
+    finally:
+        rt.close()
+
+
+_ARENAS_CHILD = r"""
+import ctypes, os, sys, threading
+from aicirt import registry
+capped = registry.cap_malloc_arenas() if sys.argv[1] == "cap" else False
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.fopen.restype = ctypes.c_void_p
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+held, go = [], threading.Barrier(8)
+def work():
+    go.wait()                               # all at once: each would get an arena of its own
+    held.extend(libc.malloc(4096) for _ in range(200))
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+f = libc.fopen(sys.argv[2].encode(), b"w")
+libc.malloc_info(0, f)
+libc.fclose(f)
+print(capped, open(sys.argv[2]).read().count("<heap nr="))
+"""
+
+
+@pytest.mark.parametrize("cap", ["cap", "default"])
+def test_capped_arenas_make_the_threads_share_one(cap, tmp_path):
+    """registry.cap_malloc_arenas (what `aicirt serve` does): threads that malloc at once share the
+    main arena instead of each taking its own (scattered long-lived chunks over many arenas kept
+    the soak's pages resident). In a child process: the cap is process-wide."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
+    out = subprocess.run([sys.executable, "-c", _ARENAS_CHILD, cap, str(tmp_path / "info.xml")], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    if cap == "cap" and out[0] != "True":
+        pytest.skip("not glibc on Linux")
+    heaps = int(out[1])
+    assert heaps == 1 if cap == "cap" else heaps > 1

@@ -31,7 +31,7 @@ class Server:
         from aicirt import Runtime
         from aicirt.engine.backends import load_backend
         from aicirt.engine import Engine
-        from aicirt.registry import pin_malloc_thresholds
+        from aicirt.registry import cap_malloc_arenas, pin_malloc_thresholds
 
         self.settings = settings
         self.store = store or Store(settings.store, max_upload_bytes=settings.max_upload_bytes)
@@ -39,8 +39,10 @@ class Server:
         self.model_name = settings.served_model if backend is None else (
             settings.model_name or settings.model or backend.name)
         self.context = P.context_length(self.backend, settings.max_context)
-        # This process is the server's own: large freed buffers go back to the OS (registry.py).
+        # This process is the server's own: large freed buffers go back to the OS, and its threads
+        # share one malloc arena, before the runtime's workers start (registry.py).
         pin_malloc_thresholds()
+        cap_malloc_arenas()
         # The runtime's compile cache is the store's modules/ folder: uploads compile once, here.
         runtime = Runtime(self.backend.runtime_tokenizer(), limits=settings.limits, workers=settings.workers,
                           cache_dir=self.store.root, max_sequences=max(1024, settings.max_batch * 17))
