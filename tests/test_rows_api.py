@@ -287,3 +287,47 @@ def test_closing_the_runtime_waits_for_a_call_the_caller_is_running(hot_path, sc
     assert slow.slot.done == 1
     waiter.join()
     assert got["out"].kind[1] in (RowKind.MASK, RowKind.OTHER)   # collected, whatever close made of it
+
+
+def test_a_call_the_caller_took_leaves_no_queue_entry_behind():
+    """A call the waiting caller took stayed in the workers' queue, marked taken; once its
+    sequence closed, its slot was freed, and a worker reaching that entry later ran a freed slot
+    (wasmtime: "object used with the wrong store", or an abort). `bench/js_controller.py` (requests
+    that fork and close between hundreds of taken steps, Qwen2's vocabulary, one worker) aborted
+    in 3 runs of 3 before the fix; this smaller run of the same shape guards the path (taken calls,
+    forks, closes, one worker) in a child process, so that a crash fails this test, not the
+    session."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import aicirt\n"
+        "from aicirt import StepInput\n"
+        "from aicirt.toolchain import build_cached\n"
+        "from _vocabs import qwen_token_bytes\n"
+        "from _json_cases import VocabTokenizer\n"
+        "tok = VocabTokenizer(*qwen_token_bytes())\n"
+        "rt = aicirt.Runtime(tok, limits=aicirt.Limits(soft_deadline_s=30.0, first_call_timeout_s=60.0),\n"
+        "                    workers=1, cache_dir=False)\n"
+        "ctrl = rt.load(build_cached('regex'))\n"
+        "prompt, digits = tok.encode('Year: '), tok.encode('194')\n"
+        "for _ in range(25):\n"
+        "    req = rt.new_request(ctrl, arg=b'(19|20)[0-9]{2}')\n"
+        "    seq = req.spawn()\n"
+        "    assert rt.submit([StepInput(seq, list(prompt), None)]).wait(60.0).results[0].status == 'ok'\n"
+        "    assert seq.memory.data_len(seq.store) > 0\n"
+        "    seq.fork().close()\n"
+        "    for _ in range(25):\n"
+        "        toks = list(prompt)\n"
+        "        rt.submit([StepInput(seq, list(toks), None)]).wait(60.0)\n"
+        "        for t in digits:\n"
+        "            toks.append(t)\n"
+        "            assert rt.submit([StepInput(seq, list(toks), t)]).wait(60.0).results[0].status == 'ok'\n"
+        "    seq.close(); req.close()\n"
+        "assert rt.pool.steals > 0\n"
+        "rt.close()\n"
+        "print('sound')\n") % str(Path(__file__).resolve().parent)
+    out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "sound", out.stderr[-3000:]

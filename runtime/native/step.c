@@ -98,6 +98,8 @@ typedef struct {
     uint64_t resident_bytes;        /* linear memory's first bytes the pooled slot kept resident at spawn (a hint: pages.c) */
     /* the caller-runs rule (see the pool): a queued call may run on the caller's thread at wait() */
     int32_t claimed;                /* a worker or a waiting caller has taken the queued call (under the pool's mu) */
+    uint64_t qpos;                  /* where the queued call sits in the pool's ring (under mu): a caller
+                                     * that takes it clears that entry, so no worker meets the slot again */
     int32_t steal_barred;           /* a call run on a caller outlasted that wait's deadline: never on a caller again */
     uint32_t hist_calls;            /* calls after the first that have ended */
     double hist_max_us;             /* the most CPU time one of them used */
@@ -607,7 +609,7 @@ static void *worker(void *arg) {
         if (p->head == p->tail) break;   /* stop, and nothing left to run */
         aicirt_slot *s = p->queue[p->head % p->cap];
         __atomic_store_n(&p->head, p->head + 1, __ATOMIC_RELEASE);
-        if (s->claimed) continue;   /* a waiting caller ran it */
+        if (!s || s->claimed) continue;   /* a waiting caller ran it */
         s->claimed = 1;
         p->busy++;
         pthread_mutex_unlock(&p->mu);
@@ -659,13 +661,15 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
         while (used + n > cap) cap *= 2;
         aicirt_slot **q = malloc(cap * sizeof *q);
         if (!q) { pthread_mutex_unlock(&p->mu); return -1; }
-        for (size_t i = 0; i < used; i++) q[i] = p->queue[(p->head + i) % p->cap];
+        for (size_t i = 0; i < used; i++)
+            if ((q[i] = p->queue[(p->head + i) % p->cap])) q[i]->qpos = i;
         free(p->queue);
         p->queue = q; p->cap = cap; p->head = 0; p->tail = used;
     }
     for (int i = 0; i < n; i++) {
         slots[i]->started = 0;
         slots[i]->claimed = 0;
+        slots[i]->qpos = p->tail + i;
         p->queue[(p->tail + i) % p->cap] = slots[i];
     }
     __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
@@ -704,7 +708,14 @@ static void run_queued_here(aicirt_pool *p, aicirt_slot **slots, int n, double t
         if (!stealable(s, t_end - now) || __atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) continue;
         pthread_mutex_lock(&p->mu);
         int mine = !s->claimed && !p->stop && now >= p->steal_paused_until;
-        if (mine) { s->claimed = 1; p->busy++; }
+        if (mine) {
+            s->claimed = 1;
+            p->busy++;
+            /* its ring entry goes: the slot may be freed (its sequence closed) before a worker
+             * would reach that entry */
+            if (s->qpos >= p->head && s->qpos < p->tail && p->queue[s->qpos % p->cap] == s)
+                p->queue[s->qpos % p->cap] = 0;
+        }
         pthread_mutex_unlock(&p->mu);
         if (!mine) continue;
         aicirt_step(s);
