@@ -41,6 +41,26 @@ def walk(schema, text: str, vocab=BYTES, eos=EOS, options=b"\0fast_forward=0"):
     return ("accepted" if not br or eos in br[0].allowed() else "cannot end"), None
 
 
+def valid_by_jsonschema(schema, doc: str) -> bool:
+    """`jsonschema`'s verdict, formats checked."""
+    import jsonschema
+    try:
+        jsonschema.validate(json.loads(doc), schema, format_checker=jsonschema.FormatChecker())
+        return True
+    except jsonschema.ValidationError:
+        return False
+
+
+def assert_verdicts_agree(schema, docs) -> None:
+    """Each (document, valid) of `docs`: `jsonschema` agrees with the case, and the masks accept
+    the document exactly when it is valid."""
+    for doc, valid in docs:
+        assert valid_by_jsonschema(schema, doc) == valid, (doc, "the case's own expectation is wrong")
+        got, detail = walk(schema, doc)
+        assert got != "error", detail
+        assert (got == "accepted") == valid, (schema, doc, got, detail)
+
+
 OBJ = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["b"]}
 TREE = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
                                                            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},

@@ -201,22 +201,6 @@ class CPool:
         # free itself, which waits for running calls: those need the epoch thread's ticks.
         self._lock = threading.Lock()
 
-    def start_rows(self, ptrs: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None", masks: np.ndarray,
-                   words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
-        """step.c's aicirt_rows_start: (0, 0), or (-(row + 1), misuse) with nothing started."""
-        ffi, fb = self.ffi, self._from_buffer
-        misuse = ffi.new("int *")
-        if edits is None:
-            of = off = tok = unchanged = ffi.NULL
-        else:
-            of, off = fb("int32_t[]", edits.of_row), fb("int64_t[]", edits.offsets)
-            tok = fb("uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
-            unchanged = fb("uint32_t[]", edits.unchanged)
-        rc = self.lib.aicirt_rows_start(self.ptr, fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int32_t[]", sampled),
-                                        of, off, tok, unchanged, fb("uint32_t[]", masks), words, stamp,
-                                        fb("int8_t[]", row_status), misuse)
-        return rc, misuse[0]
-
     def submit_rows(self, table: np.ndarray, index: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None",
                     masks: np.ndarray, words: int, stamp: int, scratch: "RowScratch") -> tuple[int, CData]:
         """step.c's aicirt_rows_submit (the slots from `table`, then aicirt_rows_start) into
