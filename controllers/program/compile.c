@@ -18,11 +18,29 @@ static const char *TYPES = "const_string, regex, json_schema, grammar, any_text,
                            "plus, repeat, tag, triggered_tags, tags_with_separator, token, exclude_token, any_tokens, "
                            "fork, wait, backtrack";
 
+/* The JSON pointer of the element being compiled ("/" at the root), as text of `*n` bytes. */
+static const char *here(const cx_t *c, uint32_t *n) {
+  *n = c->plen ? c->plen : 1;
+  return c->plen ? c->ptr : "/";
+}
+
+/* A copy of here(), NUL-terminated: for an error the controller reports later. */
+static char *here_copy(const cx_t *c) {
+  uint32_t n;
+  const char *at = here(c, &n);
+  char *s = aici_malloc(n + 1);
+  __builtin_memcpy(s, at, n);
+  s[n] = 0;
+  return s;
+}
+
 static bool fail(cx_t *c, const char *why) {
   if (c->err) return false;
   sb_t b = {0};
+  uint32_t n;
+  const char *at = here(c, &n);
   sb_puts(&b, "at ");
-  sb_putn(&b, c->plen ? c->ptr : "/", c->plen ? c->plen : 1);
+  sb_putn(&b, at, n);
   sb_puts(&b, ": ");
   sb_puts(&b, why);
   c->err = b.p;
@@ -617,11 +635,7 @@ static uint32_t backtrack_step(cx_t *c, const jv_t *f, uint32_t cont) {
     g->vars[i][s->n] = 0;
     g->part_len[i] = s->n, g->part_is_var[i] = is_var;
   }
-  if (!c->p->uses_backtrack) {
-    c->p->backtrack_ptr = aici_malloc(c->plen + 2);
-    __builtin_memcpy(c->p->backtrack_ptr, c->plen ? c->ptr : "/", c->plen ? c->plen : 1);
-    c->p->backtrack_ptr[c->plen ? c->plen : 1] = 0;
-  }
+  if (!c->p->uses_backtrack) c->p->backtrack_ptr = here_copy(c);
   c->p->uses_backtrack = true;
   return k;
 }
@@ -757,11 +771,7 @@ static uint32_t inner(cx_t *c, const jv_t *f, const jv_t *type, uint32_t cont) {
       c->plen = o2;
     }
     c->plen = old;
-    if (!c->p->uses_fork) {
-      c->p->fork_ptr = aici_malloc(c->plen + 2);
-      __builtin_memcpy(c->p->fork_ptr, c->plen ? c->ptr : "/", c->plen ? c->plen : 1);
-      c->p->fork_ptr[c->plen ? c->plen : 1] = 0;
-    }
+    if (!c->p->uses_fork) c->p->fork_ptr = here_copy(c);
     c->p->uses_fork = true;
     return k;
   }
