@@ -245,6 +245,13 @@ static jv_t *to_jv(JSContext *c, JSValueConst v, const char *what) {
   return r;
 }
 
+/* The TypeError a schema the json compiler or matcher refused raises (`err`: its reason, freed). */
+static JSValue schema_error(JSContext *c, char *err) {
+  JSValue e = JS_ThrowTypeError(c, "JsonSchema: %s", err ? err : "cannot compile the schema");
+  aici_free(err);
+  return e;
+}
+
 static JSValue json_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
   jv_t *schema = to_jv(c, argc ? argv[0] : JS_UNDEFINED, "the schema");
   if (!schema) return JS_EXCEPTION;
@@ -257,18 +264,10 @@ static JSValue json_ctor(JSContext *c, JSValueConst new_target, int argc, JSValu
   o.ignore = ignore.p;
   compiled_t comp = {0};
   char *err = 0;
-  if (!schema_compile(schema, &o, &comp, &err)) {
-    JSValue e = JS_ThrowTypeError(c, "JsonSchema: %s", err ? err : "cannot compile the schema");
-    aici_free(err);
-    return e;
-  }
+  if (!schema_compile(schema, &o, &comp, &err)) return schema_error(c, err);
   if (comp.log.n) aici_logf("js: JsonSchema: %.*s", (int)comp.log.n, comp.log.p);
   matcher_t *m = matcher_new(&comp, &err);
-  if (!m) {
-    JSValue e = JS_ThrowTypeError(c, "JsonSchema: %s", err ? err : "cannot compile the schema");
-    aici_free(err);
-    return e;
-  }
+  if (!m) return schema_error(c, err);
   const aici_trie_t *trie = get_trie(c);
   if (!trie) return JS_EXCEPTION;
   matcher_prepare(m, trie);   /* its tables before any fork: children find them in memory */
