@@ -365,17 +365,13 @@ class Steering:
 
     def _all_masks(self, batch: list[Steered], masks: np.ndarray, temperature: list[float]) -> StepPlan:
         """The common step: every request of the batch was asked, in order, and each came back
-        with a mask (`masks[i]`, `temperature[i]`, NaN: the request's own). What `_take_mask`
-        and `_plan` do for such a row, in one loop."""
+        with a mask (`masks[i]`, `temperature[i]`, NaN: the request's own): each takes it
+        (`_take_mask`), and its plan is that mask (what `_plan` gives such a row), in one loop."""
         temperatures: list[float | None] = []
         for pos, s in enumerate(batch):
-            t: float | None = temperature[pos]
-            s._first = s._replay = False
-            s._last_mask = masks[pos]
-            s._temperature = t = None if t != t else t
-            s._splices = ()
-            s._expect = _SAMPLE
-            temperatures.append(t)
+            s._take_mask(temperature[pos], masks, pos)
+            s._replay = False   # the mask is this step's own: nothing to replay
+            temperatures.append(s._temperature)
         self._log_variables(batch)
         return StepPlan(masks, temperatures)
 
