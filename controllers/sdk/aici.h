@@ -245,7 +245,10 @@ void aici_regex_cache_limit(aici_regex_t *re, uint32_t limit);   /* 0 disables c
  * state, on the DFA) gets that slice's tokens wholesale plus a walk of its rest trie. Off: one
  * walk over the whole trie. */
 void aici_regex_use_slices(aici_regex_t *re, bool on);
-/* The slice that masks from `state` use (NULL: they walk the whole trie). */
+/* Slices only from the `masks`-th mask computed on (default 4; 0: from the first). Building one
+ * costs several walks of the whole trie, more than a request that computes a mask or two saves. */
+void aici_regex_slices_after(aici_regex_t *re, uint32_t masks);
+/* The slice that the next mask from `state` uses (NULL: it walks the whole trie). */
 const aici_slice_t *aici_regex_slice(aici_regex_t *re, const aici_trie_t *trie, uint32_t state);
 
 /* The state's transition row (256 entries, built on demand): entry b is the state after byte b,

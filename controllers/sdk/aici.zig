@@ -110,6 +110,7 @@ pub extern fn aici_regex_mask_write(re: *Regex, trie: *const Trie, state: u32, o
 pub extern fn aici_regex_mask_cached(re: *Regex, trie: *const Trie, state: u32) ?*const TokSet;
 pub extern fn aici_regex_cache_limit(re: *Regex, limit: u32) void;
 pub extern fn aici_regex_use_slices(re: *Regex, on: bool) void;
+pub extern fn aici_regex_slices_after(re: *Regex, masks: u32) void;
 
 // ---- slice helpers (results are heap memory: free with `free`) ----
 pub fn tokenize(text: []const u8) []Token {

@@ -24,6 +24,9 @@ typedef struct { uint8_t kind, live; uint32_t out, out1, set; } nfa_t;
 #define FINAL 8                        /* a match that nothing extends: its row is all dead */
 #define END_BIT 0x80000000u            /* in a row entry: the target is FINAL (walks skip its subtree) */
 #define CLOSE_ROWS 1024u               /* rows close_state builds at most (per regex) */
+#define EQ_RECENT 16                   /* masks computed lately, the candidates a new state may share */
+#define EQ_PAIRS 2048u                 /* state pairs one same_masks check follows before giving up */
+#define SLICES_AFTER 4u                /* default: masks walked whole before slices are built */
 
 struct aici_regex {
   uint32_t (*sets)[8];                 /* byte sets (256 bits) used by the pattern */
@@ -45,8 +48,13 @@ struct aici_regex {
   aici_tokset_t **cache;               /* per DFA state, up to cache_limit */
   uint32_t cache_n, cache_limit;
   aici_tokset_t *spare;                /* mask_cached's result once the cache is full */
+  /* masks shared between states that no token tells apart (see same_masks) */
+  uint32_t eq_recent[EQ_RECENT], eq_sig[EQ_RECENT], eq_n, eq_next;  /* states whose masks were computed */
+  uint64_t *eq_seen;                   /* same_masks' visited pairs (open addressing, 0 = empty) */
+  uint32_t *eq_q;                      /* its queue: pair a, pair b, depth */
   bool overflow;
   bool use_slices;
+  uint32_t slices_after, walks;        /* slices from the slices_after-th mask walked on */
   /* slices (see aici_regex_use_slices) */
   uint32_t n_cand;
   uint32_t cand[MAX_CAND][8];          /* byte sets the pattern repeats */
@@ -696,6 +704,7 @@ aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err) {
   re->start = intern(re, n);
   re->cache_limit = 1024;
   re->use_slices = true;
+  re->slices_after = SLICES_AFTER;
   re->overflow = false;
   return re;
 }
@@ -902,6 +911,11 @@ static void or_words(uint32_t *restrict d, const uint32_t *restrict s, uint32_t 
   for (; i < n; i++) d[i] |= s[i];
 }
 
+/* Whether this mask may use a slice: building one costs several walks of the whole trie (a pass
+ * over it, and its rest trie's memory), more than a request that computes a mask or two saves,
+ * so the first slices_after masks walk the whole trie (ski rental: rent, then buy). */
+static bool slices_now(const aici_regex_t *re) { return re->use_slices && re->walks >= re->slices_after; }
+
 /* `write`: out's old contents do not count, so a slice's dense mask is copied (memory.copy,
  * a native memcpy) instead of ORed word by word. */
 static void mask_impl(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, aici_tokset_t *out, bool write) {
@@ -909,7 +923,8 @@ static void mask_impl(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, a
   const aici_slice_t *s = 0;
   if (state && tr) {
     build_row(re, state);
-    if (re->use_slices) s = pick_slice(re, tr, state);
+    if (slices_now(re)) s = pick_slice(re, tr, state);
+    re->walks++;
   }
   if (s && s->dense) {
     if (write) copy_words(w, s->dense, nw);
@@ -934,20 +949,95 @@ void aici_regex_mask_write(aici_regex_t *re, const aici_trie_t *tr, uint32_t sta
 }
 
 void aici_regex_use_slices(aici_regex_t *re, bool on) { re->use_slices = on; }
+void aici_regex_slices_after(aici_regex_t *re, uint32_t masks) { re->slices_after = masks; }
 
 const aici_slice_t *aici_regex_slice(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
-  if (!state || !tr || !re->use_slices) return 0;
+  if (!state || !tr || !slices_now(re)) return 0;
   build_row(re, state);
   return pick_slice(re, tr, state);
 }
 
+/* ---- masks shared between states no token tells apart --------------------------------------
+ * A state's mask is the set of tokens whose bytes keep the DFA live from it. Two states whose
+ * every string of up to `len` bytes (the trie's longest token) leaves both live or both dead have
+ * the same mask: inside `( [a-z]+){100}` word 7 and word 8 do, until the end comes within a
+ * token's reach. A state about to compute its mask first looks for such a state among the last
+ * EQ_RECENT whose masks were computed (same accepting flag, same live byte classes), and takes
+ * that mask instead of a walk of the trie. */
+
+/* The state's accepting flag and which byte classes keep it live, hashed: states that differ here
+ * cannot share a mask (callers add EOS to a cached mask of an accepting state). */
+static uint32_t live_sig(aici_regex_t *re, uint32_t state) {
+  build_row(re, state);
+  const uint32_t *row = re->trans + (size_t)state * 256;
+  uint32_t h = 2166136261u ^ (re->flags[state] & ACCEPT);
+  for (uint32_t c = 0; c < re->n_cls; c++) h = (h ^ (row[re->rep[c]] != 0)) * 16777619u;
+  return h;
+}
+
+/* Whether every string of up to `len` bytes keeps a and b both live or both dead: breadth first
+ * over the pairs of states those strings reach (one byte per byte class), each at its least depth.
+ * Gives up (false) past EQ_PAIRS pairs. */
+static bool same_masks(aici_regex_t *re, uint32_t a, uint32_t b, uint32_t len) {
+  const uint32_t cap = 2 * EQ_PAIRS;   /* seen: a power of two, at most half full */
+  if (!re->eq_seen) {
+    re->eq_seen = aici_malloc(cap * sizeof *re->eq_seen);
+    re->eq_q = aici_malloc(EQ_PAIRS * 3 * sizeof *re->eq_q);
+  }
+  uint64_t *seen = re->eq_seen;
+  uint32_t *q = re->eq_q, n = 1;
+  __builtin_memset(seen, 0, cap * sizeof *seen);
+  q[0] = a, q[1] = b, q[2] = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t x = q[3 * i], y = q[3 * i + 1], d = q[3 * i + 2];
+    if (d >= len) continue;
+    build_row(re, x);
+    build_row(re, y);                  /* may move the table: rows read after both */
+    const uint32_t *rx = re->trans + (size_t)x * 256, *ry = re->trans + (size_t)y * 256;
+    for (uint32_t c = 0; c < re->n_cls; c++) {
+      uint32_t tx = rx[re->rep[c]] & ~END_BIT, ty = ry[re->rep[c]] & ~END_BIT;
+      if ((tx != 0) != (ty != 0)) return false;
+      if (tx == ty) continue;          /* both dead, or one state: the same from here on */
+      uint64_t key = (uint64_t)tx << 32 | ty;
+      uint32_t k = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & (cap - 1);
+      while (seen[k] && seen[k] != key) k = (k + 1) & (cap - 1);
+      if (seen[k]) continue;
+      if (n == EQ_PAIRS) return false;
+      seen[k] = key;
+      q[3 * n] = tx, q[3 * n + 1] = ty, q[3 * n + 2] = d + 1, n++;
+    }
+  }
+  return true;
+}
+
+/* A state among the recent ones whose mask is `state`'s (0: none). */
+static uint32_t shared_mask_state(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, uint32_t sig) {
+  for (uint32_t k = 0; k < re->eq_n; k++) {
+    uint32_t i = (re->eq_next + EQ_RECENT - 1 - k) % EQ_RECENT;   /* the latest first */
+    uint32_t r = re->eq_recent[i];
+    if (re->eq_sig[i] == sig && (re->flags[r] & ACCEPT) == (re->flags[state] & ACCEPT)
+        && same_masks(re, state, r, tr->max_depth))
+      return r;
+  }
+  return 0;
+}
+
 const aici_tokset_t *aici_regex_mask_cached(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
   if (state < re->cap_states && re->cache[state]) return re->cache[state];
+  uint32_t sig = 0;
+  if (state && tr && re->cache_limit) {
+    sig = live_sig(re, state);
+    uint32_t r = shared_mask_state(re, tr, state, sig);
+    if (r) return re->cache[state] = re->cache[r];
+  }
   aici_tokset_t *s;
   bool keep = state && re->cache_n < re->cache_limit;
   if (keep) {
     s = aici_tokset_new();
     re->cache[state] = s, re->cache_n++;
+    re->eq_recent[re->eq_next] = state, re->eq_sig[re->eq_next] = sig;
+    re->eq_next = (re->eq_next + 1) % EQ_RECENT;
+    if (re->eq_n < EQ_RECENT) re->eq_n++;
   } else {
     if (!re->spare) re->spare = aici_tokset_new();
     s = re->spare;
