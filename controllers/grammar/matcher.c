@@ -15,7 +15,7 @@
 
 /* -DGR_STATS: each mask logs its work counters (profiling; "ST lp=... wn=...") */
 #ifdef GR_STATS
-static struct { uint32_t unions, memo_hits, scan_cached, lexmiss, lexnew, lp, lp_nodes, runs, walk_nodes, walk_steps, scans, scan_reuse, items, slices; } st;
+static struct { uint32_t dense_or, list_toks, unions, memo_hits, scan_cached, lexmiss, lexnew, lp, lp_nodes, runs, walk_nodes, walk_steps, scans, scan_reuse, items, slices; } st;
 #define ST(x) (st.x++)
 #define STN(x, n) (st.x += (n))
 #else
@@ -286,15 +286,17 @@ static void push_set(gr_matcher_t *m) {
 
 /* ---- the scan cache ----------------------------------------------------------------------
  * A set is a function of its parent set and the lexer state scanned (completion reads the sets
- * below, which the parent's id names too): so the set built for (parent id, lexer state) is
- * kept, its items copied back when a later walk (another mask of the same lexeme, the same
- * token's other edges) scans the same pair from the same set, and a scan that advanced no item
- * is kept as such. Items are copied, not rebuilt: no prediction, completion or dedup. Up to
- * SC_ITEMS_MAX items and SC_SETS_MAX sets per matcher; past them, sets are built as before. */
+ * below, which the parent's id names too): so the set built for (parent id, lexer state) a
+ * second time is kept (under the first build's id), its items copied back when a later walk
+ * (another mask of the same lexeme, the same token's other edges) scans the same pair from the
+ * same set; a scan that advanced no item is kept as such at once. Sets built only once cost no
+ * copy (a fresh fork writes every new page for the first time: it faults). Items are copied,
+ * not rebuilt: no prediction, completion or dedup. Up to SC_ITEMS_MAX items and SC_SETS_MAX
+ * sets per matcher; past them, sets are built as before. */
 #define SC_ITEMS_MAX (1u << 17)        /* 1.5 MiB of items */
 #define SC_SETS_MAX (1u << 15)
 #define SC_ID_MAX 0xFFFFFF00u          /* set ids from here on would wrap: the cache stops */
-struct scached { uint32_t pid, lex, id, off, n, lstart; bool accepting; };
+struct scached { uint32_t pid, lex, id, off, n, lstart; bool accepting, kept; };
 
 static uint32_t sc_hash(uint32_t pid, uint32_t lex) {
   uint32_t h = pid * 0x9E3779B1u ^ lex * 0x85EBCA77u;
@@ -302,20 +304,38 @@ static uint32_t sc_hash(uint32_t pid, uint32_t lex) {
 }
 
 /* The entry for (pid, lex), or NULL with *slot where to insert it (UINT32_MAX: table full). */
-static const scached_t *sc_find(gr_matcher_t *m, uint32_t pid, uint32_t lex, uint32_t *slot) {
+static scached_t *sc_find(gr_matcher_t *m, uint32_t pid, uint32_t lex, uint32_t *slot) {
   *slot = UINT32_MAX;
   if (!m->sc_tab_cap) return 0;
   for (uint32_t i = sc_hash(pid, lex) & (m->sc_tab_cap - 1);; i = (i + 1) & (m->sc_tab_cap - 1)) {
     uint32_t e = m->sc_tab[i];
     if (!e) { *slot = i; return 0; }
-    const scached_t *c = &m->sc[e - 1];
+    scached_t *c = &m->sc[e - 1];
     if (c->pid == pid && c->lex == lex) return c;
   }
 }
 
-static void sc_insert(gr_matcher_t *m, uint32_t slot, uint32_t pid, uint32_t lex, bool ok) {
+/* The set just built at the top (ok) or the failed scan (!ok) into entry c: its items copied. */
+static void sc_keep(gr_matcher_t *m, scached_t *c, bool ok) {
   uint32_t n = ok ? m->n_items - m->sets[m->n_sets - 1].start : 0;
-  if (m->n_sc >= SC_SETS_MAX || m->n_sc_items + n > SC_ITEMS_MAX) return;
+  if (m->n_sc_items + n > SC_ITEMS_MAX) return;
+  if (m->n_sc_items + n > m->cap_sc_items) {
+    while (m->n_sc_items + n > m->cap_sc_items) m->cap_sc_items = m->cap_sc_items ? 2 * m->cap_sc_items : 4096;
+    m->sc_items = aici_realloc(m->sc_items, m->cap_sc_items * sizeof(item_t));
+  }
+  c->off = m->n_sc_items, c->n = n, c->kept = true;
+  if (ok) {
+    eset_t *s = &m->sets[m->n_sets - 1];
+    __builtin_memcpy(m->sc_items + m->n_sc_items, m->items + s->start, n * sizeof(item_t));
+    m->n_sc_items += n;
+    c->id = s->id, c->lstart = s->lstart, c->accepting = s->accepting;
+  }
+}
+
+/* A new entry for (pid, lex) at table slot `slot`: a failed scan is kept at once (no items); a
+ * set only when built a second time (sc_keep), so sets built once cost no copy. */
+static void sc_insert(gr_matcher_t *m, uint32_t slot, uint32_t pid, uint32_t lex, bool ok) {
+  if (m->n_sc >= SC_SETS_MAX) return;
   if ((m->n_sc + 1) * 2 > m->sc_tab_cap) {   /* grow (and first use): rehash */
     uint32_t cap = m->sc_tab_cap ? m->sc_tab_cap * 2 : 1024;
     aici_free(m->sc_tab);
@@ -332,19 +352,10 @@ static void sc_insert(gr_matcher_t *m, uint32_t slot, uint32_t pid, uint32_t lex
     m->cap_sc = m->cap_sc ? 2 * m->cap_sc : 256;
     m->sc = aici_realloc(m->sc, m->cap_sc * sizeof(scached_t));
   }
-  if (m->n_sc_items + n > m->cap_sc_items) {
-    while (m->n_sc_items + n > m->cap_sc_items) m->cap_sc_items = m->cap_sc_items ? 2 * m->cap_sc_items : 4096;
-    m->sc_items = aici_realloc(m->sc_items, m->cap_sc_items * sizeof(item_t));
-  }
   scached_t *c = &m->sc[m->n_sc];
-  *c = (scached_t){pid, lex, 0, m->n_sc_items, n, 0, false};
-  if (ok) {
-    eset_t *s = &m->sets[m->n_sets - 1];
-    __builtin_memcpy(m->sc_items + m->n_sc_items, m->items + s->start, n * sizeof(item_t));
-    m->n_sc_items += n;
-    c->id = s->id, c->lstart = s->lstart, c->accepting = s->accepting;
-  }
+  *c = (scached_t){pid, lex, ok ? m->sets[m->n_sets - 1].id : 0, 0, 0, 0, false, false};
   m->sc_tab[slot] = ++m->n_sc;
+  if (!ok) sc_keep(m, c, false);
 }
 
 /* scan() from a cached entry: the same state as building it. */
@@ -388,11 +399,16 @@ static bool scan(gr_matcher_t *m, uint32_t lex) {
   }
   uint32_t pid = m->sets[k].id, slot;
   if (m->next_id >= SC_ID_MAX) return scan_build(m, lex);   /* ids would wrap: no cache */
-  const scached_t *hit = sc_find(m, pid, lex, &slot);
-  if (hit) return sc_restore(m, hit, lex);
+  scached_t *hit = sc_find(m, pid, lex, &slot);
+  if (hit && hit->kept) return sc_restore(m, hit, lex);
   ST(scans);
   bool ok = scan_build(m, lex);
-  if (!m->overflow) sc_insert(m, slot, pid, lex, ok);
+  if (m->overflow) return ok;
+  if (hit) {                           /* built twice: keep it, under the first build's id */
+    if (ok) m->sets[m->n_sets - 1].id = hit->id;
+    sc_keep(m, hit, ok);
+  }
+  else sc_insert(m, slot, pid, lex, ok);
   return ok;
 }
 
@@ -729,6 +745,8 @@ typedef struct part {
   toks_t own;                          /* (other) tokens inside the lexeme */
   edge_t *edges;
   uint32_t n_edges;
+  bool ends;                           /* a root part whose lexeme no byte extends (it accepts): its
+                                        * edges are all the trie's root children (parts_t.top) */
 } part_t;
 
 typedef struct { uint32_t ch, lex; const part_t *sub; } kid_t;   /* sub NULL: walk ch's subtree */
@@ -750,6 +768,9 @@ typedef struct parts {
   edge_t *etmp;
   uint32_t cap_etmp;
   uint32_t *lstack, cap_lstack;        /* lex_walk's stack */
+  edge_t *top;                         /* the root children of top_trie, as edges (key: EDGE_TOP | byte) */
+  uint32_t n_top;
+  const aici_trie_t *top_trie;
   /* applications of parts (below) */
   struct memo *memo;
   uint32_t n_memo, cap_memo, *mtab, mtab_cap;
@@ -1047,6 +1068,8 @@ static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, aici_tokset_t *gr
 
 /* Tokens t into mask (ORed). */
 static void toks_or(const toks_t *t, uint32_t *mask) {
+  if (t->dense) ST(dense_or);
+  STN(list_toks, t->n_toks);
   if (t->dense) for (uint32_t w = 0, n = t->dense->n_words; w < n; w++) mask[w] |= t->dense->words[w];
   for (uint32_t k = 0; k < t->n_toks; k++) mask[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
 }
@@ -1059,6 +1082,20 @@ static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex)
   part_t *c = part_find(P, lex, 0, trie);
   if (c || P->n_roots >= PART_ROOTS_MAX || P->bytes >= PART_BYTES_MAX) return c;
   ST(lp);
+  /* every token starts the next lexeme: no walk, no edges (one trie per matcher has them: the
+   * unions they share assume it) */
+  if ((!P->top_trie || P->top_trie == trie) && lex_eager(m, lex)) {
+    if (!P->top_trie) {
+      P->top = aici_malloc(256 * sizeof(edge_t));
+      for (uint32_t p = 1; p < trie->n_nodes; p += trie->nodes[p].w1 >> 10)
+        P->top[P->n_top++] = (edge_t){EDGE_TOP | (trie->nodes[p].w0 & 255), p};
+      P->top_trie = trie;
+    }
+    c = part_new(m, lex, 0, trie, trie, 0);
+    c->ends = true;
+    P->n_roots++;
+    return c;
+  }
   uint32_t cover[8], nt, ne;
   const aici_trie_t *walked = trie;
   const aici_slice_t *sl = std_slice(m, trie, lex);
@@ -1218,7 +1255,8 @@ static void union_free(tunion_t *u) {
 
 /* The union of part c's run of edges [i, end) when the next lexeme starts in state lex0: kept,
  * or once the memory budget is spent, a `temp` one the caller frees after use. */
-static tunion_t *run_union(gr_matcher_t *m, const part_t *c, uint32_t i, uint32_t end, uint32_t lex0, uint32_t vocab) {
+static tunion_t *run_union(gr_matcher_t *m, const part_t *c, const edge_t *edges, const aici_trie_t *walked, uint32_t i,
+                           uint32_t end, uint32_t lex0, uint32_t vocab) {
   parts_t *P = m->parts;
   uint32_t h = union_hash(c, i, lex0), slot = 0;
   if (P->utab_cap)
@@ -1228,25 +1266,25 @@ static tunion_t *run_union(gr_matcher_t *m, const part_t *c, uint32_t i, uint32_
       if (u->c == c && u->run == i && u->lex0 == lex0) return u;
     }
   ST(unions);
-  const aici_trie_node_t *nodes = c->walked->nodes;
+  const aici_trie_node_t *nodes = walked->nodes;
   uint32_t nw = (vocab + 31) / 32, nt = 0, nk = 0;
   uint64_t weight = 0;
   P->n_utmp = 0;
   /* the live edges: their tokens into utmp, their subtrees into ukids */
   for (uint32_t k = i; k < end; k++) {
-    uint8_t b = (uint8_t)(c->edges[k].key & 255);
+    uint8_t b = (uint8_t)(edges[k].key & 255);
     const int32_t *row = m->ls[lex0].row;
     int32_t r = row ? row[b] : -1;
     uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, lex0, b);
     if (!ns) continue;
-    uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
+    uint32_t ch = edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
     if (tok < vocab) {
       if (P->n_utmp == P->cap_utmp) P->cap_utmp = P->cap_utmp ? 2 * P->cap_utmp : 1024, P->utmp = aici_realloc(P->utmp, P->cap_utmp * 4);
       P->utmp[P->n_utmp++] = tok;
       nt++;
     }
     if (size <= 1) continue;
-    const part_t *sub = size >= SUB_MIN_NODES ? sub_part(m, c->walked, ch, ns, vocab) : 0;
+    const part_t *sub = size >= SUB_MIN_NODES ? sub_part(m, walked, ch, ns, vocab) : 0;
     if (nk == P->cap_ukids) P->cap_ukids = P->cap_ukids ? 2 * P->cap_ukids : 256, P->ukids = aici_realloc(P->ukids, P->cap_ukids * sizeof(kid_t));
     P->ukids[nk++] = (kid_t){ch, ns, sub};
     if (sub) weight += toks_weight(&sub->own, nw);
@@ -1320,10 +1358,14 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
   bool rec = true;                     /* every child recorded so far */
   const aici_trie_t *wt = c->walked;
   const aici_trie_node_t *nodes = wt->nodes;
+  /* an ended root part: one run, of its lexer state, over the root children; its unions are
+   * shared by all such parts (keyed by no part: they depend on the start state only) */
+  const edge_t *edges = c->ends ? P->top : c->edges;
+  uint32_t n_edges = c->ends ? P->n_top : c->n_edges;
   /* Edges are sorted by (lexer state, byte): per lexer state the lexeme is ended once */
-  for (uint32_t i = 0; i < c->n_edges;) {
-    uint32_t from = c->edges[i].key >> 8, run = i;
-    while (run < c->n_edges && c->edges[run].key >> 8 == from) run++;
+  for (uint32_t i = 0; i < n_edges;) {
+    uint32_t from = c->ends ? EDGE_TOP >> 8 | c->lex : edges[i].key >> 8, run = c->ends ? n_edges : i;
+    while (run < n_edges && edges[run].key >> 8 == from) run++;
     bool tok_start = from & (EDGE_TOP >> 8);
     from &= ~(EDGE_TOP >> 8);
     goto_pos(m, here);
@@ -1333,7 +1375,7 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
     if (!ended) { i = run; continue; }
     uint32_t top = m->n_sets, lex0 = m->sets[top - 1].lstart;
     ST(runs);
-    tunion_t *u = run_union(m, c, i, run, lex0, vocab);
+    tunion_t *u = run_union(m, c->ends ? 0 : c, edges, wt, i, run, lex0, vocab);
     toks_or(&u->toks, mask);
     if (u->temp) rec = false;          /* entries refer only to kept unions */
     else if (rec) rec_push(P, toks_word(&u->toks));
@@ -1349,8 +1391,8 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
     if (u->temp) union_free(u);
     if (m->ls[lex0].n_acc) {           /* an empty lexeme, then the byte: stepped per position */
       for (; i < run;) {
-        uint32_t key = c->edges[i].key, j = i;
-        while (j < run && c->edges[j].key == key) j++;
+        uint32_t key = edges[i].key, j = i;
+        while (j < run && edges[j].key == key) j++;
         uint8_t b = (uint8_t)(key & 255);
         const int32_t *row = m->ls[lex0].row;
         int32_t r = row ? row[b] : -1;
@@ -1361,7 +1403,7 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
         m->overflow = m->tok_start = false;
         if (live) {
           for (uint32_t k = i; k < j; k++) {
-            uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
+            uint32_t ch = edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
             if (tok < vocab) {
               mask[tok >> 5] |= 1u << (tok & 31);
               if (rec) rec_push(P, tok);
@@ -1421,7 +1463,7 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
   if (pos_accepting(m, here) && eos < out->vocab) mask[eos >> 5] |= 1u << (eos & 31);
   goto_pos(m, here);
 #ifdef GR_STATS
-  aici_logf("ST un=%u mh=%u sc=%u miss=%u new=%u lp=%u lpn=%u sl=%u runs=%u wn=%u ws=%u scans=%u reuse=%u items=%u parts=%u bytes=%u\n", st.unions, st.memo_hits, st.scan_cached, st.lexmiss, st.lexnew, st.lp, st.lp_nodes, st.slices, st.runs, st.walk_nodes, st.walk_steps, st.scans, st.scan_reuse, st.items, m->parts->n, m->parts->bytes);
+  aici_logf("ST dor=%u lt=%u un=%u mh=%u sc=%u miss=%u new=%u lp=%u lpn=%u sl=%u runs=%u wn=%u ws=%u scans=%u reuse=%u items=%u parts=%u bytes=%u pool=%u memo=%u sci=%u sc=%u unions=%u mem=%u\n", st.dense_or, st.list_toks, st.unions, st.memo_hits, st.scan_cached, st.lexmiss, st.lexnew, st.lp, st.lp_nodes, st.slices, st.runs, st.walk_nodes, st.walk_steps, st.scans, st.scan_reuse, st.items, m->parts->n, m->parts->bytes, m->parts->n_pool, m->parts->n_memo, m->n_sc_items, m->n_sc, m->parts->n_unions, (uint32_t)__builtin_wasm_memory_size(0));
   __builtin_memset(&st, 0, sizeof st);
 #endif
 }
