@@ -8,6 +8,8 @@ static gr_matcher_t *mt;
 static const aici_trie_t *trie;
 static uint32_t prompt_len;
 static gr_mark_t *marks;               /* marks[k]: position after k generated tokens */
+static aici_tokset_t *mask;            /* this call's mask (gr_mask overwrites it: not an arena set,
+                                        * which the SDK would clear first) */
 static uint32_t n_seen, cap;
 
 AICI_EXPORT_INIT void grammar_init(void) {
@@ -72,6 +74,14 @@ static bool catch_up(const aici_arg_t *arg) {
   return true;
 }
 
+/* Whether m is {eos} (stops at the first other token: most masks hold one early). */
+static bool only_eos(const aici_tokset_t *m, aici_token_t eos) {
+  if (!aici_tokset_has(m, eos)) return false;
+  for (uint32_t w = 0; w < m->n_words; w++)
+    if (m->words[w] & ~(w == eos >> 5 ? 1u << (eos & 31) : 0u)) return false;
+  return true;
+}
+
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (arg->call_index == 0 && !setup(arg)) return;
   if (!mt) return;
@@ -79,10 +89,9 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   aici_token_t eos = aici_eos_token();
   if (arg->has_sampled && arg->sampled == eos) return;   /* EOS chosen while accepting */
   if (!catch_up(arg)) { aici_logs("grammar: the text no longer matches the grammar\n"); return; }
-  aici_tokset_t *m = aici_tokset_tmp();
-  gr_mask(mt, trie, eos, m);
-  bool accepting = aici_tokset_has(m, eos);
-  if (accepting && aici_tokset_count(m) == 1) return;    /* complete: nothing can follow */
-  if (aici_tokset_empty(m)) { aici_logs("grammar: no token can continue the grammar\n"); return; }
-  aici_sample(res, m);
+  if (!mask) mask = aici_tokset_new();
+  gr_mask(mt, trie, eos, mask);
+  if (only_eos(mask, eos)) return;     /* complete: nothing can follow */
+  if (aici_tokset_empty(mask)) { aici_logs("grammar: no token can continue the grammar\n"); return; }
+  aici_sample(res, mask);
 }

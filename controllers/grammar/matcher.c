@@ -8,13 +8,14 @@
  * and the byte starts the next lexeme. A lexeme may be empty (a terminal that matches ""), at most
  * MAX_EMPTY in a row. During a mask walk, sets are built once per (parent set, lexer state) and
  * kept while the walk stays below them (`prov`), so the many tokens that end a lexeme the same
- * way share one set.
+ * way share one set; and each set built is also kept by (its parent's id, lexer state) (the scan
+ * cache), so a later walk that ends the same lexeme on the same set copies it back.
  */
 #include "grammar.h"
 
 /* -DGR_STATS: each mask logs its work counters (profiling; "ST lp=... wn=...") */
 #ifdef GR_STATS
-static struct { uint32_t lexmiss, lexnew, lp, lp_nodes, edges, groups, groups_live, walk_nodes, walk_steps, scans, scan_reuse, items, slices; } st;
+static struct { uint32_t dense_or, list_toks, unions, memo_hits, scan_cached, lexmiss, lexnew, lp, lp_nodes, runs, walk_nodes, walk_steps, scans, scan_reuse, items, slices; } st;
 #define ST(x) (st.x++)
 #define STN(x, n) (st.x += (n))
 #else
@@ -25,7 +26,10 @@ static struct { uint32_t lexmiss, lexnew, lp, lp_nodes, edges, groups, groups_li
 #define MAX_ITEMS (1u << 20)           /* Earley items alive at once (12 MiB): more fails the text */
 
 typedef struct { uint32_t prod, dot, origin; } item_t;
-typedef struct { uint32_t start; uint32_t lstart; int32_t prov_lex; uint32_t prov_parent; bool accepting; } eset_t;
+/* id: what the set holds, as the chain of scans that built it from set 0 (1), so that (the
+ * parent's id, lexer state) names a set's content exactly (the scan cache below) */
+typedef struct { uint32_t start; uint32_t lstart; int32_t prov_lex; uint32_t prov_parent; uint32_t id; bool accepting; } eset_t;
+typedef struct scached scached_t;
 typedef struct { uint32_t off, n, acc_off, n_acc; int32_t *row; bool forced, stop; int8_t eager; } lstate_t;
 
 struct gr_matcher {
@@ -35,6 +39,11 @@ struct gr_matcher {
   eset_t *sets;
   uint32_t n_sets, valid, cap_sets;    /* logical top; physically intact sets (walk reuse) */
   uint32_t *ht, *ht_stamp, ht_cap, gen;/* item dedup for the set being built */
+  /* scan cache: (parent set id, lexer state) -> the set built, or none (no item advanced) */
+  scached_t *sc;
+  uint32_t n_sc, cap_sc, *sc_tab, sc_tab_cap, next_id;
+  item_t *sc_items;
+  uint32_t n_sc_items, cap_sc_items;
   /* lexer */
   lstate_t *ls;
   uint32_t n_ls, cap_ls;
@@ -275,6 +284,110 @@ static void push_set(gr_matcher_t *m) {
   }
 }
 
+/* ---- the scan cache ----------------------------------------------------------------------
+ * A set is a function of its parent set and the lexer state scanned (completion reads the sets
+ * below, which the parent's id names too): so the set built for (parent id, lexer state) a
+ * second time is kept (under the first build's id), its items copied back when a later walk
+ * (another mask of the same lexeme, the same token's other edges) scans the same pair from the
+ * same set; a scan that advanced no item is kept as such at once. Sets built only once cost no
+ * copy (a fresh fork writes every new page for the first time: it faults). Items are copied,
+ * not rebuilt: no prediction, completion or dedup. Up to SC_ITEMS_MAX items and SC_SETS_MAX
+ * sets per matcher; past them, sets are built as before. */
+#define SC_ITEMS_MAX (1u << 17)        /* 1.5 MiB of items */
+#define SC_SETS_MAX (1u << 15)
+#define SC_ID_MAX 0xFFFFFF00u          /* set ids from here on would wrap: the cache stops */
+struct scached { uint32_t pid, lex, id, off, n, lstart; bool accepting, kept; };
+
+static uint32_t sc_hash(uint32_t pid, uint32_t lex) {
+  uint32_t h = pid * 0x9E3779B1u ^ lex * 0x85EBCA77u;
+  return h ^ (h >> 16);
+}
+
+/* The entry for (pid, lex), or NULL with *slot where to insert it (UINT32_MAX: table full). */
+static scached_t *sc_find(gr_matcher_t *m, uint32_t pid, uint32_t lex, uint32_t *slot) {
+  *slot = UINT32_MAX;
+  if (!m->sc_tab_cap) return 0;
+  for (uint32_t i = sc_hash(pid, lex) & (m->sc_tab_cap - 1);; i = (i + 1) & (m->sc_tab_cap - 1)) {
+    uint32_t e = m->sc_tab[i];
+    if (!e) { *slot = i; return 0; }
+    scached_t *c = &m->sc[e - 1];
+    if (c->pid == pid && c->lex == lex) return c;
+  }
+}
+
+/* The set just built at the top (ok) or the failed scan (!ok) into entry c: its items copied. */
+static void sc_keep(gr_matcher_t *m, scached_t *c, bool ok) {
+  uint32_t n = ok ? m->n_items - m->sets[m->n_sets - 1].start : 0;
+  if (m->n_sc_items + n > SC_ITEMS_MAX) return;
+  if (m->n_sc_items + n > m->cap_sc_items) {
+    while (m->n_sc_items + n > m->cap_sc_items) m->cap_sc_items = m->cap_sc_items ? 2 * m->cap_sc_items : 4096;
+    m->sc_items = aici_realloc(m->sc_items, m->cap_sc_items * sizeof(item_t));
+  }
+  c->off = m->n_sc_items, c->n = n, c->kept = true;
+  if (ok) {
+    eset_t *s = &m->sets[m->n_sets - 1];
+    __builtin_memcpy(m->sc_items + m->n_sc_items, m->items + s->start, n * sizeof(item_t));
+    m->n_sc_items += n;
+    c->id = s->id, c->lstart = s->lstart, c->accepting = s->accepting;
+  }
+}
+
+/* A new entry for (pid, lex) at table slot `slot`: a failed scan is kept at once (no items); a
+ * set only when built a second time (sc_keep), so sets built once cost no copy. */
+static void sc_insert(gr_matcher_t *m, uint32_t slot, uint32_t pid, uint32_t lex, bool ok) {
+  if (m->n_sc >= SC_SETS_MAX) return;
+  if ((m->n_sc + 1) * 2 > m->sc_tab_cap) {   /* grow (and first use): rehash */
+    uint32_t cap = m->sc_tab_cap ? m->sc_tab_cap * 2 : 1024;
+    aici_free(m->sc_tab);
+    m->sc_tab = aici_calloc(cap, 4);
+    m->sc_tab_cap = cap;
+    for (uint32_t e = 0; e < m->n_sc; e++) {
+      uint32_t i = sc_hash(m->sc[e].pid, m->sc[e].lex) & (cap - 1);
+      while (m->sc_tab[i]) i = (i + 1) & (cap - 1);
+      m->sc_tab[i] = e + 1;
+    }
+    sc_find(m, pid, lex, &slot);
+  }
+  if (m->n_sc == m->cap_sc) {
+    m->cap_sc = m->cap_sc ? 2 * m->cap_sc : 256;
+    m->sc = aici_realloc(m->sc, m->cap_sc * sizeof(scached_t));
+  }
+  scached_t *c = &m->sc[m->n_sc];
+  *c = (scached_t){pid, lex, ok ? m->sets[m->n_sets - 1].id : 0, 0, 0, 0, false, false};
+  m->sc_tab[slot] = ++m->n_sc;
+  if (!ok) sc_keep(m, c, false);
+}
+
+/* scan() from a cached entry: the same state as building it. */
+static bool sc_restore(gr_matcher_t *m, const scached_t *c, uint32_t lex) {
+  uint32_t k = m->n_sets - 1, j = m->n_sets;
+  if (!c->n) return false;             /* no item advanced: nothing changes */
+  uint32_t start = set_end(m, k);
+  if (start + c->n > MAX_ITEMS) {      /* as the build would: a partial set is never kept */
+    m->n_items = start;
+    m->valid = j;
+    m->overflow = true;
+    return false;
+  }
+  ST(scan_cached);
+  m->valid = j;
+  push_set(m);
+  while (start + c->n > m->cap_items) {
+    m->cap_items *= 2;
+    m->items = aici_realloc(m->items, m->cap_items * sizeof(item_t));
+  }
+  __builtin_memcpy(m->items + start, m->sc_items + c->off, c->n * sizeof(item_t));
+  m->n_items = start + c->n;
+  eset_t *s = &m->sets[j];
+  s->start = start, s->lstart = c->lstart, s->accepting = c->accepting, s->id = c->id;
+  s->prov_lex = (int32_t)lex, s->prov_parent = k;
+  m->sets[j + 1].start = m->n_items;
+  m->n_sets = m->valid = j + 1;
+  return true;
+}
+
+static bool scan_build(gr_matcher_t *m, uint32_t lex);
+
 /* Set n_sets (a new top) from the top set by scanning the terminals accepted in lexer state
  * `lex`; reuses it when the walk built the same one before. false: no item advanced. */
 static bool scan(gr_matcher_t *m, uint32_t lex) {
@@ -284,7 +397,24 @@ static bool scan(gr_matcher_t *m, uint32_t lex) {
     m->n_sets++;
     return true;
   }
+  uint32_t pid = m->sets[k].id, slot;
+  if (m->next_id >= SC_ID_MAX) return scan_build(m, lex);   /* ids would wrap: no cache */
+  scached_t *hit = sc_find(m, pid, lex, &slot);
+  if (hit && hit->kept) return sc_restore(m, hit, lex);
   ST(scans);
+  bool ok = scan_build(m, lex);
+  if (m->overflow) return ok;
+  if (hit) {                           /* built twice: keep it, under the first build's id */
+    if (ok) m->sets[m->n_sets - 1].id = hit->id;
+    sc_keep(m, hit, ok);
+  }
+  else sc_insert(m, slot, pid, lex, ok);
+  return ok;
+}
+
+/* scan() without the caches. */
+static bool scan_build(gr_matcher_t *m, uint32_t lex) {
+  uint32_t k = m->n_sets - 1, j = m->n_sets;
   /* rebuild at j: everything above is gone */
   m->n_items = set_end(m, k);
   m->valid = j;
@@ -317,6 +447,7 @@ static bool scan(gr_matcher_t *m, uint32_t lex) {
   }
   m->sets[j].prov_lex = (int32_t)lex;
   m->sets[j].prov_parent = k;
+  m->sets[j].id = ++m->next_id;
   set_derive(m, j);
   return true;
 }
@@ -483,6 +614,7 @@ gr_matcher_t *gr_matcher_new(gr_grammar_t *g) {
   m->sets[0].start = 0;
   m->sets[1].start = 0;
   m->sets[0].prov_lex = -1;
+  m->sets[0].id = m->next_id = 1;
   m->n_sets = m->valid = 1;
   ht_reset(m);
   add_item(m, g->start_prod, 0, 0, 0);
@@ -603,17 +735,30 @@ void gr_restore(gr_matcher_t *m, gr_mark_t k) {
 #define PART_BYTES_MAX (8u << 20)      /* memory all parts may hold (more: plain walks) */
 
 typedef struct { uint32_t key, child; } edge_t;   /* key: EDGE_TOP | lexer state << 8 | byte */
+typedef struct { aici_tokset_t *dense; uint32_t *toks, n_toks; } toks_t;   /* a set (big ones) or a list */
 #define EDGE_TOP 0x80000000u           /* the edge's byte starts a token (lexer states < 2^23) */
 typedef struct part {
   uint32_t lex, node;                  /* key: lexer state, subtree root (0: the whole trie) */
   const aici_trie_t *base;             /* key: the trie `node` indexes */
   const aici_trie_t *walked;           /* the trie the edges index (root part: maybe a slice's rest) */
   const aici_slice_t *slice;           /* root parts: the slice whose tokens are inside wholesale */
-  aici_tokset_t *dense;                /* (other) tokens inside the lexeme: a set (big ones) */
-  uint32_t *toks, n_toks;              /* ... or a list */
+  toks_t own;                          /* (other) tokens inside the lexeme */
   edge_t *edges;
   uint32_t n_edges;
+  bool ends;                           /* a root part whose lexeme no byte extends (it accepts): its
+                                        * edges are all the trie's root children (parts_t.top) */
 } part_t;
+
+typedef struct { uint32_t ch, lex; const part_t *sub; } kid_t;   /* sub NULL: walk ch's subtree */
+/* a run's union (see the applications of parts) */
+typedef struct tunion {
+  const part_t *c;                     /* key: the part, its run's first edge, the start state */
+  uint32_t run, lex0;
+  toks_t toks;                         /* the live edges' tokens and their parts' own tokens */
+  kid_t *kids;                         /* the live edges with a subtree below */
+  uint32_t n_kids;
+  bool temp;                           /* not kept (memory budget spent) */
+} tunion_t;
 
 typedef struct parts {
   part_t **tab;                        /* open addressing on (lex, node, base) */
@@ -623,6 +768,21 @@ typedef struct parts {
   edge_t *etmp;
   uint32_t cap_etmp;
   uint32_t *lstack, cap_lstack;        /* lex_walk's stack */
+  edge_t *top;                         /* the root children of top_trie, as edges (key: EDGE_TOP | byte) */
+  uint32_t n_top;
+  const aici_trie_t *top_trie;
+  /* applications of parts (below) */
+  struct memo *memo;
+  uint32_t n_memo, cap_memo, *mtab, mtab_cap;
+  uint32_t *pool, n_pool, cap_pool;    /* the entries' lists */
+  uint32_t *rec, n_rec, cap_rec;       /* lists being recorded (nested: one per open call) */
+  uint32_t n_dense;                    /* entries with a dense replay */
+  /* unions of edge runs (below) */
+  struct tunion **utab;
+  uint32_t utab_cap, n_unions;
+  uint32_t *utmp, n_utmp, cap_utmp;    /* a union being built: its edges' tokens, its kids */
+  kid_t *ukids;
+  uint32_t cap_ukids;
 } parts_t;
 
 static uint32_t part_hash(uint32_t lex, uint32_t node, const aici_trie_t *base) {
@@ -765,9 +925,12 @@ static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *
   return best ? best : aici_trie_slice(trie, cover);
 }
 
-/* The general walk over nodes [p, end) of the trie, the parent's position being `top`. */
+static void rec_push(parts_t *P, uint32_t v);
+
+/* The general walk over nodes [p, end) of the trie, the parent's position being `top`; with
+ * `rec`, each token it allows is also recorded (rec_push). */
 static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask,
-                 uint32_t vocab, pos_t *stack) {
+                 uint32_t vocab, pos_t *stack, parts_t *rec) {
   const aici_trie_node_t *nodes = trie->nodes;
   bool top_level = p == 1;             /* the whole trie: its root's children start tokens */
   uint32_t sp = 1;
@@ -788,7 +951,10 @@ static void walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t 
       live = step(m, &q, (uint8_t)(w0 & 255)) && !m->overflow;
       m->overflow = m->tok_start = false;
     }
-    if (live && tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
+    if (live && tok < vocab) {
+      mask[tok >> 5] |= 1u << (tok & 31);
+      if (rec) rec_push(rec, tok);
+    }
     if (live && (w1 >> 10) > 1) {
       stack[sp++] = q;
       p++;
@@ -890,20 +1056,22 @@ static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici
 /* Keeps lex_walk's tokens in part c: its set, or its list P->tmp[0..nt). */
 static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, aici_tokset_t *grown) {
   if (grown) {
-    c->dense = grown;
+    c->own.dense = grown;
     P->bytes += grown->n_words * 4;
   } else if (nt) {
-    c->toks = aici_malloc(nt * 4);
-    __builtin_memcpy(c->toks, P->tmp, nt * 4);
-    c->n_toks = nt;
+    c->own.toks = aici_malloc(nt * 4);
+    __builtin_memcpy(c->own.toks, P->tmp, nt * 4);
+    c->own.n_toks = nt;
     P->bytes += nt * 4;
   }
 }
 
-/* A part's own tokens (a root part's slice included) into mask (ORed). */
-static void part_toks(const part_t *c, uint32_t *mask) {
-  if (c->dense) for (uint32_t w = 0, n = c->dense->n_words; w < n; w++) mask[w] |= c->dense->words[w];
-  for (uint32_t k = 0; k < c->n_toks; k++) mask[c->toks[k] >> 5] |= 1u << (c->toks[k] & 31);
+/* Tokens t into mask (ORed). */
+static void toks_or(const toks_t *t, uint32_t *mask) {
+  if (t->dense) ST(dense_or);
+  STN(list_toks, t->n_toks);
+  if (t->dense) for (uint32_t w = 0, n = t->dense->n_words; w < n; w++) mask[w] |= t->dense->words[w];
+  for (uint32_t k = 0; k < t->n_toks; k++) mask[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
 }
 
 /* The root part of lexer state `lex` (NULL: too many cached). It refers to its slice (the SDK
@@ -914,6 +1082,20 @@ static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex)
   part_t *c = part_find(P, lex, 0, trie);
   if (c || P->n_roots >= PART_ROOTS_MAX || P->bytes >= PART_BYTES_MAX) return c;
   ST(lp);
+  /* every token starts the next lexeme: no walk, no edges (one trie per matcher has them: the
+   * unions they share assume it) */
+  if ((!P->top_trie || P->top_trie == trie) && lex_eager(m, lex)) {
+    if (!P->top_trie) {
+      P->top = aici_malloc(256 * sizeof(edge_t));
+      for (uint32_t p = 1; p < trie->n_nodes; p += trie->nodes[p].w1 >> 10)
+        P->top[P->n_top++] = (edge_t){EDGE_TOP | (trie->nodes[p].w0 & 255), p};
+      P->top_trie = trie;
+    }
+    c = part_new(m, lex, 0, trie, trie, 0);
+    c->ends = true;
+    P->n_roots++;
+    return c;
+  }
   uint32_t cover[8], nt, ne;
   const aici_trie_t *walked = trie;
   const aici_slice_t *sl = std_slice(m, trie, lex);
@@ -945,64 +1127,306 @@ static part_t *sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint
   return c;
 }
 
-/* Adds part c's tokens at position `here` (its lexeme's start set: here.n_sets), then its edges'. */
-static void part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *mask, uint32_t vocab, pos_t *stack) {
-  if (c->node) part_toks(c, mask);     /* root parts: the caller's */
+/* ---- applications of parts -----------------------------------------------------------------
+ * Applying part c at a position: per run of its edges of one lexer state F, the lexeme is ended
+ * once (a scan), and the run's edges whose byte the next lexeme's start state S takes are live.
+ * Which edges those are, their tokens and the own tokens of the parts below them depend on (c,
+ * the run, S) only, not on the parser: they are kept as the run's *union* (its tokens as one set
+ * or list, and the live children, each with its lexer state and part), so a later application
+ * reads one union instead of a row lookup per edge and a token list per child. Only what lies
+ * below the children (their own edges) is applied per position, recursively; the edges whose
+ * byte S does not take but that an empty lexeme lets live (S accepting) are stepped per
+ * position as before.
+ *
+ * What an application adds is a function of c and the position's top set (its id names the
+ * whole stack, see the scan cache; c's lexer state is the position's), so it is recorded: the
+ * unions and parts whose tokens it added, its own tokens, and the entries of the applications
+ * below it. A later application of c on the same set (the next masks inside one lexeme: the
+ * lexeme ends the same way below each edge) replays the entry: no parser steps, no trie. Entries
+ * refer to unions and parts, which stay. Up to MEMO_POOL_MAX list words and MEMO_MAX entries;
+ * past them, applications are computed as before. */
+#define MEMO_MAX (1u << 17)
+#define MEMO_POOL_MAX (1u << 19)       /* 2 MiB of lists */
+#define MEMO_NONE UINT32_MAX
+/* A list word: a token id (< 2^24), another entry (MEMO_CHILD | index), or a toks_t to OR in
+ * (MEMO_TOKS | its address / 4: wasm32 addresses fit). */
+#define MEMO_CHILD 0x80000000u
+#define MEMO_TOKS 0x40000000u
+#define MEMO_DENSE_MAX 64u             /* entries replayed from a set of their own (19 KiB each at 150k tokens) */
+/* weight: the replay's writes (a list token 1, a set its words); dense: the whole replay as one
+ * set, made at a hit once the weight is over two sets' words */
+typedef struct memo { uint32_t set_id; const part_t *c; uint32_t off, n, weight; uint32_t *dense; } memo_t;
+
+
+static uint32_t toks_weight(const toks_t *t, uint32_t n_words) { return t->dense ? n_words : t->n_toks; }
+
+static uint32_t memo_hash(uint32_t set_id, const part_t *c) {
+  uint32_t h = set_id * 0x9E3779B1u ^ (uint32_t)(uintptr_t)c * 0x85EBCA77u;
+  return h ^ (h >> 15);
+}
+
+/* The entry of (set_id, c), or MEMO_NONE. */
+static uint32_t memo_find(const parts_t *P, uint32_t set_id, const part_t *c) {
+  if (!P->mtab_cap) return MEMO_NONE;
+  for (uint32_t i = memo_hash(set_id, c) & (P->mtab_cap - 1);; i = (i + 1) & (P->mtab_cap - 1)) {
+    uint32_t e = P->mtab[i];
+    if (!e) return MEMO_NONE;
+    if (P->memo[e - 1].set_id == set_id && P->memo[e - 1].c == c) return e - 1;
+  }
+}
+
+static void rec_push(parts_t *P, uint32_t v) {
+  if (P->n_rec == P->cap_rec) {
+    P->cap_rec = P->cap_rec ? 2 * P->cap_rec : 1024;
+    P->rec = aici_realloc(P->rec, P->cap_rec * 4);
+  }
+  P->rec[P->n_rec++] = v;
+}
+
+static uint32_t word_weight(const parts_t *P, uint32_t v, uint32_t n_words) {
+  if (v & MEMO_CHILD) return P->memo[v & ~MEMO_CHILD].weight;
+  if (v & MEMO_TOKS) return toks_weight((const toks_t *)(uintptr_t)((v & ~MEMO_TOKS) << 2), n_words);
+  return 1;
+}
+
+/* Keeps the list rec[r0 ..) as the entry of (set_id, c); MEMO_NONE past the budget. */
+static uint32_t memo_insert(parts_t *P, uint32_t set_id, const part_t *c, uint32_t r0, uint32_t n_words) {
+  uint32_t n = P->n_rec - r0;
+  if (P->n_memo >= MEMO_MAX || P->n_pool + n > MEMO_POOL_MAX) return MEMO_NONE;
+  uint64_t w = 0;
+  for (uint32_t k = r0; k < P->n_rec; k++) w += word_weight(P, P->rec[k], n_words);
+  if ((P->n_memo + 1) * 2 > P->mtab_cap) {
+    uint32_t cap = P->mtab_cap ? 2 * P->mtab_cap : 1024;
+    aici_free(P->mtab);
+    P->mtab = aici_calloc(cap, 4);
+    P->mtab_cap = cap;
+    for (uint32_t e = 0; e < P->n_memo; e++) {
+      uint32_t i = memo_hash(P->memo[e].set_id, P->memo[e].c) & (cap - 1);
+      while (P->mtab[i]) i = (i + 1) & (cap - 1);
+      P->mtab[i] = e + 1;
+    }
+  }
+  if (P->n_memo == P->cap_memo) {
+    P->cap_memo = P->cap_memo ? 2 * P->cap_memo : 256;
+    P->memo = aici_realloc(P->memo, P->cap_memo * sizeof(memo_t));
+  }
+  if (P->n_pool + n > P->cap_pool) {
+    while (P->n_pool + n > P->cap_pool) P->cap_pool = P->cap_pool ? 2 * P->cap_pool : 4096;
+    P->pool = aici_realloc(P->pool, P->cap_pool * 4);
+  }
+  __builtin_memcpy(P->pool + P->n_pool, P->rec + r0, n * 4);
+  P->memo[P->n_memo] = (memo_t){set_id, c, P->n_pool, n, w > UINT32_MAX ? UINT32_MAX : (uint32_t)w, 0};
+  P->n_pool += n;
+  uint32_t i = memo_hash(set_id, c) & (P->mtab_cap - 1);
+  while (P->mtab[i]) i = (i + 1) & (P->mtab_cap - 1);
+  P->mtab[i] = P->n_memo + 1;
+  return P->n_memo++;
+}
+
+/* Replays entry e into mask (nw words). */
+static void memo_apply(const parts_t *P, uint32_t e, uint32_t *mask, uint32_t nw) {
+  ST(memo_hits);
+  const memo_t *x = &P->memo[e];
+  if (x->dense) {
+    for (uint32_t w = 0; w < nw; w++) mask[w] |= x->dense[w];
+    return;
+  }
+  for (uint32_t k = x->off, end = x->off + x->n; k < end; k++) {
+    uint32_t v = P->pool[k];
+    if (v & MEMO_CHILD) memo_apply(P, v & ~MEMO_CHILD, mask, nw);
+    else if (v & MEMO_TOKS) toks_or((const toks_t *)(uintptr_t)((v & ~MEMO_TOKS) << 2), mask);
+    else mask[v >> 5] |= 1u << (v & 31);
+  }
+}
+
+static uint32_t toks_word(const toks_t *t) { return MEMO_TOKS | (uint32_t)(uintptr_t)t >> 2; }
+
+static uint32_t union_hash(const part_t *c, uint32_t run, uint32_t lex0) {
+  uint32_t h = (uint32_t)(uintptr_t)c * 0x9E3779B1u ^ run * 0x85EBCA77u ^ lex0 * 0xC2B2AE3Du;
+  return h ^ (h >> 15);
+}
+
+static void union_free(tunion_t *u) {
+  if (u->toks.dense) aici_tokset_free(u->toks.dense);
+  aici_free(u->toks.toks);
+  aici_free(u->kids);
+  aici_free(u);
+}
+
+/* The union of part c's run of edges [i, end) when the next lexeme starts in state lex0: kept,
+ * or once the memory budget is spent, a `temp` one the caller frees after use. */
+static tunion_t *run_union(gr_matcher_t *m, const part_t *c, const edge_t *edges, const aici_trie_t *walked, uint32_t i,
+                           uint32_t end, uint32_t lex0, uint32_t vocab) {
+  parts_t *P = m->parts;
+  uint32_t h = union_hash(c, i, lex0), slot = 0;
+  if (P->utab_cap)
+    for (uint32_t k = h & (P->utab_cap - 1);; k = (k + 1) & (P->utab_cap - 1)) {
+      tunion_t *u = P->utab[k];
+      if (!u) { slot = k; break; }
+      if (u->c == c && u->run == i && u->lex0 == lex0) return u;
+    }
+  ST(unions);
+  const aici_trie_node_t *nodes = walked->nodes;
+  uint32_t nw = (vocab + 31) / 32, nt = 0, nk = 0;
+  uint64_t weight = 0;
+  P->n_utmp = 0;
+  /* the live edges: their tokens into utmp, their subtrees into ukids */
+  for (uint32_t k = i; k < end; k++) {
+    uint8_t b = (uint8_t)(edges[k].key & 255);
+    const int32_t *row = m->ls[lex0].row;
+    int32_t r = row ? row[b] : -1;
+    uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, lex0, b);
+    if (!ns) continue;
+    uint32_t ch = edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
+    if (tok < vocab) {
+      if (P->n_utmp == P->cap_utmp) P->cap_utmp = P->cap_utmp ? 2 * P->cap_utmp : 1024, P->utmp = aici_realloc(P->utmp, P->cap_utmp * 4);
+      P->utmp[P->n_utmp++] = tok;
+      nt++;
+    }
+    if (size <= 1) continue;
+    const part_t *sub = size >= SUB_MIN_NODES ? sub_part(m, walked, ch, ns, vocab) : 0;
+    if (nk == P->cap_ukids) P->cap_ukids = P->cap_ukids ? 2 * P->cap_ukids : 256, P->ukids = aici_realloc(P->ukids, P->cap_ukids * sizeof(kid_t));
+    P->ukids[nk++] = (kid_t){ch, ns, sub};
+    if (sub) weight += toks_weight(&sub->own, nw);
+  }
+  weight += nt;
+  bool keep = P->bytes < PART_BYTES_MAX;
+  tunion_t *u = aici_calloc(1, sizeof(tunion_t));
+  u->c = c, u->run = i, u->lex0 = lex0, u->temp = !keep;
+  if (weight * 4 > nw) {               /* a set: one OR per word beats scattered bits */
+    u->toks.dense = aici_tokset_new();
+    uint32_t *d = u->toks.dense->words;
+    for (uint32_t k = 0; k < P->n_utmp; k++) d[P->utmp[k] >> 5] |= 1u << (P->utmp[k] & 31);
+    for (uint32_t k = 0; k < nk; k++)
+      if (P->ukids[k].sub) toks_or(&P->ukids[k].sub->own, d);
+  } else {
+    uint32_t n = P->n_utmp;
+    u->toks.toks = weight ? aici_malloc((uint32_t)weight * 4) : 0;
+    __builtin_memcpy(u->toks.toks, P->utmp, n * 4);
+    for (uint32_t k = 0; k < nk; k++) {
+      const part_t *sub = P->ukids[k].sub;
+      if (!sub) continue;
+      __builtin_memcpy(u->toks.toks + n, sub->own.toks, sub->own.n_toks * 4);
+      n += sub->own.n_toks;
+    }
+    u->toks.n_toks = n;
+  }
+  u->kids = nk ? aici_malloc(nk * sizeof(kid_t)) : 0;
+  if (nk) __builtin_memcpy(u->kids, P->ukids, nk * sizeof(kid_t));
+  u->n_kids = nk;
+  if (!keep) return u;                 /* the caller frees it (union_free) */
+  P->bytes += (uint32_t)sizeof(tunion_t) + nk * (uint32_t)sizeof(kid_t) + (u->toks.dense ? nw * 4 : u->toks.n_toks * 4);
+  if ((P->n_unions + 1) * 2 > P->utab_cap) {   /* grow (and first use): rehash */
+    uint32_t cap = P->utab_cap ? 2 * P->utab_cap : 256;
+    tunion_t **t = aici_calloc(cap, sizeof(tunion_t *));
+    for (uint32_t k = 0; k < P->utab_cap; k++)
+      if (P->utab[k]) {
+        uint32_t x = union_hash(P->utab[k]->c, P->utab[k]->run, P->utab[k]->lex0) & (cap - 1);
+        while (t[x]) x = (x + 1) & (cap - 1);
+        t[x] = P->utab[k];
+      }
+    aici_free(P->utab);
+    P->utab = t, P->utab_cap = cap;
+    P->bytes += cap * (uint32_t)sizeof(tunion_t *) / 2;
+    slot = h & (cap - 1);
+    while (P->utab[slot]) slot = (slot + 1) & (cap - 1);
+  }
+  P->utab[slot] = u;
+  P->n_unions++;
+  return u;
+}
+
+/* Adds what part c's edges add at position `here` (its lexeme's start set: here.n_sets), not
+ * c's own tokens (the caller's: a root part's beside its slice, a sub part's in its union);
+ * returns the entry that records it (MEMO_NONE: none). */
+static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *mask, uint32_t vocab, pos_t *stack) {
+  parts_t *P = m->parts;
+  uint32_t nw = (vocab + 31) / 32;
+  uint32_t set_id = m->sets[here.n_sets - 1].id, found = memo_find(P, set_id, c);
+  if (found != MEMO_NONE) {
+    memo_t *x = &P->memo[found];
+    if (!x->dense && x->weight >= 2 * nw && P->n_dense < MEMO_DENSE_MAX) {   /* replayed again: as one set */
+      uint32_t *d = aici_calloc(nw, 4);
+      memo_apply(P, found, d, nw);
+      P->memo[found].dense = d;
+      P->n_dense++;
+    }
+    memo_apply(P, found, mask, nw);
+    return found;
+  }
+  uint32_t r0 = P->n_rec;
+  bool rec = true;                     /* every child recorded so far */
   const aici_trie_t *wt = c->walked;
   const aici_trie_node_t *nodes = wt->nodes;
-  /* Edges are sorted by (lexer state, byte): per lexer state the lexeme is ended once, and each
-   * byte is then one row lookup in the next lexeme's start state (most die there); step()
-   * (empty lexemes) only where that start state itself accepts. */
-  for (uint32_t i = 0; i < c->n_edges;) {
-    uint32_t from = c->edges[i].key >> 8, run = i;
-    while (run < c->n_edges && c->edges[run].key >> 8 == from) run++;
+  /* an ended root part: one run, of its lexer state, over the root children; its unions are
+   * shared by all such parts (keyed by no part: they depend on the start state only) */
+  const edge_t *edges = c->ends ? P->top : c->edges;
+  uint32_t n_edges = c->ends ? P->n_top : c->n_edges;
+  /* Edges are sorted by (lexer state, byte): per lexer state the lexeme is ended once */
+  for (uint32_t i = 0; i < n_edges;) {
+    uint32_t from = c->ends ? EDGE_TOP >> 8 | c->lex : edges[i].key >> 8, run = c->ends ? n_edges : i;
+    while (run < n_edges && edges[run].key >> 8 == from) run++;
     bool tok_start = from & (EDGE_TOP >> 8);
     from &= ~(EDGE_TOP >> 8);
     goto_pos(m, here);
     m->tok_start = tok_start;
     bool ended = emit(m, from) && !m->overflow;
     m->overflow = m->tok_start = false;
+    if (!ended) { i = run; continue; }
     uint32_t top = m->n_sets, lex0 = m->sets[top - 1].lstart;
-    bool empty_ok = ended && m->ls[lex0].n_acc;
-    for (; i < run;) {
-      uint32_t key = c->edges[i].key, j = i;
-      while (j < run && c->edges[j].key == key) j++;
-      ST(groups); STN(edges, j - i);
-      uint8_t b = (uint8_t)(key & 255);
-      pos_t q = {top, 0, false};
-      bool live = false;
-      if (ended) {
+    ST(runs);
+    tunion_t *u = run_union(m, c->ends ? 0 : c, edges, wt, i, run, lex0, vocab);
+    toks_or(&u->toks, mask);
+    if (u->temp) rec = false;          /* entries refer only to kept unions */
+    else if (rec) rec_push(P, toks_word(&u->toks));
+    for (uint32_t k = 0; k < u->n_kids; k++) {
+      const kid_t *x = &u->kids[k];
+      pos_t q = {top, x->lex, false};
+      if (x->sub) {
+        uint32_t e = part_apply(m, x->sub, q, mask, vocab, stack);
+        if (e == MEMO_NONE) rec = false;
+        else if (rec) rec_push(P, MEMO_CHILD | e);
+      } else walk(m, wt, x->ch + 1, x->ch + (nodes[x->ch].w1 >> 10), q, mask, vocab, stack, rec ? P : 0);
+    }
+    if (u->temp) union_free(u);
+    if (m->ls[lex0].n_acc) {           /* an empty lexeme, then the byte: stepped per position */
+      for (; i < run;) {
+        uint32_t key = edges[i].key, j = i;
+        while (j < run && edges[j].key == key) j++;
+        uint8_t b = (uint8_t)(key & 255);
         const int32_t *row = m->ls[lex0].row;
         int32_t r = row ? row[b] : -1;
         uint32_t ns = r >= 0 ? (uint32_t)r : lex_next(m, lex0, b);
-        if (ns) q.lex = ns, live = true;
-        else if (empty_ok) {
-          q = (pos_t){here.n_sets, from, false};
-          m->tok_start = tok_start;
-          live = step(m, &q, b) && !m->overflow;
-          m->overflow = m->tok_start = false;
+        pos_t q = {here.n_sets, from, false};
+        m->tok_start = tok_start;
+        bool live = !ns && step(m, &q, b) && !m->overflow;
+        m->overflow = m->tok_start = false;
+        if (live) {
+          for (uint32_t k = i; k < j; k++) {
+            uint32_t ch = edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
+            if (tok < vocab) {
+              mask[tok >> 5] |= 1u << (tok & 31);
+              if (rec) rec_push(P, tok);
+            }
+            if (size <= 1) continue;
+            const part_t *sub = size >= SUB_MIN_NODES ? sub_part(m, wt, ch, q.lex, vocab) : 0;
+            if (sub) {
+              toks_or(&sub->own, mask);
+              if (rec) rec_push(P, toks_word(&sub->own));
+              uint32_t e = part_apply(m, sub, q, mask, vocab, stack);
+              if (e == MEMO_NONE) rec = false;
+              else if (rec) rec_push(P, MEMO_CHILD | e);
+            } else walk(m, wt, ch + 1, ch + size, q, mask, vocab, stack, rec ? P : 0);
+          }
         }
+        i = j;
       }
-      if (live) {
-        ST(groups_live);
-        for (uint32_t k = i; k < j; k++) {
-          uint32_t ch = c->edges[k].child, tok = nodes[ch].w0 >> 8, size = nodes[ch].w1 >> 10;
-          if (tok < vocab) mask[tok >> 5] |= 1u << (tok & 31);
-          if (size <= 1) continue;
-          const part_t *sub = size >= SUB_MIN_NODES ? sub_part(m, wt, ch, q.lex, vocab) : 0;
-          if (sub) part_apply(m, sub, q, mask, vocab, stack);
-          else walk(m, wt, ch + 1, ch + size, q, mask, vocab, stack);
-        }
-        if (empty_ok) {                /* the sets above top-1 may be gone: end the lexeme again */
-          goto_pos(m, here);
-          m->tok_start = tok_start;
-          ended = emit(m, from) && !m->overflow;
-          m->overflow = m->tok_start = false;
-        }
-      }
-      i = j;
     }
+    i = run;
   }
+  uint32_t e = rec ? memo_insert(P, set_id, c, r0, nw) : MEMO_NONE;
+  P->n_rec = r0;
+  return e;
 }
 
 void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_tokset_t *out) {
@@ -1013,7 +1437,7 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
   part_t *c = root_part(m, trie, here.lex);
   if (!c) {
     aici_tokset_clear(out);
-    walk(m, trie, 1, trie->n_nodes, here, mask, out->vocab, stack);
+    walk(m, trie, 1, trie->n_nodes, here, mask, out->vocab, stack, 0);
   } else {
     const aici_slice_t *sl = c->slice;
     if (sl && sl->dense) __builtin_memcpy(mask, sl->dense, out->n_words * 4);
@@ -1021,7 +1445,7 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
       aici_tokset_clear(out);
       if (sl) for (uint32_t i = 0; i < sl->n_words; i++) mask[sl->word_idx[i]] |= sl->word_bits[i];
     }
-    part_toks(c, mask);
+    toks_or(&c->own, mask);
     part_apply(m, c, here, mask, out->vocab, stack);
   }
   /* special tokens: each special-token terminal the position allows, its tokens without bytes */
@@ -1039,7 +1463,7 @@ void gr_mask(gr_matcher_t *m, const aici_trie_t *trie, aici_token_t eos, aici_to
   if (pos_accepting(m, here) && eos < out->vocab) mask[eos >> 5] |= 1u << (eos & 31);
   goto_pos(m, here);
 #ifdef GR_STATS
-  aici_logf("ST miss=%u new=%u lp=%u lpn=%u sl=%u edges=%u groups=%u live=%u wn=%u ws=%u scans=%u reuse=%u items=%u parts=%u bytes=%u\n", st.lexmiss, st.lexnew, st.lp, st.lp_nodes, st.slices, st.edges, st.groups, st.groups_live, st.walk_nodes, st.walk_steps, st.scans, st.scan_reuse, st.items, m->parts->n, m->parts->bytes);
+  aici_logf("ST dor=%u lt=%u un=%u mh=%u sc=%u miss=%u new=%u lp=%u lpn=%u sl=%u runs=%u wn=%u ws=%u scans=%u reuse=%u items=%u parts=%u bytes=%u pool=%u memo=%u sci=%u sc=%u unions=%u mem=%u\n", st.dense_or, st.list_toks, st.unions, st.memo_hits, st.scan_cached, st.lexmiss, st.lexnew, st.lp, st.lp_nodes, st.slices, st.runs, st.walk_nodes, st.walk_steps, st.scans, st.scan_reuse, st.items, m->parts->n, m->parts->bytes, m->parts->n_pool, m->parts->n_memo, m->n_sc_items, m->n_sc, m->parts->n_unions, (uint32_t)__builtin_wasm_memory_size(0));
   __builtin_memset(&st, 0, sizeof st);
 #endif
 }
