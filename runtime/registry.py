@@ -6,7 +6,7 @@ It keeps, for one Runtime:
   batch gathers its rows from in one hot-path call;
 - the calls that outlive their batch (late, or closed while running): their mask arrays are
   pinned, and a sequence closed while its call runs is freed once the call has ended;
-- the alternating mask arrays batches write into;
+- the alternating mask arrays batches write into, and the batches' scratch arrays;
 - what freed pooled slots keep resident (:class:`ResidentSlots`): bounded, given back when idle.
 
 Sequences and batches call only the methods below; all of it is touched on the engine's thread,
@@ -27,6 +27,8 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
+
+from .native import ScratchBuffers
 
 if TYPE_CHECKING:
     from .sequence import Sequence
@@ -68,6 +70,8 @@ class Registry:
         self._held: dict[Sequence, np.ndarray] = {}    # calls out past their batch -> the mask array they write
         self._closing: list[Sequence] = []             # closed while their call was out
         self.masks = MaskBuffers(mask_words)
+        #: the batches' per-row arrays (RowScratch), reused per batch size as the masks are
+        self.scratch = ScratchBuffers()
 
     # -- sequences ------------------------------------------------------------------------------
     def add(self, seq: Sequence, addr: int) -> int:
@@ -136,8 +140,10 @@ class Registry:
     def closing_count(self) -> int:
         return len(self._closing)
 
-    def reap(self) -> list[Sequence]:
+    def reap(self) -> "list[Sequence] | tuple[()]":
         """The closing sequences whose calls have ended (the caller frees them)."""
+        if not self._closing:
+            return ()
         done = [s for s in self._closing if s.slot.done]
         if done:
             self._closing = [s for s in self._closing if not s.slot.done]

@@ -5,6 +5,7 @@ for line. Every host import is a Python callback here (with the GIL), variables 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -13,10 +14,12 @@ from collections import deque
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import wasmtime
 
 from .. import abi
 from ..abi import RowKind, RowStatus, Stage, Status
 from . import pages, wasi_rng
+from .epoch_clock import EpochClock
 from .pool_stats import PoolStats
 from .types import CData
 
@@ -321,8 +324,9 @@ class Fallback:
                 s.status = Status.TRAP
         return t0
 
-    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> "ThreadPool":
-        return ThreadPool(self, workers, max_workers, stall_s, steal)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool,
+                  engine: wasmtime.Engine, tick_s: float) -> "ThreadPool":
+        return ThreadPool(self, workers, max_workers, stall_s, steal, engine, tick_s)
 
     # -- host state ------------------------------------------------------------------------------
     def log_append(self, s: CData, data: bytes) -> None:
@@ -678,9 +682,11 @@ class ThreadPool:
     """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same rule for
     stalls (a worker whose call runs past `stall_s` is replaced, up to `max_workers` threads in
     all, and leaves after the call; stalled calls take turns, at most `run_stalled_max` at once;
-    with `steal`, the caller-runs rule at wait)."""
+    with `steal`, the caller-runs rule at wait). Its epoch clock is a Python thread (EpochClock),
+    kicked at each submit, ticking `engine` every `tick_s` while calls are out."""
 
-    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> None:
+    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float, steal: bool,
+                 engine: wasmtime.Engine, tick_s: float) -> None:
         self.impl = impl
         self.steal = steal
         self.steal_paused_until = 0.0   # perf_counter() seconds
@@ -701,6 +707,11 @@ class ThreadPool:
         with self.cv:
             for _ in range(workers):
                 self._spawn()
+        self.clock = EpochClock(engine, lambda: self.pending, tick_s)
+
+    def ticking(self) -> "contextlib.AbstractContextManager[None]":
+        """CPool.ticking: the clock ticks while the block runs guest code outside the pool."""
+        return self.clock.ticking()
 
     def _spawn(self) -> None:
         t = threading.Thread(target=self._work, daemon=True, name="aicirt-worker")
@@ -827,6 +838,7 @@ class ThreadPool:
                 self.queue.append(s)
             self._replace_stalled()
             self.cv.notify_all()
+        self.clock.kick()
 
     def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
         out = (row_status == RowStatus.STARTED) | (row_status == RowStatus.LATE)
@@ -889,6 +901,8 @@ class ThreadPool:
                              stalled > 0 and stalled >= self.max - self.base, self.stalls_total)
 
     def close(self) -> None:
+        """Stop the workers (waits for running calls, the clock ticking), then the clock."""
+        self.clock.drain()
         with self.cv:
             self.stop = True
             self.cv.notify_all()   # wakes calls waiting for a turn too
@@ -897,3 +911,4 @@ class ThreadPool:
         with self.cv:   # a call a waiting caller runs must end before the Stores go (step.c: callers)
             while self.caller_busy:
                 self.cv.wait()
+        self.clock.close()

@@ -115,6 +115,7 @@ typedef void *(*context_get_data_fn)(void *ctx);
 typedef void *(*trap_new_fn)(const char *msg, size_t len);
 typedef void (*error_delete_fn)(void *err);
 typedef void *(*error_new_fn)(const char *msg);
+typedef void (*increment_epoch_fn)(void *engine);
 
 static call_unchecked_fn p_call;
 static memory_data_fn p_mem_data;
@@ -125,6 +126,7 @@ static context_get_data_fn p_get_data;
 static trap_new_fn p_trap_new;
 static error_delete_fn p_error_delete;
 static error_new_fn p_error_new;
+static increment_epoch_fn p_increment_epoch;
 
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
                 void *get_data, void *trap_new, void *error_delete) {
@@ -266,8 +268,9 @@ void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind) {
     return 0;
 }
 
-void aicirt_bind_clock(void *error_new) {
+void aicirt_bind_clock(void *error_new, void *increment_epoch) {
     p_error_new = (error_new_fn)error_new;
+    p_increment_epoch = (increment_epoch_fn)increment_epoch;
 }
 
 /* Allocate `bytes` in the guest (cabi_realloc) with `align`; returns the guest pointer, or -1 with
@@ -442,8 +445,18 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
  * however requests behave, overruns cost the caller at most about 1 / STEAL_PAUSE of its time.
  * A taken call runs under the same limits as on a worker (its CPU clock, the epoch callback, the
  * wall-clock backstop; it counts as busy, so the epoch clock ticks); it never takes turns (no
- * other call waits for the caller's thread). */
+ * other call waits for the caller's thread).
+ *
+ * The epoch clock behind the hard time limits is a thread of the pool too (`ticker`): it calls
+ * wasmtime_engine_increment_epoch every `tick_us` while any call is running or queued, or while the
+ * caller runs guest code outside the pool (aicirt_pool_guests), and sleeps (no wake-up at all)
+ * once there has been none for IDLE_TICKS ticks. Waking it is a futex system call on the submitting
+ * thread, so an engine that steps more often than every IDLE_TICKS ticks never pays it, and no
+ * Python thread wakes per step (a Python clock took the GIL from the engine's thread at each
+ * submit). An extra tick while idle is harmless: every call sets its deadline from the epoch it
+ * starts at. It ticks on while the pool is being freed, until the last call has ended. */
 #define SPIN_US 50.0
+#define IDLE_TICKS 16
 #define STEAL_HEADROOM 10.0
 #define STEAL_PAUSE 100.0
 #define MAX_THREADS 64
@@ -478,6 +491,14 @@ struct aicirt_pool {
     double steal_paused_until;  /* now_us() before which no caller takes a call (under mu) */
     int steals_total;           /* calls run on a waiting caller (a counter; under mu) */
     int callers;                /* threads inside aicirt_pool_wait (under mu): the free waits for them */
+    /* the epoch clock (under mu) */
+    void *engine;               /* wasm_engine_t *: outlives the pool (the Python side keeps it) */
+    double tick_us;
+    pthread_t ticker;
+    pthread_cond_t tick;        /* CLOCK_MONOTONIC: wakes the ticker early (new work while it sleeps, or the end) */
+    int ticker_asleep;          /* idle past IDLE_TICKS: waits for a submit's (or a guest's) wake-up */
+    int ticker_stop;            /* set by aicirt_pool_free once every call has ended */
+    int guests;                 /* blocks running guest code outside the pool (aicirt_pool_guests) */
 };
 
 static __thread worker_arg *tl_worker;   /* the pool worker this thread is, if any */
@@ -627,7 +648,57 @@ static void *worker(void *arg) {
     return 0;
 }
 
-aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
+/* Wake the ticker if it sleeps (under p->mu): there is work to tick for. */
+static void wake_ticker(aicirt_pool *p) {
+    if (p->ticker_asleep) {
+        p->ticker_asleep = 0;
+        pthread_cond_signal(&p->tick);
+    }
+}
+
+/* The epoch clock (see above): one tick every tick_us while a call is out, a guest runs outside the
+ * pool, or the pool is stopping; asleep after IDLE_TICKS ticks with none. */
+static void *ticker(void *arg) {
+    aicirt_pool *p = arg;
+    int idle = 0;
+    pthread_mutex_lock(&p->mu);
+    while (!p->ticker_stop) {
+        if (p->stop || p->guests || p->busy || p->tail != p->head) {
+            idle = 0;
+        } else if (++idle > IDLE_TICKS) {
+            p->ticker_asleep = 1;
+            while (p->ticker_asleep && !p->ticker_stop) pthread_cond_wait(&p->tick, &p->mu);
+            p->ticker_asleep = 0;
+            idle = 0;
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        double ns = until.tv_nsec + p->tick_us * 1e3;
+        until.tv_sec += (time_t)(ns / 1e9);
+        until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+        while (!p->ticker_stop && pthread_cond_timedwait(&p->tick, &p->mu, &until) == 0) {}   /* 0: a spurious wake-up */
+        if (p->ticker_stop) break;
+        pthread_mutex_unlock(&p->mu);
+        p_increment_epoch(p->engine);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+/* Guest code runs outside the pool (delta +1 when it starts, -1 when it ends: e.g. an init export
+ * at load): the clock ticks meanwhile. */
+void aicirt_pool_guests(aicirt_pool *p, int delta) {
+    pthread_mutex_lock(&p->mu);
+    p->guests += delta;
+    wake_ticker(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* A pool of `n_threads` workers (up to `max_threads` with stalled ones replaced) and its epoch
+ * clock, ticking `engine` every `tick_us`. NULL if the threads could not be started. */
+aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us, void *engine, double tick_us) {
     aicirt_pool *p = calloc(1, sizeof *p);
     if (!p) return 0;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
@@ -637,6 +708,11 @@ aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
     pthread_cond_init(&p->work, 0);
     pthread_cond_init(&p->done, 0);
     pthread_cond_init(&p->turn, 0);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->tick, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     p->run_stalled_max = cores >= 4 ? (int)(cores / 2) : 1;
     p->cap = 1024;
@@ -645,11 +721,18 @@ aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
     p->max_threads = max_threads;
     p->stall_us = stall_us;
     p->steal = 1;
+    p->engine = engine;
+    p->tick_us = tick_us;
+    if (!p->queue || pthread_create(&p->ticker, 0, ticker, p) != 0) { free(p->queue); free(p); return 0; }
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < n_threads && p->queue; i++) spawn_worker(p);
+    for (int i = 0; i < n_threads; i++) spawn_worker(p);
     int live = p->live;
+    if (live == 0) {
+        p->ticker_stop = 1;
+        pthread_cond_signal(&p->tick);
+    }
     pthread_mutex_unlock(&p->mu);
-    if (!p->queue || live == 0) { free(p->queue); free(p); return 0; }
+    if (live == 0) { pthread_join(p->ticker, 0); free(p->queue); free(p); return 0; }
     return p;
 }
 
@@ -673,6 +756,7 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
         p->queue[(p->tail + i) % p->cap] = slots[i];
     }
     __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
+    wake_ticker(p);
     replace_stalled(p);
     /* Wake only the sleepers the new calls need: a spinning worker takes a call without a
      * wake-up (a futex system call, several µs on a VM, on the engine's thread). A spinner that
@@ -781,11 +865,13 @@ static int pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
     return left;
 }
 
-/* Let the queue drain (running calls end by their time limits), join the threads, and wait for the
- * callers still in aicirt_pool_wait (a call one runs ends by its limits; the rest are done). */
+/* Let the queue drain (running calls end by their time limits, the clock ticking), join the threads,
+ * wait for the callers still in aicirt_pool_wait (a call one runs ends by its limits; the rest are
+ * done), then stop the clock. */
 void aicirt_pool_free(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
+    wake_ticker(p);
     pthread_cond_broadcast(&p->work);
     pthread_cond_broadcast(&p->turn);
     pthread_mutex_unlock(&p->mu);
@@ -793,7 +879,10 @@ void aicirt_pool_free(aicirt_pool *p) {
         if (p->started[i]) pthread_join(p->threads[i], 0);
     pthread_mutex_lock(&p->mu);   /* callers still waiting: their calls are done or end by their limits */
     while (p->callers) pthread_cond_wait(&p->done, &p->mu);
+    p->ticker_stop = 1;           /* every call has ended: no tick is needed, none reaches a freed engine */
+    pthread_cond_signal(&p->tick);
     pthread_mutex_unlock(&p->mu);
+    pthread_join(p->ticker, 0);
     free(p->queue);
     free(p);
 }
@@ -807,7 +896,7 @@ int aicirt_pool_steal(aicirt_pool *p, int on) {
     return n;
 }
 
-/* Calls running or queued (the epoch clock ticks only while there are some). */
+/* Calls running or queued. */
 int aicirt_pool_pending(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     int n = p->busy + (int)(p->tail - p->head);
