@@ -422,6 +422,7 @@ class Fallback:
         self.copy_seen(src, dst)
         dst.post_pending, dst.post_ptr, dst.post_left_us = src.post_pending, src.post_ptr, src.post_left_us
         dst.needs_init, dst.calls = src.needs_init, src.calls
+        dst.hist_calls, dst.hist_max_us, dst.steal_barred = src.hist_calls, src.hist_max_us, src.steal_barred
         arg = bytes(ffi.buffer(src.arg, src.arg_len)) if src.arg_len else b""
         src.wasi_rng, dst.wasi_rng = wasi_rng.split(src.wasi_rng or wasi_rng.seed(arg))
         return written
