@@ -15,10 +15,12 @@ import wasmtime
 class EpochClock:
     """The epoch clock behind the hard time limit: one tick every `period_s` while calls are
     running or queued (`pending()` > 0), and no wake-up at all while none is (`kick` after
-    queueing calls)."""
+    queueing calls). `on_tick` runs after each tick (the pool's check for calls no worker was
+    woken for)."""
 
-    def __init__(self, engine: wasmtime.Engine, pending: Callable[[], int], period_s: float) -> None:
-        self._engine, self._pending, self._period_s = engine, pending, period_s
+    def __init__(self, engine: wasmtime.Engine, pending: Callable[[], int], period_s: float,
+                 on_tick: Callable[[], None] = lambda: None) -> None:
+        self._engine, self._pending, self._period_s, self._on_tick = engine, pending, period_s, on_tick
         self._work = threading.Event()
         self.closed = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="aicirt-epoch")
@@ -57,6 +59,7 @@ class EpochClock:
                 continue
             if not self.closed.wait(self._period_s):
                 self._engine.increment_epoch()
+                self._on_tick()
 
     def close(self) -> None:
         """Stop ticking; returns once the thread has ended (unless called on it), so that no tick

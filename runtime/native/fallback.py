@@ -677,6 +677,14 @@ _worker = threading.local()   # `pool` on a ThreadPool's worker threads (step.c'
 STALL_SLICE_S = 0.01            # step.c's STALL_SLICE_US
 STEAL_HEADROOM = 10.0           # step.c's: a call is taken if its history x this fits before the deadline
 STEAL_PAUSE = 100.0             # step.c's: an overrun pauses taking calls for this many times itself
+DEFER_GAP_S = 20e-6             # step.c's DEFER_GAP_US: a submit wakes no worker the caller would beat
+DEFER_WORK_US = 20.0            # step.c's
+
+
+def _predicted_short(s: CData, left_us: float) -> bool:
+    """step.c's predicted_short: the caller-runs rule, but for the claim."""
+    return not (s.steal_barred or s.needs_init or s.calls <= 1 or not s.hist_calls
+                or s.hist_max_us * STEAL_HEADROOM > left_us)
 
 
 class ThreadPool:
@@ -708,7 +716,8 @@ class ThreadPool:
         with self.cv:
             for _ in range(workers):
                 self._spawn()
-        self.clock = EpochClock(engine, lambda: self.pending, tick_s)
+        self.submit_end = self.last_gap_s = 0.0   # step.c's submit_end_us / last_gap_us (perf_counter seconds)
+        self.clock = EpochClock(engine, lambda: self.pending, tick_s, self._nudge)
 
     def ticking(self) -> "contextlib.AbstractContextManager[None]":
         """CPool.ticking: the clock ticks while the block runs guest code outside the pool."""
@@ -828,25 +837,42 @@ class ThreadPool:
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
         run, rc, misuse = self.impl.start_rows(self.impl.slots(ptrs), sampled, edits, masks.ctypes.data, words, stamp,
                                                row_status)
-        if run:
-            self.submit(run)
+        if run:   # step.c's rows_start: no wake-up when the caller is predicted to run them (see step.c)
+            left_us = 2 * self.stall_s * 1e6
+            defer = all(_predicted_short(s, left_us) for s in run) and (
+                len(run) == 1 or sum(s.hist_max_us for s in run) <= DEFER_WORK_US)
+            self.submit(run, defer)
         return rc, misuse
 
-    def submit(self, slots: list) -> None:
+    def submit(self, slots: list, defer: bool = False) -> None:
         with self.cv:
             for s in slots:
                 s.started = s.claimed = 0
                 self.queue.append(s)
             self._replace_stalled()
-            self.cv.notify_all()
+            now = self.submit_end = time.perf_counter()
+            if not (defer and self.steal and self.last_gap_s < DEFER_GAP_S and now >= self.steal_paused_until):
+                self.cv.notify_all()
         self.clock.kick()
+
+    def _nudge(self) -> None:
+        """From the epoch clock, each tick: calls still queued get a worker (step.c's ticker)."""
+        with self.cv:
+            if self.queue:
+                self.cv.notify_all()
 
     def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
         out = (row_status == RowStatus.STARTED) | (row_status == RowStatus.LATE)
         slots = self.impl.slots(ptrs[out])
-        deadline = time.perf_counter() + timeout_s
+        now = time.perf_counter()
+        deadline = now + timeout_s
+        with self.cv:
+            self.last_gap_s = now - self.submit_end
         if self.steal:
             self._run_queued_here(slots, deadline)
+        if any(not s.claimed for s in slots):   # step.c's wake_for_queued
+            with self.cv:
+                self.cv.notify_all()
         while True:
             left = sum(1 for s in slots if not s.done)
             now = time.perf_counter()
@@ -868,6 +894,11 @@ class ThreadPool:
                 if mine:
                     s.claimed = 1
                     self.caller_busy += 1
+                    q = self.queue   # taken entries at either end go (step.c: no worker may be woken to pop them)
+                    while q and q[-1].claimed:
+                        q.pop()
+                    while q and q[0].claimed:
+                        q.popleft()
             if not mine:
                 continue
             try:
