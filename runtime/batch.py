@@ -104,7 +104,7 @@ class RowsHandle:
             _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
         if len(self.sampled) != n:
             raise ValueError(f"sampled has {len(self.sampled)} entries for {n} rows")
-        self.edits = edits if isinstance(edits, EditArrays) or edits is None else _edit_arrays(edits, n)
+        self.edits = edits if edits is None or isinstance(edits, EditArrays) else _edit_arrays(edits, n)
         if self.edits is not None:
             if len(self.edits.of_row) != n:
                 raise ValueError(f"edits cover {len(self.edits.of_row)} rows, the batch has {n}")

@@ -196,6 +196,7 @@ class CPool:
         self._engine = engine   # the clock ticks it until close: kept alive until then
         self._table: np.ndarray | None = None   # the registry's table last submitted from, and its C view
         self._table_c: CData = ffi.NULL
+        self._masks_c: dict[int, tuple[np.ndarray, CData]] = {}   # mask arrays last submitted into, and their C views
         engine_addr = ctypes.cast(engine.ptr(), ctypes.c_void_p).value or 0
         self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6, ffi.cast("void *", engine_addr),
                                        tick_s * 1e6)
@@ -229,9 +230,14 @@ class CPool:
             buf = scratch.held = fb("uint8_t[]", scratch.buf)
         if table is not self._table:   # the registry's table is replaced only when it grows
             self._table, self._table_c = table, fb("uint64_t[]", table)
+        masks_c = self._masks_c.get(id(masks))   # the registry hands out the same two mask views in turn
+        if masks_c is None or masks_c[0] is not masks:
+            if len(self._masks_c) >= 4:
+                self._masks_c.clear()
+            masks_c = self._masks_c[id(masks)] = (masks, fb("uint32_t[]", masks))
         rc = self.lib.aicirt_rows_submit(self.ptr, self._table_c, len(table), fb("int64_t[]", index),
                                          scratch.n, fb("int32_t[]", sampled), of, off, tok, unchanged,
-                                         fb("uint32_t[]", masks), words, stamp, buf)
+                                         masks_c[1], words, stamp, buf)
         return rc, buf
 
     def finish_rows(self, scratch: "RowScratch", held: CData, timeout_s: float, closed: bool) -> int:
