@@ -28,7 +28,7 @@ import numpy as np
 from .abi import RowKind, RowStatus, Stage, Status
 from .errors import ControllerError
 from .lift import InvalidResult, check_temperature, read_branches, status_message
-from .native import EditArrays, RowScratch
+from .native import EditArrays
 from .results import Branch, StepInput, StepResult
 from .sequence import Sequence, SeqState
 
@@ -50,6 +50,9 @@ class RowsOutcome:
       next-but-one submit; `results[i]` refers to its rows by `Branch.mask_row`;
     - `results`: a StepResult for each row that is not MASK (and for late ones);
     - `elapsed_us[i]`: its call's time (0 for rows not run).
+
+    `kind`, `temperature` and `elapsed_us` are, as `masks`, valid until the next-but-one submit
+    (the runtime reuses their memory after that: copy what you keep longer).
     """
 
     def __init__(self, masks: np.ndarray, kind: np.ndarray, temperature: np.ndarray, elapsed_us: np.ndarray,
@@ -101,7 +104,7 @@ class RowsHandle:
             _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
         if len(self.sampled) != n:
             raise ValueError(f"sampled has {len(self.sampled)} entries for {n} rows")
-        self.edits = edits if isinstance(edits, EditArrays) or edits is None else _edit_arrays(edits, n)
+        self.edits = edits if edits is None or isinstance(edits, EditArrays) else _edit_arrays(edits, n)
         if self.edits is not None:
             if len(self.edits.of_row) != n:
                 raise ValueError(f"edits cover {len(self.edits.of_row)} rows, the batch has {n}")
@@ -113,13 +116,14 @@ class RowsHandle:
                 registry.at(int(self.index[row]))._finish(f"invalid step input: token {token} is not a token id "
                                                           f"of this vocabulary (0..{vocab - 1})")
         self.masks = registry.take_masks(n)
-        self.scratch = scratch = RowScratch(n)
+        self.scratch = scratch = registry.scratch.take(n)
         self._extra: list[np.ndarray] = []
         self._waited = False
         # the rows' slots from the registry's table, their edits applied, their calls queued: one call
         rc, self._held = runtime.pool.submit_rows(registry.table, self.index, self.sampled, self.edits, self.masks,
                                                   runtime.mask_words, next(_stamps), scratch)
         if rc < 0:
+            scratch.busy = False   # nothing started
             row, why = -rc - 1, int(scratch.row_status[-rc - 1])
             if why == _NO_SEQUENCE:
                 registry.ptrs(self.index)   # raises, naming what is wrong with the index
@@ -155,6 +159,7 @@ class RowsHandle:
         # wait (running still-queued calls here where the caller-runs rule allows), then collect: one call
         other = rt.pool.finish_rows(sc, self._held, rt.limits.soft_deadline_s if timeout_s is None else timeout_s,
                                     rt.closed)
+        sc.busy = False   # the outcome's views into it stay valid until the next-but-one submit
         blocked_us = float(sc.blocked_us[0])
         st, kind, temperature, elapsed = sc.row_status, sc.kind, sc.temperature, sc.elapsed_us
         results: dict[int, StepResult] = {}

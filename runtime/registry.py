@@ -6,7 +6,7 @@ It keeps, for one Runtime:
   batch gathers its rows from in one hot-path call;
 - the calls that outlive their batch (late, or closed while running): their mask arrays are
   pinned, and a sequence closed while its call runs is freed once the call has ended;
-- the alternating mask arrays batches write into;
+- the alternating mask arrays batches write into, and the batches' scratch arrays;
 - what freed pooled slots keep resident (:class:`ResidentSlots`): bounded, given back when idle.
 
 Sequences and batches call only the methods below; all of it is touched on the engine's thread,
@@ -28,8 +28,13 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 
+from .native import ScratchBuffers
+
 if TYPE_CHECKING:
     from .sequence import Sequence
+
+
+_NONE_PINNED: frozenset[int] = frozenset()
 
 
 class MaskBuffers:
@@ -42,14 +47,18 @@ class MaskBuffers:
     def __init__(self, words: int) -> None:
         self.words = words
         self.buffers: list[np.ndarray | None] = [None, None]
+        self.views: list[np.ndarray | None] = [None, None]   # each buffer's last view: the same rows, the same view
         self.turn = 0
 
-    def take(self, rows: int, pinned: set[int]) -> np.ndarray:
-        self.turn ^= 1
-        buf = self.buffers[self.turn]
+    def take(self, rows: int, pinned: "set[int] | frozenset[int]") -> np.ndarray:
+        turn = self.turn = self.turn ^ 1
+        buf = self.buffers[turn]
         if buf is None or buf.shape[0] < rows or id(buf) in pinned:
-            buf = self.buffers[self.turn] = np.empty((max(rows, 8), self.words), dtype=np.uint32)
-        return buf[:rows]
+            buf = self.buffers[turn] = np.empty((max(rows, 8), self.words), dtype=np.uint32)
+        view = self.views[turn]
+        if view is None or view.base is not buf or len(view) != rows:
+            view = self.views[turn] = buf[:rows]
+        return view
 
 
 class Registry:
@@ -68,6 +77,8 @@ class Registry:
         self._held: dict[Sequence, np.ndarray] = {}    # calls out past their batch -> the mask array they write
         self._closing: list[Sequence] = []             # closed while their call was out
         self.masks = MaskBuffers(mask_words)
+        #: the batches' per-row arrays (RowScratch), reused per batch size as the masks are
+        self.scratch = ScratchBuffers()
 
     # -- sequences ------------------------------------------------------------------------------
     def add(self, seq: Sequence, addr: int) -> int:
@@ -136,8 +147,10 @@ class Registry:
     def closing_count(self) -> int:
         return len(self._closing)
 
-    def reap(self) -> list[Sequence]:
+    def reap(self) -> "list[Sequence] | tuple[()]":
         """The closing sequences whose calls have ended (the caller frees them)."""
+        if not self._closing:
+            return ()
         done = [s for s in self._closing if s.slot.done]
         if done:
             self._closing = [s for s in self._closing if not s.slot.done]
@@ -145,7 +158,7 @@ class Registry:
 
     def take_masks(self, rows: int) -> np.ndarray:
         """A mask array for a batch of `rows` (never one a call out may still write into)."""
-        return self.masks.take(rows, self.pinned_buffers() if self._held else set())
+        return self.masks.take(rows, self.pinned_buffers() if self._held else _NONE_PINNED)
 
     def pinned_buffers(self) -> set[int]:
         """The mask arrays calls still out may write into (by id)."""

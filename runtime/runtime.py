@@ -1,4 +1,4 @@
-"""The runtime facade an engine holds: one wasmtime Engine, the worker threads, the epoch clock.
+"""The runtime facade an engine holds: one wasmtime Engine, the worker pool and its epoch clock.
 
 The error contract, once: misuse of the API raises (ValueError for a closed object, a sequence
 of another runtime, a duplicate in one batch, a second wait; TypeError for a wrong argument
@@ -7,12 +7,10 @@ sequence with status "error" and a message, and every other sequence carries on.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Mapping
+from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 from typing import Sequence as SeqOf
 
 import wasmtime
@@ -41,64 +39,8 @@ if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
 
-class EpochClock:
-    """The epoch clock behind the hard time limit: one tick every `period_s` while calls are
-    running or queued, and no wake-up at all while none is (`kick` after queueing calls)."""
-
-    def __init__(self, engine: wasmtime.Engine, pool: "CPool | ThreadPool", period_s: float) -> None:
-        self._engine, self._pool, self._period_s = engine, pool, period_s
-        self._work = threading.Event()
-        self.closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="aicirt-epoch")
-        self._draining = False
-        self._guests = 0   # guest code run outside the pool (a start function at instantiation)
-        self._lock = threading.Lock()
-        self._thread.start()
-
-    @contextlib.contextmanager
-    def ticking(self) -> Iterator[None]:
-        """Tick while the block runs guest code outside the pool (e.g. instantiation)."""
-        with self._lock:
-            self._guests += 1
-        self._work.set()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._guests -= 1
-
-    def kick(self) -> None:
-        """Calls were queued: tick until they have all ended."""
-        if not self._work.is_set():
-            self._work.set()
-
-    def drain(self) -> None:
-        """The pool is closing: tick until `close`, whatever the pool says."""
-        self._draining = True
-        self._work.set()
-
-    def _run(self) -> None:
-        while not self.closed.is_set():
-            self._work.clear()
-            if not (self._draining or self._guests or self._pool.pending):   # a kick after this sets the event
-                self._work.wait()
-                continue
-            if not self.closed.wait(self._period_s):
-                self._engine.increment_epoch()
-
-    def close(self) -> None:
-        """Stop ticking; returns once the thread has ended (unless called on it), so that no tick
-        reaches an engine freed after this."""
-        self.closed.set()
-        self._work.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
-
-
-def _shutdown(pool: "CPool | ThreadPool", clock: EpochClock, host: HostImports) -> None:
-    clock.drain()
-    pool.close()       # waits for running calls; the epoch clock still ticks, so they end
-    clock.close()
+def _shutdown(pool: "CPool | ThreadPool", host: HostImports) -> None:
+    pool.close()       # waits for running calls (its epoch clock ticks until they end), then stops the clock
     host.close()
 
 
@@ -150,13 +92,13 @@ class Runtime(Owned):
         #: the native slot every sequence starts from: the limits and vocabulary (Sequence adds its request's)
         self.slot_template = self._new_slot_template()
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
-        # the worker threads that run controller calls (step.c's pool, or the fallback's)
+        # the worker threads that run controller calls (step.c's pool, or the fallback's), with the
+        # epoch clock that ticks the engine while calls are out
         self.pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
-                                          self.limits.soft_deadline_s / 2, steal)
-        self.clock = EpochClock(self.engine, self.pool, self.limits.epoch_tick_s)
+                                          self.limits.soft_deadline_s / 2, steal, self.engine, self.limits.epoch_tick_s)
         # At interpreter exit (or when collected), let running calls end before Python goes away:
         # worker threads may still call back into Python through host imports.
-        self._shutdown = weakref.finalize(self, _shutdown, self.pool, self.clock, self._host)
+        self._shutdown = weakref.finalize(self, _shutdown, self.pool, self._host)
 
     # -- controllers and requests --------------------------------------------------------------
     def load(self, src: Source) -> Controller:
@@ -165,7 +107,7 @@ class Runtime(Owned):
         (aicirt.snapshot). Raises LoadError naming what is wrong."""
         self.check_open()
         # an init export runs under the epoch clock, in a template instance no freed slot is given back under
-        with self.clock.ticking(), self.registry.resident.paused():
+        with self.pool.ticking(), self.registry.resident.paused():
             ctrl = load_initialized(self.engine, self.engine_key, src, self._init_host, self.limits, self.cache_dir)
         self._controllers.add(ctrl)
         return ctrl
@@ -189,9 +131,7 @@ class Runtime(Owned):
         Raises, before anything runs: TypeError for an item that is not a StepInput; ValueError
         for a sequence of another runtime, one submitted twice, one closed, one still in a batch
         not waited for, or a closed runtime."""
-        handle = BatchHandle(self, items)
-        self.clock.kick()
-        return handle
+        return BatchHandle(self, items)
 
     def submit_rows(self, index: object, sampled: object,
                     edits: "Mapping[int, tuple[SeqOf[int], int]] | EditArrays | None" = None) -> RowsHandle:
@@ -208,9 +148,7 @@ class Runtime(Owned):
         Raises, before anything runs: TypeError for arrays that are not of integers; ValueError
         for an index that is no live sequence of this runtime, a closed one, one submitted twice,
         one still in a batch not waited for, mismatched lengths, or a closed runtime."""
-        handle = RowsHandle(self, index, sampled, edits)
-        self.clock.kick()
-        return handle
+        return RowsHandle(self, index, sampled, edits)
 
     @property
     def live_sequences(self) -> int:

@@ -267,6 +267,71 @@ def test_steal_off_runs_every_call_on_a_worker(hot_path, scripted_wasm):
         rt.close()
 
 
+def test_a_call_no_worker_was_woken_for_still_runs(hot_path, scripted_wasm):
+    """Back-to-back submit -> wait of a cheap row: the submit wakes no worker (the caller will
+    take the call). A wait that then leaves it queued (its deadline too short for the rule)
+    wakes one, and a batch never waited for gets one from the epoch clock."""
+    import time
+    from conftest import guarded_steps
+    rt = _caller_rt(hot_path)
+    try:
+        ctrl = rt.load(scripted_wasm)
+        seq = _primed(rt, ctrl, [result(branch(mask=[65]))])
+        for _ in range(5):
+            assert rt.submit_rows([seq.index], [65]).wait(60.0).kind[0] == RowKind.MASK
+        before = rt.pool.steals
+        out = rt.submit_rows([seq.index], [65]).wait(1e-9)   # too short a deadline for the caller-runs rule
+        assert rt.pool.steals == before
+        for _ in guarded_steps("a worker runs the call the wait left queued"):
+            if out.kind[0] == RowKind.MASK or out.results[0].status == "ok":
+                break
+            out = rt.submit_rows([seq.index], [-1]).wait(0.01)   # late: carries nothing, collects it once done
+        for _ in range(5):
+            assert rt.submit_rows([seq.index], [65]).wait(60.0).kind[0] == RowKind.MASK
+        rt.submit_rows([seq.index], [65])   # never waited for
+        for _ in guarded_steps("the epoch clock wakes a worker for the call"):
+            if seq.slot.done:
+                break
+            time.sleep(0.001)
+    finally:
+        rt.close()
+
+
+def test_a_fork_keeps_its_parents_caller_runs_history(hot_path, scripted_wasm):
+    rt = _caller_rt(hot_path)
+    try:
+        seq = _primed(rt, rt.load(scripted_wasm), [result(branch(mask=[65]))])
+        assert rt.submit_rows([seq.index], [65]).wait(60.0).kind[0] == RowKind.MASK
+        child = seq.fork()
+        assert seq.slot.hist_calls > 0
+        assert (child.slot.hist_calls, child.slot.hist_max_us) == (seq.slot.hist_calls, seq.slot.hist_max_us)
+        before = rt.pool.steals
+        out = rt.submit_rows([child.index], [66]).wait(60.0)
+        assert out.kind[0] == RowKind.MASK and rt.pool.steals == before + 1   # taken at its first step as a fork
+    finally:
+        rt.close()
+
+
+def test_two_batches_out_at_once_keep_their_own_outcome_arrays(hot_path, scripted_wasm):
+    """Two batches of one size out at once each keep their own per-row arrays (reused per batch
+    size, never while a batch has not been waited for)."""
+    rt = aicirt.Runtime(aicirt.ByteTokenizer(), workers=1, cache_dir=False)
+    try:
+        ctrl = rt.load(scripted_wasm)
+        a = rt.new_request(ctrl, arg=script(result(branch(mask=[65], temperature=0.5)))).spawn()
+        b = rt.new_request(ctrl, arg=script(result(branch(mask=[66], temperature=1.5)))).spawn()
+        for k in range(4):
+            first = {0: ([1], 0)} if k == 0 else None
+            ha = rt.submit_rows([a.index], [-1 if k == 0 else 65], first)
+            hb = rt.submit_rows([b.index], [-1 if k == 0 else 66], first)
+            oa, ob = ha.wait(60.0), hb.wait(60.0)
+            assert oa.kind[0] == ob.kind[0] == RowKind.MASK
+            assert (float(oa.temperature[0]), float(ob.temperature[0])) == (0.5, 1.5)
+            assert mask_tokens(oa, 0) == [65] and mask_tokens(ob, 0) == [66]
+    finally:
+        rt.close()
+
+
 def test_closing_the_runtime_waits_for_a_call_the_caller_is_running(hot_path, scripted_wasm):
     import threading
     from conftest import guarded_steps

@@ -117,8 +117,9 @@ def test_log_is_capped_oldest_dropped(make_rt, scripted_wasm):
 def test_soft_deadline_then_late_result_next_step(make_rt, scripted_wasm):
     runtime = make_rt(soft_deadline_s=0.001, first_call_timeout_s=0.5, max_late_steps=100)
     ctrl = runtime.load(scripted_wasm)
-    # call 1 (prompt) is quick; call 2 busy-loops (tens of ms: far slower than 1 ms)
-    slow = spin(5_000_000, result(branch(mask=[66])))
+    # call 1 (prompt) is quick; call 2 busy-loops (tens of ms: far slower than 1 ms; 5M rounds took
+    # 3-7 ms here, so that a caller preempted that long between submit and wait saw it done)
+    slow = spin(50_000_000, result(branch(mask=[66])))
     req = runtime.new_request(ctrl, arg=script(HEALTHY, slow))
     seq = req.spawn()
     assert runtime.submit([StepInput(seq, [1], None)]).wait(1.0).results[0].status == "ok"   # the quick first call

@@ -1,12 +1,14 @@
 """The compiled hot path: step.c's worker pool and host.c's native imports and variables."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
+import wasmtime
 from wasmtime import _ffi as wt_ffi
 
 from . import fn_addr
@@ -36,7 +38,8 @@ class Compiled:
             "wasmtime_trap_new", "wasmtime_error_delete")))
         if size != ffi.sizeof("aicirt_slot"):
             raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
-        lib.aicirt_bind_clock(ffi.cast("void *", fn_addr("wasmtime_error_new")))
+        lib.aicirt_bind_clock(ffi.cast("void *", fn_addr("wasmtime_error_new")),
+                              ffi.cast("void *", fn_addr("wasmtime_engine_increment_epoch")))
         self._spawn_fns = ffi.new("void *[]", [ffi.cast("void *", fn_addr(n)) for n in (   # spawn.c's order
             "wasmtime_store_new", "wasmtime_store_context", "wasmtime_store_limiter", "wasmtime_store_delete",
             "wasmtime_context_set_data", "wasmtime_store_epoch_deadline_callback", "wasmtime_instance_pre_instantiate",
@@ -140,8 +143,9 @@ class Compiled:
                                          fb("uint64_t[]", out))
         return out, -rc - 1
 
-    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> "CPool":
-        return CPool(self.ffi, self.lib, workers, max_workers, stall_s, steal)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool,
+                  engine: wasmtime.Engine, tick_s: float) -> "CPool":
+        return CPool(self.ffi, self.lib, workers, max_workers, stall_s, steal, engine, tick_s)
 
     def memory(self, slot: CData) -> tuple[int, int]:
         """(address, size) of the slot's linear memory."""
@@ -182,23 +186,30 @@ class CPool:
     `workers` run at normal priority; a worker stalled past `stall_s` lowers its priority and is
     replaced, up to `max_workers` threads in all (step.c explains). With `steal`, a waiting
     caller runs the calls of its own rows that no worker has taken, where step.c's caller-runs
-    rule allows."""
+    rule allows. Its epoch clock, a pthread too, ticks `engine` every `tick_s` while calls are
+    out (or while a `ticking` block runs), so that no Python thread wakes per step."""
 
     def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float,
-                 steal: bool = True) -> None:
+                 steal: bool, engine: wasmtime.Engine, tick_s: float) -> None:
         self.ffi, self.lib = ffi, lib
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer  # type: ignore[assignment]
-        self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6)
+        self._engine = engine   # the clock ticks it until close: kept alive until then
+        self._table: np.ndarray | None = None   # the registry's table last submitted from, and its C view
+        self._table_c: CData = ffi.NULL
+        self._masks_c: dict[int, tuple[np.ndarray, CData]] = {}   # mask arrays last submitted into, and their C views
+        engine_addr = ctypes.cast(engine.ptr(), ctypes.c_void_p).value or 0
+        self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6, ffi.cast("void *", engine_addr),
+                                       tick_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
         if not steal:
             lib.aicirt_pool_steal(self.ptr, 0)
 
-        # Held across the C calls other threads make (the epoch clock's `pending`, a metrics
-        # scrape's `stats`) and while `close` takes the pointer: without it such a call could
-        # lock the mutex of a pool being freed (heap corruption; seen when a Runtime closed right
-        # after it started, while its epoch thread made its first check). Not held across the
-        # free itself, which waits for running calls: those need the epoch thread's ticks.
+        # Held across the C calls other threads make (a metrics scrape's `stats`, `pending`) and
+        # while `close` takes the pointer: without it such a call could lock the mutex of a pool
+        # being freed (heap corruption; seen when a Runtime closed right after it started, while
+        # a Python epoch thread made its first check). Not held across the free itself, which
+        # waits for running calls.
         self._lock = threading.Lock()
 
     def submit_rows(self, table: np.ndarray, index: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None",
@@ -214,10 +225,19 @@ class CPool:
             of, off = fb("int32_t[]", edits.of_row), fb("int64_t[]", edits.offsets)
             tok = fb("uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
             unchanged = fb("uint32_t[]", edits.unchanged)
-        buf = fb("uint8_t[]", scratch.buf)
-        rc = self.lib.aicirt_rows_submit(self.ptr, fb("uint64_t[]", table), len(table), fb("int64_t[]", index),
+        buf = scratch.held
+        if buf is None:
+            buf = scratch.held = fb("uint8_t[]", scratch.buf)
+        if table is not self._table:   # the registry's table is replaced only when it grows
+            self._table, self._table_c = table, fb("uint64_t[]", table)
+        masks_c = self._masks_c.get(id(masks))   # the registry hands out the same two mask views in turn
+        if masks_c is None or masks_c[0] is not masks:
+            if len(self._masks_c) >= 4:
+                self._masks_c.clear()
+            masks_c = self._masks_c[id(masks)] = (masks, fb("uint32_t[]", masks))
+        rc = self.lib.aicirt_rows_submit(self.ptr, self._table_c, len(table), fb("int64_t[]", index),
                                          scratch.n, fb("int32_t[]", sampled), of, off, tok, unchanged,
-                                         fb("uint32_t[]", masks), words, stamp, buf)
+                                         masks_c[1], words, stamp, buf)
         return rc, buf
 
     def finish_rows(self, scratch: "RowScratch", held: CData, timeout_s: float, closed: bool) -> int:
@@ -233,6 +253,21 @@ class CPool:
         fb = self._from_buffer
         return self.lib.aicirt_rows_wait(self.ptr, fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int8_t[]", row_status),
                                          timeout_s * 1e6)
+
+    @contextlib.contextmanager
+    def ticking(self) -> Iterator[None]:
+        """The epoch clock ticks while the block runs guest code outside the pool (e.g. an init
+        export at load), as it does while calls are out."""
+        with self._lock:
+            if self.ptr is None:
+                raise ValueError("the worker pool is closed")
+            self.lib.aicirt_pool_guests(self.ptr, 1)
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self.ptr is not None:
+                    self.lib.aicirt_pool_guests(self.ptr, -1)
 
     @property
     def pending(self) -> int:
@@ -262,7 +297,7 @@ class CPool:
         return PoolStats(out[0], out[1], out[2], out[3], out[4], bool(saturated), out[5])
 
     def close(self) -> None:
-        """Stop the workers (waits for running calls: the epoch clock must still tick)."""
+        """Stop the workers (waits for running calls, the epoch clock ticking), then the clock."""
         with self._lock:   # once taken, no other thread can reach the pool
             ptr, self.ptr = self.ptr, None
         if ptr is not None:

@@ -5,6 +5,7 @@ for line. Every host import is a Python callback here (with the GIL), variables 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -13,10 +14,12 @@ from collections import deque
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import wasmtime
 
 from .. import abi
 from ..abi import RowKind, RowStatus, Stage, Status
 from . import pages, wasi_rng
+from .epoch_clock import EpochClock
 from .pool_stats import PoolStats
 from .types import CData
 
@@ -321,8 +324,9 @@ class Fallback:
                 s.status = Status.TRAP
         return t0
 
-    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> "ThreadPool":
-        return ThreadPool(self, workers, max_workers, stall_s, steal)
+    def make_pool(self, workers: int, max_workers: int, stall_s: float, steal: bool,
+                  engine: wasmtime.Engine, tick_s: float) -> "ThreadPool":
+        return ThreadPool(self, workers, max_workers, stall_s, steal, engine, tick_s)
 
     # -- host state ------------------------------------------------------------------------------
     def log_append(self, s: CData, data: bytes) -> None:
@@ -418,6 +422,7 @@ class Fallback:
         self.copy_seen(src, dst)
         dst.post_pending, dst.post_ptr, dst.post_left_us = src.post_pending, src.post_ptr, src.post_left_us
         dst.needs_init, dst.calls = src.needs_init, src.calls
+        dst.hist_calls, dst.hist_max_us, dst.steal_barred = src.hist_calls, src.hist_max_us, src.steal_barred
         arg = bytes(ffi.buffer(src.arg, src.arg_len)) if src.arg_len else b""
         src.wasi_rng, dst.wasi_rng = wasi_rng.split(src.wasi_rng or wasi_rng.seed(arg))
         return written
@@ -672,15 +677,25 @@ _worker = threading.local()   # `pool` on a ThreadPool's worker threads (step.c'
 STALL_SLICE_S = 0.01            # step.c's STALL_SLICE_US
 STEAL_HEADROOM = 10.0           # step.c's: a call is taken if its history x this fits before the deadline
 STEAL_PAUSE = 100.0             # step.c's: an overrun pauses taking calls for this many times itself
+DEFER_GAP_S = 20e-6             # step.c's DEFER_GAP_US: a submit wakes no worker the caller would beat
+DEFER_WORK_US = 20.0            # step.c's
+
+
+def _predicted_short(s: CData, left_us: float) -> bool:
+    """step.c's predicted_short: the caller-runs rule, but for the claim."""
+    return not (s.steal_barred or s.needs_init or s.calls <= 1 or not s.hist_calls
+                or s.hist_max_us * STEAL_HEADROOM > left_us)
 
 
 class ThreadPool:
     """step.c's worker pool over Python threads: FIFO queue, `done` flags, and the same rule for
     stalls (a worker whose call runs past `stall_s` is replaced, up to `max_workers` threads in
     all, and leaves after the call; stalled calls take turns, at most `run_stalled_max` at once;
-    with `steal`, the caller-runs rule at wait)."""
+    with `steal`, the caller-runs rule at wait). Its epoch clock is a Python thread (EpochClock),
+    kicked at each submit, ticking `engine` every `tick_s` while calls are out."""
 
-    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float, steal: bool = True) -> None:
+    def __init__(self, impl: Fallback, workers: int, max_workers: int, stall_s: float, steal: bool,
+                 engine: wasmtime.Engine, tick_s: float) -> None:
         self.impl = impl
         self.steal = steal
         self.steal_paused_until = 0.0   # perf_counter() seconds
@@ -701,6 +716,12 @@ class ThreadPool:
         with self.cv:
             for _ in range(workers):
                 self._spawn()
+        self.submit_end = self.last_gap_s = 0.0   # step.c's submit_end_us / last_gap_us (perf_counter seconds)
+        self.clock = EpochClock(engine, lambda: self.pending, tick_s, self._nudge)
+
+    def ticking(self) -> "contextlib.AbstractContextManager[None]":
+        """CPool.ticking: the clock ticks while the block runs guest code outside the pool."""
+        return self.clock.ticking()
 
     def _spawn(self) -> None:
         t = threading.Thread(target=self._work, daemon=True, name="aicirt-worker")
@@ -816,24 +837,42 @@ class ThreadPool:
                    words: int, stamp: int, row_status: np.ndarray) -> tuple[int, int]:
         run, rc, misuse = self.impl.start_rows(self.impl.slots(ptrs), sampled, edits, masks.ctypes.data, words, stamp,
                                                row_status)
-        if run:
-            self.submit(run)
+        if run:   # step.c's rows_start: no wake-up when the caller is predicted to run them (see step.c)
+            left_us = 2 * self.stall_s * 1e6
+            defer = all(_predicted_short(s, left_us) for s in run) and (
+                len(run) == 1 or sum(s.hist_max_us for s in run) <= DEFER_WORK_US)
+            self.submit(run, defer)
         return rc, misuse
 
-    def submit(self, slots: list) -> None:
+    def submit(self, slots: list, defer: bool = False) -> None:
         with self.cv:
             for s in slots:
                 s.started = s.claimed = 0
                 self.queue.append(s)
             self._replace_stalled()
-            self.cv.notify_all()
+            now = self.submit_end = time.perf_counter()
+            if not (defer and self.steal and self.last_gap_s < DEFER_GAP_S and now >= self.steal_paused_until):
+                self.cv.notify_all()
+        self.clock.kick()
+
+    def _nudge(self) -> None:
+        """From the epoch clock, each tick: calls still queued get a worker (step.c's ticker)."""
+        with self.cv:
+            if self.queue:
+                self.cv.notify_all()
 
     def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
         out = (row_status == RowStatus.STARTED) | (row_status == RowStatus.LATE)
         slots = self.impl.slots(ptrs[out])
-        deadline = time.perf_counter() + timeout_s
+        now = time.perf_counter()
+        deadline = now + timeout_s
+        with self.cv:
+            self.last_gap_s = now - self.submit_end
         if self.steal:
             self._run_queued_here(slots, deadline)
+        if any(not s.claimed for s in slots):   # step.c's wake_for_queued
+            with self.cv:
+                self.cv.notify_all()
         while True:
             left = sum(1 for s in slots if not s.done)
             now = time.perf_counter()
@@ -855,6 +894,11 @@ class ThreadPool:
                 if mine:
                     s.claimed = 1
                     self.caller_busy += 1
+                    q = self.queue   # taken entries at either end go (step.c: no worker may be woken to pop them)
+                    while q and q[-1].claimed:
+                        q.pop()
+                    while q and q[0].claimed:
+                        q.popleft()
             if not mine:
                 continue
             try:
@@ -889,6 +933,8 @@ class ThreadPool:
                              stalled > 0 and stalled >= self.max - self.base, self.stalls_total)
 
     def close(self) -> None:
+        """Stop the workers (waits for running calls, the clock ticking), then the clock."""
+        self.clock.drain()
         with self.cv:
             self.stop = True
             self.cv.notify_all()   # wakes calls waiting for a turn too
@@ -897,3 +943,4 @@ class ThreadPool:
         with self.cv:   # a call a waiting caller runs must end before the Stores go (step.c: callers)
             while self.caller_busy:
                 self.cv.wait()
+        self.clock.close()

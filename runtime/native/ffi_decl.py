@@ -25,7 +25,8 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size);
 int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t words, uint32_t vocab_size,
                       uint32_t *row, uint32_t *detail);
 typedef struct aicirt_pool aicirt_pool;
-aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us);
+aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us, void *engine, double tick_us);
+void aicirt_pool_guests(aicirt_pool *p, int delta);
 int aicirt_pool_threads(aicirt_pool *p);
 int aicirt_pool_pending(aicirt_pool *p);
 int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n);
@@ -47,7 +48,7 @@ int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len,
                        const uint32_t *edit_tok, const uint32_t *edit_unchanged, uint32_t *mask_base,
                        uint32_t words, uint64_t stamp, uint8_t *scratch);
 int aicirt_rows_finish(aicirt_pool *p, uint8_t *scratch, int n, double timeout_us);
-void aicirt_bind_clock(void *error_new);
+void aicirt_bind_clock(void *error_new, void *increment_epoch);
 void aicirt_clock_start(aicirt_slot *s, double budget_us);
 double aicirt_call_cpu_us(aicirt_slot *s);
 double aicirt_call_own_us(aicirt_slot *s);

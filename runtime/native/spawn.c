@@ -170,8 +170,9 @@ void aicirt_store_delete(aicirt_slot *s) {
  * (an idle instance of it): linear memory (grown to src's size; only the pages that can differ from
  * a fresh instance are written: pages.c, given the fresh image's nonzero extent [img_lo, img_hi)),
  * every mutable global, the tokens the controller saw, and the per-call record that goes with the
- * state (a pending post-return, whether _initialize has run, the calls made; WASI random_get's
- * stream split between the two). Returns the pages written (>= 0), or -1 with the reason in `dst`. */
+ * state (a pending post-return, whether _initialize has run, the calls made and the caller-runs
+ * rule's history of them; WASI random_get's stream split between the two). Returns the pages
+ * written (>= 0), or -1 with the reason in `dst`. */
 int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_slot *dst, size_t img_lo, size_t img_hi) {
     uint64_t t = phase_on ? phase_clock() : 0;
     size_t src_size = p_mem_size(src->ctx, &src->mem), dst_size = p_mem_size(dst->ctx, &dst->mem);
@@ -206,6 +207,10 @@ int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_s
     dst->post_left_us = src->post_left_us;
     dst->needs_init = src->needs_init;
     dst->calls = src->calls;
+    /* the caller-runs rule's history: the child's calls continue the parent's state (step.c) */
+    dst->hist_calls = src->hist_calls;
+    dst->hist_max_us = src->hist_max_us;
+    dst->steal_barred = src->steal_barred;
     /* WASI random_get: the child gets its own stream, the same on a replay (wasi_rng.py: split) */
     if (!src->wasi_rng) src->wasi_rng = wasi_seed(src->arg, src->arg_len);
     uint64_t r = wasi_mix(&src->wasi_rng);

@@ -115,6 +115,7 @@ typedef void *(*context_get_data_fn)(void *ctx);
 typedef void *(*trap_new_fn)(const char *msg, size_t len);
 typedef void (*error_delete_fn)(void *err);
 typedef void *(*error_new_fn)(const char *msg);
+typedef void (*increment_epoch_fn)(void *engine);
 
 static call_unchecked_fn p_call;
 static memory_data_fn p_mem_data;
@@ -125,6 +126,7 @@ static context_get_data_fn p_get_data;
 static trap_new_fn p_trap_new;
 static error_delete_fn p_error_delete;
 static error_new_fn p_error_new;
+static increment_epoch_fn p_increment_epoch;
 
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
                 void *get_data, void *trap_new, void *error_delete) {
@@ -266,8 +268,9 @@ void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind) {
     return 0;
 }
 
-void aicirt_bind_clock(void *error_new) {
+void aicirt_bind_clock(void *error_new, void *increment_epoch) {
     p_error_new = (error_new_fn)error_new;
+    p_increment_epoch = (increment_epoch_fn)increment_epoch;
 }
 
 /* Allocate `bytes` in the guest (cabi_realloc) with `align`; returns the guest pointer, or -1 with
@@ -442,8 +445,30 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
  * however requests behave, overruns cost the caller at most about 1 / STEAL_PAUSE of its time.
  * A taken call runs under the same limits as on a worker (its CPU clock, the epoch callback, the
  * wall-clock backstop; it counts as busy, so the epoch clock ticks); it never takes turns (no
- * other call waits for the caller's thread). */
+ * other call waits for the caller's thread).
+ *
+ * The wake-up a caller would pay for nothing is left out: when its last wait followed its submit
+ * within DEFER_GAP_US (no forward pass in between: a decode loop of one sequence, a grammar
+ * check), and every call it queues now would be taken by the caller-runs rule, and there is one
+ * call or the calls are predicted to take under DEFER_WORK_US together (a worker could not share
+ * them sooner than a wake-up takes), the submit wakes no worker (a futex system call on the
+ * engine's thread, tens of µs on a VM, and a worker that wakes to find its call taken, then
+ * spins). The wait runs them; whatever it leaves queued (the rule refused it then) it wakes a
+ * worker for, and the epoch clock wakes one for calls queued a whole tick with workers asleep
+ * (a batch never waited for).
+ *
+ * The epoch clock behind the hard time limits is a thread of the pool too (`ticker`): it calls
+ * wasmtime_engine_increment_epoch every `tick_us` while any call is running or queued, or while the
+ * caller runs guest code outside the pool (aicirt_pool_guests), and sleeps (no wake-up at all)
+ * once there has been none for IDLE_TICKS ticks. Waking it is a futex system call on the submitting
+ * thread, so an engine that steps more often than every IDLE_TICKS ticks never pays it, and no
+ * Python thread wakes per step (a Python clock took the GIL from the engine's thread at each
+ * submit). An extra tick while idle is harmless: every call sets its deadline from the epoch it
+ * starts at. It ticks on while the pool is being freed, until the last call has ended. */
 #define SPIN_US 50.0
+#define IDLE_TICKS 16
+#define DEFER_GAP_US 20.0
+#define DEFER_WORK_US 20.0
 #define STEAL_HEADROOM 10.0
 #define STEAL_PAUSE 100.0
 #define MAX_THREADS 64
@@ -478,6 +503,16 @@ struct aicirt_pool {
     double steal_paused_until;  /* now_us() before which no caller takes a call (under mu) */
     int steals_total;           /* calls run on a waiting caller (a counter; under mu) */
     int callers;                /* threads inside aicirt_pool_wait (under mu): the free waits for them */
+    double submit_end_us;       /* when the last submit queued its calls (under mu) */
+    double last_gap_us;         /* from that submit to the wait that followed it (under mu) */
+    /* the epoch clock (under mu) */
+    void *engine;               /* wasm_engine_t *: outlives the pool (the Python side keeps it) */
+    double tick_us;
+    pthread_t ticker;
+    pthread_cond_t tick;        /* CLOCK_MONOTONIC: wakes the ticker early (new work while it sleeps, or the end) */
+    int ticker_asleep;          /* idle past IDLE_TICKS: waits for a submit's (or a guest's) wake-up */
+    int ticker_stop;            /* set by aicirt_pool_free once every call has ended */
+    int guests;                 /* blocks running guest code outside the pool (aicirt_pool_guests) */
 };
 
 static __thread worker_arg *tl_worker;   /* the pool worker this thread is, if any */
@@ -627,7 +662,60 @@ static void *worker(void *arg) {
     return 0;
 }
 
-aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
+/* Wake the ticker if it sleeps (under p->mu): there is work to tick for. */
+static void wake_ticker(aicirt_pool *p) {
+    if (p->ticker_asleep) {
+        p->ticker_asleep = 0;
+        pthread_cond_signal(&p->tick);
+    }
+}
+
+/* The epoch clock (see above): one tick every tick_us while a call is out, a guest runs outside the
+ * pool, or the pool is stopping; asleep after IDLE_TICKS ticks with none. */
+static void *ticker(void *arg) {
+    aicirt_pool *p = arg;
+    int idle = 0;
+    pthread_mutex_lock(&p->mu);
+    while (!p->ticker_stop) {
+        if (p->stop || p->guests || p->busy || p->tail != p->head) {
+            idle = 0;
+        } else if (++idle > IDLE_TICKS) {
+            p->ticker_asleep = 1;
+            while (p->ticker_asleep && !p->ticker_stop) pthread_cond_wait(&p->tick, &p->mu);
+            p->ticker_asleep = 0;
+            idle = 0;
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        double ns = until.tv_nsec + p->tick_us * 1e3;
+        until.tv_sec += (time_t)(ns / 1e9);
+        until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+        while (!p->ticker_stop && pthread_cond_timedwait(&p->tick, &p->mu, &until) == 0) {}   /* 0: a spurious wake-up */
+        if (p->ticker_stop) break;
+        /* calls queued a whole tick with every worker asleep (a deferred wake-up whose wait never came) */
+        if (p->tail != p->head && p->sleepers && !__atomic_load_n(&p->spinners, __ATOMIC_ACQUIRE))
+            pthread_cond_signal(&p->work);
+        pthread_mutex_unlock(&p->mu);
+        p_increment_epoch(p->engine);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+/* Guest code runs outside the pool (delta +1 when it starts, -1 when it ends: e.g. an init export
+ * at load): the clock ticks meanwhile. */
+void aicirt_pool_guests(aicirt_pool *p, int delta) {
+    pthread_mutex_lock(&p->mu);
+    p->guests += delta;
+    wake_ticker(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* A pool of `n_threads` workers (up to `max_threads` with stalled ones replaced) and its epoch
+ * clock, ticking `engine` every `tick_us`. NULL if the threads could not be started. */
+aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us, void *engine, double tick_us) {
     aicirt_pool *p = calloc(1, sizeof *p);
     if (!p) return 0;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
@@ -637,6 +725,11 @@ aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
     pthread_cond_init(&p->work, 0);
     pthread_cond_init(&p->done, 0);
     pthread_cond_init(&p->turn, 0);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->tick, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     p->run_stalled_max = cores >= 4 ? (int)(cores / 2) : 1;
     p->cap = 1024;
@@ -645,15 +738,34 @@ aicirt_pool *aicirt_pool_new(int n_threads, int max_threads, double stall_us) {
     p->max_threads = max_threads;
     p->stall_us = stall_us;
     p->steal = 1;
+    p->engine = engine;
+    p->tick_us = tick_us;
+    if (!p->queue || pthread_create(&p->ticker, 0, ticker, p) != 0) { free(p->queue); free(p); return 0; }
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < n_threads && p->queue; i++) spawn_worker(p);
+    for (int i = 0; i < n_threads; i++) spawn_worker(p);
     int live = p->live;
+    if (live == 0) {
+        p->ticker_stop = 1;
+        pthread_cond_signal(&p->tick);
+    }
     pthread_mutex_unlock(&p->mu);
-    if (!p->queue || live == 0) { free(p->queue); free(p); return 0; }
+    if (live == 0) { pthread_join(p->ticker, 0); free(p->queue); free(p); return 0; }
     return p;
 }
 
-int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
+/* Wake the sleepers `n` queued calls need (under p->mu): a spinning worker takes a call without a
+ * wake-up (a futex system call, several µs on a VM, on the engine's thread). A spinner that gives
+ * up re-checks the queue under mu before it sleeps, so no call is left unseen. */
+static void wake_workers(aicirt_pool *p, int n) {
+    int wake = n - __atomic_load_n(&p->spinners, __ATOMIC_ACQUIRE);
+    if (wake > 0 && p->sleepers) {
+        if (wake >= p->sleepers) pthread_cond_broadcast(&p->work);
+        else for (int k = 0; k < wake; k++) pthread_cond_signal(&p->work);
+    }
+}
+
+/* Queue `n` calls; with `defer`, wake no worker if the caller is predicted to run them (see above). */
+static int pool_submit(aicirt_pool *p, aicirt_slot **slots, int n, int defer) {
     pthread_mutex_lock(&p->mu);
     size_t used = p->tail - p->head;
     if (used + n > p->cap) {   /* grow the ring, keeping FIFO order */
@@ -673,17 +785,17 @@ int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
         p->queue[(p->tail + i) % p->cap] = slots[i];
     }
     __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELEASE);
+    wake_ticker(p);
     replace_stalled(p);
-    /* Wake only the sleepers the new calls need: a spinning worker takes a call without a
-     * wake-up (a futex system call, several µs on a VM, on the engine's thread). A spinner that
-     * gives up re-checks the queue under mu before it sleeps, so no call is left unseen. */
-    int wake = n - __atomic_load_n(&p->spinners, __ATOMIC_ACQUIRE);
-    if (wake > 0 && p->sleepers) {
-        if (wake >= p->sleepers) pthread_cond_broadcast(&p->work);
-        else for (int k = 0; k < wake; k++) pthread_cond_signal(&p->work);
-    }
+    double now = p->submit_end_us = now_us();
+    if (!(defer && p->steal && p->last_gap_us < DEFER_GAP_US && now >= p->steal_paused_until))
+        wake_workers(p, n);
     pthread_mutex_unlock(&p->mu);
     return 0;
+}
+
+int aicirt_pool_submit(aicirt_pool *p, aicirt_slot **slots, int n) {
+    return pool_submit(p, slots, n, 0);
 }
 
 static int count_left(aicirt_slot **slots, int n) {
@@ -694,9 +806,13 @@ static int count_left(aicirt_slot **slots, int n) {
 
 /* Whether the caller may take `s`'s queued call with `left_us` to its wait's deadline (the rule
  * above; a hint read without mu: the claim itself is made under it). */
+static int predicted_short(const aicirt_slot *s, double left_us) {
+    return !s->steal_barred && !s->needs_init && s->calls > 1 && s->hist_calls > 0
+        && s->hist_max_us * STEAL_HEADROOM <= left_us;
+}
+
 static int stealable(const aicirt_slot *s, double left_us) {
-    return !__atomic_load_n(&s->claimed, __ATOMIC_ACQUIRE) && !s->steal_barred && !s->needs_init && s->calls > 1
-        && s->hist_calls > 0 && s->hist_max_us * STEAL_HEADROOM <= left_us;
+    return !__atomic_load_n(&s->claimed, __ATOMIC_ACQUIRE) && predicted_short(s, left_us);
 }
 
 /* The caller-runs rule: run on this thread the calls of `slots` that no worker has taken and that
@@ -715,6 +831,12 @@ static void run_queued_here(aicirt_pool *p, aicirt_slot **slots, int n, double t
              * would reach that entry */
             if (s->qpos >= p->head && s->qpos < p->tail && p->queue[s->qpos % p->cap] == s)
                 p->queue[s->qpos % p->cap] = 0;
+            /* cleared entries at either end go (with no worker woken, none would pop them) */
+            size_t tail = p->tail, head = p->head;
+            while (tail != head && !p->queue[(tail - 1) % p->cap]) tail--;
+            while (head != tail && !p->queue[head % p->cap]) head++;
+            __atomic_store_n(&p->tail, tail, __ATOMIC_RELEASE);
+            __atomic_store_n(&p->head, head, __ATOMIC_RELEASE);
         }
         pthread_mutex_unlock(&p->mu);
         if (!mine) continue;
@@ -733,6 +855,16 @@ static void run_queued_here(aicirt_pool *p, aicirt_slot **slots, int n, double t
     }
 }
 
+/* Wake workers for the calls of `slots` still queued (their submit may have woken none). */
+static void wake_for_queued(aicirt_pool *p, aicirt_slot **slots, int n) {
+    int queued = 0;
+    for (int i = 0; i < n; i++) queued += !__atomic_load_n(&slots[i]->claimed, __ATOMIC_ACQUIRE);
+    if (!queued) return;
+    pthread_mutex_lock(&p->mu);
+    wake_workers(p, queued);
+    pthread_mutex_unlock(&p->mu);
+}
+
 /* Wait until every slot is done or `timeout_us` passes; returns how many are not done. Calls still
  * queued may run on this thread first (the caller-runs rule above). While waiting, stalled workers
  * are replaced (see above). */
@@ -741,6 +873,7 @@ static int pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
 int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
     pthread_mutex_lock(&p->mu);   /* a caller running a call here must outlive neither the pool nor the Store */
     p->callers++;
+    p->last_gap_us = now_us() - p->submit_end_us;
     pthread_mutex_unlock(&p->mu);
     int left = pool_wait(p, slots, n, timeout_us);
     pthread_mutex_lock(&p->mu);
@@ -752,6 +885,7 @@ int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
 static int pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_us) {
     double t_end = now_us() + timeout_us;
     if (p->steal) run_queued_here(p, slots, n, t_end);
+    wake_for_queued(p, slots, n);
     /* Spin briefly first: the caller is idle anyway, and a futex sleep + wake-up costs tens of µs
      * on a VM, more than most controller calls. */
     double spin_until = now_us() + (timeout_us < SPIN_US ? timeout_us : SPIN_US);
@@ -781,11 +915,13 @@ static int pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
     return left;
 }
 
-/* Let the queue drain (running calls end by their time limits), join the threads, and wait for the
- * callers still in aicirt_pool_wait (a call one runs ends by its limits; the rest are done). */
+/* Let the queue drain (running calls end by their time limits, the clock ticking), join the threads,
+ * wait for the callers still in aicirt_pool_wait (a call one runs ends by its limits; the rest are
+ * done), then stop the clock. */
 void aicirt_pool_free(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
+    wake_ticker(p);
     pthread_cond_broadcast(&p->work);
     pthread_cond_broadcast(&p->turn);
     pthread_mutex_unlock(&p->mu);
@@ -793,7 +929,10 @@ void aicirt_pool_free(aicirt_pool *p) {
         if (p->started[i]) pthread_join(p->threads[i], 0);
     pthread_mutex_lock(&p->mu);   /* callers still waiting: their calls are done or end by their limits */
     while (p->callers) pthread_cond_wait(&p->done, &p->mu);
+    p->ticker_stop = 1;           /* every call has ended: no tick is needed, none reaches a freed engine */
+    pthread_cond_signal(&p->tick);
     pthread_mutex_unlock(&p->mu);
+    pthread_join(p->ticker, 0);
     free(p->queue);
     free(p);
 }
@@ -807,7 +946,7 @@ int aicirt_pool_steal(aicirt_pool *p, int on) {
     return n;
 }
 
-/* Calls running or queued (the epoch clock ticks only while there are some). */
+/* Calls running or queued. */
 int aicirt_pool_pending(aicirt_pool *p) {
     pthread_mutex_lock(&p->mu);
     int n = p->busy + (int)(p->tail - p->head);
@@ -915,7 +1054,14 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
         row_status[i] = ROW_STARTED;
         run[m++] = s;
     }
-    if (m && aicirt_pool_submit(p, run, m)) {   /* out of memory for the queue: those calls fail */
+    int defer = m > 0;   /* every call predicted short enough for the caller-runs rule, and few (see the pool) */
+    double work = 0;
+    for (int k = 0; k < m && defer; k++) {
+        defer = predicted_short(run[k], 2 * p->stall_us);   /* the wait's deadline: the soft deadline */
+        work += run[k]->hist_max_us;
+    }
+    if (m > 1 && work > DEFER_WORK_US) defer = 0;
+    if (m && pool_submit(p, run, m, defer)) {   /* out of memory for the queue: those calls fail */
         static const char msg[] = "the controller queue is out of memory";
         for (int k = 0; k < m; k++) {
             run[k]->status = AICIRT_TRAP;
