@@ -1,4 +1,4 @@
-"""Inline `%json {SCHEMA}` in grammars (controllers/grammar/json_term.c): one lexeme whose
+"""Inline `%json {SCHEMA}` in grammars (controllers/lib/grammar/json_term.c): one lexeme whose
 language is the json controller's documents for SCHEMA (compact, keys in schema order).
 
 llguidance reads the same grammar text; its JSON is made compact by the schema's `x-guidance`
