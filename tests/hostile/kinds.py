@@ -1,5 +1,5 @@
 """The hostile suite: each kind is a controller written to misbehave in one way (WAT in wat.py,
-C in hostile.c), what the runtime must make of it, and which part of issue 10 / SPEC it covers.
+C in hostile.c), what the runtime must make of it, and which part of issue 10 / docs/protocol.md it covers.
 
 `expect`: "error: <needle>|<needle>" (the hostile sequence ends with an error naming the fault),
 "legal" (it may run or stop, but not fail), "any" (only its neighbours matter), "load: <needle>" (refused by
@@ -29,7 +29,7 @@ ALL = Capabilities.ALL
 @dataclass(frozen=True)
 class Kind:
     name: str
-    covers: str                     # issue 10 item or SPEC section
+    covers: str                     # issue 10 item or protocol section (docs/protocol.md anchor)
     expect: str
     wasm: object = None             # bytes (WAT) or None for hostile.c
     arg: bytes = b""
