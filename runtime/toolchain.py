@@ -162,7 +162,7 @@ def _run(cmd: list[str], label: str, progress: bool) -> subprocess.CompletedProc
 
 
 def check_module(wasm: bytes, name: str, compile_timeout_s: float = 30.0) -> None:
-    """Validate against the contract (SPEC §2) with the runtime's own checker (it compiles the
+    """Validate against the contract (docs/protocol.md#wit) with the runtime's own checker (it compiles the
     module, within `compile_timeout_s` of wall-clock time)."""
     from .controller import check_controller
     from .errors import LoadError

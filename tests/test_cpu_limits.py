@@ -1,4 +1,4 @@
-"""SPEC §4: the hard time limits count CPU time, so a busy machine (here: looping neighbours)
+"""docs/protocol.md#limits: the hard time limits count CPU time, so a busy machine (here: looping neighbours)
 never costs a legal controller its budget; stalled calls take turns instead of oversubscribing
 the cores; lateness the machine caused is not charged; a fork child keeps its parent's
 `_initialize` state. Timing promises are checked in CPU time, never as wall-clock bounds."""

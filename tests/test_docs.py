@@ -118,3 +118,15 @@ def test_every_readme_benchmark_row_links_its_raw_output():
     assert len(rows) >= 5
     unlinked = [r.split("|")[1].strip() for r in rows if not re.search(r"\]\(bench/results/[\w.-]+\.txt\)", r)]
     assert unlinked == []
+
+
+def test_no_reference_to_the_old_spec_is_left():
+    """The contract is docs/protocol.md; "SPEC §N" pointed at a file outside the repository.
+    `python tools/spec_refs.py` rewrites any that a merge brings back."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("spec_refs", ROOT / "tools" / "spec_refs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.leftovers() == []
+    assert mod.rewrite("runtime/x.py", "(SPEC §2, §4)") == "(docs/protocol.md#wit, #limits)"
+    assert mod.rewrite("docs/x.md", "SPEC §3 says") == "[protocol §3](protocol.md#semantics) says"

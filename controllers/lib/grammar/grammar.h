@@ -12,7 +12,7 @@
  * controller's sources, which the one-line json_*.c files here include (a controller that
  * compiles those in already, as the program controller does, takes json_term.c alone).
  *
- * Memory: everything is heap (aici_malloc); out of guest memory traps (SPEC §4). Errors: the
+ * Memory: everything is heap (aici_malloc); out of guest memory traps (docs/protocol.md#limits). Errors: the
  * compilers return NULL with a heap message naming the construct and its line ("line 3:
  * unsupported: %declare"); nothing here traps on bad input.
  */
