@@ -78,6 +78,13 @@ def starved_on_one_core():
                 os.sched_setaffinity(t, cpus)
 
 
+# A looper's first call ends at its CPU limit, or, on a machine so loaded that the call cannot get
+# that much CPU within 10 times the limit in wall-clock time, at the wall-clock backstop (the
+# protocol's limits: both are the first-call time limit; at load 20-30 on 2 cores the backstop
+# comes first). Either way the message says which, and the healthy sequence's outcome is the claim.
+FIRST_CALL_LIMIT = ("of CPU in its first call", "(Limits.wall_backstop_factor x Limits.first_call_timeout_s)")
+
+
 def run_until_settled(runtime, seqs, tokens=(1,)):
     """Step `seqs` until none is pending; returns each one's final result."""
     final = {}
@@ -103,7 +110,7 @@ def test_a_legal_first_call_beside_loopers_keeps_its_cpu_budget(make_rt, scripte
     *bad, good = run_until_settled(runtime, [*loopers, legal])
     assert good.status == "ok", good.error
     for r in bad:
-        assert r.status == "error" and "of CPU in its first call" in r.error, r.error
+        assert r.status == "error" and any(m in r.error for m in FIRST_CALL_LIMIT), r.error
 
 
 def test_stalled_calls_take_turns_and_never_use_more_cores_than_their_share(make_rt, scripted_wasm):
@@ -194,7 +201,7 @@ def test_the_pool_is_saturated_when_stalled_calls_hold_every_extra_worker(make_r
         handle = runtime.submit([StepInput(looper, [1])])
     assert runtime.pool.stats().saturated
     (r,) = run_until_settled(runtime, [looper])
-    assert r.status == "error" and "(Limits.first_call_timeout_s)" in r.error, r.error
+    assert r.status == "error" and ("(Limits.first_call_timeout_s)" in r.error or FIRST_CALL_LIMIT[1] in r.error), r.error
     for _ in range(1000):   # the stalled worker leaves after its call
         if not runtime.pool.stats().stalled:
             break
