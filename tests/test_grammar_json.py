@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("llguidance")
+import llguidance  # noqa: E402,F401  (the dev extra: a missing one fails, never skips)
 sys.path.insert(0, str(Path(__file__).resolve().parent / "grammars"))
 
 from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, qwen_vocab  # noqa: E402

@@ -11,7 +11,7 @@ from aicirt.engine.backends import load_backend
 from aicirt.serve.settings import Settings
 from aicirt.toolchain import CONTROLLERS_DIR, build_cached
 
-pytest.importorskip("fastapi")
+import fastapi  # noqa: E402,F401  (the dev extra: a missing one fails, never skips)
 pytestmark = pytest.mark.slow   # the server compiles QuickJS in its own store (~10 s of CPU)
 
 
