@@ -174,7 +174,8 @@ def source_hash(path: Path, compiler: str) -> str:
     from .toolchain import SDK_DIR, _included_elsewhere
     h = hashlib.sha256(b"recipe-1\0" + compiler.encode())
     own = sorted(path.glob("*.[ch]"))
-    for f in [*own, path / RECIPE, *sorted(SDK_DIR.glob("*.[ch]"))]:
+    # *.js: files a C source #embeds (the js controller's lib.js)
+    for f in [*own, *sorted(path.glob("*.js")), path / RECIPE, *sorted(SDK_DIR.glob("*.[ch]"))]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     for f in _included_elsewhere(own):   # e.g. controllers/js compiles in ../json/*.c
         h.update(f"{f.parent.name}/{f.name}".encode() + b"\0" + f.read_bytes())

@@ -68,15 +68,12 @@ static const constraint_ops_t REGEX_OPS = {re_start, re_advance, re_accepting, r
 
 static void regex_finalizer(JSRuntime *r, JSValue v) { free(JS_GetOpaque(v, regex_class)); }
 
-static JSValue regex_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
-  size_t len;
-  const char *pat = JS_ToCStringLen(c, &len, argc ? argv[0] : JS_UNDEFINED);
-  if (!pat) return JS_EXCEPTION;
+/* A Regex object for `pat` (SyntaxError naming the offset of a bad pattern). */
+static JSValue regex_new(JSContext *c, const char *pat, size_t len, const char *what) {
   char *err = 0;
   aici_regex_t *re = aici_regex_compile(pat, len, &err);
-  JS_FreeCString(c, pat);
   if (!re) {
-    JSValue e = JS_ThrowSyntaxError(c, "Regex: %s", err ? err : "invalid pattern");
+    JSValue e = JS_ThrowSyntaxError(c, "%s: %s", what, err ? err : "invalid pattern");
     aici_free(err);
     return e;
   }
@@ -88,6 +85,63 @@ static JSValue regex_ctor(JSContext *c, JSValueConst new_target, int argc, JSVal
   *r = (regex_c){{&REGEX_OPS, 0}, re, trie};
   JS_SetOpaque(obj, r);
   return obj;
+}
+
+static JSValue regex_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
+  if (!argc || !JS_IsString(argv[0])) return JS_ThrowTypeError(c, "Regex: the pattern must be a string");
+  size_t len;
+  const char *pat = JS_ToCStringLen(c, &len, argv[0]);
+  if (!pat) return JS_EXCEPTION;
+  JSValue r = regex_new(c, pat, len, "Regex");
+  JS_FreeCString(c, pat);
+  return r;
+}
+
+/* aici.choice(strings): a Regex whose language is exactly those strings (a trie of their bytes,
+ * as a DFA: every byte but [A-Za-z0-9] escaped), so its masks are native and cached per state. */
+#define MAX_CHOICE_OPTIONS (1 << 16)
+#define MAX_CHOICE_BYTES (4u << 20)
+static JSValue choice_fn(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  JSValueConst arr = argc ? argv[0] : JS_UNDEFINED;
+  int64_t n;
+  if (!JS_IsArray(arr)) return JS_ThrowTypeError(c, "choice: expected an array of strings");
+  if (JS_GetLength(c, arr, &n) < 0) return JS_EXCEPTION;
+  if (n < 1 || n > MAX_CHOICE_OPTIONS) return JS_ThrowRangeError(c, "choice: %lld options (1 to %d)", (long long)n, MAX_CHOICE_OPTIONS);
+  size_t cap = 1024, len = 0;
+  char *pat = malloc(cap);
+  if (!pat) return JS_ThrowOutOfMemory(c);
+  for (int64_t i = 0; i < n; i++) {
+    JSValue e = JS_GetPropertyInt64(c, arr, i);
+    size_t sl = 0;
+    const char *s = JS_IsString(e) ? JS_ToCStringLen(c, &sl, e) : 0;
+    JS_FreeValue(c, e);
+    if (!s || !sl || len + 4 * sl + 2 > MAX_CHOICE_BYTES) {
+      free(pat);
+      if (s) JS_FreeCString(c, s);
+      if (JS_HasException(c)) return JS_EXCEPTION;
+      if (!s) return JS_ThrowTypeError(c, "choice: options[%lld] is not a string", (long long)i);
+      if (!sl) return JS_ThrowRangeError(c, "choice: options[%lld] is empty", (long long)i);
+      return JS_ThrowRangeError(c, "choice: the options are over %u bytes escaped", MAX_CHOICE_BYTES);
+    }
+    while (len + 4 * sl + 2 > cap) cap *= 2;
+    char *p = realloc(pat, cap);
+    if (!p) { free(pat); JS_FreeCString(c, s); return JS_ThrowOutOfMemory(c); }
+    pat = p;
+    if (i) pat[len++] = '|';
+    for (size_t k = 0; k < sl; k++) {
+      unsigned char b = (unsigned char)s[k];
+      if ((b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9')) {
+        pat[len++] = (char)b;
+      } else {
+        static const char HEX[] = "0123456789abcdef";
+        pat[len++] = '\\', pat[len++] = 'x', pat[len++] = HEX[b >> 4], pat[len++] = HEX[b & 15];
+      }
+    }
+    JS_FreeCString(c, s);
+  }
+  JSValue r = regex_new(c, pat, len, "choice");
+  free(pat);
+  return r;
 }
 
 /* ---- JsonSchema ------------------------------------------------------------------------------ */
@@ -513,4 +567,5 @@ void constraint_define(JSValueConst api) {
   define_class(api, &json_class, &js, json_ctor, constraint_proto, nc);
   define_class(api, &follower_class, &fo, follower_ctor, follower_proto, sizeof follower_proto / sizeof follower_proto[0]);
   define_class(api, &result_class, &rs, 0, result_proto, 1);
+  JS_SetPropertyStr(ctx, api, "choice", JS_NewCFunction(ctx, choice_fn, "choice", 1));
 }

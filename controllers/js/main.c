@@ -255,6 +255,19 @@ static const char PRELUDE[] =
     "aici.noop = () => aici.fastForward([], 0);\n"
     "globalThis.console = Object.freeze({log: aici.log, info: aici.log, warn: aici.log, error: aici.log, debug: aici.log});\n";
 
+/* The async library (lib.js: start, $, gen, fork, waitVars, Label, ...), part of the snapshot. */
+static const char LIB[] = {
+#embed "lib.js"
+};
+
+/* What `import ... from "aici"` gives a module script: the library and the API as named exports. */
+static const char LIB_MODULE[] =
+    "const a = globalThis.aici;\n"
+    "export default a;\n"
+    "export const {start, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar,\n"
+    "  TokenSet, Regex, JsonSchema, Follower, choice, Cap, stop, sample, fastForward, noop, vocabSize, eosToken,\n"
+    "  selfSeqId, capabilities, tokenize, detokenize, tokenBytes, arg, allTokens, varGet, varSet, varAppend, log} = a;\n";
+
 /* The cycle collector's next run: GC_HEADROOM past the heap as it is now. QuickJS frees most
  * garbage by reference counting; its cycle collector walks every object of the heap, writing
  * each header, and its first threshold (256 KiB) lies below the heap the init leaves, so the
@@ -265,6 +278,30 @@ static void gc_later(void) {
   JSMemoryUsage u;
   JS_ComputeMemoryUsage(rt, &u);
   JS_SetGCThreshold(rt, (size_t)u.malloc_size + GC_HEADROOM);
+}
+
+/* ---- modules and jobs ---------------------------------------------------------------------- */
+/* `import` in a module script: "aici" (or "@aicirt/aici") is the shipped library; nothing else
+ * exists (no files, no network). */
+static JSModuleDef *load_module(JSContext *c, const char *name, void *opaque) {
+  if (strcmp(name, "aici") && strcmp(name, "@aicirt/aici")) {
+    JS_ThrowReferenceError(c, "cannot import '%s': the only module is \"aici\" (the shipped library)", name);
+    return 0;
+  }
+  JSValue f = JS_Eval(c, LIB_MODULE, sizeof LIB_MODULE - 1, name, JS_EVAL_TYPE_MODULE | JS_EVAL_FLAG_COMPILE_ONLY);
+  if (JS_IsException(f)) return 0;
+  JSModuleDef *m = JS_VALUE_GET_PTR(f);
+  JS_FreeValue(c, f);
+  return m;
+}
+
+/* Run every pending promise job (the script's `await`s resume here); an exception a job throws
+ * ends the sequence. */
+static void run_jobs(const char *what) {
+  JSContext *c;
+  int r;
+  while ((r = JS_ExecutePendingJob(rt, &c)) != 0)
+    if (r < 0) die_exception(what);
 }
 
 /* ---- the interpreter ----------------------------------------------------------------------- */
@@ -284,6 +321,10 @@ static void make_interpreter(void) {
   JSValue r = JS_Eval(ctx, PRELUDE, sizeof PRELUDE - 1, "<aici prelude>", JS_EVAL_TYPE_GLOBAL);
   if (JS_IsException(r)) die_exception("prelude");
   JS_FreeValue(ctx, r);
+  r = JS_Eval(ctx, LIB, sizeof LIB, "<aici lib>", JS_EVAL_TYPE_GLOBAL);
+  if (JS_IsException(r)) die_exception("the library");
+  JS_FreeValue(ctx, r);
+  JS_SetModuleLoaderFunc(rt, 0, load_module, 0);
   mid_fn = JS_UNDEFINED;
   gc_later();
 }
@@ -302,6 +343,25 @@ static JSValue math_random(JSContext *c, JSValueConst this, int argc, JSValueCon
   return JS_NewFloat64(c, (double)(r >> 11) * (1.0 / 9007199254740992.0));
 }
 
+/* A module script: a line that starts (after blanks) with an `import` or `export` declaration.
+ * (QuickJS's JS_DetectModule calls every script that also parses as a module one, and would make
+ * a plain script's top-level names module-local.) */
+static bool is_module(const char *s, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    if (i && s[i - 1] != '\n') continue;
+    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
+    for (int k = 0; k < 2; k++) {
+      const char *kw = k ? "export" : "import";
+      if (n - i > 6 && !memcmp(s + i, kw, 6)) {
+        char c = s[i + 6];
+        if (c == ' ' || c == '\t' || c == '{' || c == '*' || (!k && (c == '"' || c == '\''))) return true;
+      }
+    }
+    while (i < n && s[i] != '\n') i++;
+  }
+  return false;
+}
+
 static void load_script(void) {
   uint32_t n, len = 0;   /* the argument: script, then NUL and the script's argument */
   char *a = (char *)aici_arg(&n);
@@ -311,14 +371,45 @@ static void load_script(void) {
   JSValue math = JS_GetPropertyStr(ctx, global, "Math");
   JS_SetPropertyStr(ctx, math, "random", JS_NewCFunction(ctx, math_random, "random", 0));
   JS_FreeValue(ctx, math);
-  JSValue r = JS_Eval(ctx, a, len, "<script>", JS_EVAL_TYPE_GLOBAL);
+  bool module = is_module(a, len);
+  JSValue r = JS_Eval(ctx, a, len, "<script>", module ? JS_EVAL_TYPE_MODULE | JS_EVAL_FLAG_COMPILE_ONLY : JS_EVAL_TYPE_GLOBAL);
   aici_free(a);
   if (JS_IsException(r)) die_exception("the script failed");
+  JSValue ns = JS_UNDEFINED;
+  if (module) {
+    JSModuleDef *m = JS_VALUE_GET_PTR(r);
+    r = JS_EvalFunction(ctx, r);   /* a promise: the module's evaluation */
+    if (JS_IsException(r)) die_exception("the script failed");
+    run_jobs("the script failed");
+    if (JS_PromiseState(ctx, r) == JS_PROMISE_REJECTED) {
+      JS_Throw(ctx, JS_PromiseResult(ctx, r));
+      die_exception("the script failed");
+    }
+    ns = JS_GetModuleNamespace(ctx, m);
+  } else {
+    run_jobs("the script failed");
+  }
   JS_FreeValue(ctx, r);
-  mid_fn = JS_GetPropertyStr(ctx, global, "midProcess");
+  if (module) {
+    mid_fn = JS_GetPropertyStr(ctx, ns, "midProcess");
+    JS_FreeValue(ctx, ns);
+  } else {   /* a function declaration, or const/let/var: the global scope's binding */
+    static const char FIND[] = "typeof midProcess === 'function' ? midProcess : undefined";
+    mid_fn = JS_Eval(ctx, FIND, sizeof FIND - 1, "<aici>", JS_EVAL_TYPE_GLOBAL);
+    if (JS_IsException(mid_fn)) die_exception("the script failed");
+  }
+  JSValue api = JS_GetPropertyStr(ctx, global, "aici");
+  JSValue started = JS_GetPropertyStr(ctx, api, "_libStarted");
+  if (!JS_IsFunction(ctx, mid_fn) && JS_ToBool(ctx, started)) {
+    JS_FreeValue(ctx, mid_fn);
+    mid_fn = JS_GetPropertyStr(ctx, api, "_libMidProcess");
+  }
+  JS_FreeValue(ctx, started);
+  JS_FreeValue(ctx, api);
   JS_FreeValue(ctx, global);
   if (!JS_IsFunction(ctx, mid_fn)) {
-    const char *m = "the script defines no function midProcess(arg) (a global function declaration)";
+    const char *m = module ? "the module exports no function midProcess(arg) and calls no aici.start(fn)"
+                           : "the script defines no function midProcess(arg) and calls no aici.start(fn)";
     die("the script failed", m, strlen(m));
   }
   script_loaded = true;
@@ -492,6 +583,22 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   JSValue r = JS_Call(ctx, mid_fn, JS_UNDEFINED, 1, (JSValueConst *)&a);
   JS_FreeValue(ctx, a);
   if (JS_IsException(r)) die_exception("midProcess threw");
+  run_jobs("midProcess threw");
+  if (JS_IsPromise(r)) {   /* an async midProcess (or the library's): its value once the jobs ran */
+    JSPromiseStateEnum ps = JS_PromiseState(ctx, r);
+    JSValue v = ps == JS_PROMISE_PENDING ? JS_UNDEFINED : JS_PromiseResult(ctx, r);
+    JS_FreeValue(ctx, r);
+    if (ps == JS_PROMISE_REJECTED) {
+      JS_Throw(ctx, v);
+      die_exception("midProcess threw");
+    }
+    if (ps == JS_PROMISE_PENDING) {
+      const char *m = "midProcess's promise is still pending after every job ran: it awaits something other than "
+                      "the next call (there are no timers or I/O here)";
+      die("midProcess", m, strlen(m));
+    }
+    r = v;
+  }
   int bad = convert_result(r, res);
   JS_FreeValue(ctx, r);
   cur_arg = 0;

@@ -1,0 +1,146 @@
+"""The js controller's async library (controllers/js/lib.js, docs/js.md): scripts written with
+`aici.start`, `gen`, `$`, `fork`, `waitVars` and labels give the same token traces on the scripted
+engine as the same jobs written against the low-level midProcess API (controllers/js/examples/
+library/*_by_hand.js) and, where the job is the C regex controller's, as that controller; promise
+jobs run between calls (async midProcess); module scripts import the library."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aicirt.toolchain import CONTROLLERS_DIR, build_cached
+from test_js import C, EOS, GRANTS, js_arg, run_js, trace
+
+LIB = CONTROLLERS_DIR / "js" / "examples" / "library"
+
+
+@pytest.fixture(scope="module")
+def js_wasm():
+    return str(build_cached("js"))
+
+
+def lib_vs_hand(js_wasm, name, arg: bytes, script, caps):
+    lib = trace(js_wasm, js_arg((LIB / f"{name}.js").read_bytes(), arg), script, caps)
+    hand = trace(js_wasm, js_arg((LIB / f"{name}_by_hand.js").read_bytes(), arg), script, caps)
+    assert lib == hand
+    assert all(reason != "error" for _, _, reason, _, _ in lib[0]), lib[0]
+    return lib
+
+
+GEN_CASES = [
+    ({"options": ["red", "green", "blue"], "storeVar": "v"}, "green", b"green"),
+    ({"options": ["Paris, France", "Paris, Texas", "Rome"], "storeVar": "v"}, "Paris, Texas", b"Paris, Texas"),
+    ({"regex": "(19|20)[0-9]{2}", "storeVar": "v"}, "1945", b"1945"),
+    ({"regex": "[0-9]+", "storeVar": "v"}, list(b"12") + [EOS], b"12"),
+    ({"regex": "[a-z ]+\\.", "stopAt": " ", "storeVar": "v"}, "ab cd.", b"ab"),
+    ({"stopAt": "\n", "maxTokens": 8, "storeVar": "v"}, "hello\nworld", b"hello"),
+    ({"maxTokens": 3, "storeVar": "v"}, "hello", b"hel"),
+    ({"regex": "ab|cd", "storeVar": "v"}, "zz", b"ab"),   # the scripted engine takes an allowed token
+]
+
+
+@pytest.mark.parametrize("caps", GRANTS, ids=lambda c: (c.name or "none").lower())
+@pytest.mark.parametrize("opts,script,want", GEN_CASES, ids=range(len(GEN_CASES)))
+def test_gen_traces_like_the_low_level_api(js_wasm, caps, opts, script, want):
+    seqs, variables, _ = lib_vs_hand(js_wasm, "gen", json.dumps(opts).encode(), script, caps)
+    eos_back = C.CONDITIONAL_FF_TOKENS | C.BACKTRACK
+    if isinstance(script, list) and EOS in script and caps & eos_back != eos_back:
+        want = None     # EOS ends the sequence where no splice may take it back
+    assert variables.get("v") == want
+
+
+@pytest.mark.parametrize("caps", [C.ALL, C.ALL & ~(C.FF_TOKENS | C.CONDITIONAL_FF_TOKENS)], ids=["all", "no-ff"])
+@pytest.mark.parametrize("arg", [b"red\ngreen\nblue", b"alpha"])
+def test_fork_and_wait_vars_trace_like_the_low_level_api(js_wasm, caps, arg):
+    seqs, variables, _ = lib_vs_hand(js_wasm, "fork", arg, "", caps)
+    assert variables["choices"] == b"".join(o + b"\n" for o in arg.split(b"\n"))
+    assert len(seqs) == len(arg.split(b"\n")) + 1
+
+
+@pytest.mark.parametrize("pattern,script", [(b"(19|20)[0-9]{2}", "1945"), (b"[0-9]+", list(b"12") + [EOS]),
+                                            (b"ab|cd", "zz")])
+def test_gen_without_ff_traces_like_the_c_regex_controller(js_wasm, pattern, script):
+    caps = C.ALL & ~(C.FF_TOKENS | C.CONDITIONAL_FF_TOKENS)
+    lib = trace(js_wasm, js_arg(b"aici.start(() => gen({regex: aici.arg()}));", pattern), script, caps)
+    c = trace(str(build_cached("regex")), pattern, script, caps)
+    assert lib == c
+
+
+def test_fast_forward_saves_forward_passes(js_wasm):
+    """Options: the tokens after the first are fast-forwarded (conditional splices), so a choice
+    takes one forward pass where sampling takes one a token."""
+    arg = json.dumps({"options": ["Paris, France", "Rome, Italy"], "storeVar": "v"}).encode()
+    _, v_all, calls_all = trace(js_wasm, js_arg((LIB / "gen.js").read_bytes(), arg), "Rome, Italy", C.ALL)
+    _, v_none, calls_none = trace(js_wasm, js_arg((LIB / "gen.js").read_bytes(), arg), "Rome, Italy", C.NONE)
+    assert v_all["v"] == v_none["v"] == b"Rome, Italy"
+    assert len(calls_all) == 2 and len(calls_none) == 1 + len("Rome, Italy")   # the prompt, then each token
+
+
+def test_fixed_text_labels_and_prompt(js_wasm):
+    script = r"""
+    aici.start(async () => {
+      const p = getPrompt();
+      await $`A${1 + 1}:`;
+      const l = new Label();
+      await gen({regex: "x+", maxTokens: 2});
+      const first = l.textSince();
+      await l.fixedAfter("yz");
+      setVar("out", JSON.stringify({p, first, after: l.textSince(), all: aici.detokenize(getTokens())}));
+    });"""
+    seqs, variables, _ = trace(js_wasm, js_arg(script), "A2:xx", C.ALL)
+    assert json.loads(variables["out"]) == {"p": "Q: ", "first": "xx", "after": "yz", "all": "Q: A2:yz"}
+    assert seqs[0][1][-5:] == list(b"A2:yz") and seqs[0][2] == "stop"
+
+
+def test_eos_ending_a_gen_is_taken_back_so_the_script_goes_on(js_wasm):
+    script = r"""aici.start(async () => { await gen({regex: "[0-9]+", storeVar: "n"}); await $` done`; });"""
+    seqs, variables, _ = trace(js_wasm, js_arg(script), list(b"42") + [EOS], C.ALL)
+    assert variables["n"] == b"42" and seqs[0][4] == b"42 done" and seqs[0][2] == "stop"
+
+
+def test_async_mid_process_runs_its_promise_jobs():
+    script = r"""
+    async function midProcess(arg) {
+      const v = await Promise.resolve(arg.callIndex).then(x => x + 1);
+      await null;
+      aici.log("call", v);
+      return v < 2 ? aici.sample(new aici.TokenSet([65])) : aici.stop();
+    }"""
+    results, log = run_js(script, steps=4)
+    assert [r.status for r in results] == ["ok", "ok"] and results[-1].branches == []
+    assert "call 1" in log and "call 2" in log
+
+
+@pytest.mark.parametrize("script,needle", [
+    ("async function midProcess() { throw new TypeError('late'); }", "TypeError: late"),
+    ("async function midProcess() { await new Promise(() => {}); }", "still pending"),
+    ("aici.start(async () => { await gen({regx: 'a'}); });", "unknown option 'regx'"),
+    ("aici.start(async () => { await gen({maxTokens: 1.5}); });", "maxTokens must be an integer"),
+    ("aici.start(async () => { await gen({temperature: NaN}); });", "temperature must be a finite number"),
+    ("aici.start(async () => { gen({}); await gen({}); });", "two steps at once"),
+    ("aici.start(async () => { await fork(0); });", "fork: n must be an integer"),
+    ("aici.start(async () => { await waitVars('never', {maxSteps: 1}); });", "never still unset after 1 steps"),
+    ("aici.start(async () => { await gen({options: ['a', '']}); });", "options[1] is empty"),
+    ("aici.start(1);", "aici.start: expected an (async) function"),
+    ("const x = 1;", "defines no function midProcess"),
+])
+def test_library_misuse_ends_the_sequence_with_a_message(script, needle):
+    results, log = run_js(script, steps=4)
+    assert results[-1].status == "error", (results, log)
+    assert needle in (results[-1].error or "") + log, (results[-1].error, log)
+
+
+@pytest.mark.parametrize("decl", ["const midProcess = () => aici.stop();", "let midProcess = () => aici.stop();",
+                                  "var midProcess = () => aici.stop();", "function midProcess() { return aici.stop(); }",
+                                  "export function midProcess() { return aici.stop(); }",
+                                  "import {stop} from 'aici';\nexport const midProcess = () => stop();",
+                                  "import {start, gen} from 'aici';\nstart(async () => { await gen({maxTokens: 1}); });"])
+def test_every_form_of_mid_process_is_found(decl):
+    results, log = run_js(decl, steps=3)
+    assert results[-1].status == "ok" and results[-1].branches == [], (results[-1].error, log)
+
+
+def test_a_module_may_import_only_the_library():
+    results, log = run_js("import fs from 'fs';\nexport function midProcess() {}")
+    assert results[-1].status == "error" and "the only module is \"aici\"" in results[-1].error + log
