@@ -144,3 +144,56 @@ def test_every_form_of_mid_process_is_found(decl):
 def test_a_module_may_import_only_the_library():
     results, log = run_js("import fs from 'fs';\nexport function midProcess() {}")
     assert results[-1].status == "error" and "the only module is \"aici\"" in results[-1].error + log
+
+
+# -- values checked, not coerced (aici.d.ts) ------------------------------------------------------
+BAD_IDS = [("65.5", "65.5 is not an integer"), ("2 ** 32 + 1", "4294967297 is not an integer"),
+           ("NaN", "NaN is not an integer"), ('"68"', "expected an integer from 0 to 256, got a string"),
+           ("-1", "-1 is not an integer"), ("256 + 1", "257 is not an integer from 0 to 256"),
+           ("Infinity", "Infinity is not an integer"), ("null", "got null")]
+ID_USES = {
+    "ffTokens": "return aici.fastForward([{v}]);",
+    "whenSampled": "return {{branches: [{{sampleMask: new aici.TokenSet([65]), splices: [{{whenSampled: [{v}], ffTokens: []}}]}}]}};",
+    "TokenSet": "new aici.TokenSet([{v}]); return aici.stop();",
+    "allow": "new aici.TokenSet().allow({v}); return aici.stop();",
+    "has": "new aici.TokenSet().has({v}); return aici.stop();",
+    "tokenBytes": "aici.tokenBytes({v}); return aici.stop();",
+    "detokenize": "aici.detokenize([{v}]); return aici.stop();",
+    "advance": "const r = new aici.Regex('a+'); r.advance(r.start(), [{v}]); return aici.stop();",
+}
+
+
+@pytest.mark.parametrize("use", ID_USES)
+@pytest.mark.parametrize("value,message", BAD_IDS, ids=[v for v, _ in BAD_IDS])
+def test_every_token_id_is_checked_not_coerced(use, value, message):
+    results, log = run_js("function midProcess(arg) { " + ID_USES[use].format(v=value) + " }", steps=1)
+    assert results[-1].status == "error", (use, value, results[-1])
+    assert message in results[-1].error, (use, value, results[-1].error)
+
+
+@pytest.mark.parametrize("value,message", [("-1", "-1 is not an integer from 0 to 4294967295"),
+                                           ("1.5", "1.5 is not an integer"), ("2 ** 32", "4294967296 is not an integer"),
+                                           ('"1"', "got a string"), ("NaN", "NaN is not an integer")])
+def test_backtrack_is_checked(value, message):
+    results, _ = run_js(f"function midProcess() {{ return aici.fastForward([], {value}); }}", steps=1)
+    r = results[-1]
+    assert r.status == "error" and "branches[0].splices[0].backtrack: " in r.error and message in r.error, r.error
+
+
+@pytest.mark.parametrize("value,message", [("NaN", "NaN is not a finite number >= 0"), ("-1", "-1 is not a finite"),
+                                           ("Infinity", "Infinity is not a finite"), ('"0.5"', "a string is not")])
+def test_temperature_is_checked(value, message):
+    results, _ = run_js(f"function midProcess() {{ return aici.sample(new aici.TokenSet([65]), {{temperature: {value}}}); }}",
+                        steps=1)
+    assert results[-1].status == "error" and message in results[-1].error, results[-1].error
+
+
+def test_inherited_properties_are_not_read():
+    script = """
+    Object.prototype.splices = [{backtrack: 0, ffTokens: [1, 2, 3]}];
+    Object.prototype.temperature = 99;
+    function midProcess() { return {branches: [{sampleMask: new aici.TokenSet([65])}]}; }"""
+    results, _ = run_js(script, steps=1)
+    assert results[0].status == "ok", results[0].error
+    (b,) = results[0].branches
+    assert b.splices == () and b.temperature is None

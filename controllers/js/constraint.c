@@ -341,7 +341,7 @@ static JSValue json_ctor(JSContext *c, JSValueConst new_target, int argc, JSValu
 
 /* ---- the JS methods, shared by both ----------------------------------------------------------- */
 static int state_arg(JSContext *c, JSValueConst this, JSValueConst v, constraint_t **k, uint32_t *st) {
-  if (!(*k = constraint_of(c, this)) || JS_ToUint32(c, st, v)) return -1;
+  if (!(*k = constraint_of(c, this)) || check_uint(c, v, 4294967295.0, st, "state")) return -1;
   if (*st >= (*k)->ops->num_states(*k)) {
     JS_ThrowRangeError(c, "%u is not a state of this constraint", *st);
     return -1;
@@ -357,7 +357,7 @@ static JSValue c_start(JSContext *c, JSValueConst this, int argc, JSValueConst *
 /* advance(state, tokenOrTokens): the state after the tokens' bytes (0: dead). */
 static JSValue c_advance(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
   constraint_t *k;
-  uint32_t st, vocab = aici_vocab_size();
+  uint32_t st;
   if (state_arg(c, this, argc ? argv[0] : JS_UNDEFINED, &k, &st)) return JS_EXCEPTION;
   JSValueConst toks = argc > 1 ? argv[1] : JS_UNDEFINED;
   int64_t n = 1;
@@ -366,10 +366,9 @@ static JSValue c_advance(JSContext *c, JSValueConst this, int argc, JSValueConst
   for (int64_t i = 0; i < n && st; i++) {
     uint32_t tok, len;
     JSValue v = many ? JS_GetPropertyInt64(c, toks, i) : JS_DupValue(c, toks);
-    int bad = JS_ToUint32(c, &tok, v);
+    int bad = JS_IsException(v) || check_token(c, v, &tok, "advance: token");
     JS_FreeValue(c, v);
     if (bad) return JS_EXCEPTION;
-    if (tok >= vocab) return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, vocab);
     const uint8_t *b = aici_token_bytes(tok, &len);
     st = k->ops->advance(k, st, b, b ? len : 0);
   }

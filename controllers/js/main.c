@@ -114,6 +114,30 @@ JSValue tokens_array(JSContext *c, const uint32_t *t, uint32_t n) {
   return arr;
 }
 
+static const char *type_name(JSValueConst v) {
+  return JS_IsString(v) ? "a string" : JS_IsUndefined(v) ? "undefined" : JS_IsNull(v) ? "null"
+       : JS_IsBool(v) ? "a boolean" : JS_IsSymbol(v) ? "a Symbol" : JS_IsBigInt(v) ? "a BigInt"
+       : JS_IsFunction(ctx, v) ? "a function" : JS_IsArray(v) ? "an array" : JS_IsObject(v) ? "an object" : "a value";
+}
+
+int check_uint(JSContext *c, JSValueConst v, double max, uint32_t *out, const char *what) {
+  if (!JS_IsNumber(v)) { JS_ThrowTypeError(c, "%s: expected an integer from 0 to %.0f, got %s", what, max, type_name(v)); return -1; }
+  double d;
+  JS_ToFloat64(c, &d, v);
+  if (d != d || d < 0 || d > max || d != (double)(uint64_t)d) {
+    const char *s = JS_ToCString(c, v);   /* JS's own spelling: NaN, Infinity, 65.5, 4294967297 */
+    JS_ThrowRangeError(c, "%s: %s is not an integer from 0 to %.0f", what, s ? s : "?", max);
+    JS_FreeCString(c, s);
+    return -1;
+  }
+  *out = (uint32_t)d;
+  return 0;
+}
+
+int check_token(JSContext *c, JSValueConst v, uint32_t *out, const char *what) {
+  return check_uint(c, v, (double)aici_vocab_size() - 1, out, what);
+}
+
 /* A JS array of token ids -> a heap array (free with free); NULL with an exception pending. */
 uint32_t *tokens_from(JSContext *c, JSValueConst v, uint32_t *n_out, const char *what) {
   int64_t n;
@@ -122,13 +146,14 @@ uint32_t *tokens_from(JSContext *c, JSValueConst v, uint32_t *n_out, const char 
   if (n > (1 << 24)) { JS_ThrowRangeError(c, "%s: %lld tokens is too many", what, (long long)n); return 0; }
   uint32_t *t = malloc((size_t)(n ? n : 1) * 4), vocab = aici_vocab_size();
   if (!t) { JS_ThrowOutOfMemory(c); return 0; }
+  char where[128];
   for (int64_t i = 0; i < n; i++) {
     JSValue e = JS_GetPropertyInt64(c, v, i);
-    int bad = !JS_IsNumber(e) || JS_ToUint32(c, &t[i], e);
+    snprintf(where, sizeof where, "%s[%lld]", what, (long long)i);
+    int bad = JS_IsException(e) || check_uint(c, e, (double)vocab - 1, &t[i], where);
     JS_FreeValue(c, e);
-    if (bad || t[i] >= vocab) {
+    if (bad) {
       free(t);
-      if (!JS_HasException(c)) JS_ThrowRangeError(c, "%s[%lld]: not a token id below %u", what, (long long)i, vocab);
       return 0;
     }
   }
@@ -165,9 +190,8 @@ static JSValue api_detokenize(JSContext *c, JSValueConst this, int argc, JSValue
 }
 
 static JSValue api_token_bytes(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
-  uint32_t tok, len, vocab = aici_vocab_size();
-  if (JS_ToUint32(c, &tok, argc ? argv[0] : JS_UNDEFINED)) return JS_EXCEPTION;
-  if (tok >= vocab) return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, vocab);
+  uint32_t tok, len;
+  if (check_token(c, argc ? argv[0] : JS_UNDEFINED, &tok, "tokenBytes")) return JS_EXCEPTION;
   if (!get_trie(c)) return JS_EXCEPTION;
   const uint8_t *b = aici_token_bytes(tok, &len);
   return b ? JS_NewUint8ArrayCopy(c, b, len) : JS_NULL;
@@ -251,7 +275,7 @@ static const char PRELUDE[] =
     "aici.Cap = Object.freeze({FORK: 1, BACKTRACK: 2, FF_TOKENS: 4, CONDITIONAL_FF_TOKENS: 8});\n"
     "aici.stop = () => ({branches: []});\n"
     "aici.sample = (mask, opts) => ({branches: [opts ? Object.assign({sampleMask: mask}, opts) : {sampleMask: mask}]});\n"
-    "aici.fastForward = (tokens, backtrack) => ({branches: [{splices: [{backtrack: backtrack || 0, ffTokens: tokens}]}]});\n"
+    "aici.fastForward = (tokens, backtrack) => ({branches: [{splices: [{backtrack: backtrack === undefined ? 0 : backtrack, ffTokens: tokens}]}]});\n"
     "aici.noop = () => aici.fastForward([], 0);\n"
     "globalThis.console = Object.freeze({log: aici.log, info: aici.log, warn: aici.log, error: aici.log, debug: aici.log});\n";
 
@@ -442,6 +466,11 @@ static int check_keys(JSValueConst obj, const char *path, const int *allowed) {
 /* obj[name]; *present: neither undefined nor null. A getter that throws leaves JS_EXCEPTION
  * (callers return -1 on it, so that exception, not a shape error, is reported). */
 static JSValue get_field(JSValueConst obj, int name, bool *present) {
+  int own = JS_GetOwnProperty(ctx, 0, obj, atoms[name]);   /* own properties only: never a prototype's */
+  if (own <= 0) {
+    *present = false;
+    return own < 0 ? JS_EXCEPTION : JS_UNDEFINED;
+  }
   JSValue v = JS_GetProperty(ctx, obj, atoms[name]);
   *present = !JS_IsUndefined(v) && !JS_IsNull(v) && !JS_IsException(v);
   return v;
@@ -471,11 +500,10 @@ static int add_splice(aici_branch_t *b, JSValueConst sp, const char *path) {
   bool present;
   JSValue v = get_field(sp, A_BACKTRACK, &present);
   if (JS_IsException(v)) return -1;
-  if (present && (!JS_IsNumber(v) || JS_ToUint32(ctx, &bt, v))) {
+  char msg[96];
+  snprintf(msg, sizeof msg, "%s.backtrack", path);
+  if (present && check_uint(ctx, v, 4294967295.0, &bt, msg)) {
     JS_FreeValue(ctx, v);
-    char msg[96];
-    snprintf(msg, sizeof msg, "%s.backtrack", path);
-    throw_shape(msg, "is not a number");
     return -1;
   }
   JS_FreeValue(ctx, v);
@@ -523,7 +551,13 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
   if (JS_IsException(v)) return -1;
   if (present) {
     double temp;
-    if (!JS_IsNumber(v) || JS_ToFloat64(ctx, &temp, v)) { JS_FreeValue(ctx, v); throw_shape(path, ".temperature is not a number"); return -1; }
+    if (!JS_IsNumber(v) || JS_ToFloat64(ctx, &temp, v) || !(temp >= 0 && temp <= 3.4e38)) {
+      const char *s = JS_IsNumber(v) ? JS_ToCString(ctx, v) : 0;
+      JS_ThrowRangeError(ctx, "%s.temperature: %s is not a finite number >= 0", path, s ? s : type_name(v));
+      JS_FreeCString(ctx, s);
+      JS_FreeValue(ctx, v);
+      return -1;
+    }
     aici_branch_temperature(b, (float)temp);
   }
   JS_FreeValue(ctx, v);
