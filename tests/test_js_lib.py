@@ -197,3 +197,31 @@ def test_inherited_properties_are_not_read():
     assert results[0].status == "ok", results[0].error
     (b,) = results[0].branches
     assert b.splices == () and b.temperature is None
+
+
+# -- errors that name the JS line ------------------------------------------------------------------
+@pytest.mark.parametrize("recurse", ["function f(n) { return f(n + 1) + 1; }",
+                                     "function f(n) { return [1].map(() => f(n + 1)); }",
+                                     "function f(n) { return String({toString() { return f(n + 1); }}); }"])
+def test_stack_overflow_is_a_catchable_range_error_with_the_line(recurse):
+    script = recurse + """
+    function midProcess() {
+      try { f(0); } catch (e) { aici.log("caught", e.name, e.message, e.stack.split("\\n")[1].trim()); }
+      return aici.stop();
+    }"""
+    results, log = run_js(script, steps=1)
+    assert results[0].status == "ok", results[0].error
+    assert "caught RangeError Maximum call stack size exceeded at " in log and "<script>:1:" in log, log
+
+
+@pytest.mark.parametrize("throw,needle", [
+    ("throw Symbol('sym');", "midProcess threw: a thrown Symbol(sym)"),
+    ("throw {toString() { throw new Error('x'); }};", "a thrown value (an object) whose conversion to a string threw"),
+    ("throw new Proxy({}, {get() { throw new Error('trap'); }});", "a thrown value (a Proxy of an object) whose conversion"),
+    ("throw 42;", "midProcess threw: 42"),
+    ("throw null;", "midProcess threw: null"),
+])
+def test_every_thrown_value_is_described_truthfully(throw, needle):
+    results, log = run_js("function midProcess() { " + throw + " }", steps=1)
+    assert results[0].status == "error" and needle in results[0].error, results[0].error
+    assert "out of memory" not in results[0].error

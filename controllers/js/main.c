@@ -27,7 +27,8 @@
 #include "js.h"
 
 #define JS_MEMORY_LIMIT (40u << 20)   /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
-#define JS_STACK_LIMIT (640u << 10)   /* of the 1 MiB shadow stack (toolchain's js recipe) */
+#define JS_STACK_LIMIT (128u << 10)   /* of the 1 MiB shadow stack: QuickJS's check must fire before the
+                                     * Wasm stack (wasmtime's 512 KiB) runs out: ~400 plain JS frames */
 #define MAX_LOG_CHARS (16u << 10)     /* one console.log line; longer ones are cut */
 
 __attribute__((import_module("wasi_snapshot_preview1"), import_name("proc_exit"), noreturn))
@@ -51,6 +52,8 @@ static uint32_t arg_skip;             /* bytes of aici_arg() before the script's
  * controller. */
 __attribute__((used)) static const char JS_CONTROLLER_MARKER[] = "aicirt:js:controller:1";
 
+static const char *type_name(JSValueConst v);
+
 /* ---- failing: the log, then proc_exit ----------------------------------------------------- */
 __attribute__((noreturn)) static void die(const char *what, const char *text, size_t len) {
   aici_logf("js: %s: %.*s\n", what, (int)len, text);
@@ -60,8 +63,22 @@ __attribute__((noreturn)) static void die(const char *what, const char *text, si
 /* The pending exception as "Name: message\n    at ..." (its stack when it has one). */
 __attribute__((noreturn)) static void die_exception(const char *what) {
   JSValue exc = JS_GetException(ctx);
-  const char *msg = JS_ToCString(ctx, exc);
-  if (!msg) die(what, "out of memory (while reporting an exception)", 45);
+  const char *msg = JS_IsSymbol(exc) ? 0 : JS_ToCString(ctx, exc);
+  if (!msg) {   /* a Symbol, or a value whose conversion to a string threw: say which, truthfully */
+    JS_FreeValue(ctx, JS_GetException(ctx));
+    char buf[256];
+    if (JS_IsSymbol(exc)) {
+      JSValue d = JS_GetPropertyStr(ctx, exc, "description");
+      const char *ds = JS_IsString(d) ? JS_ToCString(ctx, d) : 0;
+      snprintf(buf, sizeof buf, "a thrown Symbol(%.200s)", ds ? ds : "");
+      JS_FreeCString(ctx, ds);
+      JS_FreeValue(ctx, d);
+    } else {
+      snprintf(buf, sizeof buf, "a thrown value (%s%s) whose conversion to a string threw", JS_IsProxy(exc) ? "a Proxy of " : "",
+               type_name(exc));
+    }
+    die(what, buf, strlen(buf));
+  }
   char *text = 0;
   size_t len = strlen(msg);
   if (JS_IsError(exc)) {
