@@ -6,9 +6,12 @@ jobs run between calls (async midProcess); module scripts import the library."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from aicirt.engine import Engine, SamplingParams
+from aicirt.engine.backends.scripted import ScriptedBackend
 from aicirt.toolchain import CONTROLLERS_DIR, build_cached
 from test_js import C, EOS, GRANTS, js_arg, run_js, trace
 
@@ -225,3 +228,20 @@ def test_every_thrown_value_is_described_truthfully(throw, needle):
     results, log = run_js("function midProcess() { " + throw + " }", steps=1)
     assert results[0].status == "error" and needle in results[0].error, results[0].error
     assert "out of memory" not in results[0].error
+
+
+def test_the_docs_library_example_runs(js_wasm):
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "js.md").read_text()
+    block = doc.split("## The async library", 1)[1].split("```js\n", 1)[1].split("```", 1)[0]
+    text = list(b"Q: City: Tokyo\nYear founded: 1603\nOne line about it: big.\n\nFact 1: old.")
+    backend = ScriptedBackend(script=text + [0] * 64)
+    eng = Engine(backend)
+    try:
+        req = eng.generate("Q: ", controller=js_wasm, arg=js_arg(block), chat=False, params=SamplingParams(max_tokens=500))
+    finally:
+        eng.close()
+    seqs = [(s.label, s.tokens, s.finish_reason, s.error, s.text_bytes) for s in req.sequences]
+    variables = req.variables
+    assert all(reason != "error" for _, _, reason, _, _ in seqs), seqs
+    assert variables["city"] == b"Tokyo" and variables["year"] == b"1603" and len(seqs) == 3
+    assert variables["summary"].startswith(b"Tokyo: ")
