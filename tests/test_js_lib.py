@@ -245,3 +245,71 @@ def test_the_docs_library_example_runs(js_wasm):
     assert all(reason != "error" for _, _, reason, _, _ in seqs), seqs
     assert variables["city"] == b"Tokyo" and variables["year"] == b"1603" and len(seqs) == 3
     assert variables["summary"].startswith(b"Tokyo: ")
+
+
+# -- the CLI: TypeScript, syntax errors with line and column, --json -------------------------------
+TS = """import {start, gen, $} from "aici";
+
+interface Pick { name: string; n: number }
+type Opts = string[];
+const OPTS: Opts = ["red", "green", "blue"];
+
+function label(p: Pick): string {
+  return `${p.name}:${p.n}`;
+}
+
+start(async (): Promise<void> => {
+  await $`Color: `;
+  const c: string = await gen({options: OPTS, storeVar: "color"});
+  aici.varSet("label", label({name: c, n: c.length} as Pick));
+});
+"""
+
+
+def test_typescript_builds_runs_and_names_the_ts_line(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+    src = tmp_path / "pick.ts"
+    src.write_text(TS)
+    r = CliRunner().invoke(main, ["run", str(src), "--model", "scripted", "--prompt", "x", "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)["variables"]
+    assert got["label"] == f"{got['color']}:{len(got['color'])}" and got["color"] in ("red", "green", "blue")
+    # a runtime error's stack names the .ts line: the stripper keeps every line where it was
+    src.write_text(TS.replace("  return `${p.name}:${p.n}`;", "  throw new Error(`no ${p.name}`);"))
+    r = CliRunner().invoke(main, ["run", str(src), "--model", "scripted", "--prompt", "x", "--json"])
+    seq = json.loads(r.stdout)["sequences"][0]
+    assert "Error: no " in seq["error"] and "at label (<script>:8:" in seq["error"], seq["error"]
+    bad = tmp_path / "bad.ts"
+    bad.write_text("let ok: number = 1;\nlet x: = 2;\n")
+    r = CliRunner().invoke(main, ["build", str(bad), "-o", str(tmp_path / "bad.wasm")])
+    assert r.exit_code != 0 and f"{bad}:2:8: Unexpected token" in r.output, r.output
+
+
+@pytest.mark.parametrize("cmd", ["build", "check", "upload"])
+def test_build_check_and_upload_report_a_syntax_error_with_line_and_column(tmp_path, cmd):
+    from click.testing import CliRunner
+
+    from cli import main
+    bad = tmp_path / "bad.js"
+    bad.write_text("function midProcess(arg) {\n  return aici.stop(;\n}\n")
+    extra = {"build": ["-o", str(tmp_path / "x.wasm")], "check": [], "upload": ["--store", str(tmp_path / "s")]}[cmd]
+    r = CliRunner().invoke(main, [cmd, str(bad), *extra])
+    assert r.exit_code != 0 and f"{bad}:2:20: SyntaxError" in r.output, r.output
+    good = tmp_path / "good.js"
+    good.write_text("export const midProcess = () => aici.stop();\n")
+    r = CliRunner().invoke(main, [cmd, str(good), *extra])
+    assert r.exit_code == 0, r.output
+
+
+def test_run_json_prints_one_object_when_the_build_fails(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+    bad = tmp_path / "bad.js"
+    bad.write_text("function midProcess( {")
+    r = CliRunner().invoke(main, ["run", str(bad), "--model", "scripted", "--prompt", "x", "--json"])
+    assert r.exit_code != 0
+    got = json.loads(r.stdout)
+    assert list(got) == ["error"] and "bad.js:1:" in got["error"] and "SyntaxError" in got["error"]

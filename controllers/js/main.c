@@ -321,6 +321,24 @@ static void gc_later(void) {
   JS_SetGCThreshold(rt, (size_t)u.malloc_size + GC_HEADROOM);
 }
 
+static bool is_module(const char *s, uint32_t n);
+
+/* aici._checkSyntax(source): compile `source` as the controller would (a module when a line starts
+ * with import/export), run nothing; a SyntaxError names <script>:LINE:COL. For `aicirt build`
+ * (runtime/js_bind.py); harmless to scripts, which can eval anyway. */
+static JSValue api_check_syntax(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  if (!argc || !JS_IsString(argv[0])) return JS_ThrowTypeError(c, "_checkSyntax: expected a string");
+  size_t len;
+  const char *src = JS_ToCStringLen(c, &len, argv[0]);
+  if (!src) return JS_EXCEPTION;
+  bool module = is_module(src, (uint32_t)len);
+  JSValue f = JS_Eval(c, src, len, "<script>", (module ? JS_EVAL_TYPE_MODULE : JS_EVAL_TYPE_GLOBAL) | JS_EVAL_FLAG_COMPILE_ONLY);
+  JS_FreeCString(c, src);
+  if (JS_IsException(f)) return f;
+  JS_FreeValue(c, f);
+  return JS_NewBool(c, module);
+}
+
 /* ---- modules and jobs ---------------------------------------------------------------------- */
 /* `import` in a module script: "aici" (or "@aicirt/aici") is the shipped library; nothing else
  * exists (no files, no network). */
@@ -354,6 +372,7 @@ static void make_interpreter(void) {
   if (!(ctx = JS_NewContext(rt))) aici_fail("js: cannot create the interpreter's context (out of memory)");
   JSValue global = JS_GetGlobalObject(ctx), api = JS_NewObject(ctx);
   JS_SetPropertyFunctionList(ctx, api, api_funcs, sizeof api_funcs / sizeof api_funcs[0]);
+  JS_DefinePropertyValueStr(ctx, api, "_checkSyntax", JS_NewCFunction(ctx, api_check_syntax, "_checkSyntax", 1), 0);
   tokset_define(api);
   constraint_define(api);
   JS_SetPropertyStr(ctx, global, "aici", api);
@@ -384,21 +403,60 @@ static JSValue math_random(JSContext *c, JSValueConst this, int argc, JSValueCon
   return JS_NewFloat64(c, (double)(r >> 11) * (1.0 / 9007199254740992.0));
 }
 
-/* A module script: a line that starts (after blanks) with an `import` or `export` declaration.
- * (QuickJS's JS_DetectModule calls every script that also parses as a module one, and would make
- * a plain script's top-level names module-local.) */
+/* A module script: a line that starts (after blanks), outside strings, template literals and
+ * comments, with an `import` or `export` declaration. (QuickJS's JS_DetectModule calls every
+ * script that also parses as a module one, which would make a plain script's top-level names
+ * module-local.) A regex literal holding a quote can mislead the scan; such a script is run as
+ * what the scan says, and its error shows it. */
 static bool is_module(const char *s, uint32_t n) {
+  enum { CODE, LINE_C, BLOCK_C, STR, TMPL } st = CODE;
+  char quote = 0;
+  int tmpl_depth[32], nt = 0, braces = 0;   /* brace depth at each open ${ of a template */
+  bool line_start = true;
+  char prev = ';';                          /* the last code character: a '/' after one of
+                                             * "(,=:[!&|?{};+-*%<>~^" or a line start opens a regex */
   for (uint32_t i = 0; i < n; i++) {
-    if (i && s[i - 1] != '\n') continue;
-    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
-    for (int k = 0; k < 2; k++) {
-      const char *kw = k ? "export" : "import";
-      if (n - i > 6 && !memcmp(s + i, kw, 6)) {
-        char c = s[i + 6];
-        if (c == ' ' || c == '\t' || c == '{' || c == '*' || (!k && (c == '"' || c == '\''))) return true;
-      }
+    char c = s[i];
+    switch (st) {
+      case LINE_C: if (c == '\n') st = CODE, line_start = true; continue;
+      case BLOCK_C: if (c == '*' && i + 1 < n && s[i + 1] == '/') st = CODE, i++; continue;
+      case STR: if (c == '\\') i++; else if (c == quote || c == '\n') st = CODE; continue;
+      case TMPL:
+        if (c == '\\') i++;
+        else if (c == '`') st = CODE;
+        else if (c == '$' && i + 1 < n && s[i + 1] == '{' && nt < 32) tmpl_depth[nt++] = braces++, i++, st = CODE;
+        continue;
+      case CODE: break;
     }
-    while (i < n && s[i] != '\n') i++;
+    if (c == '\n') { line_start = true; continue; }
+    if (c == ' ' || c == '\t' || c == '\r') continue;
+    if (line_start && n - i > 6 && (!memcmp(s + i, "import", 6) || !memcmp(s + i, "export", 6))) {
+      char d = s[i + 6];
+      if (d == ' ' || d == '\t' || d == '{' || d == '*' || (s[i] == 'i' && (d == '"' || d == '\''))) return true;
+    }
+    bool was_line_start = line_start;
+    line_start = false;
+    if (c == '/' && i + 1 < n && s[i + 1] == '/') st = LINE_C, i++;
+    else if (c == '/' && i + 1 < n && s[i + 1] == '*') st = BLOCK_C, i++;
+    else if (c == '/' && (was_line_start || strchr("(,=:[!&|?{};+-*%<>~^", prev))) {   /* a regex literal */
+      bool cls = false;
+      for (i++; i < n && s[i] != '\n'; i++) {
+        if (s[i] == '\\') i++;
+        else if (s[i] == '[') cls = true;
+        else if (s[i] == ']') cls = false;
+        else if (s[i] == '/' && !cls) break;
+      }
+      prev = 'r';
+      continue;
+    }
+    else if (c == '"' || c == '\'') st = STR, quote = c;
+    else if (c == '`') st = TMPL;
+    else if (c == '{') braces++;
+    else if (c == '}') {
+      if (nt && tmpl_depth[nt - 1] == braces - 1) nt--, st = TMPL;
+      braces--;
+    }
+    prev = c;
   }
   return false;
 }
