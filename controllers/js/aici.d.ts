@@ -83,6 +83,8 @@ declare class Label {
   fixedAfter(text: string): Promise<void>;
 }
 
+type LabelClass = typeof Label;
+
 // ---- the async library (also on `aici`, and the named exports of `import ... from "aici"`) -----
 /** Run `main` as this request's controller: each await on the library below resumes at the next
  *  mid-process call. Once per script; the script then needs no midProcess. */
@@ -235,7 +237,7 @@ declare namespace aici {
     gen: typeof globalThis.gen, fork: typeof globalThis.fork, waitVars: typeof globalThis.waitVars,
     getPrompt: typeof globalThis.getPrompt, getTokens: typeof globalThis.getTokens,
     setVar: typeof globalThis.setVar, getVar: typeof globalThis.getVar, appendVar: typeof globalThis.appendVar;
-  const Label: typeof globalThis.Label;
+  const Label: LabelClass;
 
   /** {branches: []} */
   function stop(): MidProcessResult;
@@ -249,3 +251,28 @@ declare namespace aici {
 
 declare const console: { log(...v: unknown[]): void; info(...v: unknown[]): void; warn(...v: unknown[]): void;
                          error(...v: unknown[]): void; debug(...v: unknown[]): void };
+
+/** `import {start, gen, $} from "aici"` (or "@aicirt/aici") in a module script: the library and
+ *  the API as named exports, `aici` itself as the default export. */
+declare module "aici" {
+  export const start: typeof globalThis.start, $: typeof globalThis.$, fixed: typeof globalThis.fixed,
+    gen: typeof globalThis.gen, fork: typeof globalThis.fork, waitVars: typeof globalThis.waitVars,
+    getPrompt: typeof globalThis.getPrompt, getTokens: typeof globalThis.getTokens,
+    setVar: typeof globalThis.setVar, getVar: typeof globalThis.getVar, appendVar: typeof globalThis.appendVar;
+  export const Label: LabelClass;
+  export const TokenSet: typeof aici.TokenSet, Regex: typeof aici.Regex, JsonSchema: typeof aici.JsonSchema,
+    Follower: typeof aici.Follower;
+  export const choice: typeof aici.choice, Cap: typeof aici.Cap, stop: typeof aici.stop, sample: typeof aici.sample,
+    fastForward: typeof aici.fastForward, noop: typeof aici.noop, vocabSize: typeof aici.vocabSize,
+    eosToken: typeof aici.eosToken, selfSeqId: typeof aici.selfSeqId, capabilities: typeof aici.capabilities,
+    tokenize: typeof aici.tokenize, detokenize: typeof aici.detokenize, tokenBytes: typeof aici.tokenBytes,
+    arg: typeof aici.arg, allTokens: typeof aici.allTokens, varGet: typeof aici.varGet, varSet: typeof aici.varSet,
+    varAppend: typeof aici.varAppend, log: typeof aici.log;
+  const _default: typeof aici;
+  export default _default;
+}
+declare module "@aicirt/aici" {
+  export * from "aici";
+  import a from "aici";
+  export default a;
+}
