@@ -147,7 +147,7 @@ def test_follower_follows_backtracking_and_skipped_calls_and_refuses_misuse(make
         assert r.status == "ok", (r.error, seq.log)
     logs = [json.loads(x) for x in seq.log.decode().strip().splitlines()]
     assert logs[0]["msgs"] == ["Follower.step() is available during midProcess only",
-                               "expected an aici.Regex or aici.JsonSchema"]
+                               "expected an aici.Regex, aici.JsonSchema or aici.Grammar"]
     states = {entry["call"]: entry["state"] for entry in logs}
     assert states[3] == states[1] != states[0]      # "A", then "AAA" on a skipped call, then "B": one letter
     assert [(e["call"], e["n"]) for e in logs] == [(0, 1), (1, 1), (3, 1), (4, 0)]   # 6 letters: complete, stop

@@ -313,3 +313,54 @@ def test_run_json_prints_one_object_when_the_build_fails(tmp_path):
     assert r.exit_code != 0
     got = json.loads(r.stdout)
     assert list(got) == ["error"] and "bad.js:1:" in got["error"] and "SyntaxError" in got["error"]
+
+
+# -- aici.Grammar: the grammar controller's Lark/GBNF matcher ---------------------------------------
+GRAMMARS = [
+    ('start: "The answer is " ("yes" | "no" | NUMBER) "."\nNUMBER: /[0-9]+/', "The answer is 42.", b""),
+    ('root ::= "x=" [0-9]+ ";"', "x=17;", b""),
+    ('start: "a" "b"', "ab", b"\0lark"),
+    ('start: item+\nitem: "(" NAME ")"\nNAME: /[a-z]+/', list(b"(ab)(c)") + [EOS], b""),
+]
+
+
+@pytest.mark.parametrize("grammar,script,opt", GRAMMARS, ids=range(len(GRAMMARS)))
+def test_gen_with_a_grammar_traces_like_the_c_grammar_controller(js_wasm, grammar, script, opt):
+    caps = C.ALL & ~(C.FF_TOKENS | C.CONDITIONAL_FF_TOKENS)
+    syntax = "{syntax: 'lark'}" if opt else "undefined"
+    lib = trace(js_wasm, js_arg(f"aici.start(() => gen({{grammar: new aici.Grammar(aici.arg(), {syntax})}}));",
+                                grammar.encode()), script, caps)
+    c = trace(str(build_cached("grammar")), grammar.encode() + opt, script, caps)
+    assert lib == c
+    assert all(reason != "error" for _, _, reason, _, _ in lib[0]), lib[0]
+
+
+def test_grammar_gen_fast_forwards_forced_text(js_wasm):
+    g = GRAMMARS[0][0]
+    seqs, variables, calls = trace(js_wasm, js_arg('aici.start(() => gen({grammar: aici.arg(), storeVar: "v"}));',
+                                                   g.encode()), "The answer is 42.", C.ALL)
+    assert variables["v"] == b"The answer is 42." and len(calls) == 5   # prompt, forced text, 4, 2, .
+
+
+def test_grammar_api_states_and_errors():
+    script = r"""
+    function midProcess() {
+      const g = new aici.Grammar('start: "ab" | "ac"');
+      const s0 = g.start(), s1 = g.advance(s0, aici.tokenize("a")), s2 = g.advance(s1, aici.tokenize("b"));
+      const out = {acc: g.accepting(s2), cont: g.canContinue(s1), mask: g.mask(s1).tokens(), dead: g.advance(s1, aici.tokenize("x"))};
+      const s3 = g.advance(s1, aici.tokenize("c"));       // from s1 again: s2 leaves the path
+      try { g.mask(s2); } catch (e) { out.off = e.message; }
+      out.acc3 = g.accepting(s3);
+      try { new aici.Grammar('start: foo'); } catch (e) { out.bad = e.name + ": " + e.message; }
+      try { new aici.Grammar('start: "a"', {syntax: "ebnf"}); } catch (e) { out.syntax = e.message; }
+      aici.log(JSON.stringify(out));
+      return aici.stop();
+    }"""
+    results, log = run_js(script, steps=1)
+    assert results[0].status == "ok", results[0].error
+    got = json.loads(log.strip().splitlines()[-1])
+    assert got["acc"] and got["cont"] and got["acc3"] and got["dead"] == 0
+    assert got["mask"] == sorted(set(b"bc")), got
+    assert "off the grammar's path" in got["off"]
+    assert got["bad"].startswith("SyntaxError: Grammar: ") and "foo" in got["bad"]
+    assert 'syntax must be "lark" or "gbnf"' in got["syntax"]

@@ -14,6 +14,7 @@
 
 #include "js.h"
 #include "../json/matcher.h"
+#include "../grammar/grammar.h"
 
 #define MAX_JSON_STATES (1u << 20)    /* interned configuration sets per JsonSchema */
 
@@ -32,13 +33,13 @@ struct constraint {
   const uint32_t *mask_gen;           /* masks valid while this is unchanged (NULL: for good) */
 };
 
-static JSClassID regex_class, json_class, follower_class, result_class;
+static JSClassID regex_class, json_class, grammar_class, follower_class, result_class;
 
 static constraint_t *constraint_of(JSContext *c, JSValueConst v) {
   JSClassID id;
   void *p = JS_GetAnyOpaque(v, &id);
-  if (p && (id == regex_class || id == json_class)) return p;
-  JS_ThrowTypeError(c, "expected an aici.Regex or aici.JsonSchema");
+  if (p && (id == regex_class || id == json_class || id == grammar_class)) return p;
+  JS_ThrowTypeError(c, "expected an aici.Regex, aici.JsonSchema or aici.Grammar");
   return 0;
 }
 
@@ -142,6 +143,148 @@ static JSValue choice_fn(JSContext *c, JSValueConst this, int argc, JSValueConst
   JSValue r = regex_new(c, pat, len, "choice");
   free(pat);
   return r;
+}
+
+/* ---- Grammar ------------------------------------------------------------------------------- */
+/* The grammar controller's Earley matcher (Lark or GBNF). It holds one position, saved and
+ * restored by marks; a state is a mark on the current path of text: advancing from a state drops
+ * the states after it (they no longer lie on the path) and adds one state a token. A state off
+ * the path is refused (RangeError), as a stale one. Masks share one buffer, as JsonSchema's. */
+typedef struct {
+  constraint_t base;
+  gr_grammar_t *g;                    /* never freed: the grammar core has no free (linear memory) */
+  gr_matcher_t *m;
+  const aici_trie_t *trie;
+  gr_mark_t *marks;                   /* marks[id] (id 0: dead) */
+  uint32_t *depth;                    /* depth[id]: tokens from the start */
+  uint32_t *path, n_path;             /* path[d]: the state at depth d of the current text */
+  uint32_t n, cap, cur;               /* cur: the state the matcher is at */
+  aici_tokset_t *mask;
+  uint32_t gen, mask_state;
+} grammar_c;
+
+static bool gm_on_path(grammar_c *g, uint32_t st) {
+  return st && st < g->n && g->depth[st] < g->n_path && g->path[g->depth[st]] == st;
+}
+static void gm_goto(grammar_c *g, uint32_t st) {
+  if (g->cur != st) gr_restore(g->m, g->marks[st]), g->cur = st;
+}
+static uint32_t gm_new_state(grammar_c *g, uint32_t depth) {
+  if (g->n == g->cap) {
+    uint32_t cap = g->cap * 2;
+    gr_mark_t *mk = realloc(g->marks, cap * sizeof *mk);
+    if (mk) g->marks = mk;
+    uint32_t *dp = realloc(g->depth, cap * sizeof *dp);
+    if (dp) g->depth = dp;
+    uint32_t *pa = realloc(g->path, cap * sizeof *pa);
+    if (pa) g->path = pa;
+    if (!mk || !dp || !pa) return 0;
+    g->cap = cap;
+  }
+  uint32_t id = g->n++;
+  g->marks[id] = gr_save(g->m);
+  g->depth[id] = depth;
+  g->path[depth] = id;
+  g->n_path = depth + 1;
+  g->cur = id;
+  return id;
+}
+static uint32_t gm_start(constraint_t *c) { return 1; }
+static uint32_t gm_advance(constraint_t *c, uint32_t st, const uint8_t *b, uint32_t n) {
+  grammar_c *g = (grammar_c *)c;
+  if (!gm_on_path(g, st)) return 0;
+  gm_goto(g, st);
+  g->n_path = g->depth[st] + 1;       /* the states after st leave the path */
+  if (!(b ? gr_advance(g->m, b, n) : false)) {   /* special tokens: refused by the grammar core */
+    gr_restore(g->m, g->marks[st]);
+    return 0;
+  }
+  return gm_new_state(g, g->depth[st] + 1);
+}
+static bool gm_accepting(constraint_t *c, uint32_t st) {
+  grammar_c *g = (grammar_c *)c;
+  if (!gm_on_path(g, st)) return false;
+  gm_goto(g, st);
+  return gr_accepting(g->m);
+}
+static bool gm_can_continue(constraint_t *c, uint32_t st) {
+  grammar_c *g = (grammar_c *)c;
+  if (!gm_on_path(g, st)) return false;
+  gm_goto(g, st);
+  return gr_can_continue(g->m);
+}
+static const aici_tokset_t *gm_mask(constraint_t *c, uint32_t st) {
+  grammar_c *g = (grammar_c *)c;
+  gm_goto(g, st);
+  if (st != g->mask_state) g->gen++, g->mask_state = st;
+  gr_mask(g->m, g->trie, eos_token(), g->mask);
+  return g->mask;
+}
+static uint32_t gm_num_states(constraint_t *c) { return ((grammar_c *)c)->n; }
+static const constraint_ops_t GRAMMAR_OPS = {gm_start, gm_advance, gm_accepting, gm_can_continue, gm_mask, gm_num_states};
+
+static void grammar_finalizer(JSRuntime *r, JSValue v) {
+  grammar_c *g = JS_GetOpaque(v, grammar_class);
+  if (!g) return;
+  free(g->marks);
+  free(g->depth);
+  free(g->path);
+  aici_tokset_free(g->mask);
+  free(g);
+}
+
+/* new aici.Grammar(text, {syntax: "lark" | "gbnf"}): Lark unless the first definition uses ::=. */
+static JSValue grammar_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
+  if (!argc || !JS_IsString(argv[0])) return JS_ThrowTypeError(c, "Grammar: the grammar must be a string (Lark or GBNF)");
+  int syntax = 0;   /* 0: detect, 1: lark, 2: gbnf */
+  if (argc > 1 && !JS_IsUndefined(argv[1])) {
+    if (!JS_IsObject(argv[1])) return JS_ThrowTypeError(c, "Grammar: options must be an object {syntax}");
+    JSPropertyEnum *props;
+    uint32_t np;
+    if (JS_GetOwnPropertyNames(c, &props, &np, argv[1], JS_GPN_STRING_MASK | JS_GPN_ENUM_ONLY)) return JS_EXCEPTION;
+    for (uint32_t i = 0; i < np; i++) {
+      const char *k = JS_AtomToCString(c, props[i].atom);
+      bool ok = k && !strcmp(k, "syntax");
+      JS_FreeCString(c, k);
+      if (!ok) { JS_FreePropertyEnum(c, props, np); return JS_ThrowTypeError(c, "Grammar: unknown option (options: syntax)"); }
+    }
+    JS_FreePropertyEnum(c, props, np);
+    JSValue v = JS_GetPropertyStr(c, argv[1], "syntax");
+    const char *sx = JS_IsString(v) ? JS_ToCString(c, v) : 0;
+    JS_FreeValue(c, v);
+    if (sx && !strcmp(sx, "lark")) syntax = 1;
+    else if (sx && !strcmp(sx, "gbnf")) syntax = 2;
+    JS_FreeCString(c, sx);
+    if (!syntax) return JS_ThrowTypeError(c, "Grammar: syntax must be \"lark\" or \"gbnf\"");
+  }
+  size_t len;
+  const char *text = JS_ToCStringLen(c, &len, argv[0]);
+  if (!text) return JS_EXCEPTION;
+  char *err = 0;
+  gr_grammar_t *gram = syntax == 1 ? gr_compile_lark(text, (uint32_t)len, &err)
+                     : syntax == 2 ? gr_compile_gbnf(text, (uint32_t)len, &err) : gr_compile(text, (uint32_t)len, &err);
+  JS_FreeCString(c, text);
+  if (!gram) {
+    JSValue e = JS_ThrowSyntaxError(c, "Grammar: %s", err ? err : "invalid grammar");
+    aici_free(err);
+    return e;
+  }
+  const aici_trie_t *trie = get_trie(c);
+  if (!trie) return JS_EXCEPTION;
+  grammar_c *g = calloc(1, sizeof *g);
+  JSValue obj = JS_NewObjectClass(c, (int)grammar_class);
+  if (JS_IsException(obj) || !g) { free(g); JS_FreeValue(c, obj); return JS_ThrowOutOfMemory(c); }
+  g->base = (constraint_t){&GRAMMAR_OPS, &g->gen};
+  g->g = gram, g->trie = trie, g->m = gr_matcher_new(gram), g->cap = 64, g->n = 1;
+  g->marks = malloc(g->cap * sizeof *g->marks), g->depth = malloc(g->cap * 4), g->path = malloc(g->cap * 4);
+  g->mask = aici_tokset_new();
+  g->mask_state = 0;
+  JS_SetOpaque(obj, g);
+  if (!g->m || !g->marks || !g->depth || !g->path || !g->mask || !gm_new_state(g, 0)) {
+    JS_FreeValue(c, obj);
+    return JS_ThrowOutOfMemory(c);
+  }
+  return obj;
 }
 
 /* ---- JsonSchema ------------------------------------------------------------------------------ */
@@ -344,6 +487,10 @@ static int state_arg(JSContext *c, JSValueConst this, JSValueConst v, constraint
   if (!(*k = constraint_of(c, this)) || check_uint(c, v, 4294967295.0, st, "state")) return -1;
   if (*st >= (*k)->ops->num_states(*k)) {
     JS_ThrowRangeError(c, "%u is not a state of this constraint", *st);
+    return -1;
+  }
+  if ((*k)->ops == &GRAMMAR_OPS && *st && !gm_on_path((grammar_c *)*k, *st)) {
+    JS_ThrowRangeError(c, "state %u is off the grammar's path (an advance from an earlier state replaced it)", *st);
     return -1;
   }
   return 0;
@@ -559,11 +706,13 @@ static const JSCFunctionListEntry follower_proto[] = {
 
 void constraint_define(JSValueConst api) {
   static JSClassDef re = {"Regex", .finalizer = regex_finalizer}, js = {"JsonSchema", .finalizer = json_finalizer},
+                    gm = {"Grammar", .finalizer = grammar_finalizer},
                     fo = {"Follower", .finalizer = follower_finalizer, .gc_mark = follower_mark},
                     rs = {"FollowerResult", .finalizer = result_finalizer};
   int nc = sizeof constraint_proto / sizeof constraint_proto[0];
   define_class(api, &regex_class, &re, regex_ctor, constraint_proto, nc);
   define_class(api, &json_class, &js, json_ctor, constraint_proto, nc);
+  define_class(api, &grammar_class, &gm, grammar_ctor, constraint_proto, nc);
   define_class(api, &follower_class, &fo, follower_ctor, follower_proto, sizeof follower_proto / sizeof follower_proto[0]);
   define_class(api, &result_class, &rs, 0, result_proto, 1);
   JS_SetPropertyStr(ctx, api, "choice", JS_NewCFunction(ctx, choice_fn, "choice", 1));

@@ -121,10 +121,12 @@
         if (!re) regexCache.set(key, re = aici.choice(v));
         return re;
       }
-      case "grammar":
-        if (typeof aici.Grammar === "function" && v instanceof aici.Grammar) return v;
-        if (v && typeof v.start === "function" && typeof v.mask === "function") return v;
-        throw new TypeError(`gen: grammar must be an aici.Grammar, got ${describe(v)}`);
+      case "grammar": {
+        if (v instanceof aici.Grammar || v instanceof aici.Regex || v instanceof aici.JsonSchema) return v;
+        if (typeof v !== "string") throw new TypeError(`gen: grammar must be Lark/GBNF text or an aici.Grammar, got ${describe(v)}`);
+        // a Grammar's matcher holds one position: a fresh one per gen(), not shared through a cache
+        return new aici.Grammar(v);
+      }
       case "jsonSchema":
         return v instanceof aici.JsonSchema ? v : new aici.JsonSchema(v);
     }
@@ -189,7 +191,7 @@
           if (forced.length) { await stepWith([{splices: [{backtrack: 0, ffTokens: forced}]}]); continue; }
         }
         if (cff && mask.count() <= LOOKAHEAD_MAX) {
-          if (c instanceof aici.JsonSchema) mask = mask.copy();   // its next mask() would replace this one
+          if (!(c instanceof aici.Regex)) mask = mask.copy();     // its next mask() replaces this one
           for (const t of mask.tokens()) {
             if (t === eos) continue;
             const after = forcedAfter(c, c.advance(st, t), limit - n - 1);

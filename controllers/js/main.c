@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "js.h"
+#include "../grammar/grammar.h"
 
 #define JS_MEMORY_LIMIT (40u << 20)   /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
 #define JS_STACK_LIMIT (128u << 10)   /* of the 1 MiB shadow stack: QuickJS's check must fire before the
@@ -391,7 +392,10 @@ static void make_interpreter(void) {
 
 AICI_EXPORT_INIT void js_init(void) {
   make_interpreter();
-  if ((trie = aici_trie())) aici_token_bytes(0, 0);
+  if ((trie = aici_trie())) {
+    aici_token_bytes(0, 0);
+    gr_prepare_tokenizer(trie);   /* aici.Grammar's trie slices: once per tokenizer, in the snapshot */
+  }
   JS_RunGC(rt);
   gc_later();
 }
