@@ -58,8 +58,8 @@ interface GenOptions {
   regex?: string | RegExp;
   /** Exactly one of these strings (aici.choice: a native trie). */
   options?: string[];
-  /** Any constraint with the Constraint interface (e.g. aici.Regex, aici.JsonSchema). */
-  grammar?: aici.Constraint;
+  /** Lark/GBNF text (a new aici.Grammar), an aici.Grammar, or an aici.Regex / aici.JsonSchema. */
+  grammar?: string | aici.Grammar | aici.Regex | aici.JsonSchema;
   /** A JSON Schema (object or JSON text) or an aici.JsonSchema. */
   jsonSchema?: object | string | aici.JsonSchema;
   /** End when the generated text contains this (kept in the sequence, not in the result). */
@@ -195,6 +195,20 @@ declare namespace aici {
     canContinue(state: number): boolean;
     mask(state: number): TokenSet;
   }
+  /** A context-free grammar through the `grammar` controller's Earley matcher (docs/grammar.md):
+   *  Lark as llguidance reads it, or GBNF (detected when the first definition uses `::=`, or
+   *  chosen by `syntax`). The matcher holds one position: a state is a point on the current path
+   *  of text, and advancing from a state drops the states after it (using one then throws
+   *  RangeError). Masks share one buffer, as JsonSchema's (copy() keeps one). */
+  class Grammar implements Constraint {
+    /** Throws SyntaxError naming the construct and its line for a grammar it cannot compile. */
+    constructor(grammar: string, options?: { syntax?: "lark" | "gbnf" });
+    start(): number;
+    advance(state: number, tokens: number | number[]): number;
+    accepting(state: number): boolean;
+    canContinue(state: number): boolean;
+    mask(state: number): TokenSet;
+  }
   /** A constraint run over the generated tokens natively, one call a step: what the C `regex`
    *  and `json` controllers do (json with fast_forward=0: it samples every token). The prompt is
    *  what the sequence held at the first step(); backtracking is followed (the tokens are
@@ -261,7 +275,7 @@ declare module "aici" {
     setVar: typeof globalThis.setVar, getVar: typeof globalThis.getVar, appendVar: typeof globalThis.appendVar;
   export const Label: LabelClass;
   export const TokenSet: typeof aici.TokenSet, Regex: typeof aici.Regex, JsonSchema: typeof aici.JsonSchema,
-    Follower: typeof aici.Follower;
+    Grammar: typeof aici.Grammar, Follower: typeof aici.Follower;
   export const choice: typeof aici.choice, Cap: typeof aici.Cap, stop: typeof aici.stop, sample: typeof aici.sample,
     fastForward: typeof aici.fastForward, noop: typeof aici.noop, vocabSize: typeof aici.vocabSize,
     eosToken: typeof aici.eosToken, selfSeqId: typeof aici.selfSeqId, capabilities: typeof aici.capabilities,

@@ -307,7 +307,7 @@ static const char LIB_MODULE[] =
     "const a = globalThis.aici;\n"
     "export default a;\n"
     "export const {start, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar,\n"
-    "  TokenSet, Regex, JsonSchema, Follower, choice, Cap, stop, sample, fastForward, noop, vocabSize, eosToken,\n"
+    "  TokenSet, Regex, JsonSchema, Grammar, Follower, choice, Cap, stop, sample, fastForward, noop, vocabSize, eosToken,\n"
     "  selfSeqId, capabilities, tokenize, detokenize, tokenBytes, arg, allTokens, varGet, varSet, varAppend, log} = a;\n";
 
 /* The cycle collector's next run: GC_HEADROOM past the heap as it is now. QuickJS frees most
