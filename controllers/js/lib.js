@@ -13,6 +13,7 @@
   let toks = [], promptLen = 0, callArg = null, caps = 0;
   let resolveStep = null, rejectStep = null, wake = null;
   let nCalls = 0, failure = null;     // failure: the script's error, thrown between calls
+  let floor = 0;                      // the start of the running action: text before it is used
   const regexCache = new Map();
 
   const isInt = (v, lo, hi) => typeof v === "number" && Number.isInteger(v) && v >= lo && v <= hi;
@@ -38,6 +39,11 @@
     const p = new Promise((res, rej) => { resolveStep = res; rejectStep = rej; });
     if (failure) {
       fail(failure);
+    } else if (running && !finished && toks.length < floor) {
+      // the host took back text the script already used (a gen's result, a fork's point): a
+      // coroutine cannot go back, so the sequence stops, saying why
+      aici.log(`aici: the host took back ${floor - toks.length} token(s) the script had already used; stopping`);
+      finish();
     } else if (!running) {
       running = true;
       caps = aici.capabilities();
@@ -85,12 +91,15 @@
   async function fixed(text) {
     if (typeof text !== "string") throw new TypeError(`fixed: expected a string, got ${describe(text)}`);
     const t = aici.tokenize(text);
-    if (!t.length) return;
-    if (hasCap(aici.Cap.FF_TOKENS)) {
-      await stepWith([{splices: [{backtrack: 0, ffTokens: t}]}]);
-      return;
+    const start = floor = toks.length;
+    for (;;) {   // host backtracks inside the text: its missing tail is appended again
+      const k = toks.length - start;
+      for (let j = 0; j < k; j++)
+        if (toks[start + j] !== t[j]) throw new Error("fixed: the host appended other tokens than the text");
+      if (k >= t.length) return;
+      if (hasCap(aici.Cap.FF_TOKENS)) await stepWith([{splices: [{backtrack: 0, ffTokens: t.slice(k)}]}]);
+      else await stepWith([{sampleMask: new aici.TokenSet([t[k]])}]);
     }
-    for (const id of t) await stepWith([{sampleMask: new aici.TokenSet([id])}]);
   }
   function $(strings, ...values) {
     if (!Array.isArray(strings) || !Array.isArray(strings.raw)) throw new TypeError("$ is a template tag: $`text`");
@@ -157,7 +166,7 @@
     if (storeVar !== undefined && typeof storeVar !== "string") throw new TypeError(`gen: storeVar must be a string, got ${describe(storeVar)}`);
     if (temperature !== undefined && !(typeof temperature === "number" && Number.isFinite(temperature) && temperature >= 0))
       throw new RangeError(`gen: temperature must be a finite number >= 0, got ${describe(temperature)}`);
-    const eos = aici.eosToken(), start = toks.length, limit = maxTokens === undefined ? Infinity : maxTokens;
+    const eos = aici.eosToken(), start = floor = toks.length, limit = maxTokens === undefined ? Infinity : maxTokens;
     const ff = hasCap(aici.Cap.FF_TOKENS), cff = ff && hasCap(aici.Cap.CONDITIONAL_FF_TOKENS);
     // EOS ends the sequence unless a splice takes it back: where the host allows, it does, so
     // that the script goes on after this gen().
@@ -218,6 +227,7 @@
     if (n === 1) return 0;
     if (!hasCap(aici.Cap.FORK)) throw new Error("fork: the host grants no fork");
     const branches = [];
+    floor = toks.length;
     for (let i = 0; i < n; i++) branches.push(noopBranch());
     const arg = await stepWith(branches);
     const i = arg.forkGroup.indexOf(aici.selfSeqId());
@@ -256,6 +266,7 @@
       const back = toks.length - this.pos, t = aici.tokenize(text);
       if (back && !hasCap(aici.Cap.BACKTRACK)) throw new Error("Label.fixedAfter: the host grants no backtrack");
       if (t.length && !hasCap(aici.Cap.FF_TOKENS)) throw new Error("Label.fixedAfter: the host grants no ff-tokens");
+      floor = this.pos;
       if (back || t.length) await stepWith([{splices: [{backtrack: back, ffTokens: t}]}]);
     }
   }
