@@ -271,6 +271,7 @@ static JSValue grammar_ctor(JSContext *c, JSValueConst new_target, int argc, JSV
   }
   const aici_trie_t *trie = get_trie(c);
   if (!trie) return JS_EXCEPTION;
+  gr_prepare_tokenizer(trie);   /* the grammar core's trie slices: once per instance (idempotent) */
   grammar_c *g = calloc(1, sizeof *g);
   JSValue obj = JS_NewObjectClass(c, (int)grammar_class);
   if (JS_IsException(obj) || !g) { free(g); JS_FreeValue(c, obj); return JS_ThrowOutOfMemory(c); }

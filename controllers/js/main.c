@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include "js.h"
-#include "../grammar/grammar.h"
 
 #define JS_MEMORY_LIMIT (40u << 20)   /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
 #define JS_STACK_LIMIT (128u << 10)   /* of the 1 MiB shadow stack: QuickJS's check must fire before the
@@ -392,10 +391,11 @@ static void make_interpreter(void) {
 
 AICI_EXPORT_INIT void js_init(void) {
   make_interpreter();
-  if ((trie = aici_trie())) {
-    aici_token_bytes(0, 0);
-    gr_prepare_tokenizer(trie);   /* aici.Grammar's trie slices: once per tokenizer, in the snapshot */
-  }
+  if ((trie = aici_trie())) aici_token_bytes(0, 0);
+  /* Not gr_prepare_tokenizer here: its trie slices take ~16 MiB of linear memory on Qwen2's
+   * vocabulary, in every instance, and would leave less than the interpreter's 40 MiB limit
+   * below the instance's 64 MiB (an allocation bomb would trap in malloc, not throw in JS).
+   * aici.Grammar prepares them on first use (constraint.c). */
   JS_RunGC(rt);
   gc_later();
 }
