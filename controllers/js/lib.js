@@ -44,6 +44,8 @@
       // coroutine cannot go back, so the sequence stops, saying why
       aici.log(`aici: the host took back ${floor - toks.length} token(s) the script had already used; stopping`);
       finish();
+    } else if (finished) {
+      finish();                        // a call after the end (the host did not stop): stop again
     } else if (!running) {
       running = true;
       caps = aici.capabilities();
