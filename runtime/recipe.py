@@ -238,7 +238,9 @@ def source_hash(path: Path, compiler: str) -> str:
     Named inputs, not a scan of `#include` lines: a library is a folder the recipe names."""
     from .toolchain import SDK_DIR
     h = hashlib.sha256(b"recipe-2\0" + compiler.encode())
-    files = [*sorted(path.glob("*.[ch]")), path / RECIPE, *sorted(SDK_DIR.glob("*.[ch]"))]
+    # *.js: files a C source #embeds (the js controller's lib.js)
+    files = [*sorted(path.glob("*.[ch]")), *sorted(path.glob("*.js")), path / RECIPE,
+             *sorted(SDK_DIR.glob("*.[ch]"))]
     for d in libs(find(path)):
         files += [*sorted(d.glob("*.[ch]")), *sorted(d.glob(LIB_RECIPE))]
     for f in files:

@@ -95,7 +95,7 @@ def _sources(path: Path) -> tuple[list[Path], list[Path]]:
         return [path], []
     if path.suffix == ".zig":
         return [], [path]
-    raise BuildError(f"{path}: expected a .c, .zig or .js file, or a controller folder")
+    raise BuildError(f"{path}: expected a .c, .zig, .js or .ts file, or a controller folder")
 
 
 _ZIG_INIT = re.compile(r"\bexport\s+fn\s+aicirt_init\s*\(")
@@ -195,7 +195,7 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
     t0 = time.monotonic()
     try:
         from . import recipe
-        if path.suffix == ".js":     # a script: the js controller with it bound in (js_bind.py)
+        if path.suffix in (".js", ".ts"):   # a script: the js controller with it bound in (js_bind.py)
             r = _bind_script(path, tmp, progress)
         elif recipe.is_libc(recipe.find(path)):   # a build.json folder on wasi-libc, an sdist's sources
             r = recipe.build(path, tmp, progress=progress, run=_run)
@@ -207,7 +207,7 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
         wasm = tmp.read_bytes()
         # a libc-built module (QuickJS: 1 MiB, ~10 s of CPU to compile) gets the build's patience,
         # not a request's: a loaded machine stretches the compile's wall-clock time
-        big = path.suffix == ".js" or recipe.is_libc(recipe.find(path))
+        big = path.suffix in (".js", ".ts") or recipe.is_libc(recipe.find(path))
         check_module(wasm, out.name, 300.0 if big else 30.0)
         os.replace(tmp, out)
     finally:
@@ -216,12 +216,21 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
 
 
 def _bind_script(path: Path, out: Path, progress: bool) -> subprocess.CompletedProcess:
-    """A JavaScript file -> the shipped js controller with the script bound in (aicirt.js_bind)."""
-    from .js_bind import bind
+    """A JavaScript file -> the shipped js controller with the script bound in (aicirt.js_bind);
+    a TypeScript file's types stripped first (every line kept where it was). The script is parsed
+    first: a syntax error fails the build, naming its line and column."""
+    from .js_bind import bind, check_script, strip_types
     from .wasm_binary import WasmFormatError
     js = build_cached(CONTROLLERS_DIR / "js", progress=progress)
+    script = path.read_bytes()
     try:
-        out.write_bytes(bind(js.read_bytes(), path.read_bytes()))
+        if path.suffix == ".ts":
+            script = strip_types(script, str(path))
+        check_script(script, str(path))
+    except ValueError as e:   # names the file, line and column
+        return subprocess.CompletedProcess([], 1, "", str(e))
+    try:
+        out.write_bytes(bind(js.read_bytes(), script))
     except (ValueError, WasmFormatError) as e:
         return subprocess.CompletedProcess([], 1, "", f"{path}: {e}")
     return subprocess.CompletedProcess([], 0, "", "")
@@ -232,9 +241,12 @@ def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     compiler's version and the compile command's shape."""
     path = resolve(src)
     from . import recipe
-    if path.suffix == ".js":
-        return hashlib.sha256(b"js-bind-2\0" + source_hash(CONTROLLERS_DIR / "js").encode()
-                              + path.read_bytes()).hexdigest()[:16]
+    if path.suffix in (".js", ".ts"):
+        from .js_bind import TS_STRIPPER
+        h = hashlib.sha256(b"js-bind-3\0" + source_hash(CONTROLLERS_DIR / "js").encode() + path.suffix.encode())
+        if path.suffix == ".ts":
+            h.update((CONTROLLERS_DIR / "js" / TS_STRIPPER).read_bytes())
+        return hashlib.sha256(h.digest() + path.read_bytes()).hexdigest()[:16]
     found = recipe.find(path)
     if recipe.is_libc(found):
         return recipe.source_hash(path, _compiler_version())
