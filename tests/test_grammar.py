@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("llguidance")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "grammars"))
 
-from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, qwen_vocab  # noqa: E402
+from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, dup_vocab, llama2_vocab, qwen_vocab  # noqa: E402
 
 GRAMMARS = Path(__file__).resolve().parent / "grammars"
 NAMES = sorted(p.stem for p in GRAMMARS.glob("*.lark"))
@@ -41,6 +41,22 @@ def bytes_pair():
 @pytest.fixture(scope="module")
 def qwen_pair():
     v = qwen_vocab()
+    ours = Ours(v)
+    yield ours, Llg(v), v
+    ours.close()
+
+
+@pytest.fixture(scope="module")
+def llama2_pair():
+    v = llama2_vocab()
+    ours = Ours(v)
+    yield ours, Llg(v), v
+    ours.close()
+
+
+@pytest.fixture(scope="module")
+def dup_pair():
+    v = dup_vocab()
     ours = Ours(v)
     yield ours, Llg(v), v
     ours.close()
@@ -83,6 +99,28 @@ def test_conformance_qwen(qwen_pair, name):
     check_conformance(qwen_pair, name)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_conformance_llama2(llama2_pair, name):
+    """Llama 2's SentencePiece vocabulary with byte fallback: 125 byte strings have two ids
+    (`<0x41>` and `A`), so the trie's root has more than 256 children (the extra ids are leaf
+    siblings with the same byte). Every grammar, every prefix, masks equal to llguidance's."""
+    check_conformance(llama2_pair, name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_conformance_duplicate_ids(dup_pair, name):
+    """A vocabulary where every byte has two ids and some strings three (tests/_vocabs.py)."""
+    check_conformance(dup_pair, name)
+
+
+def test_llama2_vocabulary_has_duplicate_byte_strings():
+    """The premise of the two tests above: the committed tokenizer is Llama 2's, byte fallback."""
+    from collections import Counter
+    v = llama2_vocab()
+    dups = [b for b, n in Counter(b for b in v.token_bytes if b).items() if n > 1]
+    assert v.n == 32000 and v.eos == 2 and len(dups) == 125, (v.n, v.eos, len(dups))
+
+
 ERRORS = [
     ('start: a\n', "undefined rule a"),
     ('start: "a"\nb: c\n', "undefined rule c"),
@@ -109,11 +147,18 @@ ERRORS = [
     ('start: A\nA: b\nb: "x"\n', "a terminal cannot use rule b"),
     ('start: "unterminated\n', "line 1: newline in a string literal"),
     ('start: "a"\n%llguidance {"x": 1}\n', "line 2: unsupported: %llguidance option x"),
+    ('start: "\\ud800"\n', "line 1: surrogate escape in a string literal"),
+    ('start: "a\\uDFFFb"\n', "line 1: surrogate escape in a string literal"),
+    ('start: /\\ud800/\n', "surrogate escape"),
+    ('start: /[\\ud800-\\udfff]/\n', "surrogate escape"),
+    ('start: /\\x{110000}/\n', "escape out of range"),
     # GBNF, the same core behind its own front-end
     ('root ::= "a\n', "line 1: gbnf: newline in a literal"),
     ('x ::= "a"\n', "no 'root' rule"),
     ('root ::= "a"\nroot "b"\n', "line 2: gbnf: expected ::="),
     ('root ::= [ab\n"x"]\n', "gbnf: newline in a character class"),
+    ('root ::= "\\ud800"\n', "surrogate escape"),
+    ('root ::= [\\uD800-\\uDBFF]\n', "surrogate escape"),
 ]
 
 

