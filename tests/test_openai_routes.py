@@ -378,7 +378,7 @@ def test_logprobs_chat_and_completions(url):
         "name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#/nope"}}}}}},
      "at /format/json_schema: json_schema: bad schema: $ref at #/properties/a (no such location)"),
     ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"a": {"type": "strin"}}}}}], "tool_choice": "required"}, "unknown type name"),
+        "type": "object", "properties": {"a": {"type": "strin"}}}}}], "tool_choice": "required", "max_tokens": 100}, "unknown type name"),
     ("/v1/chat/completions", {"response_format": {"type": "grammar", "grammar": "start: x"}},
      "grammar: line 1: undefined rule x"),
     ("/v1/chat/completions", {"guided_grammar": "start: \"a\"\nstart: y"}, "grammar: line"),

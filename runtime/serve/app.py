@@ -189,6 +189,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
         if chat:
             if body.max_completion_tokens is not None:
                 body.max_tokens = body.max_completion_tokens
+            S.check_call_budget(plan, body.max_tokens, server.backend.encode)
             # tool_choice "none" shows the tools as vLLM (>= 0.10) does: the model sees them, no
             # call is constrained or parsed (docs/tools.md)
             shown = plan.tools or None

@@ -346,7 +346,7 @@ def _turn(m: ChatMessage, written_in: Any) -> dict:
 def _arguments(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON, or nested past Python's limit: kept as text
         return text
 
 
