@@ -87,3 +87,11 @@ def test_a_malformed_keyword_is_a_400_with_its_pointer(url):
     r = post(url, max_tokens=20, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
     assert r.status_code == 400, r.text
     assert "#/properties/n/maximum (not a number)" in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize("field", ["grammar", "structured_outputs"])
+def test_a_grammar_with_no_finite_sentence_is_a_400_naming_the_rules(url, field):
+    g = 'start: a\na: "x" a\n'
+    r = post(url, max_tokens=20, **({field: g} if field == "grammar" else {field: {"grammar": g}}))
+    assert r.status_code == 400, r.text
+    assert "no finite sentence: rules 'start', 'a' never end" in r.json()["error"]["message"], r.text
