@@ -95,3 +95,27 @@ def test_a_grammar_with_no_finite_sentence_is_a_400_naming_the_rules(url, field)
     r = post(url, max_tokens=20, **({field: g} if field == "grammar" else {field: {"grammar": g}}))
     assert r.status_code == 400, r.text
     assert "no finite sentence: rules 'start', 'a' never end" in r.json()["error"]["message"], r.text
+
+
+SCHEMA_AB = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+             "required": ["a", "b"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("order,ok", [(None, True), ("any", True), ("schema", False)])
+def test_keys_in_another_order_are_accepted_by_default(url, order, ok):
+    """The parrot wants `{"b":"x","a":1}` (keys out of schema order): by default it is written as
+    is; with key_order "schema" the schema's order is enforced and the wish is cut."""
+    extra = {} if order is None else {"key_order": order}
+    r = post(url, max_tokens=40, messages=[{"role": "user", "content": 'SAY:{"b":"x","a":1}|'}],
+             response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA_AB}}, **extra)
+    assert r.status_code == 200, r.text
+    text = r.json()["choices"][0]["message"]["content"]
+    assert (text == '{"b":"x","a":1}') == ok, text
+    if not ok:
+        assert text.startswith('{"a":'), text      # the schema's first key, whatever the model wants
+
+
+def test_key_order_must_be_any_or_schema(url):
+    r = post(url, max_tokens=5, key_order="sorted",
+             response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA_AB}})
+    assert r.status_code == 400 and "key_order" in r.json()["error"]["message"], r.text

@@ -158,7 +158,7 @@ _NO_OP_VALUES: dict[str, tuple] = {
 _HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
 #: Fields handled by `structured.plan` from `model_extra` (vLLM's names).
 STRUCTURED_EXTRAS = frozenset({"grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                               "structured_outputs"})
+                               "structured_outputs", "key_order"})
 _HINTS = {"functions": "use tools", "function_call": "use tool_choice",
           "guided_decoding_backend": "aicirt enforces constraints with its own controllers"}
 

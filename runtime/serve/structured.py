@@ -154,7 +154,15 @@ def _output_format(body: Any) -> dict | None:
     if len(sources) > 1:
         raise ApiError(400, f"{sources[1][0]}: only one output constraint a request "
                             f"({' and '.join(n for n, _ in sources)} given)")
-    return sources[0][1] if sources else None
+    order = extra.get("key_order", "any")
+    if order not in ("any", "schema"):
+        raise ApiError(400, f"key_order: {json.dumps(order)[:40]} is not \"any\" or \"schema\"")
+    fmt = sources[0][1] if sources else None
+    if fmt is not None and fmt.get("type") == "json_schema" and order == "any":
+        # a valid document's keys in any order, as OpenAI's and llguidance's users expect; the
+        # request field key_order: "schema" keeps the schema's order (docs/tools.md)
+        fmt = {**fmt, "x-any-order": True}
+    return fmt
 
 
 def _schema(where: str, value: Any) -> dict:
