@@ -194,3 +194,27 @@ def test_fuzz_no_invalid_instance_accepted(ck, schema):
 @hyp.given(schema=schemas())
 def test_fuzz_no_invalid_instance_accepted_many(ck, schema):
     check_no_invalid_accepted(ck, schema)
+
+
+OVERSIZE = [
+    ({"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(2000)}},
+     "too large: properties at # (2000 properties; at most 1024 an object)"),
+    ({"type": "object", "properties": {f"k{i}": {"type": "string", "pattern": "^[a-z]{1,20}$"} for i in range(20000)}},
+     "too large: properties at # (20000 properties"),
+    ({"type": "object", "properties": {f"key_number_{i}": {"enum": [f"value_{j}_{i}" for j in range(50)]}
+                                       for i in range(1000)}},
+     "too large: schema at # (its 1002 machines' regexes take"),
+]
+
+
+@pytest.mark.parametrize("schema,message", OVERSIZE, ids=["2000 properties", "20000 properties", "50000 literals"])
+def test_oversize_schemas_are_a_checked_limit(ck, schema, message):
+    """Not a guest out-of-memory trap nor 'call stack exhausted': an error naming the limit."""
+    err, _ = verdicts(ck, schema, [])
+    assert err is not None and message in err, err
+
+
+def test_large_schemas_under_the_limits_compile(ck):
+    schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "pattern": "^[a-z]{1,20}$"} for i in range(1024)}}
+    err, v = verdicts(ck, schema, ['{"k1":"ab"}'])
+    assert err is None and v == {'{"k1":"ab"}': True}, err

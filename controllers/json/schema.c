@@ -10,6 +10,8 @@
 
 #define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
 #define MAX_ALTS 64u
+#define TEXT_MAX (2u << 20)            /* bytes of regex text over all machines at most */
+#define PROPS_MAX 1024u                /* properties (listed and required) of one object at most */
 #define FLATTEN_DEPTH_MAX 32u          /* allOf inside allOf (through $ref): a checked limit, not a trap */
 #define SCAN_DEPTH_MAX 32u             /* kinds_of / top_literals look no deeper (their answers widen) */
 #define STR_INLINE_MIN 128u /* a plain string's minLength inline (one NFA copy a character) up to this */
@@ -1279,6 +1281,18 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
       jv_obj_put(extra, k->s, k->n, v ? v : addl ? addl : &ANY_MARK);
     }
   uint32_t ne = extra->n;
+  if (np + ne > PROPS_MAX) {           /* a checked limit: past it the machines outgrow guest memory */
+    char d[96];
+    uint32_t k = 0, v = np + ne;
+    char t[12];
+    int m = 0;
+    do t[m++] = (char)('0' + v % 10), v /= 10; while (v);
+    while (m) d[k++] = t[--m];
+    __builtin_memcpy(d + k, " properties; at most 1024 an object", 36);
+    fail(c, "too large: ", "properties", d);
+    aici_free(p);
+    return;
+  }
   p = aici_realloc(p, (np + ne + 1) * sizeof(prop_t));
   __builtin_memset(p, 0, (np + ne + 1) * sizeof(prop_t));
   for (uint32_t i = 0; i < np + ne && !c->err; i++) {
@@ -2443,6 +2457,17 @@ bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, c
     emit(&c, &text, s);
     set_text(&c, i, text.p ? text.p : "", text.n);
     aici_free(text.p);
+  }
+  uint64_t total = 0;                  /* a checked limit on the regex text: its DFAs grow with it */
+  for (uint32_t i = 0; i < c.n_keys; i++) total += c.texts[i].len;
+  if (!c.err && total > TEXT_MAX) {
+    sb_t m = {0};
+    sb_puts(&m, "too large: schema at # (its ");
+    sb_uint(&m, c.n_keys);
+    sb_puts(&m, " machines' regexes take ");
+    sb_uint(&m, total);
+    sb_puts(&m, " bytes; at most 2 MiB: split it, or use fewer properties or literals)");
+    c.err = m.p;
   }
   for (uint32_t i = 0; i < c.n_keys; i++) aici_free(c.ptrs[i]);
   out->m = c.texts, out->n = c.n_keys;
