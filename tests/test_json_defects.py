@@ -79,12 +79,19 @@ def test_malformed_keyword_values_are_refused_with_their_pointer(ck, schema, mes
     assert err is not None and "bad schema: value at " + message in err, err
 
 
-def test_draft_forms_stay_accepted(ck):
-    """Draft 4's boolean exclusive bounds and draft 3's boolean `required` are well-formed."""
+def test_draft_forms(ck):
+    """Draft 4's boolean exclusive bounds are enforced; draft 3's keywords (`required: true` in a
+    property, divisibleBy, disallow, extends) are refused, not skipped; `required: false` says
+    nothing."""
     err, v = verdicts(ck, {"type": "number", "minimum": 1, "exclusiveMinimum": True}, ["1", "2"])
     assert err is None and v == {"1": False, "2": True}
     err, _ = verdicts(ck, {"type": "object", "properties": {"a": {"type": "integer", "required": True}}}, [])
+    assert err is not None and "unsupported: required at #/properties/a" in err, err
+    err, _ = verdicts(ck, {"type": "object", "properties": {"a": {"type": "integer", "required": False}}}, [])
     assert err is None, err
+    for kw, v in (("divisibleBy", 2), ("disallow", "string"), ("extends", {"type": "integer"})):
+        err, _ = verdicts(ck, {kw: v}, [])
+        assert err is not None and f"unsupported: {kw} at #" in err, err
 
 
 REF_LOOPS = [

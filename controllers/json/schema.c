@@ -132,7 +132,8 @@ static const char *const HANDLED[] = {
 static const char *const UNSUPPORTED_KWS[] = {
   "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "contains",
   "minContains", "maxContains", "propertyNames", "unevaluatedProperties",
-  "unevaluatedItems", "$dynamicRef", "$recursiveRef", 0};
+  "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+  "divisibleBy", "disallow", "extends", 0};   /* draft 3's: refused, not skipped */
 
 static bool in_list(const jv_t *k, const char *const *l) {
   for (; *l; l++)
@@ -227,6 +228,7 @@ static bool check_keywords(cx_t *c, const jv_t *s) {
     for (const char *const *l = UNSUPPORTED_KWS; *l && !kw; l++)
       if (jv_str_is(k, *l)) kw = *l;
     if (jv_str_is(k, "uniqueItems") && v->kind == JV_TRUE) kw = "uniqueItems";
+    if (jv_str_is(k, "required") && v->kind == JV_TRUE) kw = "required";   /* draft 3's boolean form */
     if (!kw) continue;
     if (ignored(c, kw)) { relax(c, kw); continue; }
     UNSUPPORTED(c, kw, 0);
