@@ -68,6 +68,19 @@ class Llg:
         return m.try_consume_tokens(toks) == len(toks) and m.is_accepting()
 
 
+def count(c: dict, prefix: str, ok: bool | None, valid: bool) -> bool:
+    """One verdict into the counters (`ok` None: the engine refused the schema); True if it passed."""
+    if ok is None:
+        c[prefix + "refused"] += 1
+        return False
+    good = ok == valid
+    c[prefix + "compiled_tests"] += 1
+    c[prefix + "pass"] += good
+    c[prefix + "compiled_pass"] += good
+    c[prefix + "invalid_accepted"] += ok and not valid
+    return good
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--suite", default=None)
@@ -103,26 +116,8 @@ def main() -> None:
                                     text = given_text(t["data"]) if a.any_order else instance_text(schema, t["data"])
                                 except (ValueError, RecursionError, TypeError):
                                     text = given_text(t["data"])
-                                if err is None:
-                                    ok, _ = ours.accepts(h, text)
-                                    c["compiled_tests"] += 1
-                                    good = ok == t["valid"]
-                                    c["pass"] += good
-                                    c["compiled_pass"] += good
-                                    c["invalid_accepted"] += ok and not t["valid"]
-                                    file_pass += good
-                                else:
-                                    c["refused"] += 1
-                                if lm is not None:
-                                    ok = llg.accepts(lm, text)
-                                    c["llg_compiled_tests"] += 1
-                                    good = ok == t["valid"]
-                                    c["llg_pass"] += good
-                                    c["llg_compiled_pass"] += good
-                                    c["llg_invalid_accepted"] += ok and not t["valid"]
-                                    file_llg += good
-                                else:
-                                    c["llg_refused"] += 1
+                                file_pass += count(c, "", None if err else ours.accepts(h, text)[0], t["valid"])
+                                file_llg += count(c, "llg_", None if lm is None else llg.accepts(lm, text), t["valid"])
                         finally:
                             ours.close_handle(h)
                     print(f"{draft}{suffix}/{f.name}: {file_n} tests, ours pass {file_pass}, llguidance {file_llg}",
