@@ -30,36 +30,30 @@ def load(name: str) -> tuple[str, list[str], list[str]]:
     return (GRAMMARS / f"{name}.lark").read_text(encoding="utf-8"), cases["valid"], cases["invalid"]
 
 
-@pytest.fixture(scope="module")
-def bytes_pair():
-    v = byte_vocab()
+def _pair(v):
     ours = Ours(v)
     yield ours, Llg(v), v
     ours.close()
+
+
+@pytest.fixture(scope="module")
+def bytes_pair():
+    yield from _pair(byte_vocab())
 
 
 @pytest.fixture(scope="module")
 def qwen_pair():
-    v = qwen_vocab()
-    ours = Ours(v)
-    yield ours, Llg(v), v
-    ours.close()
+    yield from _pair(qwen_vocab())
 
 
 @pytest.fixture(scope="module")
 def llama2_pair():
-    v = llama2_vocab()
-    ours = Ours(v)
-    yield ours, Llg(v), v
-    ours.close()
+    yield from _pair(llama2_vocab())
 
 
 @pytest.fixture(scope="module")
 def dup_pair():
-    v = dup_vocab()
-    ours = Ours(v)
-    yield ours, Llg(v), v
-    ours.close()
+    yield from _pair(dup_vocab())
 
 
 def check_conformance(pair, name: str):
