@@ -18,7 +18,7 @@ import pytest
 import llguidance  # noqa: E402,F401  (the dev extra: a missing one fails, never skips)
 sys.path.insert(0, str(Path(__file__).resolve().parent / "grammars"))
 
-from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, qwen_vocab  # noqa: E402
+from harness import VOCABS, Llg, Ours, allowed, as_mask, compare  # noqa: E402
 
 XG = '"x-guidance": {"whitespace_flexible": false, "item_separator": ",", "key_separator": ":"}'
 
@@ -45,9 +45,9 @@ FREE = [
 ]
 
 
-@pytest.fixture(scope="module", params=["bytes", "qwen2"])
+@pytest.fixture(scope="module", params=["bytes", "qwen2", "llama2", "dup"])
 def pair(request):
-    v = byte_vocab() if request.param == "bytes" else qwen_vocab()
+    v = VOCABS[request.param]()
     ours = Ours(v)
     yield ours, Llg(v), v
     ours.close()

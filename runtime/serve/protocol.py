@@ -158,7 +158,7 @@ _NO_OP_VALUES: dict[str, tuple] = {
 _HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
 #: Fields handled by `structured.plan` from `model_extra` (vLLM's names).
 STRUCTURED_EXTRAS = frozenset({"grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                               "structured_outputs"})
+                               "structured_outputs", "key_order"})
 _HINTS = {"functions": "use tools", "function_call": "use tool_choice",
           "guided_decoding_backend": "aicirt enforces constraints with its own controllers"}
 
@@ -346,7 +346,7 @@ def _turn(m: ChatMessage, written_in: Any) -> dict:
 def _arguments(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON, or nested past Python's limit: kept as text
         return text
 
 

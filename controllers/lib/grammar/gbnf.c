@@ -55,6 +55,8 @@ static int64_t g_char(gp_t *p) {
       v = v * 16 + (uint32_t)h;
       p->i++;
     }
+    if (v > 0x10FFFF) { p->err = "escape out of range"; return -1; }
+    if (v >= 0xD800 && v <= 0xDFFF) { p->err = "surrogate escape (not a Unicode scalar value)"; return -1; }
     return v;
   }
   switch (e) {

@@ -135,6 +135,54 @@ bool gr_finish(gr_grammar_t *g, char **err) {
   }
   for (uint32_t k = 0; k < g->n_nts; k++)
     if (!g->nt_count[k]) { *err = gr_fmt("rule '%s' is used but not defined", g->nt_names[k]); return false; }
+  /* productive (derives some finite string): fixpoint; a start that is not has no finite sentence,
+   * which would only ever be cut by max_tokens: refused, naming the rules that never end */
+  uint8_t *prod_ok = aici_calloc(g->n_nts, 1);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (uint32_t i = 0; i < g->n_prods; i++) {
+      gr_prod_t *p = &g->prods[i];
+      if (prod_ok[p->lhs]) continue;
+      bool all = true;
+      for (uint32_t j = 0; j < p->n && all; j++)
+        all = !(p->syms[j] & GR_NT) || prod_ok[p->syms[j] & ~GR_NT];
+      if (all) prod_ok[p->lhs] = changed = true;
+    }
+  }
+  if (!prod_ok[s0]) {
+    /* the rules reachable from start that never end, named (up to three) */
+    uint8_t *seen = aici_calloc(g->n_nts, 1);
+    uint32_t *stack = aici_malloc(g->n_nts * 4), sp = 0, named = 0;
+    char names[200] = {0};
+    uint32_t nl = 0;
+    stack[sp++] = s0, seen[s0] = 1;
+    while (sp) {
+      uint32_t nt = stack[--sp];
+      if (nt != s0 && !prod_ok[nt] && named < 3) {
+        const char *nm = g->nt_names[nt];
+        if (nm[0] == 'g' && nm[1] == '-') nm += 2;   /* GBNF's rules, as written */
+        uint32_t l = (uint32_t)__builtin_strlen(nm);
+        if (nl + l + 5 < sizeof names) {
+          if (named) names[nl++] = ',', names[nl++] = ' ';
+          names[nl++] = '\'';
+          __builtin_memcpy(names + nl, nm, l), nl += l;
+          names[nl++] = '\'';
+          named++;
+        }
+      }
+      for (uint32_t i = g->nt_first[nt]; i < g->nt_first[nt] + g->nt_count[nt]; i++)
+        for (uint32_t j = 0; j < g->prods[i].n; j++) {
+          uint32_t y = g->prods[i].syms[j];
+          if ((y & GR_NT) && !seen[y & ~GR_NT] && !prod_ok[y & ~GR_NT]) seen[y & ~GR_NT] = 1, stack[sp++] = y & ~GR_NT;
+        }
+    }
+    names[nl] = 0;
+    *err = gr_fmt("the grammar has no finite sentence: rule%s %s never end%s (every alternative needs a rule that never ends)",
+                  named > 1 ? "s" : "", names, named > 1 ? "" : "s");
+    aici_free(seen), aici_free(stack), aici_free(prod_ok);
+    return false;
+  }
+  aici_free(prod_ok);
   for (uint32_t i = 0; i < g->n_terms; i++) {
     gr_term_t *t = &g->terms[i];
     if (t->token >= 0 && t->special_name) {   /* <|name|>: one token without bytes */

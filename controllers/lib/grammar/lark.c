@@ -140,6 +140,7 @@ static ex_t *read_string(lp_t *p) {
         p->i++;
       }
       if (v > 0x10FFFF) { fail(p, "escape out of range in a string literal"); return e; }
+      if (v >= 0xD800 && v <= 0xDFFF) { fail(p, "surrogate escape in a string literal (not a Unicode scalar value)"); return e; }
       put_utf8(&b, v);
     }
   }

@@ -1086,7 +1086,11 @@ static part_t *root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex)
    * unions they share assume it) */
   if ((!P->top_trie || P->top_trie == trie) && lex_eager(m, lex)) {
     if (!P->top_trie) {
-      P->top = aici_malloc(256 * sizeof(edge_t));
+      /* more than 256 when a byte string has several ids (byte fallback: <0x41> and "A"), the
+       * extra ids being leaf siblings with the same byte: counted first */
+      uint32_t n = 0;
+      for (uint32_t p = 1; p < trie->n_nodes; p += trie->nodes[p].w1 >> 10) n++;
+      P->top = aici_malloc((n ? n : 1) * sizeof(edge_t));
       for (uint32_t p = 1; p < trie->n_nodes; p += trie->nodes[p].w1 >> 10)
         P->top[P->n_top++] = (edge_t){EDGE_TOP | (trie->nodes[p].w0 & 255), p};
       P->top_trie = trie;

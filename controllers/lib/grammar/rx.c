@@ -260,9 +260,13 @@ static int64_t rx_escape(rp_t *p, cps_t *cls) {
     case 'a': return 7;
     case '0': return 0;
     case 'e': return 27;
-    case 'x': return read_hex(p, peek(p, '{') ? 0 : 2);
-    case 'u': return read_hex(p, peek(p, '{') ? 0 : 4);
-    case 'U': return read_hex(p, 8);
+    case 'x': case 'u': case 'U': {
+      int64_t v = read_hex(p, c == 'U' ? 8 : peek(p, '{') ? 0 : c == 'x' ? 2 : 4);
+      if (v < 0) return -2;
+      if (v > 0x10FFFF) { p->err = "escape out of range (past U+10FFFF)"; return -2; }
+      if (v >= 0xD800 && v <= 0xDFFF) { p->err = "surrogate escape (not a Unicode scalar value)"; return -2; }
+      return v;
+    }
     case 'b': case 'B': case 'A': case 'z': case 'Z': case 'G':
       p->err = "anchors and word boundaries (\\b \\B \\A \\z) are not supported"; return -2;
     case 'p': case 'P': p->err = "Unicode classes (\\p{..}) are not supported"; return -2;

@@ -171,6 +171,13 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
     aici_regex_cache_limit(re, 0);
     aici_regex_use_slices(re, false);
     M->re[i] = re;                     /* (the first one's memory is not reclaimed: the SDK has no free) */
+    if (__builtin_wasm_memory_size(0) / 16 > COMPILE_MIB) {
+      static const char msg[] = "unsupported: schema at # (its machines take over 48 MiB of guest memory)";
+      *err = aici_malloc(sizeof msg);
+      __builtin_memcpy(*err, msg, sizeof msg);
+      aici_free(prod);
+      return 0;
+    }
   }
   M->n_static = src->n;
   aici_free(prod);

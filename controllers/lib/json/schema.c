@@ -10,6 +10,10 @@
 
 #define OUTLINE_BYTES 2048u            /* sub-schemas longer than this become machines */
 #define MAX_ALTS 64u
+#define TEXT_MAX (2u << 20)            /* bytes of regex text over all machines at most */
+#define PROPS_MAX 1024u                /* properties (listed and required) of one object at most */
+#define FLATTEN_DEPTH_MAX 32u          /* allOf inside allOf (through $ref): a checked limit, not a trap */
+#define SCAN_DEPTH_MAX 32u             /* kinds_of / top_literals look no deeper (their answers widen) */
 #define STR_INLINE_MIN 128u /* a plain string's minLength inline (one NFA copy a character) up to this */
 #define STR_INLINE_MAX 24u  /* and its maxLength; past either, a counted machine */
 #define PAT_INLINE_MAX 32u  /* `^ATOM{m,n}$` takes length bounds into its repeat while they are at most this */
@@ -36,6 +40,8 @@ typedef struct {
   char ws[40];
   uint32_t loops;
   uint32_t depth;                      /* nesting of emit(): recursion through allOf is bounded */
+  uint32_t fdepth, fptr0;              /* nesting of flatten() ($ref loops through allOf), and the
+                                          pointer's length where the outermost began */
   uint64_t flat_cap;                   /* checking literals (0: off): strings inline, length bounds
                                           clamped to this (one more than the longest literal) */
 } cx_t;
@@ -126,7 +132,8 @@ static const char *const HANDLED[] = {
 static const char *const UNSUPPORTED_KWS[] = {
   "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "contains",
   "minContains", "maxContains", "propertyNames", "unevaluatedProperties",
-  "unevaluatedItems", "$dynamicRef", "$recursiveRef", 0};
+  "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+  "divisibleBy", "disallow", "extends", 0};   /* draft 3's: refused, not skipped */
 
 static bool in_list(const jv_t *k, const char *const *l) {
   for (; *l; l++)
@@ -136,14 +143,92 @@ static bool in_list(const jv_t *k, const char *const *l) {
 
 static bool is_constraint_key(const jv_t *k) { return !in_list(k, ANNOTATIONS) && (in_list(k, HANDLED) || in_list(k, UNSUPPORTED_KWS)); }
 
-/* Errors for keywords the compiler cannot enforce (unless ignored on request). */
+/* A keyword's value of the wrong kind (`maximum: "abc"`, `required: "a"`, `properties: []`):
+ * what it should be, or NULL when it is well-formed. Draft 4's boolean exclusive bounds and
+ * draft 3's boolean `required` are well-formed. */
+static const char *malformed(const jv_t *k, const jv_t *v) {
+  static const char *const NUMS[] = {"minimum", "maximum", 0};
+  static const char *const COUNTS[] = {"minLength", "maxLength", "minItems", "maxItems", "minProperties",
+                                       "maxProperties", 0};
+  static const char *const SCHEMA_MAPS[] = {"properties", "patternProperties", "$defs", "definitions", 0};
+  static const char *const SCHEMAS[] = {"additionalProperties", "additionalItems", "not", "if", "then", "else",
+                                        "contains", "propertyNames", 0};
+  static const char *const LISTS[] = {"allOf", "anyOf", "oneOf", 0};
+  static const char *const STRINGS[] = {"pattern", "format", "$ref", 0};
+  bool is_schema = v->kind == JV_OBJ || v->kind == JV_TRUE || v->kind == JV_FALSE;
+  if (in_list(k, NUMS)) return v->kind == JV_NUM ? 0 : "not a number";
+  if (jv_str_is(k, "exclusiveMinimum") || jv_str_is(k, "exclusiveMaximum"))
+    return v->kind == JV_NUM || v->kind == JV_TRUE || v->kind == JV_FALSE ? 0 : "not a number";
+  if (jv_str_is(k, "multipleOf")) return v->kind == JV_NUM && v->num > 0 ? 0 : "not a number above 0";
+  if (in_list(k, COUNTS)) return v->kind == JV_NUM && jv_is_int(v) && v->num >= 0 ? 0 : "not a non-negative integer";
+  if (in_list(k, SCHEMA_MAPS)) {
+    if (v->kind != JV_OBJ) return "not an object";
+    for (uint32_t i = 0; i < v->n; i++) {
+      const jv_t *x = &v->items[i];
+      if (x->kind != JV_OBJ && x->kind != JV_TRUE && x->kind != JV_FALSE) return "a value that is no schema";
+    }
+    return 0;
+  }
+  if (in_list(k, SCHEMAS)) return is_schema ? 0 : "not a schema (an object or a boolean)";
+  if (in_list(k, LISTS)) {
+    if (v->kind != JV_ARR || !v->n) return "not a non-empty array";
+    for (uint32_t i = 0; i < v->n; i++)
+      if (v->items[i].kind != JV_OBJ && v->items[i].kind != JV_TRUE && v->items[i].kind != JV_FALSE) return "an item that is no schema";
+    return 0;
+  }
+  if (in_list(k, STRINGS)) return v->kind == JV_STR ? 0 : "not a string";
+  if (jv_str_is(k, "required")) {
+    if (v->kind == JV_TRUE || v->kind == JV_FALSE) return 0;
+    if (v->kind != JV_ARR) return "not an array of strings";
+    for (uint32_t i = 0; i < v->n; i++)
+      if (v->items[i].kind != JV_STR) return "not an array of strings";
+    return 0;
+  }
+  if (jv_str_is(k, "enum")) return v->kind == JV_ARR ? 0 : "not an array";
+  if (jv_str_is(k, "type")) {
+    if (v->kind == JV_STR) return 0;
+    if (v->kind != JV_ARR) return "not a type name or an array of them";
+    for (uint32_t i = 0; i < v->n; i++)
+      if (v->items[i].kind != JV_STR) return "not a type name or an array of them";
+    return 0;
+  }
+  if (jv_str_is(k, "items")) {
+    if (is_schema) return 0;
+    if (v->kind != JV_ARR) return "not a schema or an array of schemas";
+    for (uint32_t i = 0; i < v->n; i++)
+      if (v->items[i].kind != JV_OBJ && v->items[i].kind != JV_TRUE && v->items[i].kind != JV_FALSE) return "an item that is no schema";
+    return 0;
+  }
+  if (jv_str_is(k, "prefixItems")) return v->kind == JV_ARR ? 0 : "not an array of schemas";
+  if (jv_str_is(k, "uniqueItems")) return v->kind == JV_TRUE || v->kind == JV_FALSE ? 0 : "not a boolean";
+  return 0;
+}
+
+/* Keyword values of the wrong kind (every keyword, ignored or not): an error naming the
+ * keyword's pointer. */
+static bool check_values(cx_t *c, const jv_t *s) {
+  for (uint32_t i = 0; s && s->kind == JV_OBJ && i < s->n; i++) {
+    const char *bad = malformed(&s->keys[i], &s->items[i]);
+    if (!bad) continue;
+    uint32_t at = ptr_push(c, s->keys[i].s, s->keys[i].n);
+    fail(c, "bad schema: ", "value", bad);
+    ptr_pop(c, at);
+    return false;
+  }
+  return true;
+}
+
+/* Errors for keywords the compiler cannot enforce (unless ignored on request), and for
+ * keyword values of the wrong kind. */
 static bool check_keywords(cx_t *c, const jv_t *s) {
+  if (!check_values(c, s)) return false;
   for (uint32_t i = 0; i < s->n; i++) {
     const jv_t *k = &s->keys[i], *v = &s->items[i];
     const char *kw = 0;
     for (const char *const *l = UNSUPPORTED_KWS; *l && !kw; l++)
       if (jv_str_is(k, *l)) kw = *l;
     if (jv_str_is(k, "uniqueItems") && v->kind == JV_TRUE) kw = "uniqueItems";
+    if (jv_str_is(k, "required") && v->kind == JV_TRUE) kw = "required";   /* draft 3's boolean form */
     if (!kw) continue;
     if (ignored(c, kw)) { relax(c, kw); continue; }
     UNSUPPORTED(c, kw, 0);
@@ -1198,6 +1283,18 @@ static void emit_object(cx_t *c, sb_t *b, const jv_t *s) {
       jv_obj_put(extra, k->s, k->n, v ? v : addl ? addl : &ANY_MARK);
     }
   uint32_t ne = extra->n;
+  if (np + ne > PROPS_MAX) {           /* a checked limit: past it the machines outgrow guest memory */
+    char d[96];
+    uint32_t k = 0, v = np + ne;
+    char t[12];
+    int m = 0;
+    do t[m++] = (char)('0' + v % 10), v /= 10; while (v);
+    while (m) d[k++] = t[--m];
+    __builtin_memcpy(d + k, " properties; at most 1024 an object", 36);
+    fail(c, "too large: ", "properties", d);
+    aici_free(p);
+    return;
+  }
   p = aici_realloc(p, (np + ne + 1) * sizeof(prop_t));
   __builtin_memset(p, 0, (np + ne + 1) * sizeof(prop_t));
   for (uint32_t i = 0; i < np + ne && !c->err; i++) {
@@ -1437,7 +1534,12 @@ static jv_t *merge2(cx_t *c, const jv_t *a, const jv_t *b) {
         for (uint32_t y = 0; y < vb->n; y++) r->items[r->n++] = *all_of2(&va->items[x], &vb->items[y]);
       jv_obj_put(o, k->s, k->n, r);
     } else if (in_list(k, SAME) || jv_str_is(k, "items") || jv_str_is(k, "prefixItems")) {
-      if (jv_str_is(k, "const")) { jv_obj_put(o, k->s, k->n, jv_new(JV_ARR)), o->keys[o->n - 1].s = "enum", o->keys[o->n - 1].n = 4; continue; }
+      if (jv_str_is(k, "const")) {     /* two different consts: no value (an empty enum, alone: a
+                                        * sibling enum must not be merged over it) */
+        jv_t *none = jv_new(JV_OBJ);
+        jv_obj_put(none, "enum", 4, jv_new(JV_ARR));
+        return none;
+      }
       UNSUPPORTED(c, "allOf", "two different values of one keyword");
       return 0;
     } else {                           /* e.g. two patternProperties: not merged, so refused */
@@ -1466,13 +1568,32 @@ static jv_t *merge2(cx_t *c, const jv_t *a, const jv_t *b) {
 }
 
 /* allOf (and $ref with siblings) flattened and merged into one schema without allOf/$ref. */
+static const jv_t *flatten_in(cx_t *c, const jv_t *s);
+
 static const jv_t *flatten(cx_t *c, const jv_t *s) {
+  if (c->err) return 0;
+  if (!c->fdepth) c->fptr0 = c->ptr.n;
+  if (c->fdepth >= FLATTEN_DEPTH_MAX) {
+    /* named where the nesting starts: the pointer cut two segments past the outermost allOf */
+    uint32_t cut = c->fptr0, seg = 0;
+    while (cut < c->ptr.n && seg < 3) seg += c->ptr.p[cut] == '/', cut += seg < 3;
+    if (c->ptr.p && cut < c->ptr.n) ptr_pop(c, cut);
+    UNSUPPORTED(c, "allOf", "a $ref loop through allOf, or allOf nested over 32 levels");
+    return 0;
+  }
+  c->fdepth++;
+  const jv_t *r = flatten_in(c, s);
+  c->fdepth--;
+  return r;
+}
+
+static const jv_t *flatten_in(cx_t *c, const jv_t *s) {
   if (++c->loops > 100000) { UNSUPPORTED(c, "allOf", "merging does not terminate (recursive allOf)"); return 0; }
   s = deref(c, s);
   if (!s || s->kind != JV_OBJ) return s;
   const jv_t *all = jv_get(s, "allOf");
   if (!all) return s;
-  if (all->kind != JV_ARR) { fail(c, "bad schema: ", "allOf", "not an array"); return 0; }
+  if (!check_values(c, s)) return 0;
   static const char *const drop[] = {"allOf", 0};
   const jv_t *acc = obj_without(s, drop);
   for (uint32_t i = 0; i < all->n && acc; i++) {
@@ -1492,7 +1613,12 @@ static const jv_t *flatten(cx_t *c, const jv_t *s) {
 }
 
 /* ---- oneOf: only when its branches cannot both match ------------------------------------------- */
-static uint32_t kinds_of(cx_t *c, const jv_t *s) {
+static uint32_t kinds_of_at(cx_t *c, const jv_t *s, uint32_t depth);
+static uint32_t kinds_of(cx_t *c, const jv_t *s) { return kinds_of_at(c, s, 0); }
+
+/* The kinds of value `s` may admit (a superset: deeper than SCAN_DEPTH_MAX, every kind). */
+static uint32_t kinds_of_at(cx_t *c, const jv_t *s, uint32_t depth) {
+  if (depth > SCAN_DEPTH_MAX) return 127;
   s = deref(c, s);
   if (!s || s->kind == JV_FALSE) return 0;
   if (s->kind != JV_OBJ) return 127;
@@ -1513,7 +1639,7 @@ static uint32_t kinds_of(cx_t *c, const jv_t *s) {
     const jv_t *alts = jv_get(s, *kw);   /* a oneOf's values are some of its anyOf's */
     if (alts && alts->kind == JV_ARR) {
       uint32_t u = 0;
-      for (uint32_t i = 0; i < alts->n; i++) u |= kinds_of(c, &alts->items[i]);
+      for (uint32_t i = 0; i < alts->n; i++) u |= kinds_of_at(c, &alts->items[i], depth + 1);
       bits &= u;
     }
   }
@@ -1522,7 +1648,11 @@ static uint32_t kinds_of(cx_t *c, const jv_t *s) {
 
 /* Values listed by enum / const at the top of a schema, or by every branch of its anyOf / oneOf
  * (NULL: not a literal schema). */
-static const jv_t *top_literals(cx_t *c, const jv_t *s, uint32_t *n) {
+static const jv_t *top_literals_at(cx_t *c, const jv_t *s, uint32_t *n, uint32_t depth);
+static const jv_t *top_literals(cx_t *c, const jv_t *s, uint32_t *n) { return top_literals_at(c, s, n, 0); }
+
+static const jv_t *top_literals_at(cx_t *c, const jv_t *s, uint32_t *n, uint32_t depth) {
+  if (depth > SCAN_DEPTH_MAX) return 0;
   s = deref(c, s);
   if (!s || s->kind != JV_OBJ) return 0;
   const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
@@ -1534,7 +1664,7 @@ static const jv_t *top_literals(cx_t *c, const jv_t *s, uint32_t *n) {
   jv_t *all = jv_new(JV_ARR);
   for (uint32_t i = 0; i < alts->n; i++) {
     uint32_t m = 0;
-    const jv_t *v = top_literals(c, &alts->items[i], &m);
+    const jv_t *v = top_literals_at(c, &alts->items[i], &m, depth + 1);
     if (!v) return 0;
     all->items = aici_realloc(all->items, (all->n + m + 1) * sizeof(jv_t));
     for (uint32_t j = 0; j < m; j++) all->items[all->n++] = v[j];
@@ -2220,6 +2350,11 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
     sb_t t = {0};
     jv_write(&t, v);
     bool keep = !exact || keep_exact[i];
+    if (k && e) {                      /* const beside enum: the const only if the enum lists it */
+      bool listed = false;
+      for (uint32_t j = 0; j < e->n && !listed; j++) listed = jv_equal(k, &e->items[j]);
+      keep = keep && listed;
+    }
     for (uint32_t w = 0; not_in && not_in->kind == JV_ARR && w < not_in->n && keep; w++) keep = !jv_equal(v, &not_in->items[w]);
     if (re && keep) {
       uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)t.p, t.n);
@@ -2253,6 +2388,7 @@ static void emit_schema(cx_t *c, sb_t *b, const jv_t *s) {
   if (s == &ANY_MARK || s->kind == JV_TRUE) { emit_any_value(c, b); return; }
   if (s->kind == JV_FALSE) { sb_puts(b, "[^\\x00-\\xff]"); return; }
   if (s->kind != JV_OBJ) { fail(c, "bad schema: ", "schema", "expected an object or a boolean"); return; }
+  if (!check_values(c, s)) return;
   if (jv_get(s, "not")) {              /* written as its operand's complement */
     const jv_t *r = without_not(c, s);
     if (!r || c->err) return;
@@ -2323,6 +2459,17 @@ bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, c
     emit(&c, &text, s);
     set_text(&c, i, text.p ? text.p : "", text.n);
     aici_free(text.p);
+  }
+  uint64_t total = 0;                  /* a checked limit on the regex text: its DFAs grow with it */
+  for (uint32_t i = 0; i < c.n_keys; i++) total += c.texts[i].len;
+  if (!c.err && total > TEXT_MAX) {
+    sb_t m = {0};
+    sb_puts(&m, "too large: schema at # (its ");
+    sb_uint(&m, c.n_keys);
+    sb_puts(&m, " machines' regexes take ");
+    sb_uint(&m, total);
+    sb_puts(&m, " bytes; at most 2 MiB: split it, or use fewer properties or literals)");
+    c.err = m.p;
   }
   for (uint32_t i = 0; i < c.n_keys; i++) aici_free(c.ptrs[i]);
   out->m = c.texts, out->n = c.n_keys;

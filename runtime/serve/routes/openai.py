@@ -58,6 +58,7 @@ async def _openai(request: Request, model: Any, chat: bool) -> StreamingResponse
     if chat:
         if body.max_completion_tokens is not None:
             body.max_tokens = body.max_completion_tokens
+        S.check_call_budget(plan, body.max_tokens, server.backend.encode)
         # tool_choice "none" shows the tools as vLLM (>= 0.10) does: the model sees them, no
         # call is constrained or parsed (docs/tools.md)
         shown = plan.tools or None
