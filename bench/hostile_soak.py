@@ -42,7 +42,7 @@ from hostile.runner import Spec, healthy_specs, run_batch  # noqa: E402
 
 import aicirt  # noqa: E402
 from aicirt import toolchain  # noqa: E402
-from aicirt.registry import cap_malloc_arenas, pin_malloc_thresholds  # noqa: E402
+from aicirt.memory import cap_malloc_arenas, pin_malloc_thresholds  # noqa: E402
 from aicirt.testing import Choices, EngineSettings, FuzzEngine  # noqa: E402
 
 
@@ -175,7 +175,7 @@ def main() -> None:
         gc.collect()
         return busy, rss_mb()[0]
 
-    malloc_policy = {"thresholds_pinned": pin_malloc_thresholds(),   # as `aicirt serve` does (registry.py)
+    malloc_policy = {"thresholds_pinned": pin_malloc_thresholds(),   # as `aicirt serve` does (memory.py)
                      "arenas_capped": cap_malloc_arenas()}
     with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers) as rt:
         reference = run_batch(rt, healthy).healthy

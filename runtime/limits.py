@@ -26,8 +26,9 @@ class Limits:
     pages without page faults, at the price of wasmtime resetting them at every free and a fork
     reading them all (which of them the parent wrote cannot be told); together freed slots keep at
     most `resident_bytes` (the slots freed longest ago give theirs back first), and all of it goes
-    back once the runtime has made or freed no instance for `resident_idle_s` seconds
-    (:class:`aicirt.registry.ResidentSlots`).
+    back once the runtime has made or freed no instance for `resident_idle_s` seconds, and the C
+    heap's free pages with it (malloc_trim; with `resident_bytes` 0 too)
+    (:class:`aicirt.memory.ResidentSlots`).
     """
 
     soft_deadline_s: float = 0.025      # after the forward pass ends (i.e. from BatchHandle.wait)

@@ -266,7 +266,7 @@ class Sequence(Owned):
             if slot.mem.a.store_id:   # instantiated: its pooled slot is recorded as free
                 resident = self._registry.resident
                 base, size = self._native.memory(slot)   # the slot still points at the instance's memory
-                with resident.lock:   # the slot is freed and recorded as free at once (registry.ResidentSlots)
+                with resident.lock:   # the slot is freed and recorded as free at once (memory.ResidentSlots)
                     self._native.store_delete(slot)
                     resident.freed(base, size)
             else:

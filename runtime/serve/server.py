@@ -31,7 +31,7 @@ class Server:
         from aicirt import Runtime
         from aicirt.engine.backends import load_backend
         from aicirt.engine import Engine
-        from aicirt.registry import cap_malloc_arenas, pin_malloc_thresholds
+        from aicirt.memory import cap_malloc_arenas, pin_malloc_thresholds
 
         self.settings = settings
         self.store = store or Store(settings.store, max_upload_bytes=settings.max_upload_bytes)
