@@ -22,6 +22,117 @@ import weakref
 from collections import OrderedDict
 from typing import Iterator
 
+from .errors import ControllerError
+
+
+MIB = 1 << 20
+
+
+# -- a budget for all live sequences ----------------------------------------------------------------
+#: The share of the machine's memory (the smaller of physical memory and the cgroup's limit) a
+#: Runtime's live sequences may reserve by default (Limits.memory_budget_bytes = 0).
+DEFAULT_BUDGET_SHARE = 0.75
+
+
+def machine_memory_bytes() -> int | None:
+    """Physical memory, or the cgroup's memory limit where that is smaller (a container);
+    None where neither can be read."""
+    sizes = []
+    try:
+        sizes.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:     # "max" or a huge number: no limit
+            sizes.append(int(text))
+    return min(sizes) if sizes else None
+
+
+def default_budget_bytes(per_sequence: int) -> int:
+    """DEFAULT_BUDGET_SHARE of :func:`machine_memory_bytes` (at least one sequence's worth;
+    64 GiB where the machine's memory cannot be read)."""
+    machine = machine_memory_bytes()
+    return max(per_sequence, int(machine * DEFAULT_BUDGET_SHARE) if machine else 64 << 30)
+
+
+class OverBudget(ControllerError):
+    """A new sequence would take the runtime's live sequences past their memory budget."""
+
+
+class MemoryBudget:
+    """The memory all live sequences of one Runtime may hold together, by reservation.
+
+    Every sequence reserves what it may come to hold, `per_sequence_bytes`: its linear memory's
+    limit (Limits.memory_bytes: a controller can grow to it within one call, faster than any
+    watcher could stop it) and its native log (Limits.log_bytes). A new request's sequence
+    (:meth:`reserve`) is refused with :class:`OverBudget` when the reservations would pass
+    `limit_bytes`: nothing that already runs is touched, and a server keeps the request waiting
+    (or answers 503 with Retry-After) until sequences end. A fork (:meth:`charge`) is never
+    refused: its request was admitted and a fork is part of what it does (at most Limits.max_forks
+    of them); it counts, so new requests wait the longer. Thread-safe.
+    """
+
+    def __init__(self, limit_bytes: int, per_sequence_bytes: int) -> None:
+        if limit_bytes < 1 or per_sequence_bytes < 1:
+            raise ValueError(f"a memory budget needs positive sizes, got {limit_bytes!r} and {per_sequence_bytes!r}")
+        self.limit_bytes = limit_bytes
+        self.per_sequence_bytes = per_sequence_bytes
+        self._reserved = 0
+        self._sequences = 0
+        self._refused = 0
+        self._lock = threading.Lock()
+
+    @property
+    def reserved_bytes(self) -> int:
+        """What live sequences have reserved now."""
+        return self._reserved
+
+    @property
+    def sequences(self) -> int:
+        """Live sequences counted."""
+        return self._sequences
+
+    @property
+    def refused(self) -> int:
+        """New sequences refused so far."""
+        return self._refused
+
+    def room_for(self, sequences: int = 1) -> bool:
+        """Whether `sequences` new sequences would fit now (a server asks before starting one)."""
+        return self._reserved + sequences * self.per_sequence_bytes <= self.limit_bytes
+
+    def reserve(self) -> int:
+        """Reserve one new sequence's bytes; returns them. Raises OverBudget past the limit."""
+        with self._lock:
+            if self._reserved + self.per_sequence_bytes > self.limit_bytes:
+                self._refused += 1
+                raise OverBudget(
+                    f"memory budget full: {self._sequences} live sequences hold "
+                    f"{self._reserved / MIB:.0f} MiB of the {self.limit_bytes / MIB:.0f} MiB budget "
+                    f"(Limits.memory_budget_bytes) and a new one reserves {self.per_sequence_bytes / MIB:.0f} MiB "
+                    f"(Limits.memory_bytes + log_bytes); retry when sequences have ended")
+            self._reserved += self.per_sequence_bytes
+            self._sequences += 1
+            return self.per_sequence_bytes
+
+    def charge(self) -> int:
+        """Count one fork's bytes (never refused); returns them."""
+        with self._lock:
+            self._reserved += self.per_sequence_bytes
+            self._sequences += 1
+            return self.per_sequence_bytes
+
+    def release(self, nbytes: int) -> None:
+        """A sequence that reserved or was charged `nbytes` ended."""
+        if nbytes:
+            with self._lock:
+                self._reserved -= nbytes
+                self._sequences -= 1
+
 
 # -- memory that goes back --------------------------------------------------------------------------
 _MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)

@@ -56,9 +56,14 @@ class Sequence(Owned):
     controller log (the last Limits.log_bytes bytes).
     """
 
-    def __init__(self, request: "Request") -> None:
+    def __init__(self, request: "Request", *, forked: bool = False) -> None:
         rt = request.runtime
         native = rt.native
+        # its share of the runtime's memory budget: a new request's sequence past it is refused
+        # (OverBudget) before anything is made; a fork is counted, never refused (memory.py)
+        budget = rt.memory_budget
+        # given back once: at close, or when collected unclosed
+        self._release_budget = weakref.finalize(self, budget.release, budget.charge() if forked else budget.reserve())
         self.request = request
         self.runtime = rt
         self.id = next(_ids)
@@ -208,7 +213,7 @@ class Sequence(Owned):
         children: list[Sequence] = []
         try:
             for _ in range(n):
-                child = Sequence(self.request)
+                child = Sequence(self.request, forked=True)
                 children.append(child)
                 instance.fork_copy(self._native, self._plan, self.slot, child.slot)
         except Exception as e:
@@ -253,6 +258,7 @@ class Sequence(Owned):
     def _free(self) -> None:
         if self._state is SeqState.CLOSED:
             return
+        self._release_budget()
         self._closed = True
         self._final_log = self._native.log_bytes(self.slot)
         self._state = SeqState.CLOSED
