@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 from aicirt.engine.backends.transformers_backend import TransformersBackend  # noqa: E402
 
 EOS = 256
+ANY = list(range(256))     # a mask allowing every byte token (the model's greedy pick among them)
 
 
 class TinyLlama(TransformersBackend):
@@ -153,11 +154,11 @@ def random_request(rng: random.Random) -> dict:
         if roll < 0.15:
             steps.append(noop())          # this step samples nothing: the cache stays as it is
         elif roll < 0.5:
-            steps.append(result(branch()))  # sample freely
+            steps.append(result(branch(mask=ANY)))  # sample freely
         else:
             ff = [rng.randrange(256) for _ in range(rng.choice([1, 2, 3, 5, 9]))]
             steps.append(result(branch(splices=[splice(backtrack=rng.choice([0, 0, 1]), ff=ff)])))
-    steps.append(result(branch()))        # the last step repeats: sample until max_tokens
+    steps.append(result(branch(mask=ANY)))  # the last step repeats: sample until max_tokens
     return {
         "prompt": [rng.randrange(256) for _ in range(rng.choice([1, 1, 2, 3, 5, 9]))],
         "start": rng.choice([0, 0, 1, 2, 3, 5]),
@@ -196,6 +197,8 @@ def engine_fuzz(backend, runtime, scripted_wasm, seed: int) -> int:
     for spec, got in zip(specs, together):
         by_itself = run_engine(backend, runtime, ctrl, [dict(spec, start=0)])[0]
         assert got == by_itself, (seed, spec["prompt"], got, by_itself)
+    errors = [err for (_, reason, err) in together if reason == "error"]
+    assert not errors, errors          # every script is legal: a failure here is the engine's
     generated = sum(len(toks) - len(spec["prompt"]) for spec, (toks, _, _) in zip(specs, together))
     return generated
 
