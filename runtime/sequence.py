@@ -82,6 +82,7 @@ class Sequence(Owned):
         slot.arg, slot.arg_len = request.arg_buffer, len(request.arg)
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         self._group_buf = None                     # the fork group reported on the next call
+        self._sent: list[int] | None = None        # the object API's copy of the tokens its controller holds (batch.py)
         self._views: tuple | None = None           # wasmtime-py views of the Store, memory, instance (on demand)
         plan = self._plan = rt.spawn_plan(request.controller)
         self.index = self._registry.add(self, native.addr(slot))
