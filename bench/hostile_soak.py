@@ -73,6 +73,22 @@ class Hostile:
     load_only: bool = False          # refused at load: loaded in its turn, never a sequence
 
 
+def top_mappings(n: int = 6) -> list[str]:
+    """The `n` mappings of this process holding the most resident memory (MiB, name): where the
+    RSS is, for --smaps."""
+    out, cur = [], None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        parts = line.split()
+        if parts and "-" in parts[0] and len(parts) >= 5 and not parts[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            cur = [0.0, f"{(hi - lo) >> 20} MiB map {parts[5] if len(parts) > 5 else '[anon]'}"]
+            out.append(cur)
+        elif parts and parts[0] == "Rss:" and cur is not None:
+            cur[0] = int(parts[1]) / 1024
+    out.sort(key=lambda m: -m[0])
+    return [f"{rss:.1f} MiB in {name}" for rss, name in out[:n]]
+
+
 def soak_kinds(hostile_c, js_wasm, only: str | None = None) -> tuple[list[Hostile], dict[str, str]]:
     """(the kinds in the mix, {kind left out: why}); `only`: a regular expression the names of the
     kinds kept must contain a match of (the others are left out as "not selected"); `js_wasm`
@@ -265,6 +281,7 @@ def main() -> None:
     ap.add_argument("--budget-calls", type=int, default=3, help="calls each toucher makes before it ends")
     ap.add_argument("--budget-child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--budget-only", action="store_true", help="only the memory-budget measure")
+    ap.add_argument("--smaps", action="store_true", help="name the mappings holding the most RSS at each checkpoint")
     args = ap.parse_args()
     if args.budget_child is not None:
         budget_child(args.budget_touchers, args.budget_child, args.budget_calls)
@@ -340,6 +357,8 @@ def main() -> None:
               f"{points[-1]['growth_pct']:+.1f}% since warm-up, "
               f"peak {peak:.1f}, healthy {soak.healthy_ok}/{soak.healthy_total}, {points[-1]['seconds']} s",
               file=sys.stderr)
+        if args.smaps:
+            print("  " + "\n  ".join(top_mappings()), file=sys.stderr)
     elapsed = time.perf_counter() - t0
     steps, soak_mismatches = soak.engine.steps, soak.mismatches
     refused_loads, aborted, unexpected_loads = soak.refused_loads, soak.aborted, soak.unexpected_loads
