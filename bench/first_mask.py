@@ -20,7 +20,7 @@ figures are medians over rounds, ratios are of medians in this run. Each figure 
 time and as this process's CPU time (all threads: the worker's Wasm, the host imports, the hand-
 off); on a shared, loaded machine the wall time mostly measures waiting for a core.
 
-Snapshot cost (`--snapshot-only` runs just this part): a 600-byte controller whose init grows
+Snapshot cost (`--snapshot-only` runs just this part): a 633-byte controller whose init grows
 its memory to 64 MiB and writes one byte in each 64 KiB page, loaded in a child process per
 round, made two ways in the same run: `written` (this runtime: segments hold the bytes the init
 wrote, snapshot.written_runs) and `blocks` (the previous scheme, every touched 64 KiB block
@@ -100,24 +100,6 @@ def llg_ms(llguidance, lln, lltok, kind: str, text: str, bitmask) -> None:
         raise RuntimeError(f"llguidance: {m.get_error()}")
 
 
-SPARSE_INIT_WAT = """(module
-  (import "aici:controller/host@0.1.0" "vocab-size" (func $vocab_size (result i32)))
-  (memory (export "memory") 1)
-  (global $token (mut i32) (i32.const 0))
-  (global $bump (mut i32) (i32.const 4096))
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-    (local $p i32) (local.set $p (global.get $bump))
-    (global.set $bump (i32.add (global.get $bump) (local.get 3))) (local.get $p))
-  (data (i32.const 16) "\\40\\00\\00\\00\\01\\00\\00\\00")
-  (func (export "mid-process") (param i32 i32 i32 i32 i32 i32 i32) (result i32) (i32.const 16))
-  (func (export "aicirt_init") (local $p i32)
-    (drop (memory.grow (i32.const 1023)))
-    (local.set $p (i32.const 65536))
-    (loop $l
-      (i32.store8 (local.get $p) (i32.const 7))
-      (local.set $p (i32.add (local.get $p) (i32.const 65536)))
-      (br_if $l (i32.lt_u (local.get $p) (i32.const 67108864))))
-    (global.set $token (call $vocab_size))))"""
 SNAPSHOT_TARGETS = {"snapshot_bytes": 1 << 20, "load_ms": 50.0}
 
 
@@ -125,8 +107,6 @@ def snapshot_child(way: str) -> None:
     """One round of one way, in this (fresh) process: prints one JSON line."""
     import resource
     import tempfile
-
-    import wasmtime
 
     import aicirt
     import aicirt.controller as cmod
@@ -138,7 +118,8 @@ def snapshot_child(way: str) -> None:
             memory, values = snapmod.run_init(*a)
             return (len(memory), memory_runs(memory)), values
         snapmod.run_init_sparse = blocks
-    src = wasmtime.wat2wasm(SPARSE_INIT_WAT)
+    from test_snapshot import SPARSE_INIT, wat   # the init the snapshot tests load: one byte per 64 KiB page
+    src = wat(SPARSE_INIT)
     with tempfile.TemporaryDirectory() as cache:
         with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=cache) as rt:
             t0 = time.perf_counter()
