@@ -311,7 +311,11 @@ def main() -> None:
         soak.drain()
         gc.collect()
         busy = rss_mb()[0]
-        time.sleep(args.idle)
+        end = time.monotonic() + args.idle
+        while time.monotonic() < end:      # idle, as a server's loop is: it frees the sequences
+            soak.rt.collect()              # closed mid-call (aborted) whose calls have ended
+            time.sleep(0.1)
+        soak.rt.collect()
         gc.collect()
         return busy, rss_mb()[0]
 

@@ -155,6 +155,16 @@ class Runtime(Owned):
         one still in a batch not waited for, mismatched lengths, or a closed runtime."""
         return RowsHandle(self, index, sampled, edits)
 
+    def collect(self) -> int:
+        """Free the sequences closed while their call ran whose calls have ended since (each
+        `wait()` does this too): an idle host calls it so that their memory, and their share of
+        the memory budget, come back without another batch. Returns how many were freed. Call it
+        from the thread that submits."""
+        done = self.registry.reap()
+        for seq in done:
+            seq._collected()
+        return len(done)
+
     @property
     def live_sequences(self) -> int:
         """Sequences whose instance and Store are still allocated (closing ones included)."""

@@ -189,3 +189,27 @@ def test_server_answers_503_with_retry_after_when_memory_and_queue_are_full(tmp_
         first.join()
         second.join()
         assert server.runtime.memory_budget.sequences == 0
+
+
+def test_a_sequence_closed_mid_call_is_freed_by_collect_without_another_batch():
+    """Closed while its call runs, a sequence is freed once the call ends: by the next wait(), or
+    by Runtime.collect() on an idle host (its memory and its budget share come back)."""
+    import time
+
+    from hostile.wat import loop_forever
+
+    with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits(2, call_timeout_s=0.05, first_call_timeout_s=0.05),
+                        cache_dir=False) as rt:
+        ctrl = rt.load(module(loop_forever()))
+        seq = rt.new_request(ctrl).spawn()
+        out = rt.submit([StepInput(seq, [1])]).wait(0.0)
+        assert out.results[0].status == "pending"
+        seq.close()
+        assert rt.memory_budget.sequences == 1 and rt.registry.closing_count == 1
+        deadline = time.monotonic() + 30          # the call ends at its CPU limit (or its wall backstop)
+        freed = 0
+        while not freed and time.monotonic() < deadline:
+            freed = rt.collect()
+            time.sleep(0.02)
+        assert freed == 1 and rt.memory_budget.sequences == 0 and rt.live_sequences == 0
+        assert rt.collect() == 0

@@ -83,6 +83,13 @@ class Engine:
             self._runtime = Runtime(self.backend.runtime_tokenizer(), limits=self._limits, workers=self._workers)
         return self._runtime
 
+    def collect(self) -> None:
+        """Free the controllers that were closed while their call ran and whose calls have
+        ended (a step does this too); a server calls it while idle, so that their memory and
+        memory-budget share come back without another step."""
+        if self._runtime is not None:
+            self._runtime.collect()
+
     def has_memory_for(self, sequences: int = 1) -> bool:
         """Whether the runtime's memory budget (Limits.memory_budget_bytes) has room for
         `sequences` new controlled sequences now; True before the runtime exists. A server asks

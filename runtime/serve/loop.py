@@ -235,6 +235,7 @@ class EngineLoop:
         self._end(job, None)
 
     def _admit(self) -> None:
+        self.engine.collect()   # controllers closed mid-call whose calls ended: memory back, idle or not
         while self._waiting and len(self._running) < self.max_batch:
             job = self._waiting[0]
             if job.cancelled:
