@@ -19,7 +19,6 @@ through the sequence's own transitions.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence as Seq
 
@@ -379,13 +378,14 @@ class BatchHandle:
             if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
                 raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
             state = seq._state
-            if state is not idle and state in _CLOSED:
+            if state is idle:
+                if seq.slot.call_out:
+                    raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
+            elif state in _CLOSED:
                 raise ValueError(f"sequence {seq.id} is closed")
         if len(set(map(id, seqs))) != n:
             twice = next(s for k, s in enumerate(seqs) if any(s is t for t in seqs[:k]))
             raise ValueError(f"sequence {twice.id} is submitted twice in one batch")
-        # (a sequence whose call is still out, RUNNING, is refused by the rows API below, before
-        # anything runs; nothing here changes a sequence before that but the rows' own errors)
         for i, item in enumerate(items):
             seq = seqs[i]
             if seq._state is not idle:
