@@ -23,7 +23,10 @@ Beside them two healthy requests run round after round; every round's output is 
 the output the same requests give alone. RSS is read after warm-up and at each checkpoint, each
 time after the hostile sequences in flight have finished and the runtime has idled `--idle`
 seconds (so the figure is what the runtime keeps, not what live sequences use: a live memory
-toucher alone holds 48 MiB); `rss_busy_mb` is the same before the idle. The baseline in the same
+toucher alone holds 48 MiB); `rss_busy_mb` is the same before the idle. "Finished" includes the
+calls of sequences closed mid-call (the aborted ones): their calls, queued behind stuck ones,
+still run to their own limits, so each reading first waits for them (`close_waits_s_and_left`:
+how long, and how many were left at `--close-wait`), collecting them (`Runtime.collect`). The baseline in the same
 run: healthy rounds alone, for as many steps as warm-up.
 
     python bench/hostile_soak.py                       # checkpoints at 10,000 and 50,000 sequences
@@ -118,6 +121,7 @@ class Soak:
         self.born: dict[str, int] = {}         # hostile label -> the step it was added at
         self.refused_loads = self.aborted = 0
         self.unexpected_loads: list[str] = []
+        self.close_waits: list[tuple[float, int]] = []   # (s waited for closed-mid-call calls, still closing)
         self.engine = FuzzEngine(rt, lambda label: Choices(replay=[]), Choices(replay=[]), EngineSettings(max_tokens=8))
         self.ctrls = {}
         self.spawned = self.rounds = self.healthy_ok = self.healthy_total = 0
@@ -281,6 +285,8 @@ def main() -> None:
     ap.add_argument("--budget-calls", type=int, default=3, help="calls each toucher makes before it ends")
     ap.add_argument("--budget-child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--budget-only", action="store_true", help="only the memory-budget measure")
+    ap.add_argument("--close-wait", type=float, default=300.0,
+                    help="seconds at most to wait, before each reading, for the calls of sequences closed mid-call")
     ap.add_argument("--smaps", action="store_true", help="name the mappings holding the most RSS at each checkpoint")
     args = ap.parse_args()
     if args.budget_child is not None:
@@ -307,8 +313,15 @@ def main() -> None:
     limits = aicirt.Limits(call_timeout_s=args.call_timeout, first_call_timeout_s=args.call_timeout)
 
     def settled(soak: Soak) -> tuple[float, float]:
-        """(RSS busy, RSS after the idle) in MiB, once the hostile sequences in flight have ended."""
+        """(RSS busy, RSS after the idle) in MiB, once the hostile sequences in flight have ended:
+        their tracks, and the calls of those closed mid-call (aborted ones: their calls queued
+        behind stuck ones run to their own limits first; up to `--close-wait` s)."""
         soak.drain()
+        waited = time.monotonic()
+        while soak.rt.registry.closing_count and time.monotonic() - waited < args.close_wait:
+            soak.rt.collect()
+            time.sleep(0.05)
+        soak.close_waits.append((round(time.monotonic() - waited, 1), soak.rt.registry.closing_count))
         gc.collect()
         busy = rss_mb()[0]
         end = time.monotonic() + args.idle
@@ -366,6 +379,7 @@ def main() -> None:
     elapsed = time.perf_counter() - t0
     steps, soak_mismatches = soak.engine.steps, soak.mismatches
     refused_loads, aborted, unexpected_loads = soak.refused_loads, soak.aborted, soak.unexpected_loads
+    close_waits = soak.close_waits
     soak.close()
     rt.close()
     del soak, rt
@@ -375,6 +389,7 @@ def main() -> None:
         "sequences": checkpoints[-1], "hostile_kinds": len(hostile), "live_hostile_per_batch": args.live,
         "refused_loads": refused_loads, "unexpected_loads": unexpected_loads, "aborted_after_steps": aborted,
         "max_hostile_steps": args.max_hostile_steps, "memory_budget": budget,
+        "close_waits_s_and_left": close_waits,
         "loadavg_after": os.getloadavg(),
         "workers": args.workers, "malloc": malloc_policy, "steps": steps, "seconds": round(elapsed, 1),
         "left_out": left_out, "idle_s": args.idle, "call_timeout_s": args.call_timeout,
