@@ -46,7 +46,7 @@ def build(src: str, out: str | None) -> None:
 @main.command()
 @click.argument("module", type=click.Path(exists=True, dir_okay=False))
 def check(module: str) -> None:
-    """Check that a .wasm file is a controller the runtime accepts (SPEC §2), before uploading it.
+    """Check that a .wasm file is a controller the runtime accepts (docs/protocol.md#wit), before uploading it.
 
     Names whatever is missing or mistyped (exports, imports, signatures) and exits non-zero.
     """
