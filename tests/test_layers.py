@@ -76,7 +76,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("native: the hot path and the host imports' C side", {"native", "wasi"}),
     ("loader: modules in, snapshots", {"controller", "snapshot", "compile_worker"}),
     ("core: runtime, batch step, sequences", {
-        "runtime", "batch", "sequence", "request", "results", "lift", "registry", "host_imports"}),
+        "runtime", "batch", "sequence", "request", "results", "lift", "registry", "host_imports", "memory"}),
     ("build: the toolchain and recipes", {"toolchain", "recipe"}),
     ("package surface", {"__init__"}),
     ("engine", {"engine"}),
