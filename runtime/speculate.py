@@ -74,7 +74,7 @@ class RowsSpec:
 
 class _Row:
     """One row's chain: the sequence, its forks after each accepted-so-far draft, their variables."""
-    __slots__ = ("seq", "shadow", "chain", "vars_after", "logs", "ended", "ended_result", "tokens")
+    __slots__ = ("seq", "shadow", "chain", "vars_after", "logs", "ended", "ended_result", "ended_fork", "tokens")
 
     def __init__(self, seq: Sequence, shadow: Request) -> None:
         self.seq = seq
@@ -84,6 +84,7 @@ class _Row:
         self.logs: list[str] = []                      # each draft call's log
         self.ended: str | None = None
         self.ended_result: StepResult | None = None
+        self.ended_fork: Sequence | None = None       # the state after the draft whose result ended it
         self.tokens: list[int] = []
 
 
@@ -262,8 +263,14 @@ class Speculation:
                     continue
                 row.ended = ended[i] = ENDED_LATE if r.status == "pending" else ENDED_RESULT
                 row.ended_result = r
-                row.chain.pop().close()   # its result is dropped: plain stepping will make it again
+                fork = row.chain.pop()
                 row.tokens.pop()
+                if r.status == "pending":
+                    fork.close()
+                else:   # kept: a host may accept that draft too and then apply this result itself
+                    row.ended_fork = fork
+                    row.vars_after.append(row.shadow.vars.snapshot())
+                    row.logs.append(r.logs or "")
             for i in np.asarray(go)[ok[go]].tolist():
                 row = self._rows[i]
                 row.vars_after.append(row.shadow.vars.snapshot())
@@ -300,18 +307,20 @@ class Speculation:
         return [list(row.tokens) for row in self._rows]
 
     def ended_result(self, row: int) -> "StepResult | None":
-        """The result that ended row `row`'s speculation, when a draft's call did (dropped: plain
-        stepping makes it again)."""
+        """The result that ended row `row`'s speculation, when a draft's call did. A host that
+        accepts that draft too commits `len(drafted[row]) + 1` and applies this result itself
+        (SPEC §3); otherwise it is dropped, and plain stepping makes it again."""
         return self._rows[row].ended_result
 
     def draft_logs(self, row: int) -> list[str]:
-        """The log of each of row `row`'s draft calls that has a mask (`drafted`)."""
+        """The log of each of row `row`'s draft calls (`drafted`, then the one that ended it)."""
         return list(self._rows[row].logs)
 
     # -- the end -----------------------------------------------------------------------------------
     def commit(self, accepted: object) -> None:
         """Each row's sequence goes on from its state after its first `accepted[i]` drafts (0:
-        as before the speculation; at most `len(drafted[i])`); every other fork is closed. The
+        as before the speculation; at most `len(drafted[i])`, or one more where a result ended
+        the row: `ended_result`, which the host then applies); every other fork is closed. The
         row's next call is then a plain step (the token sampled after the accepted drafts).
         Raises ValueError for a count out of range or a second commit (nothing is changed)."""
         if self._done:
@@ -320,7 +329,7 @@ class Speculation:
         if acc.shape != (len(self._rows),) or (len(acc) and acc.dtype.kind not in "iu"):
             raise TypeError(f"commit takes one accepted count a row ({len(self._rows)} rows)")
         for i, (a, row) in enumerate(zip(acc.tolist(), self._rows)):
-            if not 0 <= a <= len(row.chain):
+            if not 0 <= a <= len(row.chain) + (row.ended_fork is not None):
                 raise ValueError(f"row {i}: accepted {a} of {len(row.chain)} drafts with a mask")
             if a and row.seq.state is not SeqState.IDLE:
                 raise ValueError(f"row {i}: sequence {row.seq.id} is {row.seq.state.value} (closed meanwhile?)")
@@ -329,9 +338,11 @@ class Speculation:
         for a, row in zip(acc.tolist(), self._rows):
             if a:
                 seq, req = row.seq, row.seq.request
-                take = row.chain[a - 1]
+                take = row.chain[a - 1] if a <= len(row.chain) else row.ended_fork
                 old_log = _adopt_slot(seq, take, req)
                 spec_log = b"".join(native.log_bytes(f.slot) for f in row.chain[:a - 1]) + native.log_bytes(seq.slot)
+                if take is row.ended_fork and take.finished:   # its stop or error carries over
+                    seq._finish(take.error)
                 if spec_log:
                     slot = seq.slot
                     slot.log_len = 0

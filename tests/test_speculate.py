@@ -299,3 +299,20 @@ def test_a_draft_outside_the_mask_before_it_ends_its_row_without_a_call(rt, scri
         assert n_ok.tolist() == [1] and sp.drafted == [[65]]
     assert len(parse_trace(req.variables["trace"])) == 1   # the drafts' calls left no trace
     req.close()
+
+
+def test_the_draft_whose_result_ended_the_row_can_be_committed_with_that_result(rt, scripted_wasm):
+    ctrl = rt.load(scripted_wasm)
+    req = rt.new_request(ctrl, script(result(branch(mask=ALL_BYTES)), var_set("z", "1", result(branch(mask=ALL_BYTES))),
+                                      log("bye", stop())), NO_FORK)
+    seq = req.spawn()
+    rt.submit([StepInput(seq, [1])]).wait(timeout_s=30)
+    sp = Speculation(rt, np.array([seq.index]))
+    n_ok, _, _ = sp.run(np.array([[7, 8, 9]]))
+    r = sp.ended_result(0)
+    assert n_ok.tolist() == [1] and r is not None and r.is_stop and sp.draft_logs(0) == ["", "bye\n"]
+    assert "z" not in req.variables
+    sp.commit(np.array([2]))
+    assert seq.finished and seq.error is None and seq.seen == [1, 7, 8]
+    assert req.variables["z"] == b"1" and seq.log.endswith(b"bye\n")
+    req.close()
