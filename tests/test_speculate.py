@@ -310,9 +310,9 @@ def test_the_draft_whose_result_ended_the_row_can_be_committed_with_that_result(
     sp = Speculation(rt, np.array([seq.index]))
     n_ok, _, _ = sp.run(np.array([[7, 8, 9]]))
     r = sp.ended_result(0)
-    assert n_ok.tolist() == [1] and r is not None and r.is_stop and sp.draft_logs(0) == ["", "bye\n"]
+    assert n_ok.tolist() == [1] and r is not None and r.is_stop and sp.draft_logs(0) == ["", "bye"]
     assert "z" not in req.variables
     sp.commit(np.array([2]))
     assert seq.finished and seq.error is None and seq.seen == [1, 7, 8]
-    assert req.variables["z"] == b"1" and seq.log.endswith(b"bye\n")
+    assert req.variables["z"] == b"1" and seq.log.endswith(b"bye")
     req.close()
