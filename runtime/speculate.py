@@ -74,7 +74,8 @@ class RowsSpec:
 
 class _Row:
     """One row's chain: the sequence, its forks after each accepted-so-far draft, their variables."""
-    __slots__ = ("seq", "shadow", "chain", "vars_after", "logs", "ended", "ended_result", "ended_fork", "tokens")
+    __slots__ = ("seq", "shadow", "chain", "vars_after", "logs", "ended", "ended_result", "ended_fork", "ended_masks",
+                 "tokens")
 
     def __init__(self, seq: Sequence, shadow: Request) -> None:
         self.seq = seq
@@ -85,6 +86,7 @@ class _Row:
         self.ended: str | None = None
         self.ended_result: StepResult | None = None
         self.ended_fork: Sequence | None = None       # the state after the draft whose result ended it
+        self.ended_masks: np.ndarray | None = None    # its mask rows (its branches' mask_row index them)
         self.tokens: list[int] = []
 
 
@@ -152,6 +154,19 @@ def _adopt_slot(seq: Sequence, fork: Sequence, req: Request) -> None:
     b.seq_id, a.seq_id = seq.id, fork.id
     b.vars = native.ffi.NULL if req.vars.ptr is None else req.vars.ptr
     return old_log  # type: ignore[return-value]
+
+
+def _own_masks(r: "StepResult", masks: np.ndarray) -> "tuple[StepResult, np.ndarray | None]":
+    """`r` with its branches' mask rows copied out of the batch's array (which the runtime
+    reuses) into one of its own, `mask_row` renumbered to index it."""
+    import dataclasses
+    rows = [b.mask_row for b in r.branches if b.mask_row is not None]
+    if not rows:
+        return r, None
+    own = masks[rows].copy()
+    at = {m: k for k, m in enumerate(rows)}
+    branches = [b if b.mask_row is None else dataclasses.replace(b, mask_row=at[b.mask_row]) for b in r.branches]
+    return dataclasses.replace(r, branches=branches), own
 
 
 class Speculation:
@@ -262,7 +277,7 @@ class Speculation:
                     ok[i] = True
                     continue
                 row.ended = ended[i] = ENDED_LATE if r.status == "pending" else ENDED_RESULT
-                row.ended_result = r
+                row.ended_result, row.ended_masks = _own_masks(r, out.masks)
                 fork = row.chain.pop()
                 row.tokens.pop()
                 if r.status == "pending":
@@ -311,6 +326,14 @@ class Speculation:
         accepts that draft too commits `len(drafted[row]) + 1` and applies this result itself
         (SPEC §3); otherwise it is dropped, and plain stepping makes it again."""
         return self._rows[row].ended_result
+
+    def ended(self, row: int) -> str | None:
+        """Why row `row`'s speculation ended (ENDED_*), None while it goes on."""
+        return self._rows[row].ended
+
+    def ended_masks(self, row: int) -> np.ndarray | None:
+        """The mask rows of `ended_result(row)` (its branches' `mask_row` index them)."""
+        return self._rows[row].ended_masks
 
     def draft_logs(self, row: int) -> list[str]:
         """The log of each of row `row`'s draft calls (`drafted`, then the one that ended it)."""

@@ -301,3 +301,9 @@ class AicirtLogitsProcessor(LogitsProcessor):
                 log.warning("%s: branch temperature %s not applied (it is exact only for a request that samples "
                             "at T > 0 without presence/frequency penalties)", s.label, plan.temperatures[k])
         return logits
+
+
+# The same name under Model Runner V2 (vLLM's GPU default): there it builds vllm_mrv2's processor.
+from .vllm_mrv2 import both_runners  # noqa: E402
+
+AicirtLogitsProcessor = both_runners(AicirtLogitsProcessor)

@@ -1,0 +1,446 @@
+"""aicirt controllers inside vLLM's Model Runner V2 (the GPU default since vLLM 0.33).
+
+    vllm serve MODEL --logits-processors aicirt.integrations.vllm:AicirtLogitsProcessor
+
+The same name as under the V1 runner: that class is also an MRV2 processor and becomes this one
+when MRV2 builds it (`both_runners`). This module imports only vLLM's import-light interface
+module, so the frontend's `validate_params` (which imports the class) stays light; torch and
+the runtime come with the first instance, in the worker.
+
+MRV2's interface (`vllm.v1.worker.gpu.sample.logits_processor.interface`) and how it is used:
+
+- `add_request(slot, params)`: a request enters a persistent slot (a slot is recycled with no
+  removal hook: a new occupant releases the old one: freed if done, kept for its return if it was
+  preempted). Warm-up calls it with dummy params: no controller, so nothing happens.
+- `apply_staged_writes()` (before the forward pass): the committed tokens of every controlled
+  slot are read from `req_states.all_token_ids` up to `total_len` (on a GPU: the UVA host buffer;
+  `total_len` is a device tensor, so this is one small device-to-host copy a step); a new
+  controller starts from the prompt and any output a resumed (preempted) request brings
+  (`prefill_len > prompt_len`); then every controller starts its call (`Steering.begin`).
+- `apply(logits, ctx)`: the masks go on the rows (`ctx.idx_mapping_np`); under speculative
+  decoding a request owns one row per draft (`ctx.expanded_idx_mapping`, `ctx.expanded_local_pos`,
+  the drafts in `ctx.input_ids`), and the draft rows are masked through the runtime's speculation
+  call (`aicirt.speculate`): row j gets the mask the controller gives after drafts 1..j. At the
+  next step the accepted prefix is committed and the bonus token is the one sampled after it.
+
+Async scheduling is handled: the previous step's sampled tokens are read in
+`apply_staged_writes` from the device buffers, which waits for that step's sampling to finish
+(the one synchronisation this processor adds a step; docs/vllm.md says what it costs).
+
+What stays exact: every row whose controller state is known gets exactly the mask the controller
+gives there (the draft rows by speculation; the row after a draft whose result is a stop, an
+error or a fast-forward gets what steering plans for that result). Where a draft needs a
+result that is not known (past a fast-forward that the drafts follow, or a call still running),
+the row is masked like the row before it and a limit is kept: if vLLM accepts drafts past it,
+the request ends with a clear error (`[aicirt error: ...]`) instead of going on unchecked.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from collections import OrderedDict, deque
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
+
+from vllm.v1.worker.gpu.sample.logits_processor.interface import (
+    LogitsContext,
+    LogitsProcessor,
+    LogitsProcRequestState,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from vllm.sampling_params import SamplingParams
+
+    from ..runtime import Runtime
+    from ..speculate import Speculation
+    from .steering import Steered, Steering
+
+log = logging.getLogger("aicirt.integrations")
+
+__all__ = ["AicirtMRV2LogitsProcessor", "both_runners"]
+
+
+class _Slot:
+    """One persistent slot's controlled request, and its drafts of this step."""
+    __slots__ = ("params", "steered", "known", "temperature", "spec_row", "drafts", "masks", "temps", "limit",
+                 "forced", "ended_plan")
+
+    def __init__(self, params: "SamplingParams") -> None:
+        self.params = params
+        self.steered: Steered | None = None
+        self.known = 0                      # committed tokens taken in (prompt + output)
+        self.temperature = float(params.temperature)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.spec_row: int | None = None    # its row in this step's Speculation
+        self.drafts: list[int] = []
+        self.masks: list[Any] = []          # masks[j]: the plan of row j (uint32 words), for j <= limit
+        self.temps: list[float | None] = []
+        self.limit = 0                      # the most drafts that may be accepted
+        self.forced: list[int] | None = None   # a held request's forced tokens, row by row
+        self.ended_plan: Any = None         # steering's state after the draft whose result ended the speculation
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Planning on a copy must not log the copy's controller error (the real one logs it if taken)."""
+    was = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = was
+
+
+def _host(t: Any) -> "np.ndarray":
+    """A vLLM buffer's values on the host: the numpy source of truth of a UVA-backed tensor, the
+    host side of a UVA staged tensor, else a copy of the device tensor (a synchronisation)."""
+    if hasattr(t, "np"):
+        return t.np
+    uva = getattr(t, "_uva_buf", None)
+    if uva is not None:
+        return uva.np
+    return t.gpu.cpu().numpy()
+
+
+class AicirtMRV2LogitsProcessor(LogitsProcessor):
+    """vLLM Model Runner V2 logits processor that runs each controlled request's controller."""
+
+    @classmethod
+    def validate_params(cls, sampling_params: "SamplingParams") -> None:
+        """At admission, in the frontend: as the V1 processor's (`aicirt.integrations.vllm`),
+        imported here on the first call so that importing this class stays light."""
+        from .vllm import AicirtLogitsProcessor
+        AicirtLogitsProcessor.validate_params(sampling_params)
+
+    def __init__(self, vllm_config: Any, req_states: LogitsProcRequestState) -> None:
+        """Loads the model's tokenizer; the runtime starts with the first controlled request.
+        Raises ValueError for a slow-only tokenizer or a bad ``AICIRT_VLLM_ALLOW_PATHS``."""
+        from .torch_masks import MaskBiases
+        from .vllm import _route_logs_to_vllm, model_tokenizer, paths_allowed
+        paths_allowed()
+        _route_logs_to_vllm()
+        self.req_states = req_states
+        self.device = req_states.device
+        mc = vllm_config.model_config
+        self._tokenizer = model_tokenizer(mc.tokenizer, mc.tokenizer_revision, mc.trust_remote_code)
+        self._eos = int(self._tokenizer.eos_token_id)
+        self._steering: Steering | None = None
+        self._controllers: dict[str, object] = {}
+        self._slots: dict[int, _Slot] = {}
+        self._parked: OrderedDict[int, tuple[SamplingParams, Steered]] = OrderedDict()
+        self._began: dict[int, int] = {}    # slot -> its position in this step's batch
+        self._spec: Speculation | None = None   # this step's draft calls, committed at the next
+        self._biases = MaskBiases()
+        self._opened = 0
+
+    @property
+    def steering(self) -> "Steering":
+        if self._steering is None:
+            from ..limits import Limits
+            from ..runtime import Runtime
+            from .steering import Steering
+            self._steering = Steering(Runtime(self._tokenizer, limits=Limits(), workers=2), self._eos)
+        return self._steering
+
+    @property
+    def runtime(self) -> "Runtime":
+        return self.steering.runtime
+
+    @property
+    def started(self) -> bool:
+        return self._steering is not None
+
+    # -- slots ------------------------------------------------------------------------------------
+    def add_request(self, req_idx: int, sampling_params: "SamplingParams") -> bool:
+        """A request enters slot `req_idx`: the slot's previous occupant is released (freed if
+        done, parked if preempted). Returns whether this request has a controller."""
+        from .vllm import request_controller
+        old = self._slots.pop(req_idx, None)
+        if old is not None:
+            self._release(old)
+        try:
+            found = request_controller(sampling_params)
+        except ValueError:   # refused at admission; a direct caller's malformed request is not ours
+            return False
+        if found is None:
+            return False
+        self._slots[req_idx] = _Slot(sampling_params)
+        return True
+
+    def _release(self, slot: _Slot) -> None:
+        s = slot.steered
+        if s is None:
+            return
+        p = slot.params
+        done = s.finished or (p.max_tokens is not None and len(s.output) >= p.max_tokens) or (
+            bool(s.output) and s.output[-1] == self._eos)
+        if done:
+            s.close()
+            return
+        from .vllm import MAX_PARKED
+        self._parked[id(p)] = (p, s)
+        while len(self._parked) > MAX_PARKED:
+            _, (_, gone) = self._parked.popitem(last=False)
+            gone.close()
+
+    def _open(self, slot: _Slot, tokens: list[int], prompt_len: int) -> "Steered":
+        from .vllm import request_controller, resolve_reference
+        parked = self._parked.pop(id(slot.params), None)
+        if parked is not None:
+            s, output = parked[1], tokens[prompt_len:]
+            if parked[0] is slot.params and output[:len(s.output)] == s.output and len(output) - len(s.output) <= 1:
+                s.output.extend(output[len(s.output):])   # the token of its last step: observed at begin
+                return s   # back from preemption, as it left
+            s.close()
+        ref, arg = request_controller(slot.params)  # type: ignore[misc]  # add_request checked it has one
+        ctrl = self._controllers.get(ref)
+        if ctrl is None:
+            try:
+                ctrl = self._controllers[ref] = self.runtime.load(resolve_reference(ref))
+            except Exception as e:   # validated at admission; still only this request's problem
+                ctrl = f"controller {ref!r} failed to load: {e}"
+        self._opened += 1
+        return self.steering.open(ctrl, arg, tokens[:prompt_len], list(tokens[prompt_len:]),
+                                  label=f"aicirt#{self._opened} {ref[:60]!r}")
+
+    # -- before the forward pass ------------------------------------------------------------------
+    def apply_staged_writes(self) -> None:
+        """Take in each controlled slot's committed tokens (committing last step's drafts), then
+        start the controllers."""
+        import numpy as np
+        spec, self._spec = self._spec, None
+        if not self._slots:
+            if spec is not None:
+                spec.close()
+            if self._steering is not None and self._steering.pending:
+                self._steering.end()
+            return
+        rs = self.req_states
+        total = _host(rs.total_len)
+        prompt_len = _host(rs.prompt_len)
+        all_tokens = rs.all_token_ids
+        uva = getattr(all_tokens, "_uva_buf", None)
+        accepted = np.zeros(len(spec), dtype=np.int64) if spec is not None else None
+        batch: list[Steered] = []
+        self._began = {}
+        for idx in sorted(self._slots):
+            slot = self._slots[idx]
+            n = int(total[idx])
+            if slot.steered is None:
+                row = uva.np[idx, :n] if uva is not None else all_tokens.gpu[idx, :n].cpu().numpy()
+                slot.steered = self._open(slot, [int(t) for t in row.tolist()], int(prompt_len[idx]))
+                slot.known = n
+            elif n > slot.known:
+                row = uva.np[idx, slot.known:n] if uva is not None else all_tokens.gpu[idx, slot.known:n].cpu().numpy()
+                new = [int(t) for t in row.tolist()]
+                if slot.drafts:
+                    a = self._take_drafts(slot, new)
+                    if accepted is not None and slot.spec_row is not None:
+                        accepted[slot.spec_row] = a
+                slot.steered.output.extend(new)
+                slot.known = n
+            slot._reset()
+            self._began[idx] = len(batch)
+            batch.append(slot.steered)
+        if spec is not None:
+            spec.commit(accepted)
+        self.steering.begin(batch)
+
+    def _take_drafts(self, slot: _Slot, new: list[int]) -> int:
+        """vLLM appended `new` (the accepted drafts, then the token sampled after them) to a slot
+        that had drafts: bring its steering state past the accepted drafts, as if each had been
+        a step of its own. Returns how many its speculation row commits."""
+        from .steering import _FORCE, _SAMPLE
+        s = slot.steered
+        assert s is not None
+        a = len(new) - 1
+        if a == 0 or s.finished:
+            return 0
+        if new[:a] != slot.drafts[:a]:
+            s._fail(f"vLLM appended {new[:a]} where the drafts were {slot.drafts[:a]}")
+            return 0
+        if a > slot.limit:
+            s._fail(f"vLLM accepted {a} draft tokens where the controller's masks were known for {slot.limit} "
+                    f"(a draft past a fast-forward, or a call still running)")
+            return 0
+        s.tokens.extend(new[:a])
+        s._observed += a
+        if slot.forced is not None:   # held: the accepted drafts were its forced tokens
+            for _ in range(a):
+                s._forced.popleft()
+            s._forced_token = slot.forced[a]
+            s._expect = _FORCE
+            return 0
+        s._submitted_len = (s._submitted_len or 0) + a
+        if slot.ended_plan is not None and a == slot.limit:   # the draft whose result ended the speculation
+            shadow = slot.ended_plan
+            for name in ("error", "stopped", "_expect", "_forced_token", "_forced", "_splices", "_report_sampled",
+                         "_temperature", "_last_mask", "_first", "_replay"):
+                setattr(s, name, getattr(shadow, name))
+            if s.error is not None:
+                log.warning("%s: controller error, request ended: %s", s.label, s.error)
+        else:   # it samples the bonus token under the mask after the last accepted draft
+            s._last_mask = slot.masks[a]
+            s._temperature = slot.temps[a]
+            s._splices = ()
+            s._expect = _SAMPLE
+        return a
+
+    # -- after the forward pass -------------------------------------------------------------------
+    def apply(self, logits: "torch.Tensor", ctx: LogitsContext) -> "torch.Tensor":
+        """Wait for the controllers and mask every row of a controlled request in place (draft
+        rows included)."""
+        if not self._began or self._steering is None or not self._steering.pending:
+            return logits
+        import numpy as np
+
+        from .torch_masks import apply_plan
+        plan = self._steering.end()
+        idx_np = ctx.idx_mapping_np
+        n_rows = int(logits.shape[0])
+        if n_rows == len(idx_np):
+            row_slot, local, inputs = np.asarray(idx_np), None, None
+        else:   # speculative decoding: a request has one row per draft
+            row_slot = ctx.expanded_idx_mapping.cpu().numpy()
+            local = ctx.expanded_local_pos.cpu().numpy()
+            inputs = ctx.input_ids.cpu().numpy()
+        rows: list[int] = []
+        masks: list[np.ndarray] = []
+        temps: list[float | None] = []
+        req_t: list[float] = []
+        drafting: dict[int, list[int]] = {}
+        for r in range(n_rows):
+            idx = int(row_slot[r])
+            at = self._began.get(idx)
+            if at is None:
+                continue
+            slot = self._slots[idx]
+            if local is None or local[r] == 0:
+                rows.append(r)
+                masks.append(plan.masks[at])
+                temps.append(plan.temperatures[at])
+                req_t.append(slot.temperature)
+            else:
+                drafting.setdefault(idx, []).append(r)
+        if drafting:
+            assert inputs is not None and local is not None
+            self._draft_rows(drafting, plan, inputs, local, rows, masks, temps, req_t)
+        if rows:
+            skipped = apply_plan(logits, rows, np.stack(masks), temps, req_t, [True] * len(rows), self._biases)
+            for k in skipped:
+                log.warning("branch temperature %s not applied on row %d (a greedy request)", temps[k], rows[k])
+        return logits
+
+    def _draft_rows(self, drafting: dict[int, list[int]], plan: Any, inputs: "np.ndarray", local: "np.ndarray",
+                    rows: list[int], masks: list, temps: list, req_t: list) -> None:
+        """The masks of the draft rows: one speculation over every drafting slot whose controller
+        samples under a plain mask this step; a held slot's rows follow its forced tokens."""
+        import numpy as np
+
+        from ..speculate import ENDED_NOT_ALLOWED, Speculation
+        from .steering import _FORCE, _SAMPLE
+        words = self.runtime.mask_words
+        spec_slots: list[int] = []
+        for idx, draft_rows in drafting.items():
+            slot, s = self._slots[idx], self._slots[idx].steered
+            draft_rows.sort(key=lambda r: int(local[r]))
+            slot.drafts = [int(inputs[r]) for r in draft_rows]
+            at = self._began[idx]
+            slot.masks, slot.temps = [plan.masks[at].copy()], [plan.temperatures[at]]
+            if s is None or s.finished and not s._forced:
+                continue
+            if s._expect is _SAMPLE and not s._splices and not s.finished and s.seq is not None:
+                spec_slots.append(idx)
+            elif s._expect == _FORCE:   # held: rows follow the forced tokens while the drafts do
+                forced = [s._forced_token, *s._forced]
+                slot.forced = forced
+                for j, d in enumerate(slot.drafts, start=1):
+                    if j >= len(forced) or d != forced[j - 1]:
+                        break
+                    one = np.zeros(words, dtype=np.uint32)
+                    one[forced[j] >> 5] = np.uint32(1 << (forced[j] & 31))
+                    slot.masks.append(one)
+                    slot.temps.append(None)
+                    slot.limit = j
+        if spec_slots:
+            try:
+                spec = Speculation(self.runtime, np.array([self._slots[i].steered.seq.index for i in spec_slots]))
+            except ValueError as e:   # e.g. a call still out: these drafts cannot be accepted
+                log.debug("no speculation this step: %s", e)
+            else:
+                self._spec = spec
+                k = max(len(self._slots[i].drafts) for i in spec_slots)
+                drafts = np.full((len(spec_slots), k), -1, dtype=np.int64)
+                for j, idx in enumerate(spec_slots):
+                    drafts[j, :len(self._slots[idx].drafts)] = self._slots[idx].drafts
+                first = np.stack([self._slots[i].masks[0] for i in spec_slots])
+                n_ok, dmasks, dtemps = spec.run(drafts, first_masks=first)
+                for j, idx in enumerate(spec_slots):
+                    slot, m = self._slots[idx], int(n_ok[j])
+                    slot.spec_row = j
+                    slot.masks += [dmasks[j, i] for i in range(m)]
+                    slot.temps += [None if t != t else float(t) for t in dtemps[j, :m].tolist()]
+                    slot.limit = m
+                    r = spec.ended_result(j)
+                    if r is not None and m < len(slot.drafts):
+                        planned = self._plan_after(slot, m, r, spec.ended_masks(j))
+                        if planned is not None:
+                            slot.ended_plan, row, t = planned
+                            slot.masks.append(row)
+                            slot.temps.append(t)
+                            slot.limit = m + 1
+                    elif spec.ended(j) == ENDED_NOT_ALLOWED:
+                        slot.limit = len(slot.drafts)   # that draft is never accepted: no row past it is used
+        for idx, draft_rows in drafting.items():
+            slot = self._slots[idx]
+            for j, r in enumerate(draft_rows, start=1):
+                known = j < len(slot.masks)
+                rows.append(r)
+                masks.append(slot.masks[j] if known else slot.masks[-1])
+                temps.append(slot.temps[j] if known else None)
+                req_t.append(slot.temperature)
+
+    def _plan_after(self, slot: _Slot, m: int, r: Any, r_masks: Any) -> tuple[Any, Any, Any] | None:
+        """What steering plans for the row after draft m + 1, whose result `r` ended the
+        speculation, planned on a copy of the request's state (None: it cannot be planned
+        without another call: a no-op)."""
+        import numpy as np
+        s = slot.steered
+        shadow = copy.copy(s)
+        shadow._forced = deque(s._forced)
+        shadow.tokens = s.tokens + slot.drafts[:m + 1]
+        shadow._expect, shadow._report_sampled, shadow._first = None, None, False
+        row = np.zeros((1, self.runtime.mask_words), dtype=np.uint32)
+        with _quiet():
+            again = shadow._take(r, r_masks if r_masks is not None else row, row[0])
+            if again:
+                return None
+            out = np.zeros((1, self.runtime.mask_words), dtype=np.uint32)
+            t = shadow._plan(out, 0)
+        return shadow, out[0], t
+
+
+def both_runners(v1_class: type) -> type:
+    """The V1 processor class `v1_class` as one class both runners load by the same name: it is a
+    subclass of both interfaces (each runner's loader checks its own), and MRV2's constructor
+    call (`cls(vllm_config, req_states)`) builds an :class:`AicirtMRV2LogitsProcessor` instead."""
+
+    class AicirtLogitsProcessor(v1_class, AicirtMRV2LogitsProcessor):  # type: ignore[misc, valid-type]
+        __doc__ = v1_class.__doc__
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            state = kwargs.get("req_states", args[1] if len(args) == 2 else None)
+            if isinstance(state, LogitsProcRequestState):
+                return AicirtMRV2LogitsProcessor(*args, **kwargs)
+            return super().__new__(cls)
+
+        apply = v1_class.apply
+        validate_params = v1_class.validate_params
+
+    AicirtLogitsProcessor.__module__ = v1_class.__module__
+    AicirtLogitsProcessor.__qualname__ = v1_class.__qualname__
+    return AicirtLogitsProcessor
