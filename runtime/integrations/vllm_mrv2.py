@@ -133,6 +133,7 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
         self._slots: dict[int, _Slot] = {}
         self._parked: OrderedDict[int, tuple[SamplingParams, Steered]] = OrderedDict()
         self._began: dict[int, int] = {}    # slot -> its position in this step's batch
+        self.applied: tuple[list[int], Any] = ([], None)   # the last apply's rows and their masks
         self._spec: Speculation | None = None   # this step's draft calls, committed at the next
         self._biases = MaskBiases()
         self._opened = 0
@@ -330,7 +331,9 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
             assert inputs is not None and local is not None
             self._draft_rows(drafting, plan, inputs, local, rows, masks, temps, req_t)
         if rows:
-            skipped = apply_plan(logits, rows, np.stack(masks), temps, req_t, [True] * len(rows), self._biases)
+            stacked = np.stack(masks)
+            self.applied = (rows, stacked)   # what the last step applied (benchmarks, tests)
+            skipped = apply_plan(logits, rows, stacked, temps, req_t, [True] * len(rows), self._biases)
             for k in skipped:
                 log.warning("branch temperature %s not applied on row %d (a greedy request)", temps[k], rows[k])
         return logits
