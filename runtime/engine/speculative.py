@@ -19,14 +19,17 @@ the speculation without one), and greedy output is token for token what `Engine`
 accepted draft is the argmax under the controller's mask after the drafts before it, exactly as
 plain stepping would have sampled it, and the step's own token is sampled by the engine's usual
 apply (`apply.py`) under the mask after the accepted drafts. A controller result that is not a
-plain mask (fork, splice, stop, error, late) ends the speculation at that draft, which is then
-not accepted: the next step's plain call makes that result again.
+plain mask ends the speculation at that draft: where the draft is the greedy token it is accepted
+and this step applies that result (a fast-forward, a stop, an error, a mask with conditional
+splices), exactly as the plain step after it would; a fork or a late call leaves the draft
+unaccepted, and the next step's plain call makes that result again.
 
 Every other sequence (sampling at T > 0, stop strings, logprobs, a fork in flight, no drafts)
 takes the ordinary step in the same batch.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
     from ..batch import RowsOutcome
     from .backends.base import Backend, KVCache
 
-_MASK = int(RowKind.MASK)
+_MASK, _OTHER = int(RowKind.MASK), int(RowKind.OTHER)
 
 
 class PromptLookup:
@@ -149,6 +152,9 @@ class SpeculativeEngine(Engine):
             t2 = time.perf_counter()
             outcome = handle.wait() if handle is not None else None
             t3 = time.perf_counter()
+            if spec and outcome is not None:   # the speculation's batches reuse the runtime's arrays: keep ours
+                outcome.masks, outcome.kind = outcome.masks.copy(), outcome.kind.copy()
+                outcome.temperature, outcome.elapsed_us = outcome.temperature.copy(), outcome.elapsed_us.copy()
             if spec:
                 self._verify([s for s, _ in spec], drafts, rows, controlled, outcome, events)
             self._apply(live, controlled, outcome, events)
@@ -187,6 +193,7 @@ class SpeculativeEngine(Engine):
             cur = masks_now
             live_rows = list(range(n))
             acc = [0] * n
+            ended: dict[int, tuple] = {}
             depth = 0
             while live_rows:
                 toks = np.full(n, -1, dtype=np.int64)
@@ -206,13 +213,32 @@ class SpeculativeEngine(Engine):
                     if out.ok[r] and t != t:   # a plain mask, the request's own temperature (greedy)
                         acc[r] += 1
                         cur[r] = out.masks[r]
-                    else:
-                        live_rows.remove(r)
+                        continue
+                    live_rows.remove(r)
+                    res = spec.ended_result(r)
+                    if not out.ok[r] and res is not None and res.status != "pending" and len(res.branches) <= 1:
+                        acc[r] += 1   # the draft was the greedy token: accepted, and this step applies its result
+                        ended[r] = (res, spec.ended_masks(r))
                 depth += 1
             spec.commit(np.array(acc, dtype=np.int64))
+            extra: list[np.ndarray] = []
+            base = len(outcome.masks)
             for r, s in enumerate(masked):
+                i = at[id(s)]
                 accepted[id(s)] = acc[r]
-                outcome.masks[at[id(s)]] = cur[r]   # the step's own token: under the mask after the drafts
+                outcome.masks[i] = cur[r]   # the step's own token: under the mask after the drafts
+                if r in ended:   # ...or the result after the last accepted draft, applied as this step's
+                    res, own = ended[r]
+                    if own is not None:
+                        res = dataclasses.replace(res, branches=[
+                            b if b.mask_row is None else dataclasses.replace(b, mask_row=base + b.mask_row)
+                            for b in res.branches])
+                        extra.append(own)
+                        base += len(own)
+                    outcome.kind[i] = _OTHER
+                    outcome.results[i] = res
+            if extra:
+                outcome.masks = np.concatenate([outcome.masks, *extra])
             self.spec_stats["draft_us"] += (time.perf_counter() - t0) * 1e6
         self.spec_stats["steps"] += 1
         for s in seqs:
