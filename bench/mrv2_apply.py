@@ -34,6 +34,8 @@ MAX_LEN = 4096
 
 
 class _Host:
+    """A UvaBackedTensor's shape: the numpy source of truth and its tensor."""
+
     def __init__(self, n):
         self.cpu = torch.zeros(n, dtype=torch.int32)
         self.np = self.cpu.numpy()
@@ -41,8 +43,10 @@ class _Host:
 
 
 class _Device:
-    def __init__(self, *shape):
-        self.gpu = torch.zeros(*shape, dtype=torch.int32)
+    """A StagedWriteTensor's shape: a device tensor, read back with .cpu()."""
+
+    def __init__(self, *shape, device="cpu"):
+        self.gpu = torch.zeros(*shape, dtype=torch.int32, device=device)
 
 
 def loadavg() -> str:

@@ -103,24 +103,15 @@ def _stub_vllm() -> None:
     sys.modules.update(mods)
 
 
-class _Host:
-    def __init__(self, n):
-        self.cpu = torch.zeros(n, dtype=torch.int32)
-        self.np = self.cpu.numpy()
-        self.gpu = self.cpu
-
-
-class _Device:
-    def __init__(self, device, *shape):
-        self.gpu = torch.zeros(*shape, dtype=torch.int32, device=device)
-
-
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
 def part1(device: str, batches: list[int], steps: int, regex_wasm: str, vocab_width: int) -> list[dict]:
+    sys.path.insert(0, str(HERE.parent))
+    from mrv2_apply import _Device, _Host
+
     import aicirt
     from aicirt.integrations import vllm as v1
     from aicirt.integrations.vllm_mrv2 import AicirtMRV2LogitsProcessor
@@ -136,8 +127,8 @@ def part1(device: str, batches: list[int], steps: int, regex_wasm: str, vocab_wi
     for k in (0, 4):
         for batch in batches:
             st = LogitsProcRequestState(device=torch.device(device), max_num_reqs=batch, vocab_size=vocab_width,
-                                        all_token_ids=_Device(device, batch, 4096), prompt_len=_Host(batch),
-                                        prefill_len=_Host(batch), total_len=_Device(device, batch))
+                                        all_token_ids=_Device(batch, 4096, device=device), prompt_len=_Host(batch),
+                                        prefill_len=_Host(batch), total_len=_Device(batch, device=device))
             proc = AicirtMRV2LogitsProcessor(cfg, st)
             prompt = list(b"letters: ")
             for s in range(batch):

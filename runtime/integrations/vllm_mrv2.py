@@ -173,40 +173,25 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
         return True
 
     def _release(self, slot: _Slot) -> None:
-        s = slot.steered
-        if s is None:
-            return
-        p = slot.params
-        done = s.finished or (p.max_tokens is not None and len(s.output) >= p.max_tokens) or (
-            bool(s.output) and s.output[-1] == self._eos)
-        if done:
-            s.close()
-            return
-        from .vllm import MAX_PARKED
-        self._parked[id(p)] = (p, s)
-        while len(self._parked) > MAX_PARKED:
-            _, (_, gone) = self._parked.popitem(last=False)
-            gone.close()
+        """The slot's request left: freed if done, parked if preempted (the V1 processor's rule)."""
+        from .vllm import AicirtLogitsProcessor as V1
+        if slot.steered is not None:
+            V1._release(self, slot.params, slot.steered)  # type: ignore[arg-type]
 
     def _open(self, slot: _Slot, tokens: list[int], prompt_len: int) -> "Steered":
-        from .vllm import request_controller, resolve_reference
+        """The slot's request's controller: its parked one if it comes back from preemption (its
+        output as it left, plus at most the token of its last step), else a new one (the V1
+        processor's `_open`: load, or a message saying why not)."""
+        from .vllm import AicirtLogitsProcessor as V1
         parked = self._parked.pop(id(slot.params), None)
+        output = tokens[prompt_len:]
         if parked is not None:
-            s, output = parked[1], tokens[prompt_len:]
+            s = parked[1]
             if parked[0] is slot.params and output[:len(s.output)] == s.output and len(output) - len(s.output) <= 1:
                 s.output.extend(output[len(s.output):])   # the token of its last step: observed at begin
-                return s   # back from preemption, as it left
+                return s
             s.close()
-        ref, arg = request_controller(slot.params)  # type: ignore[misc]  # add_request checked it has one
-        ctrl = self._controllers.get(ref)
-        if ctrl is None:
-            try:
-                ctrl = self._controllers[ref] = self.runtime.load(resolve_reference(ref))
-            except Exception as e:   # validated at admission; still only this request's problem
-                ctrl = f"controller {ref!r} failed to load: {e}"
-        self._opened += 1
-        return self.steering.open(ctrl, arg, tokens[:prompt_len], list(tokens[prompt_len:]),
-                                  label=f"aicirt#{self._opened} {ref[:60]!r}")
+        return V1._open(self, slot.params, tokens[:prompt_len], list(output))  # type: ignore[arg-type, return-value]
 
     # -- before the forward pass ------------------------------------------------------------------
     def apply_staged_writes(self) -> None:
