@@ -70,6 +70,9 @@ class RowsSpec:
     temperature: np.ndarray
     ended: list[str | None]
     logs: list[str] = field(default_factory=list)
+    #: with `extend(go_on=True)`: the rows whose result was not one plain mask, each with its own
+    #: mask rows (its branches' `mask_row` index them); those rows go on from that state
+    results: dict = field(default_factory=dict)
 
 
 class _Row:
@@ -210,12 +213,23 @@ class Speculation:
         self.close()
 
     # -- drafts -------------------------------------------------------------------------------------
-    def extend(self, tokens: object, allowed: np.ndarray | None = None) -> RowsSpec:
+    def extend(self, tokens: object, allowed: np.ndarray | None = None,
+               edits: "dict[int, tuple[list[int], int]] | None" = None, skip: "set[int] | None" = None,
+               go_on: bool = False) -> RowsSpec:
         """The next draft token of each row (int array; -1: none, which ends that row): its call
         runs on a fork of the row's state after the drafts so far. `allowed`: the masks the
         drafts are sampled under (uint32 [rows, words]): a draft they do not allow ends its row
         without a call. Rows already ended stay ended (their `ok` is False). Raises ValueError
-        after `commit`, TypeError / ValueError for a bad array."""
+        after `commit`, TypeError / ValueError for a bad array.
+
+        `edits` {row: (tokens past the first `kept`, kept)}: that row's call gets an edit, as a
+        rows-API row does (a host that appended forced tokens calls its controller so), with
+        `tokens[row]` as its sampled token (-1: none); its depth counts as one in `commit`.
+        `skip`: rows that make no call at this depth and go on (a host forcing a token there).
+        `go_on`: a result that is not one plain mask (a splice, a stop, an error; not a fork or a
+        late call) does not end its row: it is in `RowsSpec.results` and the row's state after it
+        counts as a depth, for a host that simulates what it does with it."""
+        edits, skip = edits or {}, skip or set()
         if self._done:
             raise ValueError("this speculation was committed")
         toks = np.asarray(tokens)
@@ -229,19 +243,20 @@ class Speculation:
         ok = np.zeros(n, dtype=bool)
         ended: list[str | None] = [row.ended for row in self._rows]
         logs = [""] * n
+        results: dict = {}
         self.depth += 1
         go: list[int] = []
         forks: list[Sequence] = []
         for i, row in enumerate(self._rows):
-            if row.ended is not None:
+            if row.ended is not None or i in skip:
                 continue
             t = int(toks[i])
             why = None
-            if t < 0:
+            if t < 0 and i not in edits:
                 why = ENDED_NO_DRAFT
             elif t >= rt.vocab_size:
                 raise ValueError(f"draft token {t} of row {i} is outside the vocabulary (0..{rt.vocab_size - 1})")
-            elif allowed is not None and not (int(allowed[i, t >> 5]) >> (t & 31)) & 1:
+            elif allowed is not None and i not in edits and not (int(allowed[i, t >> 5]) >> (t & 31)) & 1:
                 why = ENDED_NOT_ALLOWED
             if why is None:
                 parent = row.chain[-1] if row.chain else row.seq
@@ -259,7 +274,8 @@ class Speculation:
                 row.ended = ended[i] = why
         if go:
             handle = rt.submit_rows(np.fromiter((f.index for f in forks), np.int64, len(forks)),
-                                    toks[go].astype(np.int32))
+                                    toks[go].astype(np.int32),
+                                    {j: edits[i] for j, i in enumerate(go) if i in edits} or None)
             out = handle.wait(timeout_s=rt.limits.call_timeout_s + 0.1)
             taken = np.asarray(go)
             is_mask = out.kind[:len(go)] == _MASK
@@ -276,6 +292,11 @@ class Speculation:
                     temperature[i] = np.nan if b.temperature is None else b.temperature
                     ok[i] = True
                     continue
+                if go_on and r.status != "pending" and not r.forks:
+                    results[i] = _own_masks(r, out.masks)
+                    row.vars_after.append(row.shadow.vars.snapshot())
+                    row.logs.append(r.logs or "")
+                    continue
                 row.ended = ended[i] = ENDED_LATE if r.status == "pending" else ENDED_RESULT
                 row.ended_result, row.ended_masks = _own_masks(r, out.masks)
                 fork = row.chain.pop()
@@ -290,7 +311,7 @@ class Speculation:
                 row = self._rows[i]
                 row.vars_after.append(row.shadow.vars.snapshot())
                 row.logs.append(logs[i])
-        return RowsSpec(ok, masks, temperature, ended, logs)
+        return RowsSpec(ok, masks, temperature, ended, logs, results)
 
     def run(self, drafts: object, first_masks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All the drafts at once: `drafts` int [rows, k] (-1 pads a shorter row). Returns

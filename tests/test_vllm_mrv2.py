@@ -174,7 +174,7 @@ def corrupted(drafter, seed=0):
 PROMPT = list(b"Copy: ab12cd34 ab12cd34 ab12cd34; ")
 
 
-def _run(proc, requests, drafter=None, script=None):
+def _run(proc, requests, drafter=None, script=None):  # requests: {slot: (params, prompt)}
     backend = ScriptedBackend(script=script or PROMPT + list(b"ab12cd34 ab12cd34 zz"))
     runner = Runner(proc, backend, drafter)
     for slot, (p, prompt) in requests.items():
@@ -266,3 +266,21 @@ def test_validate_params_and_the_import_are_light():
     with pytest.raises(ValueError, match="aicirt_controller"):
         AicirtMRV2LogitsProcessor.validate_params(SamplingParams(extra_args={"aicirt_controller": 3}))
     AicirtMRV2LogitsProcessor.validate_params(SamplingParams())
+
+
+def test_a_held_request_accepts_drafts_that_follow_its_forced_tokens(proc, monkeypatch):
+    # countdown fast-forwards " 3 2 1 liftoff!": a host that masks one token a step forces them one
+    # a row; drafts copied from the prompt follow them, so several forced tokens go in one step
+    prompt = list(b"Count: 3 2 1 liftoff! Again: ")
+    forced_rows = []
+    take = AicirtMRV2LogitsProcessor._take_drafts
+
+    def spy(self, slot, new):   # countdown only forces: every accepted draft was a forced token
+        forced_rows.append(len(new) - 1)
+        return take(self, slot, new)
+    monkeypatch.setattr(AicirtMRV2LogitsProcessor, "_take_drafts", spy)
+    script = prompt + list(b" 3 2 1 liftoff! zz")
+    _, plain = _run(proc, {0: (params("countdown", "3"), prompt)}, script=script)
+    runner, spec = _run(proc, {0: (params("countdown", "3"), prompt)}, prompt_lookup(k=4, n=2), script=script)
+    assert spec == plain and bytes(plain[0][:-1]) == b" 3 2 1 liftoff!"
+    assert max(forced_rows, default=0) >= 2, forced_rows

@@ -65,7 +65,7 @@ __all__ = ["AicirtMRV2LogitsProcessor", "both_runners"]
 class _Slot:
     """One persistent slot's controlled request, and its drafts of this step."""
     __slots__ = ("params", "steered", "known", "temperature", "spec_row", "drafts", "masks", "temps", "limit",
-                 "forced", "ended_plan")
+                 "states")
 
     def __init__(self, params: "SamplingParams") -> None:
         self.params = params
@@ -75,13 +75,36 @@ class _Slot:
         self._reset()
 
     def _reset(self) -> None:
-        self.spec_row: int | None = None    # its row in this step's Speculation
+        self.spec_row: tuple[int, int] | None = None   # (which of this step's Speculations, its row there)
         self.drafts: list[int] = []
         self.masks: list[Any] = []          # masks[j]: the plan of row j (uint32 words), for j <= limit
         self.temps: list[float | None] = []
         self.limit = 0                      # the most drafts that may be accepted
-        self.forced: list[int] | None = None   # a held request's forced tokens, row by row
-        self.ended_plan: Any = None         # steering's state after the draft whose result ended the speculation
+        self.states: list[Any] = [None]     # states[j]: steering's state after j accepted drafts, and
+                                            # the speculation calls that took (j >= 1)
+
+
+class _StateView:
+    """A saved state as an object `_state` can copy again (the saved one stays untouched)."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+_OWN = frozenset({"output", "seq", "request", "label", "_steering", "_closed"})
+
+
+def _clone(s: "Steered") -> "Steered":
+    """A copy of a request's steering state to simulate the next steps on (its lists its own)."""
+    c = copy.copy(s)
+    c.output, c.tokens, c._forced = list(s.output), list(s.tokens), deque(s._forced)
+    return c
+
+
+def _state(s: "Steered") -> dict[str, Any]:
+    """What `_clone`'s simulation changed, to put back into the real request's state."""
+    return {k: (list(v) if k == "tokens" else deque(v) if k == "_forced" else v)
+            for k, v in s.__dict__.items() if k not in _OWN}
 
 
 @contextmanager
@@ -134,7 +157,7 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
         self._parked: OrderedDict[int, tuple[SamplingParams, Steered]] = OrderedDict()
         self._began: dict[int, int] = {}    # slot -> its position in this step's batch
         self.applied: tuple[list[int], Any] = ([], None)   # the last apply's rows and their masks
-        self._spec: Speculation | None = None   # this step's draft calls, committed at the next
+        self._specs: list[Speculation] = []   # this step's draft calls, committed at the next
         self._biases = MaskBiases()
         self._opened = 0
 
@@ -198,9 +221,9 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
         """Take in each controlled slot's committed tokens (committing last step's drafts), then
         start the controllers."""
         import numpy as np
-        spec, self._spec = self._spec, None
+        specs, self._specs = self._specs, []
         if not self._slots:
-            if spec is not None:
+            for spec in specs:
                 spec.close()
             if self._steering is not None and self._steering.pending:
                 self._steering.end()
@@ -210,7 +233,7 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
         prompt_len = _host(rs.prompt_len)
         all_tokens = rs.all_token_ids
         uva = getattr(all_tokens, "_uva_buf", None)
-        accepted = np.zeros(len(spec), dtype=np.int64) if spec is not None else None
+        accepted = [np.zeros(len(spec), dtype=np.int64) for spec in specs]
         batch: list[Steered] = []
         self._began = {}
         for idx in sorted(self._slots):
@@ -225,22 +248,21 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
                 new = [int(t) for t in row.tolist()]
                 if slot.drafts:
                     a = self._take_drafts(slot, new)
-                    if accepted is not None and slot.spec_row is not None:
-                        accepted[slot.spec_row] = a
+                    if slot.spec_row is not None:
+                        accepted[slot.spec_row[0]][slot.spec_row[1]] = a
                 slot.steered.output.extend(new)
                 slot.known = n
             slot._reset()
             self._began[idx] = len(batch)
             batch.append(slot.steered)
-        if spec is not None:
-            spec.commit(accepted)
+        for spec, acc in zip(specs, accepted):
+            spec.commit(acc)
         self.steering.begin(batch)
 
     def _take_drafts(self, slot: _Slot, new: list[int]) -> int:
         """vLLM appended `new` (the accepted drafts, then the token sampled after them) to a slot
-        that had drafts: bring its steering state past the accepted drafts, as if each had been
-        a step of its own. Returns how many its speculation row commits."""
-        from .steering import _FORCE, _SAMPLE
+        that had drafts: its steering state becomes the simulated one after the accepted drafts
+        (`_draft_rows`). Returns the speculation calls its row commits."""
         s = slot.steered
         assert s is not None
         a = len(new) - 1
@@ -251,30 +273,13 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
             return 0
         if a > slot.limit:
             s._fail(f"vLLM accepted {a} draft tokens where the controller's masks were known for {slot.limit} "
-                    f"(a draft past a fast-forward, or a call still running)")
+                    f"(a call still running, or a no-op)")
             return 0
-        s.tokens.extend(new[:a])
-        s._observed += a
-        if slot.forced is not None:   # held: the accepted drafts were its forced tokens
-            for _ in range(a):
-                s._forced.popleft()
-            s._forced_token = slot.forced[a]
-            s._expect = _FORCE
-            return 0
-        s._submitted_len = (s._submitted_len or 0) + a
-        if slot.ended_plan is not None and a == slot.limit:   # the draft whose result ended the speculation
-            shadow = slot.ended_plan
-            for name in ("error", "stopped", "_expect", "_forced_token", "_forced", "_splices", "_report_sampled",
-                         "_temperature", "_last_mask", "_first", "_replay"):
-                setattr(s, name, getattr(shadow, name))
-            if s.error is not None:
-                log.warning("%s: controller error, request ended: %s", s.label, s.error)
-        else:   # it samples the bonus token under the mask after the last accepted draft
-            s._last_mask = slot.masks[a]
-            s._temperature = slot.temps[a]
-            s._splices = ()
-            s._expect = _SAMPLE
-        return a
+        state, calls = slot.states[a]
+        s.__dict__.update(_state(_StateView(state)))
+        if s.error is not None:
+            log.warning("%s: controller error, request ended: %s", s.label, s.error)
+        return calls
 
     # -- after the forward pass -------------------------------------------------------------------
     def apply(self, logits: "torch.Tensor", ctx: LogitsContext) -> "torch.Tensor":
@@ -325,64 +330,83 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
 
     def _draft_rows(self, drafting: dict[int, list[int]], plan: Any, inputs: "np.ndarray", local: "np.ndarray",
                     rows: list[int], masks: list, temps: list, req_t: list) -> None:
-        """The masks of the draft rows: one speculation over every drafting slot whose controller
-        samples under a plain mask this step; a held slot's rows follow its forced tokens."""
+        """The masks of the draft rows. For each drafting request, steering is simulated on a copy
+        of its state, draft by draft, as if vLLM had appended each draft in a step of its own: the
+        copy observes the draft, makes the call steering would make (on a copy-fork: the runtime's
+        speculation call, one batch a depth for all requests) or none while it forces tokens, and
+        plans the next row. Row j's mask is that plan; the state after it is kept for the commit."""
         import numpy as np
 
-        from ..speculate import ENDED_NOT_ALLOWED, Speculation
-        from .steering import _FORCE, _SAMPLE
+        from ..speculate import Speculation
         words = self.runtime.mask_words
-        spec_slots: list[int] = []
+        sims: list[int] = []
         for idx, draft_rows in drafting.items():
             slot, s = self._slots[idx], self._slots[idx].steered
             draft_rows.sort(key=lambda r: int(local[r]))
             slot.drafts = [int(inputs[r]) for r in draft_rows]
             at = self._began[idx]
-            slot.masks, slot.temps = [plan.masks[at].copy()], [plan.temperatures[at]]
-            if s is None or s.finished and not s._forced:
-                continue
-            if s._expect is _SAMPLE and not s._splices and not s.finished and s.seq is not None:
-                spec_slots.append(idx)
-            elif s._expect == _FORCE:   # held: rows follow the forced tokens while the drafts do
-                forced = [s._forced_token, *s._forced]
-                slot.forced = forced
-                for j, d in enumerate(slot.drafts, start=1):
-                    if j >= len(forced) or d != forced[j - 1]:
-                        break
-                    one = np.zeros(words, dtype=np.uint32)
-                    one[forced[j] >> 5] = np.uint32(1 << (forced[j] & 31))
-                    slot.masks.append(one)
-                    slot.temps.append(None)
-                    slot.limit = j
-        if spec_slots:
+            slot.masks, slot.temps, slot.states = [plan.masks[at].copy()], [plan.temperatures[at]], [None]
+            if s is not None and not s.finished and s.seq is not None:
+                sims.append(idx)
+        spec = None
+        if sims:
             try:
-                spec = Speculation(self.runtime, np.array([self._slots[i].steered.seq.index for i in spec_slots]))
+                spec = Speculation(self.runtime, np.array([self._slots[i].steered.seq.index for i in sims]))  # type: ignore[union-attr]
             except ValueError as e:   # e.g. a call still out: these drafts cannot be accepted
                 log.debug("no speculation this step: %s", e)
-            else:
-                self._spec = spec
-                k = max(len(self._slots[i].drafts) for i in spec_slots)
-                drafts = np.full((len(spec_slots), k), -1, dtype=np.int64)
-                for j, idx in enumerate(spec_slots):
-                    drafts[j, :len(self._slots[idx].drafts)] = self._slots[idx].drafts
-                first = np.stack([self._slots[i].masks[0] for i in spec_slots])
-                n_ok, dmasks, dtemps = spec.run(drafts, first_masks=first)
-                for j, idx in enumerate(spec_slots):
-                    slot, m = self._slots[idx], int(n_ok[j])
-                    slot.spec_row = j
-                    slot.masks += [dmasks[j, i] for i in range(m)]
-                    slot.temps += [None if t != t else float(t) for t in dtemps[j, :m].tolist()]
-                    slot.limit = m
-                    r = spec.ended_result(j)
-                    if r is not None and m < len(slot.drafts):
-                        planned = self._plan_after(slot, m, r, spec.ended_masks(j))
-                        if planned is not None:
-                            slot.ended_plan, row, t = planned
-                            slot.masks.append(row)
-                            slot.temps.append(t)
-                            slot.limit = m + 1
-                    elif spec.ended(j) == ENDED_NOT_ALLOWED:
-                        slot.limit = len(slot.drafts)   # that draft is never accepted: no row past it is used
+        if spec is not None:
+            self._specs.append(spec)
+            which = len(self._specs) - 1
+            shadows = [_clone(self._slots[i].steered) for i in sims]  # type: ignore[arg-type]
+            calls = [0] * len(sims)
+            for r, idx in enumerate(sims):
+                self._slots[idx].spec_row = (which, r)
+            live = list(range(len(sims)))
+            j = 0
+            while live:
+                j += 1
+                toks = np.full(len(sims), -1, dtype=np.int64)
+                edits: dict[int, tuple[list[int], int]] = {}
+                need: list[int] = []
+                for r in list(live):
+                    slot, sh = self._slots[sims[r]], shadows[r]
+                    d = slot.drafts[j - 1] if j <= len(slot.drafts) else -1
+                    if d < 0 or not (int(slot.masks[j - 1][d >> 5]) >> (d & 31)) & 1:
+                        live.remove(r)   # no draft, or one the row before never samples
+                        continue
+                    sh.output.append(d)
+                    with _quiet():
+                        call = sh._begin()
+                    if call is not None:
+                        need.append(r)
+                        toks[r] = call[1]
+                        if call[2] is not None:
+                            edits[r] = call[2]
+                out = spec.extend(toks, edits=edits, skip=set(range(len(sims))) - set(need), go_on=True) if need else None
+                for r in list(live):
+                    slot, sh = self._slots[sims[r]], shadows[r]
+                    row = np.zeros((1, words), dtype=np.uint32)
+                    if r in need:
+                        assert out is not None
+                        if out.ok[r]:
+                            sh._take_mask(float(out.temperature[r]), out.masks, r)
+                        else:
+                            res, own = out.results.get(r, (None, None))
+                            with _quiet():
+                                again = res is None or sh._take(res, own if own is not None else row, row[0])
+                            if again:   # late, a fork or a no-op: the next row cannot be planned
+                                live.remove(r)
+                                continue
+                        calls[r] += 1
+                    with _quiet():
+                        t = sh._plan(row, 0)
+                    slot.masks.append(sh._last_mask.copy() if sh._expect == "sample" and sh._last_mask is not None
+                                      else row[0])
+                    slot.temps.append(t)
+                    slot.states.append((_state(sh), calls[r]))
+                    slot.limit = j
+                    if sh.finished and not sh._forced:
+                        live.remove(r)
         for idx, draft_rows in drafting.items():
             slot = self._slots[idx]
             for j, r in enumerate(draft_rows, start=1):
@@ -392,24 +416,6 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
                 temps.append(slot.temps[j] if known else None)
                 req_t.append(slot.temperature)
 
-    def _plan_after(self, slot: _Slot, m: int, r: Any, r_masks: Any) -> tuple[Any, Any, Any] | None:
-        """What steering plans for the row after draft m + 1, whose result `r` ended the
-        speculation, planned on a copy of the request's state (None: it cannot be planned
-        without another call: a no-op)."""
-        import numpy as np
-        s = slot.steered
-        shadow = copy.copy(s)
-        shadow._forced = deque(s._forced)
-        shadow.tokens = s.tokens + slot.drafts[:m + 1]
-        shadow._expect, shadow._report_sampled, shadow._first = None, None, False
-        row = np.zeros((1, self.runtime.mask_words), dtype=np.uint32)
-        with _quiet():
-            again = shadow._take(r, r_masks if r_masks is not None else row, row[0])
-            if again:
-                return None
-            out = np.zeros((1, self.runtime.mask_words), dtype=np.uint32)
-            t = shadow._plan(out, 0)
-        return shadow, out[0], t
 
 
 def both_runners(v1_class: type) -> type:
