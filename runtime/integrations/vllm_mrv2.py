@@ -27,12 +27,14 @@ Async scheduling is handled: the previous step's sampled tokens are read in
 `apply_staged_writes` from the device buffers, which waits for that step's sampling to finish
 (the one synchronisation this processor adds a step; docs/vllm.md says what it costs).
 
-What stays exact: every row whose controller state is known gets exactly the mask the controller
-gives there (the draft rows by speculation; the row after a draft whose result is a stop, an
-error or a fast-forward gets what steering plans for that result). Where a draft needs a
-result that is not known (past a fast-forward that the drafts follow, or a call still running),
-the row is masked like the row before it and a limit is kept: if vLLM accepts drafts past it,
-the request ends with a clear error (`[aicirt error: ...]`) instead of going on unchecked.
+Draft rows: steering is simulated on a copy of the request's state, draft by draft, as if vLLM had
+appended each draft in a step of its own: the copy makes the call steering would make (on a
+copy-fork, through `aicirt.speculate`) or none while it forces fast-forward tokens, and plans the
+next row; at the next step the state after the accepted drafts is put back. So every row gets
+exactly the plan steering would give there (a mask, a forced token, EOS after a stop, the error
+text after an error). Where a row cannot be planned (a call still running, a no-op, a fork), the
+rows past it are masked like it and, should vLLM accept drafts past it, the request ends with a
+clear error (`[aicirt error: ...]`) instead of going on unchecked.
 """
 from __future__ import annotations
 
