@@ -94,6 +94,13 @@ class Registry:
                 self._free.append(seq.index)
             self._held.pop(seq, None)
 
+    def swap_slots(self, a: Sequence, b: Sequence, addr_a: int, addr_b: int) -> None:
+        """`a` and `b` exchange their native slots (at `addr_a`, `addr_b`), each keeping its index
+        (speculate.py's commit: a sequence takes its fork's state)."""
+        with self._lock:
+            self._by_addr[addr_b], self._by_addr[addr_a] = a, b
+            self.table[a.index], self.table[b.index] = addr_b, addr_a
+
     def lookup(self, addr: int) -> Sequence:
         """The sequence whose slot is at `addr` (host imports, on a worker thread). Raises KeyError."""
         with self._lock:
