@@ -196,7 +196,8 @@ class RowsHandle:
                     self.registry.hold(seq, self.masks)   # its call may still write into this step's array
             return StepResult(seq, "error", error="sequence was closed")
         if not seq.slot.done:
-            counts = seq.calls > 1 and self.rt.native.late_is_own(seq.slot, self.rt.limits.soft_deadline_s)
+            counts = seq.calls > 1 and self.rt.native.late_is_own(seq.slot, seq.late_steps,
+                                                                   self.rt.limits.soft_deadline_s)
             late = seq._mark_late(self.masks, i, counts)
             if late >= self.rt.limits.max_late_steps:
                 stage = Stage(seq.slot.stage)   # where the worker is stuck (it writes this as it goes)

@@ -45,8 +45,9 @@ class Limits:
     compile_timeout_s: float = 30.0
     epoch_tick_s: float = 0.01          # granularity of the hard time limit
     # workers started in place of ones stuck past half the soft deadline; the stuck ones take turns
-    # (at most half the cores at once), so an extra worker costs a parked thread, not a core
-    max_extra_workers: int = 32
+    # (at most half the cores at once), so an extra worker costs a parked thread, not a core. Enough
+    # for every stuck call to have its own (past it, stuck calls hold the base workers too)
+    max_extra_workers: int = 512
     max_splices: int = 64               # splices in one branch of a result
     max_result_tokens: int = 1 << 16    # token ids in one result's splices (when-sampled + ff-tokens)
     resident_bytes: int = 0             # linear memory freed pooled slots keep resident for reuse (0: none)

@@ -176,7 +176,8 @@ def test_rows_misuse_raises_before_anything_runs(make_rt, scripted_wasm):
 def _caller_rt(hot_path, **limits):
     """One worker, so that a long call holds it and the next row stays queued for the caller."""
     limits.setdefault("soft_deadline_s", 30.0)
-    return aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(**limits), workers=1, cache_dir=False)
+    return aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(**limits), workers=1, cache_dir=False,
+                          steal=True)
 
 
 def _hog(rt, ctrl, cpu_s: float):
@@ -374,7 +375,7 @@ def test_a_call_the_caller_took_leaves_no_queue_entry_behind():
         "from _json_cases import VocabTokenizer\n"
         "tok = VocabTokenizer(*qwen_token_bytes())\n"
         "rt = aicirt.Runtime(tok, limits=aicirt.Limits(soft_deadline_s=30.0, first_call_timeout_s=60.0),\n"
-        "                    workers=1, cache_dir=False)\n"
+        "                    workers=1, cache_dir=False, steal=True)\n"
         "ctrl = rt.load(build_cached('regex'))\n"
         "prompt, digits = tok.encode('Year: '), tok.encode('194')\n"
         "for _ in range(25):\n"

@@ -153,7 +153,6 @@ class Native:
         self.gather_rows = impl.gather_rows
         self.clock_start = impl.clock_start     # (slot, budget_us): the running call's clocks, on its thread
         self.call_cpu_us = impl.call_cpu_us     # (slot) -> µs of CPU its call has used (any thread)
-        self.call_own_us = impl.call_own_us     # (slot) -> that plus its waits for a turn as a stalled call
         self.epoch_callback = impl.epoch_callback
 
     # -- slots ---------------------------------------------------------------------------------
@@ -183,12 +182,14 @@ class Native:
             slot.post_ptr = slot.result_ptr
             slot.post_left_us = slot.budget_us - slot.cpu_us   # the limit counts CPU time (SPEC §4)
 
-    def late_is_own(self, slot: CData, soft_deadline_s: float) -> bool:
-        """Whether a call still running at the soft deadline is late by its own doing (SPEC §4):
-        its own time (`call_own_us`: CPU used, plus waits for its turn among stuck calls) has
-        reached the soft deadline. A call that is late only because the machine gave it no CPU,
-        or that is still queued, is not."""
-        return self.call_own_us(slot) >= soft_deadline_s * 1e6
+    def late_is_own(self, slot: CData, late_steps: int, soft_deadline_s: float) -> bool:
+        """Whether one more late step of a call still running at the soft deadline counts as the
+        controller's own (SPEC §4): only CPU time counts, so the k-th counted late step needs k soft
+        deadlines of CPU (`call_cpu_us`). A call late because the machine gave it no CPU, because
+        it waited for its turn among stalled calls, or because it is still queued, is not; with
+        `late_steps` counted already, this one counts once the call has used
+        (late_steps + 1) x `soft_deadline_s` of CPU."""
+        return self.call_cpu_us(slot) >= (late_steps + 1) * soft_deadline_s * 1e6
 
     def set_fault(self, slot: CData, message: str) -> None:
         data = message.encode("utf-8", "replace")[:self.FAULT_BYTES]

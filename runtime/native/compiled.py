@@ -57,7 +57,6 @@ class Compiled:
         self.epoch_callback = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aicirt_epoch_cb")))
         self.clock_start = lib.aicirt_clock_start
         self.call_cpu_us = lib.aicirt_call_cpu_us
-        self.call_own_us = lib.aicirt_call_own_us
 
         def on_error(exc_type: type, exc: BaseException, tb: object) -> int:
             # an exception that left the handler: the sequence's fault (cffi would print it and return 0)

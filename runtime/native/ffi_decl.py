@@ -51,7 +51,6 @@ int aicirt_rows_finish(aicirt_pool *p, uint8_t *scratch, int n, double timeout_u
 void aicirt_bind_clock(void *error_new, void *increment_epoch);
 void aicirt_clock_start(aicirt_slot *s, double budget_us);
 double aicirt_call_cpu_us(aicirt_slot *s);
-double aicirt_call_own_us(aicirt_slot *s);
 void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind);
 
 void aicirt_log_append(aicirt_slot *s, const uint8_t *data, uint32_t n);

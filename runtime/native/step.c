@@ -224,15 +224,6 @@ double aicirt_call_cpu_us(aicirt_slot *s) {
 
 static double stalled_turn(aicirt_slot *s, double now, double cpu_us);
 
-/* The call's own time (µs): the CPU it used plus what it waited for its turns as a stalled call
- * (waiting for a turn is a stuck call's share of the cores, not the machine's doing). Read by the
- * engine thread for the lateness rule (SPEC §4); 0 before the call starts. */
-double aicirt_call_own_us(aicirt_slot *s) {
-    if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return 0;
-    double since = s->turn_wait_since_us;
-    return aicirt_call_cpu_us(s) + s->turn_wait_us + (since > 0 ? now_us() - since : 0);
-}
-
 /* Why the limit ended the call, in the slot's fault (the message the sequence gets), and the
  * error that makes wasmtime unwind the call. */
 static void *limit_error(aicirt_slot *s, double cpu_us, double wall_us) {
@@ -471,7 +462,8 @@ uint8_t *aicirt_memory(aicirt_slot *s, size_t *size) {
 #define DEFER_WORK_US 20.0
 #define STEAL_HEADROOM 10.0
 #define STEAL_PAUSE 100.0
-#define MAX_THREADS 64
+#define MAX_THREADS 1024
+#define QUEUED_STALL_DIVISOR 4.0
 #define STALL_SLICE_US 10000.0
 
 typedef struct aicirt_pool aicirt_pool;
@@ -496,8 +488,9 @@ struct aicirt_pool {
     int run_stalled_max, run_stalled;
     int holds[MAX_THREADS];
     double turn_since[MAX_THREADS];
-    int waiting_turn[MAX_THREADS];    /* FIFO ring of worker indices */
-    int turn_head, turn_len;
+    double turn_cpu[MAX_THREADS];     /* the CPU time a waiting stalled call had used when it queued */
+    int waiting_turn[MAX_THREADS];    /* worker indices waiting for a turn (unordered) */
+    int turn_len;
     /* the caller-runs rule */
     int steal;                  /* 0: every call goes to a worker */
     double steal_paused_until;  /* now_us() before which no caller takes a call (under mu) */
@@ -541,13 +534,18 @@ static void replace_stalled(aicirt_pool *p) {
         if (!spawn_worker(p)) break;
 }
 
-/* Give turns to waiting stalled calls while there is room (under p->mu). */
+/* Give turns to waiting stalled calls while there is room (under p->mu): the one that has used the
+ * least CPU first, so a legal call demoted a moment ago (a few ms of CPU) runs before loopers that
+ * have used hundreds, and loopers of equal standing take turns round-robin (each turn raises what
+ * the holder has used). */
 static void grant_turns(aicirt_pool *p) {
     int granted = 0;
     while (p->turn_len && p->run_stalled < p->run_stalled_max) {
-        int j = p->waiting_turn[p->turn_head];
-        p->turn_head = (p->turn_head + 1) % MAX_THREADS;
-        p->turn_len--;
+        int best = 0;
+        for (int k = 1; k < p->turn_len; k++)
+            if (p->turn_cpu[p->waiting_turn[k]] < p->turn_cpu[p->waiting_turn[best]]) best = k;
+        int j = p->waiting_turn[best];
+        p->waiting_turn[best] = p->waiting_turn[--p->turn_len];
         p->holds[j] = 1;
         p->turn_since[j] = now_us();
         p->run_stalled++;
@@ -564,19 +562,17 @@ static void release_turn(aicirt_pool *p, int i) {
 }
 
 /* Queue for a turn and wait for it (under p->mu); returns the µs spent waiting (also added to the
- * call's turn_wait_us). */
-static double take_turn(aicirt_pool *p, int i, aicirt_slot *s) {
+ * call's turn_wait_us). `cpu_us`: what the call has used (the turn order's key). */
+static double take_turn(aicirt_pool *p, int i, aicirt_slot *s, double cpu_us) {
     double t0 = s->turn_wait_since_us = now_us();
-    p->waiting_turn[(p->turn_head + p->turn_len) % MAX_THREADS] = i;
-    p->turn_len++;
+    p->turn_cpu[i] = cpu_us;
+    p->waiting_turn[p->turn_len++] = i;
     grant_turns(p);
     while (!p->holds[i] && !p->stop) pthread_cond_wait(&p->turn, &p->mu);
     if (!p->holds[i]) {   /* stopping: run on, out of turn (the call ends at its limit) */
         for (int k = 0; k < p->turn_len; k++)
-            if (p->waiting_turn[(p->turn_head + k) % MAX_THREADS] == i) {
-                for (int m = k; m + 1 < p->turn_len; m++)
-                    p->waiting_turn[(p->turn_head + m) % MAX_THREADS] = p->waiting_turn[(p->turn_head + m + 1) % MAX_THREADS];
-                p->turn_len--;
+            if (p->waiting_turn[k] == i) {
+                p->waiting_turn[k] = p->waiting_turn[--p->turn_len];
                 break;
             }
     }
@@ -597,7 +593,10 @@ static double stalled_turn(aicirt_slot *s, double now, double cpu_us) {
     if (!w) return 0;   /* not a pool worker (a start function on the engine's thread) */
     aicirt_pool *p = w->p;
     int i = w->index;
-    if (!p->demoted[i] && cpu_us < p->stall_us) return 0;
+    if (!p->demoted[i] && cpu_us < p->stall_us
+        && !(cpu_us >= p->stall_us / QUEUED_STALL_DIVISOR
+             && __atomic_load_n(&p->tail, __ATOMIC_ACQUIRE) != __atomic_load_n(&p->head, __ATOMIC_ACQUIRE)))
+        return 0;
     double waited = 0;
     pthread_mutex_lock(&p->mu);
     if (p->stop) {   /* closing: no turns, the call runs on to its limit */
@@ -608,12 +607,13 @@ static double stalled_turn(aicirt_slot *s, double now, double cpu_us) {
         p->demoted[i] = 1;
         p->stalled++;
         p->stalls_total++;
+        replace_stalled(p);   /* a fresh worker takes the queue now, not at the engine's next wait */
     }
     if (!p->holds[i]) {
-        waited = take_turn(p, i, s);
+        waited = take_turn(p, i, s, cpu_us);
     } else if (p->turn_len && now - p->turn_since[i] >= STALL_SLICE_US) {   /* others wait: let one run */
         release_turn(p, i);
-        waited = take_turn(p, i, s);
+        waited = take_turn(p, i, s, cpu_us);
     }
     pthread_mutex_unlock(&p->mu);
     return waited;
