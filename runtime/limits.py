@@ -14,8 +14,8 @@ class Limits:
     The two call limits count the CPU time of the thread running the call, checked at each epoch
     tick (SPEC §4): a busy machine slows a call down but never spends its budget. A call starved of
     CPU still ends after `wall_backstop_factor` times its limit in wall-clock time. The soft
-    deadline is wall-clock; a late step counts towards `max_late_steps` only once the call's own
-    time (its CPU time, plus any wait for its turn among stuck calls) has reached the soft deadline.
+    deadline is wall-clock; the k-th late step in a row counts towards `max_late_steps` only once
+    the call has used k soft deadlines of CPU time (waits for a core or for a turn never count).
 
     `resident_bytes` and `resident_idle_s` are not sandbox limits but the runtime's memory policy.
     With `resident_bytes` 0 (the default) a freed instance's linear memory goes back to the kernel
