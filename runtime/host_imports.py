@@ -1,8 +1,8 @@
 """The Python side of WIT interface `host` and of `wasi_snapshot_preview1` (SPEC §2, docs/wasi.md).
 
-On the compiled hot path only `tokenize`, `detokenize`, `token-trie` and the WASI functions
-wasi.c lacks (ENOSYS) run here (the per-step imports are native callbacks in native/host.c and
-native/wasi.c); on the Python fallback every import does, with the same results and messages. Each import gets its sequence and a
+In the hot path only `tokenize`, `detokenize`, `token-trie` and the WASI functions wasi.c lacks
+(ENOSYS) run here (the per-step imports are native callbacks in native/host.c and native/wasi.c);
+the Python twins of those below are not reached by it (left for a later cleanup). Each import gets its sequence and a
 bounds-checked view of its caller's memory; a guest that passes something invalid gets a trap
 whose message says which import and why, recorded on its own sequence, and only that sequence ends.
 """
@@ -102,7 +102,7 @@ class HostImports:
 
     # -- interface host --------------------------------------------------------------------------
     # The first five and the var/log ones are native callbacks on the compiled path (host.c);
-    # these Python twins serve the fallback and read the same slot fields.
+    # these Python twins read the same slot fields (unreached since the Python fallback went).
     def h_vocab_size(self, seq: "Sequence", g: Guest) -> int:
         return g.slot.vocab_size
 

@@ -2,7 +2,7 @@
 
 The error contract, once: misuse of the API raises (ValueError for a closed object, a sequence
 of another runtime, a duplicate in one batch, a second wait; TypeError for a wrong argument
-type), the same on both hot paths. Nothing a controller does ever raises: it ends its own
+type). Nothing a controller does ever raises: it ends its own
 sequence with status "error" and a message, and every other sequence carries on.
 """
 from __future__ import annotations
@@ -34,12 +34,11 @@ from .snapshot import InitHost, load_initialized
 if TYPE_CHECKING:
     from .native import EditArrays
     from .native.compiled import CPool
-    from .native.fallback import ThreadPool
     from .native.types import CData
     from .tokenizer import Tokenizer
 
 
-def _shutdown(pool: "CPool | ThreadPool", host: HostImports) -> None:
+def _shutdown(pool: "CPool", host: HostImports) -> None:
     pool.close()       # waits for running calls (its epoch clock ticks until they end), then stops the clock
     host.close()
 
@@ -95,7 +94,7 @@ class Runtime(Owned):
         #: the native slot every sequence starts from: the limits and vocabulary (Sequence adds its request's)
         self.slot_template = self._new_slot_template()
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
-        # the worker threads that run controller calls (step.c's pool, or the fallback's), with the
+        # the worker threads that run controller calls (pool.c), with the
         # epoch clock that ticks the engine while calls are out
         self.pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
                                           self.limits.soft_deadline_s / 2, steal, self.engine, self.limits.epoch_tick_s)

@@ -143,7 +143,7 @@ def test_a_healthy_call_the_machine_slows_down_is_never_stalled(make_rt, scripte
     assert runtime.pool.stats().stalls_total == before
 
 
-def test_stuck_calls_taking_turns_both_end_by_the_late_rule(hot_path, scripted_wasm):
+def test_stuck_calls_taking_turns_both_end_by_the_late_rule(scripted_wasm):
     """Two loopers on one turn: lateness is charged in CPU time only (a wait for its turn is not
     the call's), and each gets its turns, so both still end at max_late_steps once each has used
     max_late_steps soft deadlines of CPU."""

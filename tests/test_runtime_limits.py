@@ -76,7 +76,7 @@ def test_call_time_limit_interrupts_an_endless_loop(make_rt, scripted_wasm):
     assert "time limit" in statuses[-1].error and "(Limits.call_timeout_s)" in statuses[-1].error, statuses[-1].error
 
 
-def test_fork_without_a_free_instance_slot(hot_path, scripted_wasm):
+def test_fork_without_a_free_instance_slot(scripted_wasm):
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=2) as runtime:
         ctrl = runtime.load(scripted_wasm)
         seq = runtime.new_request(ctrl, arg=script(result(*[branch(mask=[i]) for i in range(3)]))).spawn()

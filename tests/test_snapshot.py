@@ -178,7 +178,7 @@ def test_without_init_export_nothing_changes(rt):
     assert first_mask(rt, ctrl) == [0]
 
 
-def test_snapshot_cached_on_disk_per_tokenizer(hot_path, tmp_path, monkeypatch):
+def test_snapshot_cached_on_disk_per_tokenizer(tmp_path, monkeypatch):
     src = wat(GOOD_INIT)
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=tmp_path) as runtime:
         runtime.load(src)

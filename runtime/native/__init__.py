@@ -1,16 +1,13 @@
 """The FFI layer: every call into libwasmtime below wasmtime-py's public API is in this package.
 
-Two interchangeable hot paths implement the same operations over the same ``aicirt_slot``
-struct (one per sequence; declared in step.c):
+One hot path (:mod:`.compiled`): the C in this folder (step.c's step and lift, clock.c's CPU
+clocks, pool.c's worker pool, rows.c's rows API, host.c's native imports and variables, wasi.c,
+pages.c, spawn.c), built once and cached under the user cache dir (:mod:`.build`); pthread
+workers run sequence-steps with the GIL released (~1 µs a sequence-step), and the per-step host
+imports are native callbacks. The fuzzer's harness (:mod:`aicirt.testing`) is the independent
+oracle of its protocol.
 
-* ``compiled`` (:mod:`.compiled`): step.c + host.c built once with cffi's API mode (cached under
-  the user cache dir); pthread workers run sequence-steps with the GIL released (~1 µs a
-  sequence-step), and the per-step host imports are native callbacks.
-* ``python`` (:mod:`.fallback`): the same logic in Python over cffi's ABI mode and Python
-  threads, for machines without a C compiler (or with ``AICIRT_NATIVE=python``); about 40 times
-  slower, same results, same errors.
-
-Both call into the very libwasmtime that wasmtime-py loaded, so handles made with wasmtime-py
+It calls into the very libwasmtime that wasmtime-py loaded, so handles made with wasmtime-py
 (stores, funcs, memories) are valid here. One concept a module: :mod:`.build` (compiling the C),
 :mod:`.traps` (trap text), :mod:`.guest` (guest memory for Python host imports), :mod:`.linker`
 (defining host imports), :mod:`.instance` (stores, fork copies), :mod:`.engine_config`.
@@ -19,9 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import os
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -111,7 +106,7 @@ def fn_addr(name: str) -> int:
 
 
 class Native:
-    """The loaded hot path. ``mode`` is "compiled" or "python"; ``ffi`` allocates slots."""
+    """The loaded hot path (``mode`` is "compiled", the only one); ``ffi`` allocates slots."""
 
     FAULT_BYTES = 255
 
@@ -119,16 +114,11 @@ class Native:
         self.wt = cffi.FFI()
         self.wt.cdef(CDEF_SLOT + CDEF_VARS + CDEF_WASMTIME)
         self.wtlib: CLib = self.wt.dlopen(str(wt_ffi.filename))
-        impl: Any = None
-        if os.environ.get("AICIRT_NATIVE", "compiled") != "python":
-            try:
-                from .compiled import Compiled
-                impl = Compiled(self)
-            except Exception as e:  # no compiler, no headers: slower, same semantics
-                warnings.warn(f"aicirt: C hot path unavailable ({e}); using the Python fallback", RuntimeWarning)
-        if impl is None:
-            from .fallback import Fallback
-            impl = Fallback(self)
+        from .compiled import Compiled
+        try:
+            impl = Compiled(self)
+        except Exception as e:
+            raise RuntimeError(f"aicirt: the C hot path could not be built or loaded: {e}") from e
         self.impl = impl
         self.mode: str = impl.mode
         self.ffi = impl.ffi
@@ -229,7 +219,7 @@ class Native:
             _handlers.pop(hid, None)
 
     def dispatch(self, hid: int, slot: CData, ctx: CData, args: CData) -> int:
-        """Run Python host import `hid` (called by both hot paths' trampolines); 0 or 1 (fault)."""
+        """Run Python host import `hid` (called by the hot path's trampoline); 0 or 1 (fault)."""
         handler = _handlers.get(hid)
         if handler is None:
             self.set_fault(slot, "host import called after its runtime was closed")

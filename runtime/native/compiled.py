@@ -1,4 +1,5 @@
-"""The compiled hot path: step.c's worker pool and host.c's native imports and variables."""
+"""The hot path: step.c's worker pool and host.c's native imports and variables, built from
+runtime/native/*.c (build.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -13,7 +14,6 @@ from wasmtime import _ffi as wt_ffi
 
 from . import fn_addr
 from .build import load_extension
-from .fallback import MAX_NESTED_IMPORTS, escaped_text
 from .pool_stats import PoolStats
 from .types import CData, CLib
 
@@ -22,6 +22,21 @@ if TYPE_CHECKING:
 
     from . import EditArrays, Native, RowScratch
     from .instance import SpawnPlan
+
+
+# Python host imports nested in one another (a cabi_realloc that calls host imports) fail past this
+# depth, while the thread's stack still has room.
+MAX_NESTED_IMPORTS = 16
+
+
+def escaped_text(exc: BaseException, tb: object) -> str:
+    """A fault for an exception that escaped a host import's handler, in the handler's own words
+    ("host import `name` failed: Type: message"); the name from the handler's frame if it ran."""
+    what = "host import"
+    while tb is not None:
+        what = tb.tb_frame.f_locals.get("what", what)  # type: ignore[attr-defined]
+        tb = tb.tb_next  # type: ignore[attr-defined]
+    return f"{what} failed: {type(exc).__name__}: {exc}"
 
 
 class Compiled:
@@ -68,7 +83,7 @@ class Compiled:
         @ffi.def_extern(name="aicirt_py_import", onerror=on_error)
         def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi
             depth = nesting.__dict__.get("depth", 0)
-            if depth >= MAX_NESTED_IMPORTS:   # fallback.py's trampoline: fail while there is room
+            if depth >= MAX_NESTED_IMPORTS:   # fail while the stack has room
                 native.set_fault(slot, f"host import failed: RecursionError: host imports nested over "
                                        f"{MAX_NESTED_IMPORTS} deep (a cabi_realloc calling host imports)")
                 return 1

@@ -1,5 +1,5 @@
 """cffi declarations (hand-kept): step.c's slot, read from it; the hot path's own functions; and
-the libwasmtime 50 entry points called from Python (error text, the fallback, host imports)."""
+the libwasmtime 50 entry points called from Python (error text, host imports)."""
 from pathlib import Path
 
 _STEP_C = (Path(__file__).resolve().parent / "step.c").read_text()
@@ -9,7 +9,7 @@ _SPAWN_C = (Path(__file__).resolve().parent / "spawn.c").read_text()
 # spawn.c's plan of one controller's instances (compiled mode only)
 CDEF_SPAWN = _SPAWN_C[_SPAWN_C.index("/* CDEF SPAWN BEGIN */"):_SPAWN_C.index("/* CDEF SPAWN END */")]
 
-# host.c's variables are opaque to the fallback (it keeps its own in Python).
+# host.c's variables are opaque to Python (CVars holds a pointer).
 CDEF_VARS = ""
 
 # step.c and host.c, compiled mode only.

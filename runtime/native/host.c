@@ -136,8 +136,7 @@ void aicirt_slot_release(aicirt_slot *s) {
 /* Accounting (Limits.variable_bytes) counts what the variables really take in native memory: the
  * entry array, the hash slots and the pending-change order (their allocated capacity), and each
  * name and value as the malloc chunk that holds it (glibc on 64-bit: 8 bytes of header, 16-byte
- * granules, 32 at least; a chunk past the mmap threshold rounds to pages). fallback.py's PyVars
- * computes the same numbers.
+ * granules, 32 at least; a chunk past the mmap threshold rounds to pages).
  *
  * Changes are coalesced per name between two takes, so the changes not yet taken cost nothing but
  * a mark on the variable: a `set` after anything replaces the pending change (its value is then the
