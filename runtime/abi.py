@@ -114,7 +114,7 @@ _LAYOUT_NAMES = [n for n in dir() if n.startswith(("BRANCH_", "SPLICE_", "RESULT
 
 
 def c_header() -> str:
-    """``#define``s for step.c and host.c: the layouts and status codes above, generated."""
+    """``#define``s for the hot path's C (slot.c ... spawn.c): the layouts and status codes above, generated."""
     lines = ["/* generated from runtime/abi.py: do not edit */"]
     lines += [f"#define ABI_{n} {globals()[n]}" for n in _LAYOUT_NAMES]
     lines += [f"#define AICIRT_{s.name} ({s.value})" for s in Status]

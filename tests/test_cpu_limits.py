@@ -27,7 +27,7 @@ GUARDED_INIT = """
 
 
 def stalled_turns() -> int:
-    """The stalled calls the pool lets run at once (step.c's run_stalled_max)."""
+    """The stalled calls the pool lets run at once (pool.c's run_stalled_max)."""
     cores = os.cpu_count() or 1
     return cores // 2 if cores >= 4 else 1
 

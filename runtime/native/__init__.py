@@ -34,7 +34,7 @@ __all__ = ["EditArrays", "Native", "RowScratch", "ScratchBuffers", "Status", "ge
 
 
 class RowScratch:
-    """A batch's arrays in one buffer, handed to the hot path once (step.c's scratch layout, for
+    """A batch's arrays in one buffer, handed to the hot path once (rows.c's scratch layout, for
     `n` rows): `blocked_us` (float64 [1]: the time the wait blocked), `slots` (uint64 slot
     addresses), `elapsed_us` (float64), `temperature` (float32), `row_status` (int8,
     RowStatus), `kind` (uint8, RowKind). `held` is the hot path's handle on `buf` (made by the
@@ -119,7 +119,7 @@ class Native:
             impl = Compiled(self)
         except Exception as e:
             raise RuntimeError(f"aicirt: the C hot path could not be built or loaded: {e}") from e
-        self.impl = impl
+        self.impl: Compiled = impl   # the one typed seam between Python and the pool (compiled.py)
         self.mode: str = impl.mode
         self.ffi = impl.ffi
         self.slot_bytes: int = impl.ffi.sizeof("aicirt_slot")

@@ -1,5 +1,5 @@
-"""The hot path: step.c's worker pool and host.c's native imports and variables, built from
-runtime/native/*.c (build.py)."""
+"""The hot path: pool.c's worker pool, rows.c's rows API and host.c's native imports and
+variables, from the library build.py makes of runtime/native/*.c (cffi ABI mode)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +18,7 @@ from .pool_stats import PoolStats
 from .types import CData, CLib
 
 if TYPE_CHECKING:
-    from _cffi_backend import FFI as CompiledFFI   # the ffi of an API-mode extension
+    from cffi import FFI as CompiledFFI   # the library's declarations
 
     from . import EditArrays, Native, RowScratch
     from .instance import SpawnPlan
@@ -52,7 +52,7 @@ class Compiled:
             "wasmtime_context_set_epoch_deadline", "wasmtime_caller_context", "wasmtime_context_get_data",
             "wasmtime_trap_new", "wasmtime_error_delete")))
         if size != ffi.sizeof("aicirt_slot"):
-            raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
+            raise RuntimeError("aicirt_slot layout differs between slot.c and ffi_decl.py")
         lib.aicirt_bind_clock(ffi.cast("void *", fn_addr("wasmtime_error_new")),
                               ffi.cast("void *", fn_addr("wasmtime_engine_increment_epoch")))
         self._spawn_fns = ffi.new("void *[]", [ffi.cast("void *", fn_addr(n)) for n in (   # spawn.c's order
@@ -68,8 +68,8 @@ class Compiled:
                 ctypes.sizeof(wt_ffi.wasmtime_memory_t)) \
                 or ctypes.sizeof(wt_ffi.wasmtime_global_t) > 24 or ctypes.sizeof(wt_ffi.wasmtime_val_t) > 64:
             raise RuntimeError("wasmtime's C API layouts differ from spawn.c's")
-        #: step.c's epoch-deadline callback, for wasmtime_store_epoch_deadline_callback (its address)
-        self.epoch_callback = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aicirt_epoch_cb")))
+        #: clock.c's epoch-deadline callback, for wasmtime_store_epoch_deadline_callback (its address)
+        self.epoch_callback = int(ffi.cast("uintptr_t", lib.aicirt_epoch_cb))
         self.clock_start = lib.aicirt_clock_start
         self.call_cpu_us = lib.aicirt_call_cpu_us
 
@@ -80,7 +80,7 @@ class Compiled:
 
         nesting = threading.local()
 
-        @ffi.def_extern(name="aicirt_py_import", onerror=on_error)
+        @ffi.callback("int(int32_t, aicirt_slot *, void *, wt_val_raw_t *)", onerror=on_error)
         def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi
             depth = nesting.__dict__.get("depth", 0)
             if depth >= MAX_NESTED_IMPORTS:   # fail while the stack has room
@@ -93,7 +93,8 @@ class Compiled:
             finally:
                 nesting.depth = depth
 
-        self._py_import = py_import
+        self._py_import = py_import   # the trampoline lives as long as the process's hot path
+        lib.aicirt_bind_py_import(ffi.cast("void *", py_import))
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
 
     def release(self, slot: CData) -> None:
@@ -143,7 +144,7 @@ class Compiled:
 
     def collect_rows(self, ptrs: np.ndarray, row_status: np.ndarray, kind: np.ndarray, temperature: np.ndarray,
                      elapsed_us: np.ndarray) -> int:
-        """step.c's aicirt_rows_collect over the batch's arrays (see RowKind); returns how many
+        """rows.c's aicirt_rows_collect over the batch's arrays (see RowKind); returns how many
         rows are not RowKind.MASK."""
         fb = self._from_buffer
         return self.lib.aicirt_rows_collect(fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int8_t[]", row_status),
@@ -196,10 +197,10 @@ class Compiled:
 
 
 class CPool:
-    """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released).
+    """pool.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released).
     `workers` run at normal priority; a worker stalled past `stall_s` lowers its priority and is
-    replaced, up to `max_workers` threads in all (step.c explains). With `steal`, a waiting
-    caller runs the calls of its own rows that no worker has taken, where step.c's caller-runs
+    replaced, up to `max_workers` threads in all (pool.c explains). With `steal`, a waiting
+    caller runs the calls of its own rows that no worker has taken, where pool.c's caller-runs
     rule allows. Its epoch clock, a pthread too, ticks `engine` every `tick_s` while calls are
     out (or while a `ticking` block runs), so that no Python thread wakes per step."""
 
@@ -228,7 +229,7 @@ class CPool:
 
     def submit_rows(self, table: np.ndarray, index: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None",
                     masks: np.ndarray, words: int, stamp: int, scratch: "RowScratch") -> tuple[int, CData]:
-        """step.c's aicirt_rows_submit (the slots from `table`, then aicirt_rows_start) into
+        """rows.c's aicirt_rows_submit (the slots from `table`, then aicirt_rows_start) into
         `scratch`: (0, its buffer as the hot path holds it), or (-(row + 1), _) with nothing
         started and scratch.row_status[row] saying why (5: no live sequence at that index, else
         aicirt_rows_start's misuse)."""
@@ -255,7 +256,7 @@ class CPool:
         return rc, buf
 
     def finish_rows(self, scratch: "RowScratch", held: CData, timeout_s: float, closed: bool) -> int:
-        """step.c's aicirt_rows_finish over `scratch` (`held`: its buffer from submit_rows): wait
+        """rows.c's aicirt_rows_finish over `scratch` (`held`: its buffer from submit_rows): wait
         for the rows' calls (not when `closed`), then collect; scratch.blocked_us says how long
         it waited. Returns how many rows are not RowKind.MASK."""
         return self.lib.aicirt_rows_finish(self.ffi.NULL if closed or self.ptr is None else self.ptr, held,
