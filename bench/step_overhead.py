@@ -186,7 +186,7 @@ def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True, dirty=False, cpu=None):
     times, children = [], []
     for _ in range(n):
         t0, c0 = time.perf_counter(), time.thread_time()
-        children.extend(parent._fork(1))
+        children.extend(parent.fork_many(1))
         times.append((time.perf_counter() - t0) * 1e6)
         if cpu is not None:
             cpu.append((time.thread_time() - c0) * 1e6)
@@ -271,7 +271,7 @@ def fork_phases(ctrl_path, limits, n: int = 100) -> dict:
         for _ in range(n):
             lib.aicirt_spawn_timing(1, ffi.NULL)
             t0 = time.perf_counter()
-            child = parent._fork(1)[0]
+            child = parent.fork_many(1)[0]
             wall = (time.perf_counter() - t0) * 1e6
             lib.aicirt_spawn_timing(0, out)
             got.append([out[k] / 1e3 for k in range(len(PHASES))] + [wall])

@@ -113,7 +113,7 @@ class RowsHandle:
             if bad:
                 registry.ptrs(self.index)   # an index that is no live sequence raises first
             for row, token in bad:
-                registry.at(int(self.index[row]))._finish(f"invalid step input: token {token} is not a token id "
+                registry.at(int(self.index[row])).finish(f"invalid step input: token {token} is not a token id "
                                                           f"of this vocabulary (0..{vocab - 1})")
         self.masks = registry.take_masks(n)
         self.scratch = scratch = registry.scratch.take(n)
@@ -170,7 +170,7 @@ class RowsHandle:
                 elapsed[i] = r.elapsed_us
         masks = np.concatenate([self.masks, *self._extra]) if self._extra else self.masks
         for seq in self.registry.reap():
-            seq._collected()
+            seq.collected()
         return RowsOutcome(masks, kind, temperature, elapsed, results, (time.perf_counter() - t0) * 1e6, blocked_us)
 
     # -- the rare rows -----------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class RowsHandle:
             return StepResult(seq, "error", error=seq.error or "sequence has stopped")
         if status in (RowStatus.BAD_TOKEN, RowStatus.NO_MEMORY, RowStatus.BAD_EDIT):
             vocab = self.rt.vocab_size
-            seq._finish("invalid step input: " + (
+            seq.finish("invalid step input: " + (
                 f"token {seq.slot.detail[0]} is not a token id of this vocabulary (0..{vocab - 1})"
                 if status == RowStatus.BAD_TOKEN else
                 "its token list could not grow (out of memory)" if status == RowStatus.NO_MEMORY else
@@ -191,18 +191,18 @@ class RowsHandle:
         if seq.state in (SeqState.CLOSING, SeqState.CLOSED):   # closed by its owner meanwhile
             if seq.state is SeqState.CLOSING:
                 if seq.slot.done:
-                    seq._collected()
+                    seq.collected()
                 else:
                     self.registry.hold(seq, self.masks)   # its call may still write into this step's array
             return StepResult(seq, "error", error="sequence was closed")
         if not seq.slot.done:
             counts = seq.calls > 1 and self.rt.native.late_is_own(seq.slot, seq.late_steps,
                                                                    self.rt.limits.soft_deadline_s)
-            late = seq._mark_late(self.masks, i, counts)
+            late = seq.mark_late(self.masks, i, counts)
             if late >= self.rt.limits.max_late_steps:
                 stage = Stage(seq.slot.stage)   # where the worker is stuck (it writes this as it goes)
                 where = "" if stage is Stage.MID_PROCESS else f", in {stage.where}"
-                seq._finish(f"controller was late {late} steps in a row "
+                seq.finish(f"controller was late {late} steps in a row "
                             f"(soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms{where})")
                 return StepResult(seq, "error", error=seq.error)
             return StepResult(seq, "pending")
@@ -234,13 +234,13 @@ class RowsHandle:
                 raise InvalidResult(status_message(status, s.detail[0], s.detail[1], self.rt.vocab_size))
         except InvalidResult as e:
             result = StepResult(seq, "error", error=str(e))
-        result.logs = seq._take_call_log()
+        result.logs = seq.take_call_log()
         result.elapsed_us = s.elapsed_us
-        seq._collected()
+        seq.collected()
         if result.status == "error":
-            seq._finish(result.error)
+            seq.finish(result.error)
         elif result.is_stop:
-            seq._finish()
+            seq.finish()
         return result
 
     def _lift(self, i: int, seq: Sequence) -> StepResult:
@@ -268,7 +268,7 @@ class RowsHandle:
         forks: list[Sequence] = []
         if len(branches) > 1:
             try:
-                forks = seq._fork(len(branches) - 1)
+                forks = seq.fork_many(len(branches) - 1)
             except ControllerError as e:   # e.g. no free instance slot: only this sequence fails
                 raise InvalidResult(str(e)) from None
         return StepResult(seq, "ok", branches, forks)
@@ -355,7 +355,7 @@ class BatchHandle:
                 continue   # finished or late: the rows API answers for it
             edit = _item_edit(item, vocab)
             if isinstance(edit, str):   # the engine's mistake; still only this sequence's problem
-                item.seq._finish(f"invalid step input: {edit}")
+                item.seq.finish(f"invalid step input: {edit}")
                 continue
             edits[i] = edit
             if item.sampled is not None:

@@ -195,9 +195,9 @@ class Runtime(Owned):
         """Stop the workers and the epoch clock and free every sequence."""
         self._shutdown()       # running calls end (by their deadline) before this returns
         for seq in self.registry.clear():
-            seq._free()
+            seq.free()
         self._pres.clear()
         self._plans.clear()
         self._init_host.forget()
         for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
-            ctrl._release()
+            ctrl.forget_engine()

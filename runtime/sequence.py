@@ -88,7 +88,7 @@ class Sequence(Owned):
             if failed is None:
                 slot.resident_bytes = resident.taken(native.memory(slot)[0])
         if failed is not None:   # no free slot, or memory limit too small
-            self._free()
+            self.free()
             raise ControllerError(f"instantiating {request.controller.name}: {failed}")
 
     def _describe(self) -> str:
@@ -158,7 +158,7 @@ class Sequence(Owned):
         """The tokens as the controller last saw them (a copy)."""
         return self._native.seen_tokens(self.slot) if self._state is not SeqState.CLOSED else []
 
-    def _mark_late(self, masks: "np.ndarray", row: int, counts: bool = True) -> int:
+    def mark_late(self, masks: "np.ndarray", row: int, counts: bool = True) -> int:
         """RUNNING|LATE -> LATE (the call missed another deadline; it writes into `masks[row]`,
         which stays pinned); returns the steps late in a row (`counts`: whether this step is
         charged to the controller)."""
@@ -171,7 +171,7 @@ class Sequence(Owned):
         self.late_steps += counts
         return self.late_steps
 
-    def _collected(self) -> None:
+    def collected(self) -> None:
         """The call's result was taken: back to IDLE, or freed if it was closed meanwhile."""
         self.mask_buffer = None
         self.late_steps = 0
@@ -180,11 +180,11 @@ class Sequence(Owned):
             return
         self.slot.call_out = 0
         if self._state is SeqState.CLOSING:
-            self._free()
+            self.free()
         elif self._state is SeqState.LATE:
             self._state = SeqState.IDLE
 
-    def _finish(self, error: str | None = None) -> None:
+    def finish(self, error: str | None = None) -> None:
         """-> FINISHED (stopped, or failed with `error`); a closing sequence stays closing."""
         if error is not None and self.error is None:
             self.error = error
@@ -199,9 +199,9 @@ class Sequence(Owned):
         ValueError unless the sequence is idle, ControllerError if the copy cannot be made."""
         if self.state is not SeqState.IDLE:
             raise ValueError(f"{self._describe()} is {self.state.value}: only an idle sequence can be forked")
-        return self._fork(1)[0]
+        return self.fork_many(1)[0]
 
-    def _fork(self, n: int) -> list["Sequence"]:
+    def fork_many(self, n: int) -> list["Sequence"]:
         """`n` new sequences whose controllers are copies of this one's (linear memory and every
         mutable global); all of the group get the fork group on their next call. Raises
         ControllerError (closing any child made) if a copy cannot be made."""
@@ -235,7 +235,7 @@ class Sequence(Owned):
         """The controller's log (the last Limits.log_bytes bytes; kept after close)."""
         return self._native.log_bytes(self.slot) if self._state is not SeqState.CLOSED else self._final_log
 
-    def _take_call_log(self) -> str:
+    def take_call_log(self) -> str:
         return self._native.take_call_log(self.slot).decode("utf-8", "replace")
 
     # -- lifetime ----------------------------------------------------------------------------------
@@ -248,9 +248,9 @@ class Sequence(Owned):
             self._state = SeqState.CLOSING
             self._registry.closing(self)
         else:
-            self._free()
+            self.free()
 
-    def _free(self) -> None:
+    def free(self) -> None:
         if self._state is SeqState.CLOSED:
             return
         self._closed = True

@@ -80,7 +80,7 @@ def test_fork_copies_memory_and_globals(rt, scripted_wasm):
     assert any(name.startswith("aicirt-global-") for name in ctrl.globals.values())  # __stack_pointer
     parent = rt.new_request(ctrl).spawn()
     parent.memory.write(parent.store, b"state!", 70000)
-    child, = parent._fork(1)
+    child, = parent.fork_many(1)
     assert child.memory.read(child.store, 70000, 70006) == b"state!"
     for idx, g in parent._globals.items():
         assert child._globals[idx].value(child.store) == g.value(parent.store)

@@ -131,7 +131,7 @@ def test_loading_again_reuses_the_snapshot_and_close_lets_it_go(make_rt):
 def test_fork_of_a_snapshot_copies_globals(rt):
     ctrl = rt.load(wat(GOOD_INIT))
     parent = rt.new_request(ctrl).spawn()
-    child, = parent._fork(1)
+    child, = parent.fork_many(1)
     for idx, g in parent._globals.items():
         assert child._globals[idx].value(child.store) == g.value(parent.store)
     assert state(child) == state(parent)

@@ -14,7 +14,6 @@ It calls into the very libwasmtime that wasmtime-py loaded, so handles made with
 """
 from __future__ import annotations
 
-import ctypes
 import itertools
 import threading
 from collections import OrderedDict
@@ -26,6 +25,7 @@ import numpy as np
 from wasmtime import _ffi as wt_ffi
 
 from ..abi import Status
+from .compiled import Compiled
 from .ffi_decl import CDEF_SLOT, CDEF_VARS, CDEF_WASMTIME
 from .traps import summarize_trap, take_error_text
 from .types import CData, CLib
@@ -100,11 +100,6 @@ class EditArrays:
 Handler = Callable[[CData, CData, CData], int]
 
 
-def fn_addr(name: str) -> int:
-    """Address of a libwasmtime function, from the copy wasmtime-py loaded."""
-    return ctypes.cast(getattr(wt_ffi.dll, name), ctypes.c_void_p).value or 0
-
-
 class Native:
     """The loaded hot path (``mode`` is "compiled", the only one); ``ffi`` allocates slots."""
 
@@ -114,7 +109,6 @@ class Native:
         self.wt = cffi.FFI()
         self.wt.cdef(CDEF_SLOT + CDEF_VARS + CDEF_WASMTIME)
         self.wtlib: CLib = self.wt.dlopen(str(wt_ffi.filename))
-        from .compiled import Compiled
         try:
             impl = Compiled(self)
         except Exception as e:

@@ -12,7 +12,6 @@ import numpy as np
 import wasmtime
 from wasmtime import _ffi as wt_ffi
 
-from . import fn_addr
 from .build import load_extension
 from .pool_stats import PoolStats
 from .types import CData, CLib
@@ -22,6 +21,11 @@ if TYPE_CHECKING:
 
     from . import EditArrays, Native, RowScratch
     from .instance import SpawnPlan
+
+
+def fn_addr(name: str) -> int:
+    """Address of a libwasmtime function, from the copy wasmtime-py loaded."""
+    return ctypes.cast(getattr(wt_ffi.dll, name), ctypes.c_void_p).value or 0
 
 
 # Python host imports nested in one another (a cabi_realloc that calls host imports) fail past this
