@@ -25,6 +25,7 @@ import numpy as np
 from wasmtime import _ffi as wt_ffi
 
 from ..abi import Status
+from .build import resolve_all
 from .compiled import Compiled
 from .ffi_decl import CDEF_SLOT, CDEF_VARS, CDEF_WASMTIME
 from .traps import summarize_trap, take_error_text
@@ -108,7 +109,7 @@ class Native:
     def __init__(self) -> None:
         self.wt = cffi.FFI()
         self.wt.cdef(CDEF_SLOT + CDEF_VARS + CDEF_WASMTIME)
-        self.wtlib: CLib = self.wt.dlopen(str(wt_ffi.filename))
+        self.wtlib: CLib = resolve_all(self.wt.dlopen(str(wt_ffi.filename)))   # see resolve_all
         try:
             impl = Compiled(self)
         except Exception as e:

@@ -87,5 +87,15 @@ def build_cached(prefix: str, source: str, cdef: str) -> Library:
             tmp.rmdir()
         ffi = cffi.FFI()
         ffi.cdef(cdef)
-        done = _loaded[name] = Library(ffi, ffi.dlopen(str(final)), final)
+        done = _loaded[name] = Library(ffi, resolve_all(ffi.dlopen(str(final))), final)
         return done
+
+
+def resolve_all(lib: CLib) -> CLib:
+    """`lib` with every declared name looked up now. An ABI-mode lib resolves a name on first use
+    under its FFI's lock, which the same FFI also holds while it parses a type: a finalizer that
+    GC runs inside such a parse (a pool's or a sequence's release) and touches a name not yet
+    used deadlocks the process. Looked up once here, a name is a plain attribute after."""
+    for name in dir(lib):
+        getattr(lib, name)
+    return lib
