@@ -2,7 +2,7 @@
 randomized runs through `aicirt.engine` on the scripted backend, once with the engine's own rows
 fast path and once with a reference engine that submits StepInput objects, must give identical
 token traces (what each controller saw), tokens, forks, splices, errors, logs and variable
-streams, on both hot paths. Plus the rows API's own contract: misuse raises before anything runs."""
+streams. Plus the rows API's own contract: misuse raises before anything runs."""
 from __future__ import annotations
 
 import random

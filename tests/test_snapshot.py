@@ -1,5 +1,5 @@
 """Init snapshots (aicirt.snapshot): a controller's state after its init is what it would be
-without the snapshot, on both hot paths; a controller that breaks the init rules gets a clear
+without the snapshot; a controller that breaks the init rules gets a clear
 load error; snapshots are cached on disk per (module, tokenizer); fork still copies globals."""
 from __future__ import annotations
 
