@@ -21,7 +21,7 @@ import cffi
 from .. import abi
 from ..paths import user_cache_dir
 from .ffi_decl import CDEF_SLOT, CDEF_STEP, CDEF_VARS
-from .types import CLib
+from .types import CFFI, CLib
 
 _HERE = Path(__file__).resolve().parent
 #: the hot path's C files, in build order (one translation unit: later files use earlier ones' statics)
@@ -36,7 +36,7 @@ _loaded: dict[str, "Library"] = {}
 @dataclass(frozen=True)
 class Library:
     """A built library: `ffi` (its cffi declarations) and `lib` (its functions, ABI mode)."""
-    ffi: cffi.FFI
+    ffi: CFFI
     lib: CLib
     path: Path
 

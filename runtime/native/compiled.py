@@ -14,11 +14,9 @@ from wasmtime import _ffi as wt_ffi
 
 from .build import load_extension
 from .pool_stats import PoolStats
-from .types import CData, CLib
+from .types import CFFI, CData, CLib
 
 if TYPE_CHECKING:
-    from cffi import FFI as CompiledFFI   # the library's declarations
-
     from . import EditArrays, Native, RowScratch
     from .instance import SpawnPlan
 
@@ -208,10 +206,10 @@ class CPool:
     rule allows. Its epoch clock, a pthread too, ticks `engine` every `tick_s` while calls are
     out (or while a `ticking` block runs), so that no Python thread wakes per step."""
 
-    def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float,
+    def __init__(self, ffi: CFFI, lib: CLib, workers: int, max_workers: int, stall_s: float,
                  steal: bool, engine: wasmtime.Engine, tick_s: float) -> None:
         self.ffi, self.lib = ffi, lib
-        self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer  # type: ignore[assignment]
+        self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
         self._engine = engine   # the clock ticks it until close: kept alive until then
         self._table: np.ndarray | None = None   # the registry's table last submitted from, and its C view
         self._table_c: CData = ffi.NULL
@@ -329,7 +327,7 @@ class CVars:
     `held` is what they take in native memory, as Limits.variable_bytes counts it (host.c's
     accounting); the changes not yet taken are coalesced per name, so they add nothing to it."""
 
-    def __init__(self, ffi: "CompiledFFI", lib: CLib, limit: int) -> None:
+    def __init__(self, ffi: CFFI, lib: CLib, limit: int) -> None:
         self.ffi, self.lib, self.limit = ffi, lib, limit
         self.ptr = lib.aicirt_vars_new(limit)
         if self.ptr == ffi.NULL:
