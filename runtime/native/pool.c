@@ -3,19 +3,26 @@
  * Plain pthreads, not Python threads: a submit wakes a worker in a few µs and a wait returns as
  * soon as the last `done` flag flips, with the GIL released throughout. Slots queue FIFO.
  *
- * Isolation without oversubscribing the cores: a worker whose call has run past `stall_us` (the
- * soft deadline) is stalled. The engine thread starts a fresh worker in its place (up to
- * `max_threads` in all), so `base_threads` workers are always free for healthy calls, and the
- * stalled one leaves once its call ends. Stalled calls take turns to run: at most `run_stalled_max`
- * (half the cores, at least one) at once, each for a slice of STALL_SLICE_US while others wait,
- * in FIFO order; the others wait inside the epoch callback, on their own thread, where they are
- * not runnable and their CPU clocks (their time limits) stand still. So the runnable workers are
- * at most `base_threads` plus that bounded few however many calls are stuck, and sixteen
- * loopers cost a legal call beside them wall-clock time, never CPU budget. When stalled calls
- * hold every extra worker the pool is saturated (aicirt_pool_stats): a further stuck call holds
- * up the queue. Host imports in Python take the GIL themselves.
+ * Isolation without oversubscribing the cores: a worker whose call has used `stall_us` of CPU
+ * (half the soft deadline), or a QUEUED_STALL_DIVISOR-th of it while calls wait in the queue, is
+ * stalled. The stalled worker itself starts a fresh worker in its place at once (up to
+ * `max_threads` in all, MAX_THREADS at most: Limits.max_extra_workers, 512 by default, gives every
+ * stuck call its own parked thread), so `base_threads` workers are always free for healthy calls
+ * and a queued call waits for at most one quantum of each call ahead of it; the stalled one
+ * leaves once its call ends. Stalled calls take turns to run: at most `run_stalled_max` (half the
+ * cores, at least one) at once, each for a slice of STALL_SLICE_US while others wait, the one that
+ * has used the least CPU first (a legal call demoted a moment ago before loopers that have used
+ * hundreds of ms; loopers of equal standing round-robin); the others wait inside the epoch
+ * callback, on their own thread, where they are not runnable and their CPU clocks (their time
+ * limits) stand still. So the runnable workers are at most `base_threads` plus that bounded few
+ * however many calls are stuck, and forty loopers cost a legal call beside them wall-clock time,
+ * never CPU budget. When stalled calls hold every extra worker the pool is saturated
+ * (aicirt_pool_stats): a further stuck call holds up the queue. Host imports in Python take the
+ * GIL themselves.
  *
- * The caller runs what no worker has taken (aicirt_pool_wait): a caller that reaches wait() while a
+ * The caller-runs rule is off unless the Runtime asks for it (steal=True): a call running on the
+ * caller's thread cannot be handed back to a worker, so it cannot be bounded. With it on, the
+ * caller runs what no worker has taken (aicirt_pool_wait): a caller that reaches wait() while a
  * call of its own is still queued runs it on its own thread (it is idle until its rows are done
  * anyway), which removes the hand-off to a worker and the wake-ups when the forward pass was short,
  * and costs nothing when it was long (the workers had taken everything). A call running on the
