@@ -45,7 +45,7 @@ class Compiled:
     mode = "compiled"
 
     def __init__(self, native: "Native") -> None:
-        mod = load_extension()
+        mod = self.library = load_extension()
         self.ffi, self.lib = ffi, lib = mod.ffi, mod.lib
         #: a C pointer into a contiguous numpy array, which the caller keeps alive for the call
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
