@@ -169,7 +169,9 @@ def test_the_pool_is_saturated_when_stalled_calls_hold_every_extra_worker(make_r
         handle = runtime.submit([StepInput(looper, [1])])
     assert runtime.pool.stats().saturated
     (r,) = run_until_settled(runtime, [looper])
-    assert r.status == "error" and "(Limits.first_call_timeout_s)" in r.error, r.error
+    # its CPU limit, or on a machine too busy to give it a tenth of a core (load 30 beside
+    # `make test-busy`'s burners) the limit's wall-clock backstop: both name the limit
+    assert r.status == "error" and "Limits.first_call_timeout_s)" in r.error, r.error
     for _ in range(1000):   # the stalled worker leaves after its call
         if not runtime.pool.stats().stalled:
             break
