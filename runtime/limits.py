@@ -1,4 +1,4 @@
-"""The sandbox limits of SPEC §4, in one settings object shared by the library and the CLI."""
+"""The sandbox limits of docs/protocol.md#limits, in one settings object shared by the library and the CLI."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,7 +12,7 @@ class Limits:
     deadline, which makes the sequence no-op for the step and applies the late result next step.
 
     The two call limits count the CPU time of the thread running the call, checked at each epoch
-    tick (SPEC §4): a busy machine slows a call down but never spends its budget. A call starved of
+    tick (docs/protocol.md#limits): a busy machine slows a call down but never spends its budget. A call starved of
     CPU still ends after `wall_backstop_factor` times its limit in wall-clock time. The soft
     deadline is wall-clock; the k-th late step in a row counts towards `max_late_steps` only once
     the call has used k soft deadlines of CPU time (waits for a core or for a turn never count).

@@ -1,4 +1,4 @@
-"""SPEC §3 end to end through `aicirt.engine` on the scripted backend.
+"""docs/protocol.md#semantics end to end through `aicirt.engine` on the scripted backend.
 
 The controller is tests/controllers/scripted.c: each call runs the next step of a script given
 as its argument and appends what it received (backtrack, tokens, sampled, fork-group) to the
@@ -57,7 +57,7 @@ def go(engine, ctrl, *steps, prompt=PROMPT, caps=Capabilities.ALL, **params):
     return req, events
 
 
-# --- SPEC §3 rows ---------------------------------------------------------------------------
+# --- docs/protocol.md#semantics rows ---------------------------------------------------------------------------
 def test_empty_result_stops(runtime, ctrl):
     engine, _ = make_engine(runtime)
     req, _ = go(engine, ctrl, stop())

@@ -1,4 +1,4 @@
-"""Inline `%json {SCHEMA}` in grammars (controllers/grammar/json_term.c): one lexeme whose
+"""Inline `%json {SCHEMA}` in grammars (controllers/lib/grammar/json_term.c): one lexeme whose
 language is the json controller's documents for SCHEMA (compact, keys in schema order).
 
 llguidance reads the same grammar text; its JSON is made compact by the schema's `x-guidance`
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("llguidance")
+import llguidance  # noqa: E402,F401  (the dev extra: a missing one fails, never skips)
 sys.path.insert(0, str(Path(__file__).resolve().parent / "grammars"))
 
 from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, qwen_vocab  # noqa: E402

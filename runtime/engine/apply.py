@@ -1,4 +1,4 @@
-"""Applying one step's outcome to the sequences (SPEC §3): mask, sample, splice, fork, stop.
+"""Applying one step's outcome to the sequences (docs/protocol.md#semantics): mask, sample, splice, fork, stop.
 
 The engine decides what runs and when; this module only turns each controller's result (and,
 for plain sequences, the logits) into edits of `GenSeq.tokens` and the caches, keeping the
@@ -46,7 +46,7 @@ class Applier:
 
     def apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: RowsOutcome | None, mask_vocab: int,
               events: list[Event]) -> None:
-        """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3).
+        """Mask, sample, splice, fork and stop, as each controller's result says (docs/protocol.md#semantics).
 
         `controlled` are the sequences of `live` with a controller, in the order of the
         outcome's rows; `mask_vocab` is the width the masks cover (the runtime's vocabulary)."""

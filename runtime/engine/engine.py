@@ -7,7 +7,7 @@ One step (see docs/embedding.md), like nano-vllm's schedule -> run -> postproces
     handle = self._submit(controlled)      # controllers start on worker threads
     self._forward(batch)                   # the forward pass runs meanwhile
     outcome = handle.wait()                # late controllers no-op this step ("pending")
-    self._apply(live, controlled, outcome, events)   # mask, sample, splice, fork, stop (SPEC §3;
+    self._apply(live, controlled, outcome, events)   # mask, sample, splice, fork, stop (docs/protocol.md#semantics;
                                            # apply.py)
     self._retire(events)                   # variable changes out; finished requests let go
 
@@ -253,7 +253,7 @@ class Engine:
 
     def _apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: RowsOutcome | None,
                events: list[Event]) -> None:
-        """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3)."""
+        """Mask, sample, splice, fork and stop, as each controller's result says (docs/protocol.md#semantics)."""
         mask_vocab = self.runtime.vocab_size if outcome is not None else 0
         self._applier.apply(live, controlled, outcome, mask_vocab, events)
 

@@ -156,7 +156,7 @@ class AicirtLogitsProcessor(LogitsProcessor):
         if found is None:
             return
         ref, arg = found
-        if ref == "program":   # steps vLLM cannot host (fork) are refused before the run (SPEC §6)
+        if ref == "program":   # steps vLLM cannot host (fork) are refused before the run (docs/protocol.md#hosts)
             from ..program import ProgramError, capability_refusal
             from .steering import MASK_ONLY_CAPABILITIES
             try:

@@ -165,11 +165,11 @@ class Native:
         if slot.has_post:
             slot.post_pending = 1
             slot.post_ptr = slot.result_ptr
-            slot.post_left_us = slot.budget_us - slot.cpu_us   # the limit counts CPU time (SPEC §4)
+            slot.post_left_us = slot.budget_us - slot.cpu_us   # the limit counts CPU time (docs/protocol.md#limits)
 
     def late_is_own(self, slot: CData, late_steps: int, soft_deadline_s: float) -> bool:
         """Whether one more late step of a call still running at the soft deadline counts as the
-        controller's own (SPEC §4): only CPU time counts, so the k-th counted late step needs k soft
+        controller's own (docs/protocol.md#limits): only CPU time counts, so the k-th counted late step needs k soft
         deadlines of CPU (`call_cpu_us`). A call late because the machine gave it no CPU, because
         it waited for its turn among stalled calls, or because it is still queued, is not; with
         `late_steps` counted already, this one counts once the call has used

@@ -1,5 +1,5 @@
 /* The call's clocks: built after slot.c (one translation unit, see there). */
-/* ---- The hard time limits, in CPU time (SPEC §4) ---------------------------------------------
+/* ---- The hard time limits, in CPU time (docs/protocol.md#limits) ---------------------------------------------
  * Every store has aicirt_epoch_cb as its epoch-deadline callback (data: its slot), and a call
  * runs with a deadline of one tick, so the callback runs at each epoch tick the call is in Wasm,
  * ON the thread running it. It compares the CPU time of that thread since the call began
@@ -52,7 +52,7 @@ void aicirt_clock_start(aicirt_slot *s, double budget_us) {
 }
 
 /* The CPU time (µs) the slot's call has used: read from another thread while it runs (the
- * lateness rule, SPEC §4), what it used once it is done, 0 before it starts. */
+ * lateness rule, docs/protocol.md#limits), what it used once it is done, 0 before it starts. */
 double aicirt_call_cpu_us(aicirt_slot *s) {
     if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return 0;
     if (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) return s->cpu_us;

@@ -75,7 +75,7 @@ typedef struct {
     uint32_t calls;                 /* calls started so far */
     uint64_t stamp;                 /* the last batch that took it (a duplicate in one batch is refused) */
     double first_budget_us, call_budget_us;
-    /* the call's clocks, read by the epoch-deadline callback (SPEC §4: the hard limits count CPU time) */
+    /* the call's clocks, read by the epoch-deadline callback (docs/protocol.md#limits: the hard limits count CPU time) */
     int32_t cpu_clock;              /* the CPU clock (clockid_t) of the thread running the call */
     int64_t cpu_start_ns;           /* that clock at the part's first epoch tick (-1: no tick yet, not read) */
     double cpu_pre_us;              /* what the part is charged for its time before that tick (<= one tick) */

@@ -50,7 +50,7 @@ static int run_post(aicirt_slot *s, uint32_t result_ptr) {
     return 0;
 }
 
-/* The mask rule (SPEC §2/§3), the one C copy of it: `words` must be ceil(V/32), the list inside
+/* The mask rule (docs/protocol.md#wit/#semantics), the one C copy of it: `words` must be ceil(V/32), the list inside
  * memory, no bit at or past V, some bit set. Copies the mask into `row`; returns a Status with
  * detail[] saying what was wrong. */
 int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t words, uint32_t vocab_size,

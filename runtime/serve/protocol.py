@@ -134,7 +134,7 @@ class _Sampling(_Strict):
 
     def sampling(self, max_tokens: int, default_temperature: float) -> SamplingParams:
         return SamplingParams(temperature=default_temperature if self.temperature is None else self.temperature,
-                              top_p=1.0 if self.top_p is None else self.top_p,
+                              top_p=SamplingParams.top_p if self.top_p is None else self.top_p,
                               top_k=max(0, self.top_k or 0), max_tokens=max_tokens, seed=self.seed)
 
 
@@ -208,7 +208,7 @@ class _OpenAI(_Sampling):
 
     def sampling(self, max_tokens: int, default_temperature: float) -> SamplingParams:
         return SamplingParams(temperature=default_temperature if self.temperature is None else self.temperature,
-                              top_p=1.0 if self.top_p is None else self.top_p,
+                              top_p=SamplingParams.top_p if self.top_p is None else self.top_p,
                               top_k=max(0, self.top_k or 0), max_tokens=max_tokens, seed=self.seed,
                               stop=self.stop_strings, logprobs=self.top_logprobs_wanted)
 

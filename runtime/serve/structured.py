@@ -22,7 +22,7 @@ from .protocol import ApiError
 #: the one that runs a lone grammar (its argument: the grammar's text, Lark or GBNF).
 PROGRAM = "program"
 GRAMMAR = "grammar"
-#: At most this many choices a request (SPEC §4: forks per request).
+#: At most this many choices a request (docs/protocol.md#limits: forks per request).
 MAX_N = 16
 
 
