@@ -56,12 +56,9 @@ def check(module: str) -> None:
     if module.endswith((".js", ".ts")):   # a script: parsed as the js controller will (docs/js.md)
         from pathlib import Path
 
-        from aicirt.js_bind import check_script, strip_types
+        from aicirt.toolchain import checked_script
         try:
-            script = Path(module).read_bytes()
-            if module.endswith(".ts"):
-                script = strip_types(script, module)
-            check_script(script, module)
+            checked_script(Path(module))
         except ValueError as e:
             raise click.ClickException(str(e)) from None
         click.echo(f"{module}: a script for the js controller that parses")

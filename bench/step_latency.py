@@ -10,8 +10,8 @@ process's CPU time (workers' spinning included) and the call's own time inside t
 minus inside: the runtime's fixed cost per step.
 
 Each configuration is run twice in the same process, alternating: with the caller running a
-still-queued call itself at wait() (`steal`, the default) and with stealing off
-(`Runtime(steal=False)`: every call handed to a worker), so the ratios are same-run.
+still-queued call itself at wait() (`Runtime(steal=True)`, opt-in) and with stealing off
+(`steal=False`, the default: every call handed to a worker), so the ratios are same-run.
 `--forward-us` adds a busy forward pass between submit and wait (the calls then overlap it).
 
     python bench/step_latency.py [--steps 2000] [--rounds 3] [--vocab 151936] [--busy-us 100]

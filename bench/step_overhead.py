@@ -68,7 +68,7 @@ def pct(xs, q):
 
 
 def bench_hot_path(rt, ctrl, batch, steps):
-    """Per sequence-step time of the hot path (C or fallback), measured inside it."""
+    """Per sequence-step time of the hot path, measured inside it."""
     seqs = [rt.new_request(ctrl).spawn() for _ in range(batch)]
     tokens = [[1, 2, 3] for _ in seqs]
     per_seq, per_step_wall = [], []
@@ -186,7 +186,7 @@ def bench_fork(rt, ctrl, mib, n=50, reuse_slots=True, dirty=False, cpu=None):
     times, children = [], []
     for _ in range(n):
         t0, c0 = time.perf_counter(), time.thread_time()
-        children.extend(parent._fork(1))
+        children.extend(parent.fork_many(1))
         times.append((time.perf_counter() - t0) * 1e6)
         if cpu is not None:
             cpu.append((time.thread_time() - c0) * 1e6)
@@ -271,7 +271,7 @@ def fork_phases(ctrl_path, limits, n: int = 100) -> dict:
         for _ in range(n):
             lib.aicirt_spawn_timing(1, ffi.NULL)
             t0 = time.perf_counter()
-            child = parent._fork(1)[0]
+            child = parent.fork_many(1)[0]
             wall = (time.perf_counter() - t0) * 1e6
             lib.aicirt_spawn_timing(0, out)
             got.append([out[k] / 1e3 for k in range(len(PHASES))] + [wall])
@@ -325,16 +325,6 @@ def main() -> None:
             report[f"engine_thread_us_per_seq_b{b}"] = own
             report[f"api_cpu_us_per_seq_b{b}"] = cpu
 
-    # The pure-Python fallback (machines without a C compiler), same protocol, fewer steps.
-    from aicirt import native
-    compiled, os.environ["AICIRT_NATIVE"] = native._native, "python"
-    native._native = native.Native()
-    del os.environ["AICIRT_NATIVE"]
-    with aicirt.Runtime(FakeVocab(), limits=limits, workers=1, cache_dir=False) as rt:
-        per_seq, _ = bench_hot_path(rt, rt.load(ctrl_path), args.batch, max(20, args.steps // 10))
-        report["fallback_us_median"] = pct(per_seq, 50)
-    native._native = compiled
-
     naive = bench_naive(ctrl_path, args.batch, args.steps)
     report["naive_us_median"] = pct(naive, 50)
     report["naive_us_p99"] = pct(naive, 99)
@@ -360,7 +350,6 @@ def main() -> None:
           f"{report['engine_thread_us_per_seq_b256']:.2f} us/seq")
     print(f"inside the worker ({report['hot_path']}): {report['overhead_us_median']:.2f} us/seq-step median, "
           f"p99 {report['overhead_us_p99']:.2f}")
-    print(f"pure-Python fallback: {report['fallback_us_median']:.2f} us/seq-step median")
     print(f"naive wasmtime-py (whole, on the caller's thread): {report['naive_us_median']:.1f} us median -> "
           f"{report['speedup_api']:.0f}x the rows API's whole (inner: {report['speedup']:.0f}x)")
     print(f"instantiate {report['instantiate_us']:.1f} us (wasmtime-py's path {report['instantiate_naive_us']:.1f}); "

@@ -2,7 +2,7 @@
 
 Names, core signatures, record layouts and the hot path's status codes live here and nowhere
 else: the C hot path receives them as generated ``#define``s (:func:`c_header`), the Python
-lifter and fallback read them from this module, and ``tests/test_abi.py`` derives the layouts
+lifter read them from this module, and ``tests/test_abi.py`` derives the layouts
 from ``wit/aici.wit`` with the canonical ABI's size/alignment rules and checks them against these.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ OPTIONAL_FUNCS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 # Host imports, lowered: lists/strings are (ptr, len); results that do not fit one core value
-# go through a trailing return-area pointer. The order is the import index both hot paths use.
+# go through a trailing return-area pointer. The order is the import index the hot path uses.
 HOST_IMPORTS = {
     "vocab-size": ([], [I32]),
     "eos-token": ([], [I32]),
@@ -69,7 +69,7 @@ OPTION_LIST_SIZE = 12
 
 
 class Status(IntEnum):
-    """What one hot-path call left in its slot (both hot paths)."""
+    """What one hot-path call left in its slot """
     OK = 0            # lifted in full: branch 0's mask is in its row, post-return done
     LIFT = 1          # the call succeeded; Python lifts the rarer result and calls post-return
     TRAP = -1         # trap or wasmtime error (a host import's fault message is in the slot)
@@ -94,7 +94,7 @@ class Stage(IntEnum):
 
 
 class RowStatus(IntEnum):
-    """How the rows API took each row of a batch (both hot paths)."""
+    """How the rows API took each row of a batch """
     STARTED = 0     # its call is queued
     STOPPED = 1     # finished or closed: no call
     LATE = 2        # its call from an earlier step is still out
@@ -114,7 +114,7 @@ _LAYOUT_NAMES = [n for n in dir() if n.startswith(("BRANCH_", "SPLICE_", "RESULT
 
 
 def c_header() -> str:
-    """``#define``s for step.c and host.c: the layouts and status codes above, generated."""
+    """``#define``s for the hot path's C (slot.c ... spawn.c): the layouts and status codes above, generated."""
     lines = ["/* generated from runtime/abi.py: do not edit */"]
     lines += [f"#define ABI_{n} {globals()[n]}" for n in _LAYOUT_NAMES]
     lines += [f"#define AICIRT_{s.name} ({s.value})" for s in Status]

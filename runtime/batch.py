@@ -113,7 +113,7 @@ class RowsHandle:
             if bad:
                 registry.ptrs(self.index)   # an index that is no live sequence raises first
             for row, token in bad:
-                registry.at(int(self.index[row]))._finish(f"invalid step input: token {token} is not a token id "
+                registry.at(int(self.index[row])).finish(f"invalid step input: token {token} is not a token id "
                                                           f"of this vocabulary (0..{vocab - 1})")
         self.masks = registry.take_masks(n)
         self.scratch = scratch = registry.scratch.take(n)
@@ -132,7 +132,7 @@ class RowsHandle:
         if self.edits is not None and not _object_api:
             # edited through the rows API: the object API's copy of those rows' tokens is stale
             for row in np.flatnonzero(self.edits.of_row >= 0).tolist():
-                registry.at(int(self.index[row]))._sent = None
+                registry.at(int(self.index[row])).sent_tokens = None
 
     def _bad_edit_rows(self, vocab: int) -> list[tuple[int, int]]:
         """The rows whose edit holds a token past the vocabulary (the engine's mistake: still only
@@ -174,7 +174,7 @@ class RowsHandle:
                 elapsed[i] = r.elapsed_us
         masks = np.concatenate([self.masks, *self._extra]) if self._extra else self.masks
         for seq in self.registry.reap():
-            seq._collected()
+            seq.collected()
         return RowsOutcome(masks, kind, temperature, elapsed, results, (time.perf_counter() - t0) * 1e6, blocked_us)
 
     # -- the rare rows -----------------------------------------------------------------------------
@@ -183,7 +183,7 @@ class RowsHandle:
             return StepResult(seq, "error", error=seq.error or "sequence has stopped")
         if status in (RowStatus.BAD_TOKEN, RowStatus.NO_MEMORY, RowStatus.BAD_EDIT):
             vocab = self.rt.vocab_size
-            seq._finish("invalid step input: " + (
+            seq.finish("invalid step input: " + (
                 f"token {seq.slot.detail[0]} is not a token id of this vocabulary (0..{vocab - 1})"
                 if status == RowStatus.BAD_TOKEN else
                 "its token list could not grow (out of memory)" if status == RowStatus.NO_MEMORY else
@@ -195,17 +195,18 @@ class RowsHandle:
         if seq.state in (SeqState.CLOSING, SeqState.CLOSED):   # closed by its owner meanwhile
             if seq.state is SeqState.CLOSING:
                 if seq.slot.done:
-                    seq._collected()
+                    seq.collected()
                 else:
                     self.registry.hold(seq, self.masks)   # its call may still write into this step's array
             return StepResult(seq, "error", error="sequence was closed")
         if not seq.slot.done:
-            counts = seq.calls > 1 and self.rt.native.late_is_own(seq.slot, self.rt.limits.soft_deadline_s)
-            late = seq._mark_late(self.masks, i, counts)
+            counts = seq.calls > 1 and self.rt.native.late_is_own(seq.slot, seq.late_steps,
+                                                                   self.rt.limits.soft_deadline_s)
+            late = seq.mark_late(self.masks, i, counts)
             if late >= self.rt.limits.max_late_steps:
                 stage = Stage(seq.slot.stage)   # where the worker is stuck (it writes this as it goes)
                 where = "" if stage is Stage.MID_PROCESS else f", in {stage.where}"
-                seq._finish(f"controller was late {late} steps in a row "
+                seq.finish(f"controller was late {late} steps in a row "
                             f"(soft deadline {self.rt.limits.soft_deadline_s * 1e3:g} ms{where})")
                 return StepResult(seq, "error", error=seq.error)
             return StepResult(seq, "pending")
@@ -237,13 +238,13 @@ class RowsHandle:
                 raise InvalidResult(status_message(status, s.detail[0], s.detail[1], self.rt.vocab_size))
         except InvalidResult as e:
             result = StepResult(seq, "error", error=str(e))
-        result.logs = seq._take_call_log()
+        result.logs = seq.take_call_log()
         result.elapsed_us = s.elapsed_us
-        seq._collected()
+        seq.collected()
         if result.status == "error":
-            seq._finish(result.error)
+            seq.finish(result.error)
         elif result.is_stop:
-            seq._finish()
+            seq.finish()
         return result
 
     def _lift(self, i: int, seq: Sequence) -> StepResult:
@@ -271,7 +272,7 @@ class RowsHandle:
         forks: list[Sequence] = []
         if len(branches) > 1:
             try:
-                forks = seq._fork(len(branches) - 1)
+                forks = seq.fork_many(len(branches) - 1)
             except ControllerError as e:   # e.g. no free instance slot: only this sequence fails
                 raise InvalidResult(str(e)) from None
         return StepResult(seq, "ok", branches, forks)
@@ -307,10 +308,10 @@ def _edit_arrays(edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]]", n: in
 
 # -- the object API ------------------------------------------------------------------------------
 # A thin layer over the rows API in cost too: each sequence keeps the token list its controller
-# holds as a Python list (`Sequence._sent`, a copy), and a StepInput that is that list plus the
+# holds as a Python list (`Sequence.sent_tokens`, a copy), and a StepInput that is that list plus the
 # sampled token is a plain row (the sampled token only): one list comparison, in C, and no
 # conversion. Any other list (the prompt, a splice, a fork's first step, a list edited in place)
-# is an edit from its longest common prefix with `_sent`, found by comparing slices (in C); only
+# is an edit from its longest common prefix with `sent_tokens`, found by comparing slices (in C); only
 # the tokens past it are checked and converted.
 
 _IDLE = SeqState.IDLE
@@ -370,41 +371,40 @@ class BatchHandle:
         edits: dict[int, tuple[np.ndarray, int]] = {}
         seqs: list[Sequence] = [None] * n   # type: ignore[list-item]
         sent_after: list = [None] * n      # what each row's controller will hold once started
-        idle = _IDLE
+        idle, running = _IDLE, SeqState.RUNNING
         for i, item in enumerate(items):
             if type(item) is not StepInput and not isinstance(item, StepInput):
                 raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
             seq = seqs[i] = item.seq
             if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
                 raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
-            state = seq._state
-            if state is idle:
-                if seq.slot.call_out:
-                    raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
-            elif state in _CLOSED:
+            state = seq.state
+            if state is running:
+                raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
+            if state in _CLOSED:
                 raise ValueError(f"sequence {seq.id} is closed")
         if len(set(map(id, seqs))) != n:
             twice = next(s for k, s in enumerate(seqs) if any(s is t for t in seqs[:k]))
             raise ValueError(f"sequence {twice.id} is submitted twice in one batch")
         for i, item in enumerate(items):
             seq = seqs[i]
-            if seq._state is not idle:
+            if seq.state is not idle:
                 continue   # finished or late: the rows API answers for it
             tokens, smp, unchanged = item.tokens, item.sampled, item.unchanged
             if smp is not None and not (type(smp) is int and 0 <= smp < vocab):
                 if not (isinstance(smp, int) and 0 <= smp < vocab):
-                    seq._finish(f"invalid step input: token {smp!r} is not a token id of this vocabulary (0..{vocab - 1})")
+                    seq.finish(f"invalid step input: token {smp!r} is not a token id of this vocabulary (0..{vocab - 1})")
                     continue
                 smp = int(smp)
             if unchanged is not None:   # the caller's hint: the runtime compares only from there
                 if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
-                    seq._finish(f"invalid step input: unchanged={unchanged!r} is not a prefix length "
+                    seq.finish(f"invalid step input: unchanged={unchanged!r} is not a prefix length "
                                 f"of the {len(tokens)} tokens")
                     continue
                 kept = min(unchanged, int(seq.slot.n_seen))
                 after = None           # a caller with hints pays for the suffix only: no copy kept
             else:
-                sent = seq._sent
+                sent = seq.sent_tokens
                 if sent is not None and len(sent) != seq.slot.n_seen:
                     sent = None        # the rows API moved it on meanwhile: compare from scratch
                 if smp is not None and sent is not None and len(tokens) == len(sent) + 1:
@@ -420,7 +420,7 @@ class BatchHandle:
                 after = True           # the whole list, copied once it started
             arr = _suffix_array(tokens, kept, vocab)
             if isinstance(arr, str):   # the engine's mistake; still only this sequence's problem
-                seq._finish(f"invalid step input: {arr}")
+                seq.finish(f"invalid step input: {arr}")
                 continue
             edits[i] = (arr, kept)
             if smp is not None:
@@ -433,17 +433,17 @@ class BatchHandle:
                                     _object_api=True)
         except BaseException:
             for seq in seqs:
-                seq._sent = None       # nothing started: compare from scratch next time
+                seq.sent_tokens = None       # nothing started: compare from scratch next time
             raise
         status = self._rows.scratch.row_status[:n].tolist()
         started = int(RowStatus.STARTED)
         for seq, after, st, item in zip(seqs, sent_after, status, items):
             if after is None or st != started:
-                seq._sent = None       # not called: the next submit compares from scratch
+                seq.sent_tokens = None       # not called: the next submit compares from scratch
             elif after is True:        # an edit row: its controller now holds the whole list
-                seq._sent = list(item.tokens)
+                seq.sent_tokens = list(item.tokens)
             else:
-                seq._sent = after
+                seq.sent_tokens = after
 
     def wait(self, timeout_s: float | None = None) -> BatchOutcome:
         """Collect results (see :meth:`RowsHandle.wait`). Raises ValueError if called twice."""

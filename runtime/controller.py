@@ -51,8 +51,8 @@ class Controller:
     arg_prefix: bytes = b""          # prepended to every request's argument (aicirt.js_bind)
     code_sha256: str = ""            # sha256 of the module compiled: `sha256` less the arg-prefix section
 
-    def _release(self) -> None:
-        """Its Runtime closed: drop the compiled code, which would keep that runtime's wasmtime
+    def forget_engine(self) -> None:
+        """Its Runtime closed (Runtime calls this): drop the compiled code, which would keep that runtime's wasmtime
         Engine (and its address-space reservation) alive."""
         self.module = None  # type: ignore[assignment]
 

@@ -1,9 +1,8 @@
 """The Python side of WIT interface `host` and of `wasi_snapshot_preview1` (docs/protocol.md#wit, docs/wasi.md).
 
-On the compiled hot path only `tokenize`, `detokenize`, `token-trie` and the WASI functions
-wasi.c lacks (ENOSYS) run here (the per-step imports are native callbacks in native/host.c and
-native/wasi.c); on the Python fallback every import does, with the same results and messages. Each import gets its sequence and a
-bounds-checked view of its caller's memory; a guest that passes something invalid gets a trap
+In the hot path only `tokenize`, `detokenize`, `token-trie` and the WASI functions wasi.c lacks
+(ENOSYS) run here (the per-step imports are native callbacks in native/host.c and native/wasi.c).
+Each import gets its sequence and a bounds-checked view of its caller's memory; a guest that passes something invalid gets a trap
 whose message says which import and why, recorded on its own sequence, and only that sequence ends.
 """
 from __future__ import annotations
@@ -101,48 +100,8 @@ class HostImports:
         return handler
 
     # -- interface host --------------------------------------------------------------------------
-    # The first five and the var/log ones are native callbacks on the compiled path (host.c);
-    # these Python twins serve the fallback and read the same slot fields.
-    def h_vocab_size(self, seq: "Sequence", g: Guest) -> int:
-        return g.slot.vocab_size
-
-    def h_eos_token(self, seq: "Sequence", g: Guest) -> int:
-        return g.slot.eos_token
-
-    def h_self_seq_id(self, seq: "Sequence", g: Guest) -> int:
-        return g.slot.seq_id
-
-    def h_capabilities(self, seq: "Sequence", g: Guest) -> int:
-        return g.slot.capabilities
-
-    def h_arg(self, seq: "Sequence", g: Guest, retptr: int) -> None:
-        data = seq.request.arg
-        g.return_list(retptr, data, 1, len(data))
-
-    def h_var_get(self, seq: "Sequence", g: Guest, ptr: int, n: int, retptr: int) -> None:
-        value = seq.request.vars.get(g.read_str(ptr, n))
-        if value is None:
-            g.write(retptr, b"\0" * abi.OPTION_LIST_SIZE)
-        else:
-            g.write(retptr, struct.pack("<III", 1, g.alloc(value, 1), len(value)))
-
-    def _var_set(self, seq: "Sequence", g: Guest, nptr: int, nlen: int, vptr: int, vlen: int, append: bool) -> None:
-        name, value = g.read_str(nptr, nlen), g.read(vptr, vlen)
-        try:
-            seq.request.vars.set(g.slot.seq_id, name, value, append)
-        except ValueError as e:
-            g.fail(str(e))
-
-    def h_var_set(self, seq: "Sequence", g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
-        self._var_set(seq, g, nptr, nlen, vptr, vlen, append=False)
-
-    def h_var_append(self, seq: "Sequence", g: Guest, nptr: int, nlen: int, vptr: int, vlen: int) -> None:
-        self._var_set(seq, g, nptr, nlen, vptr, vlen, append=True)
-
-    def h_log(self, seq: "Sequence", g: Guest, ptr: int, n: int) -> None:
-        self.native.log_append(g.slot, g.read(ptr, n))
-
-    # Python on both paths: rare, and they need the tokenizer.
+    # abi.NATIVE_IMPORTS are native callbacks (host.c); these take the GIL: rare, and they need
+    # the tokenizer.
     def h_token_trie(self, seq: "Sequence", g: Guest, retptr: int) -> None:
         fresh = self._trie is None
         data = self.trie
@@ -163,7 +122,7 @@ class HostImports:
         data = self.tokenizer.decode_bytes(ids)
         g.return_list(retptr, data, 1, len(data))
 
-    # -- wasi_snapshot_preview1 (runtime/wasi.py; native in wasi.c on the compiled path) ------
+    # -- wasi_snapshot_preview1 (runtime/wasi.py where wasi.c lacks the function) ------------------
     def _wasi(self, name: str, returns: bool) -> Impl:
         impl = wasi.function(name, returns)
         native = self.native

@@ -14,8 +14,8 @@ class Limits:
     The two call limits count the CPU time of the thread running the call, checked at each epoch
     tick (docs/protocol.md#limits): a busy machine slows a call down but never spends its budget. A call starved of
     CPU still ends after `wall_backstop_factor` times its limit in wall-clock time. The soft
-    deadline is wall-clock; a late step counts towards `max_late_steps` only once the call's own
-    time (its CPU time, plus any wait for its turn among stuck calls) has reached the soft deadline.
+    deadline is wall-clock; the k-th late step in a row counts towards `max_late_steps` only once
+    the call has used k soft deadlines of CPU time (waits for a core or for a turn never count).
 
     `memory_budget_bytes` bounds the memory of all live sequences together: each reserves its
     `memory_bytes` and `log_bytes`, and a new request's sequence past the budget is refused
@@ -52,8 +52,9 @@ class Limits:
     compile_timeout_s: float = 30.0
     epoch_tick_s: float = 0.01          # granularity of the hard time limit
     # workers started in place of ones stuck past half the soft deadline; the stuck ones take turns
-    # (at most half the cores at once), so an extra worker costs a parked thread, not a core
-    max_extra_workers: int = 32
+    # (at most half the cores at once), so an extra worker costs a parked thread, not a core. Enough
+    # for every stuck call to have its own (past it, stuck calls hold the base workers too)
+    max_extra_workers: int = 512
     max_splices: int = 64               # splices in one branch of a result
     max_result_tokens: int = 1 << 16    # token ids in one result's splices (when-sampled + ff-tokens)
     resident_bytes: int = 0             # linear memory freed pooled slots keep resident for reuse (0: none)

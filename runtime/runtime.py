@@ -2,7 +2,7 @@
 
 The error contract, once: misuse of the API raises (ValueError for a closed object, a sequence
 of another runtime, a duplicate in one batch, a second wait; TypeError for a wrong argument
-type), the same on both hot paths. Nothing a controller does ever raises: it ends its own
+type). Nothing a controller does ever raises: it ends its own
 sequence with status "error" and a message, and every other sequence carries on.
 """
 from __future__ import annotations
@@ -35,12 +35,11 @@ from .snapshot import InitHost, load_initialized
 if TYPE_CHECKING:
     from .native import EditArrays
     from .native.compiled import CPool
-    from .native.fallback import ThreadPool
     from .native.types import CData
     from .tokenizer import Tokenizer
 
 
-def _shutdown(pool: "CPool | ThreadPool", host: HostImports) -> None:
+def _shutdown(pool: "CPool", host: HostImports) -> None:
     pool.close()       # waits for running calls (its epoch clock ticks until they end), then stops the clock
     host.close()
 
@@ -54,13 +53,16 @@ class Runtime(Owned):
     instances the pooling allocator has slots for; `prebuild_trie` builds the vocabulary's token
     trie (for the `token-trie` import; ~1 s at 150k tokens) on a background thread right away;
     `steal` lets a caller waiting for a batch run the calls of its rows that no worker has taken
-    yet, where the caller-runs rule allows (docs/embedding.md; False: every call runs on a worker).
+    yet, where the caller-runs rule allows (docs/embedding.md). Off by default: a call run on the
+    caller cannot be handed back once it runs long, so a controller cheap so far could hold the
+    engine's thread up to its hard limit; turn it on only for trusted controllers (it saves a
+    hand-off, about 3 µs a step).
     Raises ValueError for a bad tokenizer or settings. Use after `close()` raises ValueError.
     """
 
     def __init__(self, tokenizer: Tokenizer, limits: Limits | None = None, workers: int = 2,
                  cache_dir: str | os.PathLike[str] | Literal[False] | None = None,
-                 max_sequences: int = 1024, prebuild_trie: bool = True, steal: bool = True) -> None:
+                 max_sequences: int = 1024, prebuild_trie: bool = True, steal: bool = False) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if max_sequences < 1:
@@ -97,7 +99,7 @@ class Runtime(Owned):
         #: the native slot every sequence starts from: the limits and vocabulary (Sequence adds its request's)
         self.slot_template = self._new_slot_template()
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
-        # the worker threads that run controller calls (step.c's pool, or the fallback's), with the
+        # the worker threads that run controller calls (pool.c), with the
         # epoch clock that ticks the engine while calls are out
         self.pool = self.native.make_pool(workers, workers + self.limits.max_extra_workers,
                                           self.limits.soft_deadline_s / 2, steal, self.engine, self.limits.epoch_tick_s)
@@ -162,7 +164,7 @@ class Runtime(Owned):
         from the thread that submits."""
         done = self.registry.reap()
         for seq in done:
-            seq._collected()
+            seq.collected()
         return len(done)
 
     @property
@@ -208,9 +210,9 @@ class Runtime(Owned):
         """Stop the workers and the epoch clock and free every sequence."""
         self._shutdown()       # running calls end (by their deadline) before this returns
         for seq in self.registry.clear():
-            seq._free()
+            seq.free()
         self._pres.clear()
         self._plans.clear()
         self._init_host.forget()
         for ctrl in self._controllers:   # a Controller the caller keeps must not keep the engine
-            ctrl._release()
+            ctrl.forget_engine()

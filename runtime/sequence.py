@@ -82,7 +82,8 @@ class Sequence(Owned):
         slot.arg, slot.arg_len = request.arg_buffer, len(request.arg)
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         self._group_buf = None                     # the fork group reported on the next call
-        self._sent: list[int] | None = None        # the object API's copy of the tokens its controller holds (batch.py)
+        # the object API's copy of the tokens its controller holds: batch.py's to read and write
+        self.sent_tokens: list[int] | None = None
         self._views: tuple | None = None           # wasmtime-py views of the Store, memory, instance (on demand)
         plan = self._plan = rt.spawn_plan(request.controller)
         self.index = self._registry.add(self, native.addr(slot))
@@ -94,7 +95,7 @@ class Sequence(Owned):
             if failed is None:
                 slot.resident_bytes = resident.taken(native.memory(slot)[0])
         if failed is not None:   # no free slot, or memory limit too small
-            self._free()
+            self.free()
             raise ControllerError(f"instantiating {request.controller.name}: {failed}")
 
     def _describe(self) -> str:
@@ -164,7 +165,7 @@ class Sequence(Owned):
         """The tokens as the controller last saw them (a copy)."""
         return self._native.seen_tokens(self.slot) if self._state is not SeqState.CLOSED else []
 
-    def _mark_late(self, masks: "np.ndarray", row: int, counts: bool = True) -> int:
+    def mark_late(self, masks: "np.ndarray", row: int, counts: bool = True) -> int:
         """RUNNING|LATE -> LATE (the call missed another deadline; it writes into `masks[row]`,
         which stays pinned); returns the steps late in a row (`counts`: whether this step is
         charged to the controller)."""
@@ -177,7 +178,7 @@ class Sequence(Owned):
         self.late_steps += counts
         return self.late_steps
 
-    def _collected(self) -> None:
+    def collected(self) -> None:
         """The call's result was taken: back to IDLE, or freed if it was closed meanwhile."""
         self.mask_buffer = None
         self.late_steps = 0
@@ -186,11 +187,11 @@ class Sequence(Owned):
             return
         self.slot.call_out = 0
         if self._state is SeqState.CLOSING:
-            self._free()
+            self.free()
         elif self._state is SeqState.LATE:
             self._state = SeqState.IDLE
 
-    def _finish(self, error: str | None = None) -> None:
+    def finish(self, error: str | None = None) -> None:
         """-> FINISHED (stopped, or failed with `error`); a closing sequence stays closing."""
         if error is not None and self.error is None:
             self.error = error
@@ -205,9 +206,9 @@ class Sequence(Owned):
         ValueError unless the sequence is idle, ControllerError if the copy cannot be made."""
         if self.state is not SeqState.IDLE:
             raise ValueError(f"{self._describe()} is {self.state.value}: only an idle sequence can be forked")
-        return self._fork(1)[0]
+        return self.fork_many(1)[0]
 
-    def _fork(self, n: int) -> list["Sequence"]:
+    def fork_many(self, n: int) -> list["Sequence"]:
         """`n` new sequences whose controllers are copies of this one's (linear memory and every
         mutable global); all of the group get the fork group on their next call. Raises
         ControllerError (closing any child made) if a copy cannot be made."""
@@ -228,6 +229,48 @@ class Sequence(Owned):
             member._report_group(buf, len(group))
         return children
 
+    def draft_copy(self, shadow: "Request", root: "Sequence") -> "Sequence":
+        """A copy of this (idle) sequence as a sequence of `shadow` (speculate.py's stand-in
+        request), seen by its controller exactly as `root` (its seq-id, its pending fork group, its
+        random stream); no fork group is reported to either. Raises ControllerError if the copy
+        cannot be made."""
+        child = Sequence(shadow)
+        shadow.sequences.append(child)
+        rng = self.slot.wasi_rng
+        try:
+            instance.fork_copy(self._native, self._plan, self.slot, child.slot)
+        except Exception as e:
+            child.close()
+            raise ControllerError(f"speculation: copy failed: {e}") from None
+        self.slot.wasi_rng = rng   # fork_copy split the stream; a draft continues it unsplit
+        child.slot.wasi_rng = rng
+        child.slot.seq_id = root.id
+        if self.slot.n_group:
+            child._group_buf = self._group_buf
+            child.slot.group, child.slot.n_group = self.slot.group, self.slot.n_group
+        return child
+
+    def take_state_of(self, fork: "Sequence", req: "Request") -> bytes:
+        """This sequence takes `fork`'s controller state (its native slot: instance, tokens seen,
+        records) and `fork` takes this one's old one, to be closed; returns the old log. The rows
+        API's index of this sequence now addresses the new state (speculate.py's commit)."""
+        native = self._native
+        old_log = native.log_bytes(self.slot)
+        for s in (self, fork):
+            if s._views is not None:
+                s._views[0].close()
+                s._views = None
+            s._release_slot.detach()
+        a, b = self.slot, fork.slot
+        self._registry.swap_slots(self, fork, native.addr(a), native.addr(b))
+        self.slot, fork.slot = b, a
+        self._release_slot = weakref.finalize(self, native.release, b)
+        fork._release_slot = weakref.finalize(fork, native.release, a)
+        self._group_buf, fork._group_buf = fork._group_buf, self._group_buf
+        b.seq_id, a.seq_id = self.id, fork.id
+        b.vars = native.ffi.NULL if req.vars.ptr is None else req.vars.ptr
+        return old_log
+
     def _report_group(self, buf: CData, n: int) -> None:
         """The fork group this sequence's next call reports (`fork-group`): the `n` ids in `buf`
         (a cffi uint32_t array, kept alive here until replaced)."""
@@ -241,7 +284,7 @@ class Sequence(Owned):
         """The controller's log (the last Limits.log_bytes bytes; kept after close)."""
         return self._native.log_bytes(self.slot) if self._state is not SeqState.CLOSED else self._final_log
 
-    def _take_call_log(self) -> str:
+    def take_call_log(self) -> str:
         return self._native.take_call_log(self.slot).decode("utf-8", "replace")
 
     # -- lifetime ----------------------------------------------------------------------------------
@@ -254,9 +297,9 @@ class Sequence(Owned):
             self._state = SeqState.CLOSING
             self._registry.closing(self)
         else:
-            self._free()
+            self.free()
 
-    def _free(self) -> None:
+    def free(self) -> None:
         if self._state is SeqState.CLOSED:
             return
         self._release_budget()

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .abi import RowKind
-from .native import instance
 from .request import Request
 from .sequence import Sequence, SeqState
 
@@ -112,51 +111,6 @@ def _copy_vars(values: dict[str, bytes], into: object, seq_id: int, current: dic
     for name, value in values.items():
         if current is None or current.get(name) != value:
             into.set(seq_id, name, value, False)   # type: ignore[attr-defined]
-
-
-def _fork_for_draft(parent: Sequence, shadow: Request, root: Sequence) -> Sequence:
-    """A copy of `parent` (idle) as a sequence of `shadow`, seen by its controller exactly as
-    `root` (its seq-id, its pending fork group, its random stream); no fork group is reported to
-    either. Raises ControllerError if the copy cannot be made."""
-    from .errors import ControllerError
-    native = parent._native
-    child = Sequence(shadow)
-    shadow.sequences.append(child)
-    rng = parent.slot.wasi_rng
-    try:
-        instance.fork_copy(native, parent._plan, parent.slot, child.slot)
-    except Exception as e:
-        child.close()
-        raise ControllerError(f"speculation: copy failed: {e}") from None
-    parent.slot.wasi_rng = rng   # fork_copy split the stream; a draft continues it unsplit
-    child.slot.wasi_rng = rng
-    child.slot.seq_id = root.id
-    if parent.slot.n_group:
-        child._group_buf = parent._group_buf
-        child.slot.group, child.slot.n_group = parent.slot.group, parent.slot.n_group
-    return child
-
-
-def _adopt_slot(seq: Sequence, fork: Sequence, req: Request) -> None:
-    """`seq` takes `fork`'s controller state (its native slot: instance, tokens seen, records)
-    and `fork` takes `seq`'s old one, to be closed. The rows API's index of `seq` now addresses
-    the new state; the log continues the old one."""
-    native = seq._native
-    old_log = native.log_bytes(seq.slot)
-    for s in (seq, fork):
-        if s._views is not None:
-            s._views[0].close()
-            s._views = None
-        s._release_slot.detach()
-    a, b = seq.slot, fork.slot
-    seq._registry.swap_slots(seq, fork, native.addr(a), native.addr(b))
-    seq.slot, fork.slot = b, a
-    seq._release_slot = weakref.finalize(seq, native.release, b)
-    fork._release_slot = weakref.finalize(fork, native.release, a)
-    seq._group_buf, fork._group_buf = fork._group_buf, seq._group_buf
-    b.seq_id, a.seq_id = seq.id, fork.id
-    b.vars = native.ffi.NULL if req.vars.ptr is None else req.vars.ptr
-    return old_log  # type: ignore[return-value]
 
 
 def _own_masks(r: "StepResult", masks: np.ndarray) -> "tuple[StepResult, np.ndarray | None]":
@@ -261,7 +215,7 @@ class Speculation:
             if why is None:
                 parent = row.chain[-1] if row.chain else row.seq
                 try:
-                    fork = _fork_for_draft(parent, row.shadow, row.seq)
+                    fork = parent.draft_copy(row.shadow, row.seq)
                 except Exception as e:   # no free instance slot: this row speculates no further
                     row.ended, row.ended_result = ENDED_RESULT, None
                     ended[i] = f"{ENDED_RESULT}: {e}"
@@ -383,10 +337,11 @@ class Speculation:
             if a:
                 seq, req = row.seq, row.seq.request
                 take = row.chain[a - 1] if a <= len(row.chain) else row.ended_fork
-                old_log = _adopt_slot(seq, take, req)
+                assert take is not None   # checked above: past the chain only with an ended fork
+                old_log = seq.take_state_of(take, req)
                 spec_log = b"".join(native.log_bytes(f.slot) for f in row.chain[:a - 1]) + native.log_bytes(seq.slot)
-                if take is row.ended_fork and take.finished:   # its stop or error carries over
-                    seq._finish(take.error)
+                if row.ended_fork is take and take.finished:   # its stop or error carries over
+                    seq.finish(take.error)
                 if spec_log:
                     slot = seq.slot
                     slot.log_len = 0

@@ -215,22 +215,34 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
     return BuildResult(out, len(wasm), time.monotonic() - t0)
 
 
+def checked_script(path: Path, js: bytes | None = None) -> bytes:
+    """A script file as the js controller will run it: a `.ts` file's types stripped (every line
+    kept where it was), then parsed, running none of it. `js`: the js controller's module (built
+    from the caches when not given). Raises ValueError "FILE:LINE:COL: ..." for one that does not
+    parse."""
+    from .js_tools import TS_STRIPPER, check_script, strip_types
+    if js is None:
+        js = build_cached(CONTROLLERS_DIR / "js", progress=False).read_bytes()
+    script = path.read_bytes()
+    if path.suffix == ".ts":
+        script = strip_types(js, (CONTROLLERS_DIR / "js" / TS_STRIPPER).read_bytes(), script, str(path))
+    check_script(js, script, str(path))
+    return script
+
+
 def _bind_script(path: Path, out: Path, progress: bool) -> subprocess.CompletedProcess:
     """A JavaScript file -> the shipped js controller with the script bound in (aicirt.js_bind);
-    a TypeScript file's types stripped first (every line kept where it was). The script is parsed
-    first: a syntax error fails the build, naming its line and column."""
-    from .js_bind import bind, check_script, strip_types
+    a TypeScript file's types stripped first. The script is parsed first (`checked_script`): a
+    syntax error fails the build, naming its line and column."""
+    from .js_bind import bind
     from .wasm_binary import WasmFormatError
-    js = build_cached(CONTROLLERS_DIR / "js", progress=progress)
-    script = path.read_bytes()
+    js = build_cached(CONTROLLERS_DIR / "js", progress=progress).read_bytes()
     try:
-        if path.suffix == ".ts":
-            script = strip_types(script, str(path))
-        check_script(script, str(path))
+        script = checked_script(path, js)
     except ValueError as e:   # names the file, line and column
         return subprocess.CompletedProcess([], 1, "", str(e))
     try:
-        out.write_bytes(bind(js.read_bytes(), script))
+        out.write_bytes(bind(js, script))
     except (ValueError, WasmFormatError) as e:
         return subprocess.CompletedProcess([], 1, "", f"{path}: {e}")
     return subprocess.CompletedProcess([], 0, "", "")
@@ -242,7 +254,7 @@ def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     path = resolve(src)
     from . import recipe
     if path.suffix in (".js", ".ts"):
-        from .js_bind import TS_STRIPPER
+        from .js_tools import TS_STRIPPER
         h = hashlib.sha256(b"js-bind-3\0" + source_hash(CONTROLLERS_DIR / "js").encode() + path.suffix.encode())
         if path.suffix == ".ts":
             h.update((CONTROLLERS_DIR / "js" / TS_STRIPPER).read_bytes())

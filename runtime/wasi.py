@@ -1,8 +1,8 @@
 """WASI preview 1 (`wasi_snapshot_preview1`) for controllers, in Python (docs/wasi.md).
 
-The compiled hot path runs these functions natively (runtime/native/wasi.c); this module is the
-same logic for the Python fallback (``AICIRT_NATIVE=python``) and for the template instance of a
-per-tokenizer init (runtime/snapshot.py), with the same results and the same messages:
+The hot path runs these functions natively (runtime/native/wasi.c); this module is the same logic
+for the template instance of a per-tokenizer init (runtime/snapshot.py), with the same results
+and the same messages:
 
 - clocks are virtual: every clock reads ``calls`` ms, the mid-process calls started so far on the
   sequence (zero in an init), resolution 1 ms: time moves one millisecond a step, never within a

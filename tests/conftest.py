@@ -1,4 +1,4 @@
-"""Shared fixtures: compiled test controllers, runtimes over a byte-level tokenizer, both hot paths."""
+"""Shared fixtures: compiled test controllers, runtimes over a byte-level tokenizer."""
 from __future__ import annotations
 
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import aicirt
-from aicirt import native, toolchain
+from aicirt import toolchain
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -41,25 +41,6 @@ def ctrl(runtime, scripted_wasm):
     return runtime.load(scripted_wasm)
 
 
-@pytest.fixture(params=["compiled", "python"])
-def hot_path(request):
-    """Run a test over both the C hot path and the pure-Python fallback. Function-scoped: the
-    process-wide hot path is put back after each test, so a test that does not ask for one always
-    runs on the default (a session-scoped fallback used to linger into later modules)."""
-    old = native._native
-    if request.param == "python":
-        import os
-        os.environ["AICIRT_NATIVE"] = "python"
-        native._native = native.Native()
-        del os.environ["AICIRT_NATIVE"]
-    else:
-        native._native = None
-        if native.get_native().mode != "compiled":
-            require.missing("a C compiler for the C hot path (it fell back to Python, tested as 'python')")
-    yield request.param
-    native._native = old
-
-
 # Test runtimes wait longer than the default soft deadline (25 ms), so that a call that is merely
 # slow on a busy machine is not "pending"; tests of lateness set soft_deadline_s themselves.
 TEST_SOFT_DEADLINE_S = 0.5
@@ -81,9 +62,8 @@ HANG_GUARD_S = 60.0
 @pytest.fixture(autouse=True)
 def _generous_default_soft_deadline(monkeypatch):
     """A runtime a test builds without limits (`aicirt.Runtime(tok)`) gets TEST_SOFT_DEADLINE_S as
-    its soft deadline, not the production 25 ms: at load 8-12 a Python-fallback first call takes
-    longer than 25 ms and came back "pending" where the test checks its result (five such tests
-    failed so). Only the default the runtime fills in changes; explicit `Limits(...)` are as given,
+    its soft deadline, not the production 25 ms: at load 8-12 a first call could take longer than
+    25 ms and came back "pending" where the test checks its result. Only the default the runtime fills in changes; explicit `Limits(...)` are as given,
     and `aicirt.Limits()` itself still has the production default."""
     import functools
     from aicirt import runtime as runtime_module
@@ -112,7 +92,7 @@ def cpu_seconds(*, thread: bool = False) -> float:
 
 
 @pytest.fixture
-def rt(hot_path):
+def rt():
     runtime = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
                              limits=aicirt.Limits(soft_deadline_s=TEST_SOFT_DEADLINE_S))
     yield runtime
@@ -120,7 +100,7 @@ def rt(hot_path):
 
 
 @pytest.fixture
-def make_rt(hot_path):
+def make_rt():
     made = []
 
     def make(**limits):

@@ -88,6 +88,6 @@ def test_the_c_header_carries_every_layout_and_status():
         assert f"#define HOST_{name.upper().replace('-', '_')} {i}\n" in header
     # the C sources use the generated names, not numbers of their own
     native = Path(abi.__file__).parent / "native"
-    for src in ("step.c", "host.c"):
+    for src in ("slot.c", "clock.c", "step.c", "pool.c", "rows.c", "host.c"):
         text = (native / src).read_text()
         assert not re.search(r"#define (AICIRT_OK|ABI_|HOST_VOCAB)", text), src

@@ -80,13 +80,13 @@ def test_fork_copies_memory_and_globals(rt, scripted_wasm):
     assert any(name.startswith("aicirt-global-") for name in ctrl.globals.values())  # __stack_pointer
     parent = rt.new_request(ctrl).spawn()
     parent.memory.write(parent.store, b"state!", 70000)
-    child, = parent._fork(1)
+    child, = parent.fork_many(1)
     assert child.memory.read(child.store, 70000, 70006) == b"state!"
     for idx, g in parent._globals.items():
         assert child._globals[idx].value(child.store) == g.value(parent.store)
 
 
-def test_compiled_module_cached_on_disk(hot_path, tmp_path, scripted_wasm):
+def test_compiled_module_cached_on_disk(tmp_path, scripted_wasm):
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=tmp_path) as runtime:
         runtime.load(scripted_wasm)
         cached = list((tmp_path / "modules").glob("*.cwasm"))
@@ -223,7 +223,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("body, needle", REFUSED, ids=[n.split()[0] + str(i) for i, (_, n) in enumerate(REFUSED)])
-def test_runtime_and_check_refuse_the_same_modules_and_cache_nothing(hot_path, tmp_path, body, needle):
+def test_runtime_and_check_refuse_the_same_modules_and_cache_nothing(tmp_path, body, needle):
     from aicirt.controller import check_controller
 
     wasm = wat(body)
@@ -246,7 +246,7 @@ def test_what_the_runtime_accepts_check_accepts_and_it_runs(rt):
 
 
 @pytest.mark.timing
-def test_a_compile_past_the_limit_is_stopped_and_not_cached(hot_path, tmp_path):
+def test_a_compile_past_the_limit_is_stopped_and_not_cached(tmp_path):
     import resource
 
     def children_cpu_s() -> float:   # CPU time of this process's children that have been waited for
@@ -283,7 +283,7 @@ def test_cli_check_fails_on_what_the_runtime_refuses(tmp_path):
     assert out.exit_code == 1 and "has a start function" in out.output
 
 
-def test_the_child_compiles_for_the_runtimes_engine_so_nothing_compiles_in_process(hot_path, monkeypatch):
+def test_the_child_compiles_for_the_runtimes_engine_so_nothing_compiles_in_process(monkeypatch):
     from aicirt import controller
 
     def in_process(*_):

@@ -28,7 +28,7 @@ GUARDED_INIT = """
 
 
 def stalled_turns() -> int:
-    """The stalled calls the pool lets run at once (step.c's run_stalled_max)."""
+    """The stalled calls the pool lets run at once (pool.c's run_stalled_max)."""
     cores = os.cpu_count() or 1
     return cores // 2 if cores >= 4 else 1
 
@@ -177,9 +177,10 @@ def test_a_healthy_call_the_machine_slows_down_is_never_stalled(make_rt, scripte
     assert runtime.pool.stats().stalls_total == before
 
 
-def test_a_stuck_call_waiting_for_its_turn_is_charged(hot_path, scripted_wasm):
-    """Two loopers on one turn: the one waiting for its turn is still charged for lateness (its
-    wait is its share of the cores among stuck calls), so both end at max_late_steps."""
+def test_stuck_calls_taking_turns_both_end_by_the_late_rule(scripted_wasm):
+    """Two loopers on one turn: lateness is charged in CPU time only (a wait for its turn is not
+    the call's), and each gets its turns, so both still end at max_late_steps once each has used
+    max_late_steps soft deadlines of CPU."""
     limits = aicirt.Limits(soft_deadline_s=0.05, max_late_steps=3, call_timeout_s=0.5)
     with aicirt.Runtime(aicirt.ByteTokenizer(), workers=1, cache_dir=False, limits=limits) as rt:
         ctrl = rt.load(scripted_wasm)

@@ -100,7 +100,7 @@ def _engine(rt):
     ([Branch(0, float("nan"))], Capabilities.ALL, "temperature"),
     ([Branch(None, None, ())], Capabilities.ALL, "no mask but 0 splices"),
 ])
-def test_the_engine_catches_an_illegal_result_the_runtime_would_let_through(hot_path, scripted_wasm, branches, caps,
+def test_the_engine_catches_an_illegal_result_the_runtime_would_let_through(scripted_wasm, branches, caps,
                                                                            needle):
     """The fuzzer is an independent oracle: fed a result that breaks docs/protocol.md#semantics, it says so."""
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as rt:

@@ -307,7 +307,7 @@ def test_gbnf_is_character_level(bytes_pair):
 
 
 # ---- under vLLM's host semantics (the steering core, no vLLM needed) -------------------------
-def test_grammar_under_the_vllm_steering_core(hot_path):
+def test_grammar_under_the_vllm_steering_core():
     """The vLLM plugin's engine-independent core (one token a step, masks only): the grammar
     controller, by its shipped name's build, writes a sentence of the grammar and ends with EOS."""
     import re

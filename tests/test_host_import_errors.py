@@ -1,4 +1,4 @@
-"""A host import that fails in Python ends its sequence with an error on both hot paths: never
+"""A host import that fails in Python ends its sequence with an error: never
 printed and swallowed by cffi as a success (re-entrant cabi_realloc up to the recursion limit)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hostile import wat
 from aicirt import StepInput
 
 # cabi_realloc itself calls `arg` (which allocates the argument's copy through cabi_realloc): every
-# allocation recurses until something gives out: Wasm's stack on the C path, Python's on the fallback
+# allocation recurses until something gives out (Wasm's stack, or the nesting limit of Python imports)
 REENTRANT = wat.module(imports=("arg",), realloc=wat.REALLOC.replace(
     "(local $p i32)", "(local $p i32) (call $arg (i32.const 4000))"))
 
@@ -37,7 +37,7 @@ class Escape(BaseException):
     """Not an Exception: the handler's own `except Exception` lets it through to the trampoline."""
 
 
-def test_an_exception_past_the_handler_is_the_sequences_error(hot_path, monkeypatch):
+def test_an_exception_past_the_handler_is_the_sequences_error(monkeypatch):
     from aicirt import host_imports
     import aicirt
 
@@ -56,8 +56,8 @@ def test_an_exception_past_the_handler_is_the_sequences_error(hot_path, monkeypa
         rt.close()
 
 
-def test_python_imports_nested_in_realloc_end_the_sequence(hot_path):
-    """cabi_realloc calling `tokenize` (a Python import on both paths), which allocates: nested
+def test_python_imports_nested_in_realloc_end_the_sequence():
+    """cabi_realloc calling `tokenize` (a Python import), which allocates: nested
     until the bound, then that sequence's error (each level's realloc failing in turn)."""
     import aicirt
     rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False)

@@ -1,5 +1,5 @@
 """The hostile suite (issue 10 item 4): every kind in tests/hostile/kinds.py runs in one batch
-beside healthy sequences, on both hot paths; the healthy outputs must equal what they produce
+beside healthy sequences; the healthy outputs must equal what they produce
 alone, and the hostile sequence must end as its kind says (with a message naming the fault)."""
 from __future__ import annotations
 

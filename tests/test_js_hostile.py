@@ -1,5 +1,5 @@
 """JS variants of the hostile suite (tests/hostile/js_kinds.py): each misbehaving script runs in
-the js controller beside healthy sequences, on both hot paths; the healthy outputs must equal
+the js controller beside healthy sequences; the healthy outputs must equal
 what they produce alone, and the hostile sequence must end with a one-line message naming the
 cause (time limit, out of memory, stack, wrong shape, ...)."""
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Fork's page copy (runtime/native/pages.c and its numpy twin in pages.py): exact copies that
-write only the pages that differ, on both hot paths. Memory that goes back (memory.ResidentSlots):
+"""Fork's page copy (runtime/native/pages.c): exact copies that write only the pages that differ. Memory that goes back (memory.ResidentSlots):
 freed slots' resident pages bounded by Limits.resident_bytes and returned to the OS when idle.
 RSS is read from /proc/self/status, with margins of half what is at stake."""
 from __future__ import annotations
@@ -46,7 +45,7 @@ def _addr(buf: mmap.mmap) -> int:
 
 
 # -- the page copy -----------------------------------------------------------------------------
-def test_copy_changed_writes_exactly_the_pages_that_differ(hot_path):
+def test_copy_changed_writes_exactly_the_pages_that_differ():
     """Into a fresh memory (zero but for its image), only pages that differ are written: nonzero
     pages, image pages that changed (even to zero); never-touched and zeroed pages are skipped."""
     native = get_native()
@@ -71,7 +70,7 @@ def test_copy_changed_writes_exactly_the_pages_that_differ(hot_path):
     assert pages.copy_changed(native, _addr(dst), _addr(src), 0, (0, 0)) == 0
 
 
-def test_copy_changed_skips_image_pages_the_parent_never_wrote(hot_path):
+def test_copy_changed_skips_image_pages_the_parent_never_wrote():
     """An image page the parent only read (still the image file's copy-on-write page, as
     wasmtime maps a module's data) or never touched is not compared: a fork costs what the parent
     wrote, not the image's size. Pages it wrote are compared and copied where they differ."""
@@ -104,7 +103,7 @@ def _image_parent(n_pages: int) -> tuple[mmap.mmap, mmap.mmap]:
     return src, dst
 
 
-def test_an_image_page_the_parent_wrote_is_copied_unread_where_the_child_is_not_resident(hot_path):
+def test_an_image_page_the_parent_wrote_is_copied_unread_where_the_child_is_not_resident():
     """Past the child's resident prefix (`dst_backed`), an image page the parent wrote is copied
     without reading the child's page (reading it would fault it in from the image only to
     compare): page 7, written back unchanged, is copied too; inside the prefix it is compared."""
@@ -117,7 +116,7 @@ def test_an_image_page_the_parent_wrote_is_copied_unread_where_the_child_is_not_
     assert dst[:] == src[:]
 
 
-def test_copy_changed_over_random_pages_is_exact(hot_path):
+def test_copy_changed_over_random_pages_is_exact():
     """Randomized: pages backed or not, zero or not, in the image or not, dirty destination image."""
     native = get_native()
     rng = np.random.default_rng(7)
@@ -136,7 +135,7 @@ def test_copy_changed_over_random_pages_is_exact(hot_path):
         assert dst[:] == src[:]
 
 
-def test_copy_changed_with_a_resident_hint_is_exact(hot_path):
+def test_copy_changed_with_a_resident_hint_is_exact():
     """The `backed` hint (a prefix known resident: read without asking pagemap) changes what is
     read, never the copy: exact for any hint, over pages backed or not."""
     native = get_native()
@@ -272,7 +271,7 @@ def _resident_runtime(**limits):
     return aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, limits=aicirt.Limits(**limits))
 
 
-def test_freed_slots_hold_memory_until_trimmed_and_then_give_it_back(hot_path):
+def test_freed_slots_hold_memory_until_trimmed_and_then_give_it_back():
     rt = _resident_runtime(resident_bytes=1 << 30, resident_idle_s=3600)
     try:
         seqs = _burst(rt)
@@ -288,7 +287,7 @@ def test_freed_slots_hold_memory_until_trimmed_and_then_give_it_back(hot_path):
         rt.close()
 
 
-def test_the_resident_budget_bounds_what_freed_slots_hold(hot_path):
+def test_the_resident_budget_bounds_what_freed_slots_hold():
     rt = _resident_runtime(resident_bytes=4 * MIB, resident_idle_s=3600)
     try:
         seqs = _burst(rt)
@@ -303,7 +302,7 @@ def test_the_resident_budget_bounds_what_freed_slots_hold(hot_path):
         rt.close()
 
 
-def test_an_idle_runtime_gives_everything_back_after_every_burst(hot_path):
+def test_an_idle_runtime_gives_everything_back_after_every_burst():
     """Idle after each of two bursts, the runtime gives back all that freed slots hold (the idle
     thread, asleep after the first give-back, is woken by the next burst's frees: it used to
     sleep its minute out)."""
@@ -448,7 +447,7 @@ def test_large_freed_buffers_go_back_to_the_os():
     assert rss_bytes() - before < 8 * MIB
 
 
-def test_a_slot_reused_by_a_smaller_instance_gives_back_what_a_larger_one_kept(hot_path):
+def test_a_slot_reused_by_a_smaller_instance_gives_back_what_a_larger_one_kept():
     """wasmtime resets only the memory a slot's last instance could reach: after a 1 MiB instance,
     a slot reused by a 128 KiB one still holds the first one's zeroed MiB. Giving back the last
     instance's memory alone left that resident for good (the soak's slow RSS growth: 0.5 MiB more

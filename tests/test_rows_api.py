@@ -2,7 +2,7 @@
 randomized runs through `aicirt.engine` on the scripted backend, once with the engine's own rows
 fast path and once with a reference engine that submits StepInput objects, must give identical
 token traces (what each controller saw), tokens, forks, splices, errors, logs and variable
-streams, on both hot paths. Plus the rows API's own contract: misuse raises before anything runs."""
+streams. Plus the rows API's own contract: misuse raises before anything runs."""
 from __future__ import annotations
 
 import random
@@ -173,10 +173,11 @@ def test_rows_misuse_raises_before_anything_runs(make_rt, scripted_wasm):
 
 
 # -- the caller-runs rule (docs/embedding.md): a queued call may run on the waiting caller --------
-def _caller_rt(hot_path, **limits):
+def _caller_rt(**limits):
     """One worker, so that a long call holds it and the next row stays queued for the caller."""
     limits.setdefault("soft_deadline_s", 30.0)
-    return aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(**limits), workers=1, cache_dir=False)
+    return aicirt.Runtime(aicirt.ByteTokenizer(), limits=aicirt.Limits(**limits), workers=1, cache_dir=False,
+                          steal=True)
 
 
 def _hog(rt, ctrl, cpu_s: float):
@@ -206,8 +207,8 @@ def _primed(rt, ctrl, steps):
     return seq
 
 
-def test_the_caller_runs_a_queued_cheap_call_and_gets_the_same_result(hot_path, scripted_wasm):
-    rt = _caller_rt(hot_path)
+def test_the_caller_runs_a_queued_cheap_call_and_gets_the_same_result(scripted_wasm):
+    rt = _caller_rt()
     try:
         ctrl = rt.load(scripted_wasm)
         hog = _hog(rt, ctrl, 0.1)   # holds the only worker
@@ -227,8 +228,8 @@ def test_the_caller_runs_a_queued_cheap_call_and_gets_the_same_result(hot_path, 
         rt.close()
 
 
-def test_a_caller_run_call_that_loops_still_ends_by_its_cpu_limit(hot_path, scripted_wasm):
-    rt = _caller_rt(hot_path, call_timeout_s=0.3)
+def test_a_caller_run_call_that_loops_still_ends_by_its_cpu_limit(scripted_wasm):
+    rt = _caller_rt(call_timeout_s=0.3)
     try:
         ctrl = rt.load(scripted_wasm)
         hog = _hog(rt, ctrl, 0.1)
@@ -255,7 +256,7 @@ def test_a_caller_run_call_that_loops_still_ends_by_its_cpu_limit(hot_path, scri
         rt.close()
 
 
-def test_steal_off_runs_every_call_on_a_worker(hot_path, scripted_wasm):
+def test_steal_off_runs_every_call_on_a_worker(scripted_wasm):
     rt = aicirt.Runtime(aicirt.ByteTokenizer(), workers=1, cache_dir=False, steal=False)
     try:
         ctrl = rt.load(scripted_wasm)
@@ -267,13 +268,13 @@ def test_steal_off_runs_every_call_on_a_worker(hot_path, scripted_wasm):
         rt.close()
 
 
-def test_a_call_no_worker_was_woken_for_still_runs(hot_path, scripted_wasm):
+def test_a_call_no_worker_was_woken_for_still_runs(scripted_wasm):
     """Back-to-back submit -> wait of a cheap row: the submit wakes no worker (the caller will
     take the call). A wait that then leaves it queued (its deadline too short for the rule)
     wakes one, and a batch never waited for gets one from the epoch clock."""
     import time
     from conftest import guarded_steps
-    rt = _caller_rt(hot_path)
+    rt = _caller_rt()
     try:
         ctrl = rt.load(scripted_wasm)
         seq = _primed(rt, ctrl, [result(branch(mask=[65]))])
@@ -297,8 +298,8 @@ def test_a_call_no_worker_was_woken_for_still_runs(hot_path, scripted_wasm):
         rt.close()
 
 
-def test_a_fork_keeps_its_parents_caller_runs_history(hot_path, scripted_wasm):
-    rt = _caller_rt(hot_path)
+def test_a_fork_keeps_its_parents_caller_runs_history(scripted_wasm):
+    rt = _caller_rt()
     try:
         seq = _primed(rt, rt.load(scripted_wasm), [result(branch(mask=[65]))])
         assert rt.submit_rows([seq.index], [65]).wait(60.0).kind[0] == RowKind.MASK
@@ -312,7 +313,7 @@ def test_a_fork_keeps_its_parents_caller_runs_history(hot_path, scripted_wasm):
         rt.close()
 
 
-def test_two_batches_out_at_once_keep_their_own_outcome_arrays(hot_path, scripted_wasm):
+def test_two_batches_out_at_once_keep_their_own_outcome_arrays(scripted_wasm):
     """Two batches of one size out at once each keep their own per-row arrays (reused per batch
     size, never while a batch has not been waited for)."""
     rt = aicirt.Runtime(aicirt.ByteTokenizer(), workers=1, cache_dir=False)
@@ -332,10 +333,10 @@ def test_two_batches_out_at_once_keep_their_own_outcome_arrays(hot_path, scripte
         rt.close()
 
 
-def test_closing_the_runtime_waits_for_a_call_the_caller_is_running(hot_path, scripted_wasm):
+def test_closing_the_runtime_waits_for_a_call_the_caller_is_running(scripted_wasm):
     import threading
     from conftest import guarded_steps
-    rt = _caller_rt(hot_path)
+    rt = _caller_rt()
     ctrl = rt.load(scripted_wasm)
     hog = _hog(rt, ctrl, 0.2)
     from test_cpu_limits import spin_for_cpu
@@ -374,7 +375,7 @@ def test_a_call_the_caller_took_leaves_no_queue_entry_behind():
         "from _json_cases import VocabTokenizer\n"
         "tok = VocabTokenizer(*qwen_token_bytes())\n"
         "rt = aicirt.Runtime(tok, limits=aicirt.Limits(soft_deadline_s=30.0, first_call_timeout_s=60.0),\n"
-        "                    workers=1, cache_dir=False)\n"
+        "                    workers=1, cache_dir=False, steal=True)\n"
         "ctrl = rt.load(build_cached('regex'))\n"
         "prompt, digits = tok.encode('Year: '), tok.encode('194')\n"
         "for _ in range(25):\n"

@@ -70,7 +70,7 @@ def test_a_slow_first_call_does_not_hold_up_the_batch(make_rt, scripted_wasm):
     assert r.status == "error" and "time limit" in r.error, r.error
 
 
-def test_initialize_runs_on_a_worker_not_at_spawn(hot_path):
+def test_initialize_runs_on_a_worker_not_at_spawn():
     from test_controller_loading import MID_PROCESS, OK_EXPORTS, wat
     body = OK_EXPORTS + MID_PROCESS + '(func (export "_initialize") (loop $l (br $l)))'
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,

@@ -59,8 +59,9 @@ def test_invalid_results_end_only_that_sequence(rt, scripted_wasm, steps, needle
 def test_first_call_time_limit(make_rt, scripted_wasm):
     runtime = make_rt(first_call_timeout_s=0.2, call_timeout_s=30)
     r, _ = run_beside_healthy(runtime, scripted_wasm, loop_forever())
-    assert r.status == "error" and "time limit" in r.error
-    assert "s of CPU in its first call, over its time limit of 0.2 s (Limits.first_call_timeout_s)" in r.error, r.error
+    assert r.status == "error" and "time limit" in r.error and "Limits.first_call_timeout_s)" in r.error, r.error
+    if "wall-clock" not in r.error:   # at load 20+ a tenth of a core is not given: then the backstop ends it
+        assert "s of CPU in its first call, over its time limit of 0.2 s (Limits.first_call_timeout_s)" in r.error, r.error
 
 
 def test_call_time_limit_interrupts_an_endless_loop(make_rt, scripted_wasm):
@@ -76,7 +77,7 @@ def test_call_time_limit_interrupts_an_endless_loop(make_rt, scripted_wasm):
     assert "time limit" in statuses[-1].error and "(Limits.call_timeout_s)" in statuses[-1].error, statuses[-1].error
 
 
-def test_fork_without_a_free_instance_slot(hot_path, scripted_wasm):
+def test_fork_without_a_free_instance_slot(scripted_wasm):
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=2) as runtime:
         ctrl = runtime.load(scripted_wasm)
         seq = runtime.new_request(ctrl, arg=script(result(*[branch(mask=[i]) for i in range(3)]))).spawn()

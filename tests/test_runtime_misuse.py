@@ -70,7 +70,7 @@ def test_submitting_a_sequence_whose_batch_was_not_waited_raises(rt, ctrl):
 
 
 @pytest.mark.parametrize("use", ["spawn", "load", "new_request", "submit"])
-def test_use_after_runtime_close_raises_value_error(hot_path, scripted_wasm, use):
+def test_use_after_runtime_close_raises_value_error(scripted_wasm, use):
     rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False)
     ctrl = rt.load(scripted_wasm)
     req = rt.new_request(ctrl, arg=script(HEALTHY))
@@ -112,13 +112,13 @@ def test_a_host_import_fault_is_recorded_on_its_own_sequence(rt, ctrl):
             s.close()
 
 
-def test_random_lifetimes_leave_no_instance_store_or_pinned_buffer(hot_path, scripted_wasm):
+def test_random_lifetimes_leave_no_instance_store_or_pinned_buffer(scripted_wasm):
     """4,000 sequences opened, stepped, forked and closed in random order (closing some while
     their call runs): afterwards no live instance, store, call or pinned mask buffer remains."""
     rng = random.Random(7)
     steps_pool = [HEALTHY, result(branch(mask=[65]), branch(mask=[66])), stop(),
                   result(branch(splices=[splice(ff=[70])]))]
-    n_total = 4_000 if hot_path == "compiled" else 1_000
+    n_total = 4_000
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False, max_sequences=256,
                         limits=aicirt.Limits(max_forks=2, soft_deadline_s=0.5)) as rt:
         ctrl = rt.load(scripted_wasm)
@@ -154,7 +154,7 @@ def _vm_mib() -> int:
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="needs Linux /proc")
-def test_closing_a_runtime_frees_its_address_space_reservation(hot_path, scripted_wasm):
+def test_closing_a_runtime_frees_its_address_space_reservation(scripted_wasm):
     """Each Runtime reserves its pool's address space (max_sequences x memory limit); close()
     must give it back even while the caller still holds a Controller it loaded."""
     import gc

@@ -23,7 +23,7 @@ BEHAVIOURS = {
 }
 
 
-def test_mixed_batch_soak(hot_path, scripted_wasm):
+def test_mixed_batch_soak(scripted_wasm):
     rng = random.Random(1234)
     with aicirt.Runtime(aicirt.ByteTokenizer(), workers=3, cache_dir=False,
                         limits=aicirt.Limits(max_forks=1000, soft_deadline_s=0.5)) as rt:
@@ -62,7 +62,7 @@ def test_mixed_batch_soak(hot_path, scripted_wasm):
 
 
 @pytest.mark.timing
-def test_close_while_a_call_is_stuck(hot_path, scripted_wasm):
+def test_close_while_a_call_is_stuck(scripted_wasm):
     from scripted import loop_forever
     rt = aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
                         limits=aicirt.Limits(call_timeout_s=0.3, soft_deadline_s=0.01))
@@ -78,7 +78,7 @@ def test_close_while_a_call_is_stuck(hot_path, scripted_wasm):
 
 
 @pytest.mark.timing
-def test_a_sequence_closed_mid_call_stops_pinning_its_mask_buffer(hot_path, scripted_wasm):
+def test_a_sequence_closed_mid_call_stops_pinning_its_mask_buffer(scripted_wasm):
     from scripted import loop_forever
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
                         limits=aicirt.Limits(call_timeout_s=0.2, soft_deadline_s=0.01)) as rt:

@@ -1,5 +1,5 @@
 """Init snapshots (aicirt.snapshot): a controller's state after its init is what it would be
-without the snapshot, on both hot paths; a controller that breaks the init rules gets a clear
+without the snapshot; a controller that breaks the init rules gets a clear
 load error; snapshots are cached on disk per (module, tokenizer); fork still copies globals."""
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def test_loading_again_reuses_the_snapshot_and_close_lets_it_go(make_rt):
 def test_fork_of_a_snapshot_copies_globals(rt):
     ctrl = rt.load(wat(GOOD_INIT))
     parent = rt.new_request(ctrl).spawn()
-    child, = parent._fork(1)
+    child, = parent.fork_many(1)
     for idx, g in parent._globals.items():
         assert child._globals[idx].value(child.store) == g.value(parent.store)
     assert state(child) == state(parent)
@@ -179,7 +179,7 @@ def test_without_init_export_nothing_changes(rt):
     assert first_mask(rt, ctrl) == [0]
 
 
-def test_snapshot_cached_on_disk_per_tokenizer(hot_path, tmp_path, monkeypatch):
+def test_snapshot_cached_on_disk_per_tokenizer(tmp_path, monkeypatch):
     src = wat(GOOD_INIT)
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=tmp_path) as runtime:
         runtime.load(src)

@@ -1,5 +1,5 @@
-"""A request's variables (host.c's aicirt_vars, fallback.py's PyVars): changes coalesced per name
-between two takes, accounting at the native size, and both hot paths counting alike."""
+"""A request's variables (host.c's aicirt_vars): changes coalesced per name between two takes,
+accounting at the native size."""
 from __future__ import annotations
 
 import ctypes
@@ -7,17 +7,15 @@ import random
 
 import pytest
 
-import _require as require
 from aicirt import native
-from aicirt.native.fallback import PyVars
 
 
-def new_vars(hot_path: str, limit: int = 16 << 20):
+def new_vars(limit: int = 16 << 20):
     return native.get_native().new_vars(limit)
 
 
-def test_changes_coalesce_per_name(hot_path):
-    v = new_vars(hot_path)
+def test_changes_coalesce_per_name():
+    v = new_vars()
     v.set(1, "a", b"x", True)
     v.set(2, "b", b"1", False)
     v.set(1, "a", b"yz", True)         # appends concatenate
@@ -33,10 +31,10 @@ def test_changes_coalesce_per_name(hot_path):
     assert v.snapshot() == {"a": b"xyz!", "b": b"1", "c": b"new+", "é": b""}
 
 
-def test_a_flood_of_writes_is_one_record_a_name(hot_path):
+def test_a_flood_of_writes_is_one_record_a_name():
     """Taking the changes costs what the distinct names cost, not what the writes did: 100,000
     appends (before: 100,000 records, and as many Python objects built on the engine's thread)."""
-    v = new_vars(hot_path)
+    v = new_vars()
     for i in range(100_000):
         v.set(1 + i % 2, "k%d" % (i % 3), b"ab", True)
     changes = v.take_changes()
@@ -61,12 +59,8 @@ def _native_bytes_in_use() -> int:
 
 
 def _compiled() -> native.Native:
-    """The C hot path (these tests are about its native memory): a missing compiler fails under CI."""
-    native._native = None   # a test before may have left the fallback in place
-    nat = native.get_native()
-    if nat.mode != "compiled":
-        require.missing("a C compiler for the C hot path")
-    return nat
+    """The C hot path (these tests are about its native memory)."""
+    return native.get_native()
 
 
 @pytest.mark.parametrize("write", ["distinct-empty", "appends", "mixed"])
@@ -94,28 +88,3 @@ def test_native_memory_stays_within_the_limit(write):
         assert abs(used - v.held) <= (64 << 10) + 16 * blocks, (used, v.held, blocks)   # 64 KiB: the test's own
     finally:
         v.close()
-
-
-def test_both_paths_account_alike():
-    """fallback.py's PyVars counts host.c's bytes exactly: same totals, same refusals."""
-    nat = _compiled()
-    rng = random.Random(3)
-    c, p = nat.new_vars(300_000), PyVars(300_000)
-    try:
-        for _ in range(20_000):
-            name = "v%d" % rng.randrange(400)
-            value = b"x" * rng.choice((0, 1, 7, 24, 25, 100, 3000))
-            append = rng.random() < 0.6
-            outcomes = []
-            for vars_ in (c, p):
-                try:
-                    vars_.set(1, name, value, append)
-                    outcomes.append("ok")
-                except ValueError as e:
-                    outcomes.append(str(e))
-            assert outcomes[0] == outcomes[1] and c.held == p.held
-            if rng.random() < 0.01:
-                assert c.take_changes() == p.take_changes()
-        assert c.snapshot() == p.snapshot()
-    finally:
-        c.close()

@@ -67,7 +67,7 @@ class MaskOnlyHost:
 
 
 @pytest.fixture
-def runtime(hot_path):
+def runtime():
     rt = aicirt.Runtime(TOK, cache_dir=False)
     yield rt
     rt.close()
@@ -192,7 +192,7 @@ def test_trap_and_endless_no_op_end_the_request(runtime, ctrl):
     assert f"no answer after {st.MAX_NOOPS + 1} rounds" in s.error
 
 
-def test_late_controller_is_waited_for_not_skipped(hot_path, scripted_wasm):
+def test_late_controller_is_waited_for_not_skipped(scripted_wasm):
     # A soft deadline nothing can meet: the engine would no-op; this host waits (up to the hard limit).
     with aicirt.Runtime(TOK, limits=aicirt.Limits(soft_deadline_s=1e-9), cache_dir=False) as rt:
         ctrl = rt.load(scripted_wasm)
@@ -201,7 +201,7 @@ def test_late_controller_is_waited_for_not_skipped(hot_path, scripted_wasm):
         assert s.error is None and tokens == [A, B, EOS] and len(trace) == 3
 
 
-def test_past_the_hard_limit_is_an_error(hot_path, scripted_wasm):
+def test_past_the_hard_limit_is_an_error(scripted_wasm):
     with aicirt.Runtime(TOK, limits=aicirt.Limits(call_timeout_s=0.05, first_call_timeout_s=0.05),
                         cache_dir=False) as rt:
         _, _, s = under_host(rt, rt.load(scripted_wasm), S.script(S.loop_forever()))

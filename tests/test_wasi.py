@@ -1,5 +1,5 @@
-"""WASI preview 1 (docs/wasi.md): native on the compiled path (native/wasi.c), runtime/wasi.py on
-the Python fallback; every case runs on both and must give the same values and messages."""
+"""WASI preview 1 (docs/wasi.md): native in the hot path (native/wasi.c); runtime/wasi.py serves
+the template instance of a per-tokenizer init."""
 from __future__ import annotations
 
 import struct

@@ -312,4 +312,4 @@ class AicirtLogitsProcessor(LogitsProcessor):
 # The same name under Model Runner V2 (vLLM's GPU default): there it builds vllm_mrv2's processor.
 from .vllm_mrv2 import both_runners  # noqa: E402
 
-AicirtLogitsProcessor = both_runners(AicirtLogitsProcessor)
+AicirtLogitsProcessor = both_runners(AicirtLogitsProcessor)  # type: ignore[misc, assignment]

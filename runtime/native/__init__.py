@@ -1,27 +1,21 @@
 """The FFI layer: every call into libwasmtime below wasmtime-py's public API is in this package.
 
-Two interchangeable hot paths implement the same operations over the same ``aicirt_slot``
-struct (one per sequence; declared in step.c):
+One hot path (:mod:`.compiled`): the C in this folder (step.c's step and lift, clock.c's CPU
+clocks, pool.c's worker pool, rows.c's rows API, host.c's native imports and variables, wasi.c,
+pages.c, spawn.c), built once and cached under the user cache dir (:mod:`.build`); pthread
+workers run sequence-steps with the GIL released (~1 µs a sequence-step), and the per-step host
+imports are native callbacks. The fuzzer's harness (:mod:`aicirt.testing`) is the independent
+oracle of its protocol.
 
-* ``compiled`` (:mod:`.compiled`): step.c + host.c built once with cffi's API mode (cached under
-  the user cache dir); pthread workers run sequence-steps with the GIL released (~1 µs a
-  sequence-step), and the per-step host imports are native callbacks.
-* ``python`` (:mod:`.fallback`): the same logic in Python over cffi's ABI mode and Python
-  threads, for machines without a C compiler (or with ``AICIRT_NATIVE=python``); about 40 times
-  slower, same results, same errors.
-
-Both call into the very libwasmtime that wasmtime-py loaded, so handles made with wasmtime-py
+It calls into the very libwasmtime that wasmtime-py loaded, so handles made with wasmtime-py
 (stores, funcs, memories) are valid here. One concept a module: :mod:`.build` (compiling the C),
 :mod:`.traps` (trap text), :mod:`.guest` (guest memory for Python host imports), :mod:`.linker`
 (defining host imports), :mod:`.instance` (stores, fork copies), :mod:`.engine_config`.
 """
 from __future__ import annotations
 
-import ctypes
 import itertools
-import os
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -31,6 +25,8 @@ import numpy as np
 from wasmtime import _ffi as wt_ffi
 
 from ..abi import Status
+from .build import resolve_all
+from .compiled import Compiled
 from .ffi_decl import CDEF_SLOT, CDEF_VARS, CDEF_WASMTIME
 from .traps import summarize_trap, take_error_text
 from .types import CData, CLib
@@ -39,7 +35,7 @@ __all__ = ["EditArrays", "Native", "RowScratch", "ScratchBuffers", "Status", "ge
 
 
 class RowScratch:
-    """A batch's arrays in one buffer, handed to the hot path once (step.c's scratch layout, for
+    """A batch's arrays in one buffer, handed to the hot path once (rows.c's scratch layout, for
     `n` rows): `blocked_us` (float64 [1]: the time the wait blocked), `slots` (uint64 slot
     addresses), `elapsed_us` (float64), `temperature` (float32), `row_status` (int8,
     RowStatus), `kind` (uint8, RowKind). `held` is the hot path's handle on `buf` (made by the
@@ -105,31 +101,20 @@ class EditArrays:
 Handler = Callable[[CData, CData, CData], int]
 
 
-def fn_addr(name: str) -> int:
-    """Address of a libwasmtime function, from the copy wasmtime-py loaded."""
-    return ctypes.cast(getattr(wt_ffi.dll, name), ctypes.c_void_p).value or 0
-
-
 class Native:
-    """The loaded hot path. ``mode`` is "compiled" or "python"; ``ffi`` allocates slots."""
+    """The loaded hot path (``mode`` is "compiled", the only one); ``ffi`` allocates slots."""
 
     FAULT_BYTES = 255
 
     def __init__(self) -> None:
         self.wt = cffi.FFI()
         self.wt.cdef(CDEF_SLOT + CDEF_VARS + CDEF_WASMTIME)
-        self.wtlib: CLib = self.wt.dlopen(str(wt_ffi.filename))
-        impl: Any = None
-        if os.environ.get("AICIRT_NATIVE", "compiled") != "python":
-            try:
-                from .compiled import Compiled
-                impl = Compiled(self)
-            except Exception as e:  # no compiler, no headers: slower, same semantics
-                warnings.warn(f"aicirt: C hot path unavailable ({e}); using the Python fallback", RuntimeWarning)
-        if impl is None:
-            from .fallback import Fallback
-            impl = Fallback(self)
-        self.impl = impl
+        self.wtlib: CLib = resolve_all(self.wt.dlopen(str(wt_ffi.filename)))   # see resolve_all
+        try:
+            impl = Compiled(self)
+        except Exception as e:
+            raise RuntimeError(f"aicirt: the C hot path could not be built or loaded: {e}") from e
+        self.impl: Compiled = impl   # the one typed seam between Python and the pool (compiled.py)
         self.mode: str = impl.mode
         self.ffi = impl.ffi
         self.slot_bytes: int = impl.ffi.sizeof("aicirt_slot")
@@ -153,7 +138,6 @@ class Native:
         self.gather_rows = impl.gather_rows
         self.clock_start = impl.clock_start     # (slot, budget_us): the running call's clocks, on its thread
         self.call_cpu_us = impl.call_cpu_us     # (slot) -> µs of CPU its call has used (any thread)
-        self.call_own_us = impl.call_own_us     # (slot) -> that plus its waits for a turn as a stalled call
         self.epoch_callback = impl.epoch_callback
 
     # -- slots ---------------------------------------------------------------------------------
@@ -183,12 +167,14 @@ class Native:
             slot.post_ptr = slot.result_ptr
             slot.post_left_us = slot.budget_us - slot.cpu_us   # the limit counts CPU time (docs/protocol.md#limits)
 
-    def late_is_own(self, slot: CData, soft_deadline_s: float) -> bool:
-        """Whether a call still running at the soft deadline is late by its own doing (docs/protocol.md#limits):
-        its own time (`call_own_us`: CPU used, plus waits for its turn among stuck calls) has
-        reached the soft deadline. A call that is late only because the machine gave it no CPU,
-        or that is still queued, is not."""
-        return self.call_own_us(slot) >= soft_deadline_s * 1e6
+    def late_is_own(self, slot: CData, late_steps: int, soft_deadline_s: float) -> bool:
+        """Whether one more late step of a call still running at the soft deadline counts as the
+        controller's own (docs/protocol.md#limits): only CPU time counts, so the k-th counted late step needs k soft
+        deadlines of CPU (`call_cpu_us`). A call late because the machine gave it no CPU, because
+        it waited for its turn among stalled calls, or because it is still queued, is not; with
+        `late_steps` counted already, this one counts once the call has used
+        (late_steps + 1) x `soft_deadline_s` of CPU."""
+        return self.call_cpu_us(slot) >= (late_steps + 1) * soft_deadline_s * 1e6
 
     def set_fault(self, slot: CData, message: str) -> None:
         data = message.encode("utf-8", "replace")[:self.FAULT_BYTES]
@@ -228,7 +214,7 @@ class Native:
             _handlers.pop(hid, None)
 
     def dispatch(self, hid: int, slot: CData, ctx: CData, args: CData) -> int:
-        """Run Python host import `hid` (called by both hot paths' trampolines); 0 or 1 (fault)."""
+        """Run Python host import `hid` (called by the hot path's trampoline); 0 or 1 (fault)."""
         handler = _handlers.get(hid)
         if handler is None:
             self.set_fault(slot, "host import called after its runtime was closed")

@@ -1,58 +1,101 @@
-"""Building the compiled hot path: step.c + host.c + wasi.c + pages.c + spawn.c (with the generated ABI header), once, with
-cffi's API mode; the extension is cached under the user cache dir, keyed by its sources. `build_cached`
-builds any other such extension the same way (the vLLM adapter's masking kernel)."""
+"""Building the hot path: slot.c, clock.c, step.c, pool.c, rows.c, host.c, wasi.c, pages.c and
+spawn.c (with the generated ABI header) as one plain shared library, compiled once with the
+`ziglang` package the runtime already requires (its `zig cc`), and loaded with cffi's ABI mode
+(`ffi.dlopen`): no system C compiler and no Python headers are needed. The library is cached
+under the user cache dir, keyed by its source, its declarations and the zig version.
+`build_cached` builds any other such library the same way (the vLLM adapter's masking kernel)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib.metadata
 import os
+import platform
+import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import cffi
 
 from .. import abi
 from ..paths import user_cache_dir
 from .ffi_decl import CDEF_SLOT, CDEF_STEP, CDEF_VARS
+from .types import CFFI, CLib
 
 _HERE = Path(__file__).resolve().parent
+#: the hot path's C files, in build order (one translation unit: later files use earlier ones' statics)
+SOURCES = ("slot.c", "clock.c", "step.c", "pool.c", "rows.c", "host.c", "wasi.c", "pages.c", "spawn.c")
+# -mcpu=baseline: the cache dir may be shared by machines of one architecture (a -march=native
+# build dies with SIGILL elsewhere)
+CFLAGS = ("-shared", "-fPIC", "-O3", "-mcpu=baseline", "-fno-sanitize=undefined", "-fno-strict-aliasing")
 _lock = threading.Lock()
+_loaded: dict[str, "Library"] = {}
 
 
-def load_extension() -> ModuleType:
-    """The compiled module (``.ffi``, ``.lib``), built on first use. Raises if no C compiler works."""
-    source = (abi.c_header() + (_HERE / "step.c").read_text() + (_HERE / "host.c").read_text()
-              + (_HERE / "wasi.c").read_text() + (_HERE / "pages.c").read_text() + (_HERE / "spawn.c").read_text())
-    return build_cached("_aicirt_step", source, CDEF_SLOT + CDEF_VARS + CDEF_STEP)
+@dataclass(frozen=True)
+class Library:
+    """A built library: `ffi` (its cffi declarations) and `lib` (its functions, ABI mode)."""
+    ffi: CFFI
+    lib: CLib
+    path: Path
 
 
-def build_cached(prefix: str, source: str, cdef: str) -> ModuleType:
-    """The cffi API-mode extension of C `source` declaring `cdef` (``.ffi``, ``.lib``): compiled
-    once with -O3 into the user cache dir, named `prefix` plus a hash of its text, and imported
-    once per process. Raises (cffi's VerificationError, a CompileError) if no C compiler works."""
-    key = hashlib.sha256((source + cdef + sys.version + cffi.__version__).encode()).hexdigest()[:16]
+class BuildError(RuntimeError):
+    """The C could not be compiled (the compiler's message included)."""
+
+
+def load_extension() -> Library:
+    """The hot path's library, built on first use. Raises BuildError if zig cannot build it."""
+    source = abi.c_header() + "".join((_HERE / name).read_text() for name in SOURCES)
+    return build_cached("libaicirt_step", source, CDEF_SLOT + CDEF_VARS + CDEF_STEP)
+
+
+def _zig_version() -> str:
+    try:
+        return importlib.metadata.version("ziglang")
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def build_cached(prefix: str, source: str, cdef: str) -> Library:
+    """C `source` as a shared library declaring `cdef`, compiled once with zig cc into the user
+    cache dir (named `prefix` plus a hash of its text, the zig version and the machine), loaded
+    once per process. Raises BuildError where zig fails."""
+    key = hashlib.sha256("\0".join((source, cdef, _zig_version(), platform.machine(), " ".join(CFLAGS))).encode()
+                         ).hexdigest()[:16]
     name = f"{prefix}_{key}"
-    out = user_cache_dir("native")
     with _lock:
-        built = list(out.glob(name + "*.so")) if out.exists() else []
-        if not built:
+        done = _loaded.get(name)
+        if done is not None:
+            return done
+        out = user_cache_dir("native")
+        final = out / f"{name}.so"
+        if not final.exists():
             out.mkdir(parents=True, exist_ok=True)
-            builder = cffi.FFI()
-            builder.cdef(cdef)
-            builder.set_source(name, source, extra_compile_args=["-O3"])
             tmp = out / f"build-{os.getpid()}-{threading.get_ident()}"
-            so = builder.compile(tmpdir=str(tmp), verbose=False)
-            final = out / Path(so).name
+            tmp.mkdir(exist_ok=True)
+            src, so = tmp / f"{name}.c", tmp / f"{name}.so"
+            src.write_text(source)
+            cmd = [sys.executable, "-m", "ziglang", "cc", *CFLAGS, "-o", str(so), str(src), "-lpthread", "-lm"]
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if run.returncode != 0 or not so.exists():
+                raise BuildError(f"zig cc failed to build {name} ({run.returncode}): {run.stderr.strip()[-2000:]}")
             os.replace(so, final)   # atomic: a concurrent build of the same key just wins or loses
-            built = [final]
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(name, built[0])
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules[name] = mod
-    return mod
+            for leftover in tmp.iterdir():
+                leftover.unlink()
+            tmp.rmdir()
+        ffi = cffi.FFI()
+        ffi.cdef(cdef)
+        done = _loaded[name] = Library(ffi, resolve_all(ffi.dlopen(str(final))), final)
+        return done
+
+
+def resolve_all(lib: CLib) -> CLib:
+    """`lib` with every declared name looked up now. An ABI-mode lib resolves a name on first use
+    under its FFI's lock, which the same FFI also holds while it parses a type: a finalizer that
+    GC runs inside such a parse (a pool's or a sequence's release) and touches a name not yet
+    used deadlocks the process. Looked up once here, a name is a plain attribute after."""
+    for name in dir(lib):
+        getattr(lib, name)
+    return lib

@@ -1,4 +1,5 @@
-"""The compiled hot path: step.c's worker pool and host.c's native imports and variables."""
+"""The hot path: pool.c's worker pool, rows.c's rows API and host.c's native imports and
+variables, from the library build.py makes of runtime/native/*.c (cffi ABI mode)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,24 +12,40 @@ import numpy as np
 import wasmtime
 from wasmtime import _ffi as wt_ffi
 
-from . import fn_addr
 from .build import load_extension
-from .fallback import MAX_NESTED_IMPORTS, escaped_text
 from .pool_stats import PoolStats
-from .types import CData, CLib
+from .types import CFFI, CData, CLib
 
 if TYPE_CHECKING:
-    from _cffi_backend import FFI as CompiledFFI   # the ffi of an API-mode extension
-
     from . import EditArrays, Native, RowScratch
     from .instance import SpawnPlan
+
+
+def fn_addr(name: str) -> int:
+    """Address of a libwasmtime function, from the copy wasmtime-py loaded."""
+    return ctypes.cast(getattr(wt_ffi.dll, name), ctypes.c_void_p).value or 0
+
+
+# Python host imports nested in one another (a cabi_realloc that calls host imports) fail past this
+# depth, while the thread's stack still has room.
+MAX_NESTED_IMPORTS = 16
+
+
+def escaped_text(exc: BaseException, tb: object) -> str:
+    """A fault for an exception that escaped a host import's handler, in the handler's own words
+    ("host import `name` failed: Type: message"); the name from the handler's frame if it ran."""
+    what = "host import"
+    while tb is not None:
+        what = tb.tb_frame.f_locals.get("what", what)  # type: ignore[attr-defined]
+        tb = tb.tb_next  # type: ignore[attr-defined]
+    return f"{what} failed: {type(exc).__name__}: {exc}"
 
 
 class Compiled:
     mode = "compiled"
 
     def __init__(self, native: "Native") -> None:
-        mod = load_extension()
+        mod = self.library = load_extension()
         self.ffi, self.lib = ffi, lib = mod.ffi, mod.lib
         #: a C pointer into a contiguous numpy array, which the caller keeps alive for the call
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
@@ -37,7 +54,7 @@ class Compiled:
             "wasmtime_context_set_epoch_deadline", "wasmtime_caller_context", "wasmtime_context_get_data",
             "wasmtime_trap_new", "wasmtime_error_delete")))
         if size != ffi.sizeof("aicirt_slot"):
-            raise RuntimeError("aicirt_slot layout differs between step.c and ffi_decl.py")
+            raise RuntimeError("aicirt_slot layout differs between slot.c and ffi_decl.py")
         lib.aicirt_bind_clock(ffi.cast("void *", fn_addr("wasmtime_error_new")),
                               ffi.cast("void *", fn_addr("wasmtime_engine_increment_epoch")))
         self._spawn_fns = ffi.new("void *[]", [ffi.cast("void *", fn_addr(n)) for n in (   # spawn.c's order
@@ -53,11 +70,10 @@ class Compiled:
                 ctypes.sizeof(wt_ffi.wasmtime_memory_t)) \
                 or ctypes.sizeof(wt_ffi.wasmtime_global_t) > 24 or ctypes.sizeof(wt_ffi.wasmtime_val_t) > 64:
             raise RuntimeError("wasmtime's C API layouts differ from spawn.c's")
-        #: step.c's epoch-deadline callback, for wasmtime_store_epoch_deadline_callback (its address)
-        self.epoch_callback = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aicirt_epoch_cb")))
+        #: clock.c's epoch-deadline callback, for wasmtime_store_epoch_deadline_callback (its address)
+        self.epoch_callback = int(ffi.cast("uintptr_t", lib.aicirt_epoch_cb))
         self.clock_start = lib.aicirt_clock_start
         self.call_cpu_us = lib.aicirt_call_cpu_us
-        self.call_own_us = lib.aicirt_call_own_us
 
         def on_error(exc_type: type, exc: BaseException, tb: object) -> int:
             # an exception that left the handler: the sequence's fault (cffi would print it and return 0)
@@ -66,10 +82,10 @@ class Compiled:
 
         nesting = threading.local()
 
-        @ffi.def_extern(name="aicirt_py_import", onerror=on_error)
+        @ffi.callback("int(int32_t, aicirt_slot *, void *, wt_val_raw_t *)", onerror=on_error)
         def py_import(index: int, slot: CData, ctx: CData, args: CData) -> int:   # the GIL is taken by cffi
             depth = nesting.__dict__.get("depth", 0)
-            if depth >= MAX_NESTED_IMPORTS:   # fallback.py's trampoline: fail while there is room
+            if depth >= MAX_NESTED_IMPORTS:   # fail while the stack has room
                 native.set_fault(slot, f"host import failed: RecursionError: host imports nested over "
                                        f"{MAX_NESTED_IMPORTS} deep (a cabi_realloc calling host imports)")
                 return 1
@@ -79,7 +95,8 @@ class Compiled:
             finally:
                 nesting.depth = depth
 
-        self._py_import = py_import
+        self._py_import = py_import   # the trampoline lives as long as the process's hot path
+        lib.aicirt_bind_py_import(ffi.cast("void *", py_import))
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
 
     def release(self, slot: CData) -> None:
@@ -129,7 +146,7 @@ class Compiled:
 
     def collect_rows(self, ptrs: np.ndarray, row_status: np.ndarray, kind: np.ndarray, temperature: np.ndarray,
                      elapsed_us: np.ndarray) -> int:
-        """step.c's aicirt_rows_collect over the batch's arrays (see RowKind); returns how many
+        """rows.c's aicirt_rows_collect over the batch's arrays (see RowKind); returns how many
         rows are not RowKind.MASK."""
         fb = self._from_buffer
         return self.lib.aicirt_rows_collect(fb("aicirt_slot *[]", ptrs), len(ptrs), fb("int8_t[]", row_status),
@@ -182,17 +199,17 @@ class Compiled:
 
 
 class CPool:
-    """step.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released).
+    """pool.c's pthread worker pool: submit slots, wait for their `done` flags (GIL released).
     `workers` run at normal priority; a worker stalled past `stall_s` lowers its priority and is
-    replaced, up to `max_workers` threads in all (step.c explains). With `steal`, a waiting
-    caller runs the calls of its own rows that no worker has taken, where step.c's caller-runs
+    replaced, up to `max_workers` threads in all (pool.c explains). With `steal`, a waiting
+    caller runs the calls of its own rows that no worker has taken, where pool.c's caller-runs
     rule allows. Its epoch clock, a pthread too, ticks `engine` every `tick_s` while calls are
     out (or while a `ticking` block runs), so that no Python thread wakes per step."""
 
-    def __init__(self, ffi: "CompiledFFI", lib: CLib, workers: int, max_workers: int, stall_s: float,
+    def __init__(self, ffi: CFFI, lib: CLib, workers: int, max_workers: int, stall_s: float,
                  steal: bool, engine: wasmtime.Engine, tick_s: float) -> None:
         self.ffi, self.lib = ffi, lib
-        self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer  # type: ignore[assignment]
+        self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
         self._engine = engine   # the clock ticks it until close: kept alive until then
         self._table: np.ndarray | None = None   # the registry's table last submitted from, and its C view
         self._table_c: CData = ffi.NULL
@@ -214,7 +231,7 @@ class CPool:
 
     def submit_rows(self, table: np.ndarray, index: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None",
                     masks: np.ndarray, words: int, stamp: int, scratch: "RowScratch") -> tuple[int, CData]:
-        """step.c's aicirt_rows_submit (the slots from `table`, then aicirt_rows_start) into
+        """rows.c's aicirt_rows_submit (the slots from `table`, then aicirt_rows_start) into
         `scratch`: (0, its buffer as the hot path holds it), or (-(row + 1), _) with nothing
         started and scratch.row_status[row] saying why (5: no live sequence at that index, else
         aicirt_rows_start's misuse)."""
@@ -241,7 +258,7 @@ class CPool:
         return rc, buf
 
     def finish_rows(self, scratch: "RowScratch", held: CData, timeout_s: float, closed: bool) -> int:
-        """step.c's aicirt_rows_finish over `scratch` (`held`: its buffer from submit_rows): wait
+        """rows.c's aicirt_rows_finish over `scratch` (`held`: its buffer from submit_rows): wait
         for the rows' calls (not when `closed`), then collect; scratch.blocked_us says how long
         it waited. Returns how many rows are not RowKind.MASK."""
         return self.lib.aicirt_rows_finish(self.ffi.NULL if closed or self.ptr is None else self.ptr, held,
@@ -310,7 +327,7 @@ class CVars:
     `held` is what they take in native memory, as Limits.variable_bytes counts it (host.c's
     accounting); the changes not yet taken are coalesced per name, so they add nothing to it."""
 
-    def __init__(self, ffi: "CompiledFFI", lib: CLib, limit: int) -> None:
+    def __init__(self, ffi: CFFI, lib: CLib, limit: int) -> None:
         self.ffi, self.lib, self.limit = ffi, lib, limit
         self.ptr = lib.aicirt_vars_new(limit)
         if self.ptr == ffi.NULL:

@@ -1,18 +1,18 @@
-"""cffi declarations (hand-kept): step.c's slot, read from it; the hot path's own functions; and
-the libwasmtime 50 entry points called from Python (error text, the fallback, host imports)."""
+"""cffi declarations (hand-kept): slot.c's slot, read from it; the hot path's own functions; and
+the libwasmtime 50 entry points called from Python (error text, host imports)."""
 from pathlib import Path
 
-_STEP_C = (Path(__file__).resolve().parent / "step.c").read_text()
-# The slot and wasmtime handle layouts, declared once in step.c between its CDEF markers.
-CDEF_SLOT = _STEP_C[_STEP_C.index("/* CDEF BEGIN */"):_STEP_C.index("/* CDEF END */")]
+_SLOT_C = (Path(__file__).resolve().parent / "slot.c").read_text()
+# The slot and wasmtime handle layouts, declared once in slot.c between its CDEF markers.
+CDEF_SLOT = _SLOT_C[_SLOT_C.index("/* CDEF BEGIN */"):_SLOT_C.index("/* CDEF END */")]
 _SPAWN_C = (Path(__file__).resolve().parent / "spawn.c").read_text()
 # spawn.c's plan of one controller's instances (compiled mode only)
 CDEF_SPAWN = _SPAWN_C[_SPAWN_C.index("/* CDEF SPAWN BEGIN */"):_SPAWN_C.index("/* CDEF SPAWN END */")]
 
-# host.c's variables are opaque to the fallback (it keeps its own in Python).
+# host.c's variables are opaque to Python (CVars holds a pointer).
 CDEF_VARS = ""
 
-# step.c and host.c, compiled mode only.
+# The hot path's own functions (slot.c ... spawn.c).
 CDEF_STEP = CDEF_SPAWN + """
 void aicirt_bind_spawn(void **fns);
 int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s);
@@ -51,7 +51,6 @@ int aicirt_rows_finish(aicirt_pool *p, uint8_t *scratch, int n, double timeout_u
 void aicirt_bind_clock(void *error_new, void *increment_epoch);
 void aicirt_clock_start(aicirt_slot *s, double budget_us);
 double aicirt_call_cpu_us(aicirt_slot *s);
-double aicirt_call_own_us(aicirt_slot *s);
 void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind);
 
 void aicirt_log_append(aicirt_slot *s, const uint8_t *data, uint32_t n);
@@ -72,7 +71,7 @@ int64_t aicirt_ctx_alloc(aicirt_slot *s, void *ctx, uint32_t align, uint32_t byt
 size_t aicirt_copy_changed(uint8_t *dst, const uint8_t *src, size_t n, size_t img_lo, size_t img_hi, size_t src_backed,
                            size_t dst_backed);
 void aicirt_nonzero_extent(const uint8_t *p, size_t n, size_t *lo, size_t *hi);
-extern "Python" int aicirt_py_import(int32_t index, aicirt_slot *s, void *ctx, wt_val_raw_t *args);
+void aicirt_bind_py_import(void *fn);
 """
 
 # libwasmtime entry points called directly from Python (through cffi's ABI mode).

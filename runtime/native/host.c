@@ -1,10 +1,10 @@
-/* Host imports of WIT interface `host` as native callbacks (compiled with step.c).
+/* Host imports of WIT interface `host` as native callbacks (built with slot.c and the rest).
  *
  * The imports a controller may call on every step (abi.NATIVE_IMPORTS: vocab-size, eos-token,
  * self-seq-id, capabilities, arg, var-get, var-set, var-append, log) run here, on the worker
  * thread, without the GIL: a few hundred ns instead of tens of µs through wasmtime-py. The others
  * (tokenize, detokenize, token-trie, the WASI shim) go through one trampoline into Python
- * (`aicirt_py_import`, a cffi extern "Python" that takes the GIL).
+ * (`p_py_import`, a cffi callback that takes the GIL, set by aicirt_bind_py_import).
  *
  * The Store's data pointer is the sequence's slot. A guest that passes something invalid gets a
  * trap whose message is also kept in its own slot (`fault`): never in a process-global place.
@@ -14,7 +14,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static int aicirt_py_import(int32_t index, aicirt_slot *s, void *ctx, wt_val_raw_t *args);
+typedef int (*py_import_fn)(int32_t index, aicirt_slot *s, void *ctx, wt_val_raw_t *args);
+static py_import_fn p_py_import;
+
+/* The Python trampoline (a cffi callback; Python keeps it alive for the process). */
+void aicirt_bind_py_import(void *fn) { p_py_import = (py_import_fn)fn; }
 
 /* ---- Faults ------------------------------------------------------------------------------------ */
 static void *fault(aicirt_slot *s, const char *fmt, ...) {
@@ -136,8 +140,7 @@ void aicirt_slot_release(aicirt_slot *s) {
 /* Accounting (Limits.variable_bytes) counts what the variables really take in native memory: the
  * entry array, the hash slots and the pending-change order (their allocated capacity), and each
  * name and value as the malloc chunk that holds it (glibc on 64-bit: 8 bytes of header, 16-byte
- * granules, 32 at least; a chunk past the mmap threshold rounds to pages). fallback.py's PyVars
- * computes the same numbers.
+ * granules, 32 at least; a chunk past the mmap threshold rounds to pages).
  *
  * Changes are coalesced per name between two takes, so the changes not yet taken cost nothing but
  * a mark on the variable: a `set` after anything replaces the pending change (its value is then the
@@ -473,7 +476,7 @@ static void *h_var_append(void *env, void *caller, wt_val_raw_t *a, size_t n) { 
 /* Everything else: into Python (takes the GIL). env is the handler's index. */
 static void *h_python(void *env, void *caller, wt_val_raw_t *a, size_t n) {
     SLOT(caller, ctx);
-    if (!aicirt_py_import((int32_t)(intptr_t)env, s, ctx, a)) return 0;
+    if (!p_py_import((int32_t)(intptr_t)env, s, ctx, a)) return 0;
     void *trap = s->host_trap;   /* a failed allocation's own trap, else the fault Python wrote */
     s->host_trap = 0;
     return trap ? trap : p_trap_new(s->fault, (size_t)s->fault_len);

@@ -2,9 +2,8 @@
 instance in one hot-path call (`spawn`), fork's copy of one instance into another (`fork_copy`),
 and wasmtime-py views of a slot's Store, memory and globals for the rare Python-side use.
 
-The slot owns its Store (`slot.store`, freed by `Native.store_delete`). The compiled hot path
-does a spawn and a fork copy each in one C call (spawn.c); the fallback makes the same libwasmtime
-calls in Python (fallback.py). No wasmtime-py object is made per sequence unless a caller asks
+The slot owns its Store (`slot.store`, freed by `Native.store_delete`). The hot path
+does a spawn and a fork copy each in one C call (spawn.c). No wasmtime-py object is made per sequence unless a caller asks
 for one (`store_view`, `memory_view`, `global_views`): a view borrows the slot's handles and
 must not be used after the sequence is closed (the view of the Store is closed with it)."""
 from __future__ import annotations

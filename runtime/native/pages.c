@@ -18,8 +18,7 @@
  * fault there; past it, the page is copied unread). The child's pages past `dst_backed` that the
  * copy writes are unbacked or the image's, so each write would fault: a run of two or more is
  * prefaulted first in one madvise(MADV_POPULATE_WRITE).
- * runtime/native/pages.py holds the Python side: the call into this, and the same copy with numpy
- * for the pure-Python fallback. */
+ * runtime/native/pages.py holds the Python side: the call into this. */
 #include <stdint.h>
 #include <string.h>
 #include <fcntl.h>

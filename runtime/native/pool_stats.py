@@ -1,4 +1,4 @@
-"""What a worker pool reports about itself (both hot paths' pools)."""
+"""What the worker pool reports about itself."""
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -7,7 +7,7 @@
  * engine's thread between calls (nothing of the instance runs while they do). Failures leave a
  * wasmtime error or trap in the slot (`error` / `trap`, which Native.error_text formats and frees)
  * or, for a failure of this file's own, a fault text (`fault`). instance.py holds the Python side
- * (the plan, the fallback's same steps in Python). */
+ * (the plan). */
 
 /* CDEF SPAWN BEGIN */
 typedef struct {

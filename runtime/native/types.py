@@ -7,4 +7,5 @@ from typing import Any
 # describes them: types-cffi's CData and Lib have no such attributes. Any, under names that say
 # what the value is.
 CData = Any   # a cffi cdata: a slot, a store context, a wasmtime handle, a pointer
-CLib = Any    # a cffi lib: libwasmtime through dlopen, or the compiled extension's lib
+CLib = Any    # a cffi lib: libwasmtime or the hot path's library, through dlopen
+CFFI = Any    # a cffi FFI of hand-written declarations: the cdata it makes have their fields

@@ -1,6 +1,6 @@
 /* WASI preview 1 for controllers (docs/wasi.md), the functions a libc calls, as native callbacks
  * (compiled after host.c, whose fault and guest-memory helpers these use). runtime/wasi.py is the
- * same logic for the Python fallback and the init template: same results, same messages.
+ * same logic for the init template: same results, same messages.
  *
  * No real I/O, and nothing that makes a controller's results depend on when or where it runs:
  *   - clocks are virtual: every clock reads `calls` ms (the mid-process calls started so far on

@@ -1,6 +1,6 @@
 """JS variants of the hostile suite: scripts for the js controller (controllers/js) that misbehave
 in one way each, and the cause their sequence's error must name (tests/test_js_hostile.py runs
-each beside healthy sequences, on both hot paths). `expect` as in kinds.py: "error: a|b" (an
+each beside healthy sequences). `expect` as in kinds.py: "error: a|b" (an
 error naming a or b) or "legal" (it may run or stop, but not fail)."""
 from __future__ import annotations
 
