@@ -299,7 +299,7 @@ class Speculation:
     def ended_result(self, row: int) -> "StepResult | None":
         """The result that ended row `row`'s speculation, when a draft's call did. A host that
         accepts that draft too commits `len(drafted[row]) + 1` and applies this result itself
-        (SPEC §3); otherwise it is dropped, and plain stepping makes it again."""
+        (docs/protocol.md#semantics); otherwise it is dropped, and plain stepping makes it again."""
         return self._rows[row].ended_result
 
     def ended(self, row: int) -> str | None:
