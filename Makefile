@@ -53,6 +53,8 @@ test-slow: setup-model setup-llamacpp
 # (the `busy` tests, which start burners of their own, are timing tests: they run there, and
 # never in `make test`). The default: every test but the slow and vLLM ones, busy ones included.
 # The burners are killed however pytest ends (pass, fail, Ctrl-C); the exit status is pytest's.
+BURNERS ?= 2
+TEST_BUSY_ARGS ?= -m "not slow and not vllm"
 test-busy: setup
 	@pids=""; trap 'kill $$pids 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for i in $$(seq $(BURNERS)); do $(BIN)/python -c 'while 1: pass' & pids="$$pids $$!"; done; \
