@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,12 +77,15 @@ class VllmBackend(TransformersBackend):
 
     name = "vllm"
 
-    def __init__(self, folder: Path, vocab_size: int) -> None:  # noqa: D107 - no super(): no model
+    def __init__(self, folder: Path, vocab_size: int, max_model_len: int) -> None:  # no super(): no weights
+        from types import SimpleNamespace
+
         from transformers import AutoTokenizer
 
         self.model_dir = folder
         self.hf_tokenizer = AutoTokenizer.from_pretrained(folder)
         self.vocab_size = vocab_size
+        self.config = SimpleNamespace(max_position_embeddings=max_model_len)   # the server's context
         eos = self.hf_tokenizer.eos_token_id
         self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
         self._runtime_tokenizer = None
@@ -125,16 +128,24 @@ class VllmEngine:
 
     `model`: as `aicirt run --model` takes it (None: SmolLM2, converted once) or a Hugging Face
     folder. `dtype`: "auto" (`vllm_dtype()`) or a vLLM dtype. `engine_args`: more
-    `vllm.EngineArgs` fields (they win over the defaults here). Raises `ImportError` without
-    vLLM, `FileNotFoundError` for a model that cannot be found.
+    `vllm.EngineArgs` fields (they win over the defaults here; `parse_vllm_args`). Raises
+    `ImportError` without vLLM, `FileNotFoundError` for a model that cannot be found,
+    `ValueError` for `data_parallel_size` > 1 (one engine per data-parallel rank: docs/deployment.md).
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, runtime: Runtime | None = None, *,
                  workers: int = 2, limits: Limits | None = None, tensor_parallel_size: int = 1,
-                 dtype: str = "auto", max_model_len: int | None = 2048, seed: int = 0,
+                 data_parallel_size: int = 1, dtype: str = "auto", max_model_len: int | None = 2048, seed: int = 0,
                  engine_args: dict[str, Any] | None = None) -> None:
+        if data_parallel_size != 1:
+            raise ValueError(f"data_parallel_size {data_parallel_size}: this engine drives one vLLM engine core in "
+                             "its own process; run one `aicirt serve --engine vllm` per data-parallel rank behind a "
+                             "load balancer, sharing the controller store (docs/deployment.md)")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # the EngineCore in this process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # vLLM logs to stdout, at INFO: keep stdout for the output (`aicirt run --json`)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
@@ -152,7 +163,7 @@ class VllmEngine:
         self.block_size = int(self.core.vllm_config.cache_config.block_size)
         self.max_model_len = int(self.core.vllm_config.model_config.max_model_len)
         vocab = int(self.core.vllm_config.model_config.get_vocab_size())
-        self.backend = VllmBackend(folder, vocab)
+        self.backend = VllmBackend(folder, vocab, self.max_model_len)
         self._words = (vocab + 31) // 32
         self._runtime = runtime
         self._owns_runtime = runtime is None
@@ -177,6 +188,13 @@ class VllmEngine:
 
             self._runtime = Runtime(self.backend.runtime_tokenizer(), limits=self._limits, workers=self._workers)
         return self._runtime
+
+    def use_runtime(self, runtime: Runtime) -> None:
+        """Run controllers on `runtime` (the caller's, over `self.backend.runtime_tokenizer()`;
+        it outlives the engine). Before the first controlled request only."""
+        if self._runtime is not None:
+            raise ValueError("the engine already has a runtime")
+        self._runtime, self._owns_runtime = runtime, False
 
     @property
     def requests(self) -> list[GenRequest]:
@@ -476,6 +494,31 @@ class VllmEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def parse_vllm_args(items: Iterable[str]) -> dict[str, Any]:
+    """`KEY=VALUE` texts (`--vllm-arg`) as `vllm.EngineArgs` fields: dashes in KEY become
+    underscores; VALUE is read as JSON where it parses (numbers, true/false, null, lists,
+    objects), else kept as text. Raises `ValueError` for a malformed item or an unknown field."""
+    import dataclasses
+    import json
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ValueError(f"--vllm-arg takes KEY=VALUE, got {item!r}")
+        if key not in known:
+            raise ValueError(f"--vllm-arg {key}: not a vllm.EngineArgs field")
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out
 
 
 def _allowed(mask: np.ndarray, token: int) -> bool:
