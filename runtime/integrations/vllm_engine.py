@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,7 @@ class _VReq:
     draw: tuple | None = None          # (mask row or None, temperature, splices)
     finished: bool = False             # the sequence ended: abort its request
     restarts: int = 0
+    fresh: bool = False                # added since its last schedule (for `VllmEngine.starts`)
 
 
 class VllmEngine:
@@ -173,6 +175,9 @@ class VllmEngine:
         self.stats = EngineStats()
         self.passes = 0                              # vLLM steps that ran the model
         self.restarts = 0                            # vLLM requests added (first starts and edits)
+        #: The latest starts: (request id, sequence label, tokens, tokens computed in its first
+        #: step); the difference is what prefix caching reused (KV blocks times the block size).
+        self.starts: deque[tuple[int, int, int, int]] = deque(maxlen=4096)
         self._ids = itertools.count()
         self._rids = itertools.count()
         self._events: list[Event] = []
@@ -264,6 +269,11 @@ class VllmEngine:
         so = sched.schedule()
         if so.total_num_scheduled_tokens == 0:
             return
+        for s in live:
+            st = s.cache.state
+            if st.fresh and st.rid in so.num_scheduled_tokens:
+                st.fresh = False
+                self.starts.append((s.request.id, s.label, len(st.tokens), so.num_scheduled_tokens[st.rid]))
         ready = [s for s in live if s.cache.state.rid in so.num_scheduled_tokens
                  and not sched.requests[s.cache.state.rid].is_prefill_chunk]
         controlled = [s for s in ready if s.ctrl is not None and s.cache.state.draw is None]
@@ -343,6 +353,7 @@ class VllmEngine:
         self.core.add_request(*self.core.preprocess_add_request(ecr))
         st.rid, st.tokens, st.temperature = ecr.request_id, list(s.tokens), want_t
         st.restarts += 1
+        st.fresh = True
         self.restarts += 1
         self._by_rid[st.rid] = s
 
