@@ -72,6 +72,8 @@ def _cases(eos: int) -> dict[str, tuple]:
         "ff_counts_to_max_tokens": ([result(branch(splices=[splice(ff=[11, 12])]))], p(max_tokens=3)),
         "stop_string": ([result(branch(splices=[splice(ff=[1059, 1060, 33])])), result(branch(mask=[65]))],
                         p(max_tokens=8, stop=(" dep",))),
+        "logprobs": ([result(branch(mask=[65])), result(branch(splices=[splice(ff=[9, 10])])), result(branch(mask=[66]))],
+                     p(max_tokens=5, logprobs=2)),
         "temperature_branch": ([result(branch(mask=[65], temperature=2.0)), result(branch(mask=[66])), stop()],
                                p(max_tokens=8, seed=3)),
     }
@@ -102,7 +104,8 @@ def _observed(req, events) -> dict:
         if not (edit == (0, [], None, []) and seq and seq[-1] == edit):   # how many steps a wait takes
             seq.append(edit)                                              # is a race on either engine
     return {
-        "sequences": [(s.label, s.parent, s.tokens, s.finish_reason, s.error, s.text) for s in req.sequences],
+        "sequences": [(s.label, s.parent, s.tokens, s.finish_reason, s.error, s.text, s.logprobs)
+                      for s in req.sequences],
         "variables": {k: v for k, v in req.variables.items() if k != "trace"},
         "traces": traces,
         "forks": [(e.parent.label, e.child.label) for e in events if isinstance(e, ForkEvent)],
@@ -168,6 +171,8 @@ def test_the_suite_checks_what_it_claims(both):
     assert seqs["eos"][0][3] == "eos" and seqs["eos_taken_back"][0][2] == PROMPT + [9]
     assert seqs["endless_noop"][0][3] == "error" and "no-op" in seqs["endless_noop"][0][4]
     assert seqs["stop_string"][0][3] == "stop"
+    assert seqs["logprobs"][0][6] == [(0.0, ((65, 0.0),)), (0.0, ((9, 0.0),)), (0.0, ((10, 0.0),)), (0.0, ((66, 0.0),)),
+                                      (0.0, ((65, 0.0),))]   # one allowed token: probability 1
 
 
 def test_bad_input_is_refused_and_harms_nothing(vllm_engine):
