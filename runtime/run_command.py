@@ -205,7 +205,7 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
             from .integrations.vllm_engine import VllmEngine
 
             vllm = stack.enter_context(VllmEngine(model, **(vllm_options or {})))
-            backend = vllm.backend
+            backend: Any = vllm.backend
         else:
             backend = load_backend(model)
         load_s = time.perf_counter() - t0

@@ -172,7 +172,7 @@ def test_the_suite_checks_what_it_claims(both):
     assert seqs["endless_noop"][0][3] == "error" and "no-op" in seqs["endless_noop"][0][4]
     assert seqs["stop_string"][0][3] == "stop"
     assert seqs["logprobs"][0][6] == [(0.0, ((65, 0.0),)), (0.0, ((9, 0.0),)), (0.0, ((10, 0.0),)), (0.0, ((66, 0.0),)),
-                                      (0.0, ((65, 0.0),))]   # one allowed token: probability 1
+                                      (0.0, ((66, 0.0),))]   # one allowed token: probability 1
 
 
 def test_bad_input_is_refused_and_harms_nothing(vllm_engine):

@@ -44,14 +44,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..abi import RowKind
-from ..batch import row_edit
 from ..capabilities import Capabilities
 from ..engine.apply import Applier, _Draw
 from ..engine.backends.base import KVCache, TokenId
 from ..engine.backends.transformers_backend import TransformersBackend, _cpu_has_fast_bf16
 from ..engine.sampling import SamplingParams
 from ..engine.scheduler import Scheduler
-from ..engine.types import EngineStats, Event, ForkEvent, GenRequest, GenSeq, LogEvent, VarEvent
+from ..engine.types import EngineStats, Event, ForkEvent, GenRequest, GenSeq, LogEvent
 from ..errors import AicirtError
 
 if TYPE_CHECKING:
@@ -299,10 +298,13 @@ class VllmEngine:
         outputs = sched.update_from_output(so, model_output)
         self.passes += 1
         sampled: dict[str, list[int]] = {}
+        logprobs: dict[str, Any] = {}
         ended: set[str] = set()
         for eco in outputs.values():
             for o in eco.outputs:
                 sampled[o.request_id] = list(o.new_token_ids)
+                if o.new_logprobs is not None:
+                    logprobs[o.request_id] = o.new_logprobs
                 if o.finish_reason is not None:
                     ended.add(o.request_id)
         for s in ready:
@@ -320,6 +322,12 @@ class VllmEngine:
             draw.token = got[0]
             if mask is not None and not _allowed(mask, draw.token):
                 draw.error = "no token can be sampled: every logit is -inf or NaN"
+            top = s.request.params.logprobs
+            lp = logprobs.get(st.rid) if top is not None else None
+            if lp is not None and top is not None:   # vLLM's raw logprobs: the logits under the mask, at T=1
+                ids, vals = lp.logprob_token_ids[0], lp.logprobs[0]
+                draw.logprob = (float(vals[0]), tuple((int(t), float(v)) for t, v in zip(ids[1:top + 1], vals[1:top + 1])
+                                                      if np.isfinite(v)))
             self._applier._commit(draw, events)
             if s.finish_reason is None and st.rid is None and st.tokens == s.tokens:
                 self._applier.finish(s, "length", None, events)   # vLLM ended it: the context is full
@@ -345,7 +353,7 @@ class VllmEngine:
         seed = None if p.seed is None else (p.seed * 1_000_003 + s.label * 7919 + st.restarts) % (2 ** 63)
         vp = VParams(temperature=want_t, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else 0, seed=seed,
                      max_tokens=self.max_model_len - len(s.tokens), ignore_eos=True, detokenize=False,
-                     skip_special_tokens=False)
+                     skip_special_tokens=False, logprobs=p.logprobs)
         rid = f"aicirt-{s.request.id}-{s.label}-{next(self._rids)}"
         ecr = self.llm_engine.input_processor.process_inputs(
             rid, {"prompt_token_ids": list(s.tokens)}, vp, supported_tasks=self._supported)
@@ -358,21 +366,10 @@ class VllmEngine:
         self._by_rid[st.rid] = s
 
     def _submit(self, controlled: list[GenSeq]) -> RowsHandle | None:
-        if not controlled:
-            return None
-        n = len(controlled)
-        sampled = np.full(n, -1, dtype=np.int32)
-        edits: dict[int, tuple[list[int], int]] = {}
-        for i, s in enumerate(controlled):
-            edit = row_edit(s.tokens, s.sampled, s.unchanged, s.synced)
-            if edit is not None:
-                edits[i] = edit
-            if s.sampled is not None:
-                sampled[i] = s.sampled
-            s.unchanged = s.synced = len(s.tokens)
-            s.sampled = None
-        index = np.fromiter((s.ctrl.index for s in controlled), dtype=np.int64, count=n)
-        return self.runtime.submit_rows(index, sampled, edits or None)
+        """Start the controllers (the own engine's `_submit`: the runtime's rows API)."""
+        from ..engine.engine import Engine
+
+        return Engine._submit(self, controlled)   # type: ignore[arg-type]
 
     def _plan(self, controlled: list[GenSeq], outcome: RowsOutcome, draws: dict[GenSeq, tuple],
               events: list[Event]) -> None:
@@ -453,13 +450,10 @@ class VllmEngine:
                 self._by_rid.pop(rid).cache.state.rid = None
 
     def _retire(self, events: list[Event]) -> None:
-        for r in self.scheduler:
-            if r.ctrl is not None:
-                for seq_id, op, name, value in r.ctrl.take_var_changes():
-                    events.append(VarEvent(r, seq_id, op, name, value))
-        for r in self.scheduler.postprocess():
-            if r.ctrl is not None:
-                r.ctrl.close()
+        """Stream variable changes, let go of finished requests (the own engine's `_retire`)."""
+        from ..engine.engine import Engine
+
+        Engine._retire(self, events)   # type: ignore[arg-type]
 
     def _count(self, tokens: int, outcome: RowsOutcome | None, t0: float, t1: float, t2: float, t3: float,
                t4: float) -> None:

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
@@ -60,7 +60,8 @@ class Server:
         self.metrics = Metrics()
         if vllm is not None:
             vllm.use_runtime(runtime)
-        self.loop = EngineLoop(vllm if vllm is not None else Engine(self.backend, runtime=runtime), max_batch=settings.max_batch,
+        engine: Any = vllm if vllm is not None else Engine(self.backend, runtime=runtime)   # the same interface
+        self.loop = EngineLoop(engine, max_batch=settings.max_batch,
                                max_queue=settings.max_queue, retry_after_s=settings.retry_after_s,
                                metrics=self.metrics)
         self.metrics.gauge("aicirt_queue_depth", lambda: self.loop.queue_depth)
