@@ -265,9 +265,7 @@ class VllmEngine:
             self._sync(s, events)
         live = [s for s in live if s.finish_reason is None]
         sched = self.core.scheduler
-        so = sched.schedule()
-        if so.total_num_scheduled_tokens == 0:
-            return
+        so = sched.schedule()   # even with nothing to run, the step tells the workers what finished
         for s in live:
             st = s.cache.state
             if st.fresh and st.rid in so.num_scheduled_tokens:
@@ -296,7 +294,7 @@ class VllmEngine:
             model_output = self.core.model_executor.sample_tokens(grammar)
         t3 = time.perf_counter()
         outputs = sched.update_from_output(so, model_output)
-        self.passes += 1
+        self.passes += so.total_num_scheduled_tokens > 0
         sampled: dict[str, list[int]] = {}
         logprobs: dict[str, Any] = {}
         ended: set[str] = set()
