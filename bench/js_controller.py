@@ -38,7 +38,20 @@ the disk cache; wall and CPU (this process and its compile children). Last line:
 freed slot keeps nothing resident; 67108864 is the policy before, freed slots keeping 1 MiB each),
 for an A/B of the memory policy in separate runs.
 
-Usage: python bench/js_controller.py [--rounds N] [--resident-bytes N] [--bind-load]
+`--library`: instead, the async library (controllers/js/lib.js) against the same jobs written by
+hand against the low-level midProcess API (controllers/js/examples/library/*_by_hand.js), same
+run, alternating, on Qwen2's tokenizer, every capability granted, driven by a small engine loop
+here (the scripted text's next token where the mask allows it, splices applied, forks followed):
+  choice50   gen({options}) over 50 city names, the 38th generated
+  regex_stop gen({regex, stopAt, maxTokens}) along a sentence, stopped at ". "
+  fork3      fork(4) (the parent and 3 children), each child appends its option and sets a
+             variable, the parent waitVars() for all three
+Per job and side: ttfm_ms (new request to the first call's result; for fork3 that call forks),
+ttfm_cpu_ms, step_us_p50 (StepResult.elapsed_us of every later call, all sequences),
+fork_us (Sequence.fork() after the first call), memory_mib, calls. Last line: one JSON object
+{"jobs": {job: {"library": {...}, "by_hand": {...}, "ratio": {...}}}, "targets": {...}}.
+
+Usage: python bench/js_controller.py [--rounds N] [--resident-bytes N] [--bind-load | --library]
 """
 from __future__ import annotations
 
@@ -112,6 +125,128 @@ def one_request(rt, ctrl, arg: bytes, tok, prompt: list[int]) -> dict:
             "steps": first, "cached_steps": cached, "cached_cpu_us": cached_cpu_us}
 
 
+CITIES = ["Tokyo", "Delhi", "Shanghai", "Sao Paulo", "Mexico City", "Cairo", "Mumbai", "Beijing", "Dhaka", "Osaka",
+          "New York", "Karachi", "Buenos Aires", "Chongqing", "Istanbul", "Kolkata", "Manila", "Lagos",
+          "Rio de Janeiro", "Tianjin", "Kinshasa", "Guangzhou", "Los Angeles", "Moscow", "Shenzhen", "Lahore",
+          "Bangalore", "Paris", "Bogota", "Jakarta", "Chennai", "Lima", "Bangkok", "Seoul", "Nagoya", "Hyderabad",
+          "London", "Tehran", "Chicago", "Chengdu", "Nanjing", "Wuhan", "Ho Chi Minh City", "Luanda", "Ahmedabad",
+          "Kuala Lumpur", "Xi'an", "Hong Kong", "Dongguan", "Hangzhou"]
+LIB_JOBS = {   # job: (script stem, argument, the text the engine loop follows)
+    "choice50": ("gen", json.dumps({"options": CITIES, "storeVar": "city"}), CITIES[37]),
+    "regex_stop": ("gen", json.dumps({"regex": "[A-Za-z ,.]+", "stopAt": ". ", "maxTokens": 64, "storeVar": "s"}),
+                   "The war in Europe ended in May, and in Asia it ended in September. Then"),
+    "fork3": ("fork", "red\ngreen\nblue", ""),
+}
+
+
+def drive(rt, ctrl, arg: bytes, tok, prompt: list[int], text: str) -> dict:
+    """One request run to its end by a small engine loop: each sequence samples the next token of
+    `prompt + text` where its mask allows it (else the lowest allowed; EOS once the text is
+    spent), splices apply as an engine applies them, forks are followed."""
+    from aicirt import StepInput
+    from aicirt.results import splice_for
+    script = list(prompt) + tok.encode(text)
+    eos = tok.eos_token_id
+    c0, t0 = time.process_time(), time.perf_counter()
+    req = rt.new_request(ctrl, arg=arg)
+    seq = req.spawn()
+    out = rt.submit([StepInput(seq, list(prompt), None)]).wait()
+    ttfm, ttfm_cpu = (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
+    memory_mib = seq.memory.data_len(seq.store) / (1 << 20)
+    steps, calls, fork_us = [], 1, None
+    state = {seq: list(prompt)}
+    while True:
+        todo = []
+        for r in out.results:
+            if r.status != "ok":
+                raise RuntimeError(f"{r.status}: {r.error} {r.seq.log[-300:]!r}")
+            toks = state.pop(r.seq)
+            if not r.branches:
+                r.seq.close()
+                continue
+            if fork_us is None and len(r.branches) == 1 and r.seq is seq:   # Sequence.fork() once, idle
+                t1 = time.perf_counter()
+                seq.fork().close()
+                fork_us = (time.perf_counter() - t1) * 1e6
+            for i, b in enumerate(r.branches):
+                s, t = (r.seq if i == 0 else r.forks[i - 1]), list(toks)
+                sampled = None
+                if b.mask_row is None:
+                    sp = b.splices[0]
+                else:
+                    row = out.masks[b.mask_row]
+                    ok = lambda x: row[x // 32] >> (x % 32) & 1
+                    want = script[len(t)] if len(t) < len(script) else eos
+                    sampled = want if ok(want) else next(x for x in range(len(row) * 32) if ok(x))
+                    t.append(sampled)
+                    sp = splice_for(b.splices, sampled)
+                if sp is not None:
+                    t = t[:len(t) - sp.backtrack] + list(sp.ff_tokens)
+                state[s] = t
+                todo.append(StepInput(s, t, sampled))
+        if not todo:
+            break
+        out = rt.submit(todo).wait()
+        calls += len(todo)
+        steps += [r.elapsed_us for r in out.results]
+    variables = dict(req.variables) if hasattr(req, "variables") else {}
+    req.close()
+    return {"ttfm_ms": ttfm, "ttfm_cpu_ms": ttfm_cpu, "memory_mib": memory_mib, "steps": steps, "calls": calls,
+            "fork_us": fork_us, "variables": variables}
+
+
+def library(rounds: int) -> None:
+    from mask_speed import QwenTokenizer
+
+    import aicirt
+    from aicirt.toolchain import CONTROLLERS_DIR, build_cached
+    tok = QwenTokenizer()
+    limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0, compile_timeout_s=300.0)
+    rt = aicirt.Runtime(tok, limits=limits, workers=1, cache_dir=False)
+    prompt = tok.encode("Name a city: ")
+    lib = CONTROLLERS_DIR / "js" / "examples" / "library"
+    js = rt.load(build_cached("js"))
+    sides = {}
+    for job, (stem, arg, text) in LIB_JOBS.items():
+        for side, name in (("library", f"{stem}.js"), ("by_hand", f"{stem}_by_hand.js")):
+            sides[job, side] = ((lib / name).read_bytes() + b"\0" + arg.encode(), text)
+    for (job, side), (arg, text) in sides.items():   # warm-up
+        for _ in range(2):
+            drive(rt, js, arg, tok, prompt, text)
+    got = {k: [] for k in sides}
+    for i in range(rounds):
+        for k in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+            got[k].append(drive(rt, js, sides[k][0], tok, prompt, sides[k][1]))
+    rt.close()
+
+    def summary(runs):
+        forks = [r["fork_us"] for r in runs if r["fork_us"] is not None]
+        return {"ttfm_ms": round(statistics.median(r["ttfm_ms"] for r in runs), 3),
+                "ttfm_cpu_ms": round(statistics.median(r["ttfm_cpu_ms"] for r in runs), 3),
+                "ttfm_ms_spread": [round(min(r["ttfm_ms"] for r in runs), 3), round(max(r["ttfm_ms"] for r in runs), 3)],
+                "step_us_p50": round(statistics.median(s for r in runs for s in r["steps"]), 2),
+                "step_us_p90": round(statistics.quantiles([s for r in runs for s in r["steps"]], n=10)[-1], 2),
+                "fork_us": round(statistics.median(forks), 1) if forks else None,
+                "memory_mib": round(max(r["memory_mib"] for r in runs), 2),
+                "calls": runs[0]["calls"]}
+    jobs = {}
+    for job in LIB_JOBS:
+        a, b = summary(got[job, "library"]), summary(got[job, "by_hand"])
+        vl, vh = got[job, "library"][0]["variables"], got[job, "by_hand"][0]["variables"]
+        if vl != vh:
+            raise RuntimeError(f"{job}: the library's variables {vl} differ from by hand's {vh}")
+        ratio = {k: round(a[k] / b[k], 2) for k in ("ttfm_ms", "ttfm_cpu_ms", "step_us_p50", "fork_us", "memory_mib")
+                 if a[k] and b[k]}
+        jobs[job] = {"library": a, "by_hand": b, "ratio": ratio,
+                     "variables": {k: v.decode(errors="replace") for k, v in vl.items()}}
+        for side, s in (("library", a), ("by hand", b)):
+            print(f"{job:10s} {side:8s} ttfm {s['ttfm_ms']:7.3f} ms ({s['ttfm_cpu_ms']:.3f} CPU, spread {s['ttfm_ms_spread']})"
+                  f"  step p50 {s['step_us_p50']:7.2f} us (p90 {s['step_us_p90']:.2f})  fork {s['fork_us']} us"
+                  f"  memory {s['memory_mib']:.2f} MiB  calls {s['calls']}", flush=True)
+    print(json.dumps({"jobs": jobs, "rounds": rounds, "vocab": tok.vocab_size,
+                      "targets": {"step_ratio_max": 1.5, "choice50_ttfm_ms_max": 5.0}}))
+
+
 def bind_load() -> None:
     import resource
 
@@ -142,8 +277,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--bind-load", action="store_true")
+    ap.add_argument("--library", action="store_true", help="the async library against hand-written scripts")
     ap.add_argument("--resident-bytes", type=int, default=0, help="Limits.resident_bytes (the memory policy)")
     args = ap.parse_args()
+    if args.library:
+        return library(args.rounds)
     if args.bind_load:
         return bind_load()
     from mask_speed import QwenTokenizer

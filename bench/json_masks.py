@@ -1,5 +1,5 @@
 """JSON Schema masks: the `json` controller through aicirt.Runtime against llguidance and xgrammar
-on JSONSchemaBench's MaskBench cases (../shared/jsonschema), same Qwen2 tokenizer, same token
+on JSONSchemaBench's MaskBench cases (tests/data/jsonschema), same Qwen2 tokenizer, same token
 sequences, same machine, one run, one thread each.
 
 Every time is wall time on the caller's thread (time.perf_counter, Python included), the same

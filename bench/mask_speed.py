@@ -11,6 +11,10 @@ same prefix (one `fill_next_token_bitmask` call after consuming the previous tok
   warm: the controller's default mode caches one mask per DFA state; the text is replayed a
         second time (backtrack to the prompt, then step again), so every mask is a cache hit.
 
+Both APIs: `ratio` (cold, through the object API: `submit([StepInput...])` with the whole token
+list each step) and `ratio_rows` (the same masks through `submit_rows`), and `object_vs_rows`
+(geometric mean of the per-regex median ratios); the two APIs' masks are checked equal.
+
 Usage: python bench/mask_speed.py [--quick]. The last line is one JSON object.
 """
 from __future__ import annotations
@@ -76,30 +80,52 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(math.ceil(q / 100 * len(xs))) - 1)]
 
 
-def run_ours(rt, ctrl, pattern: str, prompt: list[int], text: list[int], cold: bool, passes: int):
-    """Per-step wall times (µs) of submit->wait and the controller's own elapsed_us, and masks."""
+def run_ours(rt, ctrl, pattern: str, prompt: list[int], text: list[int], cold: bool, passes: int,
+             api: str = "object"):
+    """Per-step wall times (µs) of submit->wait and the controller's own elapsed_us, and masks.
+    `api`: "object" (`submit([StepInput(seq, tokens, sampled)])`, the whole token list each step,
+    as docs/embedding.md shows first) or "rows" (`submit_rows`: the sampled token; the prompt as
+    an edit)."""
     from aicirt import StepInput
+    from aicirt.abi import RowKind
     arg = pattern.encode() + (b"\0nocache" if cold else b"")
     req = rt.new_request(ctrl, arg=arg)
     seq = req.spawn()
+    index = np.array([seq.index], np.int64)
     wall, inside, masks = [], [], []
     try:
         for p in range(passes):
+            toks = list(prompt)
             for k in range(len(text)):   # masks after text[:k]; the full text may end the sequence
-                toks = prompt + text[:k]
                 sampled = text[k - 1] if k else None
+                if k:
+                    toks.append(sampled)
                 t0 = time.perf_counter()
-                out = rt.submit([StepInput(seq, toks, sampled)]).wait()
-                dt = (time.perf_counter() - t0) * 1e6
-                r = out.results[0]
-                if r.status != "ok":
-                    raise RuntimeError(f"{pattern}: step {k}: {r.status} {r.error} {r.logs}")
+                if api == "object":
+                    out = rt.submit([StepInput(seq, toks, sampled)]).wait()
+                    dt = (time.perf_counter() - t0) * 1e6
+                    r = out.results[0]
+                    if r.status != "ok":
+                        raise RuntimeError(f"{pattern}: step {k}: {r.status} {r.error} {r.logs}")
+                    row, elapsed = (r.branches[0].mask_row if r.branches else None), r.elapsed_us
+                else:
+                    rows = rt.submit_rows(index, np.array([-1 if sampled is None else sampled], np.int32),
+                                          {0: (toks, 0)} if k == 0 else None)
+                    out = rows.wait()
+                    dt = (time.perf_counter() - t0) * 1e6
+                    if out.kind[0] == RowKind.MASK:
+                        row = 0
+                    else:
+                        r = out.results[0]
+                        if r.status != "ok":
+                            raise RuntimeError(f"{pattern}: step {k}: {r.status} {r.error} {r.logs}")
+                        row = r.branches[0].mask_row if r.branches else None
+                    elapsed = float(out.elapsed_us[0])
                 if k == 0:      # the prompt call (first pass: trie + regex setup): not timed
                     continue
                 if p == passes - 1:
                     wall.append(dt)
-                    inside.append(r.elapsed_us)
-                    row = r.branches[0].mask_row if r.branches else None
+                    inside.append(elapsed)
                     masks.append(None if row is None else out.masks[row].copy())
     finally:
         seq.close()
@@ -150,7 +176,20 @@ def main():
     rows = []
     for name, pattern, text in CASES if not args.quick else cases:
         ids = tok.encode(text)
-        cold, inside, ours_masks = run_ours(rt, ctrl, pattern, prompt, ids, cold=True, passes=1)
+        # the two APIs in turns (object, rows, object, rows), each timing its own run: the first
+        # run after a pause meets a colder machine, and neither API always goes first
+        for turn in range(2):
+            obj = run_ours(rt, ctrl, pattern, prompt, ids, cold=True, passes=1)
+            by_rows = run_ours(rt, ctrl, pattern, prompt, ids, cold=True, passes=1, api="rows")
+            if turn == 0:
+                cold, inside, ours_masks = obj
+                cold_rows, _, rows_masks = by_rows
+            else:
+                cold, inside = cold + obj[0], inside + obj[1]
+                cold_rows = cold_rows + by_rows[0]
+        if any((a is None) != (b is None) or (a is not None and not np.array_equal(a, b))
+               for a, b in zip(ours_masks, rows_masks)):
+            raise RuntimeError(f"{pattern}: the object and rows APIs gave different masks")
         warm, _, _ = run_ours(rt, ctrl, pattern, prompt, ids, cold=False, passes=2)
         llg, llg_masks = run_llg(lltok, pattern, ids, n_words)
         # llguidance's own masks are over the vocabulary plus its EOS handling; compare sizes only
@@ -158,12 +197,16 @@ def main():
         theirs = int(np.unpackbits(llg_masks[0].view(np.uint8)).sum())
         row = dict(regex=name, steps=len(cold), cold_med=statistics.median(cold), cold_p99=pct(cold, 99),
                    inside_med=statistics.median(inside), warm_med=statistics.median(warm),
-                   warm_p99=pct(warm, 99), llg_med=statistics.median(llg), llg_p99=pct(llg, 99))
+                   warm_p99=pct(warm, 99), llg_med=statistics.median(llg), llg_p99=pct(llg, 99),
+                   cold_rows_med=statistics.median(cold_rows))
         row["ratio"] = row["cold_med"] / row["llg_med"]
+        row["ratio_rows"] = row["cold_rows_med"] / row["llg_med"]
+        row["object_vs_rows"] = row["cold_med"] / row["cold_rows_med"]
         rows.append(row)
         print(f"{name:<11}{row['steps']:>6}{row['cold_med']:>10.1f}{row['cold_p99']:>10.1f}{row['inside_med']:>9.1f}"
               f"{row['warm_med']:>10.1f}{row['warm_p99']:>10.1f}{row['llg_med']:>9.1f}{row['llg_p99']:>9.1f}"
-              f"{row['ratio']:>7.2f}  {mine}/{theirs}", flush=True)
+              f"{row['ratio']:>7.2f}  {mine}/{theirs}; rows API cold med {row['cold_rows_med']:.1f} "
+              f"({row['ratio_rows']:.2f}x llg; object/rows {row['object_vs_rows']:.2f})", flush=True)
     rt.close()
     geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in rows))
     print(json.dumps({
@@ -175,6 +218,10 @@ def main():
         "ours_warm_us_median": round(statistics.median([r["warm_med"] for r in rows]), 1),
         "llguidance_us_median": round(statistics.median([r["llg_med"] for r in rows]), 1),
         "ratio": round(geo, 3),
+        "api": "object (submit/wait, the whole token list each step); *_rows: the rows API (submit_rows)",
+        "ours_cold_rows_us_median": round(statistics.median([r["cold_rows_med"] for r in rows]), 1),
+        "ratio_rows": round(math.exp(statistics.mean(math.log(r["ratio_rows"]) for r in rows)), 3),
+        "object_vs_rows": round(math.exp(statistics.mean(math.log(r["object_vs_rows"]) for r in rows)), 3),
         "ratio_inside": round(math.exp(statistics.mean(math.log(r["inside_med"] / r["llg_med"]) for r in rows)), 3),
         "per_regex": {r["regex"]: {k: round(v, 1) if isinstance(v, float) else v for k, v in r.items() if k != "regex"}
                       for r in rows},

@@ -27,7 +27,7 @@ Three parts, one run; the last line is one JSON object.
    mask_us is the hand-off to the worker thread, which a loaded machine stretches most).
 
 3. `tool_call_valid_pct` (target 100): a fixed seeded sample (--tool-sample, >= 100) of Glaive
-   function schemas from ../shared/jsonschema as OpenAI tools (two tools a request: the schema's
+   function schemas from tests/data/jsonschema as OpenAI tools (two tools a request: the schema's
    own and the next one's in the sample that admits a document, in OpenAI's strict shape: `additionalProperties: false` where a schema
    lists properties and is silent on others, see `strict`), `tool_choice="required"`, one call each (at most
    --tool-max-tokens tokens, default 128, greedy; `complete_by` that: the controller forces the

@@ -43,7 +43,7 @@ pays a row for touching its 49,152 logits once.
 
 Last line: one JSON object.
 
-    make bench-vllm        # or: VLLM_CPU_KVCACHE_SPACE=1 .venv/bin/python bench/vllm_overhead.py [--rounds N]
+    make bench-vllm        # or: VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python bench/vllm_overhead.py [--rounds N]
 """
 from __future__ import annotations
 

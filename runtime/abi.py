@@ -1,4 +1,4 @@
-"""The canonical-ABI lowering of world `controller` (SPEC §2), written once.
+"""The canonical-ABI lowering of world `controller` (docs/protocol.md#wit), written once.
 
 Names, core signatures, record layouts and the hot path's status codes live here and nowhere
 else: the C hot path receives them as generated ``#define``s (:func:`c_header`), the Python

@@ -1,4 +1,4 @@
-"""What the loader refuses before a module is compiled, and why (SPEC §2, §4, §5).
+"""What the loader refuses before a module is compiled, and why (docs/protocol.md#wit, #limits, #implementation).
 
 These are exactly the things instantiation or fork would otherwise fail on later, per sequence
 and with worse messages: memories and tables the instance pool has no room for, a start

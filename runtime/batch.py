@@ -19,7 +19,6 @@ through the sequence's own transitions.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence as Seq
 
@@ -91,7 +90,8 @@ class RowsHandle:
     be called once. Raises in the constructor, before anything runs, for misuse (see there)."""
 
     def __init__(self, runtime: "Runtime", index: object, sampled: object,
-                 edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]] | EditArrays | None" = None):
+                 edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]] | EditArrays | None" = None,
+                 *, _object_api: bool = False):
         runtime.check_open()
         self.rt = runtime
         self.registry = registry = runtime.registry
@@ -129,6 +129,10 @@ class RowsHandle:
                 registry.ptrs(self.index)   # raises, naming what is wrong with the index
             seq = registry.at(int(self.index[row]))
             raise ValueError(f"sequence {seq.id} {_MISUSE.get(why, 'could not be queued')}")
+        if self.edits is not None and not _object_api:
+            # edited through the rows API: the object API's copy of those rows' tokens is stale
+            for row in np.flatnonzero(self.edits.of_row >= 0).tolist():
+                registry.at(int(self.index[row]))._sent = None
 
     def _bad_edit_rows(self, vocab: int) -> list[tuple[int, int]]:
         """The rows whose edit holds a token past the vocabulary (the engine's mistake: still only
@@ -302,39 +306,55 @@ def _edit_arrays(edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]]", n: in
 
 
 # -- the object API ------------------------------------------------------------------------------
-def _check_items(runtime: "Runtime", items: list) -> None:
-    """Misuse is refused before anything runs: ValueError (TypeError for a wrong item type)."""
-    seen: set[int] = set()
-    for item in items:
-        if not isinstance(item, StepInput):
-            raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
-        seq = item.seq
-        if not isinstance(seq, Sequence) or seq.runtime is not runtime:
-            raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
-        if id(seq) in seen:
-            raise ValueError(f"sequence {seq.id} is submitted twice in one batch")
-        seen.add(id(seq))
-        state = seq.state
-        if state in (SeqState.CLOSING, SeqState.CLOSED):
-            raise ValueError(f"sequence {seq.id} is closed")
-        if state is SeqState.RUNNING:
-            raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
+# A thin layer over the rows API in cost too: each sequence keeps the token list its controller
+# holds as a Python list (`Sequence._sent`, a copy), and a StepInput that is that list plus the
+# sampled token is a plain row (the sampled token only): one list comparison, in C, and no
+# conversion. Any other list (the prompt, a splice, a fork's first step, a list edited in place)
+# is an edit from its longest common prefix with `_sent`, found by comparing slices (in C); only
+# the tokens past it are checked and converted.
+
+_IDLE = SeqState.IDLE
+_CLOSED = (SeqState.CLOSING, SeqState.CLOSED)
 
 
-def _item_edit(item: StepInput, vocab: int) -> "tuple[np.ndarray, int] | str":
-    """The row edit for one StepInput of a sequence about to be called: (tokens past the kept
-    prefix, kept prefix), or why the input is invalid."""
-    tokens, sampled, unchanged = item.tokens, item.sampled, item.unchanged
-    kept = 0   # without a hint the hot path compares the whole list (in C: cheap)
-    if unchanged is not None:
-        if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
-            return f"unchanged={unchanged!r} is not a prefix length of the {len(tokens)} tokens"
-        kept = min(unchanged, int(item.seq.slot.n_seen))
+def _common_prefix(a: "list[int]", b: "list[int]") -> int:
+    """The length of the longest common prefix of two lists, by slice comparisons (C loops):
+    galloping back from the shorter length (splices change the tail), then bisecting."""
+    hi = min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    lo, step = 0, 1                  # invariant: prefix(lo) equal, prefix(hi) not
+    while hi - step > lo:
+        m = hi - step
+        if a[:m] == b[:m]:
+            lo = m
+            break
+        hi, step = m, step * 2
+    while hi - lo > 1:
+        m = (lo + hi) // 2
+        if a[:m] == b[:m]:
+            lo = m
+        else:
+            hi = m
+    return lo
+
+
+def _suffix_array(tokens: "Seq[int]", kept: int, vocab: int) -> "np.ndarray | str":
+    """The tokens past `kept` as uint32, or why they are not token ids of the vocabulary."""
     suffix = tokens[kept:]
-    for t in suffix if sampled is None else (*suffix, sampled):
-        if not (isinstance(t, int) and 0 <= t < vocab):   # checked before anything changes
-            return f"token {t!r} is not a token id of this vocabulary (0..{vocab - 1})"
-    return np.asarray(suffix, dtype=np.uint32) if suffix else np.empty(0, np.uint32), kept
+    if not len(suffix):
+        return np.empty(0, np.uint32)
+    try:
+        arr = np.asarray(suffix)
+    except (TypeError, ValueError, OverflowError):
+        arr = np.asarray(suffix, dtype=object)
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        bad = next((t for t in suffix if not (isinstance(t, int) and 0 <= t < vocab)), suffix[0])
+        return f"token {bad!r} is not a token id of this vocabulary (0..{vocab - 1})"
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= vocab:
+        return f"token {lo if lo < 0 else hi!r} is not a token id of this vocabulary (0..{vocab - 1})"
+    return arr.astype(np.uint32)
 
 
 class BatchHandle:
@@ -343,33 +363,109 @@ class BatchHandle:
 
     def __init__(self, runtime: "Runtime", items: Iterable[StepInput]):
         runtime.check_open()
-        items = list(items)
-        _check_items(runtime, items)
+        items = items if type(items) is list else list(items)
         n = len(items)
         vocab = runtime.vocab_size
-        sampled = np.full(n, -1, dtype=np.int32)
+        sampled_list = [-1] * n
         edits: dict[int, tuple[np.ndarray, int]] = {}
+        seqs: list[Sequence] = [None] * n   # type: ignore[list-item]
+        sent_after: list = [None] * n      # what each row's controller will hold once started
+        idle = _IDLE
         for i, item in enumerate(items):
-            if item.seq.state is not SeqState.IDLE:
+            if type(item) is not StepInput and not isinstance(item, StepInput):
+                raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
+            seq = seqs[i] = item.seq
+            if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
+                raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
+            state = seq._state
+            if state is idle:
+                if seq.slot.call_out:
+                    raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
+            elif state in _CLOSED:
+                raise ValueError(f"sequence {seq.id} is closed")
+        if len(set(map(id, seqs))) != n:
+            twice = next(s for k, s in enumerate(seqs) if any(s is t for t in seqs[:k]))
+            raise ValueError(f"sequence {twice.id} is submitted twice in one batch")
+        for i, item in enumerate(items):
+            seq = seqs[i]
+            if seq._state is not idle:
                 continue   # finished or late: the rows API answers for it
-            edit = _item_edit(item, vocab)
-            if isinstance(edit, str):   # the engine's mistake; still only this sequence's problem
-                item.seq._finish(f"invalid step input: {edit}")
+            tokens, smp, unchanged = item.tokens, item.sampled, item.unchanged
+            if smp is not None and not (type(smp) is int and 0 <= smp < vocab):
+                if not (isinstance(smp, int) and 0 <= smp < vocab):
+                    seq._finish(f"invalid step input: token {smp!r} is not a token id of this vocabulary (0..{vocab - 1})")
+                    continue
+                smp = int(smp)
+            if unchanged is not None:   # the caller's hint: the runtime compares only from there
+                if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
+                    seq._finish(f"invalid step input: unchanged={unchanged!r} is not a prefix length "
+                                f"of the {len(tokens)} tokens")
+                    continue
+                kept = min(unchanged, int(seq.slot.n_seen))
+                after = None           # a caller with hints pays for the suffix only: no copy kept
+            else:
+                sent = seq._sent
+                if sent is not None and len(sent) != seq.slot.n_seen:
+                    sent = None        # the rows API moved it on meanwhile: compare from scratch
+                if smp is not None and sent is not None and len(tokens) == len(sent) + 1:
+                    sent.append(smp)   # the common row: what it held, and the token it sampled
+                    if tokens == sent:
+                        sampled_list[i] = smp
+                        sent_after[i] = sent
+                        continue
+                    sent.pop()
+                # an edit from the longest prefix it shares with what the controller holds
+                # (nothing recorded, a first call or a fork: C compares from 0)
+                kept = _common_prefix(tokens, sent) if sent is not None else 0
+                after = True           # the whole list, copied once it started
+            arr = _suffix_array(tokens, kept, vocab)
+            if isinstance(arr, str):   # the engine's mistake; still only this sequence's problem
+                seq._finish(f"invalid step input: {arr}")
                 continue
-            edits[i] = edit
-            if item.sampled is not None:
-                sampled[i] = item.sampled
-        self._seqs = [item.seq for item in items]
-        self._rows = RowsHandle(runtime, np.fromiter((s.index for s in self._seqs), np.int64, n), sampled, edits)
+            edits[i] = (arr, kept)
+            if smp is not None:
+                sampled_list[i] = smp
+            sent_after[i] = after
+        self._seqs = seqs
+        index = np.fromiter([s.index for s in seqs], np.int64, n)
+        try:
+            self._rows = RowsHandle(runtime, index, np.array(sampled_list, dtype=np.int32), edits or None,
+                                    _object_api=True)
+        except BaseException:
+            for seq in seqs:
+                seq._sent = None       # nothing started: compare from scratch next time
+            raise
+        status = self._rows.scratch.row_status[:n].tolist()
+        started = int(RowStatus.STARTED)
+        for seq, after, st, item in zip(seqs, sent_after, status, items):
+            if after is None or st != started:
+                seq._sent = None       # not called: the next submit compares from scratch
+            elif after is True:        # an edit row: its controller now holds the whole list
+                seq._sent = list(item.tokens)
+            else:
+                seq._sent = after
 
     def wait(self, timeout_s: float | None = None) -> BatchOutcome:
         """Collect results (see :meth:`RowsHandle.wait`). Raises ValueError if called twice."""
         out = self._rows.wait(timeout_s)
+        rare = out.results
+        temps, elapsed = out.temperature.tolist(), out.elapsed_us.tolist()
+        plain = _plain_branches(len(temps))
         results = []
         for i, seq in enumerate(self._seqs):
-            r = out.results.get(i)
+            r = rare.get(i) if rare else None
             if r is None:   # a MASK row, collected by the hot path
-                t = float(out.temperature[i])
-                r = StepResult(seq, "ok", [Branch(i, None if math.isnan(t) else t)], elapsed_us=float(out.elapsed_us[i]))
+                t = temps[i]
+                r = StepResult(seq, "ok", [plain[i] if t != t else Branch(i, t)], elapsed_us=elapsed[i])
             results.append(r)
         return BatchOutcome(out.masks, results, out.wait_us, out.blocked_us)
+
+
+_plain: list[Branch] = []
+
+
+def _plain_branches(n: int) -> list[Branch]:
+    """Branch(i, None) for i < n, made once: a Branch is immutable, so results share them."""
+    while len(_plain) < n:
+        _plain.append(Branch(len(_plain), None))
+    return _plain

@@ -93,7 +93,7 @@ def read_source(src: Source, max_bytes: int) -> tuple[bytes, str]:
 
 
 def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
-    """Check exports and imports against SPEC §2 (and the init export's type). Returns
+    """Check exports and imports against docs/protocol.md#wit (and the init export's type). Returns
     (has_post, has_initialize, wasi imports)."""
     exports = {e.name: e.type for e in module.exports}
     problems = []

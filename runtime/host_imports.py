@@ -1,4 +1,4 @@
-"""The Python side of WIT interface `host` and of `wasi_snapshot_preview1` (SPEC §2, docs/wasi.md).
+"""The Python side of WIT interface `host` and of `wasi_snapshot_preview1` (docs/protocol.md#wit, docs/wasi.md).
 
 On the compiled hot path only `tokenize`, `detokenize`, `token-trie` and the WASI functions
 wasi.c lacks (ENOSYS) run here (the per-step imports are native callbacks in native/host.c and

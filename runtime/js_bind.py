@@ -60,3 +60,77 @@ def split_arg_prefix(wasm: bytes) -> tuple[bytes, bytes]:
     if found > 1:
         raise WasmFormatError(f"more than one {ARG_PREFIX_SECTION} section")
     return (bytes(code), prefix) if found else (wasm, b"")
+
+
+# ---- checking a script, stripping TypeScript: both run inside the js controller itself ----------
+TS_STRIPPER = "ts/sucrase.min.js"          # controllers/js/ts: Sucrase's typescript transform (README there)
+_CHECK = b"""
+function midProcess() {
+  try {
+    aici.varSet("module", String(aici._checkSyntax(aici.arg())));
+  } catch (e) {
+    aici.varSet("error", String(e && e.name) + ": " + String(e && e.message));
+    aici.varSet("stack", String(e && e.stack));
+  }
+  return aici.stop();
+}"""
+_STRIP = b"""
+function midProcess() {
+  try {
+    const a = aici.arg(), cut = a.indexOf("\\0");   // the stripper, NUL, the TypeScript
+    (0, eval)(a.slice(0, cut));
+    aici.varSet("js", stripTypes(a.slice(cut + 1), "script.ts"));
+  } catch (e) {
+    aici.varSet("error", String(e && e.message));
+  }
+  return aici.stop();
+}"""
+
+
+def _run_tool(tool: bytes, arg: bytes) -> dict[str, bytes]:
+    """One call of the js controller running `tool` on `arg`; the variables it set. The tool runs in
+    the Wasm sandbox like any request (byte tokenizer; the compiled js controller from the caches)."""
+    from . import ByteTokenizer, Limits, Runtime, StepInput
+    from .toolchain import build_cached
+    limits = Limits(first_call_timeout_s=60.0, call_timeout_s=60.0, soft_deadline_s=60.0, compile_timeout_s=300.0)
+    rt = Runtime(ByteTokenizer(), limits=limits, workers=1)
+    try:
+        req = rt.new_request(rt.load(build_cached("js", progress=False)), tool + b"\0" + arg)
+        seq = req.spawn()
+        r = rt.submit([StepInput(seq, [1], None)]).wait().results[0]
+        if r.status != "ok":
+            raise ValueError(f"the js controller could not run the check: {r.error}")
+        return dict(req.variables)
+    finally:
+        rt.close()
+
+
+def check_script(script: bytes, name: str = "<script>") -> None:
+    """Parse `script` as the js controller will (a module when a line starts with import/export),
+    running none of it. Raises ValueError "NAME:LINE:COL: SyntaxError: ..." for a script that
+    does not parse."""
+    got = _run_tool(_CHECK, script)
+    if "error" in got:
+        msg, stack = got["error"].decode(errors="replace"), got.get("stack", b"").decode(errors="replace")
+        import re
+        m = re.search(r"<script>:(\d+):(\d+)", stack)
+        where = f"{name}:{m.group(1)}:{m.group(2)}" if m else name
+        raise ValueError(f"{where}: {msg}")
+
+
+def strip_types(ts: bytes, name: str = "<script>.ts") -> bytes:
+    """TypeScript -> JavaScript with the types removed and every line where it was (Sucrase's
+    typescript transform, controllers/js/ts). Raises ValueError "NAME:LINE:COL: ..." for source
+    it cannot parse."""
+    from .toolchain import CONTROLLERS_DIR
+    stripper = (CONTROLLERS_DIR / "js" / TS_STRIPPER).read_bytes()
+    got = _run_tool(_STRIP, stripper + b"\0" + ts)
+    if "error" in got:
+        import re
+        msg = got["error"].decode(errors="replace").replace("Error transforming script.ts: ", "")
+        m = re.search(r"\((\d+):(\d+)\)\s*$", msg)
+        if m:
+            msg = f"{int(m.group(1))}:{int(m.group(2))}: {msg[:m.start()].strip()}"
+            raise ValueError(f"{name}:{msg}")
+        raise ValueError(f"{name}: {msg}")
+    return got["js"]

@@ -1,4 +1,4 @@
-"""Reading a `mid-process` result out of linear memory and checking it against SPEC §3.
+"""Reading a `mid-process` result out of linear memory and checking it against docs/protocol.md#semantics.
 
 The hot path lifts the common result (one branch, a mask, no splices) itself and reports what
 was wrong by status and detail (:func:`status_message` words it); everything else comes here as

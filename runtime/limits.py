@@ -1,4 +1,4 @@
-"""The sandbox limits of SPEC §4, in one settings object shared by the library and the CLI."""
+"""The sandbox limits of docs/protocol.md#limits, in one settings object shared by the library and the CLI."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,10 +12,16 @@ class Limits:
     deadline, which makes the sequence no-op for the step and applies the late result next step.
 
     The two call limits count the CPU time of the thread running the call, checked at each epoch
-    tick (SPEC §4): a busy machine slows a call down but never spends its budget. A call starved of
+    tick (docs/protocol.md#limits): a busy machine slows a call down but never spends its budget. A call starved of
     CPU still ends after `wall_backstop_factor` times its limit in wall-clock time. The soft
     deadline is wall-clock; a late step counts towards `max_late_steps` only once the call's own
     time (its CPU time, plus any wait for its turn among stuck calls) has reached the soft deadline.
+
+    `memory_budget_bytes` bounds the memory of all live sequences together: each reserves its
+    `memory_bytes` and `log_bytes`, and a new request's sequence past the budget is refused
+    (`aicirt.memory.OverBudget`; a server keeps the request waiting or answers 503), never one
+    that runs; 0 (the default) sizes it at 75% of the machine's memory (the cgroup's limit where
+    smaller). A request's variables (at most `variable_bytes`) are not part of it.
 
     `resident_bytes` and `resident_idle_s` are not sandbox limits but the runtime's memory policy.
     With `resident_bytes` 0 (the default) a freed instance's linear memory goes back to the kernel
@@ -26,8 +32,9 @@ class Limits:
     pages without page faults, at the price of wasmtime resetting them at every free and a fork
     reading them all (which of them the parent wrote cannot be told); together freed slots keep at
     most `resident_bytes` (the slots freed longest ago give theirs back first), and all of it goes
-    back once the runtime has made or freed no instance for `resident_idle_s` seconds
-    (:class:`aicirt.registry.ResidentSlots`).
+    back once the runtime has made or freed no instance for `resident_idle_s` seconds, and the C
+    heap's free pages with it (malloc_trim; with `resident_bytes` 0 too)
+    (:class:`aicirt.memory.ResidentSlots`).
     """
 
     soft_deadline_s: float = 0.025      # after the forward pass ends (i.e. from BatchHandle.wait)
@@ -51,6 +58,9 @@ class Limits:
     max_result_tokens: int = 1 << 16    # token ids in one result's splices (when-sampled + ff-tokens)
     resident_bytes: int = 0             # linear memory freed pooled slots keep resident for reuse (0: none)
     resident_idle_s: float = 1.0        # no instance made or freed this long: freed slots give it all back
+    # what all live sequences of a runtime may reserve together (each memory_bytes + log_bytes);
+    # 0: 75% of the machine's memory (aicirt.memory.MemoryBudget)
+    memory_budget_bytes: int = 0
 
     def __post_init__(self) -> None:
         for name in ("soft_deadline_s", "call_timeout_s", "first_call_timeout_s", "compile_timeout_s", "epoch_tick_s",
@@ -61,7 +71,7 @@ class Limits:
                      "variable_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("max_extra_workers", "max_splices", "max_result_tokens", "resident_bytes"):
+        for name in ("max_extra_workers", "max_splices", "max_result_tokens", "resident_bytes", "memory_budget_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Limits.{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.wall_backstop_factor >= 1:

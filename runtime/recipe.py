@@ -1,8 +1,13 @@
-"""Controllers built from a `build.json` recipe: wasi-libc, and C sources from a pinned PyPI sdist.
+"""Controllers built from a `build.json` recipe: the libraries they use, wasi-libc, C sources from a
+pinned PyPI sdist.
 
 A recipe (JSON, in the controller's folder) says:
 
-- ``"libc": "wasi"`` (the only one): compile with ``-target wasm32-wasi`` and link wasi-libc, so
+- ``"libs"``: the controller libraries (``controllers/lib/<name>``) compiled in, with their
+  folders on the include path; a library's ``lib.json`` names the libraries it needs in turn
+  (:func:`libs`). A recipe with only ``libs`` builds like a plain C controller (freestanding, the
+  SDK, no libc).
+- ``"libc": "wasi"`` (optional, the only libc): compile with ``-target wasm32-wasi`` and link wasi-libc, so
   the module imports a few `wasi_snapshot_preview1` functions (docs/wasi.md). The SDK's own
   `_initialize` stays the reactor entry (zig links the command start code all the same: see
   ``drop_exports``).
@@ -34,6 +39,7 @@ from typing import Any, Callable
 from .paths import user_cache_dir
 
 RECIPE = "build.json"
+LIB_RECIPE = "lib.json"
 _PIN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=")
 
 
@@ -47,8 +53,11 @@ def find(path: Path) -> dict[str, Any] | None:
         r = json.loads(f.read_text())
     except ValueError as e:
         raise BuildError(f"{f}: not valid JSON: {e}") from None
-    if not isinstance(r, dict) or r.get("libc") != "wasi":
-        raise BuildError(f'{f}: a recipe needs "libc": "wasi" (the only libc the toolchain builds against)')
+    if not isinstance(r, dict):
+        raise BuildError(f"{f}: a recipe is a JSON object")
+    if r.get("libc", "wasi") != "wasi":
+        raise BuildError(f'{f}: "libc" can only be "wasi" (the only libc the toolchain builds against)')
+    _check_libs(f, r.get("libs", []))
     sd = r.get("sdist")
     if sd is not None:
         req = sd.get("requirement", "") if isinstance(sd, dict) else ""
@@ -60,6 +69,61 @@ def find(path: Path) -> dict[str, Any] | None:
     if not all(isinstance(x, str) for x in r.get("drop_exports", [])):
         raise BuildError(f'{f}: "drop_exports" must be a list of strings')
     return r
+
+
+def _lib_dir() -> Path:
+    from .toolchain import CONTROLLERS_DIR
+    return CONTROLLERS_DIR / "lib"
+
+
+def _check_libs(where: Path, names: Any) -> None:
+    from .toolchain import BuildError
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BuildError(f'{where}: "libs" must be a list of library names')
+    for n in names:
+        if "/" in n or n.startswith(".") or not (_lib_dir() / n).is_dir():
+            have = ", ".join(sorted(d.name for d in _lib_dir().iterdir() if d.is_dir())) if _lib_dir().is_dir() else ""
+            raise BuildError(f"{where}: no controller library {n!r} (controllers/lib has: {have})")
+
+
+def is_libc(recipe: dict[str, Any] | None) -> bool:
+    """Whether the recipe builds against wasi-libc (else: freestanding, like a plain controller)."""
+    return recipe is not None and recipe.get("libc") == "wasi"
+
+
+def libs(recipe: dict[str, Any] | None) -> list[Path]:
+    """The folders of the libraries a recipe names, with those they need (their `lib.json`),
+    each once, a library after those it needs."""
+    from .toolchain import BuildError
+    out: list[Path] = []
+
+    def add(name: str, chain: tuple[str, ...]) -> None:
+        d = _lib_dir() / name
+        if d in out:
+            return
+        if name in chain:
+            raise BuildError(f"controller libraries need each other in a circle: {' -> '.join(chain + (name,))}")
+        f = d / LIB_RECIPE
+        needs: list[str] = []
+        if f.is_file():
+            try:
+                needs = json.loads(f.read_text()).get("libs", [])
+            except (ValueError, AttributeError) as e:
+                raise BuildError(f"{f}: not a JSON object: {e}") from None
+            _check_libs(f, needs)
+        for n in needs:
+            add(n, chain + (name,))
+        out.append(d)
+
+    for name in (recipe or {}).get("libs", []):
+        add(name, ())
+    return out
+
+
+def lib_sources(recipe: dict[str, Any] | None) -> tuple[list[Path], list[str]]:
+    """The C sources of the recipe's libraries and the -I flags for their folders."""
+    dirs = libs(recipe)
+    return [c for d in dirs for c in sorted(d.glob("*.c"))], [f"-I{d}" for d in dirs]
 
 
 def _cache() -> Path:
@@ -132,12 +196,13 @@ def build(path: Path, out: Path, *, progress: bool, run: Callable) -> subprocess
     recipe = find(path)
     assert recipe is not None
     objs, includes = _objects(recipe, run, path.name, progress)
+    lib_cs, lib_includes = lib_sources(recipe)
     exclude = set(recipe.get("sdk_exclude", []))
     sdk = [str(s) for s in sdk_sources() if s.name not in exclude]
     stack = int(recipe.get("stack_size", STACK_SIZE))
-    cmd = [*_zig(), "cc", "-target", "wasm32-wasi", *C_FLAGS, f"-I{SDK_DIR}", *includes, "-nostartfiles",
-           "-Wl,--no-entry", "-Wl,--strip-all", f"-Wl,-z,stack-size={stack}", "-o", str(out),
-           *map(str, sorted(path.glob("*.c"))), *sdk, *map(str, objs)]
+    cmd = [*_zig(), "cc", "-target", "wasm32-wasi", *C_FLAGS, f"-I{SDK_DIR}", *lib_includes, *includes,
+           "-nostartfiles", "-Wl,--no-entry", "-Wl,--strip-all", f"-Wl,-z,stack-size={stack}", "-o", str(out),
+           *map(str, sorted(path.glob("*.c"))), *map(str, lib_cs), *sdk, *map(str, objs)]
     r = run(cmd, path.name, progress)
     drop = recipe.get("drop_exports", [])
     if r.returncode == 0 and drop:
@@ -168,14 +233,16 @@ def without_exports(wasm: bytes, names: set[str]) -> bytes:
 
 
 def source_hash(path: Path, compiler: str) -> str:
-    """Everything the build reads: the recipe, the folder's C files and headers, the files of
-    other folders they include, the SDK, the compiler's version (the sdist is pinned by the
-    recipe)."""
-    from .toolchain import SDK_DIR, _included_elsewhere
-    h = hashlib.sha256(b"recipe-1\0" + compiler.encode())
-    own = sorted(path.glob("*.[ch]"))
-    for f in [*own, path / RECIPE, *sorted(SDK_DIR.glob("*.[ch]"))]:
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    for f in _included_elsewhere(own):   # e.g. controllers/js compiles in ../json/*.c
+    """Everything the build reads: the recipe, the folder's C files and headers, its libraries'
+    (and their `lib.json`), the SDK, the compiler's version (the sdist is pinned by the recipe).
+    Named inputs, not a scan of `#include` lines: a library is a folder the recipe names."""
+    from .toolchain import SDK_DIR
+    h = hashlib.sha256(b"recipe-2\0" + compiler.encode())
+    # *.js: files a C source #embeds (the js controller's lib.js)
+    files = [*sorted(path.glob("*.[ch]")), *sorted(path.glob("*.js")), path / RECIPE,
+             *sorted(SDK_DIR.glob("*.[ch]"))]
+    for d in libs(find(path)):
+        files += [*sorted(d.glob("*.[ch]")), *sorted(d.glob(LIB_RECIPE))]
+    for f in files:
         h.update(f"{f.parent.name}/{f.name}".encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]

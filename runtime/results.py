@@ -1,4 +1,4 @@
-"""What one `mid-process` call tells the engine (SPEC §3), as plain typed values."""
+"""What one `mid-process` call tells the engine (docs/protocol.md#semantics), as plain typed values."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,7 +35,7 @@ class Splice:
 
 
 def splice_for(splices: "tuple[Splice, ...] | list[Splice]", sampled: TokenId) -> Splice | None:
-    """The splice that applies once `sampled` is appended (SPEC §3): the first whose
+    """The splice that applies once `sampled` is appended (docs/protocol.md#semantics): the first whose
     `when_sampled` is empty or contains it; None when none does. Every host applies this rule."""
     return next((sp for sp in splices if not sp.when_sampled or sampled in sp.when_sampled), None)
 

@@ -170,9 +170,10 @@ def _var_text(value: bytes) -> str | dict[str, str]:
         return {"hex": value.hex()}
 
 
-def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int = 64, temperature: float = 0.0,
-        seed: int | None = None, model: str | None = None, as_json: bool = False, show_logs: bool = False,
-        chat: bool = True, top_p: float = 1.0, top_k: int = 0, out: IO[str] | None = None,
+def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int = SamplingParams.max_tokens,
+        temperature: float = SamplingParams.temperature, seed: int | None = None, model: str | None = None,
+        as_json: bool = False, show_logs: bool = False, chat: bool = True, top_p: float = SamplingParams.top_p,
+        top_k: int = SamplingParams.top_k, out: IO[str] | None = None,
         err: IO[str] | None = None, color: bool | None = None, engine: str = "own",
         vllm_options: dict | None = None) -> dict:
     """Run `controller` on `model` and stream (or, with `as_json`, print as JSON) what it generates.

@@ -26,7 +26,8 @@ from .native.instance import SpawnPlan
 from .native.linker import define_imports
 from .owned import Owned
 from .paths import user_cache_dir
-from .registry import Registry, ResidentSlots
+from .memory import MemoryBudget, ResidentSlots, default_budget_bytes
+from .registry import Registry
 from .request import Request
 from .results import StepInput
 from .snapshot import InitHost, load_initialized
@@ -79,6 +80,10 @@ class Runtime(Owned):
         self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
         # live sequences, calls out past their batch, mask arrays, what freed slots keep resident
+        # what all live sequences may reserve together (memory.py)
+        per_sequence = self.limits.memory_bytes + self.limits.log_bytes
+        self.memory_budget = MemoryBudget(self.limits.memory_budget_bytes or default_budget_bytes(per_sequence),
+                                          per_sequence)
         self.registry = Registry(self.mask_words, self.native.gather_rows, ResidentSlots(
             self.limits.resident_bytes, self.limits.resident_idle_s, keep_resident, pool=self.engine))
         # The handlers live in a process-wide registry: they must not keep this runtime alive.
@@ -149,6 +154,16 @@ class Runtime(Owned):
         for an index that is no live sequence of this runtime, a closed one, one submitted twice,
         one still in a batch not waited for, mismatched lengths, or a closed runtime."""
         return RowsHandle(self, index, sampled, edits)
+
+    def collect(self) -> int:
+        """Free the sequences closed while their call ran whose calls have ended since (each
+        `wait()` does this too): an idle host calls it so that their memory, and their share of
+        the memory budget, come back without another batch. Returns how many were freed. Call it
+        from the thread that submits."""
+        done = self.registry.reap()
+        for seq in done:
+            seq._collected()
+        return len(done)
 
     @property
     def live_sequences(self) -> int:

@@ -56,9 +56,14 @@ class Sequence(Owned):
     controller log (the last Limits.log_bytes bytes).
     """
 
-    def __init__(self, request: "Request") -> None:
+    def __init__(self, request: "Request", *, forked: bool = False) -> None:
         rt = request.runtime
         native = rt.native
+        # its share of the runtime's memory budget: a new request's sequence past it is refused
+        # (OverBudget) before anything is made; a fork is counted, never refused (memory.py)
+        budget = rt.memory_budget
+        # given back once: at close, or when collected unclosed
+        self._release_budget = weakref.finalize(self, budget.release, budget.charge() if forked else budget.reserve())
         self.request = request
         self.runtime = rt
         self.id = next(_ids)
@@ -77,6 +82,7 @@ class Sequence(Owned):
         slot.arg, slot.arg_len = request.arg_buffer, len(request.arg)
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         self._group_buf = None                     # the fork group reported on the next call
+        self._sent: list[int] | None = None        # the object API's copy of the tokens its controller holds (batch.py)
         self._views: tuple | None = None           # wasmtime-py views of the Store, memory, instance (on demand)
         plan = self._plan = rt.spawn_plan(request.controller)
         self.index = self._registry.add(self, native.addr(slot))
@@ -208,7 +214,7 @@ class Sequence(Owned):
         children: list[Sequence] = []
         try:
             for _ in range(n):
-                child = Sequence(self.request)
+                child = Sequence(self.request, forked=True)
                 children.append(child)
                 instance.fork_copy(self._native, self._plan, self.slot, child.slot)
         except Exception as e:
@@ -253,6 +259,7 @@ class Sequence(Owned):
     def _free(self) -> None:
         if self._state is SeqState.CLOSED:
             return
+        self._release_budget()
         self._closed = True
         self._final_log = self._native.log_bytes(self.slot)
         self._state = SeqState.CLOSED
@@ -266,7 +273,7 @@ class Sequence(Owned):
             if slot.mem.a.store_id:   # instantiated: its pooled slot is recorded as free
                 resident = self._registry.resident
                 base, size = self._native.memory(slot)   # the slot still points at the instance's memory
-                with resident.lock:   # the slot is freed and recorded as free at once (registry.ResidentSlots)
+                with resident.lock:   # the slot is freed and recorded as free at once (memory.ResidentSlots)
                     self._native.store_delete(slot)
                     resident.freed(base, size)
             else:

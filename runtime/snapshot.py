@@ -27,10 +27,12 @@ import ctypes
 import hashlib
 import struct
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
+import numpy as np
 import wasmtime
 
 from . import abi, wasi
@@ -46,7 +48,11 @@ if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
 #: Bumped whenever what a snapshot holds or how it is made changes (then cached ones are stale).
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
+#: A failed init is remembered this long per (module, tokenizer): loads in the meantime fail at
+#: once with its error instead of running it again (an init may run up to the compile time limit).
+INIT_FAILURE_TTL_S = 30.0
+_now = time.monotonic    # the failures' clock (a test moves it on)
 #: Host imports an init may call; the others are per request or per sequence.
 INIT_IMPORTS = ("vocab-size", "eos-token", "token-trie", "tokenize", "detokenize", "log")
 _LOG_CAP = 4096          # bytes of the init's log quoted in a load error
@@ -80,6 +86,25 @@ class InitHost:
     #: snapshot key -> its module in this engine: a controller loaded again (an engine given a
     #: path per request) reuses it instead of deserializing megabytes again (~12 ms for json).
     modules: dict[tuple, wasmtime.Module] = field(default_factory=dict)
+    #: snapshot key -> (the time of the failure, its LoadError's message): not re-run
+    #: for INIT_FAILURE_TTL_S
+    failures: dict[tuple, tuple[float, str]] = field(default_factory=dict)
+
+    def failed_before(self, key: tuple) -> str | None:
+        """The message of this key's init failure if it failed less than INIT_FAILURE_TTL_S ago."""
+        with self._lock:
+            now = _now()
+            for k in [k for k, (at, _) in self.failures.items() if now - at >= INIT_FAILURE_TTL_S]:
+                del self.failures[k]
+            hit = self.failures.get(key)
+        if hit is None:
+            return None
+        return (f"{hit[1]} (remembered: this init failed {now - hit[0]:.0f} s ago for this tokenizer; "
+                f"it is not run again before {INIT_FAILURE_TTL_S:g} s have passed)")
+
+    def remember_failure(self, key: tuple, message: str) -> None:
+        with self._lock:
+            self.failures[key] = (_now(), message)
 
     def forget(self) -> None:
         """Drop the modules (the Runtime closed: they would keep its wasmtime Engine alive)."""
@@ -242,11 +267,59 @@ def _linker(engine: wasmtime.Engine, template: _Template, ctrl: Controller) -> w
     return linker
 
 
+#: The zero test's granularity (bytes): a snapshot segment starts and ends on a non-zero byte,
+#: and zero gaps shorter than `_MERGE_GAP` bytes stay inside a segment (a segment's header costs
+#: about 10 bytes). Past `_MAX_SEGMENTS` the gap to merge doubles until they fit (wasmparser
+#: takes at most 100,000 data segments).
+_CHUNK = 64
+_MERGE_GAP = 64
+_MAX_SEGMENTS = 10_000
+
+
+def written_runs(memory: np.ndarray) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of the non-zero bytes of `memory` (uint8, a multiple of 64 bytes long), as
+    few segments as fit: the data a snapshot stores. What an init wrote, not the pages around it:
+    one byte written in each 64 KiB page of a 64 MiB memory is 1,024 segments of one byte each
+    (64 MiB before, as whole 64 KiB blocks, which wasmtime then compiled into one 64 MiB image).
+    Reads `memory` in place; copies only the runs."""
+    chunks = memory.view(np.uint64).reshape(-1, _CHUNK // 8).any(axis=1)
+    used = np.flatnonzero(chunks)
+    if not len(used):
+        return []
+    gap = _MERGE_GAP // _CHUNK
+    while True:
+        breaks = np.flatnonzero(np.diff(used) > gap + 1)
+        if len(breaks) < _MAX_SEGMENTS:
+            break
+        gap = gap * 2 + 1
+    starts = np.concatenate(([used[0]], used[breaks + 1])) * _CHUNK
+    ends = (np.concatenate((used[breaks], [used[-1]])) + 1) * _CHUNK
+    runs = []
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        data = memory[start:end].tobytes()
+        body = data.lstrip(b"\0")
+        start += len(data) - len(body)
+        runs.append((start, body.rstrip(b"\0")))
+    return runs
+
+
 def run_init(engine: wasmtime.Engine, ctrl: Controller, host: InitHost, limits: Limits) -> tuple[bytes, dict[int, Any]]:
     """Instantiate `ctrl` as a template, run `_initialize` (if exported) then the init export,
     and return its linear memory and its mutable globals' values (index -> value). Needs the
     engine's epoch clock running (a Runtime's). Raises LoadError for a broken rule, a trap or
     an init past Limits.compile_timeout_s."""
+    return _run_init(engine, ctrl, host, limits, lambda memory: memory.tobytes())
+
+
+def run_init_sparse(engine: wasmtime.Engine, ctrl: Controller, host: InitHost, limits: Limits
+                    ) -> tuple[tuple[int, list[tuple[int, bytes]]], dict[int, Any]]:
+    """:func:`run_init`, returning the memory as (size in bytes, :func:`written_runs`) without
+    copying the whole of it (a 64 MiB memory whose init wrote a page costs a page)."""
+    return _run_init(engine, ctrl, host, limits, lambda memory: (len(memory), written_runs(memory)))
+
+
+def _run_init(engine: wasmtime.Engine, ctrl: Controller, host: InitHost, limits: Limits,
+              take: Callable[[np.ndarray], Any]) -> tuple[Any, dict[int, Any]]:
     template = _Template(host, limits.host_arg_bytes)
     store = wasmtime.Store(engine)
     step = "instantiating"
@@ -263,7 +336,9 @@ def run_init(engine: wasmtime.Engine, ctrl: Controller, host: InitHost, limits: 
         memory = ex["memory"]
         assert isinstance(memory, wasmtime.Memory)
         base = ctypes.cast(memory.data_ptr(store), ctypes.c_void_p).value or 0
-        data = ctypes.string_at(base, memory.data_len(store))
+        size = memory.data_len(store)
+        data = take(np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(base)) if size
+                    else np.zeros(0, np.uint8))
         values = {}
         for idx, gname in ctrl.globals.items():
             g = ex[gname]
@@ -304,10 +379,17 @@ def load_initialized(engine: wasmtime.Engine, engine_key: str, src: Source, host
     if module is None:
         module, artifact = _cached(engine, key, cached)
     if module is None:
-        memory, values = run_init(engine, ctrl, host, limits)
+        remembered = host.failed_before(key)
+        if remembered is not None:
+            raise LoadError(remembered)
         try:
-            wasm = snapshot_module(export_mutable_globals(split_arg_prefix(data)[0])[0], memory, values,
-                                   {abi.EXPORT_INITIALIZE, INIT_EXPORT})
+            (size, runs), values = run_init_sparse(engine, ctrl, host, limits)
+        except LoadError as e:
+            host.remember_failure(key, str(e))
+            raise
+        try:
+            wasm = snapshot_module(export_mutable_globals(split_arg_prefix(data)[0])[0], size, values,
+                                   {abi.EXPORT_INITIALIZE, INIT_EXPORT}, runs=runs)
         except WasmFormatError as e:
             raise LoadError(f"{name}: cannot snapshot its init: {e}") from None
         module, artifact = _compiled(engine, wasm, name, key, None, limits.compile_timeout_s, limits.memory_bytes)

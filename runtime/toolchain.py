@@ -4,11 +4,15 @@ Controllers link the libc-free C SDK (controllers/sdk), so a build needs no wasi
 one-off libc compile, no WASI imports) and the module is a plain core module whose only imports
 are the host's. Zig sources get the SDK's C files plus the `aici` Zig module (sdk/aici.zig).
 
+A controller folder may have a `build.json` recipe (:mod:`aicirt.recipe`). Its ``"libs"`` name
+the controller libraries compiled in (``controllers/lib/<name>``: shared C code such as the JSON
+Schema matcher, on the include path). A recipe with ``"libc": "wasi"`` (the shipped `js`) builds
+against wasi-libc (its module imports a few WASI functions, which the runtime supplies:
+docs/wasi.md), with C sources from a pinned PyPI sdist fetched by pip into the build cache,
+compiled once per content into cached objects.
+
 A `.js` file builds into the shipped `js` controller with that script bound in (aicirt.js_bind,
-docs/js.md). A controller folder with a `build.json` recipe (the shipped `js`) builds otherwise
-(:mod:`aicirt.recipe`): against wasi-libc (its module imports a few WASI functions, which the
-runtime supplies: docs/wasi.md), with C sources from a pinned PyPI sdist fetched by pip into
-the build cache, compiled once per content into cached objects.
+docs/js.md).
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ from .paths import user_cache_dir
 DATA_DIR = Path(__file__).resolve().parent / "_data"
 CONTROLLERS_DIR = DATA_DIR / "controllers"
 SDK_DIR = CONTROLLERS_DIR / "sdk"
+#: Folders of `controllers/` that are not controllers: the SDK and the shared libraries.
+NOT_CONTROLLERS = {"sdk", "lib"}
 WIT_DIR = DATA_DIR / "wit"
 STACK_SIZE = 256 * 1024          # shadow stack in linear memory; the SDK keeps big data on the heap
 
@@ -66,7 +72,7 @@ def resolve(src: str | os.PathLike) -> Path:
     if p.exists():
         return p
     shipped = CONTROLLERS_DIR / str(src)
-    if os.sep not in str(src) and shipped.is_dir() and shipped.name != "sdk":
+    if os.sep not in str(src) and shipped.is_dir() and shipped.name not in NOT_CONTROLLERS:
         return shipped
     names = ", ".join(shipped_controllers())
     raise BuildError(f"{src}: no such file or folder (shipped controllers: {names})")
@@ -75,7 +81,7 @@ def resolve(src: str | os.PathLike) -> Path:
 def shipped_controllers() -> list[str]:
     if not CONTROLLERS_DIR.is_dir():
         return []
-    return sorted(d.name for d in CONTROLLERS_DIR.iterdir() if d.is_dir() and d.name != "sdk")
+    return sorted(d.name for d in CONTROLLERS_DIR.iterdir() if d.is_dir() and d.name not in NOT_CONTROLLERS)
 
 
 def _sources(path: Path) -> tuple[list[Path], list[Path]]:
@@ -89,7 +95,7 @@ def _sources(path: Path) -> tuple[list[Path], list[Path]]:
         return [path], []
     if path.suffix == ".zig":
         return [], [path]
-    raise BuildError(f"{path}: expected a .c, .zig or .js file, or a controller folder")
+    raise BuildError(f"{path}: expected a .c, .zig, .js or .ts file, or a controller folder")
 
 
 _ZIG_INIT = re.compile(r"\bexport\s+fn\s+aicirt_init\s*\(")
@@ -98,14 +104,19 @@ _ZIG_INIT = re.compile(r"\bexport\s+fn\s+aicirt_init\s*\(")
 def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
     """The compiler command line. `sdk=False` (C only) links nothing but the given sources: for
     controllers that write their own canonical-ABI glue (cabi_realloc, mid-process)."""
+    from . import recipe
     cs, zs = _sources(path)
     zig = [sys.executable, "-m", "ziglang"]
     sdk_files = [str(s) for s in sdk_sources()] if sdk else []
+    lib_cs, lib_includes = recipe.lib_sources(recipe.find(path))
     if zs and not sdk:
         raise BuildError(f"{path}: Zig controllers build with the SDK")
     if not zs:
         return [*zig, "cc", "-target", "wasm32-freestanding", "-nostdlib", *C_FLAGS,
-                f"-I{SDK_DIR}", *LINK_FLAGS, "-o", str(out), *map(str, cs), *sdk_files]
+                f"-I{SDK_DIR}", *lib_includes, *LINK_FLAGS, "-o", str(out),
+                *map(str, sorted([*cs, *lib_cs], key=lambda f: (f.name, str(f)))), *sdk_files]
+    if lib_cs:
+        raise BuildError(f"{path}: controller libraries are C, for C controllers")
     if len(zs) > 1 and not any(z.name == "main.zig" for z in zs):
         raise BuildError(f"{path}: several .zig files and no main.zig")
     root = next((z for z in zs if z.name == "main.zig"), zs[0])
@@ -151,7 +162,7 @@ def _run(cmd: list[str], label: str, progress: bool) -> subprocess.CompletedProc
 
 
 def check_module(wasm: bytes, name: str, compile_timeout_s: float = 30.0) -> None:
-    """Validate against the contract (SPEC §2) with the runtime's own checker (it compiles the
+    """Validate against the contract (docs/protocol.md#wit) with the runtime's own checker (it compiles the
     module, within `compile_timeout_s` of wall-clock time)."""
     from .controller import check_controller
     from .errors import LoadError
@@ -184,9 +195,9 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
     t0 = time.monotonic()
     try:
         from . import recipe
-        if path.suffix == ".js":     # a script: the js controller with it bound in (js_bind.py)
+        if path.suffix in (".js", ".ts"):   # a script: the js controller with it bound in (js_bind.py)
             r = _bind_script(path, tmp, progress)
-        elif recipe.find(path) is not None:   # a build.json folder: wasi-libc, an sdist's sources
+        elif recipe.is_libc(recipe.find(path)):   # a build.json folder on wasi-libc, an sdist's sources
             r = recipe.build(path, tmp, progress=progress, run=_run)
         else:
             r = _run(compile_command(path, tmp, sdk), path.name, progress)
@@ -196,7 +207,7 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
         wasm = tmp.read_bytes()
         # a libc-built module (QuickJS: 1 MiB, ~10 s of CPU to compile) gets the build's patience,
         # not a request's: a loaded machine stretches the compile's wall-clock time
-        big = path.suffix == ".js" or recipe.find(path) is not None
+        big = path.suffix in (".js", ".ts") or recipe.is_libc(recipe.find(path))
         check_module(wasm, out.name, 300.0 if big else 30.0)
         os.replace(tmp, out)
     finally:
@@ -205,12 +216,21 @@ def build(src: str | os.PathLike, out: Path | None = None, *, progress: bool = T
 
 
 def _bind_script(path: Path, out: Path, progress: bool) -> subprocess.CompletedProcess:
-    """A JavaScript file -> the shipped js controller with the script bound in (aicirt.js_bind)."""
-    from .js_bind import bind
+    """A JavaScript file -> the shipped js controller with the script bound in (aicirt.js_bind);
+    a TypeScript file's types stripped first (every line kept where it was). The script is parsed
+    first: a syntax error fails the build, naming its line and column."""
+    from .js_bind import bind, check_script, strip_types
     from .wasm_binary import WasmFormatError
     js = build_cached(CONTROLLERS_DIR / "js", progress=progress)
+    script = path.read_bytes()
     try:
-        out.write_bytes(bind(js.read_bytes(), path.read_bytes()))
+        if path.suffix == ".ts":
+            script = strip_types(script, str(path))
+        check_script(script, str(path))
+    except ValueError as e:   # names the file, line and column
+        return subprocess.CompletedProcess([], 1, "", str(e))
+    try:
+        out.write_bytes(bind(js.read_bytes(), script))
     except (ValueError, WasmFormatError) as e:
         return subprocess.CompletedProcess([], 1, "", f"{path}: {e}")
     return subprocess.CompletedProcess([], 0, "", "")
@@ -221,10 +241,14 @@ def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     compiler's version and the compile command's shape."""
     path = resolve(src)
     from . import recipe
-    if path.suffix == ".js":
-        return hashlib.sha256(b"js-bind-2\0" + source_hash(CONTROLLERS_DIR / "js").encode()
-                              + path.read_bytes()).hexdigest()[:16]
-    if recipe.find(path) is not None:
+    if path.suffix in (".js", ".ts"):
+        from .js_bind import TS_STRIPPER
+        h = hashlib.sha256(b"js-bind-3\0" + source_hash(CONTROLLERS_DIR / "js").encode() + path.suffix.encode())
+        if path.suffix == ".ts":
+            h.update((CONTROLLERS_DIR / "js" / TS_STRIPPER).read_bytes())
+        return hashlib.sha256(h.digest() + path.read_bytes()).hexdigest()[:16]
+    found = recipe.find(path)
+    if recipe.is_libc(found):
         return recipe.source_hash(path, _compiler_version())
     cs, zs = _sources(path)
     headers = sorted((path if path.is_dir() else path.parent).glob("*.h"))
@@ -233,28 +257,9 @@ def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
     for f in [*cs, *zs, *headers, *sorted(SDK_DIR.glob("*.[ch]")), SDK_DIR / "aici.zig"]:
         if f.exists():
             h.update(f.name.encode() + b"\0" + f.read_bytes())
-    for f in _included_elsewhere([*cs, *headers]):   # e.g. controllers/program compiles in ../json/*.c
-        h.update(f"{f.parent.name}/{f.name}".encode() + b"\0" + f.read_bytes())
+    if found is not None:     # the recipe and its libraries' files (named inputs, no include scan)
+        h.update(recipe.source_hash(path, _compiler_version()).encode())
     return h.hexdigest()[:16]
-
-
-_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.M)
-
-
-def _included_elsewhere(files: list[Path]) -> list[Path]:
-    """Files outside the sources' own folder that they `#include "..."` (transitively), sorted:
-    a controller that compiles another's sources in must rebuild when those change."""
-    own = {f.resolve() for f in files}
-    seen: set[Path] = set()
-    todo = list(own)
-    while todo:
-        f = todo.pop()
-        for m in _INCLUDE.finditer(f.read_bytes()):
-            inc = (f.parent / m.group(1).decode(errors="replace")).resolve()
-            if inc.is_file() and inc not in own and inc not in seen:
-                seen.add(inc)
-                todo.append(inc)
-    return sorted(seen)
 
 
 @functools.lru_cache(maxsize=1)

@@ -449,20 +449,23 @@ def memory_runs(memory: bytes, page: int = WASM_PAGE) -> list[tuple[int, bytes]]
     return runs
 
 
-def snapshot_module(wasm: bytes, memory: bytes, globals_now: dict[int, int | float],
-                    drop_exports: set[str]) -> bytes:
+def snapshot_module(wasm: bytes, memory: bytes | int, globals_now: dict[int, int | float],
+                    drop_exports: set[str], *, runs: list[tuple[int, bytes]] | None = None) -> bytes:
     """`wasm` rewritten so that a fresh instance holds `memory` and the mutable globals'
     `globals_now` (index -> value) at start: the memory's minimum grown to `len(memory)` (a
     multiple of 64 KiB), every active data segment emptied (its index kept, for `memory.init` of
     the passive ones) and the memory's non-zero blocks appended as active segments, each mutable
     global's initializer replaced, the start function and the exports in `drop_exports` (the init
-    functions already run) removed. Tables, code and everything else are unchanged.
+    functions already run) removed. Tables, code and everything else are unchanged. With `runs`
+    ((offset, bytes), ascending, not overlapping: the memory's contents, zeros elsewhere),
+    `memory` is only the memory's size in bytes (snapshot.py passes the init's written bytes).
 
     Raises :class:`WasmFormatError` for a malformed module and for one this cannot snapshot:
     not exactly one defined 32-bit memory with 64 KiB pages, or a mutable global left out of
     `globals_now`."""
-    if len(memory) % WASM_PAGE:
-        raise WasmFormatError(f"a snapshot's memory is whole 64 KiB pages, not {len(memory)} bytes")
+    size = memory if isinstance(memory, int) else len(memory)
+    if size % WASM_PAGE:
+        raise WasmFormatError(f"a snapshot's memory is whole 64 KiB pages, not {size} bytes")
     globals_, _ = globals_and_exports(wasm)
     n_imported_globals = sum(g.imported for g in globals_)
     missing = [g.index for g in globals_ if g.mutable and not g.imported and g.index not in globals_now]
@@ -471,7 +474,12 @@ def snapshot_module(wasm: bytes, memory: bytes, globals_now: dict[int, int | flo
     facts = module_facts(wasm)
     if len(facts.memories) != 1 or facts.memories[0].imported or facts.memories[0].is64:
         raise WasmFormatError("a snapshot needs exactly one defined 32-bit memory")
-    runs = memory_runs(memory)
+    if runs is None:
+        if isinstance(memory, int):
+            raise TypeError("snapshot_module: a memory given by its size needs its runs")
+        runs = memory_runs(memory)
+    elif runs and runs[-1][0] + len(runs[-1][1]) > size:
+        raise WasmFormatError("a snapshot's data runs past its memory")
     out = bytearray(MAGIC)
 
     def emit(sid: int, payload: bytes) -> None:
@@ -487,7 +495,7 @@ def snapshot_module(wasm: bytes, memory: bytes, globals_now: dict[int, int | flo
                 raise WasmFormatError("a snapshot needs a memory with 64 KiB pages")
             old_min = r.leb()
             max_pages = r.leb() if flags & 1 else None
-            pages = max(old_min, len(memory) // WASM_PAGE)
+            pages = max(old_min, size // WASM_PAGE)
             if max_pages is not None and pages > max_pages:
                 raise WasmFormatError(f"the snapshot's {pages} pages are over the memory's maximum of {max_pages}")
             emit(sid, _leb(1) + bytes([flags]) + _leb(pages) + (_leb(max_pages) if max_pages is not None else b""))

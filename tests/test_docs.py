@@ -1,4 +1,6 @@
-"""The docs' code runs: docs/embedding.md's step loop, on a scripted controller."""
+"""The docs are true: their code runs (docs/embedding.md's step loop, the controller examples),
+docs/protocol.md quotes wit/aici.wit exactly and every link to one of its sections resolves, and
+every figure's raw file exists (each README benchmark row links one)."""
 from __future__ import annotations
 
 import re
@@ -7,7 +9,8 @@ from pathlib import Path
 from scripted import branch, by_fork_index, result, script, splice, stop, var_set
 
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 
 
 def test_embedding_step_loop_runs(scripted_wasm, capsys):
@@ -70,3 +73,60 @@ def test_json_doc_quotes_what_aicirt_run_prints(tmp_path):
     (tmp_path / "not.json").write_text('{"type":"object",\n')   # as echo writes it
     r = CliRunner().invoke(cli.main, ["run", "json", "--arg-file", str(tmp_path / "not.json"), "-m", "scripted"])
     assert r.exit_code == 1 and not_json in r.output
+
+
+def _doc_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def test_protocol_quotes_the_wit_exactly():
+    """docs/protocol.md is normative for the WIT by quoting it: the block must be the file."""
+    text = (DOCS / "protocol.md").read_text()
+    block = re.search(r'<a id="wit"></a>.*?```wit\n(.*?)```', text, re.S).group(1)
+    assert block == (ROOT / "wit" / "aici.wit").read_text()
+
+
+def test_every_link_to_a_protocol_section_resolves():
+    """Every link to docs/protocol.md with a section anchor (code, tests, docs) names an anchor the page has."""
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', (DOCS / "protocol.md").read_text()))
+    assert {"wit", "binary", "semantics", "limits", "hosts"} <= anchors
+    bad = []
+    for folder in ("runtime", "controllers", "tests", "bench", "docs", "tools"):
+        for p in (ROOT / folder).rglob("*"):
+            if p.suffix not in {".py", ".c", ".h", ".md", ".zig", ".js", ".ts"} or "data" in p.parts:
+                continue
+            for a in re.findall(r"protocol\.md((?:#[\w-]+)(?:(?:, |/)#[\w-]+)*)", p.read_text(errors="replace")):
+                bad += [f"{p.relative_to(ROOT)}: #{x}" for x in re.findall(r"#([\w-]+)", a) if x not in anchors]
+    assert bad == []
+
+
+def test_every_linked_raw_file_exists():
+    """A figure's raw output, named in README or docs/, is committed (bench/results/)."""
+    missing = []
+    for doc in _doc_files():
+        for name in re.findall(r"bench/results/([\w.-]+\.txt)", doc.read_text()):
+            if not (ROOT / "bench" / "results" / name).is_file():
+                missing.append(f"{doc.relative_to(ROOT)}: bench/results/{name}")
+    assert missing == []
+
+
+def test_every_readme_benchmark_row_links_its_raw_output():
+    """Each row of the README's benchmark table links at least one raw file it was read from."""
+    text = (ROOT / "README.md").read_text()
+    table = re.search(r"\| benchmark \| what it compares.*?\n\n", text, re.S).group(0)
+    rows = [r for r in table.splitlines()[2:] if r.startswith("| `bench/")]
+    assert len(rows) >= 5
+    unlinked = [r.split("|")[1].strip() for r in rows if not re.search(r"\]\(bench/results/[\w.-]+\.txt\)", r)]
+    assert unlinked == []
+
+
+def test_no_reference_to_the_old_spec_is_left():
+    """The contract is docs/protocol.md; "SPEC §N" pointed at a file outside the repository.
+    `python tools/spec_refs.py` rewrites any that a merge brings back."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("spec_refs", ROOT / "tools" / "spec_refs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.leftovers() == []
+    assert mod.rewrite("runtime/x.py", "(SPEC §2, §4)") == "(docs/protocol.md#wit, #limits)"
+    assert mod.rewrite("docs/x.md", "SPEC §3 says") == "[protocol §3](protocol.md#semantics) says"

@@ -1,4 +1,4 @@
-"""SPEC §3 end to end through `aicirt.engine` on the scripted backend.
+"""docs/protocol.md#semantics end to end through `aicirt.engine` on the scripted backend.
 
 The controller is tests/controllers/scripted.c: each call runs the next step of a script given
 as its argument and appends what it received (backtrack, tokens, sampled, fork-group) to the
@@ -57,7 +57,7 @@ def go(engine, ctrl, *steps, prompt=PROMPT, caps=Capabilities.ALL, **params):
     return req, events
 
 
-# --- SPEC §3 rows ---------------------------------------------------------------------------
+# --- docs/protocol.md#semantics rows ---------------------------------------------------------------------------
 def test_empty_result_stops(runtime, ctrl):
     engine, _ = make_engine(runtime)
     req, _ = go(engine, ctrl, stop())
@@ -236,9 +236,9 @@ def test_eos_and_max_tokens(runtime, ctrl):
     assert eos.sequences[0].finish_reason == "eos" and eos.sequences[0].output_tokens == [65, EOS]
     length, _ = go(engine, ctrl, result(branch(mask=[65])), max_tokens=3)
     assert length.sequences[0].finish_reason == "length" and length.sequences[0].output_tokens == [65] * 3
-    # fast-forwarded tokens count too
+    # fast-forwarded tokens count too, and a fast-forward past the budget is cut there
     ff, _ = go(engine, ctrl, result(branch(splices=[splice(ff=[1, 2])])), max_tokens=3)
-    assert ff.sequences[0].finish_reason == "length" and ff.sequences[0].output_tokens == [1, 2, 1, 2]
+    assert ff.sequences[0].finish_reason == "length" and ff.sequences[0].output_tokens == [1, 2, 1]
 
 
 def test_endless_noop_ends_with_an_error(runtime, ctrl):

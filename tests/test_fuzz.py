@@ -102,7 +102,7 @@ def _engine(rt):
 ])
 def test_the_engine_catches_an_illegal_result_the_runtime_would_let_through(hot_path, scripted_wasm, branches, caps,
                                                                            needle):
-    """The fuzzer is an independent oracle: fed a result that breaks SPEC §3, it says so."""
+    """The fuzzer is an independent oracle: fed a result that breaks docs/protocol.md#semantics, it says so."""
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as rt:
         req = rt.new_request(rt.load(scripted_wasm), capabilities=caps)
         seq = req.spawn()

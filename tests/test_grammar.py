@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("llguidance")
+import llguidance  # noqa: E402,F401  (the dev extra: a missing one fails, never skips)
 sys.path.insert(0, str(Path(__file__).resolve().parent / "grammars"))
 
-from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, qwen_vocab  # noqa: E402
+from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, dup_vocab, llama2_vocab, qwen_vocab  # noqa: E402
 
 GRAMMARS = Path(__file__).resolve().parent / "grammars"
 NAMES = sorted(p.stem for p in GRAMMARS.glob("*.lark"))
@@ -30,20 +30,30 @@ def load(name: str) -> tuple[str, list[str], list[str]]:
     return (GRAMMARS / f"{name}.lark").read_text(encoding="utf-8"), cases["valid"], cases["invalid"]
 
 
-@pytest.fixture(scope="module")
-def bytes_pair():
-    v = byte_vocab()
+def _pair(v):
     ours = Ours(v)
     yield ours, Llg(v), v
     ours.close()
+
+
+@pytest.fixture(scope="module")
+def bytes_pair():
+    yield from _pair(byte_vocab())
 
 
 @pytest.fixture(scope="module")
 def qwen_pair():
-    v = qwen_vocab()
-    ours = Ours(v)
-    yield ours, Llg(v), v
-    ours.close()
+    yield from _pair(qwen_vocab())
+
+
+@pytest.fixture(scope="module")
+def llama2_pair():
+    yield from _pair(llama2_vocab())
+
+
+@pytest.fixture(scope="module")
+def dup_pair():
+    yield from _pair(dup_vocab())
 
 
 def check_conformance(pair, name: str):
@@ -83,6 +93,28 @@ def test_conformance_qwen(qwen_pair, name):
     check_conformance(qwen_pair, name)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_conformance_llama2(llama2_pair, name):
+    """Llama 2's SentencePiece vocabulary with byte fallback: 125 byte strings have two ids
+    (`<0x41>` and `A`), so the trie's root has more than 256 children (the extra ids are leaf
+    siblings with the same byte). Every grammar, every prefix, masks equal to llguidance's."""
+    check_conformance(llama2_pair, name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_conformance_duplicate_ids(dup_pair, name):
+    """A vocabulary where every byte has two ids and some strings three (tests/_vocabs.py)."""
+    check_conformance(dup_pair, name)
+
+
+def test_llama2_vocabulary_has_duplicate_byte_strings():
+    """The premise of the two tests above: the committed tokenizer is Llama 2's, byte fallback."""
+    from collections import Counter
+    v = llama2_vocab()
+    dups = [b for b, n in Counter(b for b in v.token_bytes if b).items() if n > 1]
+    assert v.n == 32000 and v.eos == 2 and len(dups) == 125, (v.n, v.eos, len(dups))
+
+
 ERRORS = [
     ('start: a\n', "undefined rule a"),
     ('start: "a"\nb: c\n', "undefined rule c"),
@@ -109,11 +141,22 @@ ERRORS = [
     ('start: A\nA: b\nb: "x"\n', "a terminal cannot use rule b"),
     ('start: "unterminated\n', "line 1: newline in a string literal"),
     ('start: "a"\n%llguidance {"x": 1}\n', "line 2: unsupported: %llguidance option x"),
+    ('start: "\\ud800"\n', "line 1: surrogate escape in a string literal"),
+    ('start: "a\\uDFFFb"\n', "line 1: surrogate escape in a string literal"),
+    ('start: /\\ud800/\n', "surrogate escape"),
+    ('start: /[\\ud800-\\udfff]/\n', "surrogate escape"),
+    ('start: /\\x{110000}/\n', "escape out of range"),
     # GBNF, the same core behind its own front-end
     ('root ::= "a\n', "line 1: gbnf: newline in a literal"),
     ('x ::= "a"\n', "no 'root' rule"),
     ('root ::= "a"\nroot "b"\n', "line 2: gbnf: expected ::="),
     ('root ::= [ab\n"x"]\n', "gbnf: newline in a character class"),
+    ('start: a\na: "x" a\n', "the grammar has no finite sentence: rules 'start', 'a' never end"),
+    ('start: start\n', "the grammar has no finite sentence: rule 'start' never ends"),
+    ('start: b c\nb: "x" b | "y"\nc: c "z"\n', "no finite sentence: rules 'start', 'c' never end"),
+    ('root ::= "x" root\n', "no finite sentence: rules 'start', 'root' never end"),
+    ('root ::= "\\ud800"\n', "surrogate escape"),
+    ('root ::= [\\uD800-\\uDBFF]\n', "surrogate escape"),
 ]
 
 
@@ -155,7 +198,7 @@ def test_backtrack_restores_the_masks(bytes_pair):
 
 
 # ---- Hypothesis: random small grammars, random strings ----------------------------------------
-hyp = pytest.importorskip("hypothesis")
+import hypothesis as hyp  # noqa: E402  (the dev extra)
 st = hyp.strategies
 
 TERMS = ['"a"', '"b"', '"ab"', '"ba"', '/a+/', '/[ab]/', '/b*a/', '" "', 'A', 'B']
@@ -182,6 +225,13 @@ def grammars(draw):
 def random_grammars_agree(bytes_pair, grammar, texts):
     ours, llg, v = bytes_pair
     r = compare(ours, llg, grammar, [t.encode() for t in texts], v)
+    if r["ours_error"] is not None and "no finite sentence" in r["ours_error"] and r["llg_error"] is None:
+        # a grammar with no finite sentence (start: start, a: "x" a): we refuse it, naming the rules
+        # that never end; llguidance compiles it, and nothing it allows can ever end
+        lm, _, _ = llg.compile(grammar)
+        first = llg.masks(lm, [])[0]     # None: llguidance stopped at once (start: start)
+        assert first is None or not allowed(first, v.eos), grammar
+        return
     if r["ours_error"] is not None and "no token can continue" in r["ours_error"] and r["llg_error"] is None:
         # a grammar with no sentence (start: start): we stop at once; llguidance allows nothing either
         lm, _, _ = llg.compile(grammar)

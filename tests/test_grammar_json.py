@@ -1,4 +1,4 @@
-"""Inline `%json {SCHEMA}` in grammars (controllers/grammar/json_term.c): one lexeme whose
+"""Inline `%json {SCHEMA}` in grammars (controllers/lib/grammar/json_term.c): one lexeme whose
 language is the json controller's documents for SCHEMA (compact, keys in schema order).
 
 llguidance reads the same grammar text; its JSON is made compact by the schema's `x-guidance`
@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("llguidance")
+import llguidance  # noqa: E402,F401  (the dev extra: a missing one fails, never skips)
 sys.path.insert(0, str(Path(__file__).resolve().parent / "grammars"))
 
-from harness import Llg, Ours, allowed, as_mask, byte_vocab, compare, qwen_vocab  # noqa: E402
+from harness import VOCABS, Llg, Ours, allowed, as_mask, compare  # noqa: E402
 
 XG = '"x-guidance": {"whitespace_flexible": false, "item_separator": ",", "key_separator": ":"}'
 
@@ -45,9 +45,9 @@ FREE = [
 ]
 
 
-@pytest.fixture(scope="module", params=["bytes", "qwen2"])
+@pytest.fixture(scope="module", params=["bytes", "qwen2", "llama2", "dup"])
 def pair(request):
-    v = byte_vocab() if request.param == "bytes" else qwen_vocab()
+    v = VOCABS[request.param]()
     ours = Ours(v)
     yield ours, Llg(v), v
     ours.close()

@@ -147,7 +147,7 @@ def test_follower_follows_backtracking_and_skipped_calls_and_refuses_misuse(make
         assert r.status == "ok", (r.error, seq.log)
     logs = [json.loads(x) for x in seq.log.decode().strip().splitlines()]
     assert logs[0]["msgs"] == ["Follower.step() is available during midProcess only",
-                               "expected an aici.Regex or aici.JsonSchema"]
+                               "expected an aici.Regex, aici.JsonSchema or aici.Grammar"]
     states = {entry["call"]: entry["state"] for entry in logs}
     assert states[3] == states[1] != states[0]      # "A", then "AAA" on a skipped call, then "B": one letter
     assert [(e["call"], e["n"]) for e in logs] == [(0, 1), (1, 1), (3, 1), (4, 0)]   # 6 letters: complete, stop
@@ -195,8 +195,9 @@ def test_randomness_and_clock_are_replayable(make_rt):
      ["wrong shape", "branches[0]", "sampleMask is not an aici.TokenSet"]),
     ("function midProcess(a) { return {branches: [{sample_mask: 1}]}; }", ["unknown field 'sample_mask'"]),
     ("function midProcess(a) { return {branches: [{splices: [{ffTokens: [999]}]}]}; }",
-     ["branches[0].splices[0].ffTokens[0]", "not a token id below 257"]),
-    ("function midProcess(a) { return {branches: [{splices: [{backtrack: 'x'}]}]}; }", ["backtrack is not a number"]),
+     ["branches[0].splices[0].ffTokens[0]: 999 is not an integer from 0 to 256"]),
+    ("function midProcess(a) { return {branches: [{splices: [{backtrack: 'x'}]}]}; }",
+     ["branches[0].splices[0].backtrack: expected an integer from 0 to 4294967295, got a string"]),
 ])
 def test_script_errors_end_the_sequence_with_the_js_message(make_rt, script, needles):
     results, log = run_js(script, hot_path_rt=make_rt())

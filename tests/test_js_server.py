@@ -11,7 +11,7 @@ from aicirt.engine.backends import load_backend
 from aicirt.serve.settings import Settings
 from aicirt.toolchain import CONTROLLERS_DIR, build_cached
 
-pytest.importorskip("fastapi")
+import fastapi  # noqa: E402,F401  (the dev extra: a missing one fails, never skips)
 pytestmark = pytest.mark.slow   # the server compiles QuickJS in its own store (~10 s of CPU)
 
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow   # the server compiles QuickJS in its own store (
 def url(tmp_path_factory):
     build_cached("js")
     # QuickJS's 1 MiB module compiles in ~10 s of CPU: a loaded test machine needs more than the
-    # 30 s of wall-clock time the default allows (the limit is wall-clock: SPEC §4)
+    # 30 s of wall-clock time the default allows (the limit is wall-clock: docs/protocol.md#limits)
     settings = Settings(store=str(tmp_path_factory.mktemp("store")), max_context=512,
                         limits=Limits(compile_timeout_s=300.0))
     with live_server(settings, backend=load_backend("scripted")) as (url, _):

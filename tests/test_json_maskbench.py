@@ -1,4 +1,4 @@
-"""MaskBench conformance of the `json` controller (JSONSchemaBench cases in ../shared/jsonschema).
+"""MaskBench conformance of the `json` controller (JSONSchemaBench cases in tests/data/jsonschema).
 
 For every schema: either a clean "unsupported: KEYWORD at POINTER" error, or every valid instance
 is accepted token by token under the masks and may end there, and every invalid one is rejected
@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import re
 
+import jsonschema  # noqa: F401  (the dev extra installs it; a missing one fails, never skips)
 import pytest
 
-from _json_cases import (SLICES, Checker, VocabTokenizer, check_case, data_dir, load_slice, sample,
+from _json_cases import (SLICES, Checker, VocabTokenizer, check_case, load_slice, sample,
                          sampled_documents_validate)
 from _vocabs import qwen_token_bytes
 from aicirt.toolchain import build_cached
 
-pytestmark = pytest.mark.skipif(not data_dir().is_dir(), reason="no ../shared/jsonschema test cases here")
 ERROR = re.compile(r"^json: (unsupported: \S+ at #\S*|bad schema: .+|the schema admits no document)")
-jsonschema = pytest.importorskip("jsonschema")
 
 
 @pytest.fixture(scope="module")

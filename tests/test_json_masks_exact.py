@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from _json_cases import SLICES, Checker, VocabTokenizer, data_dir, instance_text, sample
+from _json_cases import SLICES, Checker, VocabTokenizer, instance_text, sample
 from _vocabs import qwen_token_bytes
 from aicirt.toolchain import build_cached
 
@@ -113,7 +113,6 @@ def test_fast_masks_are_reference_masks(pair, schema, docs):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not data_dir().is_dir(), reason="no ../shared/jsonschema test cases here")
 @pytest.mark.parametrize("slice_name", SLICES)
 def test_fast_masks_are_reference_masks_maskbench(pair, slice_name):
     tok, fast, _ = pair

@@ -1,7 +1,7 @@
-"""Exact `oneOf` and `not` in the json controller (controllers/json/schema.c, "complements"):
+"""Exact `oneOf` and `not` in the json controller (controllers/lib/json/schema.c, "complements"):
 a branch's complement written as a union of schemas the compiler enforces, so that "exactly one
 branch" is an anyOf of branch-and-not-the-others; schemas that admit no document are refused
-(controllers/json/empty.c). Every verdict is checked against `jsonschema`, and documents sampled
+(controllers/lib/json/empty.c). Every verdict is checked against `jsonschema`, and documents sampled
 under the masks (random choices over bytes) must validate."""
 from __future__ import annotations
 

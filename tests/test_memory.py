@@ -1,5 +1,5 @@
 """Fork's page copy (runtime/native/pages.c and its numpy twin in pages.py): exact copies that
-write only the pages that differ, on both hot paths. Memory that goes back (registry.ResidentSlots):
+write only the pages that differ, on both hot paths. Memory that goes back (memory.ResidentSlots):
 freed slots' resident pages bounded by Limits.resident_bytes and returned to the OS when idle.
 RSS is read from /proc/self/status, with margins of half what is at stake."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ import aicirt
 from aicirt import StepInput
 from aicirt.native import get_native, pages
 from aicirt.native.instance import fork_copy
-from aicirt.registry import ResidentSlots
+from aicirt.memory import ResidentSlots
 
 MIB = 1 << 20
 PAGE = 4096
@@ -325,6 +325,33 @@ def test_an_idle_runtime_gives_everything_back_after_every_burst(hot_path):
         rt.close()
 
 
+def test_idle_trim_runs_with_the_default_resident_budget(make_rt, monkeypatch):
+    """With Limits.resident_bytes 0 (the default: freed slots keep nothing) the runtime still
+    trims the C heap once idle after instances were freed (it used to never run: nothing was held,
+    so the idle thread never started), once per idle period, and not again until more are freed."""
+    from aicirt import memory
+
+    trims = []
+    monkeypatch.setattr(memory, "_malloc_trim", lambda pad: trims.append(pad) or 1)
+    rt = make_rt(resident_idle_s=0.05)
+    assert rt.limits.resident_bytes == 0
+    resident = rt.registry.resident
+    ctrl = rt.load(module())
+
+    def burst_then_idle(expected: int) -> None:
+        for s in [rt.new_request(ctrl).spawn() for _ in range(4)]:
+            s.close()
+        deadline = time.monotonic() + 30      # generous: a loaded machine may starve the idle thread
+        while resident.heap_trims < expected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert resident.heap_trims == expected and resident.held_bytes == 0
+
+    burst_then_idle(1)
+    time.sleep(0.2)                           # idle on: nothing freed, so no second trim
+    assert resident.heap_trims == 1 and trims == [0]
+    burst_then_idle(2)
+
+
 def test_a_trimmed_slot_serves_its_next_instance_as_new(make_rt):
     """Given back, a slot still starts its next instance from the module's image and zeros, and
     runs it and its forks correctly."""
@@ -376,7 +403,7 @@ def test_resident_settings_are_validated():
 def test_the_server_shows_what_freed_slots_hold_and_its_resident_budget(tmp_path, scripted_wasm):
     """/metrics has aicirt_resident_slot_bytes (a finished request's slot is held), /v1/config the
     two settings; an operator sets them like any limit."""
-    pytest.importorskip("fastapi")
+    import fastapi  # noqa: F401  (the dev extra)
     import re
 
     import httpx
@@ -401,11 +428,11 @@ def test_the_server_shows_what_freed_slots_hold_and_its_resident_budget(tmp_path
 def test_large_freed_buffers_go_back_to_the_os():
     """glibc raises its mmap and trim thresholds after a large free unless they are fixed: the
     next large buffer then comes from the heap and stays resident once freed (the variable
-    floods' RSS growth). `aicirt serve` fixes them (registry.pin_malloc_thresholds)."""
+    floods' RSS growth). `aicirt serve` fixes them (memory.pin_malloc_thresholds)."""
     import ctypes
 
-    from aicirt import registry
-    if not registry.pin_malloc_thresholds():
+    from aicirt import memory
+    if not memory.pin_malloc_thresholds():
         pytest.skip("not glibc on Linux, or the thresholds were set by the user")
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
@@ -452,8 +479,8 @@ def test_a_slot_reused_by_a_smaller_instance_gives_back_what_a_larger_one_kept(h
 
 _ARENAS_CHILD = r"""
 import ctypes, os, sys, threading
-from aicirt import registry
-capped = registry.cap_malloc_arenas() if sys.argv[1] == "cap" else False
+from aicirt import memory
+capped = memory.cap_malloc_arenas() if sys.argv[1] == "cap" else False
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
@@ -476,7 +503,7 @@ print(capped, open(sys.argv[2]).read().count("<heap nr="))
 
 @pytest.mark.parametrize("cap", ["cap", "default"])
 def test_capped_arenas_make_the_threads_share_one(cap, tmp_path):
-    """registry.cap_malloc_arenas (what `aicirt serve` does): threads that malloc at once share the
+    """memory.cap_malloc_arenas (what `aicirt serve` does): threads that malloc at once share the
     main arena instead of each taking its own (scattered long-lived chunks over many arenas kept
     the soak's pages resident). In a child process: the cap is process-wide."""
     import subprocess

@@ -4,7 +4,7 @@ ends, a healthy sequence beside it (issue: hostile neighbours).
 Every promise here is checked by the order of events (the healthy sequence got its steps done
 while the stuck call was still running) or in CPU time, never against the wall clock, so that the
 tests hold on a busy machine (`make test-busy`); how fast a healthy step is beside loopers is a
-figure for bench/limits_under_load.py. The stuck calls end at their hard limits (CPU time, SPEC §4),
+figure for bench/limits_under_load.py. The stuck calls end at their hard limits (CPU time, docs/protocol.md#limits),
 which on a loaded machine may take several times as long in wall-clock time: the loops that wait
 for them are bounded by conftest.HANG_GUARD_S only, so that a bug cannot hang the suite.
 """

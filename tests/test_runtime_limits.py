@@ -1,4 +1,4 @@
-"""SPEC §4 limits and invalid results: each ends only the offending sequence, with a clear message."""
+"""docs/protocol.md#limits limits and invalid results: each ends only the offending sequence, with a clear message."""
 from __future__ import annotations
 
 import time

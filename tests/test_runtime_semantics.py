@@ -1,4 +1,4 @@
-"""SPEC §3 row by row at the runtime level: what each result lifts to, net edits, forks, variables."""
+"""docs/protocol.md#semantics row by row at the runtime level: what each result lifts to, net edits, forks, variables."""
 from __future__ import annotations
 
 import pytest

@@ -62,3 +62,23 @@ def test_seeded_sampling_is_reproducible():
 def test_params_validation(kw):
     with pytest.raises(ValueError):
         SamplingParams(**kw)
+
+
+def test_one_set_of_sampling_defaults():
+    """SamplingParams holds the defaults; the library entry points take theirs from it and the
+    CLI's options (whose help shows them without importing the engine) agree with it."""
+    import inspect
+
+    import cli
+    from aicirt import run_command
+    from aicirt.engine import SamplingParams
+    from aicirt.program import run as program_run   # the function (the package re-exports it)
+    d = SamplingParams()
+    lib = inspect.signature(run_command.run).parameters
+    assert {k: lib[k].default for k in ("max_tokens", "temperature", "top_p", "top_k")} == \
+        {"max_tokens": d.max_tokens, "temperature": d.temperature, "top_p": d.top_p, "top_k": d.top_k}
+    prog = inspect.signature(program_run).parameters
+    assert (prog["temperature"].default, prog["top_p"].default, prog["top_k"].default) == (d.temperature, d.top_p, d.top_k)
+    opts = {p.name: p.default for p in cli.main.commands["run"].params}
+    assert (opts["max_tokens"], opts["temperature"], opts["top_p"], opts["top_k"]) == \
+        (d.max_tokens, d.temperature, d.top_p, d.top_k)

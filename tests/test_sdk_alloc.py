@@ -8,7 +8,7 @@ import pytest
 
 from aicirt.run_command import RunFailed, run
 
-# Each mode asks for memory the instance cannot have (64 MiB by default, SPEC §4), writes
+# Each mode asks for memory the instance cannot have (64 MiB by default, docs/protocol.md#limits), writes
 # through what it got, and would then fast-forward "survived": with a NULL it would get there.
 SOURCE = r"""
 #include "aici.h"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 import wasmtime
 from hypothesis import given, settings
@@ -182,8 +183,8 @@ def test_snapshot_cached_on_disk_per_tokenizer(hot_path, tmp_path, monkeypatch):
     src = wat(GOOD_INIT)
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=tmp_path) as runtime:
         runtime.load(src)
-    assert len(list((tmp_path / "modules").glob("*-s1.cwasm"))) == 1
-    monkeypatch.setattr(snap, "run_init", lambda *a: pytest.fail("the cached snapshot was not used"))
+    assert len(list((tmp_path / "modules").glob(f"*-s{snap.SNAPSHOT_FORMAT}.cwasm"))) == 1
+    monkeypatch.setattr(snap, "run_init_sparse", lambda *a: pytest.fail("the cached snapshot was not used"))
     import aicirt.controller as cmod
     monkeypatch.setattr(cmod, "_artifacts", type(cmod._artifacts)())   # no process cache: disk only
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=tmp_path) as runtime:
@@ -227,8 +228,8 @@ def test_snapshot_module_rewrite():
 @given(pages=st.integers(1, 4), writes=st.lists(st.tuples(st.integers(0, 4 * 65536 - 1), st.binary(min_size=1, max_size=300)),
                                                  max_size=8),
        g32=st.integers(-(1 << 31), (1 << 31) - 1), g64=st.integers(-(1 << 63), (1 << 63) - 1),
-       f32=st.floats(width=32, allow_nan=False), f64=st.floats(allow_nan=False))
-def test_snapshot_module_holds_any_memory_and_globals(pages, writes, g32, g64, f32, f64):
+       f32=st.floats(width=32, allow_nan=False), f64=st.floats(allow_nan=False), sparse=st.booleans())
+def test_snapshot_module_holds_any_memory_and_globals(pages, writes, g32, g64, f32, f64, sparse):
     src = wasmtime.wat2wasm("""(module (memory (export "memory") 1) (data (i32.const 100) "seg")
       (global (export "a") (mut i32) (i32.const 1)) (global (export "b") (mut i64) (i64.const 2))
       (global (export "c") (mut f32) (f32.const 3)) (global (export "d") (mut f64) (f64.const 4))
@@ -239,8 +240,81 @@ def test_snapshot_module_holds_any_memory_and_globals(pages, writes, g32, g64, f
         memory[off:off + len(data)] = data
     engine = wasmtime.Engine()
     store = wasmtime.Store(engine)
-    out = snapshot_module(src, bytes(memory), {0: g32, 1: g64, 2: f32, 3: f64}, set())
+    if sparse:   # what a load does: the written bytes only (snapshot.written_runs)
+        runs = snap.written_runs(np.frombuffer(bytes(memory), np.uint8))
+        out = snapshot_module(src, len(memory), {0: g32, 1: g64, 2: f32, 3: f64}, set(), runs=runs)
+    else:
+        out = snapshot_module(src, bytes(memory), {0: g32, 1: g64, 2: f32, 3: f64}, set())
     ex = wasmtime.Instance(store, wasmtime.Module(engine, out), []).exports(store)
     mem = ex["memory"]
     assert bytes(mem.read(store, 0, mem.data_len(store))) == bytes(memory)
     assert [ex[n].value(store) for n in "abcdk"] == [g32, g64, f32, f64, 7]
+
+
+# --- a snapshot costs what the init wrote -----------------------------------------------------------
+# init: grow to 64 MiB and write one byte in every 64 KiB page (a 600-byte upload)
+SPARSE_INIT = """
+  (func (export "aicirt_init") (local $p i32)
+    (drop (memory.grow (i32.const 1023)))
+    (local.set $p (i32.const 65536))
+    (loop $l
+      (i32.store8 (local.get $p) (i32.const 7))
+      (local.set $p (i32.add (local.get $p) (i32.const 65536)))
+      (br_if $l (i32.lt_u (local.get $p) (i32.const 67108864))))
+    (global.set $token (i32.sub (call $vocab_size) (i32.const 2))))
+"""
+
+
+def test_a_sparse_init_makes_a_small_snapshot_with_the_same_state(rt):
+    src = wat(SPARSE_INIT)
+    ctrl = rt.load(src)
+    assert ctrl.snapshot
+    assert len(ctrl.module.serialize()) < 1 << 20            # was 64 MiB: every touched 64 KiB block
+    memory, values = snap.run_init(rt.engine, plain(rt, src), rt._init_host, rt.limits)
+    assert len(memory) == 64 << 20
+    seq = rt.new_request(ctrl).spawn()
+    assert state(seq) == (memory, values)
+    seq.close()
+    assert first_mask(rt, ctrl) == [255]
+
+
+def test_written_runs_hold_exactly_the_non_zero_bytes(monkeypatch):
+    rng = np.random.default_rng(5)
+    memory = np.zeros(4 * 65536, np.uint8)
+    for off in rng.integers(0, len(memory) - 200, size=300):
+        memory[off:off + rng.integers(1, 200)] = rng.integers(0, 256, dtype=np.uint8)
+    for max_segments in (snap._MAX_SEGMENTS, 7):   # past the cap, longer gaps merge: fewer, longer runs
+        monkeypatch.setattr(snap, "_MAX_SEGMENTS", max_segments)
+        runs = snap.written_runs(memory)
+        assert len(runs) < max_segments
+        again = np.zeros_like(memory)
+        for off, data in runs:
+            assert data[:1] != b"\0" and data[-1:] != b"\0"   # a run starts and ends on a written byte
+            again[off:off + len(data)] = np.frombuffer(data, np.uint8)
+        assert np.array_equal(again, memory)
+        assert [off for off, _ in runs] == sorted(off for off, _ in runs)
+    assert snap.written_runs(np.zeros(65536, np.uint8)) == []
+
+
+def test_a_failed_init_is_remembered_per_module_and_tokenizer(make_rt, monkeypatch):
+    runtime = make_rt()
+    src = wat('(func (export "aicirt_init") unreachable)')
+    with pytest.raises(LoadError, match="per-tokenizer init, run at load") as first:
+        runtime.load(src)
+    assert "remembered" not in str(first.value)
+    ran = []
+    real = snap.run_init_sparse
+    monkeypatch.setattr(snap, "run_init_sparse", lambda *a: ran.append(1) or real(*a))
+    with pytest.raises(LoadError, match="remembered: this init failed") as again:
+        runtime.load(src)
+    assert str(first.value) in str(again.value) and ran == []       # not run again
+    assert runtime.load(wat(GOOD_INIT)).snapshot                      # another module loads as ever
+    other = make_rt()                                                 # a runtime of its own: its own record
+    with pytest.raises(LoadError):
+        other.load(src)
+    assert ran == [1]
+    clock = snap._now() + snap.INIT_FAILURE_TTL_S + 1                 # once the time has passed, it runs again
+    monkeypatch.setattr(snap, "_now", lambda: clock)
+    with pytest.raises(LoadError) as later:
+        runtime.load(src)
+    assert "remembered" not in str(later.value) and ran == [1, 1]

@@ -1,6 +1,8 @@
 """`aicirt build`: sources -> checked controller modules; diagnostics; the component claim."""
 from __future__ import annotations
 
+import re
+
 import subprocess
 import sys
 
@@ -172,3 +174,59 @@ def test_shipped_controllers_are_components(name, tmp_path):
             assert r.returncode != 0 and "module requires an import interface named `wasi_snapshot_preview1`" in r.stderr, r.stderr
             continue
         assert r.returncode == 0, r.stderr
+
+
+# -- controller libraries (controllers/lib, named by a recipe's "libs") -----------------------------
+
+def _lib_tree(tmp_path, monkeypatch):
+    from aicirt import recipe
+    lib = tmp_path / "lib"
+    (lib / "a").mkdir(parents=True)
+    (lib / "b").mkdir()
+    (lib / "a" / "a.c").write_text('#include "a.h"\nint a_value(void) { return A; }\n')
+    (lib / "a" / "a.h").write_text("#define A 7\nint a_value(void);\n")
+    (lib / "b" / "b.c").write_text('#include "a.h"\nint b_value(void) { return a_value() + 1; }\n')
+    (lib / "b" / "lib.json").write_text('{"libs": ["a"]}')
+    monkeypatch.setattr(recipe, "_lib_dir", lambda: lib)
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    (ctl / "main.c").write_text('#include "aici.h"\nint b_value(void);\n'
+                                "void aici_step(const aici_arg_t *arg, aici_result_t *res) {\n"
+                                "  if (b_value() != 8) __builtin_trap();   /* no branch: stop */\n}\n")
+    (ctl / "build.json").write_text('{"libs": ["b"]}')
+    return lib, ctl
+
+
+def test_a_recipe_links_its_libraries_and_theirs(tmp_path, monkeypatch):
+    from aicirt import recipe
+    lib, ctl = _lib_tree(tmp_path, monkeypatch)
+    assert recipe.libs(recipe.find(ctl)) == [lib / "a", lib / "b"]     # a library after those it needs
+    r = build(ctl, tmp_path / "ctl.wasm", progress=False)
+    check_module(r.path.read_bytes(), "ctl.wasm")
+
+
+def test_the_build_cache_key_covers_a_library_file(tmp_path, monkeypatch):
+    from aicirt.toolchain import source_hash
+    lib, ctl = _lib_tree(tmp_path, monkeypatch)
+    before = source_hash(ctl)
+    (lib / "a" / "a.h").write_text("#define A 8\nint a_value(void);\n")   # a header of a library two steps away
+    assert source_hash(ctl) != before
+
+
+def test_a_recipe_naming_no_such_library_or_a_circle_is_refused(tmp_path, monkeypatch):
+    from aicirt import recipe
+    lib, ctl = _lib_tree(tmp_path, monkeypatch)
+    (ctl / "build.json").write_text('{"libs": ["nope"]}')
+    with pytest.raises(BuildError, match="no controller library 'nope'"):
+        recipe.find(ctl)
+    (ctl / "build.json").write_text('{"libs": ["b"]}')
+    (lib / "a" / "lib.json").write_text('{"libs": ["b"]}')
+    with pytest.raises(BuildError, match="circle: b -> a -> b"):
+        recipe.libs(recipe.find(ctl))
+
+
+def test_shipped_controllers_share_code_through_libraries_not_shims():
+    from aicirt.toolchain import CONTROLLERS_DIR
+    assert "lib" not in shipped_controllers() and "sdk" not in shipped_controllers()
+    shims = [p for p in CONTROLLERS_DIR.rglob("*.c") if re.search(r'#include "\.\./[^"]+\.c"', p.read_text())]
+    assert shims == []

@@ -137,10 +137,30 @@ def test_request_keys_are_checked():
         request_controller(SamplingParams(extra_args={"aicirt_controller": 3}))
 
 
-def test_async_scheduling_is_refused():
-    cfg = SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=True), model_config=None)
-    with pytest.raises(ValueError, match="no-async-scheduling"):
-        AicirtLogitsProcessor(cfg, torch.device("cpu"), False)
+def test_async_scheduling_starts_the_calls_in_apply():
+    # With async scheduling vLLM's output list ends with a placeholder (-1) at update_state and
+    # gets the real token just before apply: the calls then start in apply, with the same masks.
+    cfg = config()
+    cfg.scheduler_config.async_scheduling = True
+    p = AicirtLogitsProcessor(cfg, torch.device("cpu"), False)
+    tok = p._tokenizer
+    digits = [t for t in range(p.runtime.vocab_size) if tok.decode_bytes([t]).isdigit()][:3]
+    out: list[int] = []
+    params = SamplingParams(max_tokens=8, extra_args={"aicirt_controller": "regex", "aicirt_arg": "[0-9]{3}"})
+    p.update_state(BatchUpdate(1, [], [(0, params, tok.encode("Number:"), out)], []))
+    for k in range(3):
+        if k:
+            out.append(-1)          # the placeholder at update_state
+            p.update_state(None)
+            assert p._deferred
+            out[-1] = digits[k - 1]   # vLLM writes the token in before apply
+        logits = torch.zeros(1, p.runtime.vocab_size)
+        p.apply(logits)
+        allowed = torch.isfinite(logits[0]).nonzero().flatten().tolist()
+        assert digits[0] in allowed and all(tok.decode_bytes([t]).isdigit() for t in allowed)
+    s = p._batch[0]
+    assert s.tokens[-2:] == digits[:2] and s.error is None
+    p.runtime.close()
 
 
 def test_masks_hold_in_float32_logits(proc):

@@ -1,8 +1,16 @@
 // TypeScript declarations for scripts run by the js controller (controllers/js, docs/js.md).
 // The API mirrors wit/aici.wit: a script defines `midProcess(arg)` and returns a result shaped
 // like the WIT's `mid-process-result`. Token ids are numbers; variables are strings (UTF-8).
-// Anything invalid (a wrong type, a token id >= vocabSize(), a misshapen result) throws, and an
-// uncaught exception ends the sequence with its message and stack in the sequence's error.
+// Anything invalid throws, and an uncaught exception ends the sequence with its message and stack
+// in the sequence's error. Nothing is coerced: a token id is a number that is an integer from 0 to
+// vocabSize() - 1 (65.5, 2**32 + 1, NaN, "68", -1 throw, naming the value); a count (backtrack, a
+// state) an integer from 0 to 2**32 - 1; a temperature a finite number >= 0. A result's fields are
+// read from its own properties only (never from a prototype).
+//
+// Two ways to write a controller: the async library (`aici.start(async () => { ... })` with `gen`,
+// `$`, `fork`, `waitVars`, `Label`: see "The async library" below and docs/js.md), or
+// `midProcess(arg)` by hand (a function declaration, `const`/`let`/`var`, `export function` in a
+// module, or an `async function`: its promise is settled by the jobs run after each call).
 
 /** WIT `mid-process-arg`, plus `callIndex`. */
 interface MidProcessArg {
@@ -41,8 +49,66 @@ interface MidProcessResult {
   branches: Branch[];
 }
 
-/** Defined by the script (a global function declaration). */
-declare function midProcess(arg: MidProcessArg): MidProcessResult;
+/** Defined by the script (or supplied by the library when the script calls aici.start). */
+declare function midProcess(arg: MidProcessArg): MidProcessResult | Promise<MidProcessResult>;
+
+/** Options of gen(): at most one constraint (regex, options, grammar, jsonSchema). */
+interface GenOptions {
+  /** The SDK's regex syntax (a whole-string match), or a RegExp whose `source` is used. */
+  regex?: string | RegExp;
+  /** Exactly one of these strings (aici.choice: a native trie). */
+  options?: string[];
+  /** Lark/GBNF text (a new aici.Grammar), an aici.Grammar, or an aici.Regex / aici.JsonSchema. */
+  grammar?: string | aici.Grammar | aici.Regex | aici.JsonSchema;
+  /** A JSON Schema (object or JSON text) or an aici.JsonSchema. */
+  jsonSchema?: object | string | aici.JsonSchema;
+  /** End when the generated text contains this (kept in the sequence, not in the result). */
+  stopAt?: string;
+  /** An integer from 1 to 2**32 - 1. */
+  maxTokens?: number;
+  /** Also write the result to this variable. */
+  storeVar?: string;
+  /** A finite number >= 0, for this gen's steps. */
+  temperature?: number;
+}
+
+/** A point in the sequence to come back to. */
+declare class Label {
+  /** The current end of the sequence. */
+  constructor();
+  readonly pos: number;
+  tokensSince(): number[];
+  textSince(): string;
+  /** Take back everything after the label (needs backtrack), then append `text` (needs ff-tokens). */
+  fixedAfter(text: string): Promise<void>;
+}
+
+type LabelClass = typeof Label;
+
+// ---- the async library (also on `aici`, and the named exports of `import ... from "aici"`) -----
+/** Run `main` as this request's controller: each await on the library below resumes at the next
+ *  mid-process call. Once per script; the script then needs no midProcess. */
+declare function start(main: () => Promise<void> | void): void;
+/** Tagged template: append the text (one fast-forward where the host grants ff-tokens, else forced
+ *  by masks one token a step). */
+declare function $(strings: TemplateStringsArray, ...values: unknown[]): Promise<void>;
+declare function fixed(text: string): Promise<void>;
+/** Generate until the constraint's match is complete, EOS, stopAt or maxTokens; the text (without
+ *  stopAt). Tokens the constraint forces are fast-forwarded where the host grants ff-tokens, and
+ *  with conditional ff-tokens each allowed token of a small mask (<= 64) carries the tokens forced
+ *  after it. A sampled EOS is taken back (conditional splice) where the host grants conditional
+ *  ff-tokens and backtrack, so the script goes on; elsewhere EOS ends the sequence. */
+declare function gen(options?: GenOptions): Promise<string>;
+/** Fork into n sequences (1 to 1024); resolves in each with its index (0: the parent). */
+declare function fork(n: number): Promise<number>;
+/** No-op steps until every variable is set; their values. A last argument {maxSteps} (default
+ *  1000) bounds the wait (then it throws). */
+declare function waitVars(...names: (string | { maxSteps?: number })[]): Promise<string[]>;
+declare function getPrompt(): string;
+declare function getTokens(): number[];
+declare function setVar(name: string, value: string): void;
+declare function getVar(name: string): string | undefined;
+declare function appendVar(name: string, value: string): void;
 
 declare namespace aici {
   /** WIT `capability-set` bits, as `capabilities()` returns them. */
@@ -129,6 +195,20 @@ declare namespace aici {
     canContinue(state: number): boolean;
     mask(state: number): TokenSet;
   }
+  /** A context-free grammar through the `grammar` controller's Earley matcher (docs/grammar.md):
+   *  Lark as llguidance reads it, or GBNF (detected when the first definition uses `::=`, or
+   *  chosen by `syntax`). The matcher holds one position: a state is a point on the current path
+   *  of text, and advancing from a state drops the states after it (using one then throws
+   *  RangeError). Masks share one buffer, as JsonSchema's (copy() keeps one). */
+  class Grammar implements Constraint {
+    /** Throws SyntaxError naming the construct and its line for a grammar it cannot compile. */
+    constructor(grammar: string, options?: { syntax?: "lark" | "gbnf" });
+    start(): number;
+    advance(state: number, tokens: number | number[]): number;
+    accepting(state: number): boolean;
+    canContinue(state: number): boolean;
+    mask(state: number): TokenSet;
+  }
   /** A constraint run over the generated tokens natively, one call a step: what the C `regex`
    *  and `json` controllers do (json with fast_forward=0: it samples every token). The prompt is
    *  what the sequence held at the first step(); backtracking is followed (the tokens are
@@ -164,6 +244,15 @@ declare namespace aici {
   /** One log line: the values as strings, joined by spaces (each cut at 16 KiB). console.log too. */
   function log(...values: unknown[]): void;
 
+  /** A Regex whose language is exactly these strings (non-empty; up to 65,536 of them): a trie
+   *  of their bytes as a native DFA, masks cached per state. */
+  function choice(options: string[]): Regex;
+  const start: typeof globalThis.start, $: typeof globalThis.$, fixed: typeof globalThis.fixed,
+    gen: typeof globalThis.gen, fork: typeof globalThis.fork, waitVars: typeof globalThis.waitVars,
+    getPrompt: typeof globalThis.getPrompt, getTokens: typeof globalThis.getTokens,
+    setVar: typeof globalThis.setVar, getVar: typeof globalThis.getVar, appendVar: typeof globalThis.appendVar;
+  const Label: LabelClass;
+
   /** {branches: []} */
   function stop(): MidProcessResult;
   /** One branch sampling under `mask` (options: temperature, splices). */
@@ -176,3 +265,28 @@ declare namespace aici {
 
 declare const console: { log(...v: unknown[]): void; info(...v: unknown[]): void; warn(...v: unknown[]): void;
                          error(...v: unknown[]): void; debug(...v: unknown[]): void };
+
+/** `import {start, gen, $} from "aici"` (or "@aicirt/aici") in a module script: the library and
+ *  the API as named exports, `aici` itself as the default export. */
+declare module "aici" {
+  export const start: typeof globalThis.start, $: typeof globalThis.$, fixed: typeof globalThis.fixed,
+    gen: typeof globalThis.gen, fork: typeof globalThis.fork, waitVars: typeof globalThis.waitVars,
+    getPrompt: typeof globalThis.getPrompt, getTokens: typeof globalThis.getTokens,
+    setVar: typeof globalThis.setVar, getVar: typeof globalThis.getVar, appendVar: typeof globalThis.appendVar;
+  export const Label: LabelClass;
+  export const TokenSet: typeof aici.TokenSet, Regex: typeof aici.Regex, JsonSchema: typeof aici.JsonSchema,
+    Grammar: typeof aici.Grammar, Follower: typeof aici.Follower;
+  export const choice: typeof aici.choice, Cap: typeof aici.Cap, stop: typeof aici.stop, sample: typeof aici.sample,
+    fastForward: typeof aici.fastForward, noop: typeof aici.noop, vocabSize: typeof aici.vocabSize,
+    eosToken: typeof aici.eosToken, selfSeqId: typeof aici.selfSeqId, capabilities: typeof aici.capabilities,
+    tokenize: typeof aici.tokenize, detokenize: typeof aici.detokenize, tokenBytes: typeof aici.tokenBytes,
+    arg: typeof aici.arg, allTokens: typeof aici.allTokens, varGet: typeof aici.varGet, varSet: typeof aici.varSet,
+    varAppend: typeof aici.varAppend, log: typeof aici.log;
+  const _default: typeof aici;
+  export default _default;
+}
+declare module "@aicirt/aici" {
+  export * from "aici";
+  import a from "aici";
+  export default a;
+}

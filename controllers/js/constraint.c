@@ -13,7 +13,8 @@
 #include <string.h>
 
 #include "js.h"
-#include "../json/matcher.h"
+#include "matcher.h"
+#include "grammar.h"
 
 #define MAX_JSON_STATES (1u << 20)    /* interned configuration sets per JsonSchema */
 
@@ -32,13 +33,13 @@ struct constraint {
   const uint32_t *mask_gen;           /* masks valid while this is unchanged (NULL: for good) */
 };
 
-static JSClassID regex_class, json_class, follower_class, result_class;
+static JSClassID regex_class, json_class, grammar_class, follower_class, result_class;
 
 static constraint_t *constraint_of(JSContext *c, JSValueConst v) {
   JSClassID id;
   void *p = JS_GetAnyOpaque(v, &id);
-  if (p && (id == regex_class || id == json_class)) return p;
-  JS_ThrowTypeError(c, "expected an aici.Regex or aici.JsonSchema");
+  if (p && (id == regex_class || id == json_class || id == grammar_class)) return p;
+  JS_ThrowTypeError(c, "expected an aici.Regex, aici.JsonSchema or aici.Grammar");
   return 0;
 }
 
@@ -68,15 +69,12 @@ static const constraint_ops_t REGEX_OPS = {re_start, re_advance, re_accepting, r
 
 static void regex_finalizer(JSRuntime *r, JSValue v) { free(JS_GetOpaque(v, regex_class)); }
 
-static JSValue regex_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
-  size_t len;
-  const char *pat = JS_ToCStringLen(c, &len, argc ? argv[0] : JS_UNDEFINED);
-  if (!pat) return JS_EXCEPTION;
+/* A Regex object for `pat` (SyntaxError naming the offset of a bad pattern). */
+static JSValue regex_new(JSContext *c, const char *pat, size_t len, const char *what) {
   char *err = 0;
   aici_regex_t *re = aici_regex_compile(pat, len, &err);
-  JS_FreeCString(c, pat);
   if (!re) {
-    JSValue e = JS_ThrowSyntaxError(c, "Regex: %s", err ? err : "invalid pattern");
+    JSValue e = JS_ThrowSyntaxError(c, "%s: %s", what, err ? err : "invalid pattern");
     aici_free(err);
     return e;
   }
@@ -87,6 +85,206 @@ static JSValue regex_ctor(JSContext *c, JSValueConst new_target, int argc, JSVal
   if (JS_IsException(obj) || !r) { free(r); JS_FreeValue(c, obj); return JS_ThrowOutOfMemory(c); }
   *r = (regex_c){{&REGEX_OPS, 0}, re, trie};
   JS_SetOpaque(obj, r);
+  return obj;
+}
+
+static JSValue regex_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
+  if (!argc || !JS_IsString(argv[0])) return JS_ThrowTypeError(c, "Regex: the pattern must be a string");
+  size_t len;
+  const char *pat = JS_ToCStringLen(c, &len, argv[0]);
+  if (!pat) return JS_EXCEPTION;
+  JSValue r = regex_new(c, pat, len, "Regex");
+  JS_FreeCString(c, pat);
+  return r;
+}
+
+/* aici.choice(strings): a Regex whose language is exactly those strings (a trie of their bytes,
+ * as a DFA: every byte but [A-Za-z0-9] escaped), so its masks are native and cached per state. */
+#define MAX_CHOICE_OPTIONS (1 << 16)
+#define MAX_CHOICE_BYTES (4u << 20)
+static JSValue choice_fn(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  JSValueConst arr = argc ? argv[0] : JS_UNDEFINED;
+  int64_t n;
+  if (!JS_IsArray(arr)) return JS_ThrowTypeError(c, "choice: expected an array of strings");
+  if (JS_GetLength(c, arr, &n) < 0) return JS_EXCEPTION;
+  if (n < 1 || n > MAX_CHOICE_OPTIONS) return JS_ThrowRangeError(c, "choice: %lld options (1 to %d)", (long long)n, MAX_CHOICE_OPTIONS);
+  size_t cap = 1024, len = 0;
+  char *pat = malloc(cap);
+  if (!pat) return JS_ThrowOutOfMemory(c);
+  for (int64_t i = 0; i < n; i++) {
+    JSValue e = JS_GetPropertyInt64(c, arr, i);
+    size_t sl = 0;
+    const char *s = JS_IsString(e) ? JS_ToCStringLen(c, &sl, e) : 0;
+    JS_FreeValue(c, e);
+    if (!s || !sl || len + 4 * sl + 2 > MAX_CHOICE_BYTES) {
+      free(pat);
+      if (s) JS_FreeCString(c, s);
+      if (JS_HasException(c)) return JS_EXCEPTION;
+      if (!s) return JS_ThrowTypeError(c, "choice: options[%lld] is not a string", (long long)i);
+      if (!sl) return JS_ThrowRangeError(c, "choice: options[%lld] is empty", (long long)i);
+      return JS_ThrowRangeError(c, "choice: the options are over %u bytes escaped", MAX_CHOICE_BYTES);
+    }
+    while (len + 4 * sl + 2 > cap) cap *= 2;
+    char *p = realloc(pat, cap);
+    if (!p) { free(pat); JS_FreeCString(c, s); return JS_ThrowOutOfMemory(c); }
+    pat = p;
+    if (i) pat[len++] = '|';
+    for (size_t k = 0; k < sl; k++) {
+      unsigned char b = (unsigned char)s[k];
+      if ((b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9')) {
+        pat[len++] = (char)b;
+      } else {
+        static const char HEX[] = "0123456789abcdef";
+        pat[len++] = '\\', pat[len++] = 'x', pat[len++] = HEX[b >> 4], pat[len++] = HEX[b & 15];
+      }
+    }
+    JS_FreeCString(c, s);
+  }
+  JSValue r = regex_new(c, pat, len, "choice");
+  free(pat);
+  return r;
+}
+
+/* ---- Grammar ------------------------------------------------------------------------------- */
+/* The grammar controller's Earley matcher (Lark or GBNF). It holds one position, saved and
+ * restored by marks; a state is a mark on the current path of text: advancing from a state drops
+ * the states after it (they no longer lie on the path) and adds one state a token. A state off
+ * the path is refused (RangeError), as a stale one. Masks share one buffer, as JsonSchema's. */
+typedef struct {
+  constraint_t base;
+  gr_grammar_t *g;                    /* never freed: the grammar core has no free (linear memory) */
+  gr_matcher_t *m;
+  const aici_trie_t *trie;
+  gr_mark_t *marks;                   /* marks[id] (id 0: dead) */
+  uint32_t *depth;                    /* depth[id]: tokens from the start */
+  uint32_t *path, n_path;             /* path[d]: the state at depth d of the current text */
+  uint32_t n, cap, cur;               /* cur: the state the matcher is at */
+  aici_tokset_t *mask;
+  uint32_t gen, mask_state;
+} grammar_c;
+
+static bool gm_on_path(grammar_c *g, uint32_t st) {
+  return st && st < g->n && g->depth[st] < g->n_path && g->path[g->depth[st]] == st;
+}
+static void gm_goto(grammar_c *g, uint32_t st) {
+  if (g->cur != st) gr_restore(g->m, g->marks[st]), g->cur = st;
+}
+static uint32_t gm_new_state(grammar_c *g, uint32_t depth) {
+  if (g->n == g->cap) {
+    uint32_t cap = g->cap * 2;
+    gr_mark_t *mk = realloc(g->marks, cap * sizeof *mk);
+    if (mk) g->marks = mk;
+    uint32_t *dp = realloc(g->depth, cap * sizeof *dp);
+    if (dp) g->depth = dp;
+    uint32_t *pa = realloc(g->path, cap * sizeof *pa);
+    if (pa) g->path = pa;
+    if (!mk || !dp || !pa) return 0;
+    g->cap = cap;
+  }
+  uint32_t id = g->n++;
+  g->marks[id] = gr_save(g->m);
+  g->depth[id] = depth;
+  g->path[depth] = id;
+  g->n_path = depth + 1;
+  g->cur = id;
+  return id;
+}
+static uint32_t gm_start(constraint_t *c) { return 1; }
+static uint32_t gm_advance(constraint_t *c, uint32_t st, const uint8_t *b, uint32_t n) {
+  grammar_c *g = (grammar_c *)c;
+  if (!gm_on_path(g, st)) return 0;
+  gm_goto(g, st);
+  g->n_path = g->depth[st] + 1;       /* the states after st leave the path */
+  if (!(b ? gr_advance(g->m, b, n) : false)) {   /* special tokens: refused by the grammar core */
+    gr_restore(g->m, g->marks[st]);
+    return 0;
+  }
+  return gm_new_state(g, g->depth[st] + 1);
+}
+static bool gm_accepting(constraint_t *c, uint32_t st) {
+  grammar_c *g = (grammar_c *)c;
+  if (!gm_on_path(g, st)) return false;
+  gm_goto(g, st);
+  return gr_accepting(g->m);
+}
+static bool gm_can_continue(constraint_t *c, uint32_t st) {
+  grammar_c *g = (grammar_c *)c;
+  if (!gm_on_path(g, st)) return false;
+  gm_goto(g, st);
+  return gr_can_continue(g->m);
+}
+static const aici_tokset_t *gm_mask(constraint_t *c, uint32_t st) {
+  grammar_c *g = (grammar_c *)c;
+  gm_goto(g, st);
+  if (st != g->mask_state) g->gen++, g->mask_state = st;
+  gr_mask(g->m, g->trie, eos_token(), g->mask);
+  return g->mask;
+}
+static uint32_t gm_num_states(constraint_t *c) { return ((grammar_c *)c)->n; }
+static const constraint_ops_t GRAMMAR_OPS = {gm_start, gm_advance, gm_accepting, gm_can_continue, gm_mask, gm_num_states};
+
+static void grammar_finalizer(JSRuntime *r, JSValue v) {
+  grammar_c *g = JS_GetOpaque(v, grammar_class);
+  if (!g) return;
+  free(g->marks);
+  free(g->depth);
+  free(g->path);
+  aici_tokset_free(g->mask);
+  free(g);
+}
+
+/* new aici.Grammar(text, {syntax: "lark" | "gbnf"}): Lark unless the first definition uses ::=. */
+static JSValue grammar_ctor(JSContext *c, JSValueConst new_target, int argc, JSValueConst *argv) {
+  if (!argc || !JS_IsString(argv[0])) return JS_ThrowTypeError(c, "Grammar: the grammar must be a string (Lark or GBNF)");
+  int syntax = 0;   /* 0: detect, 1: lark, 2: gbnf */
+  if (argc > 1 && !JS_IsUndefined(argv[1])) {
+    if (!JS_IsObject(argv[1])) return JS_ThrowTypeError(c, "Grammar: options must be an object {syntax}");
+    JSPropertyEnum *props;
+    uint32_t np;
+    if (JS_GetOwnPropertyNames(c, &props, &np, argv[1], JS_GPN_STRING_MASK | JS_GPN_ENUM_ONLY)) return JS_EXCEPTION;
+    for (uint32_t i = 0; i < np; i++) {
+      const char *k = JS_AtomToCString(c, props[i].atom);
+      bool ok = k && !strcmp(k, "syntax");
+      JS_FreeCString(c, k);
+      if (!ok) { JS_FreePropertyEnum(c, props, np); return JS_ThrowTypeError(c, "Grammar: unknown option (options: syntax)"); }
+    }
+    JS_FreePropertyEnum(c, props, np);
+    JSValue v = JS_GetPropertyStr(c, argv[1], "syntax");
+    const char *sx = JS_IsString(v) ? JS_ToCString(c, v) : 0;
+    JS_FreeValue(c, v);
+    if (sx && !strcmp(sx, "lark")) syntax = 1;
+    else if (sx && !strcmp(sx, "gbnf")) syntax = 2;
+    JS_FreeCString(c, sx);
+    if (!syntax) return JS_ThrowTypeError(c, "Grammar: syntax must be \"lark\" or \"gbnf\"");
+  }
+  size_t len;
+  const char *text = JS_ToCStringLen(c, &len, argv[0]);
+  if (!text) return JS_EXCEPTION;
+  char *err = 0;
+  gr_grammar_t *gram = syntax == 1 ? gr_compile_lark(text, (uint32_t)len, &err)
+                     : syntax == 2 ? gr_compile_gbnf(text, (uint32_t)len, &err) : gr_compile(text, (uint32_t)len, &err);
+  JS_FreeCString(c, text);
+  if (!gram) {
+    JSValue e = JS_ThrowSyntaxError(c, "Grammar: %s", err ? err : "invalid grammar");
+    aici_free(err);
+    return e;
+  }
+  const aici_trie_t *trie = get_trie(c);
+  if (!trie) return JS_EXCEPTION;
+  gr_prepare_tokenizer(trie);   /* the grammar core's trie slices: once per instance (idempotent) */
+  grammar_c *g = calloc(1, sizeof *g);
+  JSValue obj = JS_NewObjectClass(c, (int)grammar_class);
+  if (JS_IsException(obj) || !g) { free(g); JS_FreeValue(c, obj); return JS_ThrowOutOfMemory(c); }
+  g->base = (constraint_t){&GRAMMAR_OPS, &g->gen};
+  g->g = gram, g->trie = trie, g->m = gr_matcher_new(gram), g->cap = 64, g->n = 1;
+  g->marks = malloc(g->cap * sizeof *g->marks), g->depth = malloc(g->cap * 4), g->path = malloc(g->cap * 4);
+  g->mask = aici_tokset_new();
+  g->mask_state = 0;
+  JS_SetOpaque(obj, g);
+  if (!g->m || !g->marks || !g->depth || !g->path || !g->mask || !gm_new_state(g, 0)) {
+    JS_FreeValue(c, obj);
+    return JS_ThrowOutOfMemory(c);
+  }
   return obj;
 }
 
@@ -287,9 +485,13 @@ static JSValue json_ctor(JSContext *c, JSValueConst new_target, int argc, JSValu
 
 /* ---- the JS methods, shared by both ----------------------------------------------------------- */
 static int state_arg(JSContext *c, JSValueConst this, JSValueConst v, constraint_t **k, uint32_t *st) {
-  if (!(*k = constraint_of(c, this)) || JS_ToUint32(c, st, v)) return -1;
+  if (!(*k = constraint_of(c, this)) || check_uint(c, v, 4294967295.0, st, "state")) return -1;
   if (*st >= (*k)->ops->num_states(*k)) {
     JS_ThrowRangeError(c, "%u is not a state of this constraint", *st);
+    return -1;
+  }
+  if ((*k)->ops == &GRAMMAR_OPS && *st && !gm_on_path((grammar_c *)*k, *st)) {
+    JS_ThrowRangeError(c, "state %u is off the grammar's path (an advance from an earlier state replaced it)", *st);
     return -1;
   }
   return 0;
@@ -303,7 +505,7 @@ static JSValue c_start(JSContext *c, JSValueConst this, int argc, JSValueConst *
 /* advance(state, tokenOrTokens): the state after the tokens' bytes (0: dead). */
 static JSValue c_advance(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
   constraint_t *k;
-  uint32_t st, vocab = aici_vocab_size();
+  uint32_t st;
   if (state_arg(c, this, argc ? argv[0] : JS_UNDEFINED, &k, &st)) return JS_EXCEPTION;
   JSValueConst toks = argc > 1 ? argv[1] : JS_UNDEFINED;
   int64_t n = 1;
@@ -312,10 +514,9 @@ static JSValue c_advance(JSContext *c, JSValueConst this, int argc, JSValueConst
   for (int64_t i = 0; i < n && st; i++) {
     uint32_t tok, len;
     JSValue v = many ? JS_GetPropertyInt64(c, toks, i) : JS_DupValue(c, toks);
-    int bad = JS_ToUint32(c, &tok, v);
+    int bad = JS_IsException(v) || check_token(c, v, &tok, "advance: token");
     JS_FreeValue(c, v);
     if (bad) return JS_EXCEPTION;
-    if (tok >= vocab) return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, vocab);
     const uint8_t *b = aici_token_bytes(tok, &len);
     st = k->ops->advance(k, st, b, b ? len : 0);
   }
@@ -506,11 +707,14 @@ static const JSCFunctionListEntry follower_proto[] = {
 
 void constraint_define(JSValueConst api) {
   static JSClassDef re = {"Regex", .finalizer = regex_finalizer}, js = {"JsonSchema", .finalizer = json_finalizer},
+                    gm = {"Grammar", .finalizer = grammar_finalizer},
                     fo = {"Follower", .finalizer = follower_finalizer, .gc_mark = follower_mark},
                     rs = {"FollowerResult", .finalizer = result_finalizer};
   int nc = sizeof constraint_proto / sizeof constraint_proto[0];
   define_class(api, &regex_class, &re, regex_ctor, constraint_proto, nc);
   define_class(api, &json_class, &js, json_ctor, constraint_proto, nc);
+  define_class(api, &grammar_class, &gm, grammar_ctor, constraint_proto, nc);
   define_class(api, &follower_class, &fo, follower_ctor, follower_proto, sizeof follower_proto / sizeof follower_proto[0]);
   define_class(api, &result_class, &rs, 0, result_proto, 1);
+  JS_SetPropertyStr(ctx, api, "choice", JS_NewCFunction(ctx, choice_fn, "choice", 1));
 }

@@ -38,6 +38,11 @@ const aici_trie_t *get_trie(JSContext *c);   /* NULL with an exception pending *
 /* A JS array of token ids -> a malloc'd array; NULL with an exception pending. */
 uint32_t *tokens_from(JSContext *c, JSValueConst v, uint32_t *n_out, const char *what);
 JSValue tokens_array(JSContext *c, const uint32_t *t, uint32_t n);
+/* v, an exact integer in [0, max] -> *out; else -1 with a TypeError (not a number) or RangeError
+ * (a fraction, NaN, an infinity, out of range) naming `what` and the value: nothing is coerced. */
+int check_uint(JSContext *c, JSValueConst v, double max, uint32_t *out, const char *what);
+/* check_uint for a token id: below aici_vocab_size(). */
+int check_token(JSContext *c, JSValueConst v, uint32_t *out, const char *what);
 /* A class with constructor `ctor` and prototype methods `fns`, as api[name]. */
 /* A class `def` with prototype methods `fns` and, unless `ctor` is NULL, api[def->class_name] its
  * constructor. */

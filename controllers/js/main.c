@@ -27,7 +27,8 @@
 #include "js.h"
 
 #define JS_MEMORY_LIMIT (40u << 20)   /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
-#define JS_STACK_LIMIT (640u << 10)   /* of the 1 MiB shadow stack (toolchain's js recipe) */
+#define JS_STACK_LIMIT (128u << 10)   /* of the 1 MiB shadow stack: QuickJS's check must fire before the
+                                     * Wasm stack (wasmtime's 512 KiB) runs out: ~400 plain JS frames */
 #define MAX_LOG_CHARS (16u << 10)     /* one console.log line; longer ones are cut */
 
 __attribute__((import_module("wasi_snapshot_preview1"), import_name("proc_exit"), noreturn))
@@ -51,6 +52,8 @@ static uint32_t arg_skip;             /* bytes of aici_arg() before the script's
  * controller. */
 __attribute__((used)) static const char JS_CONTROLLER_MARKER[] = "aicirt:js:controller:1";
 
+static const char *type_name(JSValueConst v);
+
 /* ---- failing: the log, then proc_exit ----------------------------------------------------- */
 __attribute__((noreturn)) static void die(const char *what, const char *text, size_t len) {
   aici_logf("js: %s: %.*s\n", what, (int)len, text);
@@ -60,8 +63,22 @@ __attribute__((noreturn)) static void die(const char *what, const char *text, si
 /* The pending exception as "Name: message\n    at ..." (its stack when it has one). */
 __attribute__((noreturn)) static void die_exception(const char *what) {
   JSValue exc = JS_GetException(ctx);
-  const char *msg = JS_ToCString(ctx, exc);
-  if (!msg) die(what, "out of memory (while reporting an exception)", 45);
+  const char *msg = JS_IsSymbol(exc) ? 0 : JS_ToCString(ctx, exc);
+  if (!msg) {   /* a Symbol, or a value whose conversion to a string threw: say which, truthfully */
+    JS_FreeValue(ctx, JS_GetException(ctx));
+    char buf[256];
+    if (JS_IsSymbol(exc)) {
+      JSValue d = JS_GetPropertyStr(ctx, exc, "description");
+      const char *ds = JS_IsString(d) ? JS_ToCString(ctx, d) : 0;
+      snprintf(buf, sizeof buf, "a thrown Symbol(%.200s)", ds ? ds : "");
+      JS_FreeCString(ctx, ds);
+      JS_FreeValue(ctx, d);
+    } else {
+      snprintf(buf, sizeof buf, "a thrown value (%s%s) whose conversion to a string threw", JS_IsProxy(exc) ? "a Proxy of " : "",
+               type_name(exc));
+    }
+    die(what, buf, strlen(buf));
+  }
   char *text = 0;
   size_t len = strlen(msg);
   if (JS_IsError(exc)) {
@@ -114,6 +131,30 @@ JSValue tokens_array(JSContext *c, const uint32_t *t, uint32_t n) {
   return arr;
 }
 
+static const char *type_name(JSValueConst v) {
+  return JS_IsString(v) ? "a string" : JS_IsUndefined(v) ? "undefined" : JS_IsNull(v) ? "null"
+       : JS_IsBool(v) ? "a boolean" : JS_IsSymbol(v) ? "a Symbol" : JS_IsBigInt(v) ? "a BigInt"
+       : JS_IsFunction(ctx, v) ? "a function" : JS_IsArray(v) ? "an array" : JS_IsObject(v) ? "an object" : "a value";
+}
+
+int check_uint(JSContext *c, JSValueConst v, double max, uint32_t *out, const char *what) {
+  if (!JS_IsNumber(v)) { JS_ThrowTypeError(c, "%s: expected an integer from 0 to %.0f, got %s", what, max, type_name(v)); return -1; }
+  double d;
+  JS_ToFloat64(c, &d, v);
+  if (d != d || d < 0 || d > max || d != (double)(uint64_t)d) {
+    const char *s = JS_ToCString(c, v);   /* JS's own spelling: NaN, Infinity, 65.5, 4294967297 */
+    JS_ThrowRangeError(c, "%s: %s is not an integer from 0 to %.0f", what, s ? s : "?", max);
+    JS_FreeCString(c, s);
+    return -1;
+  }
+  *out = (uint32_t)d;
+  return 0;
+}
+
+int check_token(JSContext *c, JSValueConst v, uint32_t *out, const char *what) {
+  return check_uint(c, v, (double)aici_vocab_size() - 1, out, what);
+}
+
 /* A JS array of token ids -> a heap array (free with free); NULL with an exception pending. */
 uint32_t *tokens_from(JSContext *c, JSValueConst v, uint32_t *n_out, const char *what) {
   int64_t n;
@@ -122,13 +163,14 @@ uint32_t *tokens_from(JSContext *c, JSValueConst v, uint32_t *n_out, const char 
   if (n > (1 << 24)) { JS_ThrowRangeError(c, "%s: %lld tokens is too many", what, (long long)n); return 0; }
   uint32_t *t = malloc((size_t)(n ? n : 1) * 4), vocab = aici_vocab_size();
   if (!t) { JS_ThrowOutOfMemory(c); return 0; }
+  char where[128];
   for (int64_t i = 0; i < n; i++) {
     JSValue e = JS_GetPropertyInt64(c, v, i);
-    int bad = !JS_IsNumber(e) || JS_ToUint32(c, &t[i], e);
+    snprintf(where, sizeof where, "%s[%lld]", what, (long long)i);
+    int bad = JS_IsException(e) || check_uint(c, e, (double)vocab - 1, &t[i], where);
     JS_FreeValue(c, e);
-    if (bad || t[i] >= vocab) {
+    if (bad) {
       free(t);
-      if (!JS_HasException(c)) JS_ThrowRangeError(c, "%s[%lld]: not a token id below %u", what, (long long)i, vocab);
       return 0;
     }
   }
@@ -165,9 +207,8 @@ static JSValue api_detokenize(JSContext *c, JSValueConst this, int argc, JSValue
 }
 
 static JSValue api_token_bytes(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
-  uint32_t tok, len, vocab = aici_vocab_size();
-  if (JS_ToUint32(c, &tok, argc ? argv[0] : JS_UNDEFINED)) return JS_EXCEPTION;
-  if (tok >= vocab) return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, vocab);
+  uint32_t tok, len;
+  if (check_token(c, argc ? argv[0] : JS_UNDEFINED, &tok, "tokenBytes")) return JS_EXCEPTION;
   if (!get_trie(c)) return JS_EXCEPTION;
   const uint8_t *b = aici_token_bytes(tok, &len);
   return b ? JS_NewUint8ArrayCopy(c, b, len) : JS_NULL;
@@ -251,9 +292,22 @@ static const char PRELUDE[] =
     "aici.Cap = Object.freeze({FORK: 1, BACKTRACK: 2, FF_TOKENS: 4, CONDITIONAL_FF_TOKENS: 8});\n"
     "aici.stop = () => ({branches: []});\n"
     "aici.sample = (mask, opts) => ({branches: [opts ? Object.assign({sampleMask: mask}, opts) : {sampleMask: mask}]});\n"
-    "aici.fastForward = (tokens, backtrack) => ({branches: [{splices: [{backtrack: backtrack || 0, ffTokens: tokens}]}]});\n"
+    "aici.fastForward = (tokens, backtrack) => ({branches: [{splices: [{backtrack: backtrack === undefined ? 0 : backtrack, ffTokens: tokens}]}]});\n"
     "aici.noop = () => aici.fastForward([], 0);\n"
     "globalThis.console = Object.freeze({log: aici.log, info: aici.log, warn: aici.log, error: aici.log, debug: aici.log});\n";
+
+/* The async library (lib.js: start, $, gen, fork, waitVars, Label, ...), part of the snapshot. */
+static const char LIB[] = {
+#embed "lib.js"
+};
+
+/* What `import ... from "aici"` gives a module script: the library and the API as named exports. */
+static const char LIB_MODULE[] =
+    "const a = globalThis.aici;\n"
+    "export default a;\n"
+    "export const {start, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar,\n"
+    "  TokenSet, Regex, JsonSchema, Grammar, Follower, choice, Cap, stop, sample, fastForward, noop, vocabSize, eosToken,\n"
+    "  selfSeqId, capabilities, tokenize, detokenize, tokenBytes, arg, allTokens, varGet, varSet, varAppend, log} = a;\n";
 
 /* The cycle collector's next run: GC_HEADROOM past the heap as it is now. QuickJS frees most
  * garbage by reference counting; its cycle collector walks every object of the heap, writing
@@ -267,6 +321,48 @@ static void gc_later(void) {
   JS_SetGCThreshold(rt, (size_t)u.malloc_size + GC_HEADROOM);
 }
 
+static bool is_module(const char *s, uint32_t n);
+
+/* aici._checkSyntax(source): compile `source` as the controller would (a module when a line starts
+ * with import/export), run nothing; a SyntaxError names <script>:LINE:COL. For `aicirt build`
+ * (runtime/js_bind.py); harmless to scripts, which can eval anyway. */
+static JSValue api_check_syntax(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  if (!argc || !JS_IsString(argv[0])) return JS_ThrowTypeError(c, "_checkSyntax: expected a string");
+  size_t len;
+  const char *src = JS_ToCStringLen(c, &len, argv[0]);
+  if (!src) return JS_EXCEPTION;
+  bool module = is_module(src, (uint32_t)len);
+  JSValue f = JS_Eval(c, src, len, "<script>", (module ? JS_EVAL_TYPE_MODULE : JS_EVAL_TYPE_GLOBAL) | JS_EVAL_FLAG_COMPILE_ONLY);
+  JS_FreeCString(c, src);
+  if (JS_IsException(f)) return f;
+  JS_FreeValue(c, f);
+  return JS_NewBool(c, module);
+}
+
+/* ---- modules and jobs ---------------------------------------------------------------------- */
+/* `import` in a module script: "aici" (or "@aicirt/aici") is the shipped library; nothing else
+ * exists (no files, no network). */
+static JSModuleDef *load_module(JSContext *c, const char *name, void *opaque) {
+  if (strcmp(name, "aici") && strcmp(name, "@aicirt/aici")) {
+    JS_ThrowReferenceError(c, "cannot import '%s': the only module is \"aici\" (the shipped library)", name);
+    return 0;
+  }
+  JSValue f = JS_Eval(c, LIB_MODULE, sizeof LIB_MODULE - 1, name, JS_EVAL_TYPE_MODULE | JS_EVAL_FLAG_COMPILE_ONLY);
+  if (JS_IsException(f)) return 0;
+  JSModuleDef *m = JS_VALUE_GET_PTR(f);
+  JS_FreeValue(c, f);
+  return m;
+}
+
+/* Run every pending promise job (the script's `await`s resume here); an exception a job throws
+ * ends the sequence. */
+static void run_jobs(const char *what) {
+  JSContext *c;
+  int r;
+  while ((r = JS_ExecutePendingJob(rt, &c)) != 0)
+    if (r < 0) die_exception(what);
+}
+
 /* ---- the interpreter ----------------------------------------------------------------------- */
 static void make_interpreter(void) {
   if (ctx) return;
@@ -276,6 +372,7 @@ static void make_interpreter(void) {
   if (!(ctx = JS_NewContext(rt))) aici_fail("js: cannot create the interpreter's context (out of memory)");
   JSValue global = JS_GetGlobalObject(ctx), api = JS_NewObject(ctx);
   JS_SetPropertyFunctionList(ctx, api, api_funcs, sizeof api_funcs / sizeof api_funcs[0]);
+  JS_DefinePropertyValueStr(ctx, api, "_checkSyntax", JS_NewCFunction(ctx, api_check_syntax, "_checkSyntax", 1), 0);
   tokset_define(api);
   constraint_define(api);
   JS_SetPropertyStr(ctx, global, "aici", api);
@@ -284,6 +381,10 @@ static void make_interpreter(void) {
   JSValue r = JS_Eval(ctx, PRELUDE, sizeof PRELUDE - 1, "<aici prelude>", JS_EVAL_TYPE_GLOBAL);
   if (JS_IsException(r)) die_exception("prelude");
   JS_FreeValue(ctx, r);
+  r = JS_Eval(ctx, LIB, sizeof LIB, "<aici lib>", JS_EVAL_TYPE_GLOBAL);
+  if (JS_IsException(r)) die_exception("the library");
+  JS_FreeValue(ctx, r);
+  JS_SetModuleLoaderFunc(rt, 0, load_module, 0);
   mid_fn = JS_UNDEFINED;
   gc_later();
 }
@@ -291,6 +392,10 @@ static void make_interpreter(void) {
 AICI_EXPORT_INIT void js_init(void) {
   make_interpreter();
   if ((trie = aici_trie())) aici_token_bytes(0, 0);
+  /* Not gr_prepare_tokenizer here: its trie slices take ~16 MiB of linear memory on Qwen2's
+   * vocabulary, in every instance, and would leave less than the interpreter's 40 MiB limit
+   * below the instance's 64 MiB (an allocation bomb would trap in malloc, not throw in JS).
+   * aici.Grammar prepares them on first use (constraint.c). */
   JS_RunGC(rt);
   gc_later();
 }
@@ -302,6 +407,64 @@ static JSValue math_random(JSContext *c, JSValueConst this, int argc, JSValueCon
   return JS_NewFloat64(c, (double)(r >> 11) * (1.0 / 9007199254740992.0));
 }
 
+/* A module script: a line that starts (after blanks), outside strings, template literals and
+ * comments, with an `import` or `export` declaration. (QuickJS's JS_DetectModule calls every
+ * script that also parses as a module one, which would make a plain script's top-level names
+ * module-local.) A regex literal holding a quote can mislead the scan; such a script is run as
+ * what the scan says, and its error shows it. */
+static bool is_module(const char *s, uint32_t n) {
+  enum { CODE, LINE_C, BLOCK_C, STR, TMPL } st = CODE;
+  char quote = 0;
+  int tmpl_depth[32], nt = 0, braces = 0;   /* brace depth at each open ${ of a template */
+  bool line_start = true;
+  char prev = ';';                          /* the last code character: a '/' after one of
+                                             * "(,=:[!&|?{};+-*%<>~^" or a line start opens a regex */
+  for (uint32_t i = 0; i < n; i++) {
+    char c = s[i];
+    switch (st) {
+      case LINE_C: if (c == '\n') st = CODE, line_start = true; continue;
+      case BLOCK_C: if (c == '*' && i + 1 < n && s[i + 1] == '/') st = CODE, i++; continue;
+      case STR: if (c == '\\') i++; else if (c == quote || c == '\n') st = CODE; continue;
+      case TMPL:
+        if (c == '\\') i++;
+        else if (c == '`') st = CODE;
+        else if (c == '$' && i + 1 < n && s[i + 1] == '{' && nt < 32) tmpl_depth[nt++] = braces++, i++, st = CODE;
+        continue;
+      case CODE: break;
+    }
+    if (c == '\n') { line_start = true; continue; }
+    if (c == ' ' || c == '\t' || c == '\r') continue;
+    if (line_start && n - i > 6 && (!memcmp(s + i, "import", 6) || !memcmp(s + i, "export", 6))) {
+      char d = s[i + 6];
+      if (d == ' ' || d == '\t' || d == '{' || d == '*' || (s[i] == 'i' && (d == '"' || d == '\''))) return true;
+    }
+    bool was_line_start = line_start;
+    line_start = false;
+    if (c == '/' && i + 1 < n && s[i + 1] == '/') st = LINE_C, i++;
+    else if (c == '/' && i + 1 < n && s[i + 1] == '*') st = BLOCK_C, i++;
+    else if (c == '/' && (was_line_start || strchr("(,=:[!&|?{};+-*%<>~^", prev))) {   /* a regex literal */
+      bool cls = false;
+      for (i++; i < n && s[i] != '\n'; i++) {
+        if (s[i] == '\\') i++;
+        else if (s[i] == '[') cls = true;
+        else if (s[i] == ']') cls = false;
+        else if (s[i] == '/' && !cls) break;
+      }
+      prev = 'r';
+      continue;
+    }
+    else if (c == '"' || c == '\'') st = STR, quote = c;
+    else if (c == '`') st = TMPL;
+    else if (c == '{') braces++;
+    else if (c == '}') {
+      if (nt && tmpl_depth[nt - 1] == braces - 1) nt--, st = TMPL;
+      braces--;
+    }
+    prev = c;
+  }
+  return false;
+}
+
 static void load_script(void) {
   uint32_t n, len = 0;   /* the argument: script, then NUL and the script's argument */
   char *a = (char *)aici_arg(&n);
@@ -311,14 +474,45 @@ static void load_script(void) {
   JSValue math = JS_GetPropertyStr(ctx, global, "Math");
   JS_SetPropertyStr(ctx, math, "random", JS_NewCFunction(ctx, math_random, "random", 0));
   JS_FreeValue(ctx, math);
-  JSValue r = JS_Eval(ctx, a, len, "<script>", JS_EVAL_TYPE_GLOBAL);
+  bool module = is_module(a, len);
+  JSValue r = JS_Eval(ctx, a, len, "<script>", module ? JS_EVAL_TYPE_MODULE | JS_EVAL_FLAG_COMPILE_ONLY : JS_EVAL_TYPE_GLOBAL);
   aici_free(a);
   if (JS_IsException(r)) die_exception("the script failed");
+  JSValue ns = JS_UNDEFINED;
+  if (module) {
+    JSModuleDef *m = JS_VALUE_GET_PTR(r);
+    r = JS_EvalFunction(ctx, r);   /* a promise: the module's evaluation */
+    if (JS_IsException(r)) die_exception("the script failed");
+    run_jobs("the script failed");
+    if (JS_PromiseState(ctx, r) == JS_PROMISE_REJECTED) {
+      JS_Throw(ctx, JS_PromiseResult(ctx, r));
+      die_exception("the script failed");
+    }
+    ns = JS_GetModuleNamespace(ctx, m);
+  } else {
+    run_jobs("the script failed");
+  }
   JS_FreeValue(ctx, r);
-  mid_fn = JS_GetPropertyStr(ctx, global, "midProcess");
+  if (module) {
+    mid_fn = JS_GetPropertyStr(ctx, ns, "midProcess");
+    JS_FreeValue(ctx, ns);
+  } else {   /* a function declaration, or const/let/var: the global scope's binding */
+    static const char FIND[] = "typeof midProcess === 'function' ? midProcess : undefined";
+    mid_fn = JS_Eval(ctx, FIND, sizeof FIND - 1, "<aici>", JS_EVAL_TYPE_GLOBAL);
+    if (JS_IsException(mid_fn)) die_exception("the script failed");
+  }
+  JSValue api = JS_GetPropertyStr(ctx, global, "aici");
+  JSValue started = JS_GetPropertyStr(ctx, api, "_libStarted");
+  if (!JS_IsFunction(ctx, mid_fn) && JS_ToBool(ctx, started)) {
+    JS_FreeValue(ctx, mid_fn);
+    mid_fn = JS_GetPropertyStr(ctx, api, "_libMidProcess");
+  }
+  JS_FreeValue(ctx, started);
+  JS_FreeValue(ctx, api);
   JS_FreeValue(ctx, global);
   if (!JS_IsFunction(ctx, mid_fn)) {
-    const char *m = "the script defines no function midProcess(arg) (a global function declaration)";
+    const char *m = module ? "the module exports no function midProcess(arg) and calls no aici.start(fn)"
+                           : "the script defines no function midProcess(arg) and calls no aici.start(fn)";
     die("the script failed", m, strlen(m));
   }
   script_loaded = true;
@@ -351,6 +545,11 @@ static int check_keys(JSValueConst obj, const char *path, const int *allowed) {
 /* obj[name]; *present: neither undefined nor null. A getter that throws leaves JS_EXCEPTION
  * (callers return -1 on it, so that exception, not a shape error, is reported). */
 static JSValue get_field(JSValueConst obj, int name, bool *present) {
+  int own = JS_GetOwnProperty(ctx, 0, obj, atoms[name]);   /* own properties only: never a prototype's */
+  if (own <= 0) {
+    *present = false;
+    return own < 0 ? JS_EXCEPTION : JS_UNDEFINED;
+  }
   JSValue v = JS_GetProperty(ctx, obj, atoms[name]);
   *present = !JS_IsUndefined(v) && !JS_IsNull(v) && !JS_IsException(v);
   return v;
@@ -380,11 +579,10 @@ static int add_splice(aici_branch_t *b, JSValueConst sp, const char *path) {
   bool present;
   JSValue v = get_field(sp, A_BACKTRACK, &present);
   if (JS_IsException(v)) return -1;
-  if (present && (!JS_IsNumber(v) || JS_ToUint32(ctx, &bt, v))) {
+  char msg[96];
+  snprintf(msg, sizeof msg, "%s.backtrack", path);
+  if (present && check_uint(ctx, v, 4294967295.0, &bt, msg)) {
     JS_FreeValue(ctx, v);
-    char msg[96];
-    snprintf(msg, sizeof msg, "%s.backtrack", path);
-    throw_shape(msg, "is not a number");
     return -1;
   }
   JS_FreeValue(ctx, v);
@@ -432,7 +630,13 @@ static int add_branch(aici_result_t *res, JSValueConst br, uint32_t i) {
   if (JS_IsException(v)) return -1;
   if (present) {
     double temp;
-    if (!JS_IsNumber(v) || JS_ToFloat64(ctx, &temp, v)) { JS_FreeValue(ctx, v); throw_shape(path, ".temperature is not a number"); return -1; }
+    if (!JS_IsNumber(v) || JS_ToFloat64(ctx, &temp, v) || !(temp >= 0 && temp <= 3.4e38)) {
+      const char *s = JS_IsNumber(v) ? JS_ToCString(ctx, v) : 0;
+      JS_ThrowRangeError(ctx, "%s.temperature: %s is not a finite number >= 0", path, s ? s : type_name(v));
+      JS_FreeCString(ctx, s);
+      JS_FreeValue(ctx, v);
+      return -1;
+    }
     aici_branch_temperature(b, (float)temp);
   }
   JS_FreeValue(ctx, v);
@@ -492,6 +696,22 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   JSValue r = JS_Call(ctx, mid_fn, JS_UNDEFINED, 1, (JSValueConst *)&a);
   JS_FreeValue(ctx, a);
   if (JS_IsException(r)) die_exception("midProcess threw");
+  run_jobs("midProcess threw");
+  if (JS_IsPromise(r)) {   /* an async midProcess (or the library's): its value once the jobs ran */
+    JSPromiseStateEnum ps = JS_PromiseState(ctx, r);
+    JSValue v = ps == JS_PROMISE_PENDING ? JS_UNDEFINED : JS_PromiseResult(ctx, r);
+    JS_FreeValue(ctx, r);
+    if (ps == JS_PROMISE_REJECTED) {
+      JS_Throw(ctx, v);
+      die_exception("midProcess threw");
+    }
+    if (ps == JS_PROMISE_PENDING) {
+      const char *m = "midProcess's promise is still pending after every job ran: it awaits something other than "
+                      "the next call (there are no timers or I/O here)";
+      die("midProcess", m, strlen(m));
+    }
+    r = v;
+  }
   int bad = convert_result(r, res);
   JS_FreeValue(ctx, r);
   cur_arg = 0;

@@ -1,6 +1,7 @@
 /* TokenSet: a native bitset over the vocabulary (the SDK's aici_tokset_t), handed to the host
  * without a copy. A constraint's mask is a read-only view: a Regex's is cached for good, a
  * JsonSchema's is valid until that schema's next mask (a stale view throws, naming copy()). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "js.h"
@@ -54,11 +55,12 @@ static JSValue tokset_ctor(JSContext *c, JSValueConst new_target, int argc, JSVa
     if (JS_GetLength(c, argv[0], &n) < 0) { JS_FreeValue(c, obj); return JS_EXCEPTION; }
     for (int64_t i = 0; i < n; i++) {
       uint32_t tok;
+      char where[48];
+      snprintf(where, sizeof where, "TokenSet: tokens[%lld]", (long long)i);
       JSValue v = JS_GetPropertyInt64(c, argv[0], i);
-      int bad = JS_ToUint32(c, &tok, v);
+      int bad = JS_IsException(v) || check_uint(c, v, (double)t->set->vocab - 1, &tok, where);
       JS_FreeValue(c, v);
       if (bad) { JS_FreeValue(c, obj); return JS_EXCEPTION; }
-      if (tok >= t->set->vocab) { JS_FreeValue(c, obj); return JS_ThrowRangeError(c, "token %u >= vocab size %u", tok, t->set->vocab); }
       aici_tokset_allow(t->set, tok);
     }
   }
@@ -66,12 +68,7 @@ static JSValue tokset_ctor(JSContext *c, JSValueConst new_target, int argc, JSVa
 }
 
 static int arg_token(JSContext *c, tokset_t *t, JSValueConst v, uint32_t *tok, bool upto) {
-  if (JS_ToUint32(c, tok, v)) return -1;
-  if (*tok > t->set->vocab || (!upto && *tok == t->set->vocab)) {
-    JS_ThrowRangeError(c, "token %u >= vocab size %u", *tok, t->set->vocab);
-    return -1;
-  }
-  return 0;
+  return check_uint(c, v, (double)t->set->vocab - (upto ? 0 : 1), tok, upto ? "TokenSet range bound" : "TokenSet token");
 }
 
 enum { TS_ALLOW, TS_DENY, TS_HAS };

@@ -304,6 +304,8 @@ static uint32_t json_leaf(cx_t *c, const jv_t *f, uint32_t cont) {
   if (ws && ws->kind == JV_NUM && jv_is_int(ws) && ws->num >= 0 && ws->num <= 8) o.whitespace = (uint32_t)ws->num;
   const jv_t *co = jv_get(f, "x-coerce-one-of");  /* oneOf whose branches may overlap, as anyOf */
   o.coerce_one_of = co && co->kind == JV_TRUE;
+  const jv_t *ao = jv_get(f, "x-any-order");      /* object keys in any order (the json controller's any_order) */
+  o.any_order = ao && ao->kind == JV_TRUE;
   compiled_t cc = {0};
   char *cerr = 0;
   if (!schema_compile(schema, &o, &cc, &cerr)) {

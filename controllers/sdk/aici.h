@@ -35,7 +35,7 @@ extern "C" {
 typedef uint32_t aici_token_t;
 
 /* ---- memory ------------------------------------------------------------------------------ */
-/* Never NULL: out of guest memory (SPEC §4: 64 MiB by default) logs and traps, which ends the
+/* Never NULL: out of guest memory (docs/protocol.md#limits: 64 MiB by default) logs and traps, which ends the
  * sequence with finish reason "error". */
 void *aici_malloc(size_t n);
 void *aici_calloc(size_t n, size_t size);

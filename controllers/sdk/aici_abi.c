@@ -49,7 +49,7 @@ void *aici_tmp_alloc(size_t n) {
   }
 }
 
-/* ---- result layout (canonical ABI, SPEC §2) ------------------------------------------------ */
+/* ---- result layout (canonical ABI, docs/protocol.md#wit) ------------------------------------------------ */
 typedef struct {
   uint32_t when_ptr, when_len, backtrack, ff_ptr, ff_len;
 } splice_abi_t;

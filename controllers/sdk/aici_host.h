@@ -1,5 +1,5 @@
 /* aici_host.h - internal: the host imports of world `controller`, lowered by the canonical ABI
- * (SPEC section 2). Controllers use the wrappers in aici.h instead. Results that do not fit one
+ * (docs/protocol.md#binary). Controllers use the wrappers in aici.h instead. Results that do not fit one
  * core value come back through a return-area pointer (the last parameter). */
 #ifndef AICI_HOST_H
 #define AICI_HOST_H

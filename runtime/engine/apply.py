@@ -1,4 +1,4 @@
-"""Applying one step's outcome to the sequences (SPEC §3): mask, sample, splice, fork, stop.
+"""Applying one step's outcome to the sequences (docs/protocol.md#semantics): mask, sample, splice, fork, stop.
 
 The engine decides what runs and when; this module only turns each controller's result (and,
 for plain sequences, the logits) into edits of `GenSeq.tokens` and the caches, keeping the
@@ -46,7 +46,7 @@ class Applier:
 
     def apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: RowsOutcome | None, mask_vocab: int,
               events: list[Event]) -> None:
-        """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3).
+        """Mask, sample, splice, fork and stop, as each controller's result says (docs/protocol.md#semantics).
 
         `controlled` are the sequences of `live` with a controller, in the order of the
         outcome's rows; `mask_vocab` is the width the masks cover (the runtime's vocabulary)."""
@@ -161,9 +161,11 @@ class Applier:
                                      f"({len(s.tokens)} tokens)", events)
             return
         keep = len(s.tokens) - splice.backtrack
+        # max_tokens bounds forced text too: a fast-forward past the budget is cut there ("length")
+        ff = list(splice.ff_tokens)[:max(0, s.request.params.max_tokens - s.generated)]
         del s.tokens[keep:]
         s.unchanged = min(s.unchanged, keep)
-        s.tokens.extend(splice.ff_tokens)
+        s.tokens.extend(ff)
         top = s.request.params.logprobs
         if top is not None:
             start = len(s.request.prompt)
@@ -172,12 +174,12 @@ class Applier:
         if s.cache.length > keep:
             self.backend.backtrack(s.cache, keep)
         s.logits = None
-        s.generated += len(splice.ff_tokens)
-        events.append(TokensEvent(s.request, s, splice.backtrack, list(splice.ff_tokens)))
+        s.generated += len(ff)
+        events.append(TokensEvent(s.request, s, splice.backtrack, ff))
         if not s.tokens:
             self.finish(s, "error", "a splice left the sequence empty", events)
             return
-        if not self._check_stop(s, events, len(splice.ff_tokens)):
+        if not self._check_stop(s, events, len(ff)):
             self._check_length(s, events)
 
     def _check_stop(self, s: GenSeq, events: list[Event], appended: int) -> bool:

@@ -7,7 +7,7 @@ One step (see docs/embedding.md), like nano-vllm's schedule -> run -> postproces
     handle = self._submit(controlled)      # controllers start on worker threads
     self._forward(batch)                   # the forward pass runs meanwhile
     outcome = handle.wait()                # late controllers no-op this step ("pending")
-    self._apply(live, controlled, outcome, events)   # mask, sample, splice, fork, stop (SPEC §3;
+    self._apply(live, controlled, outcome, events)   # mask, sample, splice, fork, stop (docs/protocol.md#semantics;
                                            # apply.py)
     self._retire(events)                   # variable changes out; finished requests let go
 
@@ -82,6 +82,31 @@ class Engine:
 
             self._runtime = Runtime(self.backend.runtime_tokenizer(), limits=self._limits, workers=self._workers)
         return self._runtime
+
+    def collect(self) -> None:
+        """Free the controllers that were closed while their call ran and whose calls have
+        ended (a step does this too); a server calls it while idle, so that their memory and
+        memory-budget share come back without another step."""
+        if self._runtime is not None:
+            self._runtime.collect()
+
+    def has_memory_for(self, sequences: int = 1) -> bool:
+        """Whether the runtime's memory budget (Limits.memory_budget_bytes) has room for
+        `sequences` new controlled sequences now; True before the runtime exists. A server asks
+        before it starts a controlled request, and keeps it waiting otherwise (a request
+        started without room ends at once with `aicirt.memory.OverBudget`'s message). Safe to
+        call from any thread (a racy read)."""
+        rt = self._runtime
+        return rt is None or rt.memory_budget.room_for(sequences)
+
+    def memory_budget_text(self) -> str:
+        """The memory budget's state in words, for an error message."""
+        rt = self._runtime
+        if rt is None:
+            return "no controller runs yet"
+        b = rt.memory_budget
+        return (f"{b.sequences} live sequences hold {b.reserved_bytes >> 20} MiB of the memory budget of "
+                f"{b.limit_bytes >> 20} MiB (Limits.memory_budget_bytes; each reserves {b.per_sequence_bytes >> 20} MiB)")
 
     @property
     def requests(self) -> list[GenRequest]:
@@ -253,7 +278,7 @@ class Engine:
 
     def _apply(self, live: list[GenSeq], controlled: list[GenSeq], outcome: RowsOutcome | None,
                events: list[Event]) -> None:
-        """Mask, sample, splice, fork and stop, as each controller's result says (SPEC §3)."""
+        """Mask, sample, splice, fork and stop, as each controller's result says (docs/protocol.md#semantics)."""
         mask_vocab = self.runtime.vocab_size if outcome is not None else 0
         self._applier.apply(live, controlled, outcome, mask_vocab, events)
 

@@ -23,7 +23,7 @@ class SamplingParams:
 
     `temperature`: 0 = greedy; a branch may override it for one step. `top_k`: 0 = off.
     `top_p`: 1.0 = off. `max_tokens`: tokens appended to the sequence (sampled or fast-forwarded)
-    before it finishes with reason "length". `seed`: None = nondeterministic. `max_idle_steps`:
+    before it finishes with reason "length" (a fast-forward past it is cut there). `seed`: None = nondeterministic. `max_idle_steps`:
     consecutive no-op steps before a sequence ends with an error (a controller waiting forever).
     `ignore_eos`: keep going after a sampled EOS (benchmarks that need a fixed token count).
     `stop`: strings that end a sequence (finish reason "stop") as soon as its output text holds

@@ -10,7 +10,7 @@ A step, for every controlled request in the host's batch:
     plan = steering.end()        # wait, then one mask row per request (plan.masks[i] for batch[i])
     ...host masks logits row i with plan.masks[i] (temperature plan.temperatures[i]) and samples...
 
-SPEC §6, "vLLM (logits processor)": the controller is granted only what such a host can honour,
+docs/protocol.md#hosts, "vLLM (logits processor)": the controller is granted only what such a host can honour,
 MASK_ONLY_CAPABILITIES (ff-tokens, conditional ff-tokens; no backtrack, no fork):
 - a mask is applied as is; a branch temperature is passed on in `plan.temperatures` for the host to
   apply where it can do so exactly;
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aicirt.integrations")
 
-#: What a host that masks one token per step can honour (SPEC §6).
+#: What a host that masks one token per step can honour (docs/protocol.md#hosts).
 MASK_ONLY_CAPABILITIES = Capabilities.FF_TOKENS | Capabilities.CONDITIONAL_FF_TOKENS
 
 #: Consecutive no-op results asked again within one step before the request fails.

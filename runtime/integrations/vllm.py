@@ -18,10 +18,12 @@ agree). What the controller is granted, and why, is in `aicirt.integrations.stee
 docs/vllm.md. A controller error ends its request: the request's output ends with
 ``[aicirt error: ...]`` and the worker logs the message (logger ``aicirt.integrations``).
 
-vLLM's async scheduling is refused at load: with it the previous step's token is not yet in the
-output list at `update_state`, so the controller could not be called during the forward pass.
-The CPU build turns it off itself; on GPUs pass ``--no-async-scheduling``. Speculative decoding
-is refused by vLLM itself for custom logits processors.
+Async scheduling is handled: with it the previous step's token is still a placeholder (-1) in
+the output list at `update_state`, and vLLM writes it in just before `apply`; the controllers
+then start in `apply` instead, so their time is not hidden behind the forward pass (docs/vllm.md).
+Speculative decoding is refused by vLLM itself for custom V1 logits processors; under Model
+Runner V2 (the GPU default) the same class name builds `vllm_mrv2`'s processor, which masks
+draft rows.
 """
 from __future__ import annotations
 
@@ -156,7 +158,7 @@ class AicirtLogitsProcessor(LogitsProcessor):
         if found is None:
             return
         ref, arg = found
-        if ref == "program":   # steps vLLM cannot host (fork) are refused before the run (SPEC §6)
+        if ref == "program":   # steps vLLM cannot host (fork) are refused before the run (docs/protocol.md#hosts)
             from ..program import ProgramError, capability_refusal
             from .steering import MASK_ONLY_CAPABILITIES
             try:
@@ -176,11 +178,8 @@ class AicirtLogitsProcessor(LogitsProcessor):
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
         """Checks the settings and loads the model's tokenizer; the runtime (its worker threads,
         its epoch ticker, the token trie) starts only with the first controlled request, so a
-        server that never sees one pays nothing per step. Raises ValueError for async
-        scheduling, a slow-only tokenizer or a bad ``AICIRT_VLLM_ALLOW_PATHS``."""
-        if getattr(vllm_config.scheduler_config, "async_scheduling", False):
-            raise ValueError("aicirt's logits processor needs async scheduling off (--no-async-scheduling): "
-                             "with it, a step's token is not known before the next forward pass")
+        server that never sees one pays nothing per step. Raises ValueError for a slow-only
+        tokenizer or a bad ``AICIRT_VLLM_ALLOW_PATHS``."""
         paths_allowed()   # a bad value stops the engine here, not each request
         _route_logs_to_vllm()
         self.device = device
@@ -198,6 +197,7 @@ class AicirtLogitsProcessor(LogitsProcessor):
         self._biases = MaskBiases()
         self._opened = 0
         self._warned: weakref.WeakSet[Steered] = weakref.WeakSet()   # told once: temperature not applied
+        self._deferred = False   # async scheduling: a token still a placeholder, the calls start in apply
 
     @property
     def steering(self) -> Steering:
@@ -257,7 +257,10 @@ class AicirtLogitsProcessor(LogitsProcessor):
         if batch_update is not None and (batch_update.added or self._rows):
             self._follow(batch_update)
         if self._batch:
-            self.steering.begin(self._batch)
+            # async scheduling: last step's token is still a placeholder (-1) until just before apply
+            self._deferred = any(s.output and s.output[-1] < 0 for s in self._batch)
+            if not self._deferred:
+                self.steering.begin(self._batch)
         elif self._steering is not None and self._steering.pending:
             self._steering.end()   # a step vLLM skipped, and its rows are gone: take its results in
 
@@ -291,6 +294,9 @@ class AicirtLogitsProcessor(LogitsProcessor):
         """After the forward pass: wait for the controllers and mask the controlled rows in place."""
         if not self._order:
             return logits
+        if self._deferred:
+            self._deferred = False
+            self.steering.begin(self._batch)
         plan = self.steering.end()
         skipped = apply_plan(logits, self._order, plan.masks, plan.temperatures, self._request_t, self._exact,
                              self._biases)
@@ -301,3 +307,9 @@ class AicirtLogitsProcessor(LogitsProcessor):
                 log.warning("%s: branch temperature %s not applied (it is exact only for a request that samples "
                             "at T > 0 without presence/frequency penalties)", s.label, plan.temperatures[k])
         return logits
+
+
+# The same name under Model Runner V2 (vLLM's GPU default): there it builds vllm_mrv2's processor.
+from .vllm_mrv2 import both_runners  # noqa: E402
+
+AicirtLogitsProcessor = both_runners(AicirtLogitsProcessor)

@@ -181,10 +181,10 @@ class Native:
         if slot.has_post:
             slot.post_pending = 1
             slot.post_ptr = slot.result_ptr
-            slot.post_left_us = slot.budget_us - slot.cpu_us   # the limit counts CPU time (SPEC §4)
+            slot.post_left_us = slot.budget_us - slot.cpu_us   # the limit counts CPU time (docs/protocol.md#limits)
 
     def late_is_own(self, slot: CData, soft_deadline_s: float) -> bool:
-        """Whether a call still running at the soft deadline is late by its own doing (SPEC §4):
+        """Whether a call still running at the soft deadline is late by its own doing (docs/protocol.md#limits):
         its own time (`call_own_us`: CPU used, plus waits for its turn among stuck calls) has
         reached the soft deadline. A call that is late only because the machine gave it no CPU,
         or that is still queued, is not."""

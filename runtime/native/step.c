@@ -81,7 +81,7 @@ typedef struct {
     uint32_t calls;                 /* calls started so far */
     uint64_t stamp;                 /* the last batch that took it (a duplicate in one batch is refused) */
     double first_budget_us, call_budget_us;
-    /* the call's clocks, read by the epoch-deadline callback (SPEC §4: the hard limits count CPU time) */
+    /* the call's clocks, read by the epoch-deadline callback (docs/protocol.md#limits: the hard limits count CPU time) */
     int32_t cpu_clock;              /* the CPU clock (clockid_t) of the thread running the call */
     int64_t cpu_start_ns;           /* that clock at the part's first epoch tick (-1: no tick yet, not read) */
     double cpu_pre_us;              /* what the part is charged for its time before that tick (<= one tick) */
@@ -158,7 +158,7 @@ static int call(aicirt_slot *s, void *ctx, const wt_func_t *f, wt_val_raw_t *arg
     return 1;
 }
 
-/* ---- The hard time limits, in CPU time (SPEC §4) ---------------------------------------------
+/* ---- The hard time limits, in CPU time (docs/protocol.md#limits) ---------------------------------------------
  * Every store has aicirt_epoch_cb as its epoch-deadline callback (data: its slot), and a call
  * runs with a deadline of one tick, so the callback runs at each epoch tick the call is in Wasm,
  * ON the thread running it. It compares the CPU time of that thread since the call began
@@ -211,7 +211,7 @@ void aicirt_clock_start(aicirt_slot *s, double budget_us) {
 }
 
 /* The CPU time (µs) the slot's call has used: read from another thread while it runs (the
- * lateness rule, SPEC §4), what it used once it is done, 0 before it starts. */
+ * lateness rule, docs/protocol.md#limits), what it used once it is done, 0 before it starts. */
 double aicirt_call_cpu_us(aicirt_slot *s) {
     if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return 0;
     if (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) return s->cpu_us;
@@ -226,7 +226,7 @@ static double stalled_turn(aicirt_slot *s, double now, double cpu_us);
 
 /* The call's own time (µs): the CPU it used plus what it waited for its turns as a stalled call
  * (waiting for a turn is a stuck call's share of the cores, not the machine's doing). Read by the
- * engine thread for the lateness rule (SPEC §4); 0 before the call starts. */
+ * engine thread for the lateness rule (docs/protocol.md#limits); 0 before the call starts. */
 double aicirt_call_own_us(aicirt_slot *s) {
     if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return 0;
     double since = s->turn_wait_since_us;
@@ -313,7 +313,7 @@ static int run_post(aicirt_slot *s, uint32_t result_ptr) {
     return 0;
 }
 
-/* The mask rule (SPEC §2/§3), the one C copy of it: `words` must be ceil(V/32), the list inside
+/* The mask rule (docs/protocol.md#wit/#semantics), the one C copy of it: `words` must be ceil(V/32), the list inside
  * memory, no bit at or past V, some bit set. Copies the mask into `row`; returns a Status with
  * detail[] saying what was wrong. */
 int aicirt_check_mask(const uint8_t *m, size_t size, uint32_t ptr, uint32_t words, uint32_t vocab_size,

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.sampling import SamplingParams   # the one set of sampling defaults
 from .builder import Format
 from .validate import parse, validate
 
@@ -40,8 +41,8 @@ def program_arg(program: Format | dict | str | bytes) -> bytes:
 
 
 def run(program: Format | dict | str | bytes, *, prompt: str = "", model: str | None = None,
-        max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None, chat: bool = True,
-        top_p: float = 1.0, top_k: int = 0) -> ProgramResult:
+        max_tokens: int = 256, temperature: float = SamplingParams.temperature, seed: int | None = None,
+        chat: bool = True, top_p: float = SamplingParams.top_p, top_k: int = SamplingParams.top_k) -> ProgramResult:
     """Run `program` once on `model` (as `aicirt run --model`: None is the default SmolLM2,
     "scripted" a fake model). `max_tokens` bounds each sequence. Raises `ProgramError` (malformed
     program), `aicirt.run_command.RunFailed` (the controller refused it on its first call, or a

@@ -146,6 +146,11 @@ class EngineLoop:
                 self.metrics.inc("aicirt_rejected_total", reason="overloaded")
                 raise Overloaded(f"the server holds {self._held} requests, its limit "
                                  f"({self.max_batch} running + {self.max_queue} queued)", self.retry_after_s)
+            if job.controller is not None and len(self._waiting) >= self.max_queue \
+                    and not self.engine.has_memory_for(1):
+                self.metrics.inc("aicirt_rejected_total", reason="memory")
+                raise Overloaded(f"the memory budget is full and {len(self._waiting)} requests wait for it: "
+                                 f"{self.engine.memory_budget_text()}", self.retry_after_s)
             self._held += 1
         job.submitted_at = time.perf_counter()
         self._inbox.put(("add", job))
@@ -230,11 +235,19 @@ class EngineLoop:
         self._end(job, None)
 
     def _admit(self) -> None:
+        self.engine.collect()   # controllers closed mid-call whose calls ended: memory back, idle or not
         while self._waiting and len(self._running) < self.max_batch:
-            job = self._waiting.popleft()
+            job = self._waiting[0]
             if job.cancelled:
+                self._waiting.popleft()
                 self._end(job, None)
                 continue
+            # A controlled request waits (in order) while the memory budget has no room for its
+            # sequence: running ones end and give theirs back. With nothing running it starts
+            # anyway and ends with the budget's error rather than wait for nothing.
+            if job.controller is not None and self._running and not self.engine.has_memory_for(1):
+                return
+            self._waiting.popleft()
             self._start(job)
 
     def _start(self, job: Job) -> None:

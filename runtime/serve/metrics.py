@@ -28,6 +28,9 @@ DESCRIPTIONS = {
                                               "(Limits.max_extra_workers): a further stuck call delays healthy ones."),
     "aicirt_worker_stalls_total": ("counter", "Controller calls ever stalled: ones that used half the soft deadline "
                                               "in CPU time, and from then on take turns with other stuck calls."),
+    "aicirt_memory_budget_bytes": ("gauge", "What all live sequences may reserve together (Limits.memory_budget_bytes)."),
+    "aicirt_memory_reserved_bytes": ("gauge", "What live sequences reserve now (each Limits.memory_bytes + log_bytes); "
+                                              "new requests wait while a sequence more would not fit."),
     "aicirt_resident_slot_bytes": ("gauge", "Linear memory freed pooled slots keep resident for reuse "
                                             "(at most Limits.resident_bytes; all given back after Limits.resident_idle_s idle)."),
 }

@@ -134,7 +134,7 @@ class _Sampling(_Strict):
 
     def sampling(self, max_tokens: int, default_temperature: float) -> SamplingParams:
         return SamplingParams(temperature=default_temperature if self.temperature is None else self.temperature,
-                              top_p=1.0 if self.top_p is None else self.top_p,
+                              top_p=SamplingParams.top_p if self.top_p is None else self.top_p,
                               top_k=max(0, self.top_k or 0), max_tokens=max_tokens, seed=self.seed)
 
 
@@ -158,7 +158,7 @@ _NO_OP_VALUES: dict[str, tuple] = {
 _HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
 #: Fields handled by `structured.plan` from `model_extra` (vLLM's names).
 STRUCTURED_EXTRAS = frozenset({"grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                               "structured_outputs"})
+                               "structured_outputs", "key_order"})
 _HINTS = {"functions": "use tools", "function_call": "use tool_choice",
           "guided_decoding_backend": "aicirt enforces constraints with its own controllers"}
 
@@ -208,7 +208,7 @@ class _OpenAI(_Sampling):
 
     def sampling(self, max_tokens: int, default_temperature: float) -> SamplingParams:
         return SamplingParams(temperature=default_temperature if self.temperature is None else self.temperature,
-                              top_p=1.0 if self.top_p is None else self.top_p,
+                              top_p=SamplingParams.top_p if self.top_p is None else self.top_p,
                               top_k=max(0, self.top_k or 0), max_tokens=max_tokens, seed=self.seed,
                               stop=self.stop_strings, logprobs=self.top_logprobs_wanted)
 
@@ -346,7 +346,7 @@ def _turn(m: ChatMessage, written_in: Any) -> dict:
 def _arguments(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON, or nested past Python's limit: kept as text
         return text
 
 

@@ -32,7 +32,7 @@ class Server:
         from aicirt import Runtime
         from aicirt.engine.backends import load_backend
         from aicirt.engine import Engine
-        from aicirt.registry import cap_malloc_arenas, pin_malloc_thresholds
+        from aicirt.memory import cap_malloc_arenas, pin_malloc_thresholds
 
         self.settings = settings
         self.store = store or Store(settings.store, max_upload_bytes=settings.max_upload_bytes)
@@ -70,6 +70,8 @@ class Server:
         self.metrics.gauge("aicirt_worker_pool_saturated", lambda: float(runtime.pool.stats().saturated))
         self.metrics.gauge("aicirt_worker_stalls_total", lambda: float(runtime.pool.stats().stalls_total))
         self.metrics.gauge("aicirt_resident_slot_bytes", lambda: runtime.registry.resident.held_bytes)
+        self.metrics.gauge("aicirt_memory_budget_bytes", lambda: runtime.memory_budget.limit_bytes)
+        self.metrics.gauge("aicirt_memory_reserved_bytes", lambda: runtime.memory_budget.reserved_bytes)
         self._controllers: dict[str, tuple[tuple, Controller]] = {}
         self._shipped: dict[str, Path] = {}          # shipped controllers' builds (sources fixed under a server)
         self._build_lock = threading.Lock()

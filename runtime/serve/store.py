@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-#: Default upload limit (SPEC §4), the same as `aicirt.Limits().upload_bytes`.
+#: Default upload limit (docs/protocol.md#limits), the same as `aicirt.Limits().upload_bytes`.
 MAX_UPLOAD_BYTES = 64 << 20
 MAX_TAG_LENGTH = 50
 _TAG_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")

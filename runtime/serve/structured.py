@@ -22,7 +22,7 @@ from .protocol import ApiError
 #: the one that runs a lone grammar (its argument: the grammar's text, Lark or GBNF).
 PROGRAM = "program"
 GRAMMAR = "grammar"
-#: At most this many choices a request (SPEC §4: forks per request).
+#: At most this many choices a request (docs/protocol.md#limits: forks per request).
 MAX_N = 16
 
 
@@ -107,6 +107,24 @@ def plan(body: Any, template: str | None) -> Plan:
     return p
 
 
+def check_call_budget(p: Plan, max_tokens: int | None, encode: Any) -> None:
+    """A reply that must be a tool call (`tool_choice` "required" or a named function) and whose
+    `max_tokens` cannot hold the shortest one is refused up front: `ApiError(400)` naming
+    `max_tokens`, instead of a reply cut with no call. The shortest call is counted as the
+    tokenizer writes its forced text around empty arguments (`{}`), less two tokens for merges at
+    the arguments' edges: a lower bound, so no call that fits is refused."""
+    if not p.calls_tools or p.choice == "auto" or max_tokens is None:
+        return
+    tools = p.tools if p.choice == "required" else [t for t in p.tools if p.choice == "function:" + t.name]
+    texts = [p.family.call_begin(t.name) + "{}" + p.family.end for t in tools]
+    if not texts:
+        return
+    need, text = min((max(1, len(encode(t)) - 2), t) for t in texts)
+    if max_tokens < need:
+        raise ApiError(400, f"max_tokens: {max_tokens} cannot hold the shortest tool call that tool_choice "
+                            f"{'requires' if p.choice == 'required' else 'names'} (at least {need} tokens: {text!r})")
+
+
 def _tools(body: Any, template: str | None, p: Plan) -> None:
     if not hasattr(body, "messages"):
         raise ApiError(400, "tools: tool calling is a chat feature (use /v1/chat/completions)")
@@ -136,7 +154,15 @@ def _output_format(body: Any) -> dict | None:
     if len(sources) > 1:
         raise ApiError(400, f"{sources[1][0]}: only one output constraint a request "
                             f"({' and '.join(n for n, _ in sources)} given)")
-    return sources[0][1] if sources else None
+    order = extra.get("key_order", "any")
+    if order not in ("any", "schema"):
+        raise ApiError(400, f"key_order: {json.dumps(order)[:40]} is not \"any\" or \"schema\"")
+    fmt = sources[0][1] if sources else None
+    if fmt is not None and fmt.get("type") == "json_schema" and order == "any":
+        # a valid document's keys in any order, as OpenAI's and llguidance's users expect; the
+        # request field key_order: "schema" keeps the schema's order (docs/tools.md)
+        fmt = {**fmt, "x-any-order": True}
+    return fmt
 
 
 def _schema(where: str, value: Any) -> dict:
@@ -145,6 +171,8 @@ def _schema(where: str, value: Any) -> dict:
             value = json.loads(value)
         except ValueError as e:
             raise ApiError(400, f"{where}: not JSON: {e}") from None
+        except RecursionError:
+            raise ApiError(400, f"{where}: not JSON: nested too deeply for this server") from None
     if isinstance(value, bool):
         value = {} if value else None
     if not isinstance(value, dict):

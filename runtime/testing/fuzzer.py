@@ -279,7 +279,7 @@ class Fuzzer:
         may get further than the other: each sequence's traces must agree as far as both go.
         Runs in which a sequence set a variable its request's other sequences could read are not
         compared: which fork reads whose value first depends on the workers' timing (the caller
-        may run one row while a worker runs another), and SPEC §3 allows that."""
+        may run one row while a worker runs another), and docs/protocol.md#semantics allows that."""
         again = self.run(seed=res.seed, max_steps=2 * res.steps + 20)
         if res.communicating or again.communicating:
             return None       # forks that talk through variables may legitimately race

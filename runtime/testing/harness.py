@@ -1,7 +1,7 @@
 """A legal, randomised engine over the runtime's public API, for fuzzing and hostile tests.
 
 Each step submits every live sequence (`Runtime.submit`), waits (sometimes 0 s, so calls come
-back late), then applies each result exactly as SPEC §3 says: sample a token inside the mask
+back late), then applies each result exactly as docs/protocol.md#semantics says: sample a token inside the mask
 (which one is the sequence's next choice), apply the first matching splice, fork, no-op or
 stop. Between calls the engine may also take tokens back itself (as a host trimming a stop
 sequence would), which the controller must see as a net edit.
@@ -114,7 +114,7 @@ class FuzzEngine:
     @property
     def communicating(self) -> bool:
         """Whether some sequence set a variable of a request that has other sequences (forks):
-        which of them reads a value first depends on the workers' timing (SPEC §3 allows that)."""
+        which of them reads a value first depends on the workers' timing (docs/protocol.md#semantics allows that)."""
         sizes = Counter(id(t.seq.request) for t in self.tracks if t.seq is not None)
         return any(writers and sizes[req] > 1 for req, writers in self.var_writers.items())
 
@@ -229,7 +229,7 @@ class FuzzEngine:
                     raise Violation(t.label, f"branch {k}: a splice names a token outside the vocabulary")
 
     def _take_branch(self, t: Track, branch: Branch, base: list[int], masks: np.ndarray) -> None:
-        """SPEC §3 for one branch applied to `t`, whose tokens were `base` before this step."""
+        """docs/protocol.md#semantics for one branch applied to `t`, whose tokens were `base` before this step."""
         tokens = list(base)
         splice, sampled = None, None
         if branch.mask_row is not None:

