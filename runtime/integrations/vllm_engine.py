@@ -1,4 +1,4 @@
-"""`aicirt.engine`'s protocol over vLLM: the whole of SPEC §3 (masks, temperature, splices,
+"""`aicirt.engine`'s protocol over vLLM: the whole of docs/protocol.md#semantics (masks, temperature, splices,
 conditional splices, backtrack into the prompt, forks, waits, stop) on vLLM's scheduler, paged KV
 cache and prefix caching. `aicirt run --engine vllm` and `aicirt serve --engine vllm` use it.
 
