@@ -2,7 +2,8 @@
 #   make demo   a shipped controller on the default model (SmolLM2-135M-Instruct, CPU)
 #   make test   the test suite (no model needed; real-model tests and the slowest: make test-slow;
 #               the suite beside two CPU burners: make test-busy)
-#   make test-vllm / bench-vllm / demo-vllm   aicirt inside vLLM's CPU build, in .venv-vllm (docs/vllm.md)
+#   make test-vllm / bench-vllm / demo-vllm   aicirt inside vLLM's CPU build, in .venv-vllm: the vLLM
+#                                             engine and the plugin (docs/vllm.md)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -106,12 +107,15 @@ setup-vllm: $(VLLM_BIN)/python
 	  $(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec; }
 	@$(VLLM_BIN)/python -c "from aicirt.engine.backends.model_files import local_model_dir; local_model_dir(None)"
 
-# every tests/test_vllm*.py: the ones marked vllm and the adapter's core tests (torch_masks needs torch)
+# every tests/test_vllm*.py: the ones marked vllm and the adapter's core tests (torch_masks needs torch);
+# test_vllm_engine*.py are the vLLM engine's (aicirt serve --engine vllm): conformance with the own
+# engine, the server, TP 2 against TP 1 (each TP size in a process of its own, about 3 minutes)
 test-vllm: setup-vllm
 	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -m "vllm or not slow" tests/test_vllm*.py
 
 bench-vllm: setup-vllm
 	$(VLLM_ENV) $(VLLM_BIN)/python bench/vllm_overhead.py
+	$(VLLM_ENV) $(VLLM_BIN)/python bench/vllm_protocol.py
 
 demo-vllm: setup-vllm
 	$(VLLM_ENV) $(VLLM_BIN)/python -m aicirt.integrations.vllm_demo

@@ -85,6 +85,36 @@ def _server_options(fn: Callable[..., None]) -> Callable[..., None]:
                         help="Work against a server (http://HOST:PORT) instead of locally [env AICIRT_SERVER].")(fn)
 
 
+def _engine_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """--engine and vLLM's: --tensor-parallel-size, --data-parallel-size, --vllm-arg (docs/vllm.md)."""
+    fn = click.option("--vllm-arg", "vllm_args", multiple=True, metavar="KEY=VALUE",
+                      help="Another vllm.EngineArgs field for --engine vllm (VALUE as JSON where it parses), "
+                           "e.g. max_num_seqs=128; repeatable.")(fn)
+    fn = click.option("--data-parallel-size", type=click.IntRange(min=1), default=None,
+                      help="--engine vllm: data-parallel ranks [default: 1; more: one server per rank, "
+                           "docs/deployment.md].")(fn)
+    fn = click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=None,
+                      help="--engine vllm: tensor-parallel ranks [default: 1].")(fn)
+    return click.option("--engine", type=click.Choice(["own", "vllm"]), default=None,
+                        help="own: aicirt's engine (transformers, llama.cpp) [default]; vllm: vLLM's scheduler, "
+                             "paged KV cache and prefix caching, the whole protocol (docs/vllm.md).")(fn)
+
+
+def _vllm_options(engine: str | None, tp: int | None, dp: int | None, vllm_args: tuple[str, ...]) -> dict:
+    """VllmEngine's keyword arguments from the flags; a UsageError for vLLM flags without --engine vllm."""
+    if engine != "vllm":
+        if tp is not None or dp is not None or vllm_args:
+            raise click.UsageError("--tensor-parallel-size, --data-parallel-size and --vllm-arg need --engine vllm")
+        return {}
+    from aicirt.integrations.vllm_engine import parse_vllm_args
+
+    try:
+        return {"tensor_parallel_size": tp or 1, "data_parallel_size": dp or 1,
+                "engine_args": parse_vllm_args(vllm_args)}
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+
 @main.command()
 @click.argument("controller")
 @click.option("--arg", "arg", default=None, help="Controller argument (text).")
@@ -103,10 +133,12 @@ def _server_options(fn: Callable[..., None]) -> Callable[..., None]:
 @click.option("--no-chat", is_flag=True, help="Send the prompt as is, without the model's chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable JSON result instead of streaming.")
 @click.option("--logs", is_flag=True, help="Show controller logs (stderr).")
+@_engine_options
 @_server_options
 def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max_tokens: int, temperature: float,
         top_p: float, top_k: int, seed: int | None, model: str | None, no_chat: bool, as_json: bool,
-        logs: bool, server: str | None, api_key: str | None, store: str | None) -> None:
+        logs: bool, engine: str | None, tensor_parallel_size: int | None, data_parallel_size: int | None,
+        vllm_args: tuple[str, ...], server: str | None, api_key: str | None, store: str | None) -> None:
     """Run a controller on a model and stream what it generates.
 
     \b
@@ -125,8 +157,11 @@ def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max
     if arg is not None and arg_file is not None:
         raise click.UsageError("give --arg or --arg-file, not both")
     arg_bytes = open(arg_file, "rb").read() if arg_file else (arg or "").encode("utf-8")
+    vllm_options = _vllm_options(engine, tensor_parallel_size, data_parallel_size, vllm_args)
     try:
         if server:
+            if engine:
+                raise click.UsageError("--engine is the server's choice (aicirt serve --engine), not the client's")
             if model:
                 raise click.UsageError("--model is the server's choice (aicirt serve --model), not the client's")
             run_remote(Client(server, api_key), controller, arg=arg_bytes, prompt=prompt, max_tokens=max_tokens,
@@ -136,7 +171,7 @@ def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max
         wasm = resolve_controller(controller, Store(store), progress=True)
         run_controller(str(wasm), arg=arg_bytes, prompt=prompt, max_tokens=max_tokens, temperature=temperature,
                        seed=seed, model=model, as_json=as_json, show_logs=logs, chat=not no_chat, top_p=top_p,
-                       top_k=top_k)
+                       top_k=top_k, engine=engine or "own", vllm_options=vllm_options)
     except (BuildError, AicirtError, FileNotFoundError, ValueError, ServerError) as e:
         if as_json and getattr(e, "result", None) is None:   # --json: one JSON object, even when nothing ran
             import json
@@ -240,19 +275,24 @@ def rm(names: tuple[str, ...], server: str | None, api_key: str | None, store: s
 @click.option("--limit", "limits", multiple=True, metavar="NAME=VALUE",
               help="A controller sandbox limit (aicirt.Limits; seconds, bytes), e.g. call_timeout_s=0.5; "
                    "repeatable. `GET /v1/config` lists them all.")
+@_engine_options
 def serve(config: str | None, host: str | None, port: int | None, model: str | None, api_key: str | None,
           allow_remote: bool | None, store: str | None, max_batch: int | None, max_queue: int | None,
           max_context: int | None, default_max_tokens: int | None, max_upload_bytes: int | None,
-          workers: int | None, limits: tuple[str, ...]) -> None:
+          workers: int | None, limits: tuple[str, ...], engine: str | None, tensor_parallel_size: int | None,
+          data_parallel_size: int | None, vllm_args: tuple[str, ...]) -> None:
     """Serve controllers over HTTP: AICI's REST API and OpenAI's (docs/server.md).
 
     One engine shared by every request (continuous batching). Without --api-key it listens only
     on a loopback address unless --allow-remote is given. Settings come from the flags, then
     the environment, then --config, then the defaults; a wrong one is named in the error.
     """
+    import json
+
     from aicirt.serve.commands import serve as do_serve
     from aicirt.serve.settings import Settings
 
+    opts = _vllm_options(engine, tensor_parallel_size, data_parallel_size, vllm_args)
     try:
         given_limits = {}
         for item in limits:
@@ -263,7 +303,9 @@ def serve(config: str | None, host: str | None, port: int | None, model: str | N
         settings = Settings.load(config, limits=given_limits, host=host, port=port, model=model, api_key=api_key,
                                  allow_remote=allow_remote or None, store=store, max_batch=max_batch, max_queue=max_queue,
                                  max_context=max_context, default_max_tokens=default_max_tokens,
-                                 max_upload_bytes=max_upload_bytes, workers=workers)
+                                 max_upload_bytes=max_upload_bytes, workers=workers, engine=engine,
+                                 tensor_parallel_size=tensor_parallel_size, data_parallel_size=data_parallel_size,
+                                 vllm_args=json.dumps(opts["engine_args"]) if opts.get("engine_args") else None)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     try:

@@ -20,9 +20,15 @@ Top level, one number: batching_gain = tokens_per_s at the largest N / tokens_pe
 each round's ratio taken within that round, the median over rounds (the speedup at the largest N).
 
     python bench/server_load.py [--models scripted,smollm2] [--concurrency 1,8,32,64] [--max-tokens 32] [--rounds 2]
+    python bench/server_load.py --engine vllm [--models smollm2] ...
+
+`--engine vllm` serves each model twice in the same run, `aicirt serve --engine own` then
+`--engine vllm` (docs/vllm.md), and adds `vllm_vs_own`: the vLLM engine's tokens/s over the own
+engine's at each N (each a median over rounds).
 
 The last line is one JSON object: the last model's figures at top level (by default the real
-model), `batching_gain` among them, each model's under its name.
+model; with --engine vllm its vLLM figures), `batching_gain` among them, each model's under its
+name (with --engine vllm as MODEL@own and MODEL@vllm), and `vllm_vs_own` with --engine vllm.
 """
 from __future__ import annotations
 
@@ -52,10 +58,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, store: str, max_batch: int) -> tuple[subprocess.Popen, str]:
+def start_server(model: str, store: str, max_batch: int, engine: str = "own") -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, str(ROOT / "cli.py"), "serve", "--model", model, "--port", str(port), "--store", store,
-           "--max-batch", str(max_batch)]
+           "--max-batch", str(max_batch), "--engine", engine]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     import httpx
@@ -128,14 +134,14 @@ def percentile(xs: list[float], p: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def bench_model(model: str, levels: list[int], max_tokens: int, rounds: int) -> dict:
+def bench_model(model: str, levels: list[int], max_tokens: int, rounds: int, engine: str = "own") -> dict:
     """Each round measures every level in turn (1 first); figures are medians over rounds, and a
     speedup is taken within one round, so drift in machine speed hits both sides alike."""
     pattern = PATTERNS.get(model.partition(":")[0], DEFAULT_PATTERN)
     by_level: dict[int, list[dict]] = {n: [] for n in levels}
     speedups: dict[int, list[float]] = {n: [] for n in levels}
     with tempfile.TemporaryDirectory() as store:
-        proc, url = start_server(model, store, max(levels))
+        proc, url = start_server(model, store, max(levels), engine)
         try:
             asyncio.run(load(url, 1, 4, 10_000, pattern))              # warm-up: compile, cache
             for rnd in range(rounds):
@@ -146,7 +152,7 @@ def bench_model(model: str, levels: list[int], max_tokens: int, rounds: int) -> 
                     if n == levels[0]:
                         base = row["tokens_per_s"]
                     speedups[n].append(row["tokens_per_s"] / base)
-                    print(f"{model:>10}  round {rnd + 1}  N={n:<3} {row['tokens_per_s']:8.1f} tokens/s  "
+                    print(f"{model:>10} {engine:>4}  round {rnd + 1}  N={n:<3} {row['tokens_per_s']:8.1f} tokens/s  "
                           f"ttft p50 {row['ttft_p50_ms']:8.1f} ms  p99 {row['ttft_p99_ms']:8.1f} ms  "
                           f"errors {row['errors']}  ({row['tokens']} tokens in {row['wall_s']:.1f} s)",
                           file=sys.stderr, flush=True)
@@ -156,7 +162,7 @@ def bench_model(model: str, levels: list[int], max_tokens: int, rounds: int) -> 
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    out = {"model": model, "max_tokens": max_tokens, "rounds": rounds, "baseline_concurrency": levels[0],
+    out = {"model": model, "engine": engine, "max_tokens": max_tokens, "rounds": rounds, "baseline_concurrency": levels[0],
            "concurrency": levels}
     for key in ("tokens_per_s", "ttft_p50_ms", "ttft_p99_ms"):
         out[key] = [round(median([r[key] for r in by_level[n]]), 2) for n in levels]
@@ -178,7 +184,10 @@ def median(xs: list[float]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="scripted,smollm2", help="comma-separated --model values")
+    ap.add_argument("--models", default=None, help="comma-separated --model values [default: scripted,smollm2; "
+                                                   "with --engine vllm: smollm2]")
+    ap.add_argument("--engine", choices=["own", "vllm"], default="own",
+                    help="vllm: each model on the own engine and on the vLLM engine, same run")
     ap.add_argument("--concurrency", default="1,8,32,64")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2, help="passes over the levels; figures are medians")
@@ -187,11 +196,21 @@ def main() -> None:
     if levels[0] != 1 or any(n < 1 for n in levels):
         ap.error(f"--concurrency must start with 1 (the baseline) and hold only N >= 1, got {args.concurrency}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    models = (args.models or ("smollm2" if args.engine == "vllm" else "scripted,smollm2")).split(",")
     report: dict = {}
-    for model in args.models.split(","):
-        report[model] = bench_model(model, levels, args.max_tokens, args.rounds)
-    last = report[args.models.split(",")[-1]]
-    print(json.dumps({**{k: v for k, v in last.items() if k != "error_samples"}, "by_model": report}))
+    extra: dict = {}
+    for model in models:
+        if args.engine == "own":
+            report[model] = bench_model(model, levels, args.max_tokens, args.rounds)
+            continue
+        own = report[f"{model}@own"] = bench_model(model, levels, args.max_tokens, args.rounds, "own")
+        on_vllm = report[f"{model}@vllm"] = bench_model(model, levels, args.max_tokens, args.rounds, "vllm")
+        extra["vllm_vs_own"] = [round(v / o, 3) if o else None
+                                for v, o in zip(on_vllm["tokens_per_s"], own["tokens_per_s"])]
+        extra["own_tokens_per_s"] = own["tokens_per_s"]
+        extra["own_errors"] = own["errors"]
+    last = report[list(report)[-1]]
+    print(json.dumps({**{k: v for k, v in last.items() if k != "error_samples"}, **extra, "by_model": report}))
 
 
 if __name__ == "__main__":

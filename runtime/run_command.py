@@ -174,15 +174,19 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
         temperature: float = SamplingParams.temperature, seed: int | None = None, model: str | None = None,
         as_json: bool = False, show_logs: bool = False, chat: bool = True, top_p: float = SamplingParams.top_p,
         top_k: int = SamplingParams.top_k, out: IO[str] | None = None,
-        err: IO[str] | None = None, color: bool | None = None) -> dict:
+        err: IO[str] | None = None, color: bool | None = None, engine: str = "own",
+        vllm_options: dict | None = None) -> dict:
     """Run `controller` on `model` and stream (or, with `as_json`, print as JSON) what it generates.
 
     Returns the result as the JSON form's dict. Raises `FileNotFoundError` (controller or
     model), `aicirt.LoadError` (bad module), `aicirt.toolchain.BuildError` (compile error),
     `RunFailed` when a sequence ended in error (after printing the result) or when the
     controller's first call, tried on the model's tokenizer alone, ends in error (before the
-    model loads: see `aicirt.arg_check`).
+    model loads: see `aicirt.arg_check`). `engine`: "own" (aicirt.engine) or "vllm"
+    (`aicirt.integrations.vllm_engine.VllmEngine`, with `vllm_options` as its keyword arguments).
     """
+    if engine not in ("own", "vllm"):
+        raise ValueError(f"engine must be own or vllm, not {engine!r}")
     out = out or sys.stdout
     err = err or sys.stderr
     color = (out.isatty() and not as_json) if color is None else color
@@ -198,25 +202,36 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
         if runtime is not None:
             stack.callback(runtime.close)
         t0 = time.perf_counter()
-        backend = load_backend(model)
+        if engine == "vllm":
+            from .integrations.vllm_engine import VllmEngine
+
+            vllm = stack.enter_context(VllmEngine(model, **(vllm_options or {})))
+            backend: Any = vllm.backend
+        else:
+            backend = load_backend(model)
         load_s = time.perf_counter() - t0
         if runtime is not None and not same_tokenizer(runtime.tokenizer, backend.runtime_tokenizer()):
             runtime = None            # closed on the way out; the engine makes its own
-        engine = stack.enter_context(Engine(backend, runtime))
-        ctrl = engine.runtime.load(wasm)
-        printer = StreamPrinter(engine, out, err, show_logs and not as_json, color)
+        if engine == "vllm":
+            if runtime is not None:
+                vllm.use_runtime(runtime)
+            gen: Any = vllm
+        else:
+            gen = stack.enter_context(Engine(backend, runtime))
+        ctrl = gen.runtime.load(wasm)
+        printer = StreamPrinter(gen, out, err, show_logs and not as_json, color)
         t1 = time.perf_counter()
-        req = engine.add_request(prompt, ctrl, arg, params=params, chat=chat)
+        req = gen.add_request(prompt, ctrl, arg, params=params, chat=chat)
         if not as_json:
             printer.start(req)
-        for ev in engine.run():
+        for ev in gen.run():
             if not as_json:
                 printer.on_event(ev)
         gen_s = time.perf_counter() - t1
-        stats = engine.stats
+        stats = gen.stats
         generated = sum(s.generated for s in req.sequences)
         result = {
-            "controller": str(wasm), "model": str(model or "smollm2"), "prompt": prompt,
+            "controller": str(wasm), "model": str(model or "smollm2"), "engine": engine, "prompt": prompt,
             "sequences": [{
                 "label": s.label, "seq_id": s.seq_id, "parent": s.parent, "text": s.text,
                 "tokens": s.output_tokens, "prompt_tokens_removed": len(req.prompt) - s.kept_prompt,

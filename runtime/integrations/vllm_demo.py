@@ -21,11 +21,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     from vllm import SamplingParams
 
+    from .vllm_engine import vllm_dtype
     from .vllm_offline import default_llm
 
     t0 = time.perf_counter()
     llm = default_llm(args.model)
-    print(f"model loaded in {time.perf_counter() - t0:.0f} s")
+    print(f"model loaded in {time.perf_counter() - t0:.0f} s ({vllm_dtype()}: bfloat16 only where the CPU has it)")
     params = [SamplingParams(temperature=0.0, max_tokens=32,
                              extra_args=None if c is None else {"aicirt_controller": c, "aicirt_arg": a})
               for c, a, _ in DEMOS]

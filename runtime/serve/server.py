@@ -4,11 +4,12 @@ controllers; and the three steps every generation route takes (`prepare` in a wo
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
@@ -35,8 +36,16 @@ class Server:
 
         self.settings = settings
         self.store = store or Store(settings.store, max_upload_bytes=settings.max_upload_bytes)
+        vllm = None
+        if settings.engine == "vllm" and backend is None:
+            from aicirt.integrations.vllm_engine import VllmEngine
+
+            vllm = VllmEngine(settings.model, tensor_parallel_size=settings.tensor_parallel_size,
+                              data_parallel_size=settings.data_parallel_size, max_model_len=settings.max_context,
+                              engine_args=json.loads(settings.vllm_args) if settings.vllm_args else None)
+            backend = vllm.backend
         self.backend = backend if backend is not None else load_backend(settings.model)
-        self.model_name = settings.served_model if backend is None else (
+        self.model_name = settings.served_model if backend is None or vllm is not None else (
             settings.model_name or settings.model or backend.name)
         self.context = P.context_length(self.backend, settings.max_context)
         # This process is the server's own: large freed buffers go back to the OS, and its threads
@@ -49,7 +58,10 @@ class Server:
         self.runtime = runtime
         self.store._compiler = self._compile
         self.metrics = Metrics()
-        self.loop = EngineLoop(Engine(self.backend, runtime=runtime), max_batch=settings.max_batch,
+        if vllm is not None:
+            vllm.use_runtime(runtime)
+        engine: Any = vllm if vllm is not None else Engine(self.backend, runtime=runtime)   # the same interface
+        self.loop = EngineLoop(engine, max_batch=settings.max_batch,
                                max_queue=settings.max_queue, retry_after_s=settings.retry_after_s,
                                metrics=self.metrics)
         self.metrics.gauge("aicirt_queue_depth", lambda: self.loop.queue_depth)

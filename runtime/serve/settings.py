@@ -44,6 +44,9 @@ class Settings:
     also refuses a module over `limits.upload_bytes`). `workers`: controller threads.
     `model_name`: the id `/v1/models` reports (None: derived from `model`). `limits`: every
     controller's sandbox limits (`aicirt.Limits`: times in seconds, sizes in bytes).
+    `engine`: "own" (aicirt.engine) or "vllm" (`aicirt.integrations.vllm_engine`, docs/vllm.md), with
+    `tensor_parallel_size`, `data_parallel_size` and `vllm_args` (a JSON object of more
+    `vllm.EngineArgs` fields) for the latter.
     """
 
     host: str = "127.0.0.1"
@@ -60,6 +63,10 @@ class Settings:
     workers: int = 2
     model_name: str | None = None
     retry_after_s: int = 1
+    engine: str = "own"
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    vllm_args: str | None = None
     limits: Limits = dataclasses.field(default_factory=Limits)
 
     def __post_init__(self) -> None:
@@ -73,6 +80,20 @@ class Settings:
         for name in ("max_batch", "default_max_tokens", "max_upload_bytes", "workers", "retry_after_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.engine not in ("own", "vllm"):
+            raise ValueError(f"engine must be own or vllm, got {self.engine!r}")
+        for name in ("tensor_parallel_size", "data_parallel_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.engine != "vllm" and (self.tensor_parallel_size != 1 or self.data_parallel_size != 1 or self.vllm_args):
+            raise ValueError("tensor_parallel_size, data_parallel_size and vllm_args need engine = vllm")
+        if self.vllm_args is not None:
+            try:
+                ok = isinstance(json.loads(self.vllm_args), dict)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"vllm_args must be a JSON object, got {self.vllm_args!r}")
         if self.max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
         if self.max_context is not None and self.max_context < 2:
