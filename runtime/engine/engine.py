@@ -50,29 +50,16 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 
-class Engine:
-    """Drives a `Backend` and (for controlled requests) an `aicirt.Runtime`.
+class RuntimeOwner:
+    """What an engine that runs controllers on an `aicirt.Runtime` offers a server about it (the
+    own `Engine` and `aicirt.integrations.vllm_engine.VllmEngine` both): the runtime, made on first
+    use over the backend's tokenizer, and its memory budget. Expects `backend`, `_runtime`,
+    `_limits` and `_workers`."""
 
-    `runtime`: an existing Runtime over the backend's tokenizer; None creates one on the first
-    controlled request (with `workers` and `limits`) and closes it in `close()`.
-
-    The engine holds a request from `add_request` until the `step()` that returns its last
-    events (its `FinishEvent`s); from then on only the caller's `GenRequest` holds the results.
-    Not thread-safe: drive it from one thread.
-    """
-
-    def __init__(self, backend: Backend, runtime: Runtime | None = None, *, workers: int = 2,
-                 limits: Limits | None = None) -> None:
-        self.backend = backend
-        self._runtime = runtime
-        self._owns_runtime = runtime is None
-        self._workers, self._limits = workers, limits
-        self.scheduler = Scheduler()
-        self._applier = Applier(backend)
-        self.stats = EngineStats()
-        self._ids = itertools.count()
-        self._events: list[Event] = []     # happened between steps; the next step returns them
-        self._closed = False
+    backend: Backend
+    _runtime: Runtime | None
+    _limits: Limits | None
+    _workers: int
 
     @property
     def runtime(self) -> Runtime:
@@ -107,6 +94,31 @@ class Engine:
         b = rt.memory_budget
         return (f"{b.sequences} live sequences hold {b.reserved_bytes >> 20} MiB of the memory budget of "
                 f"{b.limit_bytes >> 20} MiB (Limits.memory_budget_bytes; each reserves {b.per_sequence_bytes >> 20} MiB)")
+
+
+class Engine(RuntimeOwner):
+    """Drives a `Backend` and (for controlled requests) an `aicirt.Runtime`.
+
+    `runtime`: an existing Runtime over the backend's tokenizer; None creates one on the first
+    controlled request (with `workers` and `limits`) and closes it in `close()`.
+
+    The engine holds a request from `add_request` until the `step()` that returns its last
+    events (its `FinishEvent`s); from then on only the caller's `GenRequest` holds the results.
+    Not thread-safe: drive it from one thread.
+    """
+
+    def __init__(self, backend: Backend, runtime: Runtime | None = None, *, workers: int = 2,
+                 limits: Limits | None = None) -> None:
+        self.backend = backend
+        self._runtime = runtime
+        self._owns_runtime = runtime is None
+        self._workers, self._limits = workers, limits
+        self.scheduler = Scheduler()
+        self._applier = Applier(backend)
+        self.stats = EngineStats()
+        self._ids = itertools.count()
+        self._events: list[Event] = []     # happened between steps; the next step returns them
+        self._closed = False
 
     @property
     def requests(self) -> list[GenRequest]:

@@ -46,6 +46,7 @@ import numpy as np
 from ..abi import RowKind
 from ..capabilities import Capabilities
 from ..engine.apply import Applier, _Draw
+from ..engine.engine import RuntimeOwner
 from ..engine.backends.base import KVCache, TokenId
 from ..engine.backends.transformers_backend import TransformersBackend, _cpu_has_fast_bf16
 from ..engine.sampling import SamplingParams
@@ -123,7 +124,7 @@ class _VReq:
     fresh: bool = False                # added since its last schedule (for `VllmEngine.starts`)
 
 
-class VllmEngine:
+class VllmEngine(RuntimeOwner):
     """`aicirt.engine.Engine`'s interface (`add_request`, `step`, `abort`, `run`, `generate`,
     `close`, `backend`, `runtime`, `stats`) over an in-process vLLM engine.
 
@@ -185,14 +186,6 @@ class VllmEngine:
         self._supported = self.llm_engine.get_supported_tasks()
 
     # --- what Engine offers --------------------------------------------------------------------
-    @property
-    def runtime(self) -> Runtime:
-        if self._runtime is None:
-            from ..runtime import Runtime
-
-            self._runtime = Runtime(self.backend.runtime_tokenizer(), limits=self._limits, workers=self._workers)
-        return self._runtime
-
     def use_runtime(self, runtime: Runtime) -> None:
         """Run controllers on `runtime` (the caller's, over `self.backend.runtime_tokenizer()`;
         it outlives the engine). Before the first controlled request only."""
