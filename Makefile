@@ -110,8 +110,14 @@ setup-vllm: $(VLLM_BIN)/python
 # every tests/test_vllm*.py: the ones marked vllm and the adapter's core tests (torch_masks needs torch);
 # test_vllm_engine*.py are the vLLM engine's (aicirt serve --engine vllm): conformance with the own
 # engine, the server, TP 2 against TP 1 (each TP size in a process of its own, about 3 minutes)
+# The vLLM engine's tests (tests/test_vllm_engine*.py) run in a pytest process of their own: the
+# engine drives vLLM's engine core inside the process and tears vLLM's distributed state down when
+# it closes, which an offline LLM made later in the same process then lacks ("pipeline model
+# parallel group is not initialized").
+VLLM_ENGINE_TESTS := $(wildcard tests/test_vllm_engine*.py)
 test-vllm: setup-vllm
-	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -m "vllm or not slow" tests/test_vllm*.py
+	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -m "vllm or not slow" $(VLLM_ENGINE_TESTS)
+	$(VLLM_ENV) $(VLLM_BIN)/python -m pytest -q -m "vllm or not slow" $(filter-out $(VLLM_ENGINE_TESTS),$(wildcard tests/test_vllm*.py))
 
 bench-vllm: setup-vllm
 	$(VLLM_ENV) $(VLLM_BIN)/python bench/vllm_overhead.py

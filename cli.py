@@ -106,7 +106,7 @@ def _vllm_options(engine: str | None, tp: int | None, dp: int | None, vllm_args:
         if tp is not None or dp is not None or vllm_args:
             raise click.UsageError("--tensor-parallel-size, --data-parallel-size and --vllm-arg need --engine vllm")
         return {}
-    from aicirt.integrations.vllm_engine import parse_vllm_args
+    from aicirt.engine.vllm_engine import parse_vllm_args
 
     try:
         return {"tensor_parallel_size": tp or 1, "data_parallel_size": dp or 1,

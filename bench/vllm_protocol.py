@@ -1,4 +1,4 @@
-"""What the whole protocol costs on vLLM (`aicirt.integrations.vllm_engine`), in forward passes and
+"""What the whole protocol costs on vLLM (`aicirt.engine.vllm_engine`), in forward passes and
 KV recomputed, beside the own engine and the logits-processor plugin, in one run.
 
 1. `forward_passes_per_token`: the program controller's fixed-key JSON form (bench/program.py's
@@ -227,7 +227,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load before: {open('/proc/loadavg').read().strip()}", flush=True)
     scripts = _scripts()
-    from aicirt.integrations.vllm_engine import VllmEngine
+    from aicirt.engine.vllm_engine import VllmEngine
 
     t0 = time.perf_counter()
     eng = VllmEngine(max_model_len=1024)

@@ -183,7 +183,7 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     `RunFailed` when a sequence ended in error (after printing the result) or when the
     controller's first call, tried on the model's tokenizer alone, ends in error (before the
     model loads: see `aicirt.arg_check`). `engine`: "own" (aicirt.engine) or "vllm"
-    (`aicirt.integrations.vllm_engine.VllmEngine`, with `vllm_options` as its keyword arguments).
+    (`aicirt.engine.vllm_engine.VllmEngine`, with `vllm_options` as its keyword arguments).
     """
     if engine not in ("own", "vllm"):
         raise ValueError(f"engine must be own or vllm, not {engine!r}")
@@ -203,7 +203,7 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
             stack.callback(runtime.close)
         t0 = time.perf_counter()
         if engine == "vllm":
-            from .integrations.vllm_engine import VllmEngine
+            from .engine.vllm_engine import VllmEngine
 
             vllm = stack.enter_context(VllmEngine(model, **(vllm_options or {})))
             backend: Any = vllm.backend

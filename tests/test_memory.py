@@ -347,7 +347,9 @@ def test_idle_trim_runs_with_the_default_resident_budget(make_rt, monkeypatch):
 
     burst_then_idle(1)
     time.sleep(0.2)                           # idle on: nothing freed, so no second trim
-    assert resident.heap_trims == 1 and trims == [0]
+    # `trims` is process-wide: another test's runtime, still idling down, may trim too; this
+    # runtime's own count is `heap_trims`
+    assert resident.heap_trims == 1 and 0 in trims
     burst_then_idle(2)
 
 

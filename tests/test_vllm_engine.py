@@ -1,4 +1,4 @@
-"""The whole protocol on vLLM (`aicirt.integrations.vllm_engine`): one conformance suite of
+"""The whole protocol on vLLM (`aicirt.engine.vllm_engine`): one conformance suite of
 forced-output controllers run on the own engine and on the vLLM engine, with identical
 observable results. `make test-vllm`.
 
@@ -121,7 +121,7 @@ def _stream(seq, events) -> list:
 
 @pytest.fixture(scope="module")
 def vllm_engine():
-    from aicirt.integrations.vllm_engine import VllmEngine
+    from aicirt.engine.vllm_engine import VllmEngine
 
     engine = VllmEngine(max_model_len=1024, limits=aicirt.Limits(soft_deadline_s=5.0))
     yield engine

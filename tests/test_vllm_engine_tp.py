@@ -93,7 +93,7 @@ def workload(engine) -> dict:
 
 def main(model: str, tp: int, out: str) -> None:
     import aicirt
-    from aicirt.integrations.vllm_engine import VllmEngine
+    from aicirt.engine.vllm_engine import VllmEngine
 
     engine = VllmEngine(model, tensor_parallel_size=tp, dtype="float32", max_model_len=512, seed=0,
                         limits=aicirt.Limits(soft_deadline_s=5.0, call_timeout_s=0.2))

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 class RuntimeOwner:
     """What an engine that runs controllers on an `aicirt.Runtime` offers a server about it (the
-    own `Engine` and `aicirt.integrations.vllm_engine.VllmEngine` both): the runtime, made on first
+    own `Engine` and `aicirt.engine.vllm_engine.VllmEngine` both): the runtime, made on first
     use over the backend's tokenizer, and its memory budget. Expects `backend`, `_runtime`,
     `_limits` and `_workers`."""
 

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     from vllm import SamplingParams
 
-    from .vllm_engine import vllm_dtype
+    from ..engine.vllm_engine import vllm_dtype
     from .vllm_offline import default_llm
 
     t0 = time.perf_counter()

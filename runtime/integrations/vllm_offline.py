@@ -20,7 +20,7 @@ def default_llm(model: str | None = None, *, with_aicirt: bool = True, **kw: Any
     from vllm import LLM
 
     from ..engine.backends.model_files import local_model_dir
-    from .vllm_engine import vllm_dtype
+    from ..engine.vllm_engine import vllm_dtype
 
     folder = model or str(local_model_dir(None))
     if with_aicirt:

@@ -38,7 +38,7 @@ class Server:
         self.store = store or Store(settings.store, max_upload_bytes=settings.max_upload_bytes)
         vllm = None
         if settings.engine == "vllm" and backend is None:
-            from aicirt.integrations.vllm_engine import VllmEngine
+            from aicirt.engine.vllm_engine import VllmEngine
 
             vllm = VllmEngine(settings.model, tensor_parallel_size=settings.tensor_parallel_size,
                               data_parallel_size=settings.data_parallel_size, max_model_len=settings.max_context,

@@ -44,7 +44,7 @@ class Settings:
     also refuses a module over `limits.upload_bytes`). `workers`: controller threads.
     `model_name`: the id `/v1/models` reports (None: derived from `model`). `limits`: every
     controller's sandbox limits (`aicirt.Limits`: times in seconds, sizes in bytes).
-    `engine`: "own" (aicirt.engine) or "vllm" (`aicirt.integrations.vllm_engine`, docs/vllm.md), with
+    `engine`: "own" (aicirt.engine) or "vllm" (`aicirt.engine.vllm_engine`, docs/vllm.md), with
     `tensor_parallel_size`, `data_parallel_size` and `vllm_args` (a JSON object of more
     `vllm.EngineArgs` fields) for the latter.
     """

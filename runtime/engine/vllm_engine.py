@@ -45,13 +45,13 @@ import numpy as np
 
 from ..abi import RowKind
 from ..capabilities import Capabilities
-from ..engine.apply import Applier, _Draw
-from ..engine.engine import RuntimeOwner
-from ..engine.backends.base import KVCache, TokenId
-from ..engine.backends.transformers_backend import TransformersBackend, _cpu_has_fast_bf16
-from ..engine.sampling import SamplingParams
-from ..engine.scheduler import Scheduler
-from ..engine.types import EngineStats, Event, ForkEvent, GenRequest, GenSeq, LogEvent
+from .apply import Applier, _Draw
+from .engine import RuntimeOwner
+from .backends.base import KVCache, TokenId
+from .backends.transformers_backend import TransformersBackend, _cpu_has_fast_bf16
+from .sampling import SamplingParams
+from .scheduler import Scheduler
+from .types import EngineStats, Event, ForkEvent, GenRequest, GenSeq, LogEvent
 from ..errors import AicirtError
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class VllmEngine(RuntimeOwner):
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
-        from ..engine.backends.model_files import local_model_dir
+        from .backends.model_files import local_model_dir
 
         folder = Path(local_model_dir(model))
         kw: dict[str, Any] = dict(model=str(folder), dtype=vllm_dtype() if dtype == "auto" else dtype,
@@ -206,7 +206,7 @@ class VllmEngine(RuntimeOwner):
                     chat: bool = True) -> GenRequest:
         """As `aicirt.engine.Engine.add_request`; also a `ValueError` for a prompt longer than the
         model's context."""
-        from ..engine.engine import Engine
+        from .engine import Engine
 
         if self._closed:
             raise ValueError("engine closed")
@@ -226,7 +226,7 @@ class VllmEngine(RuntimeOwner):
 
     def abort(self, request: GenRequest, reason: str = "abort") -> None:
         """As `aicirt.engine.Engine.abort`; the vLLM requests go with the next step."""
-        from ..engine.engine import Engine
+        from .engine import Engine
 
         Engine.abort(self, request, reason)   # type: ignore[arg-type]
         self._drop_finished()
@@ -358,7 +358,7 @@ class VllmEngine(RuntimeOwner):
 
     def _submit(self, controlled: list[GenSeq]) -> RowsHandle | None:
         """Start the controllers (the own engine's `_submit`: the runtime's rows API)."""
-        from ..engine.engine import Engine
+        from .engine import Engine
 
         return Engine._submit(self, controlled)   # type: ignore[arg-type]
 
@@ -442,7 +442,7 @@ class VllmEngine(RuntimeOwner):
 
     def _retire(self, events: list[Event]) -> None:
         """Stream variable changes, let go of finished requests (the own engine's `_retire`)."""
-        from ..engine.engine import Engine
+        from .engine import Engine
 
         Engine._retire(self, events)   # type: ignore[arg-type]
 
