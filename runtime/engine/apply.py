@@ -84,15 +84,7 @@ class Applier:
             self.finish(s, "stop", None, events)
             return
         # Forks first: every branch starts from the tokens and logits this step began with.
-        targets = [s]
-        for child_ctrl in r.forks:
-            child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
-                           cache=self.backend.fork(s.cache), ctrl=child_ctrl, logits=s.logits,
-                           generated=s.generated, parent=s.label, unchanged=s.unchanged, synced=s.synced,
-                           logprobs=list(s.logprobs))
-            s.request.sequences.append(child)
-            targets.append(child)
-            events.append(ForkEvent(s.request, s, child))
+        targets = [s, *self.fork(s, r.forks, events)]
         temperature = s.request.params.temperature
         for target, branch in zip(targets, r.branches):
             if branch.mask_row is None:
@@ -209,6 +201,21 @@ class Applier:
     def _check_length(self, s: GenSeq, events: list[Event]) -> None:
         if s.generated >= s.request.params.max_tokens:
             self.finish(s, "length", None, events)
+
+    def fork(self, s: GenSeq, ctrls: list, events: list[Event]) -> list[GenSeq]:
+        """A child of `s` for each controller in `ctrls` (a fork's new sequences): the tokens, cache
+        (forked), logits and counters `s` began this step with; each added to the request, a
+        ForkEvent each."""
+        children = []
+        for child_ctrl in ctrls:
+            child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
+                           cache=self.backend.fork(s.cache), ctrl=child_ctrl, logits=s.logits,
+                           generated=s.generated, parent=s.label, unchanged=s.unchanged, synced=s.synced,
+                           logprobs=list(s.logprobs))
+            s.request.sequences.append(child)
+            children.append(child)
+            events.append(ForkEvent(s.request, s, child))
+        return children
 
     def finish(self, s: GenSeq, reason: str, error: str | None, events: list[Event]) -> None:
         """End `s`: record why, keep its text, free its cache and controller; a FinishEvent."""

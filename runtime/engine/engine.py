@@ -53,13 +53,33 @@ if TYPE_CHECKING:
 class RuntimeOwner:
     """What an engine that runs controllers on an `aicirt.Runtime` offers a server about it (the
     own `Engine` and `aicirt.engine.vllm_engine.VllmEngine` both): the runtime, made on first
-    use over the backend's tokenizer, and its memory budget. Expects `backend`, `_runtime`,
-    `_limits` and `_workers`."""
+    use over the backend's tokenizer, and its memory budget; and what closing one frees. Expects
+    `backend`, `scheduler`, `_applier`, `_runtime`, `_owns_runtime`, `_limits` and `_workers`."""
 
     backend: Backend
+    scheduler: Scheduler
+    _applier: Applier
     _runtime: Runtime | None
+    _owns_runtime: bool
     _limits: Limits | None
     _workers: int
+    _closed: bool
+    _events: list[Event]
+
+    def _release_all(self) -> None:
+        """Closing: every request's live sequences end with an error ("engine closed", no events
+        returned), every controller is freed, and the runtime too if this engine made it."""
+        self._closed = True
+        self._events = []
+        for r in self.scheduler.drain():
+            for s in r.sequences:
+                if s.finish_reason is None:
+                    self._applier.finish(s, "error", "engine closed", [])
+            if r.ctrl is not None:
+                r.ctrl.close()
+        if self._owns_runtime and self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
 
     @property
     def runtime(self) -> Runtime:
@@ -320,17 +340,7 @@ class Engine(RuntimeOwner):
     def close(self) -> None:
         """Free every cache and controller, and the runtime if this engine made it. Idempotent.
         Sequences still live end with an error ("engine closed"); no events are returned."""
-        self._closed = True
-        self._events = []
-        for r in self.scheduler.drain():
-            for s in r.sequences:
-                if s.finish_reason is None:
-                    self._applier.finish(s, "error", "engine closed", [])
-            if r.ctrl is not None:
-                r.ctrl.close()
-        if self._owns_runtime and self._runtime is not None:
-            self._runtime.close()
-            self._runtime = None
+        self._release_all()
 
     def __enter__(self) -> Engine:
         return self

@@ -51,7 +51,7 @@ from .backends.base import KVCache, TokenId
 from .backends.transformers_backend import TransformersBackend, _cpu_has_fast_bf16
 from .sampling import SamplingParams
 from .scheduler import Scheduler
-from .types import EngineStats, Event, ForkEvent, GenRequest, GenSeq, LogEvent
+from .types import EngineStats, Event, GenRequest, GenSeq, LogEvent
 from ..errors import AicirtError
 
 if TYPE_CHECKING:
@@ -390,14 +390,7 @@ class VllmEngine(RuntimeOwner):
         if not r.branches:
             self._applier.finish(s, "stop", None, events)
             return
-        targets = [s]
-        for child_ctrl in r.forks:
-            child = GenSeq(s.request, label=len(s.request.sequences), tokens=list(s.tokens),
-                           cache=self.backend.fork(s.cache), ctrl=child_ctrl, generated=s.generated,
-                           parent=s.label, unchanged=s.unchanged, synced=s.synced, logprobs=list(s.logprobs))
-            s.request.sequences.append(child)
-            targets.append(child)
-            events.append(ForkEvent(s.request, s, child))
+        targets = [s, *self._applier.fork(s, r.forks, events)]
         temperature = s.request.params.temperature
         for target, branch in zip(targets, r.branches):
             if branch.mask_row is None:
@@ -469,17 +462,7 @@ class VllmEngine(RuntimeOwner):
         executor. Idempotent."""
         if self._closed:
             return
-        self._closed = True
-        self._events = []
-        for r in self.scheduler.drain():
-            for s in r.sequences:
-                if s.finish_reason is None:
-                    self._applier.finish(s, "error", "engine closed", [])
-            if r.ctrl is not None:
-                r.ctrl.close()
-        if self._owns_runtime and self._runtime is not None:
-            self._runtime.close()
-            self._runtime = None
+        self._release_all()
         try:
             self.core.shutdown()
         except Exception:  # noqa: BLE001 - shutting down what is left
