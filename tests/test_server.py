@@ -463,3 +463,28 @@ def test_a_failing_engine_step_fails_its_requests_not_the_server(tmp_path):
         ok = aici_run(url, {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "fine"})
         assert ok["errors"] == [] and ok["texts"] == ["aaaaa"]
         assert re.search(r"aicirt_engine_errors_total 2", httpx.get(url + "/metrics").text)
+
+
+def test_a_fault_outside_any_request_answers_500_and_does_not_spin(tmp_path):
+    """A fault in the engine loop that no running request explains (here the engine's `collect`,
+    called every turn, raising) used to retry forever in a tight loop while every request waited:
+    now a request that cannot start gets a 500 naming the fault, and the loop backs off."""
+    from aicirt.engine.backends import ScriptedBackend
+
+    with live_server(Settings(store=str(tmp_path)), backend=ScriptedBackend()) as (url, server):
+        engine = server.loop.engine
+        calls = []
+
+        def broken() -> None:
+            calls.append(1)
+            raise RuntimeError("collect broke")
+
+        engine.collect = broken   # type: ignore[method-assign]
+        r = post_json(url, "/v1/run", {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "x"})
+        assert r.status_code == 500 and "internal error: RuntimeError: collect broke" in r.json()["message"]
+        seen = len(calls)
+        time.sleep(0.3)
+        assert len(calls) <= seen + 2     # idle after answering: no retry loop
+        del engine.collect                # repaired: the server serves again
+        ok = aici_run(url, {"controller": "regex", "controller_arg": "[a-z]{5}", "prompt": "fine"})
+        assert ok["errors"] == [] and len(ok["texts"][0]) == 5

@@ -176,6 +176,7 @@ class EngineLoop:
 
     # --- the engine thread -----------------------------------------------------------------
     def _main(self) -> None:
+        failures = 0   # iterations in a row that raised
         try:
             while not self._stop.is_set():
                 try:
@@ -183,9 +184,15 @@ class EngineLoop:
                     self._admit()
                     if self._running or self.engine.has_unfinished:   # the latter: aborted requests to retire
                         self._step()
+                    failures = 0
                 except Exception as e:  # a bug here must not stop the thread every request waits on
                     traceback.print_exc()
-                    self._fail_running(f"internal error: {type(e).__name__}: {e}")
+                    error = f"internal error: {type(e).__name__}: {e}"
+                    self._fail_running(error)
+                    failures += 1
+                    if failures > 1:   # a fault no running request explains: what waits would wait forever
+                        self._fail_waiting(error)
+                        self._stop.wait(min(1.0, 0.01 * 2 ** failures))   # and no tight loop on it
                 self._flush()
         finally:
             for job in self._running + list(self._waiting):
@@ -329,6 +336,13 @@ class EngineLoop:
             self._finish_ok(job)
         m.set("aicirt_controller_seconds_total", self.engine.stats.controller_s)
         m.set("aicirt_forward_seconds_total", self.engine.stats.forward_s)
+
+    def _fail_waiting(self, error: str) -> None:
+        """Answer every request that has not started with a 500 naming `error`."""
+        while self._waiting:
+            job = self._waiting.popleft()
+            if not job.done:
+                self._reject(job, 500, error)
 
     def _fail_running(self, error: str) -> None:
         """End every running request with `error` (streamed to its client); keep serving."""
