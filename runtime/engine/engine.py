@@ -50,11 +50,12 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 
-class RuntimeOwner:
-    """What an engine that runs controllers on an `aicirt.Runtime` offers a server about it (the
-    own `Engine` and `aicirt.engine.vllm_engine.VllmEngine` both): the runtime, made on first
-    use over the backend's tokenizer, and its memory budget; and what closing one frees. Expects
-    `backend`, `scheduler`, `_applier`, `_runtime`, `_owns_runtime`, `_limits` and `_workers`."""
+class EngineBase:
+    """What the own `Engine` and `aicirt.engine.vllm_engine.VllmEngine` share, everything but
+    the step itself: requests (their prompts, controllers, abort, retirement), the runtime (made on
+    first use over the backend's tokenizer), its memory budget, the rows submitted each step, the
+    stats, and what closing frees. A subclass sets the attributes below and defines `add_request`
+    and `step`."""
 
     backend: Backend
     scheduler: Scheduler
@@ -65,6 +66,7 @@ class RuntimeOwner:
     _workers: int
     _closed: bool
     _events: list[Event]
+    stats: EngineStats
 
     def _release_all(self) -> None:
         """Closing: every request's live sequences end with an error ("engine closed", no events
@@ -115,30 +117,13 @@ class RuntimeOwner:
         return (f"{b.sequences} live sequences hold {b.reserved_bytes >> 20} MiB of the memory budget of "
                 f"{b.limit_bytes >> 20} MiB (Limits.memory_budget_bytes; each reserves {b.per_sequence_bytes >> 20} MiB)")
 
+    def add_request(self, prompt: str | list[int], controller: Any = None, arg: bytes | str = b"", *,
+                    capabilities: Capabilities | None = None, params: SamplingParams | None = None,
+                    chat: bool = True) -> GenRequest:
+        raise NotImplementedError
 
-class Engine(RuntimeOwner):
-    """Drives a `Backend` and (for controlled requests) an `aicirt.Runtime`.
-
-    `runtime`: an existing Runtime over the backend's tokenizer; None creates one on the first
-    controlled request (with `workers` and `limits`) and closes it in `close()`.
-
-    The engine holds a request from `add_request` until the `step()` that returns its last
-    events (its `FinishEvent`s); from then on only the caller's `GenRequest` holds the results.
-    Not thread-safe: drive it from one thread.
-    """
-
-    def __init__(self, backend: Backend, runtime: Runtime | None = None, *, workers: int = 2,
-                 limits: Limits | None = None) -> None:
-        self.backend = backend
-        self._runtime = runtime
-        self._owns_runtime = runtime is None
-        self._workers, self._limits = workers, limits
-        self.scheduler = Scheduler()
-        self._applier = Applier(backend)
-        self.stats = EngineStats()
-        self._ids = itertools.count()
-        self._events: list[Event] = []     # happened between steps; the next step returns them
-        self._closed = False
+    def step(self) -> list[Event]:
+        raise NotImplementedError
 
     @property
     def requests(self) -> list[GenRequest]:
@@ -150,38 +135,6 @@ class Engine(RuntimeOwner):
     def has_unfinished(self) -> bool:
         """True while the engine holds a request (one that is live, or whose events are pending)."""
         return not self.scheduler.is_empty
-
-    # --- requests --------------------------------------------------------------------------
-    def add_request(self, prompt: str | list[int], controller: Controller | Source | None = None,
-                    arg: bytes | str = b"", *, capabilities: Capabilities | None = None,
-                    params: SamplingParams | None = None, chat: bool = True) -> GenRequest:
-        """Queue a request; it starts with the next step.
-
-        `prompt`: text (wrapped in the model's chat template when `chat`) or token ids.
-        `controller`: None (plain generation), an `aicirt.Controller`, or a .wasm path or bytes.
-        Raises `ValueError` for an empty prompt, a token id out of range or a closed engine,
-        `aicirt.LoadError` for a bad module; then nothing is queued. A controller whose instantiation fails gives a request
-        whose only sequence ended with an error (its `FinishEvent` comes with the next step).
-        """
-        if self._closed:
-            raise ValueError("engine closed")
-        params = params or SamplingParams()
-        tokens = self._prompt_tokens(prompt, chat)
-        ctrl, seq_ctrl, spawn_error = self._start_controller(controller, arg, capabilities)
-        try:
-            cache = self.backend.new_cache()
-        except BaseException:
-            if ctrl is not None:
-                ctrl.close()
-            raise
-        req = GenRequest(id=next(self._ids), prompt=tokens, params=params,
-                         rng=np.random.default_rng(params.seed), ctrl=ctrl)
-        seq = GenSeq(req, label=0, tokens=list(tokens), cache=cache, ctrl=seq_ctrl)
-        req.sequences.append(seq)
-        if spawn_error is not None:
-            self._applier.finish(seq, "error", spawn_error, self._events)
-        self.scheduler.add(req)
-        return req
 
     def _prompt_tokens(self, prompt: str | list[int], chat: bool) -> list[int]:
         if isinstance(prompt, str):
@@ -244,42 +197,6 @@ class Engine(RuntimeOwner):
             pass
         return req
 
-    # --- one step --------------------------------------------------------------------------
-    def step(self) -> list[Event]:
-        """Run one step for every live sequence; returns what happened since the last step.
-
-        Requests whose events are in the returned list and that have finished are retired:
-        the engine no longer holds them."""
-        events, self._events = self._events, []
-        live = self.scheduler.schedule()
-        if live:
-            t0 = time.perf_counter()
-            batch = self._lagging(live)
-            controlled = [s for s in live if s.ctrl is not None]
-            handle = self._submit(controlled)
-            t1 = time.perf_counter()
-            self._forward(batch)
-            t2 = time.perf_counter()
-            outcome = handle.wait() if handle is not None else None
-            t3 = time.perf_counter()
-            self._apply(live, controlled, outcome, events)
-            t4 = time.perf_counter()
-            self._count(batch, outcome, t0, t1, t2, t3, t4)
-        self._retire(events)
-        return events
-
-    def _lagging(self, live: list[GenSeq]) -> list[tuple[GenSeq, list[int]]]:
-        """The sequences whose caches lag behind their token lists (new tokens, or a splice
-        that backtracked), each with the tokens to forward."""
-        batch = []
-        for s in live:
-            if s.logits is None:
-                start = min(s.cache.length, len(s.tokens) - 1)  # re-run the last token for its logits
-                if start < s.cache.length:
-                    self.backend.backtrack(s.cache, start)
-                batch.append((s, s.tokens[start:]))
-        return batch
-
     def _submit(self, controlled: list[GenSeq]) -> RowsHandle | None:
         """Start the controllers on worker threads (the runtime's rows API: a row is the
         sequence's index and the token it sampled; only a sequence whose tokens changed
@@ -301,6 +218,123 @@ class Engine(RuntimeOwner):
         index = np.fromiter((s.ctrl.index for s in controlled), dtype=np.int64, count=n)
         return self.runtime.submit_rows(index, sampled, edits or None)
 
+    def _retire(self, events: list[Event]) -> None:
+        """Stream the variable changes, then let go of the requests that finished."""
+        for r in self.scheduler:
+            if r.ctrl is not None:
+                for seq_id, op, name, value in r.ctrl.take_var_changes():
+                    events.append(VarEvent(r, seq_id, op, name, value))
+        for r in self.scheduler.postprocess():
+            if r.ctrl is not None:
+                r.ctrl.close()
+
+    def _count(self, tokens: int, outcome: RowsOutcome | None, submit_s: float, forward_s: float,
+               wait_s: float, apply_s: float) -> None:
+        """One step into `stats`: `tokens` forwarded, the controllers' time from `outcome`."""
+        stats = self.stats
+        stats.steps += 1
+        stats.submit_s += submit_s
+        stats.forward_s += forward_s
+        stats.wait_s += wait_s
+        stats.apply_s += apply_s
+        stats.forwarded_tokens += tokens
+        if outcome is not None:
+            stats.controller_s += float(outcome.elapsed_us.sum()) / 1e6
+            stats.blocked_s += outcome.blocked_us / 1e6
+
+
+class Engine(EngineBase):
+    """Drives a `Backend` and (for controlled requests) an `aicirt.Runtime`.
+
+    `runtime`: an existing Runtime over the backend's tokenizer; None creates one on the first
+    controlled request (with `workers` and `limits`) and closes it in `close()`.
+
+    The engine holds a request from `add_request` until the `step()` that returns its last
+    events (its `FinishEvent`s); from then on only the caller's `GenRequest` holds the results.
+    Not thread-safe: drive it from one thread.
+    """
+
+    def __init__(self, backend: Backend, runtime: Runtime | None = None, *, workers: int = 2,
+                 limits: Limits | None = None) -> None:
+        self.backend = backend
+        self._runtime = runtime
+        self._owns_runtime = runtime is None
+        self._workers, self._limits = workers, limits
+        self.scheduler = Scheduler()
+        self._applier = Applier(backend)
+        self.stats = EngineStats()
+        self._ids = itertools.count()
+        self._events: list[Event] = []     # happened between steps; the next step returns them
+        self._closed = False
+
+    # --- requests --------------------------------------------------------------------------
+    def add_request(self, prompt: str | list[int], controller: Controller | Source | None = None,
+                    arg: bytes | str = b"", *, capabilities: Capabilities | None = None,
+                    params: SamplingParams | None = None, chat: bool = True) -> GenRequest:
+        """Queue a request; it starts with the next step.
+
+        `prompt`: text (wrapped in the model's chat template when `chat`) or token ids.
+        `controller`: None (plain generation), an `aicirt.Controller`, or a .wasm path or bytes.
+        Raises `ValueError` for an empty prompt, a token id out of range or a closed engine,
+        `aicirt.LoadError` for a bad module; then nothing is queued. A controller whose instantiation fails gives a request
+        whose only sequence ended with an error (its `FinishEvent` comes with the next step).
+        """
+        if self._closed:
+            raise ValueError("engine closed")
+        params = params or SamplingParams()
+        tokens = self._prompt_tokens(prompt, chat)
+        ctrl, seq_ctrl, spawn_error = self._start_controller(controller, arg, capabilities)
+        try:
+            cache = self.backend.new_cache()
+        except BaseException:
+            if ctrl is not None:
+                ctrl.close()
+            raise
+        req = GenRequest(id=next(self._ids), prompt=tokens, params=params,
+                         rng=np.random.default_rng(params.seed), ctrl=ctrl)
+        seq = GenSeq(req, label=0, tokens=list(tokens), cache=cache, ctrl=seq_ctrl)
+        req.sequences.append(seq)
+        if spawn_error is not None:
+            self._applier.finish(seq, "error", spawn_error, self._events)
+        self.scheduler.add(req)
+        return req
+
+    # --- one step --------------------------------------------------------------------------
+    def step(self) -> list[Event]:
+        """Run one step for every live sequence; returns what happened since the last step.
+
+        Requests whose events are in the returned list and that have finished are retired:
+        the engine no longer holds them."""
+        events, self._events = self._events, []
+        live = self.scheduler.schedule()
+        if live:
+            t0 = time.perf_counter()
+            batch = self._lagging(live)
+            controlled = [s for s in live if s.ctrl is not None]
+            handle = self._submit(controlled)
+            t1 = time.perf_counter()
+            self._forward(batch)
+            t2 = time.perf_counter()
+            outcome = handle.wait() if handle is not None else None
+            t3 = time.perf_counter()
+            self._apply(live, controlled, outcome, events)
+            t4 = time.perf_counter()
+            self._count(sum(len(toks) for _, toks in batch), outcome, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+        self._retire(events)
+        return events
+
+    def _lagging(self, live: list[GenSeq]) -> list[tuple[GenSeq, list[int]]]:
+        """The sequences whose caches lag behind their token lists (new tokens, or a splice
+        that backtracked), each with the tokens to forward."""
+        batch = []
+        for s in live:
+            if s.logits is None:
+                start = min(s.cache.length, len(s.tokens) - 1)  # re-run the last token for its logits
+                if start < s.cache.length:
+                    self.backend.backtrack(s.cache, start)
+                batch.append((s, s.tokens[start:]))
+        return batch
+
     def _forward(self, batch: list[tuple[GenSeq, list[int]]]) -> None:
         """The forward pass, overlapping the controllers."""
         if batch:
@@ -313,29 +347,6 @@ class Engine(RuntimeOwner):
         """Mask, sample, splice, fork and stop, as each controller's result says (docs/protocol.md#semantics)."""
         mask_vocab = self.runtime.vocab_size if outcome is not None else 0
         self._applier.apply(live, controlled, outcome, mask_vocab, events)
-
-    def _retire(self, events: list[Event]) -> None:
-        """Stream the variable changes, then let go of the requests that finished."""
-        for r in self.scheduler:
-            if r.ctrl is not None:
-                for seq_id, op, name, value in r.ctrl.take_var_changes():
-                    events.append(VarEvent(r, seq_id, op, name, value))
-        for r in self.scheduler.postprocess():
-            if r.ctrl is not None:
-                r.ctrl.close()
-
-    def _count(self, batch: list[tuple[GenSeq, list[int]]], outcome: RowsOutcome | None,
-               t0: float, t1: float, t2: float, t3: float, t4: float) -> None:
-        stats = self.stats
-        stats.steps += 1
-        stats.submit_s += t1 - t0
-        stats.forward_s += t2 - t1
-        stats.wait_s += t3 - t2
-        stats.apply_s += t4 - t3
-        stats.forwarded_tokens += sum(len(toks) for _, toks in batch)
-        if outcome is not None:
-            stats.controller_s += float(outcome.elapsed_us.sum()) / 1e6
-            stats.blocked_s += outcome.blocked_us / 1e6
 
     def close(self) -> None:
         """Free every cache and controller, and the runtime if this engine made it. Idempotent.

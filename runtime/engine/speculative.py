@@ -159,7 +159,7 @@ class SpeculativeEngine(Engine):
                 self._verify([s for s, _ in spec], drafts, rows, controlled, outcome, events)
             self._apply(live, controlled, outcome, events)
             t4 = time.perf_counter()
-            self._count(batch, outcome, t0, t1, t2, t3, t4)
+            self._count(sum(len(toks) for _, toks in batch), outcome, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
         self._retire(events)
         return events
 

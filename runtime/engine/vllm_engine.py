@@ -36,7 +36,7 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,16 +46,15 @@ import numpy as np
 from ..abi import RowKind
 from ..capabilities import Capabilities
 from .apply import Applier, _Draw
-from .engine import RuntimeOwner
+from .engine import EngineBase
 from .backends.base import KVCache, TokenId
 from .backends.transformers_backend import TransformersBackend, _cpu_has_fast_bf16
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .types import EngineStats, Event, GenRequest, GenSeq, LogEvent
-from ..errors import AicirtError
 
 if TYPE_CHECKING:
-    from ..batch import RowsHandle, RowsOutcome
+    from ..batch import RowsOutcome
     from ..limits import Limits
     from ..results import StepResult
     from ..runtime import Runtime
@@ -124,7 +123,7 @@ class _VReq:
     fresh: bool = False                # added since its last schedule (for `VllmEngine.starts`)
 
 
-class VllmEngine(RuntimeOwner):
+class VllmEngine(EngineBase):
     """`aicirt.engine.Engine`'s interface (`add_request`, `step`, `abort`, `run`, `generate`,
     `close`, `backend`, `runtime`, `stats`) over an in-process vLLM engine.
 
@@ -193,28 +192,18 @@ class VllmEngine(RuntimeOwner):
             raise ValueError("the engine already has a runtime")
         self._runtime, self._owns_runtime = runtime, False
 
-    @property
-    def requests(self) -> list[GenRequest]:
-        return list(self.scheduler)
-
-    @property
-    def has_unfinished(self) -> bool:
-        return not self.scheduler.is_empty
-
     def add_request(self, prompt: str | list[int], controller: Any = None, arg: bytes | str = b"", *,
                     capabilities: Capabilities | None = None, params: SamplingParams | None = None,
                     chat: bool = True) -> GenRequest:
         """As `aicirt.engine.Engine.add_request`; also a `ValueError` for a prompt longer than the
         model's context."""
-        from .engine import Engine
-
         if self._closed:
             raise ValueError("engine closed")
         params = params or SamplingParams()
-        tokens = Engine._prompt_tokens(self, prompt, chat)     # type: ignore[arg-type]
+        tokens = self._prompt_tokens(prompt, chat)
         if len(tokens) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(tokens)} tokens; the model's context is {self.max_model_len}")
-        ctrl, seq_ctrl, spawn_error = Engine._start_controller(self, controller, arg, capabilities)  # type: ignore[arg-type]
+        ctrl, seq_ctrl, spawn_error = self._start_controller(controller, arg, capabilities)
         req = GenRequest(id=next(self._ids), prompt=tokens, params=params,
                          rng=np.random.default_rng(params.seed), ctrl=ctrl)
         seq = GenSeq(req, label=0, tokens=list(tokens), cache=self.backend.new_cache(), ctrl=seq_ctrl)
@@ -226,20 +215,8 @@ class VllmEngine(RuntimeOwner):
 
     def abort(self, request: GenRequest, reason: str = "abort") -> None:
         """As `aicirt.engine.Engine.abort`; the vLLM requests go with the next step."""
-        from .engine import Engine
-
-        Engine.abort(self, request, reason)   # type: ignore[arg-type]
+        super().abort(request, reason)
         self._drop_finished()
-
-    def run(self) -> Iterator[Event]:
-        while self.has_unfinished:
-            yield from self.step()
-
-    def generate(self, prompt: str | list[int], controller: Any = None, arg: bytes | str = b"", **kw: Any) -> GenRequest:
-        req = self.add_request(prompt, controller, arg, **kw)
-        for _ in self.run():
-            pass
-        return req
 
     # --- one step --------------------------------------------------------------------------
     def step(self) -> list[Event]:
@@ -322,7 +299,7 @@ class VllmEngine(RuntimeOwner):
             self._applier._commit(draw, events)
             if s.finish_reason is None and st.rid is None and st.tokens == s.tokens:
                 self._applier.finish(s, "length", None, events)   # vLLM ended it: the context is full
-        self._count(so.total_num_scheduled_tokens, outcome, t0, t1, t2, t3, time.perf_counter())
+        self._count(so.total_num_scheduled_tokens, outcome, t1 - t0, t3 - t1, t2 - t1, time.perf_counter() - t3)
 
     def _sync(self, s: GenSeq, events: list[Event]) -> None:
         """Restart `s`'s vLLM request when vLLM does not hold exactly its tokens (or the
@@ -355,12 +332,6 @@ class VllmEngine(RuntimeOwner):
         st.fresh = True
         self.restarts += 1
         self._by_rid[st.rid] = s
-
-    def _submit(self, controlled: list[GenSeq]) -> RowsHandle | None:
-        """Start the controllers (the own engine's `_submit`: the runtime's rows API)."""
-        from .engine import Engine
-
-        return Engine._submit(self, controlled)   # type: ignore[arg-type]
 
     def _plan(self, controlled: list[GenSeq], outcome: RowsOutcome, draws: dict[GenSeq, tuple],
               events: list[Event]) -> None:
@@ -432,25 +403,6 @@ class VllmEngine(RuntimeOwner):
             self.core.abort_requests(gone)
             for rid in gone:
                 self._by_rid.pop(rid).cache.state.rid = None
-
-    def _retire(self, events: list[Event]) -> None:
-        """Stream variable changes, let go of finished requests (the own engine's `_retire`)."""
-        from .engine import Engine
-
-        Engine._retire(self, events)   # type: ignore[arg-type]
-
-    def _count(self, tokens: int, outcome: RowsOutcome | None, t0: float, t1: float, t2: float, t3: float,
-               t4: float) -> None:
-        stats = self.stats
-        stats.steps += 1
-        stats.submit_s += t1 - t0
-        stats.forward_s += t3 - t1
-        stats.wait_s += t2 - t1
-        stats.apply_s += t4 - t3
-        stats.forwarded_tokens += tokens
-        if outcome is not None:
-            stats.controller_s += float(outcome.elapsed_us.sum()) / 1e6
-            stats.blocked_s += outcome.blocked_us / 1e6
 
     def prefix_cache_stats(self) -> tuple[int, int]:
         """(queries, hits) of vLLM's prefix cache, in tokens, since the engine started."""
