@@ -35,7 +35,7 @@ setup-bench-json: setup-model
 # file's tests in one process (module fixtures built once). TEST_JOBS=0 runs them in this one.
 TEST_JOBS ?= auto
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
+	$(BIN)/python -m pytest -q -rs -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
 
 # llama-cpp-python builds from source (about 6 minutes on 2 cores; pip caches the wheel after).
 # GGML_NATIVE=OFF: a -march=native build dies with SIGILL on these VMs; AVX2 + FMA run everywhere here.
@@ -60,7 +60,7 @@ test-busy: setup
 	@pids=""; trap 'kill $$pids 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for i in $$(seq $(BURNERS)); do $(BIN)/python -c 'while 1: pass' & pids="$$pids $$!"; done; \
 	echo "test-busy: $(BURNERS) CPU burners beside the tests (pids$$pids)"; \
-	$(BIN)/python -m pytest -q $(TEST_BUSY_ARGS)
+	$(BIN)/python -m pytest -q -rs $(TEST_BUSY_ARGS)
 
 # The property tests at their full example budgets: the default run tries a quarter of each
 # (tests/_budget.py). A deep run: make fuzz FUZZ_SCALE=10.

@@ -167,13 +167,19 @@ def test_a_healthy_call_the_machine_slows_down_is_never_stalled(make_rt, scripte
     seq = runtime.new_request(ctrl, arg=script(HEALTHY, spin(n, HEALTHY))).spawn()
     assert runtime.submit([StepInput(seq, [1])]).wait(5.0).results[0].status == "ok"
     before = runtime.pool.stats().stalls_total
-    with starved_on_one_core():
-        t0 = time.perf_counter()
-        (r,) = run_until_settled(runtime, [seq], tokens=(1, 65))
-        wall = time.perf_counter() - t0
-    assert r.status == "ok", r.error
-    # the precondition, asserted (it used to be a skip): the burners did slow the call past 25 ms
-    assert wall >= 0.025, f"the call was not slowed down ({wall * 1e3:.1f} ms)"
+    walls = []
+    # the precondition (it used to be a skip): the burners slow the call past 25 ms. The scheduler
+    # may still give a just-woken thread a long first turn, so up to five steps are tried for one
+    # that is slowed down; none of them may be stalled.
+    for _ in range(5):
+        with starved_on_one_core():
+            t0 = time.perf_counter()
+            (r,) = run_until_settled(runtime, [seq], tokens=(1, 65))
+            walls.append(time.perf_counter() - t0)
+        assert r.status == "ok", r.error
+        if walls[-1] >= 0.025:
+            break
+    assert max(walls) >= 0.025, f"the call was never slowed down ({[round(w * 1e3, 1) for w in walls]} ms)"
     assert runtime.pool.stats().stalls_total == before
 
 
