@@ -1,6 +1,7 @@
 # The README's two commands. Each sets up what it needs in ./.venv first (idempotent).
 #   make demo   a shipped controller on the default model (SmolLM2-135M-Instruct, CPU)
-#   make test   the test suite (no model needed; real-model tests and the slowest: make test-slow;
+#   make test   the test suite (with torch and the default model: the engine's batching fuzz and the
+#               model-tokenizer checks run in it; the slowest, llama.cpp included: make test-slow;
 #               the suite beside two CPU burners: make test-busy)
 #   make test-vllm / bench-vllm / demo-vllm   aicirt inside vLLM's CPU build, in .venv-vllm: the vLLM
 #                                             engine and the plugin (docs/vllm.md)
@@ -34,7 +35,7 @@ setup-bench-json: setup-model
 # Test files spread over TEST_JOBS processes (pytest-xdist; `auto`: one a core, at most 4), a
 # file's tests in one process (module fixtures built once). TEST_JOBS=0 runs them in this one.
 TEST_JOBS ?= auto
-test: setup
+test: setup-model
 	$(BIN)/python -m pytest -q -rs -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
 
 # llama-cpp-python builds from source (about 6 minutes on 2 cores; pip caches the wheel after).

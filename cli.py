@@ -33,7 +33,7 @@ def build(src: str, out: str | None) -> None:
     """
     from pathlib import Path
 
-    from aicirt.toolchain import BuildError, build as build_controller
+    from aicirt.build.toolchain import BuildError, build as build_controller
 
     try:
         r = build_controller(src, Path(out) if out else None)
@@ -51,12 +51,12 @@ def check(module: str) -> None:
     Names whatever is missing or mistyped (exports, imports, signatures) and exits non-zero.
     """
     from aicirt import LoadError
-    from aicirt.controller import check_controller
+    from aicirt.loader.controller import check_controller
 
     if module.endswith((".js", ".ts")):   # a script: parsed as the js controller will (docs/js.md)
         from pathlib import Path
 
-        from aicirt.toolchain import checked_script
+        from aicirt.build.toolchain import checked_script
         try:
             checked_script(Path(module))
         except ValueError as e:
@@ -148,11 +148,11 @@ def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max
     Forks are labelled [#N]; text a controller took back is shown struck through after ⌫.
     """
     from aicirt import AicirtError
-    from aicirt.run_command import run as run_controller
+    from aicirt.runner.run import run as run_controller
     from aicirt.serve.client import Client, ServerError
     from aicirt.serve.commands import run_remote
     from aicirt.serve.store import Store, resolve_controller
-    from aicirt.toolchain import BuildError
+    from aicirt.build.toolchain import BuildError
 
     if arg is not None and arg_file is not None:
         raise click.UsageError("give --arg or --arg-file, not both")
@@ -190,7 +190,7 @@ def _store_errors(fn: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kw: Any) -> None:
         from aicirt import AicirtError
         from aicirt.serve.client import ServerError
-        from aicirt.toolchain import BuildError
+        from aicirt.build.toolchain import BuildError
 
         try:
             return fn(*args, **kw)
@@ -342,7 +342,7 @@ def fuzz(controller: str | None, steps: int, seed: int, time_s: float | None, ar
     """
     from aicirt import AicirtError
     from aicirt.testing.command import fuzz_command, replay_command
-    from aicirt.toolchain import BuildError
+    from aicirt.build.toolchain import BuildError
 
     try:
         if replay_file:

@@ -64,7 +64,7 @@ def main() -> None:
 
     from aicirt.engine.backends import load_backend
     from aicirt.engine import Engine
-    from aicirt.run_command import resolve_controller
+    from aicirt.runner.run import resolve_controller
 
     t0 = time.perf_counter()
     backend = load_backend(args.model)

@@ -92,7 +92,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import aicirt
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     tokenizer = aicirt.ByteTokenizer()
     wasm = build_cached("regex")

@@ -109,9 +109,9 @@ def snapshot_child(way: str) -> None:
     import tempfile
 
     import aicirt
-    import aicirt.controller as cmod
-    from aicirt import snapshot as snapmod
-    from aicirt.wasm_binary import memory_runs
+    import aicirt.loader.controller as cmod
+    from aicirt.loader import snapshot as snapmod
+    from aicirt.loader.wasm_binary import memory_runs
 
     if way == "blocks":   # the previous scheme: every 64 KiB block holding a written byte, whole
         def blocks(*a):
@@ -195,8 +195,8 @@ def main() -> None:
     from mask_speed import QwenTokenizer
 
     import aicirt
-    from aicirt.controller import load_controller
-    from aicirt.toolchain import build_cached
+    from aicirt.loader.controller import load_controller
+    from aicirt.build.toolchain import build_cached
 
     tok = QwenTokenizer()
     lltok = llguidance.LLTokenizer.from_tiktoken(

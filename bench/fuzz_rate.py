@@ -24,9 +24,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import aicirt  # noqa: E402
-from aicirt import toolchain  # noqa: E402
+from aicirt.build import toolchain  # noqa: E402
 from aicirt.testing import Fuzzer  # noqa: E402
-from aicirt.results import splice_for  # noqa: E402
+from aicirt.core.results import splice_for  # noqa: E402
 
 SHIPPED = {"regex": "[0-9]{1,4}-[a-z]{2,6}", "yesno": "", "choice": "red\ngreen\nblue", "splice": "", "countdown": "",
            "json": '{"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, '

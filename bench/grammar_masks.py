@@ -63,7 +63,7 @@ def pct(xs, q):
 
 def baseline_wasm(ref: str, tmp: Path) -> bytes:
     """The grammar controller as of git ref `ref` (its grammar and json sources; today's SDK)."""
-    from aicirt.toolchain import build
+    from aicirt.build.toolchain import build
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "controllers/grammar", "controllers/json"],
                          check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:

@@ -30,7 +30,7 @@ from wasmtime import _ffi as wt_ffi
 import aicirt
 from aicirt import StepInput, abi
 from aicirt.native.guest import Guest, GuestFault
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 HERE = Path(__file__).resolve().parent
 VOCAB = 151_936

@@ -58,8 +58,8 @@ from hostile.kinds import KINDS  # noqa: E402
 from hostile.runner import Spec, healthy_specs, run_batch  # noqa: E402
 
 import aicirt  # noqa: E402
-from aicirt import toolchain  # noqa: E402
-from aicirt.memory import cap_malloc_arenas, pin_malloc_thresholds  # noqa: E402
+from aicirt.build import toolchain  # noqa: E402
+from aicirt.core.memory import cap_malloc_arenas, pin_malloc_thresholds  # noqa: E402
 from aicirt.testing import Choices, EngineSettings, FuzzEngine  # noqa: E402
 
 

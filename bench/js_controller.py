@@ -144,7 +144,7 @@ def drive(rt, ctrl, arg: bytes, tok, prompt: list[int], text: str) -> dict:
     `prompt + text` where its mask allows it (else the lowest allowed; EOS once the text is
     spent), splices apply as an engine applies them, forks are followed."""
     from aicirt import StepInput
-    from aicirt.results import splice_for
+    from aicirt.core.results import splice_for
     script = list(prompt) + tok.encode(text)
     eos = tok.eos_token_id
     c0, t0 = time.process_time(), time.perf_counter()
@@ -199,7 +199,7 @@ def library(rounds: int) -> None:
     from mask_speed import QwenTokenizer
 
     import aicirt
-    from aicirt.toolchain import CONTROLLERS_DIR, build_cached
+    from aicirt.build.toolchain import CONTROLLERS_DIR, build_cached
     tok = QwenTokenizer()
     limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0, compile_timeout_s=300.0)
     rt = aicirt.Runtime(tok, limits=limits, workers=1, cache_dir=False)
@@ -251,8 +251,8 @@ def bind_load() -> None:
     import resource
 
     import aicirt
-    from aicirt.js_bind import bind
-    from aicirt.toolchain import build_cached
+    from aicirt.loader.js_bind import bind
+    from aicirt.build.toolchain import build_cached
     from mask_speed import QwenTokenizer
 
     def cpu() -> float:
@@ -287,7 +287,7 @@ def main() -> None:
     from mask_speed import QwenTokenizer
 
     import aicirt
-    from aicirt.toolchain import CONTROLLERS_DIR, build_cached
+    from aicirt.build.toolchain import CONTROLLERS_DIR, build_cached
 
     tok = QwenTokenizer()
     # compile_timeout_s: the js module is compiled afresh each run (no disk cache), which takes

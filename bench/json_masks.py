@@ -490,7 +490,7 @@ def main() -> None:
     from _json_cases import SLICES, VocabTokenizer, given_text, instance_text, load_slice, sample
     from mask_speed import QwenTokenizer
 
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     load_start = os.getloadavg()[0]
     q = QwenTokenizer()

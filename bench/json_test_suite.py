@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--any-order", action="store_true")
     ap.add_argument("--optional", action="store_true", help="the optional/ tests too (counted apart)")
     a = ap.parse_args()
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
     root = suite_dir(a.suite) / "tests"
     tok = VocabTokenizer([bytes([i]) for i in range(256)] + [b""], 256)
     opts = b"\0fast_forward=0" + (b"\0any_order" if a.any_order else b"")

@@ -49,7 +49,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from scripted import branch, loop_forever, result, script, spin  # noqa: E402
 
 import aicirt  # noqa: E402
-from aicirt import StepInput, toolchain  # noqa: E402
+from aicirt import StepInput  # noqa: E402
+from aicirt.build import toolchain
 
 HEALTHY = result(branch(mask=[65]))
 FORWARD_S = 0.005

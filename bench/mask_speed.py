@@ -155,7 +155,7 @@ def main():
 
     import llguidance
     import aicirt
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     tok = QwenTokenizer()
     n_words = (tok.vocab_size + 31) // 32

@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 
 import aicirt  # noqa: E402
 from aicirt import StepInput  # noqa: E402
-from aicirt.toolchain import build_cached  # noqa: E402
+from aicirt.build.toolchain import build_cached  # noqa: E402
 from step_overhead import FakeVocab  # noqa: E402
 
 

@@ -106,7 +106,7 @@ def forward_passes(model: str | None, n_prompts: int) -> dict:
     from aicirt import program as P
     from aicirt.engine import Engine, SamplingParams
     from aicirt.engine.backends import load_backend
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     wasm = build_cached("program")
     arg = P.json(FORM).dumps().encode()
@@ -289,7 +289,7 @@ def masks(n_json: int) -> dict:
     from _json_cases import VocabTokenizer
     from mask_speed import QwenTokenizer
 
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
     q = QwenTokenizer()
     lltok = llguidance.LLTokenizer.from_tiktoken(encoder=q.ranks, special_tokens=q.special, pattern=q.pattern,
                                                  eos_token=q.eos_token_id, n_vocab=q.vocab_size)
@@ -389,7 +389,7 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
 
     from aicirt.engine import Engine, SamplingParams
     from aicirt.engine.backends import load_backend
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
     rng = random.Random(0)
     pool = [c for c in load_slice("Glaiveai2K") if c["schema"].get("type") == "object"]
     picked = rng.sample(pool, min(n, len(pool)))
@@ -527,7 +527,7 @@ def first_calls(baseline: str, rounds: int) -> dict:
     from mask_speed import QwenTokenizer
 
     import aicirt
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
     tok = QwenTokenizer()
     rt = aicirt.Runtime(tok, limits=aicirt.Limits(first_call_timeout_s=30.0, soft_deadline_s=5.0), workers=1,
                         cache_dir=False)

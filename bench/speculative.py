@@ -26,8 +26,8 @@ import numpy as np
 from aicirt.engine import Engine, SamplingParams
 from aicirt.engine.backends.transformers_backend import TransformersBackend
 from aicirt.engine.speculative import PromptLookup, SpeculativeEngine
-from aicirt.speculate import Speculation
-from aicirt.toolchain import build_cached
+from aicirt.core.speculate import Speculation
+from aicirt.build.toolchain import build_cached
 
 RECORD = ('{"name":"Ada Lovelace","born":1815,"city":"London","field":"mathematics",'
           '"known_for":"the first published computer program","languages":["English","French"]}')

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import aicirt
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 HERE = Path(__file__).resolve().parent
 

@@ -43,7 +43,7 @@ import numpy as np
 
 import aicirt
 from aicirt import StepInput
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 HERE = Path(__file__).resolve().parent
 

@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import aicirt  # noqa: E402
-from aicirt import toolchain  # noqa: E402
+from aicirt.build import toolchain  # noqa: E402
 from aicirt.engine import Engine, SamplingParams  # noqa: E402
 from aicirt.engine.backends import ScriptedBackend  # noqa: E402
 from scripted import branch, result, script, var_set  # noqa: E402

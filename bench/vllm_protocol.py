@@ -61,7 +61,7 @@ def form_passes_own(n: int) -> dict:
     from aicirt import program as P
     from aicirt.engine import Engine, SamplingParams
     from aicirt.engine.backends import load_backend
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     backend = load_backend(None)
     calls = [0]
@@ -87,7 +87,7 @@ def form_passes_vllm(eng, n: int) -> dict:
 
     from aicirt import program as P
     from aicirt.engine import SamplingParams
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     passes = tokens = 0
     texts = []
@@ -104,10 +104,10 @@ def form_passes_vllm(eng, n: int) -> dict:
 def scripted_passes_own(scripts: dict) -> dict:
     """Forward calls of the own engine (scripted backend over SmolLM2's tokenizer) per script."""
     import aicirt
-    from aicirt.arg_check import model_tokenizer
+    from aicirt.runner.arg_check import model_tokenizer
     from aicirt.engine import Engine, SamplingParams
     from aicirt.engine.backends import ScriptedBackend
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     tok = model_tokenizer(None)
     out = {}
@@ -123,7 +123,7 @@ def scripted_passes_own(scripts: dict) -> dict:
 
 def vllm_protocol(eng, scripts: dict) -> dict:
     from aicirt.engine import SamplingParams
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     ctrl = eng.runtime.load(build_cached(ROOT / "tests" / "controllers" / "scripted.c", sdk=False))
     out: dict = {}
@@ -158,7 +158,7 @@ if __name__ == "__main__":
     from vllm import SamplingParams
     from aicirt.integrations.vllm_offline import default_llm, shutdown
     from aicirt import program as P
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
     from program import FORM, FORM_PROMPTS
     scripts = json.loads(sys.argv[2]); n = int(sys.argv[3])
     llm = default_llm()

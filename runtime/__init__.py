@@ -5,16 +5,16 @@ The embedding surface (see docs/embedding.md): :class:`Runtime` loads controller
 pulls in no model framework.
 """
 from .abi import RowKind
-from .batch import BatchHandle, BatchOutcome, RowsHandle, RowsOutcome
+from .core.batch import BatchHandle, BatchOutcome, RowsHandle, RowsOutcome
 from .capabilities import Capabilities
-from .controller import Controller
+from .loader.controller import Controller
 from .errors import AicirtError, ControllerError, LoadError, MissingExtraError
 from .limits import Limits
-from .request import Request
-from .results import Branch, Splice, StepInput, StepResult
-from .runtime import Runtime
-from .sequence import Sequence, SeqState
-from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from .core.request import Request
+from .core.results import Branch, Splice, StepInput, StepResult
+from .core.runtime import Runtime
+from .core.sequence import Sequence, SeqState
+from .host.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
 __all__ = [
     "AicirtError", "BatchHandle", "BatchOutcome", "Branch", "ByteTokenizer", "Capabilities", "Controller",

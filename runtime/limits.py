@@ -19,7 +19,7 @@ class Limits:
 
     `memory_budget_bytes` bounds the memory of all live sequences together: each reserves its
     `memory_bytes` and `log_bytes`, and a new request's sequence past the budget is refused
-    (`aicirt.memory.OverBudget`; a server keeps the request waiting or answers 503), never one
+    (`aicirt.core.memory.OverBudget`; a server keeps the request waiting or answers 503), never one
     that runs; 0 (the default) sizes it at 75% of the machine's memory (the cgroup's limit where
     smaller). A request's variables (at most `variable_bytes`) are not part of it.
 
@@ -34,7 +34,7 @@ class Limits:
     most `resident_bytes` (the slots freed longest ago give theirs back first), and all of it goes
     back once the runtime has made or freed no instance for `resident_idle_s` seconds, and the C
     heap's free pages with it (malloc_trim; with `resident_bytes` 0 too)
-    (:class:`aicirt.memory.ResidentSlots`).
+    (:class:`aicirt.core.memory.ResidentSlots`).
     """
 
     soft_deadline_s: float = 0.025      # after the forward pass ends (i.e. from BatchHandle.wait)
@@ -60,7 +60,7 @@ class Limits:
     resident_bytes: int = 0             # linear memory freed pooled slots keep resident for reuse (0: none)
     resident_idle_s: float = 1.0        # no instance made or freed this long: freed slots give it all back
     # what all live sequences of a runtime may reserve together (each memory_bytes + log_bytes);
-    # 0: 75% of the machine's memory (aicirt.memory.MemoryBudget)
+    # 0: 75% of the machine's memory (aicirt.core.memory.MemoryBudget)
     memory_budget_bytes: int = 0
 
     def __post_init__(self) -> None:

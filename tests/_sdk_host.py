@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import wasmtime
 
-from aicirt.toktrie import serialize_trie
+from aicirt.host.toktrie import serialize_trie
 
 HOST = "aici:controller/host@0.1.0"
 I32 = wasmtime.ValType.i32()

@@ -6,7 +6,7 @@ import functools
 import json
 from pathlib import Path
 
-from aicirt.tokenizer import byte_level_decoder
+from aicirt.host.tokenizer import byte_level_decoder
 
 
 @functools.cache

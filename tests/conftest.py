@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import aicirt
-from aicirt import toolchain
+from aicirt.build import toolchain
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -66,7 +66,7 @@ def _generous_default_soft_deadline(monkeypatch):
     25 ms and came back "pending" where the test checks its result. Only the default the runtime fills in changes; explicit `Limits(...)` are as given,
     and `aicirt.Limits()` itself still has the production default."""
     import functools
-    from aicirt import runtime as runtime_module
+    from aicirt.core import runtime as runtime_module
     monkeypatch.setattr(runtime_module, "Limits",
                         functools.partial(aicirt.Limits, soft_deadline_s=TEST_SOFT_DEADLINE_S))
 

@@ -24,7 +24,7 @@ def test_check_names_the_problem(tmp_path):
 
 
 def test_run_without_an_optional_extra_says_what_to_install_in_one_line(scripted_wasm, monkeypatch):
-    from aicirt import toolchain
+    from aicirt.build import toolchain
     toolchain.build_cached("yesno")   # built first: a compile taking over 1 s (a busy machine) prints a progress line
     monkeypatch.setitem(sys.modules, "llama_cpp", None)    # as if llama-cpp-python were not installed
     r = CliRunner().invoke(main, ["run", "yesno", "--model", "llamacpp:model.gguf"])

@@ -224,7 +224,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("body, needle", REFUSED, ids=[n.split()[0] + str(i) for i, (_, n) in enumerate(REFUSED)])
 def test_runtime_and_check_refuse_the_same_modules_and_cache_nothing(tmp_path, body, needle):
-    from aicirt.controller import check_controller
+    from aicirt.loader.controller import check_controller
 
     wasm = wat(body)
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=tmp_path) as runtime:
@@ -237,7 +237,7 @@ def test_runtime_and_check_refuse_the_same_modules_and_cache_nothing(tmp_path, b
 
 
 def test_what_the_runtime_accepts_check_accepts_and_it_runs(rt):
-    from aicirt.controller import check_controller
+    from aicirt.loader.controller import check_controller
 
     body = OK_EXPORTS + MID_PROCESS + "(table 10000 funcref) (func $f) (elem (i32.const 9998) $f $f)"
     check_controller(wat(body))
@@ -284,7 +284,7 @@ def test_cli_check_fails_on_what_the_runtime_refuses(tmp_path):
 
 
 def test_the_child_compiles_for_the_runtimes_engine_so_nothing_compiles_in_process(monkeypatch):
-    from aicirt import controller
+    from aicirt.loader import controller
 
     def in_process(*_):
         raise AssertionError("compiled in this process, outside the killable child")

@@ -13,7 +13,7 @@ import regex
 import aicirt
 from aicirt.engine.backends.scripted import ScriptedBackend
 from aicirt.engine import Engine
-from aicirt.toolchain import CONTROLLERS_DIR, build_cached, shipped_controllers
+from aicirt.build.toolchain import CONTROLLERS_DIR, build_cached, shipped_controllers
 
 EOS = 256
 C = aicirt.Capabilities

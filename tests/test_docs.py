@@ -27,7 +27,7 @@ def test_embedding_step_loop_runs(scripted_wasm, capsys):
 
 def test_writing_controllers_first_example_runs(tmp_path, monkeypatch):
     """docs/writing-controllers.md's `digits.c`, built with the toolchain, run with its snippet."""
-    from aicirt import toolchain
+    from aicirt.build import toolchain
     text = (DOCS / "writing-controllers.md").read_text()
     c_code = re.search(r"`digits.c`.*?```c\n(.*?)```", text, re.S).group(1)
     py_code = re.search(r"Run it in pytest.*?```python\n(.*?)```", text, re.S).group(1)
@@ -41,7 +41,7 @@ def test_writing_controllers_first_example_runs(tmp_path, monkeypatch):
 
 def test_writing_controllers_zig_example_runs(tmp_path):
     """docs/writing-controllers.md's Zig example builds with aici.zig and prints what it says."""
-    from aicirt import toolchain
+    from aicirt.build import toolchain
     from aicirt.engine import Engine
     from aicirt.engine.backends.scripted import ScriptedBackend
     text = (DOCS / "writing-controllers.md").read_text()

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
 from aicirt.engine import Engine, SamplingParams
-from aicirt.run_command import resolve_controller, run
+from aicirt.runner.run import resolve_controller, run
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from scripted import branch, parse_trace, result, script, splice, trap
 
 import aicirt
-from aicirt import Capabilities, toolchain
-from aicirt.results import Branch, Splice, StepResult
+from aicirt import Capabilities
+from aicirt.build import toolchain
+from aicirt.core.results import Branch, Splice, StepResult
 from aicirt.testing import EngineSettings, Fuzzer, Violation, fuzz, plans, replay
 from aicirt.testing.harness import FuzzEngine, Track
 from aicirt.testing.choices import Choices

@@ -38,7 +38,7 @@ class Escape(BaseException):
 
 
 def test_an_exception_past_the_handler_is_the_sequences_error(monkeypatch):
-    from aicirt import host_imports
+    from aicirt.host import host_imports
     import aicirt
 
     def boom(self, seq, g, ptr, n, retptr):

@@ -9,7 +9,7 @@ from hostile.runner import Spec, healthy_specs, run_batch
 
 import aicirt
 from aicirt import StepInput
-from aicirt import toolchain
+from aicirt.build import toolchain
 
 # Short hard limits keep the suite quick; the soft deadline and late-step count are the defaults.
 SUITE_LIMITS = {"call_timeout_s": 0.25, "first_call_timeout_s": 0.25}

@@ -12,7 +12,7 @@ import aicirt
 from aicirt import StepInput
 from aicirt.engine import Engine
 from aicirt.engine.backends.scripted import ScriptedBackend
-from aicirt.toolchain import CONTROLLERS_DIR, build_cached
+from aicirt.build.toolchain import CONTROLLERS_DIR, build_cached
 
 EOS = 256
 C = aicirt.Capabilities
@@ -232,7 +232,7 @@ def test_a_fork_copies_the_interpreter(make_rt):
 
 # -- a script as a module: aicirt build / run / upload ctrl.js -------------------------------------
 def test_a_bound_script_module_runs_the_script_with_the_whole_argument(c_wasm, tmp_path):
-    from aicirt.toolchain import build
+    from aicirt.build.toolchain import build
     src = tmp_path / "re.js"
     src.write_bytes((EXAMPLES / "regex.js").read_bytes())
     bound = build(src, tmp_path / "re.wasm", progress=False).path
@@ -242,8 +242,8 @@ def test_a_bound_script_module_runs_the_script_with_the_whole_argument(c_wasm, t
 
 
 def test_binding_refuses_what_it_cannot_bind(js_wasm):
-    from aicirt.js_bind import bind
-    from aicirt.wasm_binary import WasmFormatError
+    from aicirt.loader.js_bind import bind
+    from aicirt.loader.wasm_binary import WasmFormatError
     wasm = open(js_wasm, "rb").read()
     with pytest.raises(ValueError, match="empty"):
         bind(wasm, b"  \n")
@@ -260,7 +260,7 @@ def test_binding_refuses_what_it_cannot_bind(js_wasm):
 def test_a_bound_script_shares_the_js_controllers_compiled_code(js_wasm):
     """Binding compiles nothing: the bound module's code (less its arg-prefix section) is the js
     controller's, so it loads the js controller's compiled snapshot, under its own module id."""
-    from aicirt.js_bind import bind, split_arg_prefix
+    from aicirt.loader.js_bind import bind, split_arg_prefix
     wasm = open(js_wasm, "rb").read()
     script = b"function midProcess(a) { aici.varSet('arg', aici.arg()); return aici.stop(); }"
     bound = bind(wasm, script)

@@ -9,7 +9,7 @@ from hostile.js_kinds import JS_KINDS, JsKind
 from hostile.runner import Spec, healthy_specs, run_batch
 
 import aicirt
-from aicirt import toolchain
+from aicirt.build import toolchain
 
 SUITE_LIMITS = {"call_timeout_s": 0.25, "first_call_timeout_s": 0.25}
 

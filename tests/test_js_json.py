@@ -14,7 +14,7 @@ from _json_cases import VocabTokenizer
 from _vocabs import qwen_token_bytes
 import aicirt
 from aicirt import StepInput
-from aicirt.toolchain import CONTROLLERS_DIR, build_cached
+from aicirt.build.toolchain import CONTROLLERS_DIR, build_cached
 
 STR = {"type": "string"}
 CASES = [

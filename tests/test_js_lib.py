@@ -12,7 +12,7 @@ import pytest
 
 from aicirt.engine import Engine, SamplingParams
 from aicirt.engine.backends.scripted import ScriptedBackend
-from aicirt.toolchain import CONTROLLERS_DIR, build_cached
+from aicirt.build.toolchain import CONTROLLERS_DIR, build_cached
 from test_js import C, EOS, GRANTS, js_arg, run_js, trace
 
 LIB = CONTROLLERS_DIR / "js" / "examples" / "library"

@@ -9,7 +9,7 @@ from _server_helpers import aici_run, live_server
 from aicirt import Limits
 from aicirt.engine.backends import load_backend
 from aicirt.serve.settings import Settings
-from aicirt.toolchain import CONTROLLERS_DIR, build_cached
+from aicirt.build.toolchain import CONTROLLERS_DIR, build_cached
 
 import fastapi  # noqa: E402,F401  (the dev extra: a missing one fails, never skips)
 pytestmark = pytest.mark.slow   # the server compiles QuickJS in its own store (~10 s of CPU)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from _json_cases import Checker, VocabTokenizer
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 jsonschema = pytest.importorskip("jsonschema")
 hyp = pytest.importorskip("hypothesis")

@@ -16,7 +16,7 @@ import pytest
 from _json_cases import (SLICES, Checker, VocabTokenizer, check_case, load_slice, sample,
                          sampled_documents_validate)
 from _vocabs import qwen_token_bytes
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 ERROR = re.compile(r"^json: (unsupported: \S+ at #\S*|bad schema: .+|the schema admits no document)")
 

@@ -15,7 +15,7 @@ import pytest
 
 from _json_cases import SLICES, Checker, VocabTokenizer, instance_text, sample
 from _vocabs import qwen_token_bytes
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 STR = {"type": "string"}
 CASES = [

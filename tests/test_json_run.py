@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from aicirt import run_command
+from aicirt.runner import run as run_command
 from aicirt.engine import Engine
 from aicirt.engine.backends.scripted import ScriptedBackend
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 
 def test_unsupported_schema_is_reported_before_the_model_loads(monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 
 from _sdk_host import MiniHost
 from _vocabs import greedy_tokenize, qwen_token_bytes
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 BYTES = [bytes([i]) for i in range(256)] + [b""]
 EOS = 256

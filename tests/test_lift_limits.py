@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from aicirt import Capabilities, Limits, abi, native
-from aicirt.lift import InvalidResult, read_branches
+from aicirt.core.lift import InvalidResult, read_branches
 
 VOCAB = 257
 MASK_AT, SPLICES_AT, TOKENS_AT = 64, 1024, 4096

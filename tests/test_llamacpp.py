@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from aicirt.engine import Engine, SamplingParams
-from aicirt.run_command import resolve_controller
+from aicirt.runner.run import resolve_controller
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import aicirt
 from aicirt import StepInput
 from aicirt.native import get_native, pages
 from aicirt.native.instance import fork_copy
-from aicirt.memory import ResidentSlots
+from aicirt.core.memory import ResidentSlots
 
 MIB = 1 << 20
 PAGE = 4096
@@ -328,7 +328,7 @@ def test_idle_trim_runs_with_the_default_resident_budget(make_rt, monkeypatch):
     """With Limits.resident_bytes 0 (the default: freed slots keep nothing) the runtime still
     trims the C heap once idle after instances were freed (it used to never run: nothing was held,
     so the idle thread never started), once per idle period, and not again until more are freed."""
-    from aicirt import memory
+    from aicirt.core import memory
 
     trims = []
     monkeypatch.setattr(memory, "_malloc_trim", lambda pad: trims.append(pad) or 1)
@@ -432,7 +432,7 @@ def test_large_freed_buffers_go_back_to_the_os():
     floods' RSS growth). `aicirt serve` fixes them (memory.pin_malloc_thresholds)."""
     import ctypes
 
-    from aicirt import memory
+    from aicirt.core import memory
     if not memory.pin_malloc_thresholds():
         pytest.skip("not glibc on Linux, or the thresholds were set by the user")
     libc = ctypes.CDLL(None)
@@ -480,7 +480,7 @@ def test_a_slot_reused_by_a_smaller_instance_gives_back_what_a_larger_one_kept()
 
 _ARENAS_CHILD = r"""
 import ctypes, os, sys, threading
-from aicirt import memory
+from aicirt.core import memory
 capped = memory.cap_malloc_arenas() if sys.argv[1] == "cap" else False
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

@@ -1,4 +1,4 @@
-"""The memory budget of all live sequences (aicirt.memory.MemoryBudget, Limits.memory_budget_bytes):
+"""The memory budget of all live sequences (aicirt.core.memory.MemoryBudget, Limits.memory_budget_bytes):
 every sequence reserves its memory limit and log; a new request's sequence past the budget is
 refused with a clear error, never one that runs; forks are counted; a server keeps requests
 waiting for room, or answers 503 with Retry-After, and every request it runs ends well."""
@@ -11,7 +11,7 @@ from hostile.wat import module
 
 import aicirt
 from aicirt import StepInput
-from aicirt.memory import MemoryBudget, OverBudget, default_budget_bytes, machine_memory_bytes
+from aicirt.core.memory import MemoryBudget, OverBudget, default_budget_bytes, machine_memory_bytes
 
 MIB = 1 << 20
 

@@ -103,7 +103,7 @@ def test_bad_sampling_params_raise(bad):
 
 
 def _program():
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
     return build_cached("program")
 

@@ -52,4 +52,4 @@ def test_cli_is_inside_the_package(wheel):
     assert not any(n in ("cli.py", "cli/__init__.py") for n in names)
     assert wheel.read("aicirt/_cli.py") == (ROOT / "cli.py").read_bytes()   # a copy, not a link
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "aicirt = aicirt._cli:main" in wheel.read(entry).decode()
+    assert "aicirt = aicirt.cli.main:main" in wheel.read(entry).decode()

@@ -14,7 +14,7 @@ import pytest
 from aicirt import Capabilities, StepInput
 from aicirt.engine import Engine, FinishEvent, SamplingParams, TokensEvent
 from aicirt.engine.backends.scripted import ScriptedBackend
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 from aicirt import program as P
 
 EOS = 256

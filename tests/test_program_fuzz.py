@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aicirt import program as P
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 PROGRAMS = {
     "json_then_tag": P.seq(P.json({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}),

@@ -12,7 +12,7 @@ from test_program import EOS, MergeTokenizer, run, texts
 import aicirt
 from aicirt import Capabilities, StepInput
 from aicirt import program as P
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 EXPR = 'start: expr\nexpr: term ("+" term)*\nterm: NUM | "(" expr ")" | "a" | "b"\nNUM: /[0-9]+/\n'
 KV = 'root ::= pair ("," pair)*\npair ::= [a-z]+ "=" ([0-9]+ | "\\"" [a-z ]* "\\"")\n'           # GBNF

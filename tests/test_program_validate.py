@@ -8,9 +8,10 @@ import json
 import pytest
 
 import aicirt
-from aicirt import Capabilities, StepInput, run_command
+from aicirt import Capabilities, StepInput
+from aicirt.runner import run as run_command
 from aicirt import program as P
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 T = {"type": "const_string", "value": "x"}
 BAD = [

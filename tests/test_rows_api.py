@@ -370,7 +370,7 @@ def test_a_call_the_caller_took_leaves_no_queue_entry_behind():
         "import sys; sys.path.insert(0, %r)\n"
         "import aicirt\n"
         "from aicirt import StepInput\n"
-        "from aicirt.toolchain import build_cached\n"
+        "from aicirt.build.toolchain import build_cached\n"
         "from _vocabs import qwen_token_bytes\n"
         "from _json_cases import VocabTokenizer\n"
         "tok = VocabTokenizer(*qwen_token_bytes())\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import json
 
-from aicirt.run_command import run
+from aicirt.runner.run import run
 from scripted import branch, by_fork_index, result, script, splice, stop, var_set
 
 
@@ -53,7 +53,7 @@ def test_bad_module_fails_before_the_model_loads(tmp_path):
 def _fails(wasm, *steps, **kw):
     import pytest
 
-    from aicirt.run_command import RunFailed
+    from aicirt.runner.run import RunFailed
     out, err = io.StringIO(), io.StringIO()
     with pytest.raises(RunFailed) as info:
         run(str(wasm), arg=script(*steps), prompt="hi", model="scripted", out=out, err=err, color=False, **kw)
@@ -88,7 +88,7 @@ def test_one_failing_fork_fails_the_run(scripted_wasm):
 
 def test_no_error_no_failure(scripted_wasm):
     res, _, _ = go(scripted_wasm, result(branch(mask=[ord("A")])), stop())
-    from aicirt.run_command import failure
+    from aicirt.runner.run import failure
     assert failure(res) is None
 
 
@@ -117,7 +117,7 @@ def test_a_rejected_argument_fails_before_the_model_loads(tmp_path):
 
     import pytest
 
-    from aicirt.run_command import RunFailed
+    from aicirt.runner.run import RunFailed
     folder = _gpt2_model_folder(tmp_path / "gpt2")
     t0 = time.perf_counter()
     with pytest.raises(RunFailed, match=r"^regex: missing \) at offset 1 .*\(the controller failed on its first call, before the model loaded: "):
@@ -127,8 +127,8 @@ def test_a_rejected_argument_fails_before_the_model_loads(tmp_path):
 
 def test_the_first_call_check_sees_the_models_tokenizer(tmp_path):
     from aicirt import Runtime
-    from aicirt.arg_check import first_call_error, model_tokenizer
-    from aicirt.run_command import resolve_controller
+    from aicirt.runner.arg_check import first_call_error, model_tokenizer
+    from aicirt.runner.run import resolve_controller
     tok = model_tokenizer(str(_gpt2_model_folder(tmp_path / "gpt2")))
     assert tok is not None and tok.vocab_size == 50257 and tok.eos_token_id == 50256
     regex = resolve_controller("regex", progress=False)
@@ -140,7 +140,7 @@ def test_the_first_call_check_sees_the_models_tokenizer(tmp_path):
 
 
 def test_no_first_call_check_where_the_tokenizer_is_not_cheap(tmp_path):
-    from aicirt.arg_check import model_tokenizer
+    from aicirt.runner.arg_check import model_tokenizer
     assert model_tokenizer("scripted") is None and model_tokenizer("llamacpp:x.gguf") is None
     folder = tmp_path / "no-tokenizer"
     folder.mkdir()

@@ -70,7 +70,7 @@ def test_one_set_of_sampling_defaults():
     import inspect
 
     import cli
-    from aicirt import run_command
+    from aicirt.runner import run as run_command
     from aicirt.engine import SamplingParams
     from aicirt.program import run as program_run   # the function (the package re-exports it)
     d = SamplingParams()

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from aicirt.run_command import RunFailed, run
+from aicirt.runner.run import RunFailed, run
 
 # Each mode asks for memory the instance cannot have (64 MiB by default, docs/protocol.md#limits), writes
 # through what it got, and would then fast-forward "survived": with a NULL it would get there.

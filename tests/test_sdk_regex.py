@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from _sdk_host import MiniHost
 from _vocabs import gpt2_token_bytes, greedy_tokenize, qwen_token_bytes
-from aicirt.toolchain import build_cached
+from aicirt.build.toolchain import build_cached
 
 BYTE_VOCAB = [bytes([i]) for i in range(256)] + [b""]
 PATTERNS = [

@@ -419,7 +419,7 @@ def test_docs_curl_examples_work(url, tmp_path):
     import subprocess
     from pathlib import Path
 
-    from aicirt import toolchain
+    from aicirt.build import toolchain
 
     if not shutil.which("curl"):
         pytest.skip("no curl here")

@@ -18,7 +18,7 @@ import pytest
 from _server_helpers import aici_run, live_server
 from hostile.kinds import ALL, HERE, KINDS
 
-from aicirt import toolchain
+from aicirt.build import toolchain
 from aicirt.engine.backends import load_backend
 from aicirt.serve.settings import Settings
 

@@ -1,4 +1,4 @@
-"""Init snapshots (aicirt.snapshot): a controller's state after its init is what it would be
+"""Init snapshots (aicirt.loader.snapshot): a controller's state after its init is what it would be
 without the snapshot; a controller that breaks the init rules gets a clear
 load error; snapshots are cached on disk per (module, tokenizer); fork still copies globals."""
 from __future__ import annotations
@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from conftest import mask_tokens
 
 import aicirt
-from aicirt import LoadError, StepInput, toolchain
-from aicirt import snapshot as snap
-from aicirt.controller import load_controller
-from aicirt.wasm_binary import memory_runs, snapshot_module
+from aicirt import LoadError, StepInput
+from aicirt.build import toolchain
+from aicirt.loader import snapshot as snap
+from aicirt.loader.controller import load_controller
+from aicirt.loader.wasm_binary import memory_runs, snapshot_module
 
 HOST = "aici:controller/host@0.1.0"
 IMPORTS = f"""
@@ -185,7 +186,7 @@ def test_snapshot_cached_on_disk_per_tokenizer(tmp_path, monkeypatch):
         runtime.load(src)
     assert len(list((tmp_path / "modules").glob(f"*-s{snap.SNAPSHOT_FORMAT}.cwasm"))) == 1
     monkeypatch.setattr(snap, "run_init_sparse", lambda *a: pytest.fail("the cached snapshot was not used"))
-    import aicirt.controller as cmod
+    import aicirt.loader.controller as cmod
     monkeypatch.setattr(cmod, "_artifacts", type(cmod._artifacts)())   # no process cache: disk only
     with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=tmp_path) as runtime:
         ctrl = runtime.load(src)

@@ -1,4 +1,4 @@
-"""aicirt.speculate: speculation against plain stepping, in lockstep, for every shipped controller.
+"""aicirt.core.speculate: speculation against plain stepping, in lockstep, for every shipped controller.
 
 Two requests of the same controller and argument run side by side over a byte tokenizer: the
 plain one steps token by token (the object API), the speculating one drafts after each mask
@@ -16,9 +16,10 @@ from scripted import branch, log, parse_trace, result, script, splice, stop, tra
 from test_controllers import FUZZED
 
 import aicirt
-from aicirt import Capabilities, StepInput, toolchain
-from aicirt.results import StepResult, splice_for
-from aicirt.speculate import ENDED_NOT_ALLOWED, ENDED_RESULT, Speculation
+from aicirt import Capabilities, StepInput
+from aicirt.build import toolchain
+from aicirt.core.results import StepResult, splice_for
+from aicirt.core.speculate import ENDED_NOT_ALLOWED, ENDED_RESULT, Speculation
 
 NO_FORK = Capabilities.ALL & ~Capabilities.FORK
 #: the fuzzed program without its fork step (fork is not granted here)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from test_controllers import FUZZED
 
-from aicirt import toolchain
+from aicirt.build import toolchain
 from aicirt.engine import Engine, SamplingParams
 from aicirt.engine.backends.scripted import ScriptedBackend
 from aicirt.engine.speculative import PromptLookup, SpeculativeEngine

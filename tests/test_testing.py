@@ -5,7 +5,7 @@ import re
 
 from scripted import branch, result, script, trap
 
-from aicirt import toolchain
+from aicirt.build import toolchain
 from aicirt.testing import fuzz_controller
 
 

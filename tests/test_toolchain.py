@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 import _require as require
 
-from aicirt import toolchain
-from aicirt.toolchain import BuildError, build, build_cached, check_module, shipped_controllers
+from aicirt.build import toolchain
+from aicirt.build.toolchain import BuildError, build, build_cached, check_module, shipped_controllers
 
 CONTROLLERS, WIT = toolchain.CONTROLLERS_DIR, toolchain.WIT_DIR
 MINIMAL = '#include "aici.h"\nvoid aici_step(const aici_arg_t *arg, aici_result_t *res) { aici_noop(res); }\n'
@@ -179,7 +179,7 @@ def test_shipped_controllers_are_components(name, tmp_path):
 # -- controller libraries (controllers/lib, named by a recipe's "libs") -----------------------------
 
 def _lib_tree(tmp_path, monkeypatch):
-    from aicirt import recipe
+    from aicirt.build import recipe
     lib = tmp_path / "lib"
     (lib / "a").mkdir(parents=True)
     (lib / "b").mkdir()
@@ -198,7 +198,7 @@ def _lib_tree(tmp_path, monkeypatch):
 
 
 def test_a_recipe_links_its_libraries_and_theirs(tmp_path, monkeypatch):
-    from aicirt import recipe
+    from aicirt.build import recipe
     lib, ctl = _lib_tree(tmp_path, monkeypatch)
     assert recipe.libs(recipe.find(ctl)) == [lib / "a", lib / "b"]     # a library after those it needs
     r = build(ctl, tmp_path / "ctl.wasm", progress=False)
@@ -206,7 +206,7 @@ def test_a_recipe_links_its_libraries_and_theirs(tmp_path, monkeypatch):
 
 
 def test_the_build_cache_key_covers_a_library_file(tmp_path, monkeypatch):
-    from aicirt.toolchain import source_hash
+    from aicirt.build.toolchain import source_hash
     lib, ctl = _lib_tree(tmp_path, monkeypatch)
     before = source_hash(ctl)
     (lib / "a" / "a.h").write_text("#define A 8\nint a_value(void);\n")   # a header of a library two steps away
@@ -214,7 +214,7 @@ def test_the_build_cache_key_covers_a_library_file(tmp_path, monkeypatch):
 
 
 def test_a_recipe_naming_no_such_library_or_a_circle_is_refused(tmp_path, monkeypatch):
-    from aicirt import recipe
+    from aicirt.build import recipe
     lib, ctl = _lib_tree(tmp_path, monkeypatch)
     (ctl / "build.json").write_text('{"libs": ["nope"]}')
     with pytest.raises(BuildError, match="no controller library 'nope'"):
@@ -226,7 +226,7 @@ def test_a_recipe_naming_no_such_library_or_a_circle_is_refused(tmp_path, monkey
 
 
 def test_shipped_controllers_share_code_through_libraries_not_shims():
-    from aicirt.toolchain import CONTROLLERS_DIR
+    from aicirt.build.toolchain import CONTROLLERS_DIR
     assert "lib" not in shipped_controllers() and "sdk" not in shipped_controllers()
     shims = [p for p in CONTROLLERS_DIR.rglob("*.c") if re.search(r'#include "\.\./[^"]+\.c"', p.read_text())]
     assert shims == []

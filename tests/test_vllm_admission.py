@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import scripted as S
 
-from aicirt import toolchain
+from aicirt.build import toolchain
 from aicirt.integrations.admission import FirstCallCheck
 
 

@@ -146,7 +146,7 @@ def both(vllm_engine, scripted_wasm_module):
 def scripted_wasm_module():
     from pathlib import Path
 
-    from aicirt import toolchain
+    from aicirt.build import toolchain
 
     return toolchain.build_cached(Path(__file__).parent / "controllers" / "scripted.c", sdk=False)
 

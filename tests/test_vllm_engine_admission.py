@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import scripted as S
 
-from aicirt import toolchain
-from aicirt.arg_check import model_tokenizer
+from aicirt.build import toolchain
+from aicirt.runner.arg_check import model_tokenizer
 from aicirt.integrations.admission import MODEL_ENV, FirstCallCheck
 
 FF_1059 = S.script(S.result(S.branch(splices=[S.splice(ff=[1059])])))     # legal on SmolLM2 (49,152 tokens)

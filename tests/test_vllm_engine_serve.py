@@ -40,7 +40,7 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, scripted_wasm):
-    from aicirt.arg_check import model_tokenizer
+    from aicirt.runner.arg_check import model_tokenizer
     from aicirt.engine.backends import ScriptedBackend
 
     tok = model_tokenizer(None)

@@ -55,7 +55,7 @@ def workload(engine) -> dict:
     """Run the TP workload on `engine` (a VllmEngine); what a client sees, as JSON-able data."""
     sys.path.insert(0, str(HERE))
     import aicirt
-    from aicirt import toolchain
+    from aicirt.build import toolchain
     from aicirt.engine import SamplingParams
     from scripted import branch, by_fork_index, loop_forever, result, script, splice, stop, var_set, wait_var
 

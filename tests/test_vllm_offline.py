@@ -15,7 +15,7 @@ import vllm.exceptions  # noqa: E402
 
 import scripted as S  # noqa: E402
 
-from aicirt import toolchain  # noqa: E402
+from aicirt.build import toolchain  # noqa: E402
 from aicirt.integrations.vllm_offline import default_llm, shutdown  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

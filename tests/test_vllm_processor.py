@@ -177,7 +177,7 @@ def test_masks_hold_in_float32_logits(proc):
 
 
 def test_tags_module_ids_and_the_path_switch(proc, tmp_path, monkeypatch):
-    from aicirt import toolchain
+    from aicirt.build import toolchain
     from aicirt.integrations.vllm import resolve_reference
     from aicirt.serve.store import Store
 

@@ -19,7 +19,7 @@ openai = pytest.importorskip("openai")
 
 import scripted as S  # noqa: E402
 
-from aicirt import toolchain  # noqa: E402
+from aicirt.build import toolchain  # noqa: E402
 from aicirt.engine.backends.model_files import local_model_dir  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "grammars"))
 
 from harness import VOCABS, Llg, Ours, compare  # noqa: E402
 
-from aicirt.toolchain import build_cached  # noqa: E402
+from aicirt.build.toolchain import build_cached  # noqa: E402
 
 XG = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 

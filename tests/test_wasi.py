@@ -1,4 +1,4 @@
-"""WASI preview 1 (docs/wasi.md): native in the hot path (native/wasi.c); runtime/wasi.py serves
+"""WASI preview 1 (docs/wasi.md): native in the hot path (native/wasi.c); runtime/host/wasi.py serves
 the template instance of a per-tokenizer init."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from test_controller_loading import MID_PROCESS, OK_EXPORTS, wat
 
 from aicirt import StepInput
 from aicirt.native.wasi_rng import random_bytes, seed, split
-from aicirt.wasi import exit_message
+from aicirt.host.wasi import exit_message
 
 IMPORTS = """
   (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))

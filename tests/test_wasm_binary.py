@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import aicirt
 from aicirt import LoadError
-from aicirt.wasm_binary import WasmFormatError, export_mutable_globals, globals_and_exports
+from aicirt.loader.wasm_binary import WasmFormatError, export_mutable_globals, globals_and_exports
 
 MODULE = wasmtime.wat2wasm("""(module
   (import "m" "g" (global $imp (mut i32)))

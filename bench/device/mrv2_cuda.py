@@ -243,7 +243,7 @@ def main() -> None:
     if a.wasm_dir:
         regex, js = str(Path(a.wasm_dir) / "regex.wasm"), str(Path(a.wasm_dir) / "json.wasm")
     else:
-        from aicirt.toolchain import build_cached
+        from aicirt.build.toolchain import build_cached
         regex, js = str(build_cached("regex")), str(build_cached("json"))
     t0 = time.perf_counter()
     batches = [1, 8] if a.quick else [1, 8, 64, 256]

@@ -6,7 +6,7 @@
  * shaped like the WIT's `mid-process-result`, into the result. The API (`aici`, aici.d.ts)
  * mirrors the WIT host interface; token sets and the constraints (Regex, JsonSchema, Follower:
  * constraint.c) are native, so a JS controller's masks cost what C's do. A script bound to the
- * module (`aicirt upload ctrl.js`, runtime/js_bind.py) reaches it the same way: the runtime puts
+ * module (`aicirt upload ctrl.js`, runtime/loader/js_bind.py) reaches it the same way: the runtime puts
  * the script and its NUL in front of every request's argument.
  *
  * Lifetimes: the interpreter, its context and the API are made by `aicirt_init`, once per
@@ -48,7 +48,7 @@ static const char *const ATOM_NAMES[N_ATOMS] = {"branches", "sampleMask", "tempe
 static JSAtom atoms[N_ATOMS];
 static uint32_t arg_skip;             /* bytes of aici_arg() before the script's own argument */
 
-/* What runtime/js_bind.py looks for before it binds a script to a module: this is the js
+/* What runtime/loader/js_bind.py looks for before it binds a script to a module: this is the js
  * controller. */
 __attribute__((used)) static const char JS_CONTROLLER_MARKER[] = "aicirt:js:controller:1";
 
@@ -325,7 +325,7 @@ static bool is_module(const char *s, uint32_t n);
 
 /* aici._checkSyntax(source): compile `source` as the controller would (a module when a line starts
  * with import/export), run nothing; a SyntaxError names <script>:LINE:COL. For `aicirt build`
- * (runtime/js_bind.py); harmless to scripts, which can eval anyway. */
+ * (runtime/loader/js_bind.py); harmless to scripts, which can eval anyway. */
 static JSValue api_check_syntax(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
   if (!argc || !JS_IsString(argv[0])) return JS_ThrowTypeError(c, "_checkSyntax: expected a string");
   size_t len;

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..abi import RowKind
-from ..batch import RowsOutcome
-from ..results import Splice, StepResult, splice_for
+from ..core.batch import RowsOutcome
+from ..core.results import Splice, StepResult, splice_for
 from .backends.base import Backend
 from .sampling import apply_masks, find_stop, forced_logprob, sample, token_logprobs
 from .types import Event, FinishEvent, ForkEvent, GenSeq, LogEvent, TokensEvent

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..batch import row_edit
+from ..core.batch import row_edit
 from ..capabilities import Capabilities
 from ..errors import AicirtError
 from .apply import Applier
@@ -43,11 +43,11 @@ from .scheduler import Scheduler
 from .types import EngineStats, Event, GenRequest, GenSeq, VarEvent
 
 if TYPE_CHECKING:
-    from ..batch import RowsHandle, RowsOutcome
-    from ..controller import Controller, Source
+    from ..core.batch import RowsHandle, RowsOutcome
+    from ..loader.controller import Controller, Source
     from ..limits import Limits
-    from ..request import Request
-    from ..runtime import Runtime
+    from ..core.request import Request
+    from ..core.runtime import Runtime
 
 
 class EngineBase:
@@ -87,7 +87,7 @@ class EngineBase:
     def runtime(self) -> Runtime:
         """The `aicirt.Runtime`, created on first use."""
         if self._runtime is None:
-            from ..runtime import Runtime
+            from ..core.runtime import Runtime
 
             self._runtime = Runtime(self.backend.runtime_tokenizer(), limits=self._limits, workers=self._workers)
         return self._runtime
@@ -103,7 +103,7 @@ class EngineBase:
         """Whether the runtime's memory budget (Limits.memory_budget_bytes) has room for
         `sequences` new controlled sequences now; True before the runtime exists. A server asks
         before it starts a controlled request, and keeps it waiting otherwise (a request
-        started without room ends at once with `aicirt.memory.OverBudget`'s message). Safe to
+        started without room ends at once with `aicirt.core.memory.OverBudget`'s message). Safe to
         call from any thread (a racy read)."""
         rt = self._runtime
         return rt is None or rt.memory_budget.room_for(sequences)

@@ -10,7 +10,7 @@ prompt and output; no draft model):
                                                               | the k drafts: k + 1 logits rows
     verify, depth by depth: t_j = argmax(logits_j & mask_j); while t_j == d_j the draft is
     accepted and the controller's mask after it comes from the runtime's speculation call
-    (`aicirt.speculate`: a copy-fork a draft, nothing committed); the first t_j that differs is
+    (`aicirt.core.speculate`: a copy-fork a draft, nothing committed); the first t_j that differs is
     the step's own token. The controller is committed to its state after the accepted drafts;
     the cache is cut back to them.
 
@@ -40,7 +40,7 @@ from .engine import Engine
 from .types import Event, GenSeq, TokensEvent
 
 if TYPE_CHECKING:
-    from ..batch import RowsOutcome
+    from ..core.batch import RowsOutcome
     from .backends.base import Backend, KVCache
 
 _MASK, _OTHER = int(RowKind.MASK), int(RowKind.OTHER)
@@ -168,7 +168,7 @@ class SpeculativeEngine(Engine):
         """Accept each sequence's drafts while they are the greedy token under the controller's
         mask; leave it with the logits (and, controlled, the mask) after the accepted ones for
         the engine's ordinary apply to sample the step's own token."""
-        from ..speculate import Speculation
+        from ..core.speculate import Speculation
         mask_vocab = self.runtime.vocab_size if outcome is not None else 0
         at = {id(s): i for i, s in enumerate(controlled)}
         accepted: dict[int, int] = {}

@@ -54,10 +54,10 @@ from .scheduler import Scheduler
 from .types import EngineStats, Event, GenRequest, GenSeq, LogEvent
 
 if TYPE_CHECKING:
-    from ..batch import RowsOutcome
+    from ..core.batch import RowsOutcome
     from ..limits import Limits
-    from ..results import StepResult
-    from ..runtime import Runtime
+    from ..core.results import StepResult
+    from ..core.runtime import Runtime
 
 #: KV block size asked of vLLM (its CPU backend defaults to 128 and prefers multiples of 32): a
 #: backtrack or a restart recomputes at most one block, so smaller is cheaper to edit.

@@ -4,6 +4,6 @@
 request, for hosts that append exactly one token per step and can only mask logits.
 `aicirt.integrations.vllm` is the vLLM V1 logits-processor layer over it, and
 `aicirt.integrations.vllm_mrv2` the Model Runner V2 one (draft rows masked through
-`aicirt.speculate`); the V1 class name loads under either runner. They import vLLM and torch, so
+`aicirt.core.speculate`); the V1 class name loads under either runner. They import vLLM and torch, so
 nothing here is imported by `import aicirt`.
 """

@@ -2,7 +2,7 @@
 prompt or the model's tokenizer at hand (vLLM's `validate_params` gets only the SamplingParams,
 in the frontend process, before the prompt is tokenized).
 
-The call runs as `aicirt run`'s early check does (`aicirt.arg_check.first_call_error`, empty
+The call runs as `aicirt run`'s early check does (`aicirt.runner.arg_check.first_call_error`, empty
 prompt) over the model's own tokenizer where the check knows the model (`FirstCallCheck(model)`,
 `use_model`, or the `AICIRT_VLLM_MODEL` variable; `vllm_offline.default_llm` sets it), else over
 the byte tokenizer as a stand-in: what a controller decides from its argument alone (a regex that
@@ -60,7 +60,7 @@ class FirstCallCheck:
         """The controller's own reason first, then the Wasm detail (`failure_message`), when its
         first call on the stand-in (byte tokenizer, empty prompt) ends in error or stops at once
         saying why; None otherwise. Raises `aicirt.LoadError` for a module the runtime refuses."""
-        from ..arg_check import first_call_error
+        from ..runner.arg_check import first_call_error
 
         raw = arg.encode("utf-8") if isinstance(arg, str) else bytes(arg)
         st = Path(wasm).stat()
@@ -80,9 +80,9 @@ class FirstCallCheck:
 
     def _started(self) -> Any:
         if self._runtime is None:
-            from ..arg_check import model_tokenizer
-            from ..runtime import Runtime
-            from ..tokenizer import ByteTokenizer
+            from ..runner.arg_check import model_tokenizer
+            from ..core.runtime import Runtime
+            from ..host.tokenizer import ByteTokenizer
 
             model = self._model if self._model is not None else os.environ.get(MODEL_ENV)
             tokenizer = model_tokenizer(model or None) if model is not None else None

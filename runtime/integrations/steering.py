@@ -40,11 +40,11 @@ import numpy as np
 from ..abi import RowKind
 from ..capabilities import Capabilities
 from ..errors import AicirtError, failure_message
-from ..batch import row_edit
-from ..results import StepResult, splice_for
+from ..core.batch import row_edit
+from ..core.results import StepResult, splice_for
 
 if TYPE_CHECKING:
-    from ..batch import RowsHandle
+    from ..core.batch import RowsHandle
 
 log = logging.getLogger("aicirt.integrations")
 

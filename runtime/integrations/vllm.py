@@ -40,8 +40,8 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDi
 
 from ..errors import LoadError
 from ..limits import Limits
-from ..runtime import Runtime
-from ..tokenizer import HFTokenizer
+from ..core.runtime import Runtime
+from ..host.tokenizer import HFTokenizer
 from .admission import FirstCallCheck
 from .steering import Steered, Steering
 from .torch_masks import MaskBiases, apply_plan
@@ -103,7 +103,7 @@ def resolve_reference(ref: str) -> Path:
     message never quotes the compiler's diagnostics, which quote the source's lines: those go to the
     server's log (logger ``aicirt.integrations``), and the client is told to look there."""
     from ..serve.store import StoreError, resolve_controller
-    from ..toolchain import BuildError
+    from ..build.toolchain import BuildError
 
     try:
         return resolve_controller(ref, allow_paths=paths_allowed())

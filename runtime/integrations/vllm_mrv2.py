@@ -20,7 +20,7 @@ MRV2's interface (`vllm.v1.worker.gpu.sample.logits_processor.interface`) and ho
 - `apply(logits, ctx)`: the masks go on the rows (`ctx.idx_mapping_np`); under speculative
   decoding a request owns one row per draft (`ctx.expanded_idx_mapping`, `ctx.expanded_local_pos`,
   the drafts in `ctx.input_ids`), and the draft rows are masked through the runtime's speculation
-  call (`aicirt.speculate`): row j gets the mask the controller gives after drafts 1..j. At the
+  call (`aicirt.core.speculate`): row j gets the mask the controller gives after drafts 1..j. At the
   next step the accepted prefix is committed and the bonus token is the one sampled after it.
 
 Async scheduling is handled: the previous step's sampled tokens are read in
@@ -29,7 +29,7 @@ Async scheduling is handled: the previous step's sampled tokens are read in
 
 Draft rows: steering is simulated on a copy of the request's state, draft by draft, as if vLLM had
 appended each draft in a step of its own: the copy makes the call steering would make (on a
-copy-fork, through `aicirt.speculate`) or none while it forces fast-forward tokens, and plans the
+copy-fork, through `aicirt.core.speculate`) or none while it forces fast-forward tokens, and plans the
 next row; at the next step the state after the accepted drafts is put back. So every row gets
 exactly the plan steering would give there (a mask, a forced token, EOS after a stop, the error
 text after an error). Where a row cannot be planned (a call still running, a no-op, a fork), the
@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     import torch
     from vllm.sampling_params import SamplingParams
 
-    from ..runtime import Runtime
-    from ..speculate import Speculation
+    from ..core.runtime import Runtime
+    from ..core.speculate import Speculation
     from .steering import Steered, Steering
 
 log = logging.getLogger("aicirt.integrations")
@@ -167,7 +167,7 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
     def steering(self) -> "Steering":
         if self._steering is None:
             from ..limits import Limits
-            from ..runtime import Runtime
+            from ..core.runtime import Runtime
             from .steering import Steering
             self._steering = Steering(Runtime(self._tokenizer, limits=Limits(), workers=2), self._eos)
         return self._steering
@@ -339,7 +339,7 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
         plans the next row. Row j's mask is that plan; the state after it is kept for the commit."""
         import numpy as np
 
-        from ..speculate import Speculation
+        from ..core.speculate import Speculation
         words = self.runtime.mask_words
         sims: list[int] = []
         for idx, draft_rows in drafting.items():

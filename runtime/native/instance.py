@@ -19,7 +19,7 @@ from . import pages
 from .types import CData
 
 if TYPE_CHECKING:
-    from ..controller import Controller
+    from ..loader.controller import Controller
     from . import Native
 
 

@@ -1,5 +1,5 @@
 /* WASI preview 1 for controllers (docs/wasi.md), the functions a libc calls, as native callbacks
- * (compiled after host.c, whose fault and guest-memory helpers these use). runtime/wasi.py is the
+ * (compiled after host.c, whose fault and guest-memory helpers these use). runtime/host/wasi.py is the
  * same logic for the init template: same results, same messages.
  *
  * No real I/O, and nothing that makes a controller's results depend on when or where it runs:

@@ -1,6 +1,6 @@
 """`run(program, prompt=..., model=...)`: a program on the embedded engine, no server.
 
-It is `aicirt run program` as a function (`aicirt.run_command.run`, quiet): the program is
+It is `aicirt run program` as a function (`aicirt.runner.run.run`, quiet): the program is
 validated first (`ProgramError` before the controller builds or the model loads), the controller's
 first call is tried on the model's tokenizer before the weights load, then one request runs.
 """
@@ -45,9 +45,9 @@ def run(program: Format | dict | str | bytes, *, prompt: str = "", model: str | 
         chat: bool = True, top_p: float = SamplingParams.top_p, top_k: int = SamplingParams.top_k) -> ProgramResult:
     """Run `program` once on `model` (as `aicirt run --model`: None is the default SmolLM2,
     "scripted" a fake model). `max_tokens` bounds each sequence. Raises `ProgramError` (malformed
-    program), `aicirt.run_command.RunFailed` (the controller refused it on its first call, or a
+    program), `aicirt.runner.run.RunFailed` (the controller refused it on its first call, or a
     sequence ended in error), FileNotFoundError (no such model)."""
-    from ..run_command import run as run_controller
+    from ..runner.run import run as run_controller
 
     arg = program_arg(program)
     raw = run_controller("program", arg=arg, prompt=prompt, max_tokens=max_tokens, temperature=temperature,

@@ -65,7 +65,7 @@ def format_removed(gone: ModuleInfo | TagInfo) -> str:
 
 def module_bytes(src: str, progress: bool = True) -> bytes:
     """A `.wasm` file's bytes, or those of a C/Zig file, folder or shipped name, built first."""
-    from aicirt.run_command import resolve_controller
+    from aicirt.runner.run import resolve_controller
 
     return Path(resolve_controller(src, progress=progress)).read_bytes()
 
@@ -125,7 +125,7 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
     shipped name is sent as is. Returns (and with `as_json` prints) the result. Raises
     `ServerError` when the server refuses the request (a controller that fails or refuses its
     argument on its first call is a 400 whose message leads with the controller's reason) and
-    `aicirt.run_command.RunFailed` after printing a result in which a sequence failed."""
+    `aicirt.runner.run.RunFailed` after printing a result in which a sequence failed."""
     out, err = out or sys.stdout, err or sys.stderr
     name = controller
     if Path(controller).exists():
@@ -168,7 +168,7 @@ def run_remote(client: Client, controller: str, *, arg: bytes, prompt: str, max_
                     value = bytes.fromhex(w["value"])
                     variables[w["name"]] = (variables.get(w["name"], b"") + value if w["op"] == "Append" else value)
     gen_s = time.perf_counter() - t0
-    from aicirt.run_command import RunFailed, _var_text, failure
+    from aicirt.runner.run import RunFailed, _var_text, failure
 
     tokens = usage.get("sampled_tokens", 0)
     result: dict[str, Any] = {

@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from aicirt.arg_check import first_call_failure
+from aicirt.runner.arg_check import first_call_failure
 from aicirt.engine import Engine, SamplingParams
 from aicirt.errors import failure_message
 
@@ -277,7 +277,7 @@ class EngineLoop:
 
     def _failed_to_start(self, job: Job) -> bool:
         """Reject `job` (400) if its controller failed or refused its argument on its first call,
-        before producing anything (`aicirt.arg_check.first_call_failure`); the message leads with
+        before producing anything (`aicirt.runner.arg_check.first_call_failure`); the message leads with
         the controller's own reason (`failure_message`). The engine retires the request itself."""
         req = job.req
         first = req.sequences[0]

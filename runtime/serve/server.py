@@ -20,7 +20,7 @@ from .settings import Settings
 from .store import Store, StoreError, artifact_size, is_module_id, resolve_controller
 
 if TYPE_CHECKING:
-    from ..controller import Controller
+    from ..loader.controller import Controller
     from ..engine.backends.base import Backend
     from .tracker import Update
 
@@ -32,7 +32,7 @@ class Server:
         from aicirt import Runtime
         from aicirt.engine.backends import load_backend
         from aicirt.engine import Engine
-        from aicirt.memory import cap_malloc_arenas, pin_malloc_thresholds
+        from aicirt.core.memory import cap_malloc_arenas, pin_malloc_thresholds
 
         self.settings = settings
         self.store = store or Store(settings.store, max_upload_bytes=settings.max_upload_bytes)
@@ -89,7 +89,7 @@ class Server:
     def controller(self, spec: str) -> Controller:
         """The compiled controller a client names (tag, module id, shipped name); cached by file."""
         from aicirt import LoadError
-        from aicirt.toolchain import BuildError
+        from aicirt.build.toolchain import BuildError
 
         try:
             if spec in self._shipped or is_module_id(spec):

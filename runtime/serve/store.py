@@ -489,7 +489,7 @@ def resolve_controller(spec: str, store: Store | None = None, *, allow_paths: bo
     `shipped_builds`: a memo of shipped controllers' builds (name -> path) for a long-lived
     caller such as a server, which then skips hashing their sources on every request.
 
-    Raises `NotFound` naming what was tried, `aicirt.toolchain.BuildError` for a source that does
+    Raises `NotFound` naming what was tried, `aicirt.build.toolchain.BuildError` for a source that does
     not compile.
     """
     if not isinstance(spec, str) or not spec:
@@ -506,7 +506,7 @@ def resolve_controller(spec: str, store: Store | None = None, *, allow_paths: bo
         if path.suffix == ".wasm":
             raise NotFound(f"{spec}: no such file")
         if path.exists():
-            from aicirt import toolchain
+            from aicirt.build import toolchain
 
             return Path(toolchain.build_cached(path, progress=progress))
     info = store.lookup(spec) if _TAG_RE.fullmatch(spec) else None
@@ -514,7 +514,7 @@ def resolve_controller(spec: str, store: Store | None = None, *, allow_paths: bo
         return store.wasm_path(info.module_id)
     if shipped_builds is not None and spec in shipped_builds:
         return shipped_builds[spec]
-    from aicirt import toolchain
+    from aicirt.build import toolchain
 
     shipped = toolchain.shipped_controllers()
     if spec in shipped:

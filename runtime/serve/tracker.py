@@ -12,7 +12,7 @@ from typing import Any
 from aicirt.engine import FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, TokensEvent, VarEvent
 from aicirt.engine.sampling import partial_stop
 from aicirt.errors import failure_message
-from aicirt.run_command import _valid_utf8_prefix
+from aicirt.runner.run import _valid_utf8_prefix
 
 
 @dataclass

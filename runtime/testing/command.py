@@ -37,7 +37,7 @@ def fuzz_command(controller: str, *, steps: int, seed: int, time_s: float | None
     """Fuzz `controller` (a .wasm, a C/Zig source or a shipped name); returns the exit status."""
     from tqdm import tqdm
 
-    from ..run_command import resolve_controller
+    from ..runner.run import resolve_controller
     from .fuzzer import Fuzzer
 
     caps = parse_capabilities(capabilities)

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..capabilities import Capabilities
 from ..limits import Limits
-from ..runtime import Runtime
-from ..tokenizer import ByteTokenizer
+from ..core.runtime import Runtime
+from ..host.tokenizer import ByteTokenizer
 from .choices import Choices, Plan
 from .harness import EngineSettings, FuzzEngine, Track, View, Violation
 
 if TYPE_CHECKING:
     import os
 
-    from ..tokenizer import Tokenizer
+    from ..host.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

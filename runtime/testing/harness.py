@@ -23,14 +23,14 @@ import numpy as np
 
 from ..capabilities import Capabilities
 from ..errors import ControllerError
-from ..results import StepInput, StepResult, splice_for
+from ..core.results import StepInput, StepResult, splice_for
 from .choices import Choices
 
 if TYPE_CHECKING:
-    from ..request import Request
-    from ..results import Branch
-    from ..runtime import Runtime
-    from ..sequence import Sequence
+    from ..core.request import Request
+    from ..core.results import Branch
+    from ..core.runtime import Runtime
+    from ..core.sequence import Sequence
 
 
 class Violation(Exception):

@@ -25,11 +25,11 @@ from ..capabilities import Capabilities
 from ..engine import Engine, GenSeq, SamplingParams
 from ..engine.backends.scripted import ScriptedBackend
 from ..limits import Limits
-from ..runtime import Runtime
-from ..tokenizer import ByteTokenizer
+from ..core.runtime import Runtime
+from ..host.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:
-    from ..tokenizer import Tokenizer
+    from ..host.tokenizer import Tokenizer
 
 #: A property of one finished sequence: return None/True if it holds, else a message (or False).
 Check = Callable[[GenSeq], "str | bool | None"]

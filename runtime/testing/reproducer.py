@@ -21,7 +21,7 @@ from .choices import Plan
 from .harness import EngineSettings
 
 if TYPE_CHECKING:
-    from ..tokenizer import Tokenizer
+    from ..host.tokenizer import Tokenizer
     from .fuzzer import Check, Fuzzer, FuzzFailure, RunResult
 
 FORMAT = "aicirt-fuzz-reproducer/1"

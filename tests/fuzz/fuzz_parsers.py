@@ -38,7 +38,7 @@ def main() -> None:
     include = None
     if module == "server_targets":
         include = ["aicirt", "fuzz"]      # matched on the top-level package: the rest is imported first
-        for name in ("fastapi.testclient", "pydantic", "aicirt", "aicirt.engine.backends", "aicirt.toolchain",
+        for name in ("fastapi.testclient", "pydantic", "aicirt", "aicirt.engine.backends", "aicirt.build.toolchain",
                      "hostile.wat"):
             importlib.import_module(name)
     with atheris.instrument_imports(include=include):

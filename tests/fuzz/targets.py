@@ -11,11 +11,11 @@ import wasmtime
 
 from aicirt import Capabilities, Limits
 from aicirt.native import get_native
-from aicirt.admission import structural_problems
-from aicirt.lift import InvalidResult, read_branches
-from aicirt.toktrie import iter_tokens, serialize_trie
-from aicirt.wasm_binary import WasmFormatError, export_mutable_globals, module_facts
-from aicirt.wasm_code import fork_unsafe_instruction
+from aicirt.loader.admission import structural_problems
+from aicirt.core.lift import InvalidResult, read_branches
+from aicirt.host.toktrie import iter_tokens, serialize_trie
+from aicirt.loader.wasm_binary import WasmFormatError, export_mutable_globals, module_facts
+from aicirt.loader.wasm_code import fork_unsafe_instruction
 
 _validator = wasmtime.Engine()
 _LIMITS = Limits()

@@ -103,7 +103,7 @@ def _smollm2() -> Vocab:
     import gguf
 
     from aicirt.engine.backends.model_files import default_gguf
-    from aicirt.tokenizer import byte_level_decoder
+    from aicirt.host.tokenizer import byte_level_decoder
     r = gguf.GGUFReader(str(default_gguf()))
     f, kinds = r.fields["tokenizer.ggml.tokens"], r.fields["tokenizer.ggml.token_type"]
     eos = int(r.fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
@@ -134,7 +134,7 @@ class _Tok:
 
 
 def grammar_wasm() -> bytes:
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
     return build_cached("grammar").read_bytes()
 
 

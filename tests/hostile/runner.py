@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from scripted import branch, result, script, splice
 
-from aicirt import Capabilities, toolchain
+from aicirt import Capabilities
+
+from aicirt.build import toolchain
 from aicirt.testing import Choices, EngineSettings, FuzzEngine
 
 

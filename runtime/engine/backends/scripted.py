@@ -15,7 +15,7 @@ import numpy as np
 from .base import Backend, KVCache, TokenId
 
 if TYPE_CHECKING:
-    from ...tokenizer import Tokenizer
+    from ...host.tokenizer import Tokenizer
 
 LogitsFn = Callable[[tuple[TokenId, ...]], np.ndarray]
 

@@ -27,7 +27,7 @@ from . import model_files
 from .base import Backend, KVCache, TokenId
 
 if TYPE_CHECKING:
-    from ...tokenizer import HFTokenizer
+    from ...host.tokenizer import HFTokenizer
 
 
 def _cpu_has_fast_bf16() -> bool:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 
-from .limits import Limits
-from .results import StepInput
-from .runtime import Runtime
-from .tokenizer import ByteTokenizer
+from ..limits import Limits
+from ..core.results import StepInput
+from ..core.runtime import Runtime
+from ..host.tokenizer import ByteTokenizer
 
 TS_STRIPPER = "ts/sucrase.min.js"          # controllers/js/ts: Sucrase's typescript transform (README there)
 _CHECK = b"""

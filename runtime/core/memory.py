@@ -22,7 +22,7 @@ import weakref
 from collections import OrderedDict
 from typing import Iterator
 
-from .errors import ControllerError
+from ..errors import ControllerError
 
 
 MIB = 1 << 20

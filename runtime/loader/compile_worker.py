@@ -1,7 +1,7 @@
 """The child process that compiles a controller, so a compile past the time limit can be killed.
 
 A compile cannot be interrupted in-process (a thread left running kept both cores and GBs busy
-for minutes after the upload was refused), so :func:`aicirt.controller.load_controller` runs
+for minutes after the upload was refused), so :func:`aicirt.loader.controller.load_controller` runs
 this file as a script (`python -I compile_worker.py`) and kills it at the deadline. It imports
 only wasmtime and the two parsing modules beside it, not the aicirt package (~0.3 s less).
 

@@ -4,7 +4,7 @@ Fork copies a parent's linear memory *and every mutable global* into a fresh ins
 that the module does not export (wasi-libc's `__stack_pointer`, say) are invisible from the host,
 so at load time we append an export for each such global, named ``aicirt-global-<index>``.
 Nothing else in the module changes. (:func:`snapshot_module` writes the other rewrite, an init
-snapshot: see :mod:`aicirt.snapshot`.) Every read is bounds-checked: malformed input raises
+snapshot: see :mod:`aicirt.loader.snapshot`.) Every read is bounds-checked: malformed input raises
 :class:`WasmFormatError`, never an IndexError or a hang.
 """
 from __future__ import annotations

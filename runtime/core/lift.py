@@ -14,10 +14,10 @@ from typing import Callable
 
 import numpy as np
 
-from . import abi
-from .abi import Status
-from .capabilities import Capabilities
-from .limits import Limits
+from .. import abi
+from ..abi import Status
+from ..capabilities import Capabilities
+from ..limits import Limits
 from .results import Splice
 
 

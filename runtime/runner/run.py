@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .engine import Engine, Event, FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, SamplingParams, TokensEvent
-from .errors import AicirtError, failure_message
+from ..engine import Engine, Event, FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, SamplingParams, TokensEvent
+from ..errors import AicirtError, failure_message
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..core.runtime import Runtime
 
 
 class RunFailed(AicirtError):
@@ -47,14 +47,14 @@ def failure(result: dict) -> str | None:
 def resolve_controller(src: str, *, progress: bool = True) -> Path:
     """A `.wasm` path as is; a C/Zig file, a folder or a shipped controller's name built (cached).
 
-    Raises `aicirt.toolchain.BuildError` with the compiler's diagnostics.
+    Raises `aicirt.build.toolchain.BuildError` with the compiler's diagnostics.
     """
     path = Path(src)
     if path.suffix == ".wasm":
         if not path.is_file():
             raise FileNotFoundError(f"{src}: no such file")
         return path
-    from . import toolchain
+    from ..build import toolchain
 
     return Path(toolchain.build_cached(src, progress=progress))
 
@@ -179,10 +179,10 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     """Run `controller` on `model` and stream (or, with `as_json`, print as JSON) what it generates.
 
     Returns the result as the JSON form's dict. Raises `FileNotFoundError` (controller or
-    model), `aicirt.LoadError` (bad module), `aicirt.toolchain.BuildError` (compile error),
+    model), `aicirt.LoadError` (bad module), `aicirt.build.toolchain.BuildError` (compile error),
     `RunFailed` when a sequence ended in error (after printing the result) or when the
     controller's first call, tried on the model's tokenizer alone, ends in error (before the
-    model loads: see `aicirt.arg_check`). `engine`: "own" (aicirt.engine) or "vllm"
+    model loads: see `aicirt.runner.arg_check`). `engine`: "own" (aicirt.engine) or "vllm"
     (`aicirt.engine.vllm_engine.VllmEngine`, with `vllm_options` as its keyword arguments).
     """
     if engine not in ("own", "vllm"):
@@ -193,8 +193,8 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed)
     wasm = resolve_controller(controller, progress=True)
     from .arg_check import same_tokenizer
-    from .engine.backends import load_backend
-    from .controller import check_controller
+    from ..engine.backends import load_backend
+    from ..loader.controller import check_controller
 
     check_controller(wasm)   # a bad module fails now, in milliseconds, not after the model loads
     with contextlib.ExitStack() as stack:
@@ -203,7 +203,7 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
             stack.callback(runtime.close)
         t0 = time.perf_counter()
         if engine == "vllm":
-            from .engine.vllm_engine import VllmEngine
+            from ..engine.vllm_engine import VllmEngine
 
             vllm = stack.enter_context(VllmEngine(model, **(vllm_options or {})))
             backend: Any = vllm.backend
@@ -258,8 +258,8 @@ def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None) -> 
     """A Runtime over the model's tokenizer on which the controller's first call did not fail,
     or None where the tokenizer alone is not cheap to get. Raises `RunFailed` if it failed."""
     from .arg_check import first_call_error, model_tokenizer
-    from .runtime import Runtime
-    from .tokenizer import ByteTokenizer
+    from ..core.runtime import Runtime
+    from ..host.tokenizer import ByteTokenizer
 
     tokenizer = model_tokenizer(model)
     # where the model's tokenizer is not cheap to get, the check runs over the byte tokenizer:

@@ -4,7 +4,7 @@ These are exactly the things instantiation or fork would otherwise fail on later
 and with worse messages: memories and tables the instance pool has no room for, a start
 function (it would run outside any time limit), segments that do not fit, WASI imports whose
 signature is not preview1's, and state fork cannot copy. `aicirt check` and `Runtime.load` both
-run these checks (through :func:`aicirt.controller.load_controller`), so they agree.
+run these checks (through :func:`aicirt.loader.controller.load_controller`), so they agree.
 """
 from __future__ import annotations
 

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Callable, NoReturn
 
 import wasmtime
 
-from . import abi, wasi
-from .native.guest import AllocFailed, Guest, GuestFault
-from .native.types import CData
+from .. import abi
+from . import wasi
+from ..native.guest import AllocFailed, Guest, GuestFault
+from ..native.types import CData
 
 if TYPE_CHECKING:
-    from .native import Handler, Native
-    from .sequence import Sequence
+    from ..native import Handler, Native
+    from ..core.sequence import Sequence
     from .tokenizer import Tokenizer
 
 Impl = Callable[..., "int | None"]
@@ -122,7 +123,7 @@ class HostImports:
         data = self.tokenizer.decode_bytes(ids)
         g.return_list(retptr, data, 1, len(data))
 
-    # -- wasi_snapshot_preview1 (runtime/wasi.py where wasi.c lacks the function) ------------------
+    # -- wasi_snapshot_preview1 (runtime/host/wasi.py where wasi.c lacks the function) ------------------
     def _wasi(self, name: str, returns: bool) -> Impl:
         impl = wasi.function(name, returns)
         native = self.native
@@ -133,7 +134,7 @@ class HostImports:
 
 
 class _WasiGuest:
-    """runtime/wasi.py's view of a call (wasi.WasiIO) over a Python host import's Guest."""
+    """runtime/host/wasi.py's view of a call (wasi.WasiIO) over a Python host import's Guest."""
 
     __slots__ = ("native", "g", "arg_cap", "name")
 

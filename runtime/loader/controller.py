@@ -1,6 +1,6 @@
 """Loading a controller: read, check against the contract and the limits, rewrite for fork,
 compile in a child process under the time limit, cache what was accepted. (A Runtime then
-starts controllers with an init export from a snapshot: :mod:`aicirt.snapshot`.)"""
+starts controllers with an init export from a snapshot: :mod:`aicirt.loader.snapshot`.)"""
 from __future__ import annotations
 
 import hashlib
@@ -18,13 +18,13 @@ from typing import Union
 
 import wasmtime
 
-from . import abi
+from .. import abi
 from .admission import structural_problems, wasi_problem
-from .errors import LoadError
+from ..errors import LoadError
 from .js_bind import split_arg_prefix
-from .limits import Limits
-from .native.engine_config import make_engine
-from .paths import user_cache_dir
+from ..limits import Limits
+from ..native.engine_config import make_engine
+from ..paths import user_cache_dir
 from .wasm_binary import WasmFormatError, export_mutable_globals, module_facts
 
 _DEFAULT_MEMORY = Limits().memory_bytes
@@ -48,7 +48,7 @@ class Controller:
     name: str = ""
     has_init: bool = False           # exports INIT_EXPORT
     snapshot: bool = False           # `module` starts where `_initialize` and the init export left off
-    arg_prefix: bytes = b""          # prepended to every request's argument (aicirt.js_bind)
+    arg_prefix: bytes = b""          # prepended to every request's argument (aicirt.loader.js_bind)
     code_sha256: str = ""            # sha256 of the module compiled: `sha256` less the arg-prefix section
 
     def forget_engine(self) -> None:

@@ -1,19 +1,19 @@
 """Init snapshots: a controller's per-tokenizer work done once per (controller, tokenizer).
 
-A controller may export ``aicirt_init`` (core type ``() -> ()``, :data:`~aicirt.controller.INIT_EXPORT`).
+A controller may export ``aicirt_init`` (core type ``() -> ()``, :data:`~aicirt.loader.controller.INIT_EXPORT`).
 When it does, :func:`load_initialized` runs it once on a *template* instance (after `_initialize`),
 under the init rules (docs/snapshots.md):
 
 - it may call the tokenizer-level host imports: `vocab-size`, `eos-token`, `token-trie`,
   `tokenize`, `detokenize`, and `log` (kept for the load error, if any); WASI as for a request
-  (runtime/wasi.py), except that output goes to that same load log, clocks read zero and the
+  (runtime/host/wasi.py), except that output goes to that same load log, clocks read zero and the
   random stream is seeded from an empty argument;
 - it may not call `arg`, `self-seq-id`, `capabilities`, `var-get`, `var-set`, `var-append`:
   there is no request and no sequence yet. Doing so, trapping, or running past the compile time
   limit (Limits.compile_timeout_s, wall clock) refuses the load with a LoadError naming why.
 
 Then the template's linear memory and mutable globals are written into a new module
-(:func:`aicirt.wasm_binary.snapshot_module`: data segments, the memory's minimum, the globals'
+(:func:`aicirt.loader.wasm_binary.snapshot_module`: data segments, the memory's minimum, the globals'
 initializers; `_initialize`, `aicirt_init` and any start function removed, so wasi-libc's
 `_initialize` guard and ctors never run twice). wasmtime maps that module's memory image
 copy-on-write, so every request starts from the initialized state at the cost of a plain
@@ -35,17 +35,18 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 import numpy as np
 import wasmtime
 
-from . import abi, wasi
+from .. import abi
+from ..host import wasi
 from .controller import (_RULES, INIT_EXPORT, Controller, Source, _compiled, _recall, keep_artifact,
                          load_controller, read_source, validate)
-from .errors import LoadError
+from ..errors import LoadError
 from .js_bind import split_arg_prefix
-from .limits import Limits
-from .native.traps import summarize_trap
+from ..limits import Limits
+from ..native.traps import summarize_trap
 from .wasm_binary import WasmFormatError, export_mutable_globals, snapshot_module
 
 if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+    from ..host.tokenizer import Tokenizer
 
 #: Bumped whenever what a snapshot holds or how it is made changes (then cached ones are stale).
 SNAPSHOT_FORMAT = 2
@@ -130,7 +131,7 @@ class _Template:
         self.host, self.arg_cap = host, arg_cap
         self.log = bytearray()
         self.broke: str | None = None
-        self.rng = 0   # WASI random_get's stream (runtime/wasi.py)
+        self.rng = 0   # WASI random_get's stream (runtime/host/wasi.py)
 
     def fail(self, message: str) -> None:
         if self.broke is None:
@@ -211,7 +212,7 @@ class _Template:
         return detokenize
 
     def wasi_import(self, name: str, ty: wasmtime.FuncType) -> Callable[..., Any]:
-        """runtime/wasi.py's function, as for a request: clocks read zero (no call yet), the
+        """runtime/host/wasi.py's function, as for a request: clocks read zero (no call yet), the
         random stream is seeded from an empty argument, output goes to the load's log."""
         impl = wasi.function(name, [str(r) for r in ty.results] == ["i32"])
 
@@ -363,7 +364,7 @@ def _trap_text(e: Exception, limits: Limits) -> str:
 
 def load_initialized(engine: wasmtime.Engine, engine_key: str, src: Source, host: InitHost, limits: Limits,
                      cache_dir: Path | None) -> Controller:
-    """:func:`~aicirt.controller.load_controller`, then, for a controller with an init export,
+    """:func:`~aicirt.loader.controller.load_controller`, then, for a controller with an init export,
     the controller whose module starts from its init snapshot for `host`'s tokenizer (made once
     and cached, see the module docstring). Raises LoadError naming what is wrong."""
     data, name = read_source(src, limits.upload_bytes)

@@ -3,7 +3,7 @@
 so that the server and the vLLM plugin address it like any controller (docs/js.md).
 
 The bound module is the js controller's module, unchanged, plus a custom section
-``aicirt.arg-prefix`` holding the script and a NUL byte. Loading it (aicirt.controller) compiles
+``aicirt.arg-prefix`` holding the script and a NUL byte. Loading it (aicirt.loader.controller) compiles
 the module without that section — byte for byte the js controller, so its compiled code and its
 init snapshot are the js controller's, from the caches: binding a script costs no compile — and
 every request's argument is that prefix followed by the request's own argument, which is the

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .native import ScratchBuffers
+from ..native import ScratchBuffers
 
 if TYPE_CHECKING:
     from .sequence import Sequence

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence as Seq
 
 import numpy as np
 
-from .abi import RowKind, RowStatus, Stage, Status
-from .errors import ControllerError
+from ..abi import RowKind, RowStatus, Stage, Status
+from ..errors import ControllerError
 from .lift import InvalidResult, check_temperature, read_branches, status_message
-from .native import EditArrays
+from ..native import EditArrays
 from .results import Branch, StepInput, StepResult
 from .sequence import Sequence, SeqState
 

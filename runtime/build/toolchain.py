@@ -4,14 +4,14 @@ Controllers link the libc-free C SDK (controllers/sdk), so a build needs no wasi
 one-off libc compile, no WASI imports) and the module is a plain core module whose only imports
 are the host's. Zig sources get the SDK's C files plus the `aici` Zig module (sdk/aici.zig).
 
-A controller folder may have a `build.json` recipe (:mod:`aicirt.recipe`). Its ``"libs"`` name
+A controller folder may have a `build.json` recipe (:mod:`aicirt.build.recipe`). Its ``"libs"`` name
 the controller libraries compiled in (``controllers/lib/<name>``: shared C code such as the JSON
 Schema matcher, on the include path). A recipe with ``"libc": "wasi"`` (the shipped `js`) builds
 against wasi-libc (its module imports a few WASI functions, which the runtime supplies:
 docs/wasi.md), with C sources from a pinned PyPI sdist fetched by pip into the build cache,
 compiled once per content into cached objects.
 
-A `.js` file builds into the shipped `js` controller with that script bound in (aicirt.js_bind,
+A `.js` file builds into the shipped `js` controller with that script bound in (aicirt.loader.js_bind,
 docs/js.md).
 """
 from __future__ import annotations
@@ -29,13 +29,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import user_cache_dir
+from ..paths import user_cache_dir
 
 #: What a build reads besides the user's sources, as package data: `aicirt/_data/` holds the SDK
 #: and shipped controllers (`controllers/`) and the contract (`wit/`). In a checkout (and so in an
 #: editable install) those two are symlinks to the repo's own folders; a wheel carries copies. So
 #: the lookup is the same everywhere and never depends on the current folder.
-DATA_DIR = Path(__file__).resolve().parent / "_data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "_data"
 CONTROLLERS_DIR = DATA_DIR / "controllers"
 SDK_DIR = CONTROLLERS_DIR / "sdk"
 #: Folders of `controllers/` that are not controllers: the SDK and the shared libraries.
@@ -164,8 +164,8 @@ def _run(cmd: list[str], label: str, progress: bool) -> subprocess.CompletedProc
 def check_module(wasm: bytes, name: str, compile_timeout_s: float = 30.0) -> None:
     """Validate against the contract (docs/protocol.md#wit) with the runtime's own checker (it compiles the
     module, within `compile_timeout_s` of wall-clock time)."""
-    from .controller import check_controller
-    from .errors import LoadError
+    from ..loader.controller import check_controller
+    from ..errors import LoadError
     try:
         check_controller(wasm, compile_timeout_s=compile_timeout_s)
     except LoadError as e:
@@ -231,11 +231,11 @@ def checked_script(path: Path, js: bytes | None = None) -> bytes:
 
 
 def _bind_script(path: Path, out: Path, progress: bool) -> subprocess.CompletedProcess:
-    """A JavaScript file -> the shipped js controller with the script bound in (aicirt.js_bind);
+    """A JavaScript file -> the shipped js controller with the script bound in (aicirt.loader.js_bind);
     a TypeScript file's types stripped first. The script is parsed first (`checked_script`): a
     syntax error fails the build, naming its line and column."""
-    from .js_bind import bind
-    from .wasm_binary import WasmFormatError
+    from ..loader.js_bind import bind
+    from ..loader.wasm_binary import WasmFormatError
     js = build_cached(CONTROLLERS_DIR / "js", progress=progress).read_bytes()
     try:
         script = checked_script(path, js)

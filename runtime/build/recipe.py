@@ -21,7 +21,7 @@ A recipe (JSON, in the controller's folder) says:
 - ``"drop_exports"``: exports removed from the linked module (e.g. wasi-libc's ``_start``: a
   reactor's `_initialize` is the SDK's, and nothing calls ``_start``).
 
-Everything raises :class:`aicirt.toolchain.BuildError` with the tool's own output.
+Everything raises :class:`aicirt.build.toolchain.BuildError` with the tool's own output.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from .paths import user_cache_dir
+from ..paths import user_cache_dir
 
 RECIPE = "build.json"
 LIB_RECIPE = "lib.json"
@@ -213,7 +213,7 @@ def build(path: Path, out: Path, *, progress: bool, run: Callable) -> subprocess
 def without_exports(wasm: bytes, names: set[str]) -> bytes:
     """`wasm` with the exports named in `names` removed (what they export stays, unexported):
     e.g. wasi-libc's `_start`, which the command start code exports and nothing here calls."""
-    from .wasm_binary import _leb, _name, _Reader, sections
+    from ..loader.wasm_binary import _leb, _name, _Reader, sections
     out = bytearray(wasm[:8])
     for sid, header, start, end in sections(wasm):
         if sid != 7:   # the export section

@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .engine.backends import ScriptedBackend
-from .engine import Engine, GenSeq, SamplingParams
-from .runtime import Runtime
-from .tokenizer import HFTokenizer, Tokenizer
+from ..engine.backends import ScriptedBackend
+from ..engine import Engine, GenSeq, SamplingParams
+from ..core.runtime import Runtime
+from ..host.tokenizer import HFTokenizer, Tokenizer
 
 if TYPE_CHECKING:
     import tokenizers
@@ -35,7 +35,7 @@ def model_tokenizer(model: str | os.PathLike | None) -> HFTokenizer | None:
     (the first loads in microseconds anyway), a GGUF not converted yet, a folder without
     `tokenizer.json`, or the `tokenizers` package missing.
     """
-    from .engine.backends import model_files
+    from ..engine.backends import model_files
 
     spec = None if model is None else str(model)
     if spec is not None and spec.split(":", 1)[0] in ("scripted", "llamacpp"):

@@ -1,7 +1,7 @@
 """WASI preview 1 (`wasi_snapshot_preview1`) for controllers, in Python (docs/wasi.md).
 
 The hot path runs these functions natively (runtime/native/wasi.c); this module is the same logic
-for the template instance of a per-tokenizer init (runtime/snapshot.py), with the same results
+for the template instance of a per-tokenizer init (runtime/loader/snapshot.py), with the same results
 and the same messages:
 
 - clocks are virtual: every clock reads ``calls`` ms, the mid-process calls started so far on the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from typing import Callable, NoReturn, Protocol
 
-from .native.wasi_rng import random_bytes, seed
+from ..native.wasi_rng import random_bytes, seed
 
 ESUCCESS, EBADF, EINVAL, ENOSYS = 0, 8, 28, 52
 CLOCK_NS = 1_000_000        # one virtual millisecond a call

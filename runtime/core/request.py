@@ -4,11 +4,11 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
-from .capabilities import Capabilities
-from .owned import Owned
+from ..capabilities import Capabilities
+from ..owned import Owned
 
 if TYPE_CHECKING:
-    from .controller import Controller
+    from ..loader.controller import Controller
     from .runtime import Runtime
     from .sequence import Sequence
 
@@ -21,7 +21,7 @@ class Request(Owned):
     def __init__(self, runtime: "Runtime", controller: "Controller", arg: bytes, capabilities: Capabilities):
         self.runtime = runtime
         self.controller = controller
-        self.arg = controller.arg_prefix + bytes(arg)   # a bound script's (aicirt.js_bind), then the request's
+        self.arg = controller.arg_prefix + bytes(arg)   # a bound script's (aicirt.loader.js_bind), then the request's
         self.arg_buffer = runtime.native.ffi.from_buffer(self.arg)   # read by the native `arg` import
         self.capabilities = Capabilities(capabilities)
         self.sequences: list["Sequence"] = []

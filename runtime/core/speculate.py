@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .abi import RowKind
+from ..abi import RowKind
 from .request import Request
 from .sequence import Sequence, SeqState
 

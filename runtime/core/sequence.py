@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 import wasmtime
 
-from .errors import ControllerError
-from .native import instance
-from .native.types import CData
-from .owned import Owned
+from ..errors import ControllerError
+from ..native import instance
+from ..native.types import CData
+from ..owned import Owned
 
 if TYPE_CHECKING:
     import numpy as np

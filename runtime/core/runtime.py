@@ -16,27 +16,27 @@ from typing import Sequence as SeqOf
 import wasmtime
 
 from .batch import BatchHandle, RowsHandle
-from .capabilities import Capabilities
-from .controller import Controller, Source, engine_key
-from .host_imports import HostImports
-from .limits import Limits
-from .native import get_native
-from .native.engine_config import make_engine, slot_keep_resident
-from .native.instance import SpawnPlan
-from .native.linker import define_imports
-from .owned import Owned
-from .paths import user_cache_dir
+from ..capabilities import Capabilities
+from ..loader.controller import Controller, Source, engine_key
+from ..host.host_imports import HostImports
+from ..limits import Limits
+from ..native import get_native
+from ..native.engine_config import make_engine, slot_keep_resident
+from ..native.instance import SpawnPlan
+from ..native.linker import define_imports
+from ..owned import Owned
+from ..paths import user_cache_dir
 from .memory import MemoryBudget, ResidentSlots, default_budget_bytes
 from .registry import Registry
 from .request import Request
 from .results import StepInput
-from .snapshot import InitHost, load_initialized
+from ..loader.snapshot import InitHost, load_initialized
 
 if TYPE_CHECKING:
-    from .native import EditArrays
-    from .native.compiled import CPool
-    from .native.types import CData
-    from .tokenizer import Tokenizer
+    from ..native import EditArrays
+    from ..native.compiled import CPool
+    from ..native.types import CData
+    from ..host.tokenizer import Tokenizer
 
 
 def _shutdown(pool: "CPool", host: HostImports) -> None:
@@ -47,7 +47,7 @@ def _shutdown(pool: "CPool", host: HostImports) -> None:
 class Runtime(Owned):
     """Loads controllers and runs their `mid-process` calls for an engine.
 
-    `tokenizer` supplies the vocabulary (see :mod:`aicirt.tokenizer`); `workers` is the number of
+    `tokenizer` supplies the vocabulary (see :mod:`aicirt.host.tokenizer`); `workers` is the number of
     threads that run controllers while the caller does its forward pass; `cache_dir` keeps
     compiled modules (None: the user cache dir; False: no disk cache); `max_sequences` the live
     instances the pooling allocator has slots for; `prebuild_trie` builds the vocabulary's token
@@ -111,7 +111,7 @@ class Runtime(Owned):
     def load(self, src: Source) -> Controller:
         """A controller from a path or bytes: validated, rewritten for fork, compiled (cached);
         one with an init export starts every request from its init snapshot for this tokenizer
-        (aicirt.snapshot). Raises LoadError naming what is wrong."""
+        (aicirt.loader.snapshot). Raises LoadError naming what is wrong."""
         self.check_open()
         # an init export runs under the epoch clock, in a template instance no freed slot is given back under
         with self.pool.ticking(), self.registry.resident.paused():
