@@ -50,6 +50,6 @@ def test_sdk_controllers_and_wit_are_package_data(wheel):
 def test_cli_is_inside_the_package(wheel):
     names = set(wheel.namelist())
     assert not any(n in ("cli.py", "cli/__init__.py") for n in names)
-    assert wheel.read("aicirt/_cli.py") == (ROOT / "cli.py").read_bytes()   # a copy, not a link
+    assert wheel.read("aicirt/cli/main.py") == (ROOT / "cli.py").read_bytes()   # a copy, not a link
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "aicirt = aicirt.cli.main:main" in wheel.read(entry).decode()
