@@ -1,12 +1,11 @@
 """`run(program, prompt=..., model=...)`: a program on the embedded engine, no server.
 
-It is `aicirt run program` as a function (`aicirt.runner.run.run`, quiet): the program is
-validated first (`ProgramError` before the controller builds or the model loads), the controller's
+It is `aicirt run program` as a function, over the engine (`aicirt.runner.run.generate`, which
+prints nothing): the program is validated first (`ProgramError` before the controller builds or the model loads), the controller's
 first call is tried on the model's tokenizer before the weights load, then one request runs.
 """
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,12 +46,14 @@ def run(program: Format | dict | str | bytes, *, prompt: str = "", model: str | 
     "scripted" a fake model). `max_tokens` bounds each sequence. Raises `ProgramError` (malformed
     program), `aicirt.runner.run.RunFailed` (the controller refused it on its first call, or a
     sequence ended in error), FileNotFoundError (no such model)."""
-    from ..runner.run import run as run_controller
+    from ..runner.run import RunFailed, failure, generate
 
     arg = program_arg(program)
-    raw = run_controller("program", arg=arg, prompt=prompt, max_tokens=max_tokens, temperature=temperature,
-                         seed=seed, model=model, as_json=True, chat=chat, top_p=top_p, top_k=top_k,
-                         out=io.StringIO(), err=io.StringIO(), color=False)
+    params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed)
+    raw = generate("program", arg=arg, prompt=prompt, params=params, model=model, chat=chat)
+    why = failure(raw)
+    if why is not None:
+        raise RunFailed(why, raw)
     seqs = raw["sequences"]
     return ProgramResult(texts=[s["text"] for s in seqs], variables=dict(raw["variables"]),
                          finish_reasons=[s["finish_reason"] for s in seqs], raw=raw)

@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from ..engine import Engine, Event, FinishEvent, ForkEvent, GenRequest, GenSeq, LogEvent, SamplingParams, TokensEvent
@@ -176,21 +177,59 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
         top_k: int = SamplingParams.top_k, out: IO[str] | None = None,
         err: IO[str] | None = None, color: bool | None = None, engine: str = "own",
         vllm_options: dict | None = None) -> dict:
-    """Run `controller` on `model` and stream (or, with `as_json`, print as JSON) what it generates.
+    """`aicirt run`: run `controller` on `model` and stream (or, with `as_json`, print as JSON) what
+    it generates, then a summary.
 
-    Returns the result as the JSON form's dict. Raises `FileNotFoundError` (controller or
-    model), `aicirt.LoadError` (bad module), `aicirt.build.toolchain.BuildError` (compile error),
-    `RunFailed` when a sequence ended in error (after printing the result) or when the
-    controller's first call, tried on the model's tokenizer alone, ends in error (before the
-    model loads: see `aicirt.runner.arg_check`). `engine`: "own" (aicirt.engine) or "vllm"
-    (`aicirt.engine.vllm_engine.VllmEngine`, with `vllm_options` as its keyword arguments).
+    Returns the result as the JSON form's dict (see :func:`generate`). Raises what `generate`
+    raises, and `RunFailed` when a sequence ended in error (after printing the result).
     """
-    if engine not in ("own", "vllm"):
-        raise ValueError(f"engine must be own or vllm, not {engine!r}")
     out = out or sys.stdout
     err = err or sys.stderr
     color = (out.isatty() and not as_json) if color is None else color
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed)
+    printers: list[StreamPrinter] = []
+
+    def start(gen: Any, req: GenRequest) -> None:
+        printers.append(StreamPrinter(gen, out, err, show_logs and not as_json, color))
+        if not as_json:
+            printers[0].start(req)
+
+    def on_event(ev: Event) -> None:
+        if not as_json:
+            printers[0].on_event(ev)
+
+    result = generate(controller, arg=arg, prompt=prompt, params=params, model=model, chat=chat, engine=engine,
+                      vllm_options=vllm_options, on_start=start, on_event=on_event)
+    if as_json:
+        out.write(json.dumps(result, indent=2) + "\n")
+    else:
+        _summary(result, out, err, printers[0])
+    why = failure(result)
+    if why is not None:
+        raise RunFailed(why, result)
+    return result
+
+
+def generate(controller: str, *, arg: bytes = b"", prompt: str = "", params: SamplingParams | None = None,
+             model: str | None = None, chat: bool = True, engine: str = "own", vllm_options: dict | None = None,
+             on_start: Callable[[Any, GenRequest], None] | None = None,
+             on_event: Callable[[Event], None] | None = None) -> dict:
+    """One request of `controller` on `model`, nothing printed: the result as `aicirt run --json`
+    writes it (sequences with text, tokens, finish reasons, errors and logs; variables; timing).
+
+    `controller` is resolved as `aicirt run` does (a `.wasm`, a source file or folder, a shipped
+    name). The module is checked and the controller's first call tried on the model's tokenizer
+    before the weights load. Raises `FileNotFoundError` (controller or model),
+    `aicirt.LoadError` (bad module), `aicirt.build.toolchain.BuildError` (compile error),
+    `RunFailed` when the first call, tried on the tokenizer alone, ends in error (see
+    `aicirt.runner.arg_check`); a sequence that ends in error is in the result, not raised.
+    `engine`: "own" (aicirt.engine) or "vllm" (`aicirt.engine.vllm_engine.VllmEngine`, with
+    `vllm_options` as its keyword arguments). `on_start(engine, request)` and `on_event(event)`
+    see the request and its events as they happen.
+    """
+    if engine not in ("own", "vllm"):
+        raise ValueError(f"engine must be own or vllm, not {engine!r}")
+    params = params or SamplingParams()
     wasm = resolve_controller(controller, progress=True)
     from .arg_check import same_tokenizer
     from ..engine.backends import load_backend
@@ -219,18 +258,17 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
         else:
             gen = stack.enter_context(Engine(backend, runtime))
         ctrl = gen.runtime.load(wasm)
-        printer = StreamPrinter(gen, out, err, show_logs and not as_json, color)
         t1 = time.perf_counter()
         req = gen.add_request(prompt, ctrl, arg, params=params, chat=chat)
-        if not as_json:
-            printer.start(req)
+        if on_start is not None:
+            on_start(gen, req)
         for ev in gen.run():
-            if not as_json:
-                printer.on_event(ev)
+            if on_event is not None:
+                on_event(ev)
         gen_s = time.perf_counter() - t1
         stats = gen.stats
         generated = sum(s.generated for s in req.sequences)
-        result = {
+        return {
             "controller": str(wasm), "model": str(model or "smollm2"), "engine": engine, "prompt": prompt,
             "sequences": [{
                 "label": s.label, "seq_id": s.seq_id, "parent": s.parent, "text": s.text,
@@ -244,14 +282,6 @@ def run(controller: str, *, arg: bytes = b"", prompt: str = "", max_tokens: int 
                 **stats.as_dict(),
             },
         }
-    if as_json:
-        out.write(json.dumps(result, indent=2) + "\n")
-    else:
-        _summary(result, out, err, printer)
-    why = failure(result)
-    if why is not None:
-        raise RunFailed(why, result)
-    return result
 
 
 def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None) -> Runtime | None:
