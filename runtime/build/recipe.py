@@ -21,7 +21,7 @@ A recipe (JSON, in the controller's folder) says:
 - ``"drop_exports"``: exports removed from the linked module (e.g. wasi-libc's ``_start``: a
   reactor's `_initialize` is the SDK's, and nothing calls ``_start``).
 
-Everything raises :class:`aicirt.build.toolchain.BuildError` with the tool's own output.
+Everything raises :class:`aicirt.build.sources.BuildError` with the tool's own output.
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..paths import user_cache_dir
+from .sources import C_FLAGS, CONTROLLERS_DIR, SDK_DIR, STACK_SIZE, BuildError, compiler_version, sdk_sources
 
 RECIPE = "build.json"
 LIB_RECIPE = "lib.json"
@@ -45,7 +46,6 @@ _PIN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789
 
 def find(path: Path) -> dict[str, Any] | None:
     """The folder's recipe, parsed and checked; None when it has none (a plain C/Zig build)."""
-    from .toolchain import BuildError
     f = path / RECIPE if path.is_dir() else None
     if f is None or not f.is_file():
         return None
@@ -72,12 +72,10 @@ def find(path: Path) -> dict[str, Any] | None:
 
 
 def _lib_dir() -> Path:
-    from .toolchain import CONTROLLERS_DIR
     return CONTROLLERS_DIR / "lib"
 
 
 def _check_libs(where: Path, names: Any) -> None:
-    from .toolchain import BuildError
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise BuildError(f'{where}: "libs" must be a list of library names')
     for n in names:
@@ -94,7 +92,6 @@ def is_libc(recipe: dict[str, Any] | None) -> bool:
 def libs(recipe: dict[str, Any] | None) -> list[Path]:
     """The folders of the libraries a recipe names, with those they need (their `lib.json`),
     each once, a library after those it needs."""
-    from .toolchain import BuildError
     out: list[Path] = []
 
     def add(name: str, chain: tuple[str, ...]) -> None:
@@ -132,7 +129,6 @@ def _cache() -> Path:
 
 def fetch_sdist(requirement: str) -> Path:
     """The unpacked sdist of `requirement` (pip, once per pin, into the build cache)."""
-    from .toolchain import BuildError
     dest = _cache() / "sdist" / requirement.replace("==", "-")
     done = dest / ".unpacked"
     if done.is_file():
@@ -163,7 +159,6 @@ def _zig() -> list[str]:
 
 def _objects(recipe: dict[str, Any], run: Callable, label: str, progress: bool) -> tuple[list[Path], list[str]]:
     """The sdist's sources as cached objects, and the -I flags for its headers."""
-    from .toolchain import BuildError, _compiler_version
     sd = recipe.get("sdist")
     if not sd:
         return [], []
@@ -175,7 +170,7 @@ def _objects(recipe: dict[str, Any], run: Callable, label: str, progress: bool) 
         src = root / rel
         if not src.is_file():
             raise BuildError(f"{sd['requirement']}: no source {rel} in the sdist")
-        key = hashlib.sha256(" ".join([sd["requirement"], rel, *flags, _compiler_version()]).encode()
+        key = hashlib.sha256(" ".join([sd["requirement"], rel, *flags, compiler_version()]).encode()
                              + src.read_bytes()).hexdigest()[:16]
         obj = _cache() / "obj" / f"{src.stem}-{key}.o"
         if not obj.is_file():
@@ -192,7 +187,6 @@ def _objects(recipe: dict[str, Any], run: Callable, label: str, progress: bool) 
 
 def build(path: Path, out: Path, *, progress: bool, run: Callable) -> subprocess.CompletedProcess:
     """Compile and link the recipe folder `path` into `out`; the link's CompletedProcess."""
-    from .toolchain import C_FLAGS, SDK_DIR, STACK_SIZE, sdk_sources
     recipe = find(path)
     assert recipe is not None
     objs, includes = _objects(recipe, run, path.name, progress)
@@ -236,7 +230,6 @@ def source_hash(path: Path, compiler: str) -> str:
     """Everything the build reads: the recipe, the folder's C files and headers, its libraries'
     (and their `lib.json`), the SDK, the compiler's version (the sdist is pinned by the recipe).
     Named inputs, not a scan of `#include` lines: a library is a folder the recipe names."""
-    from .toolchain import SDK_DIR
     h = hashlib.sha256(b"recipe-2\0" + compiler.encode())
     # *.js: files a C source #embeds (the js controller's lib.js)
     files = [*sorted(path.glob("*.[ch]")), *sorted(path.glob("*.js")), path / RECIPE,

@@ -16,9 +16,7 @@ docs/js.md).
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.metadata
 import os
 import re
 import subprocess
@@ -30,40 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import user_cache_dir
+from .sources import (C_FLAGS, CONTROLLERS_DIR, DATA_DIR, LINK_FLAGS, NOT_CONTROLLERS, SDK_DIR, STACK_SIZE,
+                      WIT_DIR, BuildError, compiler_version, sdk_sources)
 
-#: What a build reads besides the user's sources, as package data: `aicirt/_data/` holds the SDK
-#: and shipped controllers (`controllers/`) and the contract (`wit/`). In a checkout (and so in an
-#: editable install) those two are symlinks to the repo's own folders; a wheel carries copies. So
-#: the lookup is the same everywhere and never depends on the current folder.
-DATA_DIR = Path(__file__).resolve().parent.parent / "_data"
-CONTROLLERS_DIR = DATA_DIR / "controllers"
-SDK_DIR = CONTROLLERS_DIR / "sdk"
-#: Folders of `controllers/` that are not controllers: the SDK and the shared libraries.
-NOT_CONTROLLERS = {"sdk", "lib"}
-WIT_DIR = DATA_DIR / "wit"
-STACK_SIZE = 256 * 1024          # shadow stack in linear memory; the SDK keeps big data on the heap
-
-C_FLAGS = ["-O2", "-mbulk-memory", "-msimd128", "-g0", "-Wall", "-Wno-unused-parameter"]
-LINK_FLAGS = ["-Wl,--no-entry", "-Wl,--strip-all", f"-Wl,-z,stack-size={STACK_SIZE}"]
-
-
-class BuildError(Exception):
-    """A failed build; the message carries the compiler's own diagnostics (file:line: ...)."""
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
+__all__ = ["C_FLAGS", "CONTROLLERS_DIR", "DATA_DIR", "LINK_FLAGS", "NOT_CONTROLLERS", "SDK_DIR", "STACK_SIZE",
+           "WIT_DIR", "BuildError", "BuildResult", "build", "build_cached", "check_module", "checked_script",
+           "compile_command", "compiler_version", "resolve", "sdk_sources", "shipped_controllers", "source_hash"]
 
 @dataclass
 class BuildResult:
     path: Path
     size: int
     seconds: float
-
-
-def sdk_sources() -> list[Path]:
-    return sorted(SDK_DIR.glob("*.c"))
 
 
 def resolve(src: str | os.PathLike) -> Path:
@@ -261,25 +237,17 @@ def source_hash(src: str | os.PathLike, sdk: bool = True) -> str:
         return hashlib.sha256(h.digest() + path.read_bytes()).hexdigest()[:16]
     found = recipe.find(path)
     if recipe.is_libc(found):
-        return recipe.source_hash(path, _compiler_version())
+        return recipe.source_hash(path, compiler_version())
     cs, zs = _sources(path)
     headers = sorted((path if path.is_dir() else path.parent).glob("*.h"))
     h = hashlib.sha256(" ".join(compile_command(path, Path("OUT"), sdk)).encode())
-    h.update(_compiler_version().encode())
+    h.update(compiler_version().encode())
     for f in [*cs, *zs, *headers, *sorted(SDK_DIR.glob("*.[ch]")), SDK_DIR / "aici.zig"]:
         if f.exists():
             h.update(f.name.encode() + b"\0" + f.read_bytes())
     if found is not None:     # the recipe and its libraries' files (named inputs, no include scan)
-        h.update(recipe.source_hash(path, _compiler_version()).encode())
+        h.update(recipe.source_hash(path, compiler_version()).encode())
     return h.hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=1)
-def _compiler_version() -> str:
-    try:
-        return importlib.metadata.version("ziglang")
-    except importlib.metadata.PackageNotFoundError:
-        return "none"
 
 
 def build_cached(src: str | os.PathLike, cache_dir: Path | None = None, *, progress: bool = False,
