@@ -157,9 +157,6 @@ def test_the_circle_check_finds_a_circle():
 # debt to pay by making the name public where it is defined. The runtime's own files (batch.py,
 # runtime.py, registry.py, lift.py, native/) reach none.
 KNOWN_PRIVATE_REACHES = {
-    ("loader/js_bind.py", "_leb"), ("loader/js_bind.py", "_name"), ("loader/js_bind.py", "_Reader"),
-    ("build/recipe.py", "_included_elsewhere"), ("build/recipe.py", "_leb"),
-    ("build/recipe.py", "_name"), ("build/recipe.py", "_Reader"), ("loader/wasm_code.py", "_Reader"),
     ("loader/snapshot.py", "_RULES"), ("loader/snapshot.py", "_compiled"), ("loader/snapshot.py", "_recall"),
     ("core/sequence.py", "_adopt"),
 }

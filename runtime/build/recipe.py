@@ -207,22 +207,22 @@ def build(path: Path, out: Path, *, progress: bool, run: Callable) -> subprocess
 def without_exports(wasm: bytes, names: set[str]) -> bytes:
     """`wasm` with the exports named in `names` removed (what they export stays, unexported):
     e.g. wasi-libc's `_start`, which the command start code exports and nothing here calls."""
-    from ..loader.wasm_binary import _leb, _name, _Reader, sections
+    from ..loader.wasm_binary import leb, name_bytes, Reader, sections
     out = bytearray(wasm[:8])
     for sid, header, start, end in sections(wasm):
         if sid != 7:   # the export section
             out += wasm[header:end]
             continue
-        r = _Reader(wasm, start, end)
+        r = Reader(wasm, start, end)
         kept = []
         for _ in range(r.leb(32)):
             name = r.name()
             kind = r.byte()
             index = r.leb(32)
             if name not in names:
-                kept.append(_name(name) + bytes([kind]) + _leb(index))
-        body = _leb(len(kept)) + b"".join(kept)
-        out += bytes([7]) + _leb(len(body)) + body
+                kept.append(name_bytes(name) + bytes([kind]) + leb(index))
+        body = leb(len(kept)) + b"".join(kept)
+        out += bytes([7]) + leb(len(body)) + body
     return bytes(out)
 
 

@@ -13,7 +13,7 @@ it as the plain js controller: pass the script as the argument there.
 """
 from __future__ import annotations
 
-from .wasm_binary import WasmFormatError, _leb, _name, _Reader, sections
+from .wasm_binary import WasmFormatError, leb, name_bytes, Reader, sections
 
 ARG_PREFIX_SECTION = "aicirt.arg-prefix"
 MARKER = b"aicirt:js:controller:1\0"   # in the js controller's data (controllers/js/main.c)
@@ -40,8 +40,8 @@ def bind(wasm: bytes, script: bytes) -> bytes:
         raise WasmFormatError("not the js controller (no js controller marker in its data)")
     if split_arg_prefix(wasm)[1]:
         raise WasmFormatError("this module already has a script bound in")
-    body = _name(ARG_PREFIX_SECTION) + script + b"\0"
-    return wasm + bytes([_SEC_CUSTOM]) + _leb(len(body)) + body
+    body = name_bytes(ARG_PREFIX_SECTION) + script + b"\0"
+    return wasm + bytes([_SEC_CUSTOM]) + leb(len(body)) + body
 
 
 def split_arg_prefix(wasm: bytes) -> tuple[bytes, bytes]:
@@ -51,7 +51,7 @@ def split_arg_prefix(wasm: bytes) -> tuple[bytes, bytes]:
     code, prefix, found = bytearray(wasm[:8]), b"", 0
     for sid, header, start, end in sections(wasm):
         if sid == _SEC_CUSTOM:
-            r = _Reader(wasm, start, end)
+            r = Reader(wasm, start, end)
             if r.name() == ARG_PREFIX_SECTION:
                 found += 1
                 prefix = wasm[r.pos:end]

@@ -37,7 +37,11 @@ class GlobalInfo:
     imported: bool
 
 
-class _Reader:
+class Reader:
+    """A cursor over a Wasm binary's bytes (`data[pos:end]`): LEB128 integers, names, bytes;
+    reading past `end` raises :class:`WasmFormatError`. Public: the other readers (code bodies,
+    recipes, bound scripts) share it."""
+
     def __init__(self, data: bytes, pos: int = 0, end: int | None = None):
         self.data, self.pos = data, pos
         self.end = len(data) if end is None else end
@@ -75,7 +79,8 @@ class _Reader:
             raise WasmFormatError(f"name is not UTF-8 at byte {self.pos}") from e
 
 
-def _leb(n: int) -> bytes:
+def leb(n: int) -> bytes:
+    """`n` (unsigned) as LEB128."""
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -87,16 +92,17 @@ def _leb(n: int) -> bytes:
             return bytes(out)
 
 
-def _name(s: str) -> bytes:
+def name_bytes(s: str) -> bytes:
+    """A Wasm name: its UTF-8 length as LEB128, then the bytes."""
     raw = s.encode()
-    return _leb(len(raw)) + raw
+    return leb(len(raw)) + raw
 
 
 def sections(wasm: bytes) -> list[tuple[int, int, int, int]]:
     """(id, header start, payload start, payload end) of every section, in order."""
     if wasm[:8] != MAGIC:
         raise WasmFormatError("not a core Wasm module (bad magic or version; components are not accepted)")
-    r = _Reader(wasm, 8)
+    r = Reader(wasm, 8)
     out = []
     while r.pos < r.end:
         header = r.pos
@@ -110,14 +116,14 @@ def sections(wasm: bytes) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def _skip_valtype(r: _Reader) -> int:
+def _skip_valtype(r: Reader) -> int:
     t = r.byte()
     if t in (0x63, 0x64):  # (ref null? ht)
         r.leb()
     return t
 
 
-def _skip_const_expr(r: _Reader) -> None:
+def _skip_const_expr(r: Reader) -> None:
     while True:
         op = r.byte()
         if op == 0x0B:
@@ -145,7 +151,7 @@ def globals_and_exports(wasm: bytes) -> tuple[list[GlobalInfo], dict[str, tuple[
     globals_: list[GlobalInfo] = []
     exports: dict[str, tuple[int, int]] = {}
     for sid, _, start, end in sections(wasm):
-        r = _Reader(wasm, start, end)
+        r = Reader(wasm, start, end)
         if sid == _SEC_IMPORT:
             for kind, info in _imports(r):
                 if kind == 3:
@@ -184,7 +190,7 @@ def export_mutable_globals(wasm: bytes) -> tuple[bytes, dict[int, str]]:
         else:
             name = f"{GLOBAL_EXPORT_PREFIX}{g.index}"
             names[g.index] = name
-            added.append(_name(name) + b"\x03" + _leb(g.index))
+            added.append(name_bytes(name) + b"\x03" + leb(g.index))
     if not added:
         return wasm, names
     return _with_extra_exports(wasm, added, len(exports)), names
@@ -196,20 +202,20 @@ def _with_extra_exports(wasm: bytes, added: list[bytes], n_existing: int) -> byt
     placed = False
     for sid, header, start, end in secs:
         if sid == _SEC_EXPORT:
-            r = _Reader(wasm, start, end)
+            r = Reader(wasm, start, end)
             r.leb(32)  # count; the entries follow unchanged
-            payload = _leb(n_existing + len(added)) + wasm[r.pos:end] + b"".join(added)
-            out += bytes([_SEC_EXPORT]) + _leb(len(payload)) + payload
+            payload = leb(n_existing + len(added)) + wasm[r.pos:end] + b"".join(added)
+            out += bytes([_SEC_EXPORT]) + leb(len(payload)) + payload
             placed = True
             continue
         if not placed and sid != 0 and _ORDER.index(sid) > _ORDER.index(_SEC_EXPORT):
-            payload = _leb(len(added)) + b"".join(added)
-            out += bytes([_SEC_EXPORT]) + _leb(len(payload)) + payload
+            payload = leb(len(added)) + b"".join(added)
+            out += bytes([_SEC_EXPORT]) + leb(len(payload)) + payload
             placed = True
         out += wasm[header:end]
     if not placed:
-        payload = _leb(len(added)) + b"".join(added)
-        out += bytes([_SEC_EXPORT]) + _leb(len(payload)) + payload
+        payload = leb(len(added)) + b"".join(added)
+        out += bytes([_SEC_EXPORT]) + leb(len(payload)) + payload
     return bytes(out)
 
 
@@ -253,7 +259,7 @@ class ModuleFacts:
     imported_funcs: int = 0
 
 
-def _limits(r: _Reader, memory: bool) -> tuple[int, int | None, bool, bool]:
+def _limits(r: Reader, memory: bool) -> tuple[int, int | None, bool, bool]:
     """(min, max, shared, is64) with min/max in pages (memories, after custom page sizes: bytes) or elements."""
     flags = r.byte()
     if flags & ~0x0F:
@@ -268,7 +274,7 @@ def _limits(r: _Reader, memory: bool) -> tuple[int, int | None, bool, bool]:
     return lo, hi, bool(flags & 2), bool(flags & 4)
 
 
-def _const_value(r: _Reader, globals_init: list[int | None]) -> int | None:
+def _const_value(r: Reader, globals_init: list[int | None]) -> int | None:
     """Evaluate an integer constant expression (i32/i64 const, global.get, extended-const
     add/sub/mul); None if it uses anything else (then instantiation decides)."""
     stack: list[int | None] = []
@@ -293,12 +299,12 @@ def _const_value(r: _Reader, globals_init: list[int | None]) -> int | None:
             return None
 
 
-def _skip_reftype(r: _Reader) -> None:
+def _skip_reftype(r: Reader) -> None:
     if r.byte() in (0x63, 0x64):
         r.leb(signed=True)
 
 
-def _imports(r: _Reader) -> Iterator[tuple[int, Any]]:
+def _imports(r: Reader) -> Iterator[tuple[int, Any]]:
     """(kind, what) for each entry of an import section: limits for tables (1) and memories
     (2), (valtype, mutable) for globals (3), None for functions (0) and tags (4)."""
     for _ in range(r.leb(32)):
@@ -327,7 +333,7 @@ def module_facts(wasm: bytes) -> ModuleFacts:
     globals_init: list[int | None] = []
     info: tuple[int, int | None, bool, bool]   # limits: the only import info read here
     for sid, _, start, end in sections(wasm):
-        r = _Reader(wasm, start, end)
+        r = Reader(wasm, start, end)
         if sid == _SEC_IMPORT:
             for kind, info in _imports(r):
                 if kind == 0:
@@ -380,7 +386,7 @@ def module_facts(wasm: bytes) -> ModuleFacts:
     return facts
 
 
-def _element_segments(r: _Reader, globals_init: list[int | None]) -> list[SegmentInfo]:
+def _element_segments(r: Reader, globals_init: list[int | None]) -> list[SegmentInfo]:
     out = []
     for k in range(r.leb(32)):
         flags = r.leb(32)
@@ -483,11 +489,11 @@ def snapshot_module(wasm: bytes, memory: bytes | int, globals_now: dict[int, int
     out = bytearray(MAGIC)
 
     def emit(sid: int, payload: bytes) -> None:
-        out.extend(bytes([sid]) + _leb(len(payload)) + payload)
+        out.extend(bytes([sid]) + leb(len(payload)) + payload)
 
     had_data = False
     for sid, header, start, end in sections(wasm):
-        r = _Reader(wasm, start, end)
+        r = Reader(wasm, start, end)
         if sid == _SEC_MEMORY:
             r.leb(32)
             flags = r.byte()
@@ -498,10 +504,10 @@ def snapshot_module(wasm: bytes, memory: bytes | int, globals_now: dict[int, int
             pages = max(old_min, size // WASM_PAGE)
             if max_pages is not None and pages > max_pages:
                 raise WasmFormatError(f"the snapshot's {pages} pages are over the memory's maximum of {max_pages}")
-            emit(sid, _leb(1) + bytes([flags]) + _leb(pages) + (_leb(max_pages) if max_pages is not None else b""))
+            emit(sid, leb(1) + bytes([flags]) + leb(pages) + (leb(max_pages) if max_pages is not None else b""))
         elif sid == _SEC_GLOBAL:
             n = r.leb(32)
-            payload = bytearray(_leb(n))
+            payload = bytearray(leb(n))
             for k in range(n):
                 t_at = r.pos
                 t = _skip_valtype(r)
@@ -520,30 +526,30 @@ def snapshot_module(wasm: bytes, memory: bytes | int, globals_now: dict[int, int
                 r.byte(), r.leb(32)
                 if name not in drop_exports:
                     kept.append(wasm[at:r.pos])
-            emit(sid, _leb(len(kept)) + b"".join(kept))
+            emit(sid, leb(len(kept)) + b"".join(kept))
         elif sid == _SEC_START:
             continue
         elif sid == 12:       # data count: the segments we keep plus the snapshot's
-            emit(sid, _leb(r.leb(32) + len(runs)))
+            emit(sid, leb(r.leb(32) + len(runs)))
         elif sid == _SEC_DATA:
             had_data = True
             emit(sid, _snapshot_data(r, runs))
         else:
             out.extend(wasm[header:end])
     if not had_data and runs:
-        emit(_SEC_DATA, _leb(len(runs)) + b"".join(_active(off, data) for off, data in runs))
+        emit(_SEC_DATA, leb(len(runs)) + b"".join(_active(off, data) for off, data in runs))
     return bytes(out)
 
 
 def _active(offset: int, data: bytes) -> bytes:
-    return b"\x00" + _const(0x7F, offset) + _leb(len(data)) + data
+    return b"\x00" + _const(0x7F, offset) + leb(len(data)) + data
 
 
-def _snapshot_data(r: _Reader, runs: list[tuple[int, bytes]]) -> bytes:
+def _snapshot_data(r: Reader, runs: list[tuple[int, bytes]]) -> bytes:
     """The data section: passive segments as they were, active ones emptied (the snapshot holds
     what they wrote, and what the program wrote over it since), then the snapshot's runs."""
     n = r.leb(32)
-    parts = [_leb(n + len(runs))]
+    parts = [leb(n + len(runs))]
     for k in range(n):
         at = r.pos
         flags = r.leb(32)

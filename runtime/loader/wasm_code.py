@@ -12,7 +12,7 @@ references), so an opcode byte is never mistaken for an immediate. Malformed bod
 """
 from __future__ import annotations
 
-from .wasm_binary import ModuleFacts, WasmFormatError, _Reader, module_facts
+from .wasm_binary import ModuleFacts, WasmFormatError, Reader, module_facts
 
 # Immediate shapes of the one-byte opcodes.
 _NONE, _BLOCK, _IDX, _IDX2, _BR_TABLE, _SELECT_T, _MEMARG, _F32, _F64, _TRY_TABLE = range(10)
@@ -34,18 +34,18 @@ _FC_IMMEDIATES = {**{i: 0 for i in range(8)}, 8: 2, 9: 1, 10: 2, 11: 1, 12: 2, 1
 _FC_UNSAFE = {9: "data.drop", 12: "table.init", 13: "elem.drop", 14: "table.copy", 15: "table.grow", 17: "table.fill"}
 
 
-def _leb(r: _Reader) -> int:
+def leb(r: Reader) -> int:
     return r.leb()
 
 
-def _memarg(r: _Reader) -> None:
+def _memarg(r: Reader) -> None:
     align = r.leb(32)
     if align & 0x40:          # multi-memory: an explicit memory index follows
         r.leb(32)
     r.leb()
 
 
-def _blocktype(r: _Reader) -> None:
+def _blocktype(r: Reader) -> None:
     b = r.byte()
     if b in (0x63, 0x64):      # (ref null? heaptype)
         r.leb()
@@ -54,7 +54,7 @@ def _blocktype(r: _Reader) -> None:
             pass
 
 
-def _simd(r: _Reader, at: int) -> None:
+def _simd(r: Reader, at: int) -> None:
     sub = r.leb(32)
     if sub <= 11 or sub in (92, 93):
         _memarg(r)
@@ -69,7 +69,7 @@ def _simd(r: _Reader, at: int) -> None:
         raise WasmFormatError(f"unknown SIMD instruction 0xfd {sub} at byte {at}")
 
 
-def _atomic(r: _Reader, at: int) -> None:
+def _atomic(r: Reader, at: int) -> None:
     sub = r.leb(32)
     if sub == 3:
         r.byte()
@@ -79,7 +79,7 @@ def _atomic(r: _Reader, at: int) -> None:
         raise WasmFormatError(f"unknown atomic instruction 0xfe {sub} at byte {at}")
 
 
-def _body_unsafe(r: _Reader) -> tuple[str, int] | None:
+def _body_unsafe(r: Reader) -> tuple[str, int] | None:
     """Scan one function body (locals, then instructions up to the body's end)."""
     for _ in range(r.leb(32)):
         r.leb(32)
@@ -143,11 +143,11 @@ def fork_unsafe_instruction(wasm: bytes, facts: ModuleFacts | None = None) -> st
     facts = facts or module_facts(wasm)
     if facts.code_section is None:
         return None
-    r = _Reader(wasm, *facts.code_section)
+    r = Reader(wasm, *facts.code_section)
     n_imported = facts.imported_funcs
     for k in range(r.leb(32)):
         size = r.leb(32)
-        body = _Reader(wasm, r.pos, r.pos + size)
+        body = Reader(wasm, r.pos, r.pos + size)
         if body.end > r.end:
             raise WasmFormatError(f"function body {k} runs past the code section")
         found = _body_unsafe(body)
