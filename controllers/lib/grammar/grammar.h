@@ -90,17 +90,14 @@ uint32_t gr_json_step(gr_json_t *j, uint32_t state, uint8_t byte);
 bool gr_json_accepting(gr_json_t *j, uint32_t state);
 
 /* ---- regex text (rx.c): Rust/Python regex syntax -> SDK regex over UTF-8 bytes ---------- */
-typedef struct { char *p; uint32_t n, cap; } gr_buf_t;
-void gb_putn(gr_buf_t *b, const char *s, uint32_t n);
-void gb_puts(gr_buf_t *b, const char *s);
-void gb_byte(gr_buf_t *b, uint8_t c);                    /* one literal byte, escaped */
+/* (Text is built in the SDK's aici_buf_t; character classes become regex text by aici_cps_regex.) */
 /* Translate a /regex/ with flags (i: ASCII case-insensitive, s: . matches \n) into `out`.
  * false with *why (static) on unsupported syntax (lookaround, backreferences, anchors). */
-bool gr_regex_translate(gr_buf_t *out, const char *pat, uint32_t len, bool icase, bool dotall, const char **why);
+bool gr_regex_translate(aici_buf_t *out, const char *pat, uint32_t len, bool icase, bool dotall, const char **why);
 /* A string literal's bytes as regex text (icase: ASCII letters either case). */
-void gr_regex_literal(gr_buf_t *out, const uint8_t *s, uint32_t len, bool icase);
+void gr_regex_literal(aici_buf_t *out, const uint8_t *s, uint32_t len, bool icase);
 /* The code points [lo, hi] (inclusive) as regex text over UTF-8. */
-void gr_regex_cp_range(gr_buf_t *out, uint32_t lo, uint32_t hi);
+void gr_regex_cp_range(aici_buf_t *out, uint32_t lo, uint32_t hi);
 
 /* ---- matcher (earley.c, lexer.c, matcher.c) ---------------------------------------------- */
 /* What masks share across grammars (slices of the token trie for identifier byte sets), built

@@ -89,59 +89,40 @@ static bool is_term_name(const char *s, uint32_t n) {
   return false;
 }
 
-static void put_utf8(gr_buf_t *b, uint32_t c) {
-  uint8_t o[4];
-  uint32_t n;
-  if (c < 0x80) o[0] = (uint8_t)c, n = 1;
-  else if (c < 0x800) o[0] = 0xC0 | (c >> 6), o[1] = 0x80 | (c & 63), n = 2;
-  else if (c < 0x10000) o[0] = 0xE0 | (c >> 12), o[1] = 0x80 | ((c >> 6) & 63), o[2] = 0x80 | (c & 63), n = 3;
-  else o[0] = 0xF0 | (c >> 18), o[1] = 0x80 | ((c >> 12) & 63), o[2] = 0x80 | ((c >> 6) & 63), o[3] = 0x80 | (c & 63), n = 4;
-  gb_putn(b, (const char *)o, n);
-}
-
-static int hexd(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if ((c | 32) >= 'a' && (c | 32) <= 'f') return (c | 32) - 'a' + 10;
-  return -1;
-}
-
 /* "..." with Python-style escapes, then an optional `i` flag. */
 static ex_t *read_string(lp_t *p) {
   ex_t *e = ex_new(p, E_STR);
-  gr_buf_t b = {0};
+  aici_buf_t b = {0};
   p->i++;
   while (p->i < p->n && p->s[p->i] != '"') {
     char c = p->s[p->i++];
     if (c == '\n') { fail(p, "newline in a string literal"); return e; }
-    if (c != '\\') { gb_putn(&b, &c, 1); continue; }
+    if (c != '\\') { aici_buf_putn(&b, &c, 1); continue; }
     if (p->i >= p->n) break;
     char x = p->s[p->i++];
-    uint32_t v = 0, digits = 0;
+    uint32_t digits = 0;
     switch (x) {
-      case 'n': gb_putn(&b, "\n", 1); break;
-      case 't': gb_putn(&b, "\t", 1); break;
-      case 'r': gb_putn(&b, "\r", 1); break;
-      case 'f': gb_putn(&b, "\f", 1); break;
-      case 'v': gb_putn(&b, "\v", 1); break;
-      case 'b': gb_putn(&b, "\b", 1); break;
-      case '0': gb_putn(&b, "\0", 1); break;
-      case '\\': gb_putn(&b, "\\", 1); break;
-      case '"': gb_putn(&b, "\"", 1); break;
+      case 'n': aici_buf_putn(&b, "\n", 1); break;
+      case 't': aici_buf_putn(&b, "\t", 1); break;
+      case 'r': aici_buf_putn(&b, "\r", 1); break;
+      case 'f': aici_buf_putn(&b, "\f", 1); break;
+      case 'v': aici_buf_putn(&b, "\v", 1); break;
+      case 'b': aici_buf_putn(&b, "\b", 1); break;
+      case '0': aici_buf_putn(&b, "\0", 1); break;
+      case '\\': aici_buf_putn(&b, "\\", 1); break;
+      case '"': aici_buf_putn(&b, "\"", 1); break;
       case 'x': digits = 2; break;
       case 'u': digits = 4; break;
       case 'U': digits = 8; break;
-      default: gb_putn(&b, "\\", 1); gb_putn(&b, &x, 1);   /* kept as written, as Lark does */
+      default: aici_buf_putn(&b, "\\", 1); aici_buf_putn(&b, &x, 1);   /* kept as written, as Lark does */
     }
     if (digits) {
-      for (uint32_t k = 0; k < digits; k++) {
-        int h = p->i < p->n ? hexd(p->s[p->i]) : -1;
-        if (h < 0) { fail(p, "bad escape in a string literal"); return e; }
-        v = v * 16 + (uint32_t)h;
-        p->i++;
-      }
-      if (v > 0x10FFFF) { fail(p, "escape out of range in a string literal"); return e; }
-      if (v >= 0xD800 && v <= 0xDFFF) { fail(p, "surrogate escape in a string literal (not a Unicode scalar value)"); return e; }
-      put_utf8(&b, v);
+      int64_t v = aici_escape_hex((const uint8_t *)p->s, p->n, &p->i, digits);
+      if (v == AICI_ESC_BAD_DIGITS) { fail(p, "bad escape in a string literal"); return e; }
+      if (v == AICI_ESC_OUT_OF_RANGE) { fail(p, "escape out of range in a string literal"); return e; }
+      if (v == AICI_ESC_SURROGATE) { fail(p, "surrogate escape in a string literal (not a Unicode scalar value)"); return e; }
+      uint8_t u[4];
+      aici_buf_putn(&b, u, aici_utf8_encode((uint32_t)v, u));
     }
   }
   if (p->i >= p->n) { fail(p, "unterminated string literal"); return e; }
@@ -162,10 +143,10 @@ static ex_t *read_regex(lp_t *p) {
   }
   if (p->i >= p->n) { fail(p, "unterminated /regex/"); return e; }
   /* \/ stands for / */
-  gr_buf_t b = {0};
+  aici_buf_t b = {0};
   for (uint32_t k = s; k < p->i; k++) {
     if (p->s[k] == '\\' && k + 1 < p->i && p->s[k + 1] == '/') continue;
-    gb_putn(&b, &p->s[k], 1);
+    aici_buf_putn(&b, &p->s[k], 1);
   }
   e->s = b.p ? b.p : gr_strdup("", 0);
   e->slen = b.n;
@@ -260,7 +241,7 @@ static ex_t *parse_atom(lp_t *p, int depth) {
       if (p->i >= p->n || p->s[p->i] != '"') { fail(p, "expected a string after .."); return e; }
       ex_t *hi = read_string(p);
       if (p->err) return e;
-      gr_buf_t t = {0};
+      aici_buf_t t = {0};
       (void)t;
       const uint8_t *a = (const uint8_t *)e->s, *z = (const uint8_t *)hi->s;
       uint32_t lo = 0, hv = 0, la = 0, lz = 0;
@@ -589,21 +570,21 @@ static def_t *find_def(lp_t *p, const char *name, uint32_t n, bool common_scope)
   return 0;
 }
 
-static void term_regex(lp_t *p, ex_t *e, gr_buf_t *o, bool common, uint32_t depth);
+static void term_regex(lp_t *p, ex_t *e, aici_buf_t *o, bool common, uint32_t depth);
 
-static void def_regex(lp_t *p, def_t *d, gr_buf_t *o, uint32_t depth) {
+static void def_regex(lp_t *p, def_t *d, aici_buf_t *o, uint32_t depth) {
   if (depth > 200) { p->err = gr_fmt("line %u: terminal %.*s is recursive", d->line, (int)d->nlen, d->name); return; }
   if (!d->term) { p->err = gr_fmt("line %u: a terminal cannot use rule %.*s", d->line, (int)d->nlen, d->name); return; }
-  gb_puts(o, "(?:");
+  aici_buf_puts(o, "(?:");
   term_regex(p, d->body, o, d->common, depth + 1);
-  gb_puts(o, ")");
+  aici_buf_puts(o, ")");
 }
 
-static void term_regex(lp_t *p, ex_t *e, gr_buf_t *o, bool common, uint32_t depth) {
+static void term_regex(lp_t *p, ex_t *e, aici_buf_t *o, bool common, uint32_t depth) {
   if (p->err) return;
   p->line = e->line;
   switch (e->kind) {
-    case E_EMPTY: gb_puts(o, "(?:)"); return;
+    case E_EMPTY: aici_buf_puts(o, "(?:)"); return;
     case E_SPECIAL: p->err = gr_fmt("line %u: special tokens cannot be used inside terminals", e->line); return;
     case E_JSON: p->err = gr_fmt("line %u: %%json cannot be used inside terminals", e->line); return;
     case E_STR: gr_regex_literal(o, (const uint8_t *)e->s, e->slen, e->icase); return;
@@ -623,22 +604,22 @@ static void term_regex(lp_t *p, ex_t *e, gr_buf_t *o, bool common, uint32_t dept
       return;
     }
     case E_SEQ:
-      gb_puts(o, "(?:");
+      aici_buf_puts(o, "(?:");
       for (uint32_t k = 0; k < e->n; k++) term_regex(p, e->kids[k], o, common, depth);
-      gb_puts(o, ")");
+      aici_buf_puts(o, ")");
       return;
     case E_ALT:
-      gb_puts(o, "(?:");
-      for (uint32_t k = 0; k < e->n; k++) { if (k) gb_puts(o, "|"); term_regex(p, e->kids[k], o, common, depth); }
-      gb_puts(o, ")");
+      aici_buf_puts(o, "(?:");
+      for (uint32_t k = 0; k < e->n; k++) { if (k) aici_buf_puts(o, "|"); term_regex(p, e->kids[k], o, common, depth); }
+      aici_buf_puts(o, ")");
       return;
     case E_REP: {
       if (e->min > 1000 || (e->max != UINT32_MAX && e->max > 1000)) { p->err = gr_fmt("line %u: repeat count over 1000 in a terminal", e->line); return; }
-      gb_puts(o, "(?:");
+      aici_buf_puts(o, "(?:");
       term_regex(p, e->kids[0], o, common, depth);
-      gb_puts(o, ")");
+      aici_buf_puts(o, ")");
       char *q = e->max == UINT32_MAX ? gr_fmt("{%u,}", e->min) : gr_fmt("{%u,%u}", e->min, e->max);
-      gb_puts(o, q);
+      aici_buf_puts(o, q);
       aici_free(q);
       return;
     }
@@ -648,7 +629,7 @@ static void term_regex(lp_t *p, ex_t *e, gr_buf_t *o, bool common, uint32_t dept
 static uint32_t lower(lp_t *p, ex_t *e);
 
 static uint32_t anon_term(lp_t *p, ex_t *e) {
-  gr_buf_t o = {0};
+  aici_buf_t o = {0};
   term_regex(p, e, &o, false, 0);
   if (p->err) return 0;
   char *name = e->kind == E_STR ? gr_fmt("\"%.*s\"", (int)e->slen, e->s) : gr_fmt("/%.*s/", (int)(e->slen < 40 ? e->slen : 40), e->s ? e->s : "");
@@ -709,18 +690,18 @@ static uint32_t def_symbol(lp_t *p, def_t *d) {
     return d->sym;
   }
   if (d->term || d->lazy || d->max_tokens) {
-    gr_buf_t o = {0};
+    aici_buf_t o = {0};
     if (d->term) def_regex(p, d, &o, 0);
     else {                             /* foo[lazy]: <terminal expression> */
-      gb_puts(&o, "(?:");
+      aici_buf_puts(&o, "(?:");
       term_regex(p, d->body, &o, false, 0);
-      gb_puts(&o, ")");
+      aici_buf_puts(&o, ")");
       if (p->err) { aici_free(p->err); p->err = gr_fmt("line %u: lexeme options need a terminal body in rule %.*s", d->line, (int)d->nlen, d->name); }
     }
     if (d->stop && !p->err) {          /* lazy: the lexeme ends where body + stop first matches */
-      gb_puts(&o, "(?:");
+      aici_buf_puts(&o, "(?:");
       gr_regex_literal(&o, (const uint8_t *)d->stop->s, d->stop->slen, false);
-      gb_puts(&o, ")");
+      aici_buf_puts(&o, ")");
     }
     if (p->err) return 0;
     uint32_t t = gr_add_term(p->g, d->name, d->nlen, o.p, o.n, d->lazy || d->max_tokens);
@@ -858,13 +839,13 @@ gr_grammar_t *gr_compile_lark(const char *text, uint32_t len, char **err) {
     g->start = s & ~GR_NT;
   }
   if (!p.err && p.n_ignores) {
-    gr_buf_t o = {0};
-    gb_puts(&o, "(?:");
+    aici_buf_t o = {0};
+    aici_buf_puts(&o, "(?:");
     for (uint32_t k = 0; k < p.n_ignores && !p.err; k++) {
-      if (k) gb_puts(&o, "|");
+      if (k) aici_buf_puts(&o, "|");
       term_regex(&p, p.ignores[k], &o, false, 0);
     }
-    gb_puts(&o, ")");
+    aici_buf_puts(&o, ")");
     if (!p.err) {
       g->skip = (int32_t)gr_add_term(g, "%ignore", 7, o.p, o.n, true);   /* its own lexeme */
     }
