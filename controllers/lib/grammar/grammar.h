@@ -8,9 +8,9 @@
  * may come between any two lexemes. A token is allowed iff its bytes keep some continuation of
  * the grammar possible.
  *
- * Sources: grammar.c, lark.c, gbnf.c, rx.c, matcher.c, json_term.c (%json), and the json
- * controller's sources, which the one-line json_*.c files here include (a controller that
- * compiles those in already, as the program controller does, takes json_term.c alone).
+ * Sources: grammar.c, lark.c, gbnf.c, rx.c (the front ends and regex text); matcher.c (this
+ * API), lexer.c, earley.c, slicer.c, mask.c (the matcher, sharing matcher_impl.h); json_term.c
+ * (%json, over the json library, which lib.json names).
  *
  * Memory: everything is heap (aici_malloc); out of guest memory traps (docs/protocol.md#limits). Errors: the
  * compilers return NULL with a heap message naming the construct and its line ("line 3:
@@ -99,7 +99,7 @@ void gr_regex_literal(aici_buf_t *out, const uint8_t *s, uint32_t len, bool icas
 /* The code points [lo, hi] (inclusive) as regex text over UTF-8. */
 void gr_regex_cp_range(aici_buf_t *out, uint32_t lo, uint32_t hi);
 
-/* ---- matcher (earley.c, lexer.c, matcher.c) ---------------------------------------------- */
+/* ---- matcher (matcher.c; lexer.c, earley.c, slicer.c, mask.c share matcher_impl.h) ----- */
 /* What masks share across grammars (slices of the token trie for identifier byte sets), built
  * once per tokenizer: call it in the controller's init (AICI_EXPORT_INIT) so that every request
  * starts with it from the snapshot. Optional (masks are the same without it); idempotent. */
