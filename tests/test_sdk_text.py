@@ -57,6 +57,10 @@ static void escape_case(const uint8_t *a, uint32_t n) {   /* a[1]: digits, a[2..
   aici_logf("%d %u %s\n", (int)v, i - 2, v < 0 ? aici_escape_error(v) : "");
 }
 
+static void escape_char_case(const uint8_t *a, uint32_t n) {   /* each byte after a backslash */
+  for (uint32_t i = 1; i < n; i++) aici_logf("%d ", aici_escape_char(a[i]));
+}
+
 static void utf8_case(const uint8_t *a, uint32_t n) {     /* u32 code points: encode, decode */
   for (uint32_t i = 1; i + 4 <= n; i += 4) {
     uint32_t c, d;
@@ -76,6 +80,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     if (mode == 'c') { cps_case(a, n, res); return; }
     if (mode == 'e') { escape_case(a, n); return; }
     if (mode == 'u') { utf8_case(a, n); return; }
+    if (mode == 'x') { escape_char_case(a, n); return; }
     uint32_t zero = 0;
     aici_history_init(&hist, arg, 4, &zero);
   }
@@ -162,6 +167,15 @@ def test_hex_escapes(wasm, digits, text, want, used):
         assert (int(v), int(n)) == (want, used)
     else:
         assert int(v) < 0 and int(n) == 0 and msg[0].startswith(want), host.logs
+
+
+def test_single_character_escapes(wasm):
+    chars = bytes(range(32, 127))
+    host = MiniHost(wasm, BYTE_VOCAB, 256, lambda s: [], arg=b"x" + chars)
+    host.step([1])
+    got = [int(v) for v in "".join(host.logs).split()]
+    want = {ord("n"): 10, ord("t"): 9, ord("r"): 13, ord("f"): 12, ord("v"): 11, ord("0"): 0}
+    assert got == [want.get(c, -1) for c in chars]
 
 
 # ---- UTF-8 ---------------------------------------------------------------------------------------

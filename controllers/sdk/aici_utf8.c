@@ -24,6 +24,18 @@ uint32_t aici_utf8_decode(const uint8_t *s, uint32_t n, uint32_t *cp) {
   return i;
 }
 
+int aici_escape_char(uint32_t c) {
+  switch (c) {
+    case 'n': return '\n';
+    case 't': return '\t';
+    case 'r': return '\r';
+    case 'f': return '\f';
+    case 'v': return '\v';
+    case '0': return 0;
+  }
+  return -1;
+}
+
 int aici_hex_digit(uint32_t c) {
   if (c >= '0' && c <= '9') return (int)(c - '0');
   if ((c | 32) >= 'a' && (c | 32) <= 'f') return (int)((c | 32) - 'a' + 10);

@@ -65,14 +65,10 @@ static ex_t *read_string(lp_t *p) {
     if (p->i >= p->n) break;
     char x = p->s[p->i++];
     uint32_t digits = 0;
+    int ctl = aici_escape_char((uint8_t)x);
+    if (ctl >= 0) { aici_buf_putc(&b, (char)ctl); continue; }
     switch (x) {
-      case 'n': aici_buf_putn(&b, "\n", 1); break;
-      case 't': aici_buf_putn(&b, "\t", 1); break;
-      case 'r': aici_buf_putn(&b, "\r", 1); break;
-      case 'f': aici_buf_putn(&b, "\f", 1); break;
-      case 'v': aici_buf_putn(&b, "\v", 1); break;
       case 'b': aici_buf_putn(&b, "\b", 1); break;
-      case '0': aici_buf_putn(&b, "\0", 1); break;
       case '\\': aici_buf_putn(&b, "\\", 1); break;
       case '"': aici_buf_putn(&b, "\"", 1); break;
       case 'x': digits = 2; break;

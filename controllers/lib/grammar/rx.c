@@ -86,15 +86,11 @@ static void class_named(cps_t *s, char c) {   /* \d \w \s (Unicode, as Rust's) a
 static int64_t rx_escape(rp_t *p, cps_t *cls) {
   if (p->i >= p->n) { p->err = "trailing backslash"; return -2; }
   uint8_t c = p->s[p->i++];
+  int ctl = aici_escape_char(c);
+  if (ctl >= 0) return ctl;
   switch (c) {
     case 'd': case 'D': case 'w': case 'W': case 's': case 'S': class_named(cls, (char)c); return -1;
-    case 'n': return '\n';
-    case 't': return '\t';
-    case 'r': return '\r';
-    case 'f': return '\f';
-    case 'v': return '\v';
     case 'a': return 7;
-    case '0': return 0;
     case 'e': return 27;
     case 'x': case 'u': case 'U': {
       int64_t v = aici_escape_hex(p->s, p->n, &p->i, c == 'U' ? 8 : peek(p, '{') ? 0 : c == 'x' ? 2 : 4);
