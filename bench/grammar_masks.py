@@ -65,18 +65,27 @@ def baseline_wasm(ref: str, tmp: Path) -> bytes:
     """The grammar controller as of git ref `ref`: its controller, libraries and SDK (the whole
     controllers/ tree of that commit: the grammar code lives in controllers/lib/ since the
     libraries, and the SDK holds some of it since its text helpers)."""
-    from aicirt import toolchain
+    try:
+        from aicirt.build.toolchain import build
+    except ImportError:                  # before runtime/ was grouped into packages
+        from aicirt.toolchain import build
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "controllers"],
                          check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(tmp, filter="data")
     out = tmp / "grammar-baseline.wasm"
-    saved = toolchain.CONTROLLERS_DIR, toolchain.SDK_DIR
-    toolchain.CONTROLLERS_DIR, toolchain.SDK_DIR = tmp / "controllers", tmp / "controllers" / "sdk"
+    # every loaded aicirt module that holds the controllers' or the SDK's folder points at the
+    # archive's while it builds (which modules hold them differs across the runtime's layouts)
+    where = {"CONTROLLERS_DIR": tmp / "controllers", "SDK_DIR": tmp / "controllers" / "sdk"}
+    saved = [(m, k, getattr(m, k)) for name, m in list(sys.modules.items())
+             if name.startswith("aicirt") and m is not None for k in where if hasattr(m, k)]
     try:
-        toolchain.build(tmp / "controllers" / "grammar", out, progress=False)
+        for m, k, _ in saved:
+            setattr(m, k, where[k])
+        build(tmp / "controllers" / "grammar", out, progress=False)
     finally:
-        toolchain.CONTROLLERS_DIR, toolchain.SDK_DIR = saved
+        for m, k, v in saved:
+            setattr(m, k, v)
     return out.read_bytes()
 
 
