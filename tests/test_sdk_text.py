@@ -16,7 +16,10 @@ import struct
 import pytest
 
 from _sdk_host import MiniHost
-from aicirt.toolchain import build_cached
+try:
+    from aicirt.build.toolchain import build_cached
+except ImportError:   # before runtime/ was grouped into packages (the lead merges this across it)
+    from aicirt.toolchain import build_cached
 
 SOURCE = r"""
 #include "aici.h"
