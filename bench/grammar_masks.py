@@ -18,8 +18,8 @@ Figures (the last line is one JSON object):
   inside_ratio_p50    inside_us_p50 / llg_mask_us_p50
   ttfm_ms_p50         ours: new request -> first mask (grammar compile + first mask), wall
   llg_ttfm_ms_p50     llguidance: grammar_from_lark + LLMatcher + first fill, wall
-With --baseline REF (a git ref: the grammar controller built from that commit's
-controllers/grammar and controllers/json, today's SDK), run the same way right after ours on
+With --baseline REF (a git ref: the grammar controller built from that commit's controllers/
+tree, its libraries and SDK included), run the same way right after ours on
 every grammar, its masks checked equal to ours:
   baseline_inside_us_p50   its inside p50
   inside_vs_baseline_p50   inside_us_p50 / baseline_inside_us_p50 (timings at this machine's load
@@ -62,14 +62,27 @@ def pct(xs, q):
 
 
 def baseline_wasm(ref: str, tmp: Path) -> bytes:
-    """The grammar controller as of git ref `ref` (its grammar and json sources; today's SDK)."""
+    """The grammar controller as of git ref `ref`: its controller, libraries and SDK (the whole
+    controllers/ tree of that commit: the grammar code lives in controllers/lib/ since the
+    libraries, and the SDK holds some of it since its text helpers)."""
     from aicirt.build.toolchain import build
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "controllers/grammar", "controllers/json"],
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "controllers"],
                          check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(tmp, filter="data")
     out = tmp / "grammar-baseline.wasm"
-    build(tmp / "controllers" / "grammar", out, progress=False)
+    # every loaded aicirt module that holds the controllers' or the SDK's folder points at the
+    # archive's while it builds (which modules hold them differs across the runtime's layouts)
+    where = {"CONTROLLERS_DIR": tmp / "controllers", "SDK_DIR": tmp / "controllers" / "sdk"}
+    saved = [(m, k, getattr(m, k)) for name, m in list(sys.modules.items())
+             if name.startswith("aicirt") and m is not None for k in where if hasattr(m, k)]
+    try:
+        for m, k, _ in saved:
+            setattr(m, k, where[k])
+        build(tmp / "controllers" / "grammar", out, progress=False)
+    finally:
+        for m, k, v in saved:
+            setattr(m, k, v)
     return out.read_bytes()
 
 

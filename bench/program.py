@@ -66,6 +66,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _common import ForwardCounter  # noqa: E402
+
 
 def pct(xs, q):
     if not xs:
@@ -112,24 +114,18 @@ def forward_passes(model: str | None, n_prompts: int) -> dict:
     arg = P.json(FORM).dumps().encode()
     out = {}
     backend = load_backend(model)
-    calls = [0]
-    forward = backend.forward
-
-    def counted(batch):
-        calls[0] += 1
-        return forward(batch)
-    backend.forward = counted   # type: ignore[method-assign]
+    counter = ForwardCounter(backend)
     with Engine(backend) as eng:
         for label, caps in (("ff", Capabilities.ALL), ("no_ff", Capabilities.ALL & ~Capabilities.FF_TOKENS)):
             steps = tokens = valid = 0
             for prompt in (FORM_PROMPTS * 4)[:n_prompts]:
-                s0 = calls[0]
+                s0 = counter.calls
                 req = eng.add_request(prompt, wasm, arg, capabilities=caps,
                                       params=SamplingParams(max_tokens=160, temperature=0.0))
                 for _ in eng.run():
                     pass
                 seq = req.sequences[0]
-                steps += calls[0] - s0
+                steps += counter.calls - s0
                 tokens += len(seq.output_tokens)
                 try:
                     jsonschema.validate(json.loads(seq.text_bytes), FORM)

@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
+from _common import ForwardCounter  # noqa: E402
+
 FF = list(range(1024, 1084))                  # every byte of the script < 0x80: the plugin takes it as text
 CONTEXT = [1000 + (i * 37) % 5000 for i in range(500)]      # 500 tokens of context, no two blocks alike
 
@@ -64,20 +66,14 @@ def form_passes_own(n: int) -> dict:
     from aicirt.build.toolchain import build_cached
 
     backend = load_backend(None)
-    calls = [0]
-    forward = backend.forward
-
-    def counted(batch):
-        calls[0] += 1
-        return forward(batch)
-    backend.forward = counted   # type: ignore[method-assign]
+    counter = ForwardCounter(backend)
     passes = tokens = 0
     with Engine(backend) as eng:
         for prompt in (FORM_PROMPTS * 4)[:n]:
-            c0 = calls[0]
+            c0 = counter.calls
             req = eng.generate(prompt, build_cached("program"), P.json(FORM).dumps().encode(),
                                params=SamplingParams(max_tokens=160))
-            passes += calls[0] - c0
+            passes += counter.calls - c0
             tokens += len(req.sequences[0].output_tokens)
     return {"passes": passes, "tokens": tokens, "per_token": round(passes / tokens, 3)}
 

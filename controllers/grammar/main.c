@@ -6,11 +6,9 @@
 static gr_grammar_t *gram;
 static gr_matcher_t *mt;
 static const aici_trie_t *trie;
-static uint32_t prompt_len;
-static gr_mark_t *marks;               /* marks[k]: position after k generated tokens */
+static aici_history_t marks;           /* the matcher's position after each generated token */
 static aici_tokset_t *mask;            /* this call's mask (gr_mask overwrites it: not an arena set,
                                         * which the SDK would clear first) */
-static uint32_t n_seen, cap;
 
 AICI_EXPORT_INIT void grammar_init(void) {
   if (!(trie = aici_trie())) return;
@@ -44,34 +42,28 @@ static bool setup(const aici_arg_t *arg) {
     aici_logf("grammar: ok, %u terminals, %u rules, %u productions\n", gram->n_terms, gram->n_nts, gram->n_prods);
     return false;
   }
-  prompt_len = arg->n_all_tokens;
-  cap = 64;
-  marks = aici_malloc(cap * sizeof(gr_mark_t));
-  marks[0] = gr_save(mt);
-  n_seen = 0;
+  gr_mark_t start = gr_save(mt);
+  aici_history_init(&marks, arg, sizeof start, &start);
+  return true;
+}
+
+/* One generated token from the position *mark: false when it leaves the grammar. */
+static bool feed(void *ctx, void *mark, aici_token_t t) {
+  (void)ctx;
+  uint32_t len;
+  gr_restore(mt, *(gr_mark_t *)mark);
+  const uint8_t *b = aici_token_bytes(t, &len);
+  if (b ? !gr_advance(mt, b, len) : !gr_advance_token(mt, t)) return false;
+  *(gr_mark_t *)mark = gr_save(mt);
   return true;
 }
 
 /* Bring the matcher up to date with the sequence: drop backtracked tokens, feed new ones.
  * false: a token the grammar does not allow (the host forced it). */
 static bool catch_up(const aici_arg_t *arg) {
-  uint32_t gen = arg->n_all_tokens - prompt_len;
-  uint32_t keep = arg->backtrack > n_seen ? 0 : n_seen - arg->backtrack;
-  if (keep > gen) keep = gen;
-  if (gen + 1 > cap) {
-    while (gen + 1 > cap) cap *= 2;
-    marks = aici_realloc(marks, cap * sizeof(gr_mark_t));
-  }
-  gr_restore(mt, marks[keep]);
-  for (uint32_t k = keep; k < gen; k++) {
-    uint32_t len;
-    aici_token_t t = arg->all_tokens[prompt_len + k];
-    const uint8_t *b = aici_token_bytes(t, &len);
-    if (b ? !gr_advance(mt, b, len) : !gr_advance_token(mt, t)) { n_seen = k; return false; }
-    marks[k + 1] = gr_save(mt);
-  }
-  n_seen = gen;
-  return true;
+  bool ok = aici_history_update(&marks, arg, feed, 0);
+  gr_restore(mt, *(gr_mark_t *)aici_history_state(&marks));
+  return ok;
 }
 
 /* Whether m is {eos} (stops at the first other token: most masks hold one early). */
@@ -85,7 +77,7 @@ static bool only_eos(const aici_tokset_t *m, aici_token_t eos) {
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (arg->call_index == 0 && !setup(arg)) return;
   if (!mt) return;
-  if (arg->n_all_tokens < prompt_len) { aici_logs("grammar: backtracked into the prompt\n"); return; }
+  if (arg->n_all_tokens < marks.prompt_len) { aici_logs("grammar: backtracked into the prompt\n"); return; }
   aici_token_t eos = aici_eos_token();
   if (arg->has_sampled && arg->sampled == eos) return;   /* EOS chosen while accepting */
   if (!catch_up(arg)) { aici_logs("grammar: the text no longer matches the grammar\n"); return; }

@@ -182,6 +182,48 @@ void aici_cps_add(aici_cp_set_t *s, uint32_t lo, uint32_t hi);   /* append [lo, 
 void aici_cps_normalize(aici_cp_set_t *s);                       /* sort; merge overlapping and adjacent ranges */
 void aici_cps_negate(aici_cp_set_t *s);                          /* the complement within [0, 0x10FFFF] */
 
+/* ---- text helpers: a growable buffer, UTF-8, escapes, classes as regex text --------------- */
+/* A growable buffer (aici_buf.c), always NUL-terminated; {0} is empty; aici_free(b.p) when done. */
+typedef struct { char *p; uint32_t n, cap; } aici_buf_t;
+void aici_buf_putn(aici_buf_t *b, const void *s, uint32_t n);
+void aici_buf_puts(aici_buf_t *b, const char *s);
+void aici_buf_putc(aici_buf_t *b, char c);
+void aici_buf_rx_byte(aici_buf_t *b, uint8_t c);                 /* one byte as regex text: \xHH */
+
+/* UTF-8 and hex escapes (aici_utf8.c). encode: writes 1-4 bytes to o, returns the count (no
+ * check: pass a scalar value). decode: one character of s[0..n) (lenient: a cut or malformed
+ * one reads what is there), its length in bytes (0 when n == 0). */
+uint32_t aici_utf8_encode(uint32_t cp, uint8_t *o);
+uint32_t aici_utf8_decode(const uint8_t *s, uint32_t n, uint32_t *cp);
+int aici_hex_digit(uint32_t c);                                  /* 0-15, or -1 */
+int aici_escape_char(uint32_t c);    /* after a backslash: n t r f v 0 -> their byte; else -1 */
+/* The digits of a hex escape at s[*i..n): exactly `digits` of them, or with digits == 0 a braced
+ * {H..H} of 1 to 8. Returns the code point and moves *i past the digits, or (i unchanged) one of
+ * the AICI_ESC_* codes when the digits are bad or the value is not a Unicode scalar value. */
+#define AICI_ESC_BAD_DIGITS (-1)
+#define AICI_ESC_OUT_OF_RANGE (-2)
+#define AICI_ESC_SURROGATE (-3)
+int64_t aici_escape_hex(const uint8_t *s, uint32_t n, uint32_t *i, uint32_t digits);
+const char *aici_escape_error(int64_t code);                      /* a static message for a code */
+
+/* A code-point set as SDK regex text over UTF-8 (aici_cps_regex.c): "(?:...)" matching one
+ * encoded character of the set. Normalizes s first (aici_cps_scalars). false (and a class that
+ * matches nothing) when the set is empty. */
+bool aici_cps_regex(aici_buf_t *out, aici_cp_set_t *s);
+void aici_cps_scalars(aici_cp_set_t *s);   /* normalize, then drop surrogates and all past U+10FFFF */
+
+/* ---- token history (aici_history.c) ----------------------------------------------------- */
+/* A controller's state after each generated token (fixed-size states; the prompt is what the
+ * first call saw). update() drops the tokens the host took back and feeds the new ones through
+ * `step`, which gets a copy of the previous state to advance in place (false: the token leaves
+ * the constraint). update() returns false when a token failed (the history then ends before it)
+ * or the sequence was backtracked into the prompt; aici_history_state() is the newest state. */
+typedef bool (*aici_history_step_fn)(void *ctx, void *state, aici_token_t t);
+typedef struct { void *states; uint32_t size, cap, n_seen, prompt_len; } aici_history_t;
+void aici_history_init(aici_history_t *h, const aici_arg_t *arg, uint32_t state_size, const void *start);
+bool aici_history_update(aici_history_t *h, const aici_arg_t *arg, aici_history_step_fn step, void *ctx);
+void *aici_history_state(const aici_history_t *h);
+
 /* A slice (llguidance's slicer, reduced to byte sets): for a byte set C, the tokens whose bytes
  * all lie in C, as a mask, and a sub-trie (same format) of all the other tokens, the rest trie.
  * A recognizer that keeps every string over C (up to max_len bytes) live from its state may add

@@ -9,7 +9,7 @@
  */
 #include "grammar.h"
 
-typedef struct { const char *s; uint32_t i, n, line; const char *err; gr_buf_t o; } gp_t;
+typedef struct { const char *s; uint32_t i, n, line; const char *err; aici_buf_t o; } gp_t;
 
 static bool g_name_char(char c) {
   return ((c | 32) >= 'a' && (c | 32) <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
@@ -21,26 +21,17 @@ static void g_space(gp_t *p, int nl) {
     char c = p->s[p->i];
     if (c == ' ' || c == '\t' || c == '\r') p->i++;
     else if (c == '#') { while (p->i < p->n && p->s[p->i] != '\n') p->i++; }
-    else if (c == '\n' && nl) { p->i++; p->line++; if (nl == 1) gb_puts(&p->o, "\n"); }
+    else if (c == '\n' && nl) { p->i++; p->line++; if (nl == 1) aici_buf_puts(&p->o, "\n"); }
     else break;
   }
-}
-
-static uint32_t g_utf8_len(uint8_t c) { return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1; }
-
-static int g_hex(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if ((c | 32) >= 'a' && (c | 32) <= 'f') return (c | 32) - 'a' + 10;
-  return -1;
 }
 
 /* One character of a literal or class (after escapes) as a code point; -1 on error. */
 static int64_t g_char(gp_t *p) {
   uint8_t c = (uint8_t)p->s[p->i];
   if (c != '\\') {
-    uint32_t k = g_utf8_len(c), v = k == 1 ? c : c & (0x7F >> k);
-    for (uint32_t j = 1; j < k && p->i + j < p->n; j++) v = v << 6 | ((uint8_t)p->s[p->i + j] & 63);
-    p->i += k;
+    uint32_t v;
+    p->i += aici_utf8_decode((const uint8_t *)p->s + p->i, p->n - p->i, &v);
     return v;
   }
   if (p->i + 1 >= p->n) { p->err = "trailing backslash"; return -1; }
@@ -48,16 +39,9 @@ static int64_t g_char(gp_t *p) {
   p->i += 2;
   uint32_t digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
   if (digits) {
-    uint32_t v = 0;
-    for (uint32_t k = 0; k < digits; k++) {
-      int h = p->i < p->n ? g_hex(p->s[p->i]) : -1;
-      if (h < 0) { p->err = "bad hex escape"; return -1; }
-      v = v * 16 + (uint32_t)h;
-      p->i++;
-    }
-    if (v > 0x10FFFF) { p->err = "escape out of range"; return -1; }
-    if (v >= 0xD800 && v <= 0xDFFF) { p->err = "surrogate escape (not a Unicode scalar value)"; return -1; }
-    return v;
+    int64_t v = aici_escape_hex((const uint8_t *)p->s, p->n, &p->i, digits);
+    if (v < 0) p->err = aici_escape_error(v);
+    return v < 0 ? -1 : v;
   }
   switch (e) {
     case 'n': return '\n';
@@ -71,22 +55,15 @@ static int64_t g_char(gp_t *p) {
 
 /* A code point as text inside a Lark string ("...") or a regex class (/[...]/). */
 static void g_emit_cp(gp_t *p, uint32_t v, bool in_class) {
-  char t[16];
+  char t[2];
   if (v < 0x20 || v == 0x7F || (!in_class && (v == '"' || v == '\\')) ||
       (in_class && (v == '\\' || v == ']' || v == '[' || v == '-' || v == '^' || v == '/'))) {
-    if (v < 0x80 && (v < 0x20 || v == 0x7F)) {
-      t[0] = '\\', t[1] = 'x', t[2] = "0123456789abcdef"[v >> 4], t[3] = "0123456789abcdef"[v & 15];
-      gb_putn(&p->o, t, 4);
-    } else { t[0] = '\\', t[1] = (char)v; gb_putn(&p->o, t, 2); }
+    if (v < 0x20 || v == 0x7F) aici_buf_rx_byte(&p->o, (uint8_t)v);
+    else { t[0] = '\\', t[1] = (char)v; aici_buf_putn(&p->o, t, 2); }
     return;
   }
   uint8_t b[4];
-  uint32_t n;
-  if (v < 0x80) b[0] = (uint8_t)v, n = 1;
-  else if (v < 0x800) b[0] = 0xC0 | (v >> 6), b[1] = 0x80 | (v & 63), n = 2;
-  else if (v < 0x10000) b[0] = 0xE0 | (v >> 12), b[1] = 0x80 | ((v >> 6) & 63), b[2] = 0x80 | (v & 63), n = 3;
-  else b[0] = 0xF0 | (v >> 18), b[1] = 0x80 | ((v >> 12) & 63), b[2] = 0x80 | ((v >> 6) & 63), b[3] = 0x80 | (v & 63), n = 4;
-  gb_putn(&p->o, (const char *)b, n);
+  aici_buf_putn(&p->o, b, aici_utf8_encode(v, b));
 }
 
 static void g_alts(gp_t *p, int depth);
@@ -99,27 +76,27 @@ static void g_seq(gp_t *p, int depth) {
     char c = p->s[p->i];
     if (c == '|' || c == ')' || c == '\n') break;
     any = true;
-    gb_puts(&p->o, " ");
+    aici_buf_puts(&p->o, " ");
     if (c == '"') {                    /* "abc" -> ("a" "b" "c") */
       p->i++;
-      gb_puts(&p->o, "(");
+      aici_buf_puts(&p->o, "(");
       bool empty = true;
       while (p->i < p->n && p->s[p->i] != '"') {
         if (p->s[p->i] == '\n') { p->err = "newline in a literal"; return; }
         int64_t v = g_char(p);
         if (v < 0) return;
-        gb_puts(&p->o, empty ? "\"" : " \"");
+        aici_buf_puts(&p->o, empty ? "\"" : " \"");
         g_emit_cp(p, (uint32_t)v, false);
-        gb_puts(&p->o, "\"");
+        aici_buf_puts(&p->o, "\"");
         empty = false;
       }
       if (p->i >= p->n) { p->err = "unterminated literal"; return; }
       p->i++;
-      gb_puts(&p->o, ")");
+      aici_buf_puts(&p->o, ")");
     } else if (c == '[') {             /* one character of a class: a one-character lexeme */
       p->i++;
-      gb_puts(&p->o, "/[");
-      if (p->i < p->n && p->s[p->i] == '^') { gb_puts(&p->o, "^"); p->i++; }
+      aici_buf_puts(&p->o, "/[");
+      if (p->i < p->n && p->s[p->i] == '^') { aici_buf_puts(&p->o, "^"); p->i++; }
       while (p->i < p->n && p->s[p->i] != ']') {
         if (p->s[p->i] == '\n') { p->err = "newline in a character class"; return; }
         int64_t lo = g_char(p);
@@ -129,30 +106,30 @@ static void g_seq(gp_t *p, int depth) {
           p->i++;
           int64_t hi = g_char(p);
           if (hi < 0) return;
-          gb_puts(&p->o, "-");
+          aici_buf_puts(&p->o, "-");
           g_emit_cp(p, (uint32_t)hi, true);
         }
       }
       if (p->i >= p->n) { p->err = "unterminated character class"; return; }
       p->i++;
-      gb_puts(&p->o, "]/s");
+      aici_buf_puts(&p->o, "]/s");
     } else if (c == '.') {
       p->i++;
-      gb_puts(&p->o, "/./s");
+      aici_buf_puts(&p->o, "/./s");
     } else if (c == '(') {
       p->i++;
-      gb_puts(&p->o, "(");
+      aici_buf_puts(&p->o, "(");
       g_alts(p, depth + 1);
       if (p->err) return;
       g_space(p, 1);
       if (p->i >= p->n || p->s[p->i] != ')') { p->err = "missing )"; return; }
       p->i++;
-      gb_puts(&p->o, ")");
+      aici_buf_puts(&p->o, ")");
     } else if (g_name_char(c)) {
       uint32_t s = p->i;
       while (p->i < p->n && g_name_char(p->s[p->i])) p->i++;
-      gb_puts(&p->o, "g-");
-      gb_putn(&p->o, p->s + s, p->i - s);
+      aici_buf_puts(&p->o, "g-");
+      aici_buf_putn(&p->o, p->s + s, p->i - s);
     } else if (c == '*' || c == '+' || c == '?') {
       p->err = "nothing to repeat";
       return;
@@ -160,24 +137,24 @@ static void g_seq(gp_t *p, int depth) {
     /* repetition suffixes */
     while (p->i < p->n) {
       char q = p->s[p->i];
-      if (q == '*' || q == '+' || q == '?') { gb_putn(&p->o, &q, 1); p->i++; }
+      if (q == '*' || q == '+' || q == '?') { aici_buf_putn(&p->o, &q, 1); p->i++; }
       else if (q == '{') {
         uint32_t s = p->i;
         while (p->i < p->n && p->s[p->i] != '}' && p->s[p->i] != '\n') p->i++;
         if (p->i >= p->n || p->s[p->i] != '}') { p->err = "bad {m,n} repeat"; return; }
         p->i++;
-        gb_putn(&p->o, p->s + s, p->i - s);
+        aici_buf_putn(&p->o, p->s + s, p->i - s);
       } else break;
     }
   }
-  if (!any) gb_puts(&p->o, " ");    /* an empty alternative */
+  if (!any) aici_buf_puts(&p->o, " ");    /* an empty alternative */
 }
 
 static void g_alts(gp_t *p, int depth) {
   g_seq(p, depth);
   while (!p->err && p->i < p->n && p->s[p->i] == '|') {
     p->i++;
-    gb_puts(&p->o, " |");
+    aici_buf_puts(&p->o, " |");
     g_space(p, 2);                     /* a newline may follow | (Lark continues only on a leading |) */
     g_seq(p, depth);
   }
@@ -186,7 +163,7 @@ static void g_alts(gp_t *p, int depth) {
 gr_grammar_t *gr_compile_gbnf(const char *text, uint32_t len, char **err) {
   gp_t p = {text, 0, len, 1, 0, {0}};
   bool has_root = false;
-  gb_puts(&p.o, "");
+  aici_buf_puts(&p.o, "");
   for (;;) {
     g_space(&p, 1);
     if (p.i >= p.n) break;
@@ -198,9 +175,9 @@ gr_grammar_t *gr_compile_gbnf(const char *text, uint32_t len, char **err) {
     if (p.i + 3 > p.n || __builtin_memcmp(text + p.i, "::=", 3)) { p.err = "expected ::= after the rule name"; break; }
     p.i += 3;
     if (nlen == 4 && !__builtin_memcmp(text + s, "root", 4)) has_root = true;
-    gb_puts(&p.o, "g-");
-    gb_putn(&p.o, text + s, nlen);
-    gb_puts(&p.o, ":");
+    aici_buf_puts(&p.o, "g-");
+    aici_buf_putn(&p.o, text + s, nlen);
+    aici_buf_puts(&p.o, ":");
     g_space(&p, 2);                    /* the body may start on a later line */
     g_alts(&p, 0);
     if (p.err) break;
@@ -213,7 +190,7 @@ gr_grammar_t *gr_compile_gbnf(const char *text, uint32_t len, char **err) {
     return 0;
   }
   if (!has_root) { *err = gr_fmt("gbnf: no 'root' rule"); aici_free(p.o.p); return 0; }
-  gb_puts(&p.o, "\nstart: g-root\n");
+  aici_buf_puts(&p.o, "\nstart: g-root\n");
   gr_grammar_t *g = gr_compile_lark(p.o.p, p.o.n, err);
   aici_free(p.o.p);
   return g;

@@ -10,28 +10,28 @@ char *gr_strdup(const char *s, uint32_t n) {
 }
 
 char *gr_fmt(const char *fmt, ...) {
-  gr_buf_t b = {0};
+  aici_buf_t b = {0};
   __builtin_va_list ap;
   __builtin_va_start(ap, fmt);
   for (const char *f = fmt; *f; f++) {
-    if (*f != '%') { gb_putn(&b, f, 1); continue; }
+    if (*f != '%') { aici_buf_putn(&b, f, 1); continue; }
     f++;
-    if (*f == 's') { const char *s = __builtin_va_arg(ap, const char *); gb_puts(&b, s ? s : "(null)"); }
+    if (*f == 's') { const char *s = __builtin_va_arg(ap, const char *); aici_buf_puts(&b, s ? s : "(null)"); }
     else if (f[0] == '.' && f[1] == '*' && f[2] == 's') {
       int n = __builtin_va_arg(ap, int);
       const char *s = __builtin_va_arg(ap, const char *);
-      gb_putn(&b, s, (uint32_t)n);
+      aici_buf_putn(&b, s, (uint32_t)n);
       f += 2;
     } else if (*f == 'u' || *f == 'd') {
       int64_t v = *f == 'u' ? (int64_t)__builtin_va_arg(ap, unsigned) : (int64_t)__builtin_va_arg(ap, int);
-      if (v < 0) { gb_putn(&b, "-", 1); v = -v; }
+      if (v < 0) { aici_buf_putn(&b, "-", 1); v = -v; }
       char d[24]; int k = 0;
       do d[k++] = (char)('0' + v % 10); while (v /= 10);
-      while (k) gb_putn(&b, &d[--k], 1);
-    } else if (*f == '%') gb_putn(&b, "%", 1);
+      while (k) aici_buf_putn(&b, &d[--k], 1);
+    } else if (*f == '%') aici_buf_putn(&b, "%", 1);
   }
   __builtin_va_end(ap);
-  if (!b.p) gb_putn(&b, "", 0);
+  if (!b.p) aici_buf_putn(&b, "", 0);
   return b.p;
 }
 

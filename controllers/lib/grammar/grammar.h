@@ -8,9 +8,9 @@
  * may come between any two lexemes. A token is allowed iff its bytes keep some continuation of
  * the grammar possible.
  *
- * Sources: grammar.c, lark.c, gbnf.c, rx.c, matcher.c, json_term.c (%json), and the json
- * controller's sources, which the one-line json_*.c files here include (a controller that
- * compiles those in already, as the program controller does, takes json_term.c alone).
+ * Sources: grammar.c, lark.c, gbnf.c, rx.c (the front ends and regex text); matcher.c (this
+ * API), lexer.c, earley.c, slicer.c, mask.c (the matcher, sharing matcher_impl.h); json_term.c
+ * (%json, over the json library, which lib.json names).
  *
  * Memory: everything is heap (aici_malloc); out of guest memory traps (docs/protocol.md#limits). Errors: the
  * compilers return NULL with a heap message naming the construct and its line ("line 3:
@@ -90,19 +90,16 @@ uint32_t gr_json_step(gr_json_t *j, uint32_t state, uint8_t byte);
 bool gr_json_accepting(gr_json_t *j, uint32_t state);
 
 /* ---- regex text (rx.c): Rust/Python regex syntax -> SDK regex over UTF-8 bytes ---------- */
-typedef struct { char *p; uint32_t n, cap; } gr_buf_t;
-void gb_putn(gr_buf_t *b, const char *s, uint32_t n);
-void gb_puts(gr_buf_t *b, const char *s);
-void gb_byte(gr_buf_t *b, uint8_t c);                    /* one literal byte, escaped */
+/* (Text is built in the SDK's aici_buf_t; character classes become regex text by aici_cps_regex.) */
 /* Translate a /regex/ with flags (i: ASCII case-insensitive, s: . matches \n) into `out`.
  * false with *why (static) on unsupported syntax (lookaround, backreferences, anchors). */
-bool gr_regex_translate(gr_buf_t *out, const char *pat, uint32_t len, bool icase, bool dotall, const char **why);
+bool gr_regex_translate(aici_buf_t *out, const char *pat, uint32_t len, bool icase, bool dotall, const char **why);
 /* A string literal's bytes as regex text (icase: ASCII letters either case). */
-void gr_regex_literal(gr_buf_t *out, const uint8_t *s, uint32_t len, bool icase);
+void gr_regex_literal(aici_buf_t *out, const uint8_t *s, uint32_t len, bool icase);
 /* The code points [lo, hi] (inclusive) as regex text over UTF-8. */
-void gr_regex_cp_range(gr_buf_t *out, uint32_t lo, uint32_t hi);
+void gr_regex_cp_range(aici_buf_t *out, uint32_t lo, uint32_t hi);
 
-/* ---- matcher (earley.c, lexer.c, matcher.c) ---------------------------------------------- */
+/* ---- matcher (matcher.c; lexer.c, earley.c, slicer.c, mask.c share matcher_impl.h) ----- */
 /* What masks share across grammars (slices of the token trie for identifier byte sets), built
  * once per tokenizer: call it in the controller's init (AICI_EXPORT_INIT) so that every request
  * starts with it from the snapshot. Optional (masks are the same without it); idempotent. */

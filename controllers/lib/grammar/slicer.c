@@ -1,0 +1,470 @@
+/* slicer.c - the lexer-only parts of masks (see matcher_impl.h): the parts cache, the slices a
+ * lexer state covers (llguidance's slicer, by byte sets), the plain trie walk, and the walks
+ * that build a part's tokens and emission edges. */
+#include "matcher_impl.h"
+
+/* ---- masks ------------------------------------------------------------------------------
+ * A mask is built from *parts*. The part of (lexer state L, trie subtree T) is what the lexer
+ * alone decides about T's tokens from L: the tokens that stay inside the current lexeme, and the
+ * *emission edges*, nodes of T whose byte the lexeme cannot take where the lexer state before it
+ * accepts (a lexeme ends there). Parts depend on no parser state, so they are cached: the root
+ * part per lexer state (with the SDK's slices), and below each edge the part of the subtree
+ * that the next lexeme starts (per lexer state after the edge's byte and node), so that a
+ * token crossing a boundary costs a parser step per distinct (lexer state, byte) group, not a
+ * walk of its subtree. Applying a part: its tokens, then per edge group one parser gm_step (most
+ * groups die at once: the byte starts no lexeme the parser allows), and for each live edge the
+ * part below it, recursively. */
+static uint32_t part_hash(uint32_t lex, uint32_t node, const aici_trie_t *base) {
+  uint32_t h = lex * 0x9E3779B1u ^ node * 0x85EBCA77u ^ (uint32_t)(uintptr_t)base * 0xC2B2AE3Du;
+  return h ^ (h >> 15);
+}
+
+static part_t *part_find(parts_t *P, uint32_t lex, uint32_t node, const aici_trie_t *base) {
+  if (!P->cap) return 0;
+  for (uint32_t i = part_hash(lex, node, base) & (P->cap - 1);; i = (i + 1) & (P->cap - 1)) {
+    part_t *c = P->tab[i];
+    if (!c) return 0;
+    if (c->lex == lex && c->node == node && c->base == base) return c;
+  }
+}
+
+static void part_insert(parts_t *P, part_t *c) {
+  if ((P->n + 1) * 2 > P->cap) {
+    uint32_t cap = P->cap ? P->cap * 2 : 256;
+    part_t **t = aici_calloc(cap, sizeof(part_t *));
+    for (uint32_t k = 0; k < P->cap; k++)
+      if (P->tab[k]) {
+        uint32_t i = part_hash(P->tab[k]->lex, P->tab[k]->node, P->tab[k]->base) & (cap - 1);
+        while (t[i]) i = (i + 1) & (cap - 1);
+        t[i] = P->tab[k];
+      }
+    aici_free(P->tab);
+    P->tab = t, P->cap = cap;
+    P->bytes += cap * (uint32_t)sizeof(part_t *) / 2;
+  }
+  uint32_t i = part_hash(c->lex, c->node, c->base) & (P->cap - 1);
+  while (P->tab[i]) i = (i + 1) & (P->cap - 1);
+  P->tab[i] = c;
+  P->n++;
+}
+
+#define COVER_STATES 64u               /* lexer states a slice check follows before giving up */
+
+/* The largest byte set C such that every string over C keeps `lex` alive (false: none worth a
+ * slice, or too many states to check). Then the tokens whose bytes lie in C are inside the
+ * lexeme wholesale (the SDK's slice), and only the other tokens (its rest trie) are walked. */
+static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
+  /* over byte classes: the bytes of a class lead every lexer state to the same state */
+  uint32_t list[COVER_STATES], n = 1, nc = m->n_cls;
+  uint8_t in[256];
+  list[0] = lex;
+  __builtin_memset(in, 1, nc);
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t st = list[i];
+    for (uint32_t c = 0; c < nc; c++) {
+      if (!in[c]) continue;
+      uint32_t ns = gm_lex_next(m, st, m->cls_bytes[m->cls_off[c]]);
+      if (!ns) { in[c] = 0; continue; }
+      bool seen = false;
+      for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
+      if (!seen) {
+        if (n == COVER_STATES) return false;
+        list[n++] = ns;
+      }
+    }
+  }
+  uint32_t count = 0;
+  for (int w = 0; w < 8; w++) cover[w] = 0;
+  for (uint32_t c = 0; c < nc; c++)
+    if (in[c])
+      for (uint32_t k = m->cls_off[c], e = m->cls_off[c + 1]; k < e; k++, count++)
+        cover[m->cls_bytes[k] >> 5] |= 1u << (m->cls_bytes[k] & 31);
+  return count >= 8;
+}
+
+/* Slices made once per tokenizer (gr_prepare_tokenizer, in the init: every request starts with
+ * them from the snapshot) for the byte sets identifiers live in. A slice of any C' within a
+ * lexer state's cover is exact too (every string over C' is one over C): the largest ready one
+ * is taken, and a slice for the exact cover is built (per instance, a pass over the trie) only
+ * when none fits. */
+static const char *const STD_SLICES[] = {"a-z", "A-Za-z", "0-9A-Z_a-z"};
+#define N_STD (sizeof STD_SLICES / sizeof STD_SLICES[0])
+static const aici_slice_t *std_slices[N_STD];
+static const aici_trie_t *std_trie;
+
+/* UTF-8 slices, made beside them: the tokens made of whole, valid UTF-8 characters, each ASCII
+ * one in a set A and any non-ASCII one. No byte set describes them (a token that ends inside a
+ * character, as byte-fallback tokens do, is not in them), and they are what text lexemes cover
+ * ([^<>]+, a string's body, (.|\n)* before a stop string): such a lexeme's root part walks only
+ * the rest trie, where the whole trie took one walk per request before. */
+static const char *const UTF8_SLICES[] = {"0-9A-Za-z ", " !#-;=?-Z^-z|~", "\t\n -~"};
+#define N_UTF8 (sizeof UTF8_SLICES / sizeof UTF8_SLICES[0])
+static uint32_t utf8_ascii[N_UTF8][4];     /* A, per slice */
+static const aici_slice_t *utf8_slices[N_UTF8];
+
+static void range_bits(const char *r, uint32_t *bits) {   /* "a-z0" -> bits (256 or 128 of them) */
+  while (*r) {
+    uint8_t lo = (uint8_t)*r, hi = lo;
+    if (r[1] == '-' && r[2]) hi = (uint8_t)r[2], r += 3;
+    else r++;
+    for (uint32_t b = lo; b <= hi; b++) bits[b >> 5] |= 1u << (b & 31);
+  }
+}
+
+/* Whether bytes[0..n) are whole, valid UTF-8 characters (no overlong form, no surrogate, none
+ * past U+10FFFF), each ASCII one in the set ctx (128 bits). */
+static bool utf8_in(void *ctx, const uint8_t *s, uint32_t n) {
+  const uint32_t *ascii = ctx;
+  if (!n) return false;
+  for (uint32_t i = 0; i < n;) {
+    uint8_t c = s[i], lo = 0x80, hi = 0xBF;
+    uint32_t k;
+    if (c < 0x80) {
+      if (!((ascii[c >> 5] >> (c & 31)) & 1)) return false;
+      i++;
+      continue;
+    }
+    if (c >= 0xC2 && c <= 0xDF) k = 1;
+    else if (c >= 0xE0 && c <= 0xEF) k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    if (i + k >= n || s[i + 1] < lo || s[i + 1] > hi) return false;
+    for (uint32_t j = 2; j <= k; j++)
+      if ((s[i + j] & 0xC0) != 0x80) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+void gr_prepare_tokenizer(const aici_trie_t *trie) {
+  if (!trie || std_trie == trie) return;
+  std_trie = trie;
+  for (uint32_t k = 0; k < N_STD; k++) {
+    uint32_t bytes[8] = {0};
+    range_bits(STD_SLICES[k], bytes);
+    std_slices[k] = aici_trie_slice(trie, bytes);
+  }
+  for (uint32_t k = 0; k < N_UTF8; k++) {
+    range_bits(UTF8_SLICES[k], utf8_ascii[k]);
+    utf8_slices[k] = aici_trie_token_slice(trie, utf8_in, utf8_ascii[k]);
+  }
+}
+
+/* Whether every string over byte set `bytes` keeps `lex` alive (false also past COVER_STATES). */
+static bool lex_covers(gr_matcher_t *m, uint32_t lex, const uint32_t *bytes) {
+  uint32_t list[COVER_STATES], n = 1, nc = 0;
+  uint8_t reps[256];                   /* one byte per class that meets `bytes` */
+  for (uint32_t c = 0; c < m->n_cls; c++)
+    for (uint32_t k = m->cls_off[c], e = m->cls_off[c + 1]; k < e; k++)
+      if ((bytes[m->cls_bytes[k] >> 5] >> (m->cls_bytes[k] & 31)) & 1) { reps[nc++] = m->cls_bytes[k]; break; }
+  list[0] = lex;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t c = 0; c < nc; c++) {
+      uint32_t ns = gm_lex_next(m, list[i], reps[c]);
+      if (!ns) return false;
+      bool seen = false;
+      for (uint32_t k = 0; k < n && !seen; k++) seen = list[k] == ns;
+      if (!seen) {
+        if (n == COVER_STATES) return false;
+        list[n++] = ns;
+      }
+    }
+  return true;
+}
+
+/* The valid UTF-8 encodings of more than one byte: per byte, the range it may take. */
+typedef struct { uint8_t n, lo[4], hi[4]; } u8pat_t;
+static const u8pat_t U8_PATS[] = {
+  {2, {0xC2, 0x80}, {0xDF, 0xBF}},
+  {3, {0xE0, 0xA0, 0x80}, {0xE0, 0xBF, 0xBF}},
+  {3, {0xE1, 0x80, 0x80}, {0xEC, 0xBF, 0xBF}},
+  {3, {0xED, 0x80, 0x80}, {0xED, 0x9F, 0xBF}},
+  {3, {0xEE, 0x80, 0x80}, {0xEF, 0xBF, 0xBF}},
+  {4, {0xF0, 0x90, 0x80, 0x80}, {0xF0, 0xBF, 0xBF, 0xBF}},
+  {4, {0xF1, 0x80, 0x80, 0x80}, {0xF3, 0xBF, 0xBF, 0xBF}},
+  {4, {0xF4, 0x80, 0x80, 0x80}, {0xF4, 0x8F, 0xBF, 0xBF}},
+};
+#define COVER_STEPS 4096u              /* lexer steps a UTF-8 cover check takes before giving up */
+
+typedef struct { uint32_t list[COVER_STATES], n, steps; } cover_t;
+
+static bool cover_add(cover_t *L, uint32_t st) {
+  for (uint32_t k = 0; k < L->n; k++)
+    if (L->list[k] == st) return true;
+  if (L->n == COVER_STATES) return false;
+  L->list[L->n++] = st;
+  return true;
+}
+
+/* Every encoding of pattern p from its byte k on, from lexer state st: each byte keeps the lexer
+ * alive, and the state after the character is listed. One byte per byte class (a class leads
+ * every state to the same state). */
+static bool u8_tail(gr_matcher_t *m, uint32_t st, const u8pat_t *p, uint32_t k, cover_t *L) {
+  if (k == p->n) return cover_add(L, st);
+  uint32_t seen[8] = {0};
+  for (uint32_t b = p->lo[k]; b <= p->hi[k]; b++) {
+    uint32_t c = m->bcls[b];
+    if ((seen[c >> 5] >> (c & 31)) & 1) continue;
+    seen[c >> 5] |= 1u << (c & 31);
+    if (++L->steps > COVER_STEPS) return false;
+    uint32_t ns = gm_lex_next(m, st, (uint8_t)b);
+    if (!ns || !u8_tail(m, ns, p, k + 1, L)) return false;
+  }
+  return true;
+}
+
+/* Whether every string of whole characters, ASCII ones in `ascii` (128 bits) and any non-ASCII
+ * one, keeps `lex` alive (false also past COVER_STATES or COVER_STEPS). */
+static bool lex_covers_utf8(gr_matcher_t *m, uint32_t lex, const uint32_t *ascii) {
+  uint8_t reps[128];                   /* one ASCII byte of `ascii` per class that has one */
+  uint32_t nr = 0, seen[8] = {0};
+  for (uint32_t b = 0; b < 128; b++) {
+    uint32_t c = m->bcls[b];
+    if (!((ascii[b >> 5] >> (b & 31)) & 1) || ((seen[c >> 5] >> (c & 31)) & 1)) continue;
+    seen[c >> 5] |= 1u << (c & 31);
+    reps[nr++] = (uint8_t)b;
+  }
+  cover_t L = {{lex}, 1, 0};
+  for (uint32_t i = 0; i < L.n; i++) {
+    for (uint32_t r = 0; r < nr; r++) {
+      uint32_t ns = gm_lex_next(m, L.list[i], reps[r]);
+      if (!ns || !cover_add(&L, ns)) return false;
+    }
+    for (uint32_t p = 0; p < sizeof U8_PATS / sizeof U8_PATS[0]; p++)
+      if (!u8_tail(m, L.list[i], &U8_PATS[p], 0, &L)) return false;
+  }
+  return true;
+}
+
+/* The largest ready slice whose byte set keeps `lex` alive (NULL: none). lex_cover's greedy set
+ * can miss it (a state where only digits live, NUMBER's, shrinks it to [0-9] though [a-z] keeps
+ * NAME's alive), so each ready set is checked on its own first. */
+static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+  const aici_slice_t *best = 0;
+  if (std_trie != trie) return 0;
+  for (uint32_t k = 0; k < N_STD; k++) {
+    const aici_slice_t *sl = std_slices[k];
+    if (sl && (!best || sl->n_tokens > best->n_tokens) && lex_covers(m, lex, sl->bytes)) best = sl;
+  }
+  for (uint32_t k = 0; k < N_UTF8; k++) {
+    const aici_slice_t *sl = utf8_slices[k];
+    if (sl && (!best || sl->n_tokens > best->n_tokens) && lex_covers_utf8(m, lex, utf8_ascii[k])) best = sl;
+  }
+  return best;
+}
+
+static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *cover) {
+  const aici_slice_t *best = 0;
+  if (std_trie == trie)
+    for (uint32_t k = 0; k < N_STD; k++) {
+      const aici_slice_t *sl = std_slices[k];
+      bool sub = sl != 0;
+      for (int w = 0; w < 8 && sub; w++) sub = !(sl->bytes[w] & ~cover[w]);
+      if (sub && (!best || sl->n_tokens > best->n_tokens)) best = sl;
+    }
+  return best ? best : aici_trie_slice(trie, cover);
+}
+
+/* The general walk over nodes [p, end) of the trie, the parent's position being `top`; with
+ * `rec`, each token it allows is also recorded (rec_push). */
+void gm_walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask,
+                 uint32_t vocab, pos_t *stack, parts_t *rec) {
+  const aici_trie_node_t *nodes = trie->nodes;
+  bool top_level = p == 1;             /* the whole trie: its root's children start tokens */
+  uint32_t sp = 1;
+  stack[0] = top;
+  while (p < end) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
+    pos_t q = stack[sp - 1];
+    ST(walk_nodes);
+    const int32_t *row = m->ls[q.lex].row;
+    int32_t ns = row ? row[w0 & 255] : -1;
+    bool live;
+    if (ns > 0) {                      /* the lexeme goes on: no parser work */
+      q.lex = (uint32_t)ns, q.at_start = false;
+      live = true;
+    } else {
+      ST(walk_steps);
+      m->tok_start = top_level && sp == 1;
+      live = gm_step(m, &q, (uint8_t)(w0 & 255)) && !m->overflow;
+      m->overflow = m->tok_start = false;
+    }
+    if (live && tok < vocab) {
+      mask[tok >> 5] |= 1u << (tok & 31);
+      if (rec) gm_rec_push(rec, tok);
+    }
+    if (live && (w1 >> 10) > 1) {
+      stack[sp++] = q;
+      p++;
+    } else {
+      p += w1 >> 10;
+      sp -= w1 & 1023;
+    }
+  }
+}
+
+static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable enough: keys only) */
+  static const uint32_t gaps[] = {701, 301, 132, 57, 23, 10, 4, 1};
+  for (uint32_t g = 0; g < 8; g++)
+    for (uint32_t i = gaps[g]; i < n; i++) {
+      edge_t t = e[i];
+      uint32_t j = i;
+      for (; j >= gaps[g] && e[j - gaps[g]].key > t.key; j -= gaps[g]) e[j] = e[j - gaps[g]];
+      e[j] = t;
+    }
+}
+
+/* The lexer-only walk of nodes [p, end) of `t` from lexer state `lex`: tokens inside the lexeme
+ * into the list P->tmp (count *n_toks), or, once they outnumber a set's words, into the new set
+ * *grown (else NULL); edges into P->etmp (*n_edges). */
+static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex,
+                     aici_tokset_t **grown, uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
+  bool top = p == 1;                   /* a root part: its root's children start tokens (EDGE_TOP) */
+  parts_t *P = m->parts;
+  uint32_t *mask = 0, nw = (vocab + 31) / 32;
+  *grown = 0;
+  const aici_trie_node_t *nodes = t->nodes;
+  if (P->cap_lstack < t->max_depth + 2) {
+    P->cap_lstack = t->max_depth + 2;
+    P->lstack = aici_realloc(P->lstack, P->cap_lstack * 4);
+  }
+  /* the top's state, its row and whether it accepts stay in locals: they change on a push or a
+   * pop only, not between siblings */
+  uint32_t *stack = P->lstack, sp = 1, nt = 0, ne = 0, from = lex;
+  const int32_t *row = gm_lex_row(m, from);
+  bool acc = m->ls[from].n_acc != 0;
+  stack[0] = lex;
+  while (p < end) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
+    ST(lp_nodes);
+    int32_t r = row[w0 & 255];
+    uint32_t ns = r >= 0 ? (uint32_t)r : gm_lex_next(m, from, (uint8_t)(w0 & 255));
+    if (ns) {
+      if (tok < vocab) {
+        if (mask) mask[tok >> 5] |= 1u << (tok & 31);
+        else if (nt == nw) {           /* a set is smaller than the list from here on */
+          *grown = aici_tokset_new();
+          mask = (*grown)->words;
+          for (uint32_t k = 0; k < nt; k++) mask[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
+          mask[tok >> 5] |= 1u << (tok & 31);
+        } else {
+          if (nt == P->cap_tmp) P->cap_tmp = P->cap_tmp ? 2 * P->cap_tmp : 1024, P->tmp = aici_realloc(P->tmp, P->cap_tmp * 4);
+          P->tmp[nt++] = tok;
+        }
+      }
+      if ((w1 >> 10) > 1) {
+        stack[sp++] = from = ns;
+        row = gm_lex_row(m, from);
+        acc = m->ls[from].n_acc != 0;
+        p++;
+        continue;
+      }
+    } else if (acc) {
+      if (ne == P->cap_etmp) P->cap_etmp = P->cap_etmp ? 2 * P->cap_etmp : 256, P->etmp = aici_realloc(P->etmp, P->cap_etmp * sizeof(edge_t));
+      P->etmp[ne++] = (edge_t){(uint32_t)(sp == 1 && top) << 31 | from << 8 | (w0 & 255), p};
+    }
+    p += w1 >> 10;
+    if (w1 & 1023) {
+      sp -= w1 & 1023;
+      if (p >= end) break;             /* the subtree's last node pops past its root */
+      from = stack[sp - 1];
+      row = m->ls[from].row;
+      acc = m->ls[from].n_acc != 0;
+    }
+  }
+  *n_toks = nt, *n_edges = ne;
+}
+
+static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici_trie_t *base, const aici_trie_t *walked,
+                        uint32_t n_edges) {
+  parts_t *P = m->parts;
+  part_t *c = aici_calloc(1, sizeof(part_t));
+  c->lex = lex, c->node = node, c->base = base, c->walked = walked;
+  sort_edges(P->etmp, n_edges);
+  c->n_edges = n_edges;
+  if (n_edges) {
+    c->edges = aici_malloc(n_edges * sizeof(edge_t));
+    __builtin_memcpy(c->edges, P->etmp, n_edges * sizeof(edge_t));
+  }
+  P->bytes += (uint32_t)sizeof(part_t) + n_edges * (uint32_t)sizeof(edge_t);
+  part_insert(P, c);
+  return c;
+}
+
+/* Keeps lex_walk's tokens in part c: its set, or its list P->tmp[0..nt). */
+static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, aici_tokset_t *grown) {
+  if (grown) {
+    c->own.dense = grown;
+    P->bytes += grown->n_words * 4;
+  } else if (nt) {
+    c->own.toks = aici_malloc(nt * 4);
+    __builtin_memcpy(c->own.toks, P->tmp, nt * 4);
+    c->own.n_toks = nt;
+    P->bytes += nt * 4;
+  }
+}
+
+/* Tokens t into mask (ORed). */
+void gm_toks_or(const toks_t *t, uint32_t *mask) {
+  if (t->dense) ST(dense_or);
+  STN(list_toks, t->n_toks);
+  if (t->dense) for (uint32_t w = 0, n = t->dense->n_words; w < n; w++) mask[w] |= t->dense->words[w];
+  for (uint32_t k = 0; k < t->n_toks; k++) mask[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
+}
+
+/* The root part of lexer state `lex` (NULL: too many cached). It refers to its slice (the SDK
+ * keeps it) and holds only the other tokens, mostly a short list: a first visit costs no
+ * vocabulary-sized copy or allocation. */
+part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+  parts_t *P = m->parts;
+  part_t *c = part_find(P, lex, 0, trie);
+  if (c || P->n_roots >= PART_ROOTS_MAX || P->bytes >= PART_BYTES_MAX) return c;
+  ST(lp);
+  /* every token starts the next lexeme: no walk, no edges (one trie per matcher has them: the
+   * unions they share assume it) */
+  if ((!P->top_trie || P->top_trie == trie) && gm_lex_eager(m, lex)) {
+    if (!P->top_trie) {
+      /* more than 256 when a byte string has several ids (byte fallback: <0x41> and "A"), the
+       * extra ids being leaf siblings with the same byte: counted first */
+      uint32_t n = 0;
+      for (uint32_t p = 1; p < trie->n_nodes; p += trie->nodes[p].w1 >> 10) n++;
+      P->top = aici_malloc((n ? n : 1) * sizeof(edge_t));
+      for (uint32_t p = 1; p < trie->n_nodes; p += trie->nodes[p].w1 >> 10)
+        P->top[P->n_top++] = (edge_t){EDGE_TOP | (trie->nodes[p].w0 & 255), p};
+      P->top_trie = trie;
+    }
+    c = part_new(m, lex, 0, trie, trie, 0);
+    c->ends = true;
+    P->n_roots++;
+    return c;
+  }
+  uint32_t cover[8], nt, ne;
+  const aici_trie_t *walked = trie;
+  const aici_slice_t *sl = std_slice(m, trie, lex);
+  if (!sl && lex_cover(m, lex, cover)) sl = cover_slice(trie, cover);
+  if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
+    ST(slices);
+    walked = &sl->rest;
+  }
+  aici_tokset_t *grown;
+  lex_walk(m, walked, 1, walked->n_nodes, lex, &grown, trie->vocab, &nt, &ne);
+  c = part_new(m, lex, 0, trie, walked, ne);
+  c->slice = sl;
+  part_keep_toks(P, c, nt, grown);
+  P->n_roots++;
+  return c;
+}
+
+/* The part below edge node `ch` of trie `t`, the next lexeme in lexer state `lex` (NULL: the
+ * memory budget is spent; the caller walks). */
+part_t *gm_sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint32_t lex, uint32_t vocab) {
+  parts_t *P = m->parts;
+  part_t *c = part_find(P, lex, ch, t);
+  if (c || P->bytes >= PART_BYTES_MAX) return c;
+  uint32_t nt, ne, size = t->nodes[ch].w1 >> 10;
+  aici_tokset_t *grown;
+  lex_walk(m, t, ch + 1, ch + size, lex, &grown, vocab, &nt, &ne);
+  c = part_new(m, lex, ch, t, t, ne);
+  part_keep_toks(P, c, nt, grown);
+  return c;
+}
