@@ -19,7 +19,7 @@ from _sdk_host import MiniHost
 try:
     from aicirt.build.toolchain import build_cached
 except ImportError:   # before runtime/ was grouped into packages (the lead merges this across it)
-    from aicirt.toolchain import build_cached
+    from aicirt.build.toolchain import build_cached
 
 SOURCE = r"""
 #include "aici.h"
