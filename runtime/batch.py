@@ -122,6 +122,7 @@ class RowsHandle:
         # the rows' slots from the registry's table, their edits applied, their calls queued: one call
         rc, self._held = runtime.pool.submit_rows(registry.table, self.index, self.sampled, self.edits, self.masks,
                                                   runtime.mask_words, next(_stamps), scratch)
+        self.started = rc   # how many rows' calls started
         if rc < 0:
             scratch.busy = False   # nothing started
             row, why = -rc - 1, int(scratch.row_status[-rc - 1])
@@ -367,83 +368,83 @@ class BatchHandle:
         items = items if type(items) is list else list(items)
         n = len(items)
         vocab = runtime.vocab_size
+        index = [0] * n
         sampled_list = [-1] * n
-        edits: dict[int, tuple[np.ndarray, int]] = {}
         seqs: list[Sequence] = [None] * n   # type: ignore[list-item]
-        sent_after: list = [None] * n      # what each row's controller will hold once started
-        idle, running = _IDLE, SeqState.RUNNING
-        for i, item in enumerate(items):
-            if type(item) is not StepInput and not isinstance(item, StepInput):
-                raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
-            seq = seqs[i] = item.seq
-            if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
-                raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
-            state = seq.state
-            if state is running:
-                raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
-            if state in _CLOSED:
-                raise ValueError(f"sequence {seq.id} is closed")
-        if len(set(map(id, seqs))) != n:
-            twice = next(s for k, s in enumerate(seqs) if any(s is t for t in seqs[:k]))
-            raise ValueError(f"sequence {twice.id} is submitted twice in one batch")
-        for i, item in enumerate(items):
-            seq = seqs[i]
-            if seq.state is not idle:
-                continue   # finished or late: the rows API answers for it
-            tokens, smp, unchanged = item.tokens, item.sampled, item.unchanged
-            if smp is not None and not (type(smp) is int and 0 <= smp < vocab):
-                if not (isinstance(smp, int) and 0 <= smp < vocab):
-                    seq.finish(f"invalid step input: token {smp!r} is not a token id of this vocabulary (0..{vocab - 1})")
-                    continue
-                smp = int(smp)
-            if unchanged is not None:   # the caller's hint: the runtime compares only from there
-                if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
-                    seq.finish(f"invalid step input: unchanged={unchanged!r} is not a prefix length "
-                                f"of the {len(tokens)} tokens")
-                    continue
-                kept = min(unchanged, int(seq.slot.n_seen))
-                after = None           # a caller with hints pays for the suffix only: no copy kept
-            else:
-                sent = seq.sent_tokens
-                if sent is not None and len(sent) != seq.slot.n_seen:
-                    sent = None        # the rows API moved it on meanwhile: compare from scratch
-                if smp is not None and sent is not None and len(tokens) == len(sent) + 1:
-                    sent.append(smp)   # the common row: what it held, and the token it sampled
-                    if tokens == sent:
-                        sampled_list[i] = smp
-                        sent_after[i] = sent
-                        continue
-                    sent.pop()
-                # an edit from the longest prefix it shares with what the controller holds
-                # (nothing recorded, a first call or a fork: C compares from 0)
-                kept = _common_prefix(tokens, sent) if sent is not None else 0
-                after = True           # the whole list, copied once it started
-            arr = _suffix_array(tokens, kept, vocab)
-            if isinstance(arr, str):   # the engine's mistake; still only this sequence's problem
-                seq.finish(f"invalid step input: {arr}")
-                continue
-            edits[i] = (arr, kept)
-            if smp is not None:
-                sampled_list[i] = smp
-            sent_after[i] = after
-        self._seqs = seqs
-        index = np.fromiter([s.index for s in seqs], np.int64, n)
+        edits: dict[int, tuple[np.ndarray, int]] = {}
+        # rows whose `sent_tokens` changes otherwise than by the in-place append of a common row:
+        # (row, the whole list once started | None)
+        fixups: list[tuple[int, "list[int] | None"]] = []
+        bad: list[tuple[Sequence, str]] = []   # invalid inputs: finished once the batch is known to be no misuse
+        # One pass, and for the common row (the list its controller holds plus the sampled token)
+        # nothing but one list comparison (in C). Running, twice-submitted and closed sequences are
+        # refused by the hot path itself (aicirt_rows_start); a closed one's index may already
+        # address another sequence, so that one is caught here, from its `closed` flag.
         try:
-            self._rows = RowsHandle(runtime, index, np.array(sampled_list, dtype=np.int32), edits or None,
-                                    _object_api=True)
+            for i, item in enumerate(items):
+                if type(item) is not StepInput and not isinstance(item, StepInput):
+                    raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
+                seq = seqs[i] = item.seq
+                if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
+                    raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
+                if seq.closed:
+                    _check_batch(seqs[:i + 1])   # raises: the first running or closed one, in row order
+                index[i] = seq.index
+                tokens, smp, unchanged = item.tokens, item.sampled, item.unchanged
+                if smp is not None and not (type(smp) is int and 0 <= smp < vocab):
+                    if not (isinstance(smp, int) and 0 <= smp < vocab):
+                        bad.append((seq, f"invalid step input: token {smp!r} is not a token id of this vocabulary "
+                                         f"(0..{vocab - 1})"))
+                        continue
+                    smp = int(smp)
+                if unchanged is not None:   # the caller's hint: the runtime compares only from there
+                    if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
+                        bad.append((seq, f"invalid step input: unchanged={unchanged!r} is not a prefix length "
+                                         f"of the {len(tokens)} tokens"))
+                        continue
+                    kept = min(unchanged, int(seq.slot.n_seen))
+                    fixups.append((i, None))   # a caller with hints pays for the suffix only: no copy kept
+                else:
+                    sent = seq.sent_tokens
+                    if sent is not None:
+                        if len(sent) != seq.slot.n_seen:
+                            sent = None        # the rows API moved it on meanwhile: compare from scratch
+                        elif smp is not None and len(tokens) == len(sent) + 1:
+                            sent.append(smp)   # the common row: what it held, and the token it sampled
+                            if tokens == sent:
+                                sampled_list[i] = smp
+                                continue       # `sent_tokens` is already what its controller will hold
+                            sent.pop()
+                    # an edit from the longest prefix it shares with what the controller holds
+                    # (nothing recorded, a first call or a fork: C compares from 0)
+                    kept = _common_prefix(tokens, sent) if sent is not None else 0
+                    fixups.append((i, tokens))   # the whole list, copied once it started
+                arr = _suffix_array(tokens, kept, vocab)
+                if isinstance(arr, str):   # the engine's mistake; still only this sequence's problem
+                    bad.append((seq, f"invalid step input: {arr}"))
+                    continue
+                edits[i] = (arr, kept)
+                if smp is not None:
+                    sampled_list[i] = smp
+            if bad:   # rare: misuse raises before any of them is finished
+                _check_batch(seqs)
+                for seq, why in bad:
+                    if seq.state is _IDLE:   # a late or finished one: the rows API answers for it
+                        seq.finish(why)
         except BaseException:
-            for seq in seqs:
-                seq.sent_tokens = None       # nothing started: compare from scratch next time
+            _forget_sent(seqs)   # refused: nothing started, the lists are compared from scratch next time
             raise
-        status = self._rows.scratch.row_status[:n].tolist()
-        started = int(RowStatus.STARTED)
-        for seq, after, st, item in zip(seqs, sent_after, status, items):
-            if after is None or st != started:
-                seq.sent_tokens = None       # not called: the next submit compares from scratch
-            elif after is True:        # an edit row: its controller now holds the whole list
-                seq.sent_tokens = list(item.tokens)
-            else:
-                seq.sent_tokens = after
+        self._seqs = seqs
+        try:
+            self._rows = RowsHandle(runtime, np.array(index, dtype=np.int64), np.array(sampled_list, dtype=np.int32),
+                                    edits or None, _object_api=True)
+        except BaseException as e:
+            _forget_sent(seqs)
+            if isinstance(e, ValueError):
+                _check_batch(seqs)   # the hot path refused a row: the same words as ever
+            raise
+        if fixups or bad or self._rows.started != n:
+            _settle_sent(seqs, self._rows.scratch.row_status[:n].tolist(), fixups)
 
     def wait(self, timeout_s: float | None = None) -> BatchOutcome:
         """Collect results (see :meth:`RowsHandle.wait`). Raises ValueError if called twice."""
@@ -451,14 +452,49 @@ class BatchHandle:
         rare = out.results
         temps, elapsed = out.temperature.tolist(), out.elapsed_us.tolist()
         plain = _plain_branches(len(temps))
-        results = []
-        for i, seq in enumerate(self._seqs):
-            r = rare.get(i) if rare else None
-            if r is None:   # a MASK row, collected by the hot path
-                t = temps[i]
-                r = StepResult(seq, "ok", [plain[i] if t != t else Branch(i, t)], elapsed_us=elapsed[i])
-            results.append(r)
+        ok = StepResult.ok
+        results = [ok(seq, plain[i] if t != t else Branch(i, t), e)
+                   for i, (seq, t, e) in enumerate(zip(self._seqs, temps, elapsed))]
+        if rare:
+            for i, r in rare.items():
+                results[i] = r
         return BatchOutcome(out.masks, results, out.wait_us, out.blocked_us)
+
+
+_STARTED = int(RowStatus.STARTED)
+
+
+def _check_batch(seqs: "list[Sequence]") -> None:
+    """Raise ValueError for the first misuse in a batch of sequences (all of this runtime): one
+    still in a batch not waited for, one closed, one submitted twice."""
+    running = SeqState.RUNNING
+    for seq in seqs:
+        state = seq.state
+        if state is running:
+            raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
+        if state in _CLOSED:
+            raise ValueError(f"sequence {seq.id} is closed")
+    if len(set(map(id, seqs))) != len(seqs):
+        twice = next(s for k, s in enumerate(seqs) if any(s is t for t in seqs[:k]))
+        raise ValueError(f"sequence {twice.id} is submitted twice in one batch")
+
+
+def _forget_sent(seqs: "list[Sequence | None]") -> None:
+    for seq in seqs:
+        if seq is not None:
+            seq.sent_tokens = None
+
+
+def _settle_sent(seqs: "list[Sequence]", status: "list[int]",
+                 fixups: "list[tuple[int, list[int] | None]]") -> None:
+    """After the submit: what each row's controller now holds, as `Sequence.sent_tokens` (a
+    common row's was appended in place). A row not started keeps none (the next submit compares
+    from scratch), an edit row a copy of its whole list, a row with an `unchanged` hint none."""
+    for i, tokens in fixups:
+        seqs[i].sent_tokens = list(tokens) if tokens is not None and status[i] == _STARTED else None
+    for i, st in enumerate(status):
+        if st != _STARTED:
+            seqs[i].sent_tokens = None
 
 
 _plain: list[Branch] = []

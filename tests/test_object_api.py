@@ -88,3 +88,48 @@ def test_a_refused_batch_leaves_every_list_to_compare_again(seqs):
         rt.submit([StepInput(a, [1, 2, 3], 3), StepInput(b, [1, 2, 3, 4], 4)])
     handle.wait()
     step(rt, [StepInput(a, [1, 2, 9], 9), StepInput(b, [1, 2, 3, 4], 4)])
+
+
+def _python_calls(fn) -> int:
+    """How many Python and builtin (C) function calls `fn()` makes on this thread (a profiler
+    hook counts them: a count, not a time, so the machine's load does not move it)."""
+    import sys
+    count = 0
+
+    def hook(frame, event, arg):
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_a_steps_python_work_does_not_grow_with_the_token_lists(seqs):
+    """The object API's step costs the caller's thread the same number of calls whether each
+    sequence holds 10 tokens or 5,000: the common row (the list the controller holds plus the
+    sampled token) and a splice at the list's tail are both found without a Python loop over the
+    list (docs/embedding.md: the object API is a thin layer over the rows API in cost too)."""
+    rt, live = seqs
+    counts = {}
+    for length in (10, 5000):
+        lists = [[1 + (k * 7 + j) % 200 for j in range(length)] for k in range(len(live))]
+        step(rt, [StepInput(s, t) for s, t in zip(live, lists)])   # the prompt: an edit from 0, once
+        per_step = []
+        for k in range(-2, 6):   # two steps to warm up (the batch's scratch arrays are made on first use)
+            for t in lists:
+                t.append(65 + k % 2)
+            if k % 3 == 2:                 # a splice at the tail of one list: backtrack 2, one new token
+                del lists[0][-3:]
+                lists[0] += [70, 65 + k % 2]
+            items = [StepInput(s, t, t[-1]) for s, t in zip(live, lists)]
+            calls = _python_calls(lambda: rt.submit(items).wait())
+            if k >= 0:
+                per_step.append(calls)
+            for item in items:
+                assert item.seq.seen == item.tokens
+        counts[length] = per_step
+    assert counts[5000] == counts[10], counts

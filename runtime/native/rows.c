@@ -22,8 +22,8 @@ static int seen_reserve(aicirt_slot *s, uint64_t n) {
  * edit_of[i] >= 0 (edit_of may be NULL) its token list is the first edit_unchanged[e] tokens the
  * controller saw, then edit_tok[edit_off[e], edit_off[e + 1]), and its net edit is the diff against what the
  * controller saw; every other row appends its sampled token. Branch 0's mask goes to row i of
- * mask_base. Returns 0 with row_status[] filled and the started rows queued, or, with nothing started,
- * -(i + 1) for misuse at row i (*misuse: 1 submitted twice in this batch, 2 in a batch not waited for,
+ * mask_base. Returns how many rows started (>= 0) with row_status[] filled and the started rows queued,
+ * or, with nothing started, -(i + 1) for misuse at row i (*misuse: 1 submitted twice in this batch, 2 in a batch not waited for,
  * 3 closed). */
 int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t *sampled, const int32_t *edit_of,
                       const int64_t *edit_off, const uint32_t *edit_tok, const uint32_t *edit_unchanged,
@@ -98,7 +98,7 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
         }
     }
     if (run != small) free(run);
-    return 0;
+    return m;
 }
 
 /* After the wait: kind[i] for the rows started this step (others are KIND_OTHER). A KIND_MASK row is
@@ -177,8 +177,8 @@ void aicirt_seen_free(aicirt_slot *s) {
 #define SCR_STATUS(b, n) ((int8_t *)((b) + 8 + 20 * (size_t)(n)))
 #define SCR_KIND(b, n) ((uint8_t *)((b) + 8 + 21 * (size_t)(n)))
 
-/* aicirt_rows_gather (the rows' slots from the registry's table) then aicirt_rows_start. Returns 0,
- * or -(i + 1) with nothing started and row_status[i] saying why: 5 no live sequence at index[i],
+/* aicirt_rows_gather (the rows' slots from the registry's table) then aicirt_rows_start. Returns how
+ * many rows started (the object API needs no more look at its rows when that is all of them), or -(i + 1) with nothing started and row_status[i] saying why: 5 no live sequence at index[i],
  * else aicirt_rows_start's misuse (1 twice in this batch, 2 in a batch not waited for, 3 closed,
  * 4 out of memory). */
 int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len, const int64_t *index, int n,
