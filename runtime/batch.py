@@ -38,6 +38,16 @@ _stamps = itertools.count(1)   # one per batch, process-wide: a slot never sees 
 _MASK, _PENDING, _OTHER = int(RowKind.MASK), int(RowKind.PENDING), int(RowKind.OTHER)   # (enum lookups cost µs)
 _MISUSE = {1: "is submitted twice in one batch", 2: "is in a batch that has not been waited for", 3: "is closed"}
 _NO_SEQUENCE = 5   # aicirt_rows_submit: no live sequence at that index
+_STALE = 6         # aicirt_rows_start: the object API's copy of the tokens a controller saw is stale
+
+
+class _StaleRows(Exception):
+    """The object API's copy of what these rows' controllers saw is stale (the rows API moved them
+    on meanwhile); nothing started."""
+
+    def __init__(self, rows: "list[int]"):
+        super().__init__(rows)
+        self.rows = rows
 
 
 class RowsOutcome:
@@ -91,7 +101,7 @@ class RowsHandle:
 
     def __init__(self, runtime: "Runtime", index: object, sampled: object,
                  edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]] | EditArrays | None" = None,
-                 *, _object_api: bool = False):
+                 *, _object_api: bool = False, _expect_seen: np.ndarray | None = None):
         runtime.check_open()
         self.rt = runtime
         self.registry = registry = runtime.registry
@@ -121,17 +131,20 @@ class RowsHandle:
         self._waited = False
         # the rows' slots from the registry's table, their edits applied, their calls queued: one call
         rc, self._held = runtime.pool.submit_rows(registry.table, self.index, self.sampled, self.edits, self.masks,
-                                                  runtime.mask_words, next(_stamps), scratch)
+                                                  runtime.mask_words, next(_stamps), scratch, _expect_seen)
         self.started = rc   # how many rows' calls started
         if rc < 0:
             scratch.busy = False   # nothing started
             row, why = -rc - 1, int(scratch.row_status[-rc - 1])
+            if why == _STALE:
+                raise _StaleRows(np.flatnonzero(scratch.row_status[:n] == _STALE).tolist())
             if why == _NO_SEQUENCE:
                 registry.ptrs(self.index)   # raises, naming what is wrong with the index
             seq = registry.at(int(self.index[row]))
             raise ValueError(f"sequence {seq.id} {_MISUSE.get(why, 'could not be queued')}")
         if self.edits is not None and not _object_api:
-            # edited through the rows API: the object API's copy of those rows' tokens is stale
+            # edited through the rows API: the object API's copy of those rows' tokens is stale (a
+            # plain row only appends: the hot path sees that from the count, see `expect_seen`)
             for row in np.flatnonzero(self.edits.of_row >= 0).tolist():
                 registry.at(int(self.index[row])).sent_tokens = None
 
@@ -370,6 +383,7 @@ class BatchHandle:
         vocab = runtime.vocab_size
         index = [0] * n
         sampled_list = [-1] * n
+        expect = [-1] * n   # rows built on `sent_tokens`: how many tokens its controller saw (checked in C)
         seqs: list[Sequence] = [None] * n   # type: ignore[list-item]
         edits: dict[int, tuple[np.ndarray, int]] = {}
         # rows whose `sent_tokens` changes otherwise than by the in-place append of a common row:
@@ -377,9 +391,11 @@ class BatchHandle:
         fixups: list[tuple[int, "list[int] | None"]] = []
         bad: list[tuple[Sequence, str]] = []   # invalid inputs: finished once the batch is known to be no misuse
         # One pass, and for the common row (the list its controller holds plus the sampled token)
-        # nothing but one list comparison (in C). Running, twice-submitted and closed sequences are
-        # refused by the hot path itself (aicirt_rows_start); a closed one's index may already
-        # address another sequence, so that one is caught here, from its `closed` flag.
+        # nothing but one list comparison (in C). The hot path refuses running and twice-submitted
+        # rows, and rows whose `sent_tokens` is stale (the rows API moved them on: `expect`). A
+        # closed one's index may already address another sequence, so that one is caught here: it
+        # has no `sent_tokens`, so it never passes as a common row, and every other row checks
+        # its `closed` flag.
         try:
             for i, item in enumerate(items):
                 if type(item) is not StepInput and not isinstance(item, StepInput):
@@ -387,10 +403,11 @@ class BatchHandle:
                 seq = seqs[i] = item.seq
                 if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
                     raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
-                if seq.closed:
-                    _check_batch(seqs[:i + 1])   # raises: the first running or closed one, in row order
                 index[i] = seq.index
                 tokens, smp, unchanged = item.tokens, item.sampled, item.unchanged
+                sent = seq.sent_tokens
+                if sent is None and seq.closed:
+                    _check_batch(seqs[:i + 1])   # raises: the first running or closed one, in row order
                 if smp is not None and not (type(smp) is int and 0 <= smp < vocab):
                     if not (isinstance(smp, int) and 0 <= smp < vocab):
                         bad.append((seq, f"invalid step input: token {smp!r} is not a token id of this vocabulary "
@@ -405,19 +422,20 @@ class BatchHandle:
                     kept = min(unchanged, int(seq.slot.n_seen))
                     fixups.append((i, None))   # a caller with hints pays for the suffix only: no copy kept
                 else:
-                    sent = seq.sent_tokens
                     if sent is not None:
-                        if len(sent) != seq.slot.n_seen:
-                            sent = None        # the rows API moved it on meanwhile: compare from scratch
-                        elif smp is not None and len(tokens) == len(sent) + 1:
+                        held = len(sent)
+                        if smp is not None and len(tokens) == held + 1:
                             sent.append(smp)   # the common row: what it held, and the token it sampled
                             if tokens == sent:
                                 sampled_list[i] = smp
+                                expect[i] = held
                                 continue       # `sent_tokens` is already what its controller will hold
                             sent.pop()
-                    # an edit from the longest prefix it shares with what the controller holds
-                    # (nothing recorded, a first call or a fork: C compares from 0)
-                    kept = _common_prefix(tokens, sent) if sent is not None else 0
+                        expect[i] = held
+                        # an edit from the longest prefix it shares with what the controller holds
+                        kept = _common_prefix(tokens, sent)
+                    else:
+                        kept = 0           # nothing recorded (a first call, a fork): C compares from 0
                     fixups.append((i, tokens))   # the whole list, copied once it started
                 arr = _suffix_array(tokens, kept, vocab)
                 if isinstance(arr, str):   # the engine's mistake; still only this sequence's problem
@@ -431,20 +449,14 @@ class BatchHandle:
                 for seq, why in bad:
                     if seq.state is _IDLE:   # a late or finished one: the rows API answers for it
                         seq.finish(why)
+            rows = _start_rows(runtime, seqs, items, index, sampled_list, expect, edits, fixups)
         except BaseException:
             _forget_sent(seqs)   # refused: nothing started, the lists are compared from scratch next time
             raise
         self._seqs = seqs
-        try:
-            self._rows = RowsHandle(runtime, np.array(index, dtype=np.int64), np.array(sampled_list, dtype=np.int32),
-                                    edits or None, _object_api=True)
-        except BaseException as e:
-            _forget_sent(seqs)
-            if isinstance(e, ValueError):
-                _check_batch(seqs)   # the hot path refused a row: the same words as ever
-            raise
-        if fixups or bad or self._rows.started != n:
-            _settle_sent(seqs, self._rows.scratch.row_status[:n].tolist(), fixups)
+        self._rows = rows
+        if fixups or bad or rows.started != n:
+            _settle_sent(seqs, rows.scratch.row_status[:n].tolist(), fixups)
 
     def wait(self, timeout_s: float | None = None) -> BatchOutcome:
         """Collect results (see :meth:`RowsHandle.wait`). Raises ValueError if called twice."""
@@ -462,6 +474,31 @@ class BatchHandle:
 
 
 _STARTED = int(RowStatus.STARTED)
+
+
+def _start_rows(runtime: "Runtime", seqs: "list[Sequence]", items: "list[StepInput]", index: "list[int]",
+                sampled: "list[int]", expect: "list[int]", edits: "dict[int, tuple[np.ndarray, int]]",
+                fixups: "list[tuple[int, list[int] | None]]") -> RowsHandle:
+    """The object API's rows, started through the rows API: one call into the hot path, two when
+    some rows turn out stale (the rows API moved those controllers on since the object API's last
+    submit: they are compared from scratch)."""
+    index_arr, sampled_arr = np.array(index, dtype=np.int64), np.array(sampled, dtype=np.int32)
+    try:
+        try:
+            return RowsHandle(runtime, index_arr, sampled_arr, edits or None, _object_api=True,
+                              _expect_seen=np.array(expect, dtype=np.int64))
+        except _StaleRows as stale:   # nothing started
+            for i in stale.rows:
+                tokens = items[i].tokens
+                if i not in edits:     # a common row: it was checked as its controller's list plus the sampled token
+                    fixups.append((i, tokens))
+                arr = _suffix_array(tokens, 0, runtime.vocab_size)
+                assert not isinstance(arr, str), "a common row's tokens were all checked when they were sent"
+                edits[i] = (arr, 0)
+            return RowsHandle(runtime, index_arr, sampled_arr, edits, _object_api=True)
+    except ValueError:
+        _check_batch(seqs)   # the hot path refused a row: say so in the same words as ever
+        raise
 
 
 def _check_batch(seqs: "list[Sequence]") -> None:
@@ -491,7 +528,8 @@ def _settle_sent(seqs: "list[Sequence]", status: "list[int]",
     common row's was appended in place). A row not started keeps none (the next submit compares
     from scratch), an edit row a copy of its whole list, a row with an `unchanged` hint none."""
     for i, tokens in fixups:
-        seqs[i].sent_tokens = list(tokens) if tokens is not None and status[i] == _STARTED else None
+        seq = seqs[i]
+        seq.sent_tokens = list(tokens) if tokens is not None and status[i] == _STARTED else None
     for i, st in enumerate(status):
         if st != _STARTED:
             seqs[i].sent_tokens = None

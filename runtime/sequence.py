@@ -82,7 +82,8 @@ class Sequence(Owned):
         slot.arg, slot.arg_len = request.arg_buffer, len(request.arg)
         slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         self._group_buf = None                     # the fork group reported on the next call
-        # the object API's copy of the tokens its controller holds: batch.py's to read and write
+        # the object API's copy of the tokens its controller holds (None: compare from scratch;
+        # always None once closed): batch.py's to read and write
         self.sent_tokens: list[int] | None = None
         self._views: tuple | None = None           # wasmtime-py views of the Store, memory, instance (on demand)
         plan = self._plan = rt.spawn_plan(request.controller)
@@ -267,6 +268,8 @@ class Sequence(Owned):
         self._release_slot = weakref.finalize(self, native.release, b)
         fork._release_slot = weakref.finalize(fork, native.release, a)
         self._group_buf, fork._group_buf = fork._group_buf, self._group_buf
+        # the object API's copies of what each controller holds go with the controllers
+        self.sent_tokens, fork.sent_tokens = fork.sent_tokens, self.sent_tokens
         b.seq_id, a.seq_id = self.id, fork.id
         b.vars = native.ffi.NULL if req.vars.ptr is None else req.vars.ptr
         return old_log
@@ -292,6 +295,7 @@ class Sequence(Owned):
         """Free the instance and its Store; while a call is still out, once it ends."""
         if self._state is SeqState.CLOSING:
             return
+        self.sent_tokens = None   # the object API checks a sequence without one for being closed
         self.slot.stopped = 1
         if self.call_out:
             self._state = SeqState.CLOSING
@@ -307,6 +311,7 @@ class Sequence(Owned):
         self._final_log = self._native.log_bytes(self.slot)
         self._state = SeqState.CLOSED
         self.mask_buffer = None
+        self.sent_tokens = None
         self._registry.remove(self, self._native.addr(self.slot))
         views, self._views = self._views, None
         if views is not None:
