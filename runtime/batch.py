@@ -28,7 +28,7 @@ from .abi import RowKind, RowStatus, Stage, Status
 from .errors import ControllerError
 from .lift import InvalidResult, check_temperature, read_branches, status_message
 from .native import EditArrays
-from .results import Branch, StepInput, StepResult
+from .results import Branch, StepInput, StepResult, mask_result
 from .sequence import Sequence, SeqState
 
 if TYPE_CHECKING:
@@ -381,7 +381,6 @@ class BatchHandle:
         items = items if type(items) is list else list(items)
         n = len(items)
         vocab = runtime.vocab_size
-        index = [0] * n
         sampled_list = [-1] * n
         expect = [-1] * n   # rows built on `sent_tokens`: how many tokens its controller saw (checked in C)
         seqs: list[Sequence] = [None] * n   # type: ignore[list-item]
@@ -403,7 +402,6 @@ class BatchHandle:
                 seq = seqs[i] = item.seq
                 if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
                     raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
-                index[i] = seq.index
                 tokens, smp, unchanged = item.tokens, item.sampled, item.unchanged
                 sent = seq.sent_tokens
                 if sent is None and seq.closed:
@@ -449,6 +447,12 @@ class BatchHandle:
                 for seq, why in bad:
                     if seq.state is _IDLE:   # a late or finished one: the rows API answers for it
                         seq.finish(why)
+            last = runtime.object_rows   # the same sequences as the last batch: the same index array
+            if last is not None and last[0] == seqs:
+                index = last[1]
+            else:
+                index = np.array([seq.index for seq in seqs], dtype=np.int64)
+                runtime.object_rows = (seqs, index)
             rows = _start_rows(runtime, seqs, items, index, sampled_list, expect, edits, fixups)
         except BaseException:
             _forget_sent(seqs)   # refused: nothing started, the lists are compared from scratch next time
@@ -462,11 +466,14 @@ class BatchHandle:
         """Collect results (see :meth:`RowsHandle.wait`). Raises ValueError if called twice."""
         out = self._rows.wait(timeout_s)
         rare = out.results
-        temps, elapsed = out.temperature.tolist(), out.elapsed_us.tolist()
-        plain = _plain_branches(len(temps))
-        ok = StepResult.ok
-        results = [ok(seq, plain[i] if t != t else Branch(i, t), e)
-                   for i, (seq, t, e) in enumerate(zip(self._seqs, temps, elapsed))]
+        n = len(self._seqs)
+        plain = _plain_branches(n)
+        temps = out.temperature
+        if n > 16 and np.isnan(temps).all():   # no controller set a temperature: Branch(i, None) for every row
+            branches = plain[:n]
+        else:
+            branches = [plain[i] if t != t else Branch(i, t) for i, t in enumerate(temps.tolist())]
+        results = list(map(mask_result, self._seqs, branches, out.elapsed_us.tolist()))
         if rare:
             for i, r in rare.items():
                 results[i] = r
@@ -476,16 +483,16 @@ class BatchHandle:
 _STARTED = int(RowStatus.STARTED)
 
 
-def _start_rows(runtime: "Runtime", seqs: "list[Sequence]", items: "list[StepInput]", index: "list[int]",
+def _start_rows(runtime: "Runtime", seqs: "list[Sequence]", items: "list[StepInput]", index: np.ndarray,
                 sampled: "list[int]", expect: "list[int]", edits: "dict[int, tuple[np.ndarray, int]]",
                 fixups: "list[tuple[int, list[int] | None]]") -> RowsHandle:
     """The object API's rows, started through the rows API: one call into the hot path, two when
     some rows turn out stale (the rows API moved those controllers on since the object API's last
     submit: they are compared from scratch)."""
-    index_arr, sampled_arr = np.array(index, dtype=np.int64), np.array(sampled, dtype=np.int32)
+    sampled_arr = np.array(sampled, dtype=np.int32)
     try:
         try:
-            return RowsHandle(runtime, index_arr, sampled_arr, edits or None, _object_api=True,
+            return RowsHandle(runtime, index, sampled_arr, edits or None, _object_api=True,
                               _expect_seen=np.array(expect, dtype=np.int64))
         except _StaleRows as stale:   # nothing started
             for i in stale.rows:
@@ -495,7 +502,7 @@ def _start_rows(runtime: "Runtime", seqs: "list[Sequence]", items: "list[StepInp
                 arr = _suffix_array(tokens, 0, runtime.vocab_size)
                 assert not isinstance(arr, str), "a common row's tokens were all checked when they were sent"
                 edits[i] = (arr, 0)
-            return RowsHandle(runtime, index_arr, sampled_arr, edits, _object_api=True)
+            return RowsHandle(runtime, index, sampled_arr, edits, _object_api=True)
     except ValueError:
         _check_batch(seqs)   # the hot path refused a row: say so in the same words as ever
         raise

@@ -80,21 +80,18 @@ class StepResult:
     def is_stop(self) -> bool:
         return self.status == "ok" and not self.branches
 
-    @classmethod
-    def ok(cls, seq: "Sequence", branch: Branch, elapsed_us: float) -> "StepResult":
-        """`StepResult(seq, "ok", [branch], elapsed_us=elapsed_us)`, made as the object API's wait
-        makes one per row: by filling the instance's dict (~0.3 µs, against ~0.7 µs through the
-        dataclass's __init__ with its keyword and default-factory handling)."""
-        r = _new(cls)
-        d = r.__dict__
-        d["seq"] = seq
-        d["status"] = "ok"
-        d["branches"] = [branch]
-        d["forks"] = []
-        d["error"] = None
-        d["logs"] = ""
-        d["elapsed_us"] = elapsed_us
-        return r
 
-
-_new = object.__new__
+def mask_result(seq: "Sequence", branch: Branch, elapsed_us: float, _new=object.__new__) -> StepResult:
+    """`StepResult(seq, "ok", [branch], elapsed_us=elapsed_us)`, made as the object API's wait
+    makes one per row (mapped over the batch): by filling the instance's dict, about half the cost
+    of the dataclass's __init__ with its keyword and default-factory handling."""
+    r = _new(StepResult)
+    d = r.__dict__
+    d["seq"] = seq
+    d["status"] = "ok"
+    d["branches"] = [branch]
+    d["forks"] = []
+    d["error"] = None
+    d["logs"] = ""
+    d["elapsed_us"] = elapsed_us
+    return r
