@@ -413,12 +413,19 @@ class BatchHandle:
                         continue
                     smp = int(smp)
                 if unchanged is not None:   # the caller's hint: the runtime compares only from there
-                    if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
-                        bad.append((seq, f"invalid step input: unchanged={unchanged!r} is not a prefix length "
-                                         f"of the {len(tokens)} tokens"))
+                    if not (type(unchanged) is int and 0 <= unchanged <= len(tokens)):
+                        if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
+                            bad.append((seq, f"invalid step input: unchanged={unchanged!r} is not a prefix length "
+                                             f"of the {len(tokens)} tokens"))
+                            continue
+                        unchanged = int(unchanged)
+                    if sent is not None:
+                        seq.sent_tokens = None   # a caller with hints pays for the suffix only: no copy kept
+                    if smp is not None and unchanged == len(tokens) - 1 and tokens[-1] == smp:
+                        sampled_list[i] = smp    # the common row, if its controller saw `unchanged` tokens
+                        expect[i] = unchanged    # (the hot path checks; else compared from there, see _start_rows)
                         continue
                     kept = min(unchanged, int(seq.slot.n_seen))
-                    fixups.append((i, None))   # a caller with hints pays for the suffix only: no copy kept
                 else:
                     if sent is not None:
                         held = len(sent)
@@ -496,13 +503,19 @@ def _start_rows(runtime: "Runtime", seqs: "list[Sequence]", items: "list[StepInp
                               _expect_seen=np.array(expect, dtype=np.int64))
         except _StaleRows as stale:   # nothing started
             for i in stale.rows:
-                tokens = items[i].tokens
-                if i not in edits:     # a common row: it was checked as its controller's list plus the sampled token
-                    fixups.append((i, tokens))
-                arr = _suffix_array(tokens, 0, runtime.vocab_size)
-                assert not isinstance(arr, str), "a common row's tokens were all checked when they were sent"
-                edits[i] = (arr, 0)
-            return RowsHandle(runtime, index, sampled_arr, edits, _object_api=True)
+                item = items[i]
+                if item.unchanged is None:   # its copy was stale: compare from scratch
+                    kept = 0
+                    if i not in edits:       # a common row: its copy is replaced once it started
+                        fixups.append((i, item.tokens))
+                else:                        # the hint's common row: its controller saw another count
+                    kept = min(int(item.unchanged), int(seqs[i].slot.n_seen))
+                arr = _suffix_array(item.tokens, kept, runtime.vocab_size)
+                if isinstance(arr, str):   # a hinted row's tokens before the hint were never checked
+                    seqs[i].finish(f"invalid step input: {arr}")
+                    continue
+                edits[i] = (arr, kept)
+            return RowsHandle(runtime, index, sampled_arr, edits or None, _object_api=True)
     except ValueError:
         _check_batch(seqs)   # the hot path refused a row: say so in the same words as ever
         raise

@@ -133,3 +133,33 @@ def test_a_steps_python_work_does_not_grow_with_the_token_lists(seqs):
                 assert item.seq.seen == item.tokens
         counts[length] = per_step
     assert counts[5000] == counts[10], counts
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hinted_lists_and_the_rows_api_in_between(seqs, seed):
+    """With the engine's `unchanged` hint (the least length the list was cut back to since the
+    last submit) the controller sees the same lists; a hinted common row (one token appended) goes
+    through as a plain row, and one whose controller the rows API moved on meanwhile (the hot path
+    finds it stale) is compared from the hint instead."""
+    rt, live = seqs
+    rng = random.Random(seed)
+    lists = [[rng.randrange(256) for _ in range(rng.randint(1, 20))] for _ in live]
+    step(rt, [StepInput(s, t) for s, t in zip(live, lists)])
+    for k in range(40):
+        if k % 5 == 4:   # the rows API appends a token to every controller's list
+            index = np.array([s.index for s in live], np.int64)
+            rt.submit_rows(index, np.full(len(live), 66, np.int32)).wait()
+            for t in lists:
+                t.append(66)
+        items = []
+        for s, t in zip(live, lists):
+            unchanged = len(t)
+            sampled = rng.randrange(256)
+            if rng.random() < 0.25:   # a splice: cut back, then fast-forward
+                del t[max(1, len(t) - rng.randint(1, 3)):]
+                unchanged = len(t)
+                t.extend(rng.randrange(256) for _ in range(rng.randint(0, 2)))
+            t.append(sampled)
+            hinted = rng.random() < 0.8
+            items.append(StepInput(s, t, sampled, unchanged if hinted else None))
+        step(rt, items)
