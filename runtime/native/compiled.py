@@ -236,7 +236,7 @@ class CPool:
         """rows.c's aicirt_rows_submit (the slots from `table`, then aicirt_rows_start) into
         `scratch`: (how many rows started, its buffer as the hot path holds it), or (-(row + 1), _)
         with nothing started and scratch.row_status[row] saying why (5: no live sequence at that
-        index, else aicirt_rows_start's misuse; `expect_seen`: int64 per row, see aicirt_rows_start)."""
+        index, else aicirt_rows_start's misuse; `expect_seen`: int32 per row, see aicirt_rows_start)."""
         ffi, fb, t = self.ffi, self._from_buffer, self._types   # C types resolved once: no parse per call
         if edits is None:
             of = off = tok = unchanged = ffi.NULL
@@ -256,7 +256,7 @@ class CPool:
             masks_c = self._masks_c[id(masks)] = (masks, fb("uint32_t[]", masks))
         rc = self.lib.aicirt_rows_submit(self.ptr, self._table_c, len(table), fb(t["int64_t[]"], index),
                                          scratch.n, fb(t["int32_t[]"], sampled), of, off, tok, unchanged,
-                                         ffi.NULL if expect_seen is None else fb(t["int64_t[]"], expect_seen),
+                                         ffi.NULL if expect_seen is None else fb(t["int32_t[]"], expect_seen),
                                          masks_c[1], words, stamp, buf)
         return rc, buf
 

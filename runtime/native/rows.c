@@ -30,7 +30,7 @@ static int seen_reserve(aicirt_slot *s, uint64_t n) {
  * first stale row (*misuse 6; then row_status[k] is 6 for every stale row k, 0 for the others). */
 int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t *sampled, const int32_t *edit_of,
                       const int64_t *edit_off, const uint32_t *edit_tok, const uint32_t *edit_unchanged,
-                      const int64_t *expect_seen, uint32_t *mask_base, uint32_t words, uint64_t stamp,
+                      const int32_t *expect_seen, uint32_t *mask_base, uint32_t words, uint64_t stamp,
                       int8_t *row_status, int *misuse) {
     int stale = -1;
     for (int i = 0; i < n; i++) {
@@ -40,7 +40,7 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
         if (s->stopped == 2) { *misuse = 3; return -(i + 1); }
         s->stamp = stamp;
         if (expect_seen) {
-            int is_stale = expect_seen[i] >= 0 && !s->stopped && !s->call_out && s->n_seen != expect_seen[i];
+            int is_stale = expect_seen[i] >= 0 && !s->stopped && !s->call_out && s->n_seen != (uint32_t)expect_seen[i];
             row_status[i] = is_stale ? 6 : 0;
             if (is_stale && stale < 0) stale = i;
         }
@@ -195,7 +195,7 @@ void aicirt_seen_free(aicirt_slot *s) {
  * memory, 6 stale: see there). */
 int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len, const int64_t *index, int n,
                        const int32_t *sampled, const int32_t *edit_of, const int64_t *edit_off,
-                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, const int64_t *expect_seen,
+                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, const int32_t *expect_seen,
                        uint32_t *mask_base, uint32_t words, uint64_t stamp, uint8_t *scratch) {
     aicirt_slot **slots = SCR_SLOTS(scratch, n);
     int8_t *status = SCR_STATUS(scratch, n);
