@@ -49,6 +49,8 @@ class Compiled:
         self.ffi, self.lib = ffi, lib = mod.ffi, mod.lib
         #: a C pointer into a contiguous numpy array, which the caller keeps alive for the call
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
+        self._new, self._cast = ffi.new, ffi.cast
+        self._size_p, self._uintptr = ffi.typeof("size_t *"), ffi.typeof("uintptr_t")
         size = lib.aicirt_bind(*(ffi.cast("void *", fn_addr(n)) for n in (
             "wasmtime_func_call_unchecked", "wasmtime_memory_data", "wasmtime_memory_data_size",
             "wasmtime_context_set_epoch_deadline", "wasmtime_caller_context", "wasmtime_context_get_data",
@@ -166,9 +168,9 @@ class Compiled:
 
     def memory(self, slot: CData) -> tuple[int, int]:
         """(address, size) of the slot's linear memory."""
-        size = self.ffi.new("size_t *")
+        size = self._new(self._size_p)   # C types resolved once (a spawn and a close each call this)
         ptr = self.lib.aicirt_memory(slot, size)
-        return int(self.ffi.cast("uintptr_t", ptr)), size[0]
+        return int(self._cast(self._uintptr, ptr)), size[0]
 
     def ctx_memory(self, slot: CData, ctx: CData) -> tuple[int, int]:
         size = self.ffi.new("size_t *")
