@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
     from .memory import MemoryBudget
     from .native import Native
-
     from .request import Request
     from .results import StepInput
 
@@ -65,7 +64,14 @@ class Sequence(Owned):
         # its share of the runtime's memory budget: a new request's sequence past it is refused
         # (OverBudget) before anything is made; a fork is counted, never refused (memory.py)
         budget = rt.memory_budget
+        slot = native.new_slot()   # zeroed: nothing to free yet if the budget refuses
         charged = budget.charge() if forked else budget.reserve()
+        # Its budget share and its slot's native buffers (its log, its tokens, its Store) are given
+        # back once, at close or when collected unclosed: one finalizer for both (each costs ~2 µs
+        # to make, a fork's largest Python cost); `_owned[0]` is the slot it frees (take_state_of
+        # swaps it).
+        self._owned = [slot]
+        self._release_native = weakref.finalize(self, _release_native, budget, charged, native, self._owned)
         self.request = request
         self.runtime = rt
         self.id = next(_ids)
@@ -75,13 +81,7 @@ class Sequence(Owned):
         self.mask_buffer: tuple | None = None      # (mask array, row) a late call writes into
         self._native = native
         self._registry = rt.registry
-        slot = self.slot = native.new_slot()
-        # Its budget share and its slot's native buffers (its log, its tokens, its Store) are given
-        # back once, at close or when collected unclosed: one finalizer for both (each costs ~2 µs
-        # to make, a fork's largest Python cost); `_owned[0]` is the slot it frees (take_state_of
-        # swaps it).
-        self._owned = [slot]
-        self._release_native = weakref.finalize(self, _release_native, budget, charged, native, self._owned)
+        self.slot = slot
         # the runtime's limits and vocabulary, the request's capabilities, argument and variables
         native.ffi.memmove(slot, request.slot_template, native.slot_bytes)
         slot.seq_id = self.id
