@@ -163,3 +163,31 @@ def test_hinted_lists_and_the_rows_api_in_between(seqs, seed):
             hinted = rng.random() < 0.8
             items.append(StepInput(s, t, sampled, unchanged if hinted else None))
         step(rt, items)
+
+
+def test_a_closed_sequence_whose_index_was_reused_is_refused_not_run(seqs):
+    """The common row is checked in one C call by its slot index; a closed sequence's index can
+    already address a new sequence. Submitting the closed one, with the very list that would be
+    its common row (and with the `unchanged` hint), raises "closed" and runs nothing: in
+    particular not the new sequence that took its index."""
+    rt, (a, b, *_) = seqs
+    step(rt, [StepInput(a, [1, 2]), StepInput(b, [1, 2])])
+    old_index = a.index
+    a.close()
+    c = b.request.spawn()   # takes the freed index
+    assert c.index == old_index
+    for unchanged in (None, 2):
+        with pytest.raises(ValueError, match=f"sequence {a.id} is closed"):
+            rt.submit([StepInput(b, [1, 2, 3], 3, unchanged), StepInput(a, [1, 2, 3], 3, unchanged)])
+        assert c.calls == 0 and b.calls == 1
+    step(rt, [StepInput(b, [1, 2, 3], 3), StepInput(c, [4])])
+
+
+def test_a_sequence_closed_while_its_call_runs_is_refused(seqs):
+    rt, (a, *_) = seqs
+    step(rt, [StepInput(a, [1, 2])])
+    handle = rt.submit([StepInput(a, [1, 2, 3], 3)])
+    a.close()   # closing: its call may still run
+    with pytest.raises(ValueError, match=f"sequence {a.id} is closed"):
+        rt.submit([StepInput(a, [1, 2, 3, 4], 4)])
+    assert handle.wait().results[0].status == "error"
