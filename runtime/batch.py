@@ -38,6 +38,7 @@ _stamps = itertools.count(1)   # one per batch, process-wide: a slot never sees 
 _MASK, _PENDING, _OTHER = int(RowKind.MASK), int(RowKind.PENDING), int(RowKind.OTHER)   # (enum lookups cost µs)
 _MISUSE = {1: "is submitted twice in one batch", 2: "is in a batch that has not been waited for", 3: "is closed"}
 _NO_SEQUENCE = 5   # aicirt_rows_submit: no live sequence at that index
+_I64, _I32 = np.dtype(np.int64), np.dtype(np.int32)   # numpy's own dtype objects: `is`, not `==` (0.2 µs each)
 _STALE = 6         # aicirt_rows_start: the object API's copy of the tokens a controller saw is stale
 
 
@@ -106,10 +107,10 @@ class RowsHandle:
         self.rt = runtime
         self.registry = registry = runtime.registry
         # the engine's own arrays pass as they are (the test inlined: it is most of this call)
-        self.index = index if (type(index) is np.ndarray and index.dtype == np.int64 and index.ndim == 1
+        self.index = index if (type(index) is np.ndarray and index.dtype is _I64 and index.ndim == 1
                                and index.flags.c_contiguous) else _int_array(index, "index", np.int64)
         n = len(self.index)
-        self.sampled = sampled if (type(sampled) is np.ndarray and sampled.dtype == np.int32 and sampled.ndim == 1
+        self.sampled = sampled if (type(sampled) is np.ndarray and sampled.dtype is _I32 and sampled.ndim == 1
                                    and sampled.flags.c_contiguous) else \
             _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
         if len(self.sampled) != n:
