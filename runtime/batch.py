@@ -428,6 +428,8 @@ class BatchHandle:
                         continue
                     kept = min(unchanged, int(seq.slot.n_seen))
                 else:
+                    if type(tokens) is not list:   # a tuple, a numpy array: compared as a list of ints
+                        tokens = _as_list(tokens)
                     if sent is not None:
                         held = len(sent)
                         if smp is not None and len(tokens) == held + 1:
@@ -509,7 +511,7 @@ def _start_rows(runtime: "Runtime", seqs: "list[Sequence]", items: "list[StepInp
                 if item.unchanged is None:   # its copy was stale: compare from scratch
                     kept = 0
                     if i not in edits:       # a common row: its copy is replaced once it started
-                        fixups.append((i, item.tokens))
+                        fixups.append((i, _as_list(item.tokens)))
                 else:                        # the hint's common row: its controller saw another count
                     kept = min(int(item.unchanged), int(seqs[i].slot.n_seen))
                 arr = _suffix_array(item.tokens, kept, runtime.vocab_size)
@@ -536,6 +538,13 @@ def _check_batch(seqs: "list[Sequence]") -> None:
     if len(set(map(id, seqs))) != len(seqs):
         twice = next(s for k, s in enumerate(seqs) if any(s is t for t in seqs[:k]))
         raise ValueError(f"sequence {twice.id} is submitted twice in one batch")
+
+
+def _as_list(tokens: "Seq[int]") -> "list[int]":
+    """A token list as a Python list of ints (what the object API compares and keeps)."""
+    if type(tokens) is list:
+        return tokens
+    return tokens.tolist() if isinstance(tokens, np.ndarray) else list(tokens)
 
 
 def _forget_sent(seqs: "list[Sequence | None]") -> None:

@@ -191,3 +191,22 @@ def test_a_sequence_closed_while_its_call_runs_is_refused(seqs):
     with pytest.raises(ValueError, match=f"sequence {a.id} is closed"):
         rt.submit([StepInput(a, [1, 2, 3, 4], 4)])
     assert handle.wait().results[0].status == "error"
+
+
+def test_token_lists_may_be_tuples_or_numpy_arrays(seqs):
+    """StepInput.tokens as a tuple or a numpy array: the same lists reach the controller (a numpy
+    array made the common-row comparison raise "truth value of an array is ambiguous")."""
+    rt, (a, b, c, _) = seqs
+    lists = {a: [1, 2, 3], b: [1, 2, 3], c: [1, 2, 3]}
+    kinds = {a: tuple, b: lambda t: np.array(t, dtype=np.int64), c: lambda t: np.array(t, dtype=np.int32)}
+    step(rt, [StepInput(s, kinds[s](t)) for s, t in lists.items()])
+    for k in range(6):
+        for s, t in lists.items():
+            if k == 3:
+                t[1] = 9   # an edit in place
+            t.append(65 + k % 2)
+        items = [StepInput(s, kinds[s](t), t[-1], len(t) - 1 if k == 4 else None) for s, t in lists.items()]
+        out = rt.submit(items).wait()
+        assert [r.status for r in out.results] == ["ok"] * 3, [r.error for r in out.results]
+        for s, t in lists.items():
+            assert s.seen == t
