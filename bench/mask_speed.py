@@ -13,7 +13,9 @@ same prefix (one `fill_next_token_bitmask` call after consuming the previous tok
 
 Both APIs: `ratio` (cold, through the object API: `submit([StepInput...])` with the whole token
 list each step) and `ratio_rows` (the same masks through `submit_rows`), and `object_vs_rows`
-(geometric mean of the per-regex median ratios); the two APIs' masks are checked equal.
+(geometric mean of the per-regex median ratios); the two APIs' masks are checked equal. The two
+take turns (object, rows, object, rows) per regex; each regex's line gives the interquartile
+ranges of both and of llguidance, and the JSON the load average before and after.
 
 Usage: python bench/mask_speed.py [--quick]. The last line is one JSON object.
 """
@@ -23,6 +25,7 @@ import argparse
 import base64
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -163,6 +166,7 @@ def main():
         encoder=tok.ranks, special_tokens=tok.special, pattern=tok.pattern,
         eos_token=tok.eos_token_id, n_vocab=tok.vocab_size)
     limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0)
+    load_before = os.getloadavg()
     rt = aicirt.Runtime(tok, limits=limits, workers=1)
     ctrl = rt.load(build_cached("regex"))
     prompt = tok.encode("Answer: ")
@@ -198,7 +202,9 @@ def main():
         row = dict(regex=name, steps=len(cold), cold_med=statistics.median(cold), cold_p99=pct(cold, 99),
                    inside_med=statistics.median(inside), warm_med=statistics.median(warm),
                    warm_p99=pct(warm, 99), llg_med=statistics.median(llg), llg_p99=pct(llg, 99),
-                   cold_rows_med=statistics.median(cold_rows))
+                   cold_rows_med=statistics.median(cold_rows),
+                   cold_iqr=[pct(cold, 25), pct(cold, 75)], cold_rows_iqr=[pct(cold_rows, 25), pct(cold_rows, 75)],
+                   llg_iqr=[pct(llg, 25), pct(llg, 75)])
         row["ratio"] = row["cold_med"] / row["llg_med"]
         row["ratio_rows"] = row["cold_rows_med"] / row["llg_med"]
         row["object_vs_rows"] = row["cold_med"] / row["cold_rows_med"]
@@ -206,7 +212,9 @@ def main():
         print(f"{name:<11}{row['steps']:>6}{row['cold_med']:>10.1f}{row['cold_p99']:>10.1f}{row['inside_med']:>9.1f}"
               f"{row['warm_med']:>10.1f}{row['warm_p99']:>10.1f}{row['llg_med']:>9.1f}{row['llg_p99']:>9.1f}"
               f"{row['ratio']:>7.2f}  {mine}/{theirs}; rows API cold med {row['cold_rows_med']:.1f} "
-              f"({row['ratio_rows']:.2f}x llg; object/rows {row['object_vs_rows']:.2f})", flush=True)
+              f"({row['ratio_rows']:.2f}x llg; object/rows {row['object_vs_rows']:.2f}); IQR object "
+              f"{row['cold_iqr'][0]:.1f}-{row['cold_iqr'][1]:.1f}, rows {row['cold_rows_iqr'][0]:.1f}-"
+              f"{row['cold_rows_iqr'][1]:.1f}, llg {row['llg_iqr'][0]:.1f}-{row['llg_iqr'][1]:.1f}", flush=True)
     rt.close()
     geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in rows))
     print(json.dumps({
@@ -223,9 +231,12 @@ def main():
         "ratio_rows": round(math.exp(statistics.mean(math.log(r["ratio_rows"]) for r in rows)), 3),
         "object_vs_rows": round(math.exp(statistics.mean(math.log(r["object_vs_rows"]) for r in rows)), 3),
         "ratio_inside": round(math.exp(statistics.mean(math.log(r["inside_med"] / r["llg_med"]) for r in rows)), 3),
-        "per_regex": {r["regex"]: {k: round(v, 1) if isinstance(v, float) else v for k, v in r.items() if k != "regex"}
-                      for r in rows},
+        "per_regex": {r["regex"]: {k: round(v, 1) if isinstance(v, float) else
+                                   [round(x, 1) for x in v] if isinstance(v, list) else v
+                                   for k, v in r.items() if k != "regex"} for r in rows},
         "warm_is_cached": True,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
     }))
 
 

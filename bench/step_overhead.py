@@ -7,8 +7,10 @@ measured is the host.
 
 The headline is what the caller's thread feels: `api_us_per_seq_b64` / `_b256`, the whole
 `submit_rows -> wait` of a batch divided by its rows (Python included, 2 workers, the caller
-running still-queued calls at wait as the runtime does by default), beside the object API's
-(`object_api_us_per_seq_*`), the engine thread's own share (`engine_thread_us_per_seq_b256`:
+running still-queued calls at wait as the runtime does by default); beside it, in the same run
+and taking turns step by step, the object API (`apis`: rows, object with the whole
+`--context`-token list and no hint, object with the `unchanged` hint, at batch 1, 64 and 256,
+medians with the interquartile range; `object_vs_rows_b*`, target <= 2), the engine thread's own share (`engine_thread_us_per_seq_b256`:
 submit + collect, the time blocked on workers and on calls it ran excluded) and the whole
 process's CPU time for it (`api_cpu_us_per_seq_*`, all threads: on a loaded machine the wall
 figures mostly measure waiting for a core).
@@ -18,7 +20,8 @@ instantiate-per-sequence time (beside wasmtime-py's own path for the same instan
 `instantiate_naive_us`), fork time at 1 and 16 MiB of linear memory (untouched, and all written:
 a fork copies what the parent changed), and batch-of-64 wall time with 1 vs 2 worker threads.
 
-    python bench/step_overhead.py [--steps 200] [--batch 64]
+    python bench/step_overhead.py [--steps 200] [--batch 64] [--context 200]
+    python bench/step_overhead.py --apis-only      # the object API vs the rows API only
     python bench/step_overhead.py --fork-only      # instantiate and fork only (instantiate_naive_us: its baseline)
     python bench/step_overhead.py --fork-only --rounds 3 --phases
 
@@ -87,27 +90,21 @@ def bench_hot_path(rt, ctrl, batch, steps):
     return per_seq, per_step_wall
 
 
-def bench_api(rt, ctrl, batch, steps, rows=True):
-    """What the caller's thread feels per sequence, Python included: the whole submit -> wait of a
-    batch of `batch` sequences, through the rows API (`rows`) or the object API, each row
-    appending its sampled token. Also the engine thread's own share: submit + collect, the time
-    blocked on the workers excluded. Returns (whole us/seq per step, engine-thread us/seq per step,
-    the whole process's CPU us/seq per step: workers, caller and their spinning, which a loaded
-    machine does not inflate as it does wall time)."""
+def bench_api(rt, ctrl, batch, steps):
+    """What the caller's thread feels per sequence through the rows API, Python included: the
+    whole submit_rows -> wait of a batch of `batch` sequences, each row appending its sampled
+    token; and the engine thread's own share: submit + collect, the time blocked on the workers
+    excluded. Returns (whole us/seq per step, engine-thread us/seq per step, the whole process's
+    CPU us/seq per step: workers, caller and their spinning, which a loaded machine does not
+    inflate as it does wall time). The object API beside it: bench_apis."""
     seqs = [rt.new_request(ctrl).spawn() for _ in range(batch)]
-    tokens = [[1, 2, 3] for _ in seqs]
     index = np.array([s.index for s in seqs], dtype=np.int64)
     whole, own, cpu = [], [], []
     for k in range(steps + 10):
         first = k == 0
         t0, c0 = time.perf_counter(), time.process_time()
-        if rows:
-            sampled = np.full(batch, k % 1000, dtype=np.int32)
-            handle = rt.submit_rows(index, sampled, {i: (t, 0) for i, t in enumerate(tokens)} if first else None)
-        else:
-            for t in tokens:
-                t.append(k % 1000)
-            handle = rt.submit([StepInput(s, t, None if first else t[-1], len(t) - 1) for s, t in zip(seqs, tokens)])
+        sampled = np.full(batch, k % 1000, dtype=np.int32)
+        handle = rt.submit_rows(index, sampled, {i: ([1, 2, 3], 0) for i in range(batch)} if first else None)
         out = handle.wait(5.0)
         wall = (time.perf_counter() - t0) * 1e6
         used = (time.process_time() - c0) * 1e6
@@ -118,6 +115,81 @@ def bench_api(rt, ctrl, batch, steps, rows=True):
     for s in seqs:
         s.close()
     return pct(whole, 50), pct(own, 50), pct(cpu, 50)
+
+
+API_KINDS = ("rows", "object", "object_hinted")
+
+
+def bench_apis(rt, ctrl, batch, steps, context=200):
+    """The rows API and the object API side by side in one run, per sequence-step, what the
+    caller's thread feels (the whole submit -> wait, Python included): `rows` (`submit_rows`, the
+    sampled token), `object` (`submit([StepInput(seq, tokens, sampled)])`: the whole list, no
+    hint, as docs/embedding.md shows first) and `object_hinted` (the same with `unchanged`, as an
+    engine that knows what it kept passes). Each API drives its own `batch` sequences whose lists
+    are `context` tokens long, each row appending its sampled token; the three take turns step by
+    step, in a rotating order, so that load drift hits all alike. Returns, per API, the median wall
+    and process-CPU µs per sequence-step with the interquartile range, and the ratios to `rows`."""
+    prompt = [1 + i % 1000 for i in range(context)]
+    seqs = {api: [rt.new_request(ctrl).spawn() for _ in range(batch)] for api in API_KINDS}
+    tokens = {api: [list(prompt) for _ in range(batch)] for api in API_KINDS}
+    index = np.array([s.index for s in seqs["rows"]], dtype=np.int64)
+    rt.submit_rows(index, np.full(batch, -1, np.int32), {i: (prompt, 0) for i in range(batch)}).wait(30.0)
+    for api in ("object", "object_hinted"):
+        rt.submit([StepInput(s, t) for s, t in zip(seqs[api], tokens[api])]).wait(30.0)
+    wall: dict[str, list[float]] = {api: [] for api in API_KINDS}
+    cpu: dict[str, list[float]] = {api: [] for api in API_KINDS}
+    for k in range(steps + 5):
+        tok = 1 + k % 1000
+        for j in range(3):
+            api = API_KINDS[(k + j) % 3]
+            t0, c0 = time.perf_counter(), time.process_time()
+            if api == "rows":
+                out = rt.submit_rows(index, np.full(batch, tok, np.int32)).wait(30.0)
+                ok = bool((out.kind == 0).all())
+            else:
+                hinted = api == "object_hinted"
+                for t in tokens[api]:
+                    t.append(tok)
+                res = rt.submit([StepInput(s, t, tok, len(t) - 1 if hinted else None)
+                                 for s, t in zip(seqs[api], tokens[api])]).wait(30.0)
+                ok = all(r.status == "ok" for r in res.results)
+            if k >= 5:   # warm-up
+                wall[api].append((time.perf_counter() - t0) * 1e6 / batch)
+                cpu[api].append((time.process_time() - c0) * 1e6 / batch)
+            if not ok:
+                raise RuntimeError(f"{api}: a row did not give its mask")
+    for api in API_KINDS:
+        for s in seqs[api]:
+            s.close()
+    out_: dict = {}
+    for api in API_KINDS:
+        out_[api] = {"us": round(pct(wall[api], 50), 2), "iqr_us": [round(pct(wall[api], 25), 2), round(pct(wall[api], 75), 2)],
+                     "cpu_us": round(pct(cpu[api], 50), 2)}
+    for api in ("object", "object_hinted"):
+        out_[f"{api}_vs_rows"] = round(out_[api]["us"] / out_["rows"]["us"], 2)
+        out_[f"{api}_vs_rows_cpu"] = round(out_[api]["cpu_us"] / out_["rows"]["cpu_us"], 2)
+    return out_
+
+
+def api_report(ctrl_path, steps: int, context: int, report: dict) -> None:
+    """bench_apis at batch 1, 64 and 256 into `report` (`apis`, `object_vs_rows_b*`,
+    `object_api_us_per_seq_b*`, `object_api_target_met`: object <= 2x rows at every size),
+    printing a line per size."""
+    report["apis"] = {}
+    # 16 MiB a sequence: 3 x 256 of them within the default memory budget
+    with aicirt.Runtime(FakeVocab(), limits=aicirt.Limits(memory_bytes=16 << 20), workers=2, cache_dir=False) as rt:
+        ctrl = rt.load(ctrl_path)
+        for b in (1, 64, 256):
+            pair = report["apis"][f"b{b}"] = bench_apis(rt, ctrl, b, steps if b < 256 else max(40, steps // 2), context)
+            report[f"object_api_us_per_seq_b{b}"] = pair["object"]["us"]
+            report[f"object_vs_rows_b{b}"] = pair["object_vs_rows"]
+            report[f"object_hinted_vs_rows_b{b}"] = pair["object_hinted_vs_rows"]
+            print(f"batch {b:>3}: rows {pair['rows']['us']:7.2f} us/seq (IQR {pair['rows']['iqr_us']}), object "
+                  f"{pair['object']['us']:7.2f} ({pair['object_vs_rows']}x; IQR {pair['object']['iqr_us']}), object "
+                  f"with `unchanged` {pair['object_hinted']['us']:7.2f} ({pair['object_hinted_vs_rows']}x); CPU "
+                  f"{pair['rows']['cpu_us']} / {pair['object']['cpu_us']} / {pair['object_hinted']['cpu_us']}",
+                  flush=True)
+    report["object_api_target_met"] = all(report[f"object_vs_rows_b{b}"] <= 2.0 for b in (1, 64, 256))
 
 
 def bench_naive(ctrl_path, batch, steps):
@@ -288,6 +360,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--work", type=int, default=200000, help="busy-work rounds per call for the 1-vs-2 workers run")
+    ap.add_argument("--context", type=int, default=200, help="tokens in each sequence's list (the API comparison)")
+    ap.add_argument("--apis-only", action="store_true", help="only the object API vs rows API comparison")
     ap.add_argument("--fork-only", action="store_true", help="only the instantiate and fork figures")
     ap.add_argument("--rounds", type=int, default=2, help="--fork-only: rounds of each memory policy, alternating")
     ap.add_argument("--phases", action="store_true", help="--fork-only: a 1 MiB fork's time by phase (compiled)")
@@ -305,7 +379,12 @@ def main() -> None:
               f"(medians of {args.rounds} rounds each, alternating)")
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in report.items()}))
         return
-    report = {"vocab": VOCAB, "batch": args.batch}
+    report = {"vocab": VOCAB, "batch": args.batch, "context": args.context, "loadavg_before": os.getloadavg()}
+    if args.apis_only:
+        api_report(ctrl_path, args.steps, args.context, report)
+        report["loadavg_after"] = os.getloadavg()
+        print(json.dumps(report))
+        return
 
     with aicirt.Runtime(FakeVocab(), limits=limits, workers=1, cache_dir=False) as rt:
         ctrl = rt.load(ctrl_path)
@@ -316,12 +395,13 @@ def main() -> None:
 
     report.update(fork_instantiate_report(ctrl_path, limits))
 
-    # What the caller feels: the whole submit -> wait, the runtime's default 2 workers.
+    # What the caller feels: the whole submit -> wait, the runtime's default 2 workers; the two
+    # APIs side by side (api_report), then the rows API's engine-thread share (bench_api).
+    api_report(ctrl_path, args.steps, args.context, report)
     with aicirt.Runtime(FakeVocab(), limits=limits, workers=2, cache_dir=False) as rt:
         ctrl = rt.load(ctrl_path)
         for b in (64, 256):
             report[f"api_us_per_seq_b{b}"], own, cpu = bench_api(rt, ctrl, b, args.steps)
-            report[f"object_api_us_per_seq_b{b}"], _, _ = bench_api(rt, ctrl, b, args.steps, rows=False)
             report[f"engine_thread_us_per_seq_b{b}"] = own
             report[f"api_cpu_us_per_seq_b{b}"] = cpu
 
@@ -357,6 +437,7 @@ def main() -> None:
           f"slot), 16 MiB {report['fork_16mib_us']:.1f} us ({report['fork_16mib_dirty_us']:.1f} us all written)")
     print(f"batch of {args.batch} busy controllers: 1 worker {report['batch64_busy_ms_1_workers']:.2f} ms, "
           f"2 workers {report['batch64_busy_ms_2_workers']:.2f} ms (cores: {os.cpu_count()})")
+    report["loadavg_after"] = os.getloadavg()
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in report.items()}))
 
 

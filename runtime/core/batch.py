@@ -28,7 +28,7 @@ from ..abi import RowKind, RowStatus, Stage, Status
 from ..errors import ControllerError
 from .lift import InvalidResult, check_temperature, read_branches, status_message
 from ..native import EditArrays
-from .results import Branch, StepInput, StepResult
+from .results import Branch, StepInput, StepResult, mask_result
 from .sequence import Sequence, SeqState
 
 if TYPE_CHECKING:
@@ -38,6 +38,17 @@ _stamps = itertools.count(1)   # one per batch, process-wide: a slot never sees 
 _MASK, _PENDING, _OTHER = int(RowKind.MASK), int(RowKind.PENDING), int(RowKind.OTHER)   # (enum lookups cost µs)
 _MISUSE = {1: "is submitted twice in one batch", 2: "is in a batch that has not been waited for", 3: "is closed"}
 _NO_SEQUENCE = 5   # aicirt_rows_submit: no live sequence at that index
+_I64, _I32 = np.dtype(np.int64), np.dtype(np.int32)   # numpy's own dtype objects: `is`, not `==` (0.2 µs each)
+_STALE = 6         # aicirt_rows_start: the object API's copy of the tokens a controller saw is stale
+
+
+class _StaleRows(Exception):
+    """The object API's copy of what these rows' controllers saw is stale (the rows API moved them
+    on meanwhile); nothing started."""
+
+    def __init__(self, rows: "list[int]"):
+        super().__init__(rows)
+        self.rows = rows
 
 
 class RowsOutcome:
@@ -91,15 +102,15 @@ class RowsHandle:
 
     def __init__(self, runtime: "Runtime", index: object, sampled: object,
                  edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]] | EditArrays | None" = None,
-                 *, _object_api: bool = False):
+                 *, _object_api: bool = False, _expect_seen: np.ndarray | None = None):
         runtime.check_open()
         self.rt = runtime
         self.registry = registry = runtime.registry
         # the engine's own arrays pass as they are (the test inlined: it is most of this call)
-        self.index = index if (type(index) is np.ndarray and index.dtype == np.int64 and index.ndim == 1
+        self.index = index if (type(index) is np.ndarray and index.dtype is _I64 and index.ndim == 1
                                and index.flags.c_contiguous) else _int_array(index, "index", np.int64)
         n = len(self.index)
-        self.sampled = sampled if (type(sampled) is np.ndarray and sampled.dtype == np.int32 and sampled.ndim == 1
+        self.sampled = sampled if (type(sampled) is np.ndarray and sampled.dtype is _I32 and sampled.ndim == 1
                                    and sampled.flags.c_contiguous) else \
             _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
         if len(self.sampled) != n:
@@ -121,16 +132,20 @@ class RowsHandle:
         self._waited = False
         # the rows' slots from the registry's table, their edits applied, their calls queued: one call
         rc, self._held = runtime.pool.submit_rows(registry.table, self.index, self.sampled, self.edits, self.masks,
-                                                  runtime.mask_words, next(_stamps), scratch)
+                                                  runtime.mask_words, next(_stamps), scratch, _expect_seen)
+        self.started = rc   # how many rows' calls started
         if rc < 0:
             scratch.busy = False   # nothing started
             row, why = -rc - 1, int(scratch.row_status[-rc - 1])
+            if why == _STALE:
+                raise _StaleRows(np.flatnonzero(scratch.row_status[:n] == _STALE).tolist())
             if why == _NO_SEQUENCE:
                 registry.ptrs(self.index)   # raises, naming what is wrong with the index
             seq = registry.at(int(self.index[row]))
             raise ValueError(f"sequence {seq.id} {_MISUSE.get(why, 'could not be queued')}")
         if self.edits is not None and not _object_api:
-            # edited through the rows API: the object API's copy of those rows' tokens is stale
+            # edited through the rows API: the object API's copy of those rows' tokens is stale (a
+            # plain row only appends: the hot path sees that from the count, see `expect_seen`)
             for row in np.flatnonzero(self.edits.of_row >= 0).tolist():
                 registry.at(int(self.index[row])).sent_tokens = None
 
@@ -368,97 +383,187 @@ class BatchHandle:
         n = len(items)
         vocab = runtime.vocab_size
         sampled_list = [-1] * n
-        edits: dict[int, tuple[np.ndarray, int]] = {}
+        expect = [-1] * n   # rows built on `sent_tokens`: how many tokens its controller saw (checked in C)
         seqs: list[Sequence] = [None] * n   # type: ignore[list-item]
-        sent_after: list = [None] * n      # what each row's controller will hold once started
-        idle, running = _IDLE, SeqState.RUNNING
-        for i, item in enumerate(items):
-            if type(item) is not StepInput and not isinstance(item, StepInput):
-                raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
-            seq = seqs[i] = item.seq
-            if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
-                raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
-            state = seq.state
-            if state is running:
-                raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
-            if state in _CLOSED:
-                raise ValueError(f"sequence {seq.id} is closed")
-        if len(set(map(id, seqs))) != n:
-            twice = next(s for k, s in enumerate(seqs) if any(s is t for t in seqs[:k]))
-            raise ValueError(f"sequence {twice.id} is submitted twice in one batch")
-        for i, item in enumerate(items):
-            seq = seqs[i]
-            if seq.state is not idle:
-                continue   # finished or late: the rows API answers for it
-            tokens, smp, unchanged = item.tokens, item.sampled, item.unchanged
-            if smp is not None and not (type(smp) is int and 0 <= smp < vocab):
-                if not (isinstance(smp, int) and 0 <= smp < vocab):
-                    seq.finish(f"invalid step input: token {smp!r} is not a token id of this vocabulary (0..{vocab - 1})")
-                    continue
-                smp = int(smp)
-            if unchanged is not None:   # the caller's hint: the runtime compares only from there
-                if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
-                    seq.finish(f"invalid step input: unchanged={unchanged!r} is not a prefix length "
-                                f"of the {len(tokens)} tokens")
-                    continue
-                kept = min(unchanged, int(seq.slot.n_seen))
-                after = None           # a caller with hints pays for the suffix only: no copy kept
-            else:
-                sent = seq.sent_tokens
-                if sent is not None and len(sent) != seq.slot.n_seen:
-                    sent = None        # the rows API moved it on meanwhile: compare from scratch
-                if smp is not None and sent is not None and len(tokens) == len(sent) + 1:
-                    sent.append(smp)   # the common row: what it held, and the token it sampled
-                    if tokens == sent:
-                        sampled_list[i] = smp
-                        sent_after[i] = sent
-                        continue
-                    sent.pop()
-                # an edit from the longest prefix it shares with what the controller holds
-                # (nothing recorded, a first call or a fork: C compares from 0)
-                kept = _common_prefix(tokens, sent) if sent is not None else 0
-                after = True           # the whole list, copied once it started
-            arr = _suffix_array(tokens, kept, vocab)
-            if isinstance(arr, str):   # the engine's mistake; still only this sequence's problem
-                seq.finish(f"invalid step input: {arr}")
-                continue
-            edits[i] = (arr, kept)
-            if smp is not None:
-                sampled_list[i] = smp
-            sent_after[i] = after
-        self._seqs = seqs
-        index = np.fromiter([s.index for s in seqs], np.int64, n)
+        edits: dict[int, tuple[np.ndarray, int]] = {}
+        # rows whose `sent_tokens` changes otherwise than by the in-place append of a common row:
+        # (row, the whole list once started | None)
+        fixups: list[tuple[int, "list[int] | None"]] = []
+        bad: list[tuple[Sequence, str]] = []   # invalid inputs: finished once the batch is known to be no misuse
+        # One pass, and for the common row (the list its controller holds plus the sampled token)
+        # nothing but one list comparison (in C). The hot path refuses running and twice-submitted
+        # rows, and rows whose `sent_tokens` is stale (the rows API moved them on: `expect`). A
+        # closed one's index may already address another sequence, so that one is caught here: it
+        # has no `sent_tokens`, so it never passes as a common row, and every other row checks
+        # its `closed` flag.
         try:
-            self._rows = RowsHandle(runtime, index, np.array(sampled_list, dtype=np.int32), edits or None,
-                                    _object_api=True)
-        except BaseException:
-            for seq in seqs:
-                seq.sent_tokens = None       # nothing started: compare from scratch next time
-            raise
-        status = self._rows.scratch.row_status[:n].tolist()
-        started = int(RowStatus.STARTED)
-        for seq, after, st, item in zip(seqs, sent_after, status, items):
-            if after is None or st != started:
-                seq.sent_tokens = None       # not called: the next submit compares from scratch
-            elif after is True:        # an edit row: its controller now holds the whole list
-                seq.sent_tokens = list(item.tokens)
+            for i, item in enumerate(items):
+                if type(item) is not StepInput and not isinstance(item, StepInput):
+                    raise TypeError(f"Runtime.submit takes aicirt.StepInput items, got {type(item).__name__}")
+                seq = seqs[i] = item.seq
+                if type(seq) is not Sequence and not isinstance(seq, Sequence) or seq.runtime is not runtime:
+                    raise ValueError(f"{item.seq!r} is not a sequence of this runtime")
+                tokens, smp, unchanged = item.tokens, item.sampled, item.unchanged
+                sent = seq.sent_tokens
+                if sent is None and seq.closed:
+                    _check_batch(seqs[:i + 1])   # raises: the first running or closed one, in row order
+                if smp is not None and not (type(smp) is int and 0 <= smp < vocab):
+                    if not (isinstance(smp, int) and 0 <= smp < vocab):
+                        bad.append((seq, f"invalid step input: token {smp!r} is not a token id of this vocabulary "
+                                         f"(0..{vocab - 1})"))
+                        continue
+                    smp = int(smp)
+                if unchanged is not None:   # the caller's hint: the runtime compares only from there
+                    if not (type(unchanged) is int and 0 <= unchanged <= len(tokens)):
+                        if not (isinstance(unchanged, int) and 0 <= unchanged <= len(tokens)):
+                            bad.append((seq, f"invalid step input: unchanged={unchanged!r} is not a prefix length "
+                                             f"of the {len(tokens)} tokens"))
+                            continue
+                        unchanged = int(unchanged)
+                    if sent is not None:
+                        seq.sent_tokens = None   # a caller with hints pays for the suffix only: no copy kept
+                    if smp is not None and unchanged == len(tokens) - 1 and tokens[-1] == smp:
+                        sampled_list[i] = smp    # the common row, if its controller saw `unchanged` tokens
+                        expect[i] = unchanged    # (the hot path checks; else compared from there, see _start_rows)
+                        continue
+                    kept = min(unchanged, int(seq.slot.n_seen))
+                else:
+                    if type(tokens) is not list:   # a tuple, a numpy array: compared as a list of ints
+                        tokens = _as_list(tokens)
+                    if sent is not None:
+                        held = len(sent)
+                        if smp is not None and len(tokens) == held + 1:
+                            sent.append(smp)   # the common row: what it held, and the token it sampled
+                            if tokens == sent:
+                                sampled_list[i] = smp
+                                expect[i] = held
+                                continue       # `sent_tokens` is already what its controller will hold
+                            sent.pop()
+                        expect[i] = held
+                        # an edit from the longest prefix it shares with what the controller holds
+                        kept = _common_prefix(tokens, sent)
+                    else:
+                        kept = 0           # nothing recorded (a first call, a fork): C compares from 0
+                    fixups.append((i, tokens))   # the whole list, copied once it started
+                arr = _suffix_array(tokens, kept, vocab)
+                if isinstance(arr, str):   # the engine's mistake; still only this sequence's problem
+                    bad.append((seq, f"invalid step input: {arr}"))
+                    continue
+                edits[i] = (arr, kept)
+                if smp is not None:
+                    sampled_list[i] = smp
+            if bad:   # rare: misuse raises before any of them is finished
+                _check_batch(seqs)
+                for seq, why in bad:
+                    if seq.state is _IDLE:   # a late or finished one: the rows API answers for it
+                        seq.finish(why)
+            last = runtime.object_rows   # the same sequences as the last batch: the same index array
+            if last is not None and last[0] == seqs:
+                index = last[1]
             else:
-                seq.sent_tokens = after
+                index = np.array([seq.index for seq in seqs], dtype=np.int64)
+                runtime.object_rows = (seqs, index)
+            rows = _start_rows(runtime, seqs, items, index, sampled_list, expect, edits, fixups)
+        except BaseException:
+            _forget_sent(seqs)   # refused: nothing started, the lists are compared from scratch next time
+            raise
+        self._seqs = seqs
+        self._rows = rows
+        if fixups or bad or rows.started != n:
+            _settle_sent(seqs, rows.scratch.row_status[:n].tolist(), fixups)
 
     def wait(self, timeout_s: float | None = None) -> BatchOutcome:
         """Collect results (see :meth:`RowsHandle.wait`). Raises ValueError if called twice."""
         out = self._rows.wait(timeout_s)
         rare = out.results
-        temps, elapsed = out.temperature.tolist(), out.elapsed_us.tolist()
-        plain = _plain_branches(len(temps))
-        results = []
-        for i, seq in enumerate(self._seqs):
-            r = rare.get(i) if rare else None
-            if r is None:   # a MASK row, collected by the hot path
-                t = temps[i]
-                r = StepResult(seq, "ok", [plain[i] if t != t else Branch(i, t)], elapsed_us=elapsed[i])
-            results.append(r)
+        n = len(self._seqs)
+        plain = _plain_branches(n)
+        temps = out.temperature
+        if n > 16 and np.isnan(temps).all():   # no controller set a temperature: Branch(i, None) for every row
+            branches = plain[:n]
+        else:
+            branches = [plain[i] if t != t else Branch(i, t) for i, t in enumerate(temps.tolist())]
+        results = list(map(mask_result, self._seqs, branches, out.elapsed_us.tolist()))
+        if rare:
+            for i, r in rare.items():
+                results[i] = r
         return BatchOutcome(out.masks, results, out.wait_us, out.blocked_us)
+
+
+_STARTED = int(RowStatus.STARTED)
+
+
+def _start_rows(runtime: "Runtime", seqs: "list[Sequence]", items: "list[StepInput]", index: np.ndarray,
+                sampled: "list[int]", expect: "list[int]", edits: "dict[int, tuple[np.ndarray, int]]",
+                fixups: "list[tuple[int, list[int] | None]]") -> RowsHandle:
+    """The object API's rows, started through the rows API: one call into the hot path, two when
+    some rows turn out stale (the rows API moved those controllers on since the object API's last
+    submit: they are compared from scratch)."""
+    n = len(sampled)
+    both = np.array(sampled + expect, dtype=np.int32)   # one conversion for both (a token count fits: rows.c)
+    sampled_arr = both[:n]
+    try:
+        try:
+            return RowsHandle(runtime, index, sampled_arr, edits or None, _object_api=True, _expect_seen=both[n:])
+        except _StaleRows as stale:   # nothing started
+            for i in stale.rows:
+                item = items[i]
+                if item.unchanged is None:   # its copy was stale: compare from scratch
+                    kept = 0
+                    if i not in edits:       # a common row: its copy is replaced once it started
+                        fixups.append((i, _as_list(item.tokens)))
+                else:                        # the hint's common row: its controller saw another count
+                    kept = min(int(item.unchanged), int(seqs[i].slot.n_seen))
+                arr = _suffix_array(item.tokens, kept, runtime.vocab_size)
+                if isinstance(arr, str):   # a hinted row's tokens before the hint were never checked
+                    seqs[i].finish(f"invalid step input: {arr}")
+                    continue
+                edits[i] = (arr, kept)
+            return RowsHandle(runtime, index, sampled_arr, edits or None, _object_api=True)
+    except ValueError:
+        _check_batch(seqs)   # the hot path refused a row: say so in the same words as ever
+        raise
+
+
+def _check_batch(seqs: "list[Sequence]") -> None:
+    """Raise ValueError for the first misuse in a batch of sequences (all of this runtime): one
+    still in a batch not waited for, one closed, one submitted twice."""
+    running = SeqState.RUNNING
+    for seq in seqs:
+        state = seq.state
+        if state is running:
+            raise ValueError(f"sequence {seq.id} is in a batch that has not been waited for")
+        if state in _CLOSED:
+            raise ValueError(f"sequence {seq.id} is closed")
+    if len(set(map(id, seqs))) != len(seqs):
+        twice = next(s for k, s in enumerate(seqs) if any(s is t for t in seqs[:k]))
+        raise ValueError(f"sequence {twice.id} is submitted twice in one batch")
+
+
+def _as_list(tokens: "Seq[int]") -> "list[int]":
+    """A token list as a Python list of ints (what the object API compares and keeps)."""
+    if type(tokens) is list:
+        return tokens
+    return tokens.tolist() if isinstance(tokens, np.ndarray) else list(tokens)
+
+
+def _forget_sent(seqs: "list[Sequence] | list[Sequence | None]") -> None:
+    for seq in seqs:
+        if seq is not None:
+            seq.sent_tokens = None
+
+
+def _settle_sent(seqs: "list[Sequence]", status: "list[int]",
+                 fixups: "list[tuple[int, list[int] | None]]") -> None:
+    """After the submit: what each row's controller now holds, as `Sequence.sent_tokens` (a
+    common row's was appended in place). A row not started keeps none (the next submit compares
+    from scratch), an edit row a copy of its whole list, a row with an `unchanged` hint none."""
+    for i, tokens in fixups:
+        seq = seqs[i]
+        seq.sent_tokens = list(tokens) if tokens is not None and status[i] == _STARTED else None
+    for i, st in enumerate(status):
+        if st != _STARTED:
+            seqs[i].sent_tokens = None
 
 
 _plain: list[Branch] = []

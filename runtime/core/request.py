@@ -9,6 +9,7 @@ from ..owned import Owned
 
 if TYPE_CHECKING:
     from ..loader.controller import Controller
+    from ..native.types import CData
     from .runtime import Runtime
     from .sequence import Sequence
 
@@ -29,6 +30,23 @@ class Request(Owned):
         self.vars = runtime.native.new_vars(runtime.limits.variable_bytes)
         # freed once nothing can reach it: a closing sequence's call may still read it
         weakref.finalize(self, self.vars.close)
+
+    _slot_template: "CData | None" = None   # (a class default: speculate.py makes stand-ins without __init__)
+
+    @property
+    def slot_template(self) -> "CData":
+        """The native slot each of its sequences starts from: the runtime's (limits, vocabulary)
+        with this request's capabilities, argument and variables (made on first use: a sequence
+        then copies one struct instead of writing four fields through cffi)."""
+        if self._slot_template is None:
+            native = self.runtime.native
+            slot = native.new_slot()
+            native.ffi.memmove(slot, self.runtime.slot_template, native.slot_bytes)
+            slot.capabilities = int(self.capabilities)
+            slot.arg, slot.arg_len = self.arg_buffer, len(self.arg)
+            slot.vars = native.ffi.NULL if self.vars.ptr is None else self.vars.ptr
+            self._slot_template = slot
+        return self._slot_template
 
     def _describe(self) -> str:
         return f"request for {self.controller.name or self.controller.sha256[:12]}"

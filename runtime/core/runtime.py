@@ -33,10 +33,12 @@ from .results import StepInput
 from ..loader.snapshot import InitHost, load_initialized
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from ..host.tokenizer import Tokenizer
     from ..native import EditArrays
     from ..native.compiled import CPool
     from ..native.types import CData
-    from ..host.tokenizer import Tokenizer
 
 
 def _shutdown(pool: "CPool", host: HostImports) -> None:
@@ -98,6 +100,10 @@ class Runtime(Owned):
         self._plans: dict[tuple[str, bool], SpawnPlan] = {}
         #: the native slot every sequence starts from: the limits and vocabulary (Sequence adds its request's)
         self.slot_template = self._new_slot_template()
+        #: batch.py's: the object API's last batch (its sequences, their index array), reused while
+        #: the next batch is the same sequences in the same order (an index never changes while its
+        #: sequence is open; it keeps that batch's Sequence objects, not their native state, alive)
+        self.object_rows: tuple[list, np.ndarray] | None = None
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         # the worker threads that run controller calls (pool.c), with the
         # epoch clock that ticks the engine while calls are out
@@ -209,6 +215,7 @@ class Runtime(Owned):
     def _release(self) -> None:
         """Stop the workers and the epoch clock and free every sequence."""
         self._shutdown()       # running calls end (by their deadline) before this returns
+        self.object_rows = None
         for seq in self.registry.clear():
             seq.free()
         self._pres.clear()

@@ -33,6 +33,8 @@ from ..owned import Owned
 if TYPE_CHECKING:
     import numpy as np
 
+    from .memory import MemoryBudget
+    from ..native import Native
     from .request import Request
     from .results import StepInput
 
@@ -62,8 +64,14 @@ class Sequence(Owned):
         # its share of the runtime's memory budget: a new request's sequence past it is refused
         # (OverBudget) before anything is made; a fork is counted, never refused (memory.py)
         budget = rt.memory_budget
-        # given back once: at close, or when collected unclosed
-        self._release_budget = weakref.finalize(self, budget.release, budget.charge() if forked else budget.reserve())
+        slot = native.new_slot()   # zeroed: nothing to free yet if the budget refuses
+        charged = budget.charge() if forked else budget.reserve()
+        # Its budget share and its slot's native buffers (its log, its tokens, its Store) are given
+        # back once, at close or when collected unclosed: one finalizer for both (each costs ~2 µs
+        # to make, a fork's largest Python cost); `_owned[0]` is the slot it frees (take_state_of
+        # swaps it).
+        self._owned = [slot]
+        self._release_native = weakref.finalize(self, _release_native, budget, charged, native, self._owned)
         self.request = request
         self.runtime = rt
         self.id = next(_ids)
@@ -73,16 +81,13 @@ class Sequence(Owned):
         self.mask_buffer: tuple | None = None      # (mask array, row) a late call writes into
         self._native = native
         self._registry = rt.registry
-        slot = self.slot = native.new_slot()
-        # the slot's native buffers (its log, its tokens, its Store) are freed once, at close or when collected unclosed
-        self._release_slot = weakref.finalize(self, native.release, slot)
-        native.ffi.memmove(slot, rt.slot_template, native.slot_bytes)   # the runtime's limits and vocabulary
+        self.slot = slot
+        # the runtime's limits and vocabulary, the request's capabilities, argument and variables
+        native.ffi.memmove(slot, request.slot_template, native.slot_bytes)
         slot.seq_id = self.id
-        slot.capabilities = int(request.capabilities)
-        slot.arg, slot.arg_len = request.arg_buffer, len(request.arg)
-        slot.vars = native.ffi.NULL if request.vars.ptr is None else request.vars.ptr
         self._group_buf = None                     # the fork group reported on the next call
-        # the object API's copy of the tokens its controller holds: batch.py's to read and write
+        # the object API's copy of the tokens its controller holds (None: compare from scratch;
+        # always None once closed): batch.py's to read and write
         self.sent_tokens: list[int] | None = None
         self._views: tuple | None = None           # wasmtime-py views of the Store, memory, instance (on demand)
         plan = self._plan = rt.spawn_plan(request.controller)
@@ -260,13 +265,13 @@ class Sequence(Owned):
             if s._views is not None:
                 s._views[0].close()
                 s._views = None
-            s._release_slot.detach()
         a, b = self.slot, fork.slot
         self._registry.swap_slots(self, fork, native.addr(a), native.addr(b))
         self.slot, fork.slot = b, a
-        self._release_slot = weakref.finalize(self, native.release, b)
-        fork._release_slot = weakref.finalize(fork, native.release, a)
+        self._owned[0], fork._owned[0] = b, a   # what each one's finalizer frees
         self._group_buf, fork._group_buf = fork._group_buf, self._group_buf
+        # the object API's copies of what each controller holds go with the controllers
+        self.sent_tokens, fork.sent_tokens = fork.sent_tokens, self.sent_tokens
         b.seq_id, a.seq_id = self.id, fork.id
         b.vars = native.ffi.NULL if req.vars.ptr is None else req.vars.ptr
         return old_log
@@ -292,6 +297,7 @@ class Sequence(Owned):
         """Free the instance and its Store; while a call is still out, once it ends."""
         if self._state is SeqState.CLOSING:
             return
+        self.sent_tokens = None   # the object API checks a sequence without one for being closed
         self.slot.stopped = 1
         if self.call_out:
             self._state = SeqState.CLOSING
@@ -302,11 +308,11 @@ class Sequence(Owned):
     def free(self) -> None:
         if self._state is SeqState.CLOSED:
             return
-        self._release_budget()
         self._closed = True
         self._final_log = self._native.log_bytes(self.slot)
         self._state = SeqState.CLOSED
         self.mask_buffer = None
+        self.sent_tokens = None
         self._registry.remove(self, self._native.addr(self.slot))
         views, self._views = self._views, None
         if views is not None:
@@ -321,4 +327,11 @@ class Sequence(Owned):
                     resident.freed(base, size)
             else:
                 self._native.store_delete(slot)
-        self._release_slot()
+        self._release_native()   # its budget share, the slot's buffers
+
+
+def _release_native(budget: "MemoryBudget", charged: int, native: "Native", owned: list) -> None:
+    """A sequence's finalizer (run once: at close, or when it is collected unclosed): its share of
+    the memory budget back, its slot's native buffers and Store freed."""
+    budget.release(charged)
+    native.release(owned[0])

@@ -118,6 +118,7 @@ class Native:
         self.mode: str = impl.mode
         self.ffi = impl.ffi
         self.slot_bytes: int = impl.ffi.sizeof("aicirt_slot")
+        self._slot_p, self._uintptr = impl.ffi.typeof("aicirt_slot *"), impl.ffi.typeof("uintptr_t")   # parsed once
         # the hot operations, bound once (no extra Python frame per call)
         self.make_pool = impl.make_pool
         self.memory = impl.memory
@@ -142,10 +143,10 @@ class Native:
 
     # -- slots ---------------------------------------------------------------------------------
     def new_slot(self) -> CData:
-        return self.ffi.new("aicirt_slot *")
+        return self.ffi.new(self._slot_p)
 
     def addr(self, cdata: CData) -> int:
-        return int(self.ffi.cast("uintptr_t", cdata))
+        return int(self.ffi.cast(self._uintptr, cdata))
 
     def log_bytes(self, slot: CData) -> bytes:
         return bytes(self.ffi.buffer(slot.log, slot.log_len)) if slot.log_len else b""

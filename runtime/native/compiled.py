@@ -49,6 +49,8 @@ class Compiled:
         self.ffi, self.lib = ffi, lib = mod.ffi, mod.lib
         #: a C pointer into a contiguous numpy array, which the caller keeps alive for the call
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
+        self._new, self._cast = ffi.new, ffi.cast
+        self._size_p, self._uintptr = ffi.typeof("size_t *"), ffi.typeof("uintptr_t")
         size = lib.aicirt_bind(*(ffi.cast("void *", fn_addr(n)) for n in (
             "wasmtime_func_call_unchecked", "wasmtime_memory_data", "wasmtime_memory_data_size",
             "wasmtime_context_set_epoch_deadline", "wasmtime_caller_context", "wasmtime_context_get_data",
@@ -166,9 +168,9 @@ class Compiled:
 
     def memory(self, slot: CData) -> tuple[int, int]:
         """(address, size) of the slot's linear memory."""
-        size = self.ffi.new("size_t *")
+        size = self._new(self._size_p)   # C types resolved once (a spawn and a close each call this)
         ptr = self.lib.aicirt_memory(slot, size)
-        return int(self.ffi.cast("uintptr_t", ptr)), size[0]
+        return int(self._cast(self._uintptr, ptr)), size[0]
 
     def ctx_memory(self, slot: CData, ctx: CData) -> tuple[int, int]:
         size = self.ffi.new("size_t *")
@@ -214,6 +216,7 @@ class CPool:
         self._table: np.ndarray | None = None   # the registry's table last submitted from, and its C view
         self._table_c: CData = ffi.NULL
         self._masks_c: dict[int, tuple[np.ndarray, CData]] = {}   # mask arrays last submitted into, and their C views
+        self._types = {c: ffi.typeof(c) for c in ("int32_t[]", "int64_t[]", "uint32_t[]")}
         engine_addr = ctypes.cast(engine.ptr(), ctypes.c_void_p).value or 0
         self.ptr = lib.aicirt_pool_new(workers, max_workers, stall_s * 1e6, ffi.cast("void *", engine_addr),
                                        tick_s * 1e6)
@@ -230,18 +233,19 @@ class CPool:
         self._lock = threading.Lock()
 
     def submit_rows(self, table: np.ndarray, index: np.ndarray, sampled: np.ndarray, edits: "EditArrays | None",
-                    masks: np.ndarray, words: int, stamp: int, scratch: "RowScratch") -> tuple[int, CData]:
+                    masks: np.ndarray, words: int, stamp: int, scratch: "RowScratch",
+                    expect_seen: np.ndarray | None = None) -> tuple[int, CData]:
         """rows.c's aicirt_rows_submit (the slots from `table`, then aicirt_rows_start) into
-        `scratch`: (0, its buffer as the hot path holds it), or (-(row + 1), _) with nothing
-        started and scratch.row_status[row] saying why (5: no live sequence at that index, else
-        aicirt_rows_start's misuse)."""
-        ffi, fb = self.ffi, self._from_buffer
+        `scratch`: (how many rows started, its buffer as the hot path holds it), or (-(row + 1), _)
+        with nothing started and scratch.row_status[row] saying why (5: no live sequence at that
+        index, else aicirt_rows_start's misuse; `expect_seen`: int32 per row, see aicirt_rows_start)."""
+        ffi, fb, t = self.ffi, self._from_buffer, self._types   # C types resolved once: no parse per call
         if edits is None:
             of = off = tok = unchanged = ffi.NULL
         else:
-            of, off = fb("int32_t[]", edits.of_row), fb("int64_t[]", edits.offsets)
-            tok = fb("uint32_t[]", edits.tokens) if len(edits.tokens) else ffi.NULL
-            unchanged = fb("uint32_t[]", edits.unchanged)
+            of, off = fb(t["int32_t[]"], edits.of_row), fb(t["int64_t[]"], edits.offsets)
+            tok = fb(t["uint32_t[]"], edits.tokens) if len(edits.tokens) else ffi.NULL
+            unchanged = fb(t["uint32_t[]"], edits.unchanged)
         buf = scratch.held
         if buf is None:
             buf = scratch.held = fb("uint8_t[]", scratch.buf)
@@ -252,8 +256,9 @@ class CPool:
             if len(self._masks_c) >= 4:
                 self._masks_c.clear()
             masks_c = self._masks_c[id(masks)] = (masks, fb("uint32_t[]", masks))
-        rc = self.lib.aicirt_rows_submit(self.ptr, self._table_c, len(table), fb("int64_t[]", index),
-                                         scratch.n, fb("int32_t[]", sampled), of, off, tok, unchanged,
+        rc = self.lib.aicirt_rows_submit(self.ptr, self._table_c, len(table), fb(t["int64_t[]"], index),
+                                         scratch.n, fb(t["int32_t[]"], sampled), of, off, tok, unchanged,
+                                         ffi.NULL if expect_seen is None else fb(t["int32_t[]"], expect_seen),
                                          masks_c[1], words, stamp, buf)
         return rc, buf
 

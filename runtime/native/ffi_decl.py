@@ -34,7 +34,7 @@ int aicirt_pool_wait(aicirt_pool *p, aicirt_slot **slots, int n, double timeout_
 void aicirt_pool_free(aicirt_pool *p);
 int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t *sampled, const int32_t *edit_of,
                       const int64_t *edit_off, const uint32_t *edit_tok, const uint32_t *edit_unchanged,
-                      uint32_t *mask_base, uint32_t words, uint64_t stamp, int8_t *row_status, int *misuse);
+                      const int32_t *expect_seen, uint32_t *mask_base, uint32_t words, uint64_t stamp, int8_t *row_status, int *misuse);
 int aicirt_rows_collect(aicirt_slot **slots, int n, const int8_t *row_status, uint8_t *kind, float *temperature,
                         double *elapsed_us);
 int aicirt_rows_gather(const uint64_t *table, int64_t table_len, const int64_t *index, int n, uint64_t *out);
@@ -45,8 +45,8 @@ int aicirt_pool_stats(aicirt_pool *p, int *out);
 int aicirt_pool_steal(aicirt_pool *p, int on);
 int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len, const int64_t *index, int n,
                        const int32_t *sampled, const int32_t *edit_of, const int64_t *edit_off,
-                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, uint32_t *mask_base,
-                       uint32_t words, uint64_t stamp, uint8_t *scratch);
+                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, const int32_t *expect_seen,
+                       uint32_t *mask_base, uint32_t words, uint64_t stamp, uint8_t *scratch);
 int aicirt_rows_finish(aicirt_pool *p, uint8_t *scratch, int n, double timeout_us);
 void aicirt_bind_clock(void *error_new, void *increment_epoch);
 void aicirt_clock_start(aicirt_slot *s, double budget_us);

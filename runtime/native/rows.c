@@ -22,19 +22,30 @@ static int seen_reserve(aicirt_slot *s, uint64_t n) {
  * edit_of[i] >= 0 (edit_of may be NULL) its token list is the first edit_unchanged[e] tokens the
  * controller saw, then edit_tok[edit_off[e], edit_off[e + 1]), and its net edit is the diff against what the
  * controller saw; every other row appends its sampled token. Branch 0's mask goes to row i of
- * mask_base. Returns 0 with row_status[] filled and the started rows queued, or, with nothing started,
- * -(i + 1) for misuse at row i (*misuse: 1 submitted twice in this batch, 2 in a batch not waited for,
- * 3 closed). */
+ * mask_base. Where expect_seen (may be NULL) has expect_seen[i] >= 0, the caller built row i on the
+ * belief that its controller saw that many tokens (the object API's copy of them): a row that would
+ * start and whose controller saw another count is stale. Returns how many rows started (>= 0) with
+ * row_status[] filled and the started rows queued, or, with nothing started, -(i + 1) for misuse at
+ * row i (*misuse: 1 submitted twice in this batch, 2 in a batch not waited for, 3 closed), or for the
+ * first stale row (*misuse 6; then row_status[k] is 6 for every stale row k, 0 for the others). */
 int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t *sampled, const int32_t *edit_of,
                       const int64_t *edit_off, const uint32_t *edit_tok, const uint32_t *edit_unchanged,
-                      uint32_t *mask_base, uint32_t words, uint64_t stamp, int8_t *row_status, int *misuse) {
+                      const int32_t *expect_seen, uint32_t *mask_base, uint32_t words, uint64_t stamp,
+                      int8_t *row_status, int *misuse) {
+    int stale = -1;
     for (int i = 0; i < n; i++) {
         aicirt_slot *s = slots[i];
         if (s->stamp == stamp) { *misuse = 1; return -(i + 1); }
         if (s->call_out == 1) { *misuse = 2; return -(i + 1); }
         if (s->stopped == 2) { *misuse = 3; return -(i + 1); }
         s->stamp = stamp;
+        if (expect_seen) {
+            int is_stale = expect_seen[i] >= 0 && !s->stopped && !s->call_out && s->n_seen != (uint32_t)expect_seen[i];
+            row_status[i] = is_stale ? 6 : 0;
+            if (is_stale && stale < 0) stale = i;
+        }
     }
+    if (stale >= 0) { *misuse = 6; return -(stale + 1); }
     aicirt_slot *small[256];   /* no allocation for the common batch */
     aicirt_slot **run = n <= 256 ? small : malloc((size_t)n * sizeof *run);
     if (!run) { *misuse = 4; return -1; }
@@ -98,7 +109,7 @@ int aicirt_rows_start(aicirt_pool *p, aicirt_slot **slots, int n, const int32_t 
         }
     }
     if (run != small) free(run);
-    return 0;
+    return m;
 }
 
 /* After the wait: kind[i] for the rows started this step (others are KIND_OTHER). A KIND_MASK row is
@@ -177,21 +188,22 @@ void aicirt_seen_free(aicirt_slot *s) {
 #define SCR_STATUS(b, n) ((int8_t *)((b) + 8 + 20 * (size_t)(n)))
 #define SCR_KIND(b, n) ((uint8_t *)((b) + 8 + 21 * (size_t)(n)))
 
-/* aicirt_rows_gather (the rows' slots from the registry's table) then aicirt_rows_start. Returns 0,
- * or -(i + 1) with nothing started and row_status[i] saying why: 5 no live sequence at index[i],
- * else aicirt_rows_start's misuse (1 twice in this batch, 2 in a batch not waited for, 3 closed,
- * 4 out of memory). */
+/* aicirt_rows_gather (the rows' slots from the registry's table) then aicirt_rows_start. Returns how
+ * many rows started (the object API looks at its rows again only when that is not all of them), or
+ * -(i + 1) with nothing started and row_status[i] saying why: 5 no live sequence at index[i], else
+ * aicirt_rows_start's misuse (1 twice in this batch, 2 in a batch not waited for, 3 closed, 4 out of
+ * memory, 6 stale: see there). */
 int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len, const int64_t *index, int n,
                        const int32_t *sampled, const int32_t *edit_of, const int64_t *edit_off,
-                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, uint32_t *mask_base,
-                       uint32_t words, uint64_t stamp, uint8_t *scratch) {
+                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, const int32_t *expect_seen,
+                       uint32_t *mask_base, uint32_t words, uint64_t stamp, uint8_t *scratch) {
     aicirt_slot **slots = SCR_SLOTS(scratch, n);
     int8_t *status = SCR_STATUS(scratch, n);
     int rc = aicirt_rows_gather(table, table_len, index, n, (uint64_t *)slots);
     if (rc < 0) { status[-rc - 1] = 5; return rc; }
     int misuse = 0;
-    rc = aicirt_rows_start(p, slots, n, sampled, edit_of, edit_off, edit_tok, edit_unchanged, mask_base, words,
-                           stamp, status, &misuse);
+    rc = aicirt_rows_start(p, slots, n, sampled, edit_of, edit_off, edit_tok, edit_unchanged, expect_seen, mask_base,
+                           words, stamp, status, &misuse);
     if (rc < 0) status[-rc - 1] = (int8_t)misuse;
     return rc;
 }
