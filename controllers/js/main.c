@@ -54,6 +54,14 @@ __attribute__((used)) static const char JS_CONTROLLER_MARKER[] = "aicirt:js:cont
 
 static const char *type_name(JSValueConst v);
 
+/* The host's time notice (docs/protocol.md#limits; exported by build.json's "exports"): set to 1
+ * when the call's time is nearly up. QuickJS polls it (every 10,000 interpreter steps and in
+ * regex matching) and throws its uncatchable "interrupted", so a time-out names the JS frames where
+ * the script was; cleared at every call. Native work (a mask, a big compile) does not poll: the
+ * host's own limit ends that. */
+volatile uint32_t aicirt_time_notice;
+static int on_interrupt(JSRuntime *r, void *opaque) { return aicirt_time_notice != 0; }
+
 /* ---- failing: the log, then proc_exit ----------------------------------------------------- */
 __attribute__((noreturn)) static void die(const char *what, const char *text, size_t len) {
   aici_logf("js: %s: %.*s\n", what, (int)len, text);
@@ -63,6 +71,7 @@ __attribute__((noreturn)) static void die(const char *what, const char *text, si
 /* The pending exception as "Name: message\n    at ..." (its stack when it has one). */
 __attribute__((noreturn)) static void die_exception(const char *what) {
   JSValue exc = JS_GetException(ctx);
+  if (aicirt_time_notice && JS_IsUncatchableError(exc)) what = "the call's time limit interrupted the script";
   const char *msg = JS_IsSymbol(exc) ? 0 : JS_ToCString(ctx, exc);
   if (!msg) {   /* a Symbol, or a value whose conversion to a string threw: say which, truthfully */
     JS_FreeValue(ctx, JS_GetException(ctx));
@@ -369,6 +378,7 @@ static void make_interpreter(void) {
   if (!(rt = JS_NewRuntime())) aici_fail("js: cannot create the interpreter (out of memory)");
   JS_SetMemoryLimit(rt, JS_MEMORY_LIMIT);
   JS_SetMaxStackSize(rt, JS_STACK_LIMIT);
+  JS_SetInterruptHandler(rt, on_interrupt, 0);
   if (!(ctx = JS_NewContext(rt))) aici_fail("js: cannot create the interpreter's context (out of memory)");
   JSValue global = JS_GetGlobalObject(ctx), api = JS_NewObject(ctx);
   JS_SetPropertyFunctionList(ctx, api, api_funcs, sizeof api_funcs / sizeof api_funcs[0]);
@@ -685,6 +695,7 @@ static int convert_result(JSValueConst r, aici_result_t *res) {
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   make_interpreter();          /* no-op after the init (or the first call) */
   JS_UpdateStackTop(rt);       /* the host calls in at the top of the shadow stack */
+  aicirt_time_notice = 0;      /* the host sets it again if this call runs out of time */
   if (!script_loaded) load_script();
   JSValue a = JS_NewObject(ctx);
   JS_SetProperty(ctx, a, atoms[A_BACKTRACK], JS_NewUint32(ctx, arg->backtrack));

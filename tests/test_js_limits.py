@@ -1,0 +1,60 @@
+"""The js controller at the runtime's limits, with JS context (issue 30): a time-out names the JS
+frames where the script was (the host's time notice, docs/protocol.md#limits, interrupts the
+interpreter before the hard limit would end the call), and a neighbour sequence is unharmed."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from hostile.runner import Spec, healthy_specs, run_batch
+
+import aicirt
+from aicirt import toolchain
+
+LIMITS = {"call_timeout_s": 0.25, "first_call_timeout_s": 0.25}
+
+
+@pytest.fixture(scope="module")
+def js_wasm():
+    return toolchain.build_cached("js")
+
+
+@pytest.fixture(scope="module")
+def alone(scripted_wasm):
+    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as rt:
+        return run_batch(rt, healthy_specs(scripted_wasm)).healthy
+
+
+def _hostile_error(make_rt, scripted_wasm, js_wasm, alone, script: str) -> str:
+    rt = make_rt(**LIMITS)
+    spec = Spec(js_wasm, script.encode() + b"\0", prompt=(65, 66))
+    out = run_batch(rt, healthy_specs(scripted_wasm), spec, settle=True)
+    assert out.healthy == alone, "the healthy sequences changed beside the looping script"
+    assert [reason for reason, _ in out.hostile] == ["error"], out.hostile
+    return out.hostile[0][1]
+
+
+# (script, the frames its error must name, innermost first)
+TIMEOUTS = {
+    "midProcess": ("function spin(n) {\n  for (;;) n++;\n}\n"
+                   "function midProcess(arg) {\n  if (arg.callIndex > 0) spin(0);\n"
+                   "  return aici.sample(new aici.TokenSet([65, 66]));\n}\n",
+                   [("spin", 2), ("midProcess", 5)]),
+    "first-call": ("function build() {\n  const t = [];\n  let i = 0;\n  while (true) { t[i & 1023] = i; i++; }\n}\n"
+                   "build();\nfunction midProcess(arg) { return aici.stop(); }\n",
+                   [("build", 4), ("<eval>", 6)]),
+    "library": ("aici.start(async () => {\n  await $`x`;\n  let n = 0;\n  while (true) { n += Math.sqrt(n); }\n});\n",
+                [("<anonymous>", 4)]),
+    "regex": ("function midProcess(arg) {\n  return /^(a+)+$/.test('a'.repeat(40) + 'b') ? aici.stop() : aici.noop();\n}\n",
+              [("midProcess", 2)]),
+}
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("name", TIMEOUTS)
+def test_a_time_out_names_the_js_frames(make_rt, scripted_wasm, js_wasm, alone, name):
+    script, frames = TIMEOUTS[name]
+    err = _hostile_error(make_rt, scripted_wasm, js_wasm, alone, script)
+    assert "time limit interrupted the script: InternalError: interrupted" in err, err
+    found = re.findall(r"at (\S+) \(<script>:(\d+)", err)
+    assert [(f, int(line)) for f, line in found[:len(frames)]] == frames, err
