@@ -58,3 +58,48 @@ def test_a_time_out_names_the_js_frames(make_rt, scripted_wasm, js_wasm, alone, 
     assert "time limit interrupted the script: InternalError: interrupted" in err, err
     found = re.findall(r"at (\S+) \(<script>:(\d+)", err)
     assert [(f, int(line)) for f, line in found[:len(frames)]] == frames, err
+
+
+# Gradual out-of-memory under the default time limits (1 s of CPU for the first call; the soft
+# deadline, wall-clock, only says how long each step is waited for here): what
+# fills the heap, small objects (where the InternalError itself used to find no room, so `null`
+# was thrown) and large arrays. The script catches the error, lets go of the memory and goes on:
+# more steps, each allocating again.
+FILLERS = {"small objects": "{a: n, b: [n]}", "strings": "'x'.repeat(100) + n",
+           "1000-element arrays": "new Array(1000).fill(1.5)"}
+
+
+@pytest.mark.parametrize("filler", FILLERS)
+def test_gradual_out_of_memory_is_a_catchable_internal_error(make_rt, filler):
+    from test_js import run_js
+    script = f"""
+    let keep = [], n = 0, caught;
+    function midProcess(arg) {{
+      if (arg.callIndex === 0) {{
+        try {{
+          for (;;) {{ keep.push({FILLERS[filler]}); n++; }}
+        }} catch (e) {{
+          keep = [];
+          caught = (e instanceof InternalError) + " " + String(e) + " after " + n;
+        }}
+      }} else {{
+        keep.push(new Array(1000).fill(arg.callIndex));   // the heap works again
+      }}
+      console.log(caught, keep.length);
+      return arg.callIndex < 3 ? aici.sample(new aici.TokenSet([65])) : aici.stop();
+    }}"""
+    results, log = run_js(script, steps=5, hot_path_rt=make_rt(soft_deadline_s=30.0))   # wall: a busy machine
+    assert [r.status for r in results] == ["ok"] * 4, (results[-1].error, log)
+    assert results[-1].branches == []
+    lines = log.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("true InternalError: out of memory after ") for line in lines), log
+    assert int(lines[0].split()[-2]) > 1000, log     # it did fill the heap
+    assert [line.split()[-1] for line in lines] == ["0", "1", "2", "3"], log
+
+
+def test_gradual_out_of_memory_uncaught_ends_the_sequence_with_its_line(make_rt):
+    from test_js import run_js
+    script = "const keep = [];\nfunction midProcess(arg) {\n  for (;;) keep.push({a: [1]});\n}\n"
+    results, log = run_js(script, hot_path_rt=make_rt(soft_deadline_s=30.0))
+    assert results[0].status == "error", results[0]
+    assert "js: midProcess threw: InternalError: out of memory | at midProcess (<script>:3:" in results[0].error

@@ -26,7 +26,6 @@
 
 #include "js.h"
 
-#define JS_MEMORY_LIMIT (40u << 20)   /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
 #define JS_STACK_LIMIT (128u << 10)   /* of the 1 MiB shadow stack: QuickJS's check must fire before the
                                      * Wasm stack (wasmtime's 512 KiB) runs out: ~400 plain JS frames */
 #define MAX_LOG_CHARS (16u << 10)     /* one console.log line; longer ones are cut */
@@ -375,8 +374,8 @@ static void run_jobs(const char *what) {
 /* ---- the interpreter ----------------------------------------------------------------------- */
 static void make_interpreter(void) {
   if (ctx) return;
-  if (!(rt = JS_NewRuntime())) aici_fail("js: cannot create the interpreter (out of memory)");
-  JS_SetMemoryLimit(rt, JS_MEMORY_LIMIT);
+  /* the memory limit is js_heap_funcs' (alloc.c), so that the error at the limit can be made */
+  if (!(rt = JS_NewRuntime2(&js_heap_funcs, 0))) aici_fail("js: cannot create the interpreter (out of memory)");
   JS_SetMaxStackSize(rt, JS_STACK_LIMIT);
   JS_SetInterruptHandler(rt, on_interrupt, 0);
   if (!(ctx = JS_NewContext(rt))) aici_fail("js: cannot create the interpreter's context (out of memory)");
@@ -406,6 +405,10 @@ AICI_EXPORT_INIT void js_init(void) {
    * vocabulary, in every instance, and would leave less than the interpreter's 40 MiB limit
    * below the instance's 64 MiB (an allocation bomb would trap in malloc, not throw in JS).
    * aici.Grammar prepares them on first use (constraint.c). */
+  /* The SDK's result arena gets its first chunk (64 KiB) now, in the snapshot: a script that
+   * caught a gradual out-of-memory has freed its heap in pieces too small for a 64 KiB chunk,
+   * and its result must still find room. */
+  aici_tmp_alloc(1);
   JS_RunGC(rt);
   gc_later();
 }
