@@ -39,6 +39,7 @@ const aici_arg_t *cur_arg;
 static JSValue mid_fn;                /* the script's midProcess */
 static const aici_trie_t *trie;
 static bool script_loaded;
+static bool in_init;                  /* evaluating a bound script in the per-tokenizer init */
 /* Property names used every step, interned once (by the init): no string hashing per step. */
 enum { A_BRANCHES, A_SAMPLE_MASK, A_TEMPERATURE, A_SPLICES, A_WHEN_SAMPLED, A_BACKTRACK, A_FF_TOKENS,
        A_TOKENS, A_SAMPLED, A_FORK_GROUP, A_CALL_INDEX, N_ATOMS };
@@ -223,6 +224,8 @@ static JSValue api_token_bytes(JSContext *c, JSValueConst this, int argc, JSValu
 }
 
 static JSValue api_arg(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  if (in_init) return JS_ThrowTypeError(c, "aici.arg() is the request's: this bound script's top level runs in the "
+                                           "per-tokenizer init (it calls aici.init); call it from midProcess");
   uint32_t n;
   char *a = (char *)aici_arg(&n);
   JSValue s = arg_skip < n ? JS_NewStringLen(c, a + arg_skip, n - arg_skip) : JS_NewString(c, "");
@@ -313,7 +316,7 @@ static const char LIB[] = {
 static const char LIB_MODULE[] =
     "const a = globalThis.aici;\n"
     "export default a;\n"
-    "export const {start, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar,\n"
+    "export const {start, init, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar,\n"
     "  TokenSet, Regex, JsonSchema, Grammar, Follower, choice, Cap, stop, sample, fastForward, noop, vocabSize, eosToken,\n"
     "  selfSeqId, capabilities, tokenize, detokenize, tokenBytes, arg, allTokens, varGet, varSet, varAppend, log} = a;\n";
 
@@ -330,6 +333,7 @@ static void gc_later(void) {
 }
 
 static bool is_module(const char *s, uint32_t n);
+static void load_script(void);
 
 /* aici._checkSyntax(source): compile `source` as the controller would (a module when a line starts
  * with import/export), run nothing; a SyntaxError names <script>:LINE:COL. For `aicirt build`
@@ -409,6 +413,16 @@ AICI_EXPORT_INIT void js_init(void) {
    * caught a gradual out-of-memory has freed its heap in pieces too small for a 64 KiB chunk,
    * and its result must still find room. */
   aici_tmp_alloc(1);
+  /* A bound script that calls aici.init (runtime/js_bind.py): the host gives the init the script as
+   * `arg`, and the script is evaluated here, so every request starts from what its top level and
+   * its init functions built; elsewhere the init's `arg` is empty and the first call evaluates it. */
+  uint32_t n;
+  aici_free(aici_arg(&n));
+  if (n) {
+    in_init = true;
+    load_script();
+    in_init = false;
+  }
   JS_RunGC(rt);
   gc_later();
 }
