@@ -1,32 +1,19 @@
 """The js controller at the runtime's limits, with JS context (issue 30): a time-out names the JS
 frames where the script was (the host's time notice, docs/protocol.md#limits, interrupts the
-interpreter before the hard limit would end the call), and a neighbour sequence is unharmed."""
+interpreter before the hard limit would end the call), and a neighbour sequence is unharmed; memory
+filled gradually is the catchable InternalError under the default limits, and a script that
+catches it goes on."""
 from __future__ import annotations
 
 import re
 
 import pytest
 from hostile.runner import Spec, healthy_specs, run_batch
-
-import aicirt
-from aicirt import toolchain
-
-LIMITS = {"call_timeout_s": 0.25, "first_call_timeout_s": 0.25}
-
-
-@pytest.fixture(scope="module")
-def js_wasm():
-    return toolchain.build_cached("js")
-
-
-@pytest.fixture(scope="module")
-def alone(scripted_wasm):
-    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as rt:
-        return run_batch(rt, healthy_specs(scripted_wasm)).healthy
+from test_js_hostile import SUITE_LIMITS, alone, js_wasm  # noqa: F401  (fixtures: the suite's healthy run alone)
 
 
 def _hostile_error(make_rt, scripted_wasm, js_wasm, alone, script: str) -> str:
-    rt = make_rt(**LIMITS)
+    rt = make_rt(**SUITE_LIMITS)
     spec = Spec(js_wasm, script.encode() + b"\0", prompt=(65, 66))
     out = run_batch(rt, healthy_specs(scripted_wasm), spec, settle=True)
     assert out.healthy == alone, "the healthy sequences changed beside the looping script"
