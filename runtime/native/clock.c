@@ -86,8 +86,8 @@ static void *limit_error(aicirt_slot *s, double cpu_us, double wall_us) {
 
 /* The time notice (docs/protocol.md#limits): a controller that exports `aicirt_time_notice`, an i32
  * global holding the address of a u32 in its linear memory, gets 1 written there once the running
- * call is within two epoch ticks (at most a quarter of its limit) of the CPU limit or of the
- * wall-clock backstop, so that it can end the call itself and say where it was (the js controller
+ * call is within two epoch ticks (at most a quarter of its limit) of the CPU limit, or within that
+ * margin times the backstop's factor of the wall-clock backstop, so that it can end the call itself and say where it was (the js controller
  * interrupts the script and reports its JS stack). The hard limit stands: a guest that does not
  * react is ended by it as before. The guest clears the word itself. */
 static void notice_time(aicirt_slot *s, double cpu, double wall, double limit) {
