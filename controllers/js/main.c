@@ -712,7 +712,7 @@ static int convert_result(JSValueConst r, aici_result_t *res) {
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   make_interpreter();          /* no-op after the init (or the first call) */
   JS_UpdateStackTop(rt);       /* the host calls in at the top of the shadow stack */
-  aicirt_time_notice = 0;      /* the host sets it again if this call runs out of time */
+  if (aicirt_time_notice) aicirt_time_notice = 0;   /* set by an earlier call's host (a page written only then) */
   if (!script_loaded) load_script();
   JSValue a = JS_NewObject(ctx);
   JS_SetProperty(ctx, a, atoms[A_BACKTRACK], JS_NewUint32(ctx, arg->backtrack));
