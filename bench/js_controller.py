@@ -51,7 +51,20 @@ ttfm_cpu_ms, step_us_p50 (StepResult.elapsed_us of every later call, all sequenc
 fork_us (Sequence.fork() after the first call), memory_mib, calls. Last line: one JSON object
 {"jobs": {job: {"library": {...}, "by_hand": {...}, "ratio": {...}}}, "targets": {...}}.
 
-Usage: python bench/js_controller.py [--rounds N] [--resident-bytes N] [--bind-load | --library]
+`--init`: instead, aici.init (the per-tokenizer init for scripts) on Qwen2's tokenizer, two jobs:
+  table      group the vocabulary's 151,851 ids by their first byte in `aici.init(fn)` (one
+             tokenBytes call a token, in JS), sample from one group
+  choice50   `aici.choice` of the 50 cities and its first mask made in `aici.init(fn)` (the mask is
+             cached in the Regex), return that mask
+each bound into the module (`bound`: the init evaluates it, once, into the module's own snapshot)
+against the same script given as the argument (`argument`: evaluated, init and all, on every
+request's first call), alternating. Per job and side: first_call_ms (new request to the first
+call's result, wall), first_call_cpu_ms (this process's CPU), spread; per job the bound module's
+load (the init and the snapshot's compile, once: wall and CPU, compile children included). Last
+line: one JSON object {"jobs": {job: {"bound", "argument", "ratio" (bound / argument),
+"bound_load_s"}}, ...}.
+
+Usage: python bench/js_controller.py [--rounds N] [--resident-bytes N] [--bind-load | --library | --init]
 """
 from __future__ import annotations
 
@@ -273,15 +286,111 @@ def bind_load() -> None:
                       "bound_load_wall_s": [round(w, 2) for w, _ in got[1:]]}))
 
 
+INIT_SCRIPT = """
+const byFirst = new Map();
+aici.init(() => {
+  for (let t = 0; t < aici.vocabSize(); t++) {
+    const b = aici.tokenBytes(t);
+    if (!b || !b.length) continue;
+    let ids = byFirst.get(b[0]);
+    if (!ids) byFirst.set(b[0], ids = []);
+    ids.push(t);
+  }
+});
+function midProcess(arg) {
+  return aici.sample(new aici.TokenSet(byFirst.get(72)));   // the ids whose text starts with "H"
+}
+"""
+
+
+# A choice among the 50 cities whose regex and first mask are made by aici.init (cached in the
+# Regex, so in the bound module's snapshot): a request's first call returns that mask.
+CHOICE_INIT_SCRIPT = """
+const cities = aici.init(() => {
+  const r = aici.choice(%s);
+  r.mask(r.start());
+  return r;
+});
+function midProcess(arg) {
+  return aici.sample(cities.mask(cities.start()));
+}
+"""
+
+
+def init_bench(rounds: int) -> None:
+    import resource
+
+    import aicirt
+    from aicirt import StepInput
+    from aicirt.loader.js_bind import bind
+    from aicirt.build.toolchain import build_cached
+    from mask_speed import QwenTokenizer
+
+    def cpu() -> float:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    tok = QwenTokenizer()
+    limits = aicirt.Limits(first_call_timeout_s=30.0, soft_deadline_s=30.0, compile_timeout_s=300.0)
+    rt = aicirt.Runtime(tok, limits=limits, workers=1, cache_dir=False)
+    js_bytes = build_cached("js").read_bytes()
+    js = rt.load(js_bytes)
+    prompt = tok.encode("Say hello: ")
+    sides, loads = {}, {}
+    for job, script in (("table", INIT_SCRIPT), ("choice50", CHOICE_INIT_SCRIPT % json.dumps(CITIES))):
+        c0, t0 = cpu(), time.perf_counter()
+        bound = rt.load(bind(js_bytes, script.encode()))
+        loads[job] = {"wall": round(time.perf_counter() - t0, 2), "cpu": round(cpu() - c0, 2)}
+        print(f"{job:8s} bound    load {loads[job]['wall']:.2f} s wall, {loads[job]['cpu']:.2f} s CPU "
+              f"(the init and its snapshot, once)", flush=True)
+        sides[job, "bound"] = (bound, b"")
+        sides[job, "argument"] = (js, script.encode() + b"\0")
+
+    def first_call(ctrl, arg: bytes) -> tuple[float, float]:
+        c0, t0 = time.process_time(), time.perf_counter()
+        req = rt.new_request(ctrl, arg)
+        seq = req.spawn()
+        r = rt.submit([StepInput(seq, list(prompt), None)]).wait().results[0]
+        wall, c = (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
+        if r.status != "ok" or not r.branches:
+            raise RuntimeError(f"no first mask: {r.status} {r.error}")
+        seq.close()
+        req.close()
+        return wall, c
+
+    for ctrl, arg in sides.values():   # warm-up
+        first_call(ctrl, arg)
+    got: dict[tuple[str, str], list[tuple[float, float]]] = {k: [] for k in sides}
+    for i in range(rounds):
+        for k in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+            got[k].append(first_call(*sides[k]))
+    rt.close()
+    jobs: dict = {}
+    for (job, side), runs in got.items():
+        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        s = jobs.setdefault(job, {})[side] = {
+            "first_call_ms": round(statistics.median(walls), 3), "first_call_cpu_ms": round(statistics.median(cpus), 3),
+            "first_call_ms_spread": [round(min(walls), 3), round(max(walls), 3)]}
+        print(f"{job:8s} {side:8s} first call {s['first_call_ms']:9.3f} ms ({s['first_call_cpu_ms']:.3f} ms CPU, "
+              f"spread {s['first_call_ms_spread']})", flush=True)
+    for job, j in jobs.items():
+        j["ratio"] = {m: round(j["bound"][m] / j["argument"][m], 4) for m in ("first_call_ms", "first_call_cpu_ms")}
+        j["bound_load_s"] = loads[job]
+    print(json.dumps({"jobs": jobs, "rounds": rounds, "vocab": tok.vocab_size, "targets": {"choice50_ttfm_ms_max": 5.0}}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--bind-load", action="store_true")
     ap.add_argument("--library", action="store_true", help="the async library against hand-written scripts")
+    ap.add_argument("--init", action="store_true", help="aici.init: a bound script's init against per request")
     ap.add_argument("--resident-bytes", type=int, default=0, help="Limits.resident_bytes (the memory policy)")
     args = ap.parse_args()
     if args.library:
         return library(args.rounds)
+    if args.init:
+        return init_bench(args.rounds)
     if args.bind_load:
         return bind_load()
     from mask_speed import QwenTokenizer

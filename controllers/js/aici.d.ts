@@ -247,6 +247,13 @@ declare namespace aici {
   /** A Regex whose language is exactly these strings (non-empty; up to 65,536 of them): a trie
    *  of their bytes as a native DFA, masks cached per state. */
   function choice(options: string[]): Regex;
+  /** The per-tokenizer init: runs `fn` now and returns its value. In a script bound into a module
+   *  (`aicirt build/upload ctrl.js`) that calls it, the script is evaluated by the module's init,
+   *  once per tokenizer, and every request starts from what its top level and `fn` built; there
+   *  they may use what an init may (vocabSize, eosToken, tokenize, detokenize, tokenBytes, log, the
+   *  constraints), not the request's (arg, variables, capabilities, ...). A script given as the
+   *  argument runs it on each request's first call. Not a global: `aici.init` or the import. */
+  function init<T>(fn: () => T): T;
   const start: typeof globalThis.start, $: typeof globalThis.$, fixed: typeof globalThis.fixed,
     gen: typeof globalThis.gen, fork: typeof globalThis.fork, waitVars: typeof globalThis.waitVars,
     getPrompt: typeof globalThis.getPrompt, getTokens: typeof globalThis.getTokens,
@@ -269,6 +276,7 @@ declare const console: { log(...v: unknown[]): void; info(...v: unknown[]): void
 /** `import {start, gen, $} from "aici"` (or "@aicirt/aici") in a module script: the library and
  *  the API as named exports, `aici` itself as the default export. */
 declare module "aici" {
+  export const init: typeof aici.init;
   export const start: typeof globalThis.start, $: typeof globalThis.$, fixed: typeof globalThis.fixed,
     gen: typeof globalThis.gen, fork: typeof globalThis.fork, waitVars: typeof globalThis.waitVars,
     getPrompt: typeof globalThis.getPrompt, getTokens: typeof globalThis.getTokens,

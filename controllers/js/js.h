@@ -33,6 +33,12 @@ void constraint_define(JSValueConst api);
 /* A native result (Follower.step) converted straight into `res`: 1 done, 0 not one, -1 error. */
 int native_result(JSValueConst r, aici_result_t *res);
 
+/* ---- the interpreter's heap (alloc.c) ----------------------------------------------------- */
+#define JS_HEAP_LIMIT (40u << 20)     /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
+#define JS_HEAP_SOFT (JS_HEAP_LIMIT - (1u << 20))   /* where allocations fail first; the rest a reserve */
+#define JS_HEAP_GRANT (128u << 10)    /* what each failure grants of the reserve: the error, the catch */
+extern const JSMallocFunctions js_heap_funcs;
+
 /* ---- shared helpers (main.c) -------------------------------------------------------------- */
 const aici_trie_t *get_trie(JSContext *c);   /* NULL with an exception pending */
 /* A JS array of token ids -> a malloc'd array; NULL with an exception pending. */

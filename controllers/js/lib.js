@@ -278,13 +278,20 @@
     if (mainFn) throw new Error("aici.start: called twice");
     mainFn = fn;
   }
+  // The per-tokenizer init: fn runs now, where the script is evaluated. A bound script that calls
+  // aici.init is evaluated by the init, once per tokenizer, and every request starts from its state
+  // (runtime/loader/js_bind.py, docs/js.md); a script given as the argument is evaluated on its first call.
+  function init(fn) {
+    if (typeof fn !== "function") throw new TypeError(`aici.init: expected a function, got ${describe(fn)}`);
+    return fn();
+  }
   const setVar = (name, value) => aici.varSet(name, value);
   const getVar = name => aici.varGet(name);
   const appendVar = (name, value) => aici.varAppend(name, value);
 
-  const lib = {start, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar};
+  const lib = {start, init, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar};
   Object.assign(aici, lib);
   Object.defineProperty(aici, "_libMidProcess", {value: libMidProcess});
   Object.defineProperty(aici, "_libStarted", {get: () => mainFn !== null});
-  for (const k of Object.keys(lib)) if (k !== "start") globalThis[k] = lib[k];
+  for (const k of Object.keys(lib)) if (k !== "start" && k !== "init") globalThis[k] = lib[k];
 })(aici);

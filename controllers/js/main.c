@@ -26,7 +26,6 @@
 
 #include "js.h"
 
-#define JS_MEMORY_LIMIT (40u << 20)   /* of the instance's 64 MiB: a bomb fails in JS, not in malloc */
 #define JS_STACK_LIMIT (128u << 10)   /* of the 1 MiB shadow stack: QuickJS's check must fire before the
                                      * Wasm stack (wasmtime's 512 KiB) runs out: ~400 plain JS frames */
 #define MAX_LOG_CHARS (16u << 10)     /* one console.log line; longer ones are cut */
@@ -40,6 +39,7 @@ const aici_arg_t *cur_arg;
 static JSValue mid_fn;                /* the script's midProcess */
 static const aici_trie_t *trie;
 static bool script_loaded;
+static bool in_init;                  /* evaluating a bound script in the per-tokenizer init */
 /* Property names used every step, interned once (by the init): no string hashing per step. */
 enum { A_BRANCHES, A_SAMPLE_MASK, A_TEMPERATURE, A_SPLICES, A_WHEN_SAMPLED, A_BACKTRACK, A_FF_TOKENS,
        A_TOKENS, A_SAMPLED, A_FORK_GROUP, A_CALL_INDEX, N_ATOMS };
@@ -54,6 +54,14 @@ __attribute__((used)) static const char JS_CONTROLLER_MARKER[] = "aicirt:js:cont
 
 static const char *type_name(JSValueConst v);
 
+/* The host's time notice (docs/protocol.md#limits; exported by build.json's "exports"): set to 1
+ * when the call's time is nearly up. QuickJS polls it (every 10,000 interpreter steps and in
+ * regex matching) and throws its uncatchable "interrupted", so a time-out names the JS frames where
+ * the script was; cleared at every call. Native work (a mask, a big compile) does not poll: the
+ * host's own limit ends that. */
+volatile uint32_t aicirt_time_notice;
+static int on_interrupt(JSRuntime *r, void *opaque) { return aicirt_time_notice != 0; }
+
 /* ---- failing: the log, then proc_exit ----------------------------------------------------- */
 __attribute__((noreturn)) static void die(const char *what, const char *text, size_t len) {
   aici_logf("js: %s: %.*s\n", what, (int)len, text);
@@ -63,6 +71,7 @@ __attribute__((noreturn)) static void die(const char *what, const char *text, si
 /* The pending exception as "Name: message\n    at ..." (its stack when it has one). */
 __attribute__((noreturn)) static void die_exception(const char *what) {
   JSValue exc = JS_GetException(ctx);
+  if (aicirt_time_notice && JS_IsUncatchableError(exc)) what = "the call's time limit interrupted the script";
   const char *msg = JS_IsSymbol(exc) ? 0 : JS_ToCString(ctx, exc);
   if (!msg) {   /* a Symbol, or a value whose conversion to a string threw: say which, truthfully */
     JS_FreeValue(ctx, JS_GetException(ctx));
@@ -215,6 +224,8 @@ static JSValue api_token_bytes(JSContext *c, JSValueConst this, int argc, JSValu
 }
 
 static JSValue api_arg(JSContext *c, JSValueConst this, int argc, JSValueConst *argv) {
+  if (in_init) return JS_ThrowTypeError(c, "aici.arg() is the request's: this bound script's top level runs in the "
+                                           "per-tokenizer init (it calls aici.init); call it from midProcess");
   uint32_t n;
   char *a = (char *)aici_arg(&n);
   JSValue s = arg_skip < n ? JS_NewStringLen(c, a + arg_skip, n - arg_skip) : JS_NewString(c, "");
@@ -305,7 +316,7 @@ static const char LIB[] = {
 static const char LIB_MODULE[] =
     "const a = globalThis.aici;\n"
     "export default a;\n"
-    "export const {start, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar,\n"
+    "export const {start, init, $, fixed, gen, fork, waitVars, Label, getPrompt, getTokens, setVar, getVar, appendVar,\n"
     "  TokenSet, Regex, JsonSchema, Grammar, Follower, choice, Cap, stop, sample, fastForward, noop, vocabSize, eosToken,\n"
     "  selfSeqId, capabilities, tokenize, detokenize, tokenBytes, arg, allTokens, varGet, varSet, varAppend, log} = a;\n";
 
@@ -322,6 +333,7 @@ static void gc_later(void) {
 }
 
 static bool is_module(const char *s, uint32_t n);
+static void load_script(void);
 
 /* aici._checkSyntax(source): compile `source` as the controller would (a module when a line starts
  * with import/export), run nothing; a SyntaxError names <script>:LINE:COL. For `aicirt build`
@@ -366,9 +378,10 @@ static void run_jobs(const char *what) {
 /* ---- the interpreter ----------------------------------------------------------------------- */
 static void make_interpreter(void) {
   if (ctx) return;
-  if (!(rt = JS_NewRuntime())) aici_fail("js: cannot create the interpreter (out of memory)");
-  JS_SetMemoryLimit(rt, JS_MEMORY_LIMIT);
+  /* the memory limit is js_heap_funcs' (alloc.c), so that the error at the limit can be made */
+  if (!(rt = JS_NewRuntime2(&js_heap_funcs, 0))) aici_fail("js: cannot create the interpreter (out of memory)");
   JS_SetMaxStackSize(rt, JS_STACK_LIMIT);
+  JS_SetInterruptHandler(rt, on_interrupt, 0);
   if (!(ctx = JS_NewContext(rt))) aici_fail("js: cannot create the interpreter's context (out of memory)");
   JSValue global = JS_GetGlobalObject(ctx), api = JS_NewObject(ctx);
   JS_SetPropertyFunctionList(ctx, api, api_funcs, sizeof api_funcs / sizeof api_funcs[0]);
@@ -396,6 +409,20 @@ AICI_EXPORT_INIT void js_init(void) {
    * vocabulary, in every instance, and would leave less than the interpreter's 40 MiB limit
    * below the instance's 64 MiB (an allocation bomb would trap in malloc, not throw in JS).
    * aici.Grammar prepares them on first use (constraint.c). */
+  /* The SDK's result arena gets its first chunk (64 KiB) now, in the snapshot: a script that
+   * caught a gradual out-of-memory has freed its heap in pieces too small for a 64 KiB chunk,
+   * and its result must still find room. */
+  aici_tmp_alloc(1);
+  /* A bound script that calls aici.init (runtime/loader/js_bind.py): the host gives the init the script as
+   * `arg`, and the script is evaluated here, so every request starts from what its top level and
+   * its init functions built; elsewhere the init's `arg` is empty and the first call evaluates it. */
+  uint32_t n;
+  aici_free(aici_arg(&n));
+  if (n) {
+    in_init = true;
+    load_script();
+    in_init = false;
+  }
   JS_RunGC(rt);
   gc_later();
 }
@@ -685,6 +712,7 @@ static int convert_result(JSValueConst r, aici_result_t *res) {
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   make_interpreter();          /* no-op after the init (or the first call) */
   JS_UpdateStackTop(rt);       /* the host calls in at the top of the shadow stack */
+  if (aicirt_time_notice) aicirt_time_notice = 0;   /* set by an earlier call's host (a page written only then) */
   if (!script_loaded) load_script();
   JSValue a = JS_NewObject(ctx);
   JS_SetProperty(ctx, a, atoms[A_BACKTRACK], JS_NewUint32(ctx, arg->backtrack));

@@ -18,6 +18,8 @@ A recipe (JSON, in the controller's folder) says:
   so a change to the controller's own files relinks in seconds.
 - ``"sdk_exclude"``: SDK files left out (e.g. `aici_alloc.c`, whose malloc would clash with libc's).
 - ``"stack_size"``: the shadow stack, bytes (default: the toolchain's).
+- ``"exports"``: symbols the link exports besides the usual (``-Wl,--export=NAME``): e.g. the js
+  controller's `aicirt_time_notice`, a data word the host writes (docs/protocol.md#limits).
 - ``"drop_exports"``: exports removed from the linked module (e.g. wasi-libc's ``_start``: a
   reactor's `_initialize` is the SDK's, and nothing calls ``_start``).
 
@@ -66,8 +68,9 @@ def find(path: Path) -> dict[str, Any] | None:
         for key in ("sources", "include", "cflags"):
             if not all(isinstance(x, str) for x in sd.get(key, [])):
                 raise BuildError(f'{f}: "sdist.{key}" must be a list of strings')
-    if not all(isinstance(x, str) for x in r.get("drop_exports", [])):
-        raise BuildError(f'{f}: "drop_exports" must be a list of strings')
+    for key in ("exports", "drop_exports"):
+        if not all(isinstance(x, str) for x in r.get(key, [])):
+            raise BuildError(f'{f}: "{key}" must be a list of strings')
     return r
 
 
@@ -195,7 +198,8 @@ def build(path: Path, out: Path, *, progress: bool, run: Callable) -> subprocess
     sdk = [str(s) for s in sdk_sources() if s.name not in exclude]
     stack = int(recipe.get("stack_size", STACK_SIZE))
     cmd = [*_zig(), "cc", "-target", "wasm32-wasi", *C_FLAGS, f"-I{SDK_DIR}", *lib_includes, *includes,
-           "-nostartfiles", "-Wl,--no-entry", "-Wl,--strip-all", f"-Wl,-z,stack-size={stack}", "-o", str(out),
+           "-nostartfiles", "-Wl,--no-entry", "-Wl,--strip-all", f"-Wl,-z,stack-size={stack}",
+           *(f"-Wl,--export={x}" for x in recipe.get("exports", [])), "-o", str(out),
            *map(str, sorted(path.glob("*.c"))), *map(str, lib_cs), *sdk, *map(str, objs)]
     r = run(cmd, path.name, progress)
     drop = recipe.get("drop_exports", [])

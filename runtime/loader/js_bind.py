@@ -10,10 +10,17 @@ every request's argument is that prefix followed by the request's own argument, 
 js controller's argument form (script, NUL, the script's argument: `aici.arg()`). The module's
 id (sha256 of all its bytes) is still its own. Another host, which ignores custom sections, runs
 it as the plain js controller: pass the script as the argument there.
+
+A bound script that calls ``aici.init(fn)`` (:func:`runs_in_init`) is the exception: its init
+snapshot is its own (keyed by the module id, not the code's), made by an init that gets the script
+as ``arg`` and evaluates it, so its top level and ``fn`` run once per tokenizer and every request
+starts from what they built (one compile of the snapshot per script and tokenizer, cached).
 """
 from __future__ import annotations
 
-from .wasm_binary import WasmFormatError, leb, name_bytes, Reader, sections
+import re
+
+from .wasm_binary import Reader, WasmFormatError, leb, name_bytes, sections
 
 ARG_PREFIX_SECTION = "aicirt.arg-prefix"
 MARKER = b"aicirt:js:controller:1\0"   # in the js controller's data (controllers/js/main.c)
@@ -63,3 +70,17 @@ def split_arg_prefix(wasm: bytes) -> tuple[bytes, bytes]:
 
 
 # ---- checking a script, stripping TypeScript: both run inside the js controller itself ----------
+
+
+# `aici.init(`, or `init` imported from the library (an ES module script)
+_INIT_CALL = re.compile(rb"\baici\s*\.\s*init\s*\(")
+_INIT_IMPORT = re.compile(rb"\bimport\s*\{[^}]*\binit\b[^}]*\}\s*from\s*[\"'](?:aici|@aicirt/aici)[\"']")
+
+
+def runs_in_init(arg_prefix: bytes) -> bool:
+    """Whether a bound script (a module's arg-prefix: script, NUL) is evaluated by the init: it
+    calls ``aici.init`` (as the text reads: a call through another name is not seen, and then
+    ``aici.init``'s function runs on each request's first call, as for a script given as the
+    argument)."""
+    script = arg_prefix.split(b"\0", 1)[0]
+    return bool(_INIT_CALL.search(script) or _INIT_IMPORT.search(script))

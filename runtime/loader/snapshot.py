@@ -8,7 +8,10 @@ under the init rules (docs/snapshots.md):
   `tokenize`, `detokenize`, and `log` (kept for the load error, if any); WASI as for a request
   (runtime/host/wasi.py), except that output goes to that same load log, clocks read zero and the
   random stream is seeded from an empty argument;
-- it may not call `arg`, `self-seq-id`, `capabilities`, `var-get`, `var-set`, `var-append`:
+- `arg` gives what the module itself fixes of every request's argument, where its init depends on
+  it: a js script bound with ``aici.init`` (:func:`aicirt.loader.js_bind.runs_in_init`), whose snapshot is
+  then keyed by the module's own sha256; for every other module it is empty;
+- it may not call `self-seq-id`, `capabilities`, `var-get`, `var-set`, `var-append`:
   there is no request and no sequence yet. Doing so, trapping, or running past the compile time
   limit (Limits.compile_timeout_s, wall clock) refuses the load with a LoadError naming why.
 
@@ -40,9 +43,9 @@ from ..host import wasi
 from .controller import (_RULES, INIT_EXPORT, Controller, Source, _compiled, _recall, keep_artifact,
                          load_controller, read_source, validate)
 from ..errors import LoadError
-from .js_bind import split_arg_prefix
 from ..limits import Limits
 from ..native.traps import summarize_trap
+from .js_bind import runs_in_init, split_arg_prefix
 from .wasm_binary import WasmFormatError, export_mutable_globals, snapshot_module
 
 if TYPE_CHECKING:
@@ -127,8 +130,8 @@ class _Template:
     """One template instance's host: Python callbacks (load-time only, a handful of calls), the
     init's log, and the first rule it broke (kept here, never in wasmtime's error slot)."""
 
-    def __init__(self, host: InitHost, arg_cap: int) -> None:
-        self.host, self.arg_cap = host, arg_cap
+    def __init__(self, host: InitHost, arg_cap: int, arg: bytes = b"") -> None:
+        self.host, self.arg_cap, self.arg = host, arg_cap, arg
         self.log = bytearray()
         self.broke: str | None = None
         self.rng = 0   # WASI random_get's stream (runtime/host/wasi.py)
@@ -171,6 +174,10 @@ class _Template:
     # -- the imports --------------------------------------------------------------------------
     def host_import(self, name: str) -> Callable[..., Any]:
         tok = self.host.tokenizer
+        if name == "arg":   # the bound script, where the init depends on it (init_arg), else empty
+            def arg(caller: wasmtime.Caller, ret: int) -> None:
+                self.return_list(caller, name, ret, self.arg, 1, len(self.arg))
+            return arg
         if name not in INIT_IMPORTS:
             def refused(caller: wasmtime.Caller, *_: int) -> None:
                 self.fail(f"`{INIT_EXPORT}` called host import `{name}`, which init may not call: it runs once per "
@@ -321,7 +328,7 @@ def run_init_sparse(engine: wasmtime.Engine, ctrl: Controller, host: InitHost, l
 
 def _run_init(engine: wasmtime.Engine, ctrl: Controller, host: InitHost, limits: Limits,
               take: Callable[[np.ndarray], Any]) -> tuple[Any, dict[int, Any]]:
-    template = _Template(host, limits.host_arg_bytes)
+    template = _Template(host, limits.host_arg_bytes, init_arg(ctrl))
     store = wasmtime.Store(engine)
     step = "instantiating"
     try:
@@ -362,6 +369,11 @@ def _trap_text(e: Exception, limits: Limits) -> str:
     return summarize_trap(text) if text else type(e).__name__
 
 
+def init_arg(ctrl: Controller) -> bytes:
+    """What the init's `arg` gives: a bound script that calls ``aici.init``, else nothing."""
+    return ctrl.arg_prefix if ctrl.arg_prefix and runs_in_init(ctrl.arg_prefix) else b""
+
+
 def load_initialized(engine: wasmtime.Engine, engine_key: str, src: Source, host: InitHost, limits: Limits,
                      cache_dir: Path | None) -> Controller:
     """:func:`~aicirt.loader.controller.load_controller`, then, for a controller with an init export,
@@ -374,8 +386,10 @@ def load_initialized(engine: wasmtime.Engine, engine_key: str, src: Source, host
     if not ctrl.has_init:
         return ctrl
     tag = f"{host.identity}-s{SNAPSHOT_FORMAT}"
-    key = (ctrl.code_sha256, engine_key, limits.memory_bytes, _RULES, tag)   # a bound script shares its code's
-    cached = cache_dir / f"{ctrl.code_sha256}-{engine_key}-r{_RULES}-{tag}.cwasm" if cache_dir else None
+    # a bound script shares its code's snapshot, unless the init evaluates it (init_arg)
+    of = ctrl.sha256 if init_arg(ctrl) else ctrl.code_sha256
+    key = (of, engine_key, limits.memory_bytes, _RULES, tag)
+    cached = cache_dir / f"{of}-{engine_key}-r{_RULES}-{tag}.cwasm" if cache_dir else None
     module, artifact = host.modules.get(key), None
     if module is None:
         module, artifact = _cached(engine, key, cached)

@@ -47,6 +47,7 @@ void aicirt_clock_start(aicirt_slot *s, double budget_us) {
     s->cpu_pre_us = 0;
     __atomic_store_n(&s->cpu_start_ns, -1, __ATOMIC_RELEASE);
     s->cpu_budget_us = budget_us;
+    s->notice_sent = 0;
     s->wall_start_us = now_us();
     p_deadline(s->ctx, 1);
 }
@@ -83,6 +84,22 @@ static void *limit_error(aicirt_slot *s, double cpu_us, double wall_us) {
     return p_error_new(s->fault);
 }
 
+/* The time notice (docs/protocol.md#limits): a controller that exports `aicirt_time_notice`, an i32
+ * global holding the address of a u32 in its linear memory, gets 1 written there once the running
+ * call is within two epoch ticks (at most a quarter of its limit) of the CPU limit, or within that
+ * margin times the backstop's factor of the wall-clock backstop, so that it can end the call itself and say where it was (the js controller
+ * interrupts the script and reports its JS stack). The hard limit stands: a guest that does not
+ * react is ended by it as before. The guest clears the word itself. */
+static void notice_time(aicirt_slot *s, double cpu, double wall, double limit) {
+    double margin = 2 * s->tick_us < s->cpu_budget_us / 4 ? 2 * s->tick_us : s->cpu_budget_us / 4;
+    if (cpu + margin < s->cpu_budget_us && !(s->wall_factor > 0 && wall + margin * s->wall_factor >= s->wall_factor * limit))
+        return;
+    s->notice_sent = 1;
+    uint32_t one = 1;
+    if ((uint64_t)s->notice_addr + sizeof one <= p_mem_size(s->ctx, &s->mem))   /* else: a bad address, ignored */
+        memcpy(p_mem_data(s->ctx, &s->mem) + s->notice_addr, &one, sizeof one);
+}
+
 /* wasmtime's epoch-deadline callback (wasmtime_store_epoch_deadline_callback): continue for one
  * more tick, or end the call with an error naming the limit. */
 void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind) {
@@ -96,6 +113,7 @@ void *aicirt_epoch_cb(void *ctx, void *data, uint64_t *delta, uint8_t *kind) {
     *kind = 0;   /* WASMTIME_UPDATE_DEADLINE_CONTINUE */
     if (cpu >= s->cpu_budget_us || (s->wall_factor > 0 && wall >= s->wall_factor * limit))
         return limit_error(s, cpu, wall);
+    if (s->notice_addr && !s->notice_sent) notice_time(s, cpu, wall, limit);
     s->wall_start_us += stalled_turn(s, now, cpu);   /* waiting for its turn is the pool's doing, not the machine's */
     return 0;
 }

@@ -83,6 +83,8 @@ typedef struct {
     double wall_start_us;           /* when that part began, for the wall-clock backstop */
     double wall_factor;             /* the backstop: this times the call's limit (Limits.wall_backstop_factor; 0: none) */
     double cpu_us;                  /* out: the CPU time the call used */
+    uint32_t notice_addr;           /* the guest's optional time notice (export aicirt_time_notice; 0: none): clock.c */
+    int32_t notice_sent;            /* written this part */
     double turn_wait_us;            /* what the call waited for its turns as a stalled call, so far */
     double turn_wait_since_us;      /* when its current wait for a turn began; 0: not waiting */
     uint64_t wasi_rng;              /* WASI random_get's stream (wasi.c); 0: not seeded yet */

@@ -152,6 +152,13 @@ int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s) {
         || (pl->has_init && export_copy(s, s, pl->names[3], pl->lens[3], EXTERN_FUNC, &s->f_init, sizeof s->f_init))
         || export_copy(s, s, pl->names[4], pl->lens[4], EXTERN_MEMORY, &s->mem, sizeof s->mem))
         return 1;
+    wt_extern_t notice;   /* the optional time notice (clock.c): an i32 global, the address of a u32 */
+    uint64_t val[8];      /* wasmtime_val_t: kind (0: i32) at 0, the value at 8 */
+    s->notice_addr = 0;
+    if (p_export_get(s->ctx, &s->inst, "aicirt_time_notice", 18, &notice) && notice.kind == EXTERN_GLOBAL) {
+        p_global_get(s->ctx, notice.of, val);
+        if ((uint8_t)val[0] == 0) s->notice_addr = (uint32_t)val[1];
+    }
     phase_end(PH_EXPORTS, &t);
     s->has_post = pl->has_post;
     s->needs_init = pl->has_init;   /* _initialize runs on the worker, first */
