@@ -76,6 +76,7 @@ typedef struct {
   uint32_t n_ast, cap_ast;
   aici_regex_t *re;
   const char *err;
+  uint32_t lit[256];                   /* set id + 1 of each literal byte's set: one set per byte */
 } parser_t;
 
 static uint32_t new_node(parser_t *p, uint8_t kind, uint32_t a, uint32_t b) {
@@ -182,6 +183,18 @@ static uint32_t parse_class(parser_t *p) {   /* after '[' */
   return n;
 }
 
+/* A set node for the literal byte c, its set shared by every copy of c */
+static uint32_t lit_node(parser_t *p, uint8_t c) {
+  if (!p->lit[c]) {
+    uint32_t id = new_set(p);
+    set_add(p->re->sets[id], c, c);
+    p->lit[c] = id + 1;
+  }
+  uint32_t n = new_node(p, A_SET, 0, 0);
+  p->ast[n].set = p->lit[c] - 1;
+  return n;
+}
+
 static uint32_t byte_node(parser_t *p, int lo, int hi) {
   uint32_t id = new_set(p);
   set_add(p->re->sets[id], (unsigned)lo, (unsigned)hi);
@@ -214,7 +227,10 @@ static uint32_t parse_atom(parser_t *p) {
       uint32_t id = new_set(p);
       int b = parse_escape(p, p->re->sets[id]);
       if (b == -2) return 0;
-      if (b >= 0) set_add(p->re->sets[id], (unsigned)b, (unsigned)b);
+      if (b >= 0) {                    /* one byte: the set just made (the last) goes back */
+        p->re->n_sets--;
+        return lit_node(p, (uint8_t)b);
+      }
       uint32_t n = new_node(p, A_SET, 0, 0);
       p->ast[n].set = id;
       return n;
@@ -230,7 +246,7 @@ static uint32_t parse_atom(parser_t *p) {
     case '*': case '+': case '?': p->err = "nothing to repeat"; return 0;
     case ')': p->err = "unbalanced )"; return 0;
   }
-  return byte_node(p, c, c);
+  return lit_node(p, c);
 }
 
 static bool parse_int(parser_t *p, int32_t *v) {
@@ -332,6 +348,12 @@ typedef struct {
   uint32_t *memo, cap, n;              /* open addressing: (canon node, next) -> NFA state + 1 */
 } frag_t;
 
+static inline bool same_set(const uint32_t *a, const uint32_t *b) {   /* 256-bit sets */
+  uint32_t d = 0;
+  for (int w = 0; w < 8; w++) d |= a[w] ^ b[w];
+  return !d;
+}
+
 static uint32_t hash2(uint32_t a, uint32_t b) {
   uint32_t h = (a * 0x9e3779b1u) ^ (b + 0x7f4a7c15u + (a << 6) + (a >> 2));
   return h ^ (h >> 16);
@@ -409,7 +431,7 @@ static uint32_t *canonical_ids(const aici_regex_t *re, const ast_t *ast, uint32_
     uint32_t h = 2166136261u;
     for (int w = 0; w < 8; w++) h = (h ^ re->sets[i][w]) * 16777619u;
     uint32_t k = h & (cap - 1);
-    while (ht[k] && __builtin_memcmp(re->sets[ht[k] - 1], re->sets[i], 32)) k = (k + 1) & (cap - 1);
+    while (ht[k] && !same_set(re->sets[ht[k] - 1], re->sets[i])) k = (k + 1) & (cap - 1);
     if (!ht[k]) ht[k] = i + 1;
     set_canon[i] = ht[k] - 1;
   }
@@ -452,11 +474,23 @@ static void mark_live(aici_regex_t *re) {
   }
 }
 
+/* Byte classes: the partition of 0..255 that every set of the pattern respects. Each distinct set
+ * refines it once (a schema's pattern makes one set per literal byte: thousands of sets, a few
+ * hundred distinct; refining by every copy cost most of a schema's compile). */
 static void byte_classes(aici_regex_t *re) {
   __builtin_memset(re->cls, 0, 256);
   re->n_cls = 1;
   uint8_t remap[256][2];
+  uint32_t cap = 16;
+  while (cap < 2 * re->n_sets) cap *= 2;
+  uint32_t *seen = aici_calloc(cap, 4);      /* set ids + 1 already applied, by content */
   for (uint32_t k = 0; k < re->n_sets; k++) {
+    uint32_t h = 2166136261u;
+    for (int w = 0; w < 8; w++) h = (h ^ re->sets[k][w]) * 16777619u;
+    uint32_t j = h & (cap - 1);
+    while (seen[j] && !same_set(re->sets[seen[j] - 1], re->sets[k])) j = (j + 1) & (cap - 1);
+    if (seen[j]) continue;
+    seen[j] = k + 1;
     __builtin_memset(remap, 0xff, sizeof remap);
     uint32_t n = 0;
     for (int b = 0; b < 256; b++) {
@@ -467,6 +501,7 @@ static void byte_classes(aici_regex_t *re) {
     }
     re->n_cls = n;
   }
+  aici_free(seen);
   for (int b = 255; b >= 0; b--) re->rep[re->cls[b]] = (uint8_t)b;
 }
 
@@ -476,7 +511,7 @@ static void add_cand(aici_regex_t *re, const uint32_t *set) {
   for (int i = 0; i < 8; i++) any |= set[i];
   if (!any) return;
   for (uint32_t k = 0; k < re->n_cand; k++)
-    if (!__builtin_memcmp(re->cand[k], set, 32)) return;
+    if (same_set(re->cand[k], set)) return;
   if (re->n_cand < MAX_CAND) __builtin_memcpy(re->cand[re->n_cand++], set, 32);
 }
 
