@@ -77,6 +77,7 @@ typedef struct {
   aici_regex_t *re;
   const char *err;
   uint32_t lit[256];                   /* set id + 1 of each literal byte's set: one set per byte */
+  uint32_t *set_ht, set_cap, set_n;    /* sets by content (ids + 1, open addressing): see own_set */
 } parser_t;
 
 static uint32_t new_node(parser_t *p, uint8_t kind, uint32_t a, uint32_t b) {
@@ -144,6 +145,61 @@ static int parse_escape(parser_t *p, uint32_t *cls) {
   return c;                            /* \. \* \\ \[ ... : the byte itself */
 }
 
+static inline bool same_set(const uint32_t *a, const uint32_t *b) {   /* 256-bit sets */
+  uint32_t d = 0;
+  for (int w = 0; w < 8; w++) d |= a[w] ^ b[w];
+  return !d;
+}
+
+static uint32_t set_hash(const uint32_t *set) {
+  uint32_t h = 2166136261u;
+  for (int w = 0; w < 8; w++) h = (h ^ set[w]) * 16777619u;
+  return h;
+}
+
+/* A node for set `id`, just made (the last) and filled: an earlier set with the same bytes is
+ * used instead and this one given back, so that a pattern holds each byte set once (a schema's
+ * pattern repeats a string's character class for every string). */
+static uint32_t own_set(parser_t *p, uint32_t id) {
+  aici_regex_t *re = p->re;
+  if (2 * (p->set_n + 1) > p->set_cap) {
+    uint32_t cap = p->set_cap ? 2 * p->set_cap : 64, *ht = aici_calloc(cap, 4);
+    for (uint32_t i = 0; i < p->set_cap; i++)
+      if (p->set_ht[i]) {
+        uint32_t k = set_hash(re->sets[p->set_ht[i] - 1]) & (cap - 1);
+        while (ht[k]) k = (k + 1) & (cap - 1);
+        ht[k] = p->set_ht[i];
+      }
+    aici_free(p->set_ht);
+    p->set_ht = ht, p->set_cap = cap;
+  }
+  uint32_t k = set_hash(re->sets[id]) & (p->set_cap - 1);
+  for (; p->set_ht[k]; k = (k + 1) & (p->set_cap - 1))
+    if (same_set(re->sets[p->set_ht[k] - 1], re->sets[id])) {
+      re->n_sets--;                    /* id was the last set made */
+      id = p->set_ht[k] - 1;
+      break;
+    }
+  if (!p->set_ht[k]) p->set_ht[k] = id + 1, p->set_n++;
+  uint32_t n = new_node(p, A_SET, 0, 0);
+  p->ast[n].set = id;
+  return n;
+}
+
+/* A set node for the literal byte c, its set shared by every copy of c */
+static uint32_t lit_node(parser_t *p, uint8_t c) {
+  if (!p->lit[c]) {
+    uint32_t id = new_set(p);
+    set_add(p->re->sets[id], c, c);
+    uint32_t n = own_set(p, id);
+    p->lit[c] = p->ast[n].set + 1;
+    return n;
+  }
+  uint32_t n = new_node(p, A_SET, 0, 0);
+  p->ast[n].set = p->lit[c] - 1;
+  return n;
+}
+
 static uint32_t parse_alt(parser_t *p);
 
 static uint32_t parse_class(parser_t *p) {   /* after '[' */
@@ -178,29 +234,7 @@ static uint32_t parse_class(parser_t *p) {   /* after '[' */
     }
   }
   for (int i = 0; i < 8; i++) p->re->sets[id][i] = neg ? ~s[i] : s[i];
-  uint32_t n = new_node(p, A_SET, 0, 0);
-  p->ast[n].set = id;
-  return n;
-}
-
-/* A set node for the literal byte c, its set shared by every copy of c */
-static uint32_t lit_node(parser_t *p, uint8_t c) {
-  if (!p->lit[c]) {
-    uint32_t id = new_set(p);
-    set_add(p->re->sets[id], c, c);
-    p->lit[c] = id + 1;
-  }
-  uint32_t n = new_node(p, A_SET, 0, 0);
-  p->ast[n].set = p->lit[c] - 1;
-  return n;
-}
-
-static uint32_t byte_node(parser_t *p, int lo, int hi) {
-  uint32_t id = new_set(p);
-  set_add(p->re->sets[id], (unsigned)lo, (unsigned)hi);
-  uint32_t n = new_node(p, A_SET, 0, 0);
-  p->ast[n].set = id;
-  return n;
+  return own_set(p, id);
 }
 
 static uint32_t parse_atom(parser_t *p) {
@@ -219,9 +253,10 @@ static uint32_t parse_atom(parser_t *p) {
     }
     case '[': return parse_class(p);
     case '.': {
-      uint32_t n = byte_node(p, 0, 255);
-      p->re->sets[p->ast[n].set]['\n' >> 5] &= ~(1u << ('\n' & 31));
-      return n;
+      uint32_t id = new_set(p);
+      set_add(p->re->sets[id], 0, 255);
+      p->re->sets[id]['\n' >> 5] &= ~(1u << ('\n' & 31));
+      return own_set(p, id);
     }
     case '\\': {
       uint32_t id = new_set(p);
@@ -231,9 +266,7 @@ static uint32_t parse_atom(parser_t *p) {
         p->re->n_sets--;
         return lit_node(p, (uint8_t)b);
       }
-      uint32_t n = new_node(p, A_SET, 0, 0);
-      p->ast[n].set = id;
-      return n;
+      return own_set(p, id);
     }
     case '^':
       if (p->i == 1) return new_node(p, A_EMPTY, 0, 0);
@@ -348,12 +381,6 @@ typedef struct {
   uint32_t *memo, cap, n;              /* open addressing: (canon node, next) -> NFA state + 1 */
 } frag_t;
 
-static inline bool same_set(const uint32_t *a, const uint32_t *b) {   /* 256-bit sets */
-  uint32_t d = 0;
-  for (int w = 0; w < 8; w++) d |= a[w] ^ b[w];
-  return !d;
-}
-
 static uint32_t hash2(uint32_t a, uint32_t b) {
   uint32_t h = (a * 0x9e3779b1u) ^ (b + 0x7f4a7c15u + (a << 6) + (a >> 2));
   return h ^ (h >> 16);
@@ -421,24 +448,15 @@ static uint32_t compile(aici_regex_t *re, frag_t *f, uint32_t node, uint32_t nex
 }
 
 /* canon[i]: one id per structure (children come before parents: ids are in parse order); byte
- * sets are compared by content. */
+ * sets by their id (each set is held once: own_set). */
 static uint32_t *canonical_ids(const aici_regex_t *re, const ast_t *ast, uint32_t n) {
-  uint32_t *canon = aici_malloc(n * 4 + 4), *set_canon = aici_malloc(re->n_sets * 4 + 4);
+  uint32_t *canon = aici_malloc(n * 4 + 4);
   uint32_t cap = 16;
-  while (cap < 2 * (n + re->n_sets)) cap *= 2;
-  uint32_t *ht = aici_calloc(cap, 4);      /* set ids + 1, then node ids + 1 (separate passes) */
-  for (uint32_t i = 0; i < re->n_sets; i++) {
-    uint32_t h = 2166136261u;
-    for (int w = 0; w < 8; w++) h = (h ^ re->sets[i][w]) * 16777619u;
-    uint32_t k = h & (cap - 1);
-    while (ht[k] && !same_set(re->sets[ht[k] - 1], re->sets[i])) k = (k + 1) & (cap - 1);
-    if (!ht[k]) ht[k] = i + 1;
-    set_canon[i] = ht[k] - 1;
-  }
-  __builtin_memset(ht, 0, cap * 4);
+  while (cap < 2 * n) cap *= 2;
+  uint32_t *ht = aici_calloc(cap, 4);      /* node ids + 1 */
   for (uint32_t i = 0; i < n; i++) {
     const ast_t *x = &ast[i];
-    uint32_t a = x->kind == A_SET ? set_canon[x->set] : x->kind == A_EMPTY ? 0 : canon[x->a];
+    uint32_t a = x->kind == A_SET ? x->set : x->kind == A_EMPTY ? 0 : canon[x->a];
     uint32_t b = x->kind == A_CAT || x->kind == A_ALT ? canon[x->b] : (uint32_t)x->min * 65537u + (uint32_t)x->max;
     uint32_t k = hash2(hash2(x->kind, a), b) & (cap - 1);
     for (;; k = (k + 1) & (cap - 1)) {
@@ -446,13 +464,13 @@ static uint32_t *canonical_ids(const aici_regex_t *re, const ast_t *ast, uint32_
       const ast_t *y = &ast[ht[k] - 1];
       if (y->kind != x->kind) continue;
       bool same = x->kind == A_EMPTY ||
-                  (x->kind == A_SET && set_canon[y->set] == a) ||
+                  (x->kind == A_SET && y->set == a) ||
                   ((x->kind == A_CAT || x->kind == A_ALT) && canon[y->a] == a && canon[y->b] == canon[x->b]) ||
                   (x->kind == A_REP && canon[y->a] == a && y->min == x->min && y->max == x->max);
       if (same) { canon[i] = canon[ht[k] - 1]; break; }
     }
   }
-  aici_free(ht), aici_free(set_canon);
+  aici_free(ht);
   return canon;
 }
 
@@ -474,23 +492,14 @@ static void mark_live(aici_regex_t *re) {
   }
 }
 
-/* Byte classes: the partition of 0..255 that every set of the pattern respects. Each distinct set
- * refines it once (a schema's pattern makes one set per literal byte: thousands of sets, a few
- * hundred distinct; refining by every copy cost most of a schema's compile). */
+/* Byte classes: the partition of 0..255 that every set of the pattern respects, refined once per
+ * set (each set is held once, own_set: a schema's pattern made one set per literal byte, and
+ * refining by each of those thousands of copies cost most of a schema's compile). */
 static void byte_classes(aici_regex_t *re) {
   __builtin_memset(re->cls, 0, 256);
   re->n_cls = 1;
   uint8_t remap[256][2];
-  uint32_t cap = 16;
-  while (cap < 2 * re->n_sets) cap *= 2;
-  uint32_t *seen = aici_calloc(cap, 4);      /* set ids + 1 already applied, by content */
   for (uint32_t k = 0; k < re->n_sets; k++) {
-    uint32_t h = 2166136261u;
-    for (int w = 0; w < 8; w++) h = (h ^ re->sets[k][w]) * 16777619u;
-    uint32_t j = h & (cap - 1);
-    while (seen[j] && !same_set(re->sets[seen[j] - 1], re->sets[k])) j = (j + 1) & (cap - 1);
-    if (seen[j]) continue;
-    seen[j] = k + 1;
     __builtin_memset(remap, 0xff, sizeof remap);
     uint32_t n = 0;
     for (int b = 0; b < 256; b++) {
@@ -501,7 +510,6 @@ static void byte_classes(aici_regex_t *re) {
     }
     re->n_cls = n;
   }
-  aici_free(seen);
   for (int b = 255; b >= 0; b--) re->rep[re->cls[b]] = (uint8_t)b;
 }
 
@@ -705,7 +713,7 @@ aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err) {
     if (re->overflow) p.err = "pattern too large (over 200000 NFA states)";
     else collect(re, p.ast, root, false);
   }
-  aici_free(p.ast);
+  aici_free(p.ast), aici_free(p.set_ht);
   if (p.err) {
     if (err) {
       char *m = aici_malloc(160);
