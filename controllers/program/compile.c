@@ -651,7 +651,7 @@ static uint32_t inner(cx_t *c, const jv_t *f, const jv_t *type, uint32_t cont) {
     const jv_t *v = field(c, f, "pattern", JV_STR, true);
     if (!v) return 0;
     char *rerr = 0;
-    aici_regex_t *re = aici_regex_compile(v->s, v->n, &rerr);
+    aici_regex_t *re = aici_regex_compile_text(v->s, v->n, &rerr);
     if (!re) {
       uint32_t old = push_key(c, "pattern");
       failn(c, "regex: ", rerr ? rerr : "does not compile", rerr ? (uint32_t)__builtin_strlen(rerr) : 16);

@@ -78,6 +78,8 @@ typedef struct {
   const char *err;
   uint32_t lit[256];                   /* set id + 1 of each literal byte's set: one set per byte */
   uint32_t *set_ht, set_cap, set_n;    /* sets by content (ids + 1, open addressing): see own_set */
+  bool text;                           /* aici_regex_compile_text: see own_set */
+  uint32_t utf8;                       /* node id + 1 of "one multi-byte UTF-8 character" */
 } parser_t;
 
 static uint32_t new_node(parser_t *p, uint8_t kind, uint32_t a, uint32_t b) {
@@ -160,8 +162,36 @@ static uint32_t set_hash(const uint32_t *set) {
 /* A node for set `id`, just made (the last) and filled: an earlier set with the same bytes is
  * used instead and this one given back, so that a pattern holds each byte set once (a schema's
  * pattern repeats a string's character class for every string). */
+static uint32_t parse_alt(parser_t *p);
+
+/* One well-formed multi-byte UTF-8 character (RFC 3629: no overlong forms, no surrogates, at most
+ * U+10FFFF), parsed once per pattern and shared (the AST may share subtrees: compile memoizes). */
+static uint32_t utf8_char(parser_t *p) {
+  static const char U[] = "[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|"
+                          "[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|"
+                          "\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}";
+  if (!p->utf8) {
+    const uint8_t *s = p->s;
+    size_t n = p->n, i = p->i;
+    p->s = (const uint8_t *)U, p->n = sizeof U - 1, p->i = 0;
+    p->utf8 = parse_alt(p) + 1;        /* its sets hold some bytes >= 0x80, never all: no recursion */
+    p->s = s, p->n = n, p->i = i;
+  }
+  return p->utf8 - 1;
+}
+
 static uint32_t own_set(parser_t *p, uint32_t id) {
   aici_regex_t *re = p->re;
+  /* Text mode: a set holding every byte >= 0x80 (`.`, `[^...]`, \D \W \S) means "any other
+   * character": its ASCII part, or one whole UTF-8 character (bytes mode matches single bytes,
+   * so a lone continuation byte could start an output that is no longer UTF-8) */
+  if (p->text && (re->sets[id][4] & re->sets[id][5] & re->sets[id][6] & re->sets[id][7]) == ~0u) {
+    re->sets[id][4] = re->sets[id][5] = re->sets[id][6] = re->sets[id][7] = 0;
+    p->text = false;
+    uint32_t ascii = own_set(p, id);
+    p->text = true;
+    return new_node(p, A_ALT, ascii, utf8_char(p));
+  }
   if (2 * (p->set_n + 1) > p->set_cap) {
     uint32_t cap = p->set_cap ? 2 * p->set_cap : 64, *ht = aici_calloc(cap, 4);
     for (uint32_t i = 0; i < p->set_cap; i++)
@@ -200,7 +230,6 @@ static uint32_t lit_node(parser_t *p, uint8_t c) {
   return n;
 }
 
-static uint32_t parse_alt(parser_t *p);
 
 static uint32_t parse_class(parser_t *p) {   /* after '[' */
   uint32_t id = new_set(p);
@@ -698,9 +727,9 @@ static void build_row(aici_regex_t *re, uint32_t d) {
   re->flags[d] |= BUILT;
 }
 
-aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err) {
+static aici_regex_t *regex_compile(const char *pattern, size_t len, char **err, bool text) {
   aici_regex_t *re = aici_calloc(1, sizeof *re);
-  parser_t p = {.s = (const uint8_t *)pattern, .n = len, .re = re};
+  parser_t p = {.s = (const uint8_t *)pattern, .n = len, .re = re, .text = text};
   uint32_t root = parse_alt(&p);
   if (!p.err && p.i < p.n) p.err = "unbalanced )";
   if (!p.err) {
@@ -750,6 +779,14 @@ aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err) {
   re->slices_after = SLICES_AFTER;
   re->overflow = false;
   return re;
+}
+
+aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err) {
+  return regex_compile(pattern, len, err, false);
+}
+
+aici_regex_t *aici_regex_compile_text(const char *pattern, size_t len, char **err) {
+  return regex_compile(pattern, len, err, true);
 }
 
 uint32_t aici_regex_start(aici_regex_t *re) { return re->start; }
