@@ -82,7 +82,7 @@ second a schema here, so it runs on the first --xgr-per-slice schemas of each sl
 (xgr_schemas says how many); with it, common_schemas counts only schemas it ran on.
 
 Usage: python bench/json_masks.py [--per-slice N | --full] [--slices a,b] [--no-xgr]
-[--xgr-per-slice N] [--any-order] [--compile-only]. --slices hard: this project's own hard cases
+[--xgr-per-slice N] [--any-order] [--compile-only] [--compare-wasm PATH]. --slices hard: this project's own hard cases
 (tests/_json_cases.py hard_cases: many optional properties, overlapping oneOf, patterns with
 length bounds, ...). --compile-only: coverage over every schema of the slices, our refusals
 counted by reason. --any-order: ours with the option any_order (keys in any order, each at most
@@ -438,6 +438,60 @@ def summary(row: dict, prefixes: list[str]) -> str:
     return out
 
 
+def first_masks(ours: Ours, other: Ours, llg: Llg, cases: list, load_start: float) -> None:
+    """--compare-wasm: time to first mask of each schema, cold then warm, through two builds of the
+    controller (`ours`: this tree's; `other`: the given module, e.g. main's) and llguidance,
+    interleaved schema by schema; the last line is one JSON object with each engine's
+    ttfm_ms_p50/p90 (cold), ttfm_warm_ms_p50/p90 and first_call_inner_ms_p50/p90, over the
+    schemas all three compiled."""
+    t_start = time.perf_counter()
+    rows = []
+    for case in cases:
+        text = json.dumps(case["schema"], ensure_ascii=False).encode("utf-8")
+        row: dict = {}
+        for name, o in (("", ours), ("other_", other)):
+            times = []
+            for _ in range(2):             # cold (a schema not seen before), then warm (again)
+                try:
+                    req, seq, mask, _, wall, inner, _ = o._first(text + o.options + b"\0fast_forward=0")
+                except RuntimeError:
+                    mask = None
+                else:
+                    seq.close()
+                    req.close()
+                if mask is None:
+                    break
+                times.append((wall, inner / 1e3))
+            if len(times) == 2:
+                row[name] = times
+        t = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            compiled = llg.compile(case["schema"])
+            if compiled is None:
+                break
+            llg.fill(llg.start(compiled))
+            t.append(((time.perf_counter() - t0) * 1e3, float("nan")))
+        if len(t) == 2:
+            row["llg_"] = t
+        if len(row) == 3:
+            rows.append(row)
+    out: dict = {"bench": "json_masks_first_mask", "schemas": len(cases), "common_schemas": len(rows)}
+    for k in ("", "other_", "llg_"):
+        for label, i, j in (("ttfm_ms", 0, 0), ("ttfm_warm_ms", 1, 0), ("first_call_inner_ms", 0, 1)):
+            if k == "llg_" and label == "first_call_inner_ms":
+                continue
+            xs = [r[k][i][j] for r in rows]
+            out[f"{k}{label}_p50"], out[f"{k}{label}_p90"] = round(pct(xs, 50), 3), round(pct(xs, 90), 3)
+    for k in ("", "other_"):
+        for q in ("p50", "p90"):
+            out[f"{k}ttfm_vs_llg_{q}"] = round(out[f"{k}ttfm_ms_{q}"] / out[f"llg_ttfm_ms_{q}"], 2)
+            out[f"{k}ttfm_warm_vs_llg_{q}"] = round(out[f"{k}ttfm_warm_ms_{q}"] / out[f"llg_ttfm_warm_ms_{q}"], 2)
+    out.update(load_avg_start=round(load_start, 1), load_avg_end=round(os.getloadavg()[0], 1),
+               seconds=round(time.perf_counter() - t_start, 1))
+    print(json.dumps(out))
+
+
 def coverage(ours: Ours, llg: Llg, slices: list[str], load_start: float) -> None:
     """--compile-only: every schema of `slices` compiled by ours (the option `check`) and by
     llguidance; the last line is one JSON object: schemas, coverage_pct, llg_coverage_pct,
@@ -501,6 +555,9 @@ def main() -> None:
     ap.add_argument("--xgr-per-slice", type=int, default=20,
                     help="xgrammar on the first N schemas of each slice's sample only (its compile takes ~1 s "
                          "a schema single-threaded at this vocabulary); 0: all")
+    ap.add_argument("--compare-wasm", default=None,
+                    help="time to first mask only (cold and warm), this tree's controller beside the given "
+                         "json module (e.g. main's build) and llguidance, interleaved schema by schema")
     args = ap.parse_args()
 
     from _json_cases import SLICES, VocabTokenizer, given_text, instance_text, load_slice, sample
@@ -522,6 +579,13 @@ def main() -> None:
     slices = args.slices.split(",") if args.slices else SLICES   # "hard": tests/_json_cases.py HARD
     if args.compile_only:
         coverage(ours, engines[0], slices, load_start)
+        return
+    if args.compare_wasm:
+        other = Ours(tok, Path(args.compare_wasm).read_bytes(), ours.options)
+        cases = [c for name in slices for c in (list(load_slice(name)) if args.full else sample(name, args.per_slice, seed=0))]
+        first_masks(ours, other, engines[0], cases, load_start)
+        other.close()
+        ours.close()
         return
     per_slice, everything = {}, []
     t_start = time.perf_counter()
