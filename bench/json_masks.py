@@ -43,7 +43,12 @@ Fields (the last line; the same per slice under `per_slice`, without the ratios)
   ttfm_ms_p50/p90          time to first mask: Runtime.new_request + Request.spawn + the first
                            submit_rows (the prompt) -> wait, until its mask is in the array;
                            `llg_ttfm_ms_*`: grammar_from_json_schema + LLMatcher + the first fill;
-                           `xgr_ttfm_ms_*`: compile_json_schema + GrammarMatcher + the first fill
+                           `xgr_ttfm_ms_*`: compile_json_schema + GrammarMatcher + the first fill;
+                           all cold: the schema's first request
+  ttfm_warm_ms_p50/p90     warm: the same, for a second request of the same schema right after
+                           the first (what each engine keeps between requests: the json
+                           controller keeps nothing, each request compiles; llguidance and
+                           xgrammar as their Python APIs do with caching left as this bench sets it)
   compile_wall_ms_p50/p90  compile alone: new_request + spawn + submit_rows -> wait of a first
                            call with the option `check` (parse and compile the schema, then stop);
                            `llg_compile_wall_ms_*`: grammar_from_json_schema + LLMatcher;
@@ -77,7 +82,7 @@ second a schema here, so it runs on the first --xgr-per-slice schemas of each sl
 (xgr_schemas says how many); with it, common_schemas counts only schemas it ran on.
 
 Usage: python bench/json_masks.py [--per-slice N | --full] [--slices a,b] [--no-xgr]
-[--xgr-per-slice N] [--any-order] [--compile-only]. --slices hard: this project's own hard cases
+[--xgr-per-slice N] [--any-order] [--compile-only] [--compare-wasm PATH]. --slices hard: this project's own hard cases
 (tests/_json_cases.py hard_cases: many optional properties, overlapping oneOf, patterns with
 length bounds, ...). --compile-only: coverage over every schema of the slices, our refusals
 counted by reason. --any-order: ours with the option any_order (keys in any order, each at most
@@ -124,6 +129,7 @@ class Case:
     def __init__(self):
         self.compiled = False
         self.compile_ms = self.ttfm_ms = self.compile_inner_ms = self.spawn_ms = self.ttfm_inner_ms = float("nan")
+        self.ttfm_warm_ms = float("nan")   # the same schema's first mask again, right after
         self.mask_us: list[float] = []
         self.other_us: list[float] = []     # ours: inner µs; baselines: consume + fill µs
         self.submit_us: list[float] = []    # ours: the submit_rows part of mask_us
@@ -199,6 +205,9 @@ class Ours:
             if mask is None:
                 return c, (log or "stopped without a log line")
             c.compiled = True
+            req2, seq2, _, _, c.ttfm_warm_ms, _, _ = self._first(text + self.options + b"\0fast_forward=0")
+            seq2.close()
+            req2.close()
             for (valid, toks), other in zip(texts, reordered or [None] * len(texts)):
                 for toks_, verdicts, timed in ((toks, c.verdicts, c), (other, c.verdicts_reordered, Case())):
                     if toks_ is None:          # reordered: the same text as given
@@ -313,6 +322,9 @@ def baseline_case(engine, schema, texts, eos, reordered=None) -> Case:
     engine.fill(engine.start(compiled))
     c.ttfm_ms = (time.perf_counter() - t0) * 1e3
     c.compiled = True
+    t0 = time.perf_counter()           # warm: the same schema again (whatever the engine caches)
+    engine.fill(engine.start(engine.compile(schema)))
+    c.ttfm_warm_ms = (time.perf_counter() - t0) * 1e3
     for valid, toks in texts:
         c.verdicts.append(baseline_instance(engine, compiled, valid, toks, eos, c))
     for (valid, _), other, given in zip(texts, reordered or [None] * len(texts), list(c.verdicts)):
@@ -381,7 +393,8 @@ def figures(cases: list[dict], prefixes: list[str]) -> dict:
         submit = [x for c in mine for x in c.submit_us]
         for name, xs in ((mask_name, masks), (other_name, other)) + ((("mask_submit_us", submit),) if not p else ()):
             row[name + "_p50"], row[name + "_p99"] = round(pct(xs, 50), 1), round(pct(xs, 99), 1)
-        for name, xs in (("ttfm_ms", [c.ttfm_ms for c in mine]), ("compile_wall_ms", [c.compile_ms for c in mine]),
+        for name, xs in (("ttfm_ms", [c.ttfm_ms for c in mine]), ("ttfm_warm_ms", [c.ttfm_warm_ms for c in mine]),
+                         ("compile_wall_ms", [c.compile_ms for c in mine]),
                          ("compile_inner_ms", [c.compile_inner_ms for c in mine]),
                          ("spawn_ms", [c.spawn_ms for c in mine]), ("ttfm_inner_ms", [c.ttfm_inner_ms for c in mine])):
             if p and name in ("compile_inner_ms", "spawn_ms", "ttfm_inner_ms"):
@@ -400,6 +413,9 @@ def ratios(row: dict, prefixes: list[str]) -> dict:
         out[f"mask_wall_vs_{p}_step_p50"] = r("mask_wall_us_p50", f"{p}_step_us_p50")
         out[f"mask_inner_vs_{p}_p50"] = r("mask_inner_us_p50", f"{p}_mask_us_p50")
         out[f"ttfm_vs_{p}_p50"] = r("ttfm_ms_p50", f"{p}_ttfm_ms_p50")
+        out[f"ttfm_vs_{p}_p90"] = r("ttfm_ms_p90", f"{p}_ttfm_ms_p90")
+        out[f"ttfm_warm_vs_{p}_p50"] = r("ttfm_warm_ms_p50", f"{p}_ttfm_warm_ms_p50")
+        out[f"ttfm_warm_vs_{p}_p90"] = r("ttfm_warm_ms_p90", f"{p}_ttfm_warm_ms_p90")
         out[f"compile_wall_vs_{p}_p50"] = r("compile_wall_ms_p50", f"{p}_compile_wall_ms_p50")
     return out
 
@@ -420,6 +436,60 @@ def summary(row: dict, prefixes: list[str]) -> str:
                 f"{row[k + 'mask_us_p99']:.0f} µs (step {row[k + 'step_us_p50']:.0f}/{row[k + 'step_us_p99']:.0f})  "
                 f"ttfm p50 {row[k + 'ttfm_ms_p50']:.2f} ms  compile p50 {row[k + 'compile_wall_ms_p50']:.2f} ms")
     return out
+
+
+def first_masks(ours: Ours, other: Ours, llg: Llg, cases: list, load_start: float) -> None:
+    """--compare-wasm: time to first mask of each schema, cold then warm, through two builds of the
+    controller (`ours`: this tree's; `other`: the given module, e.g. main's) and llguidance,
+    interleaved schema by schema; the last line is one JSON object with each engine's
+    ttfm_ms_p50/p90 (cold), ttfm_warm_ms_p50/p90 and first_call_inner_ms_p50/p90, over the
+    schemas all three compiled."""
+    t_start = time.perf_counter()
+    rows = []
+    for case in cases:
+        text = json.dumps(case["schema"], ensure_ascii=False).encode("utf-8")
+        row: dict = {}
+        for name, o in (("", ours), ("other_", other)):
+            times = []
+            for _ in range(2):             # cold (a schema not seen before), then warm (again)
+                try:
+                    req, seq, mask, _, wall, inner, _ = o._first(text + o.options + b"\0fast_forward=0")
+                except RuntimeError:
+                    mask = None
+                else:
+                    seq.close()
+                    req.close()
+                if mask is None:
+                    break
+                times.append((wall, inner / 1e3))
+            if len(times) == 2:
+                row[name] = times
+        t = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            compiled = llg.compile(case["schema"])
+            if compiled is None:
+                break
+            llg.fill(llg.start(compiled))
+            t.append(((time.perf_counter() - t0) * 1e3, float("nan")))
+        if len(t) == 2:
+            row["llg_"] = t
+        if len(row) == 3:
+            rows.append(row)
+    out: dict = {"bench": "json_masks_first_mask", "schemas": len(cases), "common_schemas": len(rows)}
+    for k in ("", "other_", "llg_"):
+        for label, i, j in (("ttfm_ms", 0, 0), ("ttfm_warm_ms", 1, 0), ("first_call_inner_ms", 0, 1)):
+            if k == "llg_" and label == "first_call_inner_ms":
+                continue
+            xs = [r[k][i][j] for r in rows]
+            out[f"{k}{label}_p50"], out[f"{k}{label}_p90"] = round(pct(xs, 50), 3), round(pct(xs, 90), 3)
+    for k in ("", "other_"):
+        for q in ("p50", "p90"):
+            out[f"{k}ttfm_vs_llg_{q}"] = round(out[f"{k}ttfm_ms_{q}"] / out[f"llg_ttfm_ms_{q}"], 2)
+            out[f"{k}ttfm_warm_vs_llg_{q}"] = round(out[f"{k}ttfm_warm_ms_{q}"] / out[f"llg_ttfm_warm_ms_{q}"], 2)
+    out.update(load_avg_start=round(load_start, 1), load_avg_end=round(os.getloadavg()[0], 1),
+               seconds=round(time.perf_counter() - t_start, 1))
+    print(json.dumps(out))
 
 
 def coverage(ours: Ours, llg: Llg, slices: list[str], load_start: float) -> None:
@@ -485,6 +555,9 @@ def main() -> None:
     ap.add_argument("--xgr-per-slice", type=int, default=20,
                     help="xgrammar on the first N schemas of each slice's sample only (its compile takes ~1 s "
                          "a schema single-threaded at this vocabulary); 0: all")
+    ap.add_argument("--compare-wasm", default=None,
+                    help="time to first mask only (cold and warm), this tree's controller beside the given "
+                         "json module (e.g. main's build) and llguidance, interleaved schema by schema")
     args = ap.parse_args()
 
     from _json_cases import SLICES, VocabTokenizer, given_text, instance_text, load_slice, sample
@@ -506,6 +579,13 @@ def main() -> None:
     slices = args.slices.split(",") if args.slices else SLICES   # "hard": tests/_json_cases.py HARD
     if args.compile_only:
         coverage(ours, engines[0], slices, load_start)
+        return
+    if args.compare_wasm:
+        other = Ours(tok, Path(args.compare_wasm).read_bytes(), ours.options)
+        cases = [c for name in slices for c in (list(load_slice(name)) if args.full else sample(name, args.per_slice, seed=0))]
+        first_masks(ours, other, engines[0], cases, load_start)
+        other.close()
+        ours.close()
         return
     per_slice, everything = {}, []
     t_start = time.perf_counter()
@@ -547,7 +627,7 @@ def main() -> None:
         result.update({f"xgr_{k}": None for k in (
             "schemas", "coverage_pct", "valid_accept_pct", "invalid_reject_pct", "valid_accept_reordered_pct",
             "invalid_reject_reordered_pct", "masks", "mask_us_p50", "mask_us_p99",
-            "step_us_p50", "step_us_p99", "ttfm_ms_p50", "ttfm_ms_p90", "compile_wall_ms_p50", "compile_wall_ms_p90")})
+            "step_us_p50", "step_us_p99", "ttfm_ms_p50", "ttfm_ms_p90", "ttfm_warm_ms_p50", "ttfm_warm_ms_p90", "compile_wall_ms_p50", "compile_wall_ms_p90")})
     print(json.dumps(result).replace("NaN", "null"))
 
 

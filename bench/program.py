@@ -52,11 +52,15 @@ Usage: python bench/program.py [--model M] [--form-prompts N] [--json-schemas N]
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import os
 import random
+import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -481,6 +485,115 @@ def tool_calls(model: str | None, n: int, batch: int = 16, max_tokens: int = 256
 T0 = time.perf_counter()
 
 
+# ---- 5. BFCL v4's function-calling sets through the server's OpenAI route ------------------------
+
+BFCL_SETS = ("simple_python", "multiple", "parallel", "live_simple")
+_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "any": None,
+               "int": "integer", "str": "string", "bool": "boolean"}
+
+
+def bfcl_schema(s):
+    """BFCL's Python-flavoured parameter schema as JSON Schema: dict -> object, float -> number,
+    tuple -> array, any -> no type; `required` kept; BFCL's `default`/`optional` notes dropped."""
+    if not isinstance(s, dict):
+        return s
+    out = {}
+    for k, v in s.items():
+        if k == "type":
+            t = _BFCL_TYPES.get(v, v)
+            if t is not None:
+                out["type"] = t
+        elif k == "properties" and isinstance(v, dict):
+            out[k] = {name: bfcl_schema(sub) for name, sub in v.items()}
+        elif k in ("items", "additionalProperties") and isinstance(v, dict):
+            out[k] = bfcl_schema(v)
+        elif k in ("required", "enum", "description", "minimum", "maximum", "format", "pattern"):
+            out[k] = v
+    return out
+
+
+def bfcl_tool_name(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64]      # OpenAI's names (BFCL's handlers do the same)
+
+
+def bfcl(model: str | None, n: int, max_tokens: int) -> dict:
+    """--bfcl: the first n cases of each BFCL v4 set (its `function` list as OpenAI tools, its
+    first turn as the messages) through `aicirt serve`'s app (POST /v1/chat/completions, greedy)
+    twice: with `tool_choice: "required"` (the program controller constrains the call) and with
+    `tool_choice: "none"` (the tools shown, nothing constrained: the model's own text, parsed in
+    its family's format). A call is valid when it parses, names a given function and its
+    arguments validate under that function's parameters (jsonschema); a case is valid when it
+    has at least one call and every call is. The data: PyPI `bfcl-eval` (installed --no-deps)."""
+    import importlib.resources
+
+    import jsonschema
+    from fastapi.testclient import TestClient
+
+    from aicirt.engine.backends import load_backend
+    from aicirt.program import tools as T
+    from aicirt.serve.app import create_app
+    from aicirt.serve.settings import Settings
+
+    data = importlib.resources.files("bfcl_eval") / "data"
+    version = importlib.metadata.version("bfcl-eval")
+    backend = load_backend(model)
+    fam = T.detect_family(getattr(getattr(backend, "tokenizer", None), "chat_template", None))
+    out: dict = {"bfcl_eval_version": version, "bfcl_per_set": n, "bfcl_max_tokens": max_tokens,
+                 "bfcl_family": fam.name, "bfcl_sets": {}}
+    store = tempfile.mkdtemp(prefix="aicirt-bfcl-")
+    settings = Settings(store=store, max_context=2048, default_max_tokens=max_tokens)
+    totals = {"required": [0, 0], "none": [0, 0]}
+    with TestClient(create_app(settings, backend=backend)) as client:
+        for name in BFCL_SETS:
+            lines = (data / f"BFCL_v4_{name}.json").read_text().splitlines()[:n]
+            row = {"cases": len(lines)}
+            for mode in ("required", "none"):
+                ok, why = 0, {}
+                for line in lines:
+                    case = json.loads(line)
+                    schemas = {bfcl_tool_name(f["name"]): bfcl_schema(f.get("parameters", {})) for f in case["function"]}
+                    tools = [{"type": "function", "function": {"name": bfcl_tool_name(f["name"]),
+                                                                "description": f.get("description", ""),
+                                                                "parameters": schemas[bfcl_tool_name(f["name"])]}}
+                             for f in case["function"]]
+                    body = {"messages": case["question"][0], "tools": tools, "tool_choice": mode,
+                            "max_tokens": max_tokens, "temperature": 0}
+                    r = client.post("/v1/chat/completions", json=body)
+                    try:
+                        if r.status_code != 200:
+                            raise ValueError(f"http {r.status_code}: {r.text[:160]}")
+                        msg = r.json()["choices"][0]["message"]
+                        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls") or []]
+                        if mode == "none":        # nothing parsed by the server: parse the text
+                            calls = [(c.name, c.arguments) for c in T.parse(msg.get("content") or "", fam)[1]]
+                        if not calls:
+                            text = (msg.get("content") or "")[:100]
+                            raise ValueError(f"no call: {text!r}")
+                        for fname, args in calls:
+                            if fname not in schemas:
+                                raise ValueError("unknown function")
+                            try:
+                                jsonschema.validate(json.loads(args), schemas[fname])
+                            except (ValueError, jsonschema.ValidationError) as e:
+                                raise ValueError("invalid arguments") from e
+                        ok += 1
+                    except ValueError as e:
+                        key = str(e).split(":")[0]
+                        why[key] = why.get(key, 0) + 1
+                        print(f"    {case['id']} tool_choice={mode}: {str(e)[:160]}", flush=True)
+                row[f"{mode}_valid"], row[f"{mode}_failures"] = ok, why
+                totals[mode][0] += ok
+                totals[mode][1] += len(lines)
+                print(f"  bfcl {name} tool_choice={mode}: {ok}/{len(lines)} valid {why} "
+                      f"({time.perf_counter() - T0:.0f} s)", flush=True)
+            out["bfcl_sets"][name] = row
+    shutil.rmtree(store, ignore_errors=True)
+    for mode, (ok, total) in totals.items():
+        out[f"bfcl_valid_pct_{mode}"] = round(100.0 * ok / total, 2) if total else None
+    out["bfcl_cases"] = totals["required"][1]
+    return out
+
+
 # ---- 4. module size and first-call cost ----------------------------------------------------------
 
 FIRST_CALL_PROGRAMS = {
@@ -564,7 +677,18 @@ def main() -> None:
     ap.add_argument("--tool-batch", type=int, default=16, help="tool calls submitted together")
     ap.add_argument("--tool-max-tokens", type=int, default=128)
     ap.add_argument("--tool-limit", type=int, default=None, help="run only the first N of the sample (a trial)")
+    ap.add_argument("--bfcl", action="store_true", help="BFCL v4's function-calling sets only (see bfcl())")
+    ap.add_argument("--bfcl-per-set", type=int, default=10)
+    ap.add_argument("--bfcl-max-tokens", type=int, default=96)
     args = ap.parse_args()
+    if args.bfcl:
+        load0 = os.getloadavg()[0]
+        row = {"bench": "program_bfcl", "model": args.model or "smollm2",
+               **bfcl(args.model, args.bfcl_per_set, args.bfcl_max_tokens),
+               "seconds": round(time.perf_counter() - T0, 1), "load_avg_start": round(load0, 2),
+               "load_avg_end": round(os.getloadavg()[0], 2)}
+        print(json.dumps(row))
+        return
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     row: dict = {"model": args.model or "smollm2"}

@@ -1,4 +1,4 @@
-"""Exact `oneOf` and `not` in the json controller (controllers/lib/json/schema.c, "complements"):
+"""Exact `oneOf` and `not` in the json controller (controllers/lib/json/schema_not.c, "complements"):
 a branch's complement written as a union of schemas the compiler enforces, so that "exactly one
 branch" is an anyOf of branch-and-not-the-others; schemas that admit no document are refused
 (controllers/lib/json/empty.c). Every verdict is checked against `jsonschema`, and documents sampled

@@ -1,4 +1,4 @@
-"""String keywords together (controllers/lib/json/schema.c): `format` beside `pattern` (exact: the
+"""String keywords together (controllers/lib/json/schema_string.c): `format` beside `pattern` (exact: the
 inner language where one lies inside the other, else their product automaton), `enum` / `const`
 beside pattern, format and length bounds (each literal decided exactly, its length in code
 points: an astral character, a surrogate pair in the schema's text, is one). Every verdict is

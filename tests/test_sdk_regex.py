@@ -88,7 +88,7 @@ def session(pattern: bytes, vocab_name: str, options: bytes = b"") -> RegexSessi
         vocab, eos = BYTE_VOCAB, 256
     else:
         vocab, eos = {"gpt2": gpt2_token_bytes, "qwen": qwen_token_bytes}[vocab_name]()
-    return RegexSession(pattern, vocab, eos, options)
+    return RegexSession(pattern, vocab, eos, b"\0bytes" + options)   # Python's bytes semantics
 
 
 def live_prefix(pattern: bytes, text: bytes) -> bytes:
@@ -253,3 +253,48 @@ def test_masks_shared_between_states_equal_each_states_own(case):
         assert len(a) == len(b) and all((x.mask == y.mask).all() for x, y in zip(a, b)), (pattern, prefix)
     for k in (0, len(toks) // 2, len(toks)):
         cached.check(b"".join(cached.vocab[t] for t in toks[:k]))
+
+
+# -- text mode (the controller's default): `.`, `[^...]`, \S match whole UTF-8 characters --------
+# Checked against Python on the same language written out in bytes: UTF8 is one well-formed
+# multi-byte character (RFC 3629), what a set holding every byte >= 0x80 matches besides its
+# ASCII part. (The masks equal llguidance's on four vocabularies: tests/test_vocab_agreement.py.)
+UTF8 = (rb"(?:[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
+        rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
+        rb"|\xf4[\x80-\x8f][\x80-\xbf]{2})")
+TEXT_PATTERNS = [   # (text mode pattern, the same language as a bytes pattern)
+    (rb'[^"]*"', rb'(?:[^"\x80-\xff]|' + UTF8 + rb')*"'),
+    (rb".{0,3}end", rb"(?:[^\n\x80-\xff]|" + UTF8 + rb"){0,3}end"),
+    (rb"\S+x", rb"(?:[^\s\x80-\xff]|" + UTF8 + rb")+x"),
+    (rb"[^\x00-\x7f]+", UTF8 + rb"+"),
+    (rb"[\x80-\xbf]a", rb"[\x80-\xbf]a"),   # explicit bytes keep byte semantics
+]
+
+
+class TextSession(RegexSession):
+    def __init__(self, pattern: bytes, reference: bytes):
+        super().__init__(pattern, BYTE_VOCAB, 256)
+        self.pattern = reference       # what expected() checks against
+
+
+@functools.cache
+def text_session(case: int) -> TextSession:
+    return TextSession(*TEXT_PATTERNS[case])
+
+
+@pytest.mark.parametrize("case", range(len(TEXT_PATTERNS)), ids=lambda i: TEXT_PATTERNS[i][0].decode("latin-1"))
+@FAST
+@given(data=st.data())
+def test_text_mode_matches_utf8_language(case, data):
+    s, ref = text_session(case), TEXT_PATTERNS[case][1]
+    text = data.draw(st.one_of(prefix_of_match(ref), st.binary(max_size=8).map(lambda t: live_prefix(ref, t)),
+                               st.text(max_size=4).map(lambda t: live_prefix(ref, t.encode()))))
+    s.check(text)
+
+
+def test_text_mode_refuses_bytes_that_cannot_start_a_character():
+    s = text_session(0)
+    br = s.mask_after(b"")
+    allowed = br[0].allowed()
+    assert not allowed & ({*range(0x80, 0xc2)} | {*range(0xf5, 0x100)})   # continuation, overlong, > U+10FFFF
+    assert {ord("a"), 0xc3, 0xe6, 0xf0, ord('"')} <= allowed

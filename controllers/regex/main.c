@@ -26,8 +26,11 @@ static bool setup(const aici_arg_t *arg) {
     if (!__builtin_memcmp(a + i, "logslice", 8)) log_slice = true;
   for (uint32_t i = plen + 1; i + 9 <= n; i++)
     if (!__builtin_memcmp(a + i, "slicesnow", 9)) slices_now = true;
+  bool bytes = false;                  /* option bytes: `.` and [^...] match single bytes */
+  for (uint32_t i = plen + 1; i + 5 <= n; i++)
+    if (!__builtin_memcmp(a + i, "bytes", 5)) bytes = true;
   char *err = 0;
-  re = aici_regex_compile(a, plen, &err);
+  re = bytes ? aici_regex_compile(a, plen, &err) : aici_regex_compile_text(a, plen, &err);
   if (!re) aici_fail("regex: %s in pattern '%.*s'", err, (int)plen, a);   /* a bad argument is an error */
   aici_free(a);
   if (!use_cache) aici_regex_cache_limit(re, 0);

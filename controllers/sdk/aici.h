@@ -266,6 +266,10 @@ typedef struct aici_regex aici_regex_t;
 
 /* NULL on error; *err (if non-NULL) then gets a heap message naming the offset. */
 aici_regex_t *aici_regex_compile(const char *pattern, size_t len, char **err);
+/* The same syntax over text: a set that holds every byte >= 0x80 (`.`, `[^...]`, \D \W \S)
+ * matches its ASCII bytes or one whole well-formed UTF-8 character, so that the output stays
+ * UTF-8 (as llguidance's regexes); explicit bytes (\xHH, [\x80-\xbf]) keep byte semantics. */
+aici_regex_t *aici_regex_compile_text(const char *pattern, size_t len, char **err);
 uint32_t aici_regex_start(aici_regex_t *re);
 uint32_t aici_regex_step(aici_regex_t *re, uint32_t state, uint8_t byte);
 uint32_t aici_regex_advance(aici_regex_t *re, uint32_t state, const uint8_t *bytes, size_t n);
