@@ -56,3 +56,18 @@ def test_a_finished_call_whose_result_was_read_leaves_nothing_either(make_rt):
     assert slot.trap == null and slot.error == null
     seq.close()
     assert slot.store == null and rt.live_sequences == 0
+
+
+def test_heap_stats_reads_the_c_heap():
+    """memory.heap_stats: glibc's mallinfo2 in bytes (what bench/hostile_soak.py reports)."""
+    from aicirt.memory import heap_stats, trim_heap
+    before = heap_stats()
+    if before is None:
+        import pytest
+        pytest.skip("no glibc mallinfo2 here")
+    assert set(before) == {"in_use", "free", "arena", "mmapped"} and all(v >= 0 for v in before.values())
+    block = bytearray(200 << 10)        # under the mmap threshold: a chunk of the heap
+    during = heap_stats()
+    assert during["in_use"] + during["mmapped"] >= before["in_use"] + before["mmapped"] + (200 << 10) - (64 << 10)
+    del block
+    assert trim_heap() is True
