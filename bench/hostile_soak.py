@@ -92,6 +92,26 @@ def top_mappings(n: int = 6) -> list[str]:
     return [f"{rss:.1f} MiB in {name}" for rss, name in out[:n]]
 
 
+def rss_by_kind() -> dict[str, float]:
+    """This process's resident memory by kind of mapping (MiB): the C heap's main arena ([heap]),
+    the wasm pool's slots (anonymous reservations of 1 GiB or more) and module images (memfd),
+    other anonymous memory (Python's arenas, numpy, thread stacks, large malloc chunks), libraries
+    and other files: where a growth is, for --smaps."""
+    out: dict[str, float] = {}
+    kind = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        parts = line.split()
+        if parts and "-" in parts[0] and len(parts) >= 5 and not parts[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            name = parts[5] if len(parts) > 5 else ""
+            kind = ("heap" if name == "[heap]" else "wasm_images" if name.startswith("/memfd:")
+                    else "wasm_slots" if not name and hi - lo >= 1 << 30 else "anon" if not name or name == "[stack]"
+                    else "libs" if ".so" in name else "files")
+        elif parts and parts[0] == "Rss:" and kind is not None:
+            out[kind] = out.get(kind, 0.0) + int(parts[1]) / 1024
+    return {k: round(v, 1) for k, v in sorted(out.items())}
+
+
 def soak_kinds(hostile_c, js_wasm, only: str | None = None) -> tuple[list[Hostile], dict[str, str]]:
     """(the kinds in the mix, {kind left out: why}); `only`: a regular expression the names of the
     kinds kept must contain a match of (the others are left out as "not selected"); `js_wasm`
@@ -410,6 +430,8 @@ def main() -> None:
     soak.run(args.warmup)
     rss_warm_busy, rss_warm = soak.settle(args.close_wait, args.idle)
     heap_warm = heap_stats() or {}
+    if args.smaps:
+        print(f"warm: RSS by kind of mapping (MiB): {rss_by_kind()}", file=sys.stderr)
     points = []
     for n in checkpoints:
         soak.run(n)
@@ -429,6 +451,8 @@ def main() -> None:
               f"peak {peak:.1f}, healthy {soak.healthy_ok}/{soak.healthy_total}, {points[-1]['seconds']} s",
               file=sys.stderr)
         if args.smaps:
+            points[-1]["rss_by_kind_mb"] = rss_by_kind()
+            print(f"  RSS by kind of mapping (MiB): {points[-1]['rss_by_kind_mb']}", file=sys.stderr)
             print("  " + "\n  ".join(top_mappings()), file=sys.stderr)
     elapsed = time.perf_counter() - t0
     steps, soak_mismatches = soak.engine.steps, soak.mismatches
