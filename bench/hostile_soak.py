@@ -32,8 +32,12 @@ run: healthy rounds alone, for as many steps as warm-up.
     python bench/hostile_soak.py                       # checkpoints at 10,000 and 50,000 sequences
     python bench/hostile_soak.py --sequences 2000 --warmup 500
     python bench/hostile_soak.py --kinds 'flood|memory' --sequences 3000 --warmup 500   # one family: a fast reproducer
+    python bench/hostile_soak.py --per-kind 64 --per-kind-only --budget-touchers 0  # which kinds leave memory behind
+    python bench/hostile_soak.py --smaps ...          # where the RSS is, by kind of mapping, at each checkpoint
 
-Last line: one JSON object (sequences, rss_growth_pct, healthy_ok, healthy_total, left_out, ...).
+Last line: one JSON object (sequences, rss_warm_mb, checkpoints with RSS after N and after the
+idle, growth_pct and the C heap's in-use and free bytes, rss_growth_pct, rss_after_close_mb,
+healthy_ok, healthy_total, left_out, per_kind, ...).
 Target (issue 10, and the memory issue): rss_growth_pct <= 10 after a few seconds of idle and
 every healthy output correct.
 """
