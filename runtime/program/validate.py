@@ -11,7 +11,8 @@ stand-in: one worker, no prebuilt trie, the shipped controller built once and ca
 stand-in a refusal that depends on the vocabulary (a token text that is not one token of it, a
 token id past its 257 tokens) is not reported: the model's tokenizer may accept it, and the run,
 whose first call is on that tokenizer, reports it if it does not. A check costs one first call of
-the controller: about 1 ms of CPU for a typical program (bench/results/program_check.txt).
+the controller: 0.5-1.7 ms of CPU for a typical program, a remembered answer about 10 µs
+(bench/results/program_check.txt).
 """
 from __future__ import annotations
 
