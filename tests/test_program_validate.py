@@ -135,6 +135,9 @@ def test_the_stand_in_leaves_vocabulary_questions_to_the_model_s_tokenizer():
         assert (e.value.pointer, e.value.why) == ("/token", "not one token in this tokenizer: <|im_end|>")
         with pytest.raises(P.ProgramError, match=r"at /exclude_tokens/0: a token is an id below"):
             P.validate({"type": "exclude_token", "exclude_tokens": [5000]}, rt)
+        with pytest.raises(P.ProgramError) as e:                      # the quoted text keeps its newline
+            P.validate({"type": "sequence", "elements": [T, {"type": "token", "token": "a\nb"}]}, rt)
+        assert (e.value.pointer, e.value.why) == ("/elements/1/token", "not one token in this tokenizer: a\nb")
     finally:
         rt.close()
 

@@ -32,7 +32,7 @@ MAX_REMEMBERED = 256
 #: time and its wall-clock backstop); past it the check has no verdict.
 WAIT_S = 60.0
 
-_LINE = re.compile(r"program: (?:at (\S+): )?(.*)")
+_LINE = re.compile(r"program: (?:at (/\S*): )?(.*)", re.S)
 
 
 class ProgramError(ValueError):
@@ -47,13 +47,15 @@ class ProgramError(ValueError):
 
     @classmethod
     def from_log(cls, log: str) -> ProgramError | None:
-        """The error the controller's log reports (its last "program: ..." line; a line without a
-        pointer is about the whole program, "/"), or None if it reports none."""
-        for line in reversed(log.splitlines()):
-            m = _LINE.fullmatch(line.strip())
-            if m:
-                return cls(m.group(1) or "/", m.group(2))
-        return None
+        """The error the controller's log reports (its last "program: ..." line, to the end of
+        the log: a token text it quotes may hold a newline; without a pointer the line is about
+        the whole program, "/"), or None if it reports none."""
+        text = log.rstrip("\n")
+        at = text.rfind("\nprogram: ") + 1
+        if at == 0 and not text.startswith("program: "):
+            return None
+        m = _LINE.fullmatch(text[at:])
+        return cls(m.group(1) or "/", m.group(2)) if m else None
 
 
 def parse(arg: str | bytes | Any) -> Any:
