@@ -5,8 +5,8 @@ replaced (runtime/program/validate.py at --baseline-rev, loaded from git into th
 Three typical programs: OpenAI tools rendered for the hermes family (two tools, JSON Schema
 arguments, `required`), the JSON mode of docs/program.md (a schema inside a structural tag), and
 a builder program (literal, select, regex, free text with a stop). Each check is of a program the
-stand-in has not seen (a counter in a literal), so no remembered answer is used; `--cached` also
-times the answer a repeated program gets. Rounds alternate new and old; per check: wall µs and CPU
+stand-in has not seen (a counter in a literal), so no remembered answer is used; then it
+times the answer a repeated program gets (cached_us). Rounds alternate new and old; per check: wall µs and CPU
 µs (process time: the worker thread that runs the call included), median and spread over rounds.
 The one-time start (the stand-in runtime, the controller built and loaded) is timed once.
 
