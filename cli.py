@@ -158,6 +158,8 @@ def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max
         raise click.UsageError("give --arg or --arg-file, not both")
     arg_bytes = open(arg_file, "rb").read() if arg_file else (arg or "").encode("utf-8")
     vllm_options = _vllm_options(engine, tensor_parallel_size, data_parallel_size, vllm_args)
+    if (data_parallel_size or 1) > 1:
+        raise click.UsageError("--data-parallel-size is for aicirt serve: one run is one request, on one rank")
     try:
         if server:
             if engine:

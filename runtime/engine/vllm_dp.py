@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..serve.settings import Settings
 
-_CHILD = "import pickle, sys; from aicirt.engine.vllm_dp import _rank_main; _rank_main(pickle.load(sys.stdin.buffer))"
+_CHILD = "import pickle, sys; from aicirt.engine.vllm_dp import _rank_main; _rank_main(*pickle.load(sys.stdin.buffer))"
 
 
 def rank_binds(ranks: int, tp: int, cpus: list[int] | None = None) -> list[str]:
@@ -82,17 +82,25 @@ def rank_env(rank: int, ranks: int, tp: int, bind: str) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _listener() -> socket.socket:
+    """A listening loopback socket on a free port, for a rank to inherit: bound here, so no
+    other process can take the port between choosing and serving it."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1024)
+    return s
 
 
-def _rank_main(settings: Settings) -> None:
-    """A rank's process: `aicirt serve` with `settings` until SIGTERM or SIGINT."""
-    from ..serve.commands import serve
+def _rank_main(settings: Settings, fd: int) -> None:
+    """A rank's process: `aicirt serve` with `settings` on the inherited listening socket `fd`,
+    until SIGTERM or SIGINT (uvicorn ends it gracefully; the engine closes with the app)."""
+    import uvicorn
 
-    serve(settings)        # uvicorn ends it gracefully on SIGTERM (the engine closes with the app)
+    from ..serve.app import create_app
+
+    sys.stderr.write(f"aicirt serve: rank {os.environ.get('AICIRT_VLLM_DP_RANK')}: loading {settings.served_model} ...\n")
+    app = create_app(settings)
+    uvicorn.run(app, fd=fd, log_level="warning", timeout_graceful_shutdown=5)
 
 
 class Ranks:
@@ -115,13 +123,15 @@ class Ranks:
 
         try:
             for i, env in enumerate(self._envs):
-                port = _free_port()
-                child = dataclasses.replace(self.settings, host="127.0.0.1", port=port, data_parallel_size=1,
-                                            allow_remote=False)
-                p = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, env=env)
-                assert p.stdin is not None
-                p.stdin.write(pickle.dumps(child))
-                p.stdin.close()
+                with _listener() as sock:
+                    port = int(sock.getsockname()[1])
+                    child = dataclasses.replace(self.settings, host="127.0.0.1", port=port, data_parallel_size=1,
+                                                allow_remote=False)
+                    p = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, env=env,
+                                         pass_fds=[sock.fileno()])
+                    assert p.stdin is not None
+                    p.stdin.write(pickle.dumps((child, sock.fileno())))
+                    p.stdin.close()
                 self.procs.append(p)
                 self.urls.append(f"http://127.0.0.1:{port}")
             deadline = time.monotonic() + timeout_s

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import IO
+from typing import IO, Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -23,6 +23,24 @@ ROUTED = frozenset({"/v1/run", "/v1/completions", "/v1/chat/completions"})
 #: Hop-by-hop headers a proxy must not forward (RFC 9110 §7.6.1), plus those httpx sets itself.
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                   "transfer-encoding", "upgrade", "host", "content-length"})
+
+
+class _Relayed(StreamingResponse):
+    """A rank's response streamed on unchanged. However it ends (done, the client gone, never
+    started), the rank's response is closed, so the rank ends that request too, and `release`
+    runs once (the request leaves the rank's in-flight count)."""
+
+    def __init__(self, upstream: httpx.Response, release: Callable[[], None], headers: dict[str, str]) -> None:
+        super().__init__(upstream.aiter_raw(), status_code=upstream.status_code, headers=headers)
+        self._upstream, self._release = upstream, release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            release, self._release = self._release, lambda: None
+            release()
+            await self._upstream.aclose()
 
 
 def create_dp_app(settings: Settings) -> FastAPI:
@@ -67,25 +85,17 @@ def create_dp_app(settings: Settings) -> FastAPI:
                             status_code=503, headers={"x-aicirt-rank": str(rank)})
 
     async def relay(rank: int, request: Request, path: str, routed: bool) -> Response:
+        release = (lambda: ranks.done(rank)) if routed else (lambda: None)
         try:
             upstream = await send(rank, request, path)
-        except httpx.TransportError as e:
-            if routed:
-                ranks.done(rank)
-            return unavailable(rank, e)
-
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in upstream.aiter_raw():
-                    yield chunk
-            finally:       # also when the client went away: closing ends the rank's request too
-                await upstream.aclose()
-                if routed:
-                    ranks.done(rank)
-
+        except BaseException as e:
+            release()
+            if isinstance(e, httpx.TransportError):
+                return unavailable(rank, e)
+            raise
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
         headers["x-aicirt-rank"] = str(rank)
-        return StreamingResponse(body(), status_code=upstream.status_code, headers=headers)
+        return _Relayed(upstream, release, headers)
 
     async def fetch_all(request: Request, path: str) -> list[httpx.Response | Exception]:
         """GET `path` from every rank at once: each rank's response, or what went wrong."""
