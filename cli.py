@@ -312,7 +312,7 @@ def serve(config: str | None, host: str | None, port: int | None, model: str | N
         raise click.UsageError(str(e)) from None
     run_server = do_serve
     if settings.data_parallel_size > 1:   # N ranks behind one front server (docs/deployment.md)
-        from aicirt.engine.vllm_dp_app import serve_dp as run_server
+        from aicirt.integrations.vllm_dp_app import serve_dp as run_server
     try:
         run_server(settings)
     except (FileNotFoundError, ImportError, RuntimeError) as e:

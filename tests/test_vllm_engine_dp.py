@@ -1,6 +1,6 @@
 """`aicirt serve --engine vllm --data-parallel-size 2`: two vLLM engine processes behind one server.
 
-One front server (`aicirt.engine.vllm_dp.create_dp_app`) over two ranks, each a whole
+One front server (`aicirt.integrations.vllm_dp.create_dp_app`) over two ranks, each a whole
 `aicirt serve --engine vllm` on SmolLM2 bound to a core of its own. Requests run on both ranks
 at once (the `x-aicirt-rank` header and each rank's own `aicirt_requests_total` say which); the
 forced-output scripts of test_vllm_engine_serve.py stream the same through the front, on either
@@ -30,7 +30,7 @@ from test_vllm_engine_serve import SCRIPTS, _stream  # noqa: E402
 def dp(tmp_path_factory, scripted_wasm):
     """(front url, [rank urls], module id)."""
     from aicirt.arg_check import model_tokenizer
-    from aicirt.engine.vllm_dp_app import create_dp_app
+    from aicirt.integrations.vllm_dp_app import create_dp_app
 
     if model_tokenizer(None) is None:
         pytest.skip("needs the default model (make setup-vllm)")

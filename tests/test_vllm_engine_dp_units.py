@@ -1,10 +1,10 @@
-"""`aicirt.engine.vllm_dp`'s pieces that need no vLLM: each rank's cores and devices, and the
+"""`aicirt.integrations.vllm_dp`'s pieces that need no vLLM: each rank's cores and devices, and the
 ranks' metrics merged into one Prometheus text. (The ranks themselves: test_vllm_engine_dp.py.)"""
 from __future__ import annotations
 
 import pytest
 
-from aicirt.engine.vllm_dp import merge_metrics, rank_binds, rank_env
+from aicirt.integrations.vllm_dp import merge_metrics, rank_binds, rank_env
 
 
 def test_each_rank_gets_its_own_cores(monkeypatch):

@@ -133,7 +133,7 @@ class VllmEngine(EngineBase):
     folder. `dtype`: "auto" (`vllm_dtype()`) or a vLLM dtype. `engine_args`: more
     `vllm.EngineArgs` fields (they win over the defaults here; `parse_vllm_args`). Raises
     `ImportError` without vLLM, `FileNotFoundError` for a model that cannot be found,
-    `ValueError` for `data_parallel_size` > 1 (one engine per data-parallel rank: `aicirt.engine.vllm_dp`).
+    `ValueError` for `data_parallel_size` > 1 (one engine per data-parallel rank: `aicirt.integrations.vllm_dp`).
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, runtime: Runtime | None = None, *,
@@ -143,7 +143,7 @@ class VllmEngine(EngineBase):
         if data_parallel_size != 1:
             raise ValueError(f"data_parallel_size {data_parallel_size}: this engine drives one vLLM engine core in "
                              "its own process; `aicirt serve --engine vllm --data-parallel-size N` runs N of them "
-                             "(aicirt.engine.vllm_dp), or run one server per rank behind a load balancer, "
+                             "(aicirt.integrations.vllm_dp), or run one server per rank behind a load balancer, "
                              "sharing the controller store (docs/deployment.md)")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # the EngineCore in this process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

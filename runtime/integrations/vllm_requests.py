@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from vllm import SamplingParams
 
-    from ..runtime import Runtime
+    from .. import Runtime            # the public name (stable across module moves)
     from .steering import Steered, Steering
 
 #: Requests taken out of the batch unfinished (preempted) whose controller is kept for their return.

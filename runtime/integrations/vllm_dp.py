@@ -20,7 +20,7 @@ vLLM's engine-core processes cannot run (their outputs carry tokens, not forks a
 inside each rank. MoE models with expert parallelism need vLLM's lock-stepped `DPEngineCoreProc`,
 which this engine does not support.
 
-The front server itself is `aicirt.engine.vllm_dp_app` (FastAPI); this module has the ranks.
+The front server itself is `aicirt.integrations.vllm_dp_app` (FastAPI); this module has the ranks.
 
 Cores and devices: rank i gets its share of this process's CPUs as `VLLM_CPU_OMP_THREADS_BIND`
 (split again per tensor-parallel rank with `|`) unless `AICIRT_VLLM_DP_BIND` gives the binds,
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..serve.settings import Settings
 
-_CHILD = "import pickle, sys; from aicirt.engine.vllm_dp import _rank_main; _rank_main(*pickle.load(sys.stdin.buffer))"
+_CHILD = "import pickle, sys; from aicirt.integrations.vllm_dp import _rank_main; _rank_main(*pickle.load(sys.stdin.buffer))"
 
 
 def rank_binds(ranks: int, tp: int, cpus: list[int] | None = None) -> list[str]:

@@ -1,4 +1,4 @@
-"""The front server of `aicirt serve --engine vllm --data-parallel-size N` (`aicirt.engine.vllm_dp`
+"""The front server of `aicirt serve --engine vllm --data-parallel-size N` (`aicirt.integrations.vllm_dp`
 has the ranks and why): one FastAPI application that routes each generation request to the
 least-loaded rank and relays everything else to rank 0, streaming the rank's answer unchanged.
 """
@@ -20,7 +20,7 @@ from .vllm_dp import Ranks, merge_metrics
 
 #: Routes whose requests generate: routed to the least-loaded rank.
 ROUTED = frozenset({"/v1/run", "/v1/completions", "/v1/chat/completions"})
-#: Hop-by-hop headers a proxy must not forward (RFC 9110 §7.6.1), plus those httpx sets itself.
+#: Hop-by-hop headers a proxy must not forward (RFC 9110, section 7.6.1), plus those httpx sets itself.
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                   "transfer-encoding", "upgrade", "host", "content-length"})
 
