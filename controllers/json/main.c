@@ -42,7 +42,7 @@ static uint32_t parse_uint(const char *s, uint32_t n) {
 }
 
 /* name[=value] options, from the argument's NUL-separated tail */
-static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) {
+static bool set_option(json_opts_t *o, aici_buf_t *ignore, const char *s, uint32_t n) {
   const char *v;
   uint32_t vl;
   if (opt_is(s, n, "whitespace", &v, &vl)) o->whitespace = v ? parse_uint(v, vl) : 1;
@@ -53,8 +53,8 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
   else if (opt_is(s, n, "reference_masks", &v, &vl)) reference_masks = !v || v[0] != '0';
   else if (opt_is(s, n, "memory_mib", &v, &vl) && v) memory_mib = parse_uint(v, vl);
   else if (opt_is(s, n, "ignore", &v, &vl) && v) {
-    if (ignore->n) sb_putc(ignore, ',');
-    sb_putn(ignore, v, vl);
+    if (ignore->n) aici_buf_putc(ignore, ',');
+    aici_buf_putn(ignore, v, vl);
   } else {
     aici_logf("json: unknown option %.*s (options: whitespace=N, ignore=KEYWORD[,KEYWORD...], "
               "coerce_one_of, any_order, fast_forward=0, check, reference_masks, memory_mib=N)\n", (int)n, s);
@@ -64,22 +64,22 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
 }
 
 /* The root's "x-aicirt": {"whitespace": 2, "ignore": ["format"], "coerce_one_of": true, ...} */
-static bool schema_options(const jv_t *schema, json_opts_t *o, sb_t *ignore) {
+static bool schema_options(const jv_t *schema, json_opts_t *o, aici_buf_t *ignore) {
   const jv_t *x = jv_get(schema, "x-aicirt");
   if (!x) return true;
   if (x->kind != JV_OBJ) { aici_logs("json: x-aicirt must be an object\n"); return false; }
   for (uint32_t i = 0; i < x->n; i++) {
     const jv_t *k = &x->keys[i], *v = &x->items[i];
-    sb_t t = {0};
-    sb_putn(&t, k->s, k->n);
+    aici_buf_t t = {0};
+    aici_buf_putn(&t, k->s, k->n);
     if (v->kind == JV_ARR) {
-      sb_putc(&t, '=');
+      aici_buf_putc(&t, '=');
       for (uint32_t j = 0; j < v->n; j++) {
-        if (j) sb_putc(&t, ',');
-        if (v->items[j].kind == JV_STR) sb_putn(&t, v->items[j].s, v->items[j].n);
+        if (j) aici_buf_putc(&t, ',');
+        if (v->items[j].kind == JV_STR) aici_buf_putn(&t, v->items[j].s, v->items[j].n);
       }
-    } else if (v->kind == JV_NUM || v->kind == JV_STR) sb_putc(&t, '='), sb_putn(&t, v->s, v->n);
-    else if (v->kind == JV_FALSE) sb_puts(&t, "=0");
+    } else if (v->kind == JV_NUM || v->kind == JV_STR) aici_buf_putc(&t, '='), aici_buf_putn(&t, v->s, v->n);
+    else if (v->kind == JV_FALSE) aici_buf_puts(&t, "=0");
     bool ok = set_option(o, ignore, t.p, t.n);
     aici_free(t.p);
     if (!ok) return false;
@@ -108,7 +108,7 @@ static bool setup(const aici_arg_t *arg) {
     return false;
   }
   json_opts_t o = {0};
-  sb_t ignore = {0};
+  aici_buf_t ignore = {0};
   for (uint32_t i = len + 1; i < n;) {
     uint32_t k = i;
     while (k < n && a[k]) k++;

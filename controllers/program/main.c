@@ -146,13 +146,13 @@ static bool do_backtrack(aici_result_t *res, const sset_t *set, const path_t *pp
   }
   uint32_t k = gen;
   while (k > 0 && boff[k] > cut) k--;
-  sb_t text = {0};
-  sb_putn(&text, (const char *)gbytes + boff[k], cut - boff[k]);
+  aici_buf_t text = {0};
+  aici_buf_putn(&text, (const char *)gbytes + boff[k], cut - boff[k]);
   for (uint32_t j = 0; j < g->n_vars; j++) {
-    if (!g->part_is_var[j]) { sb_putn(&text, g->vars[j], g->part_len[j]); continue; }
+    if (!g->part_is_var[j]) { aici_buf_putn(&text, g->vars[j], g->part_len[j]); continue; }
     uint32_t len = 0;
     uint8_t *v = aici_var_get(g->vars[j], &len);
-    if (v) sb_putn(&text, (const char *)v, len);
+    if (v) aici_buf_putn(&text, (const char *)v, len);
     aici_free(v);
   }
   uint32_t nt = 0;
