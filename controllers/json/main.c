@@ -11,9 +11,7 @@
 
 static matcher_t *M;
 static const aici_trie_t *trie;
-static uint32_t prompt_len;
-static cset_t *sets;                   /* sets[k]: configurations after k generated tokens */
-static uint32_t n_seen, cap;
+static aici_history_t sets;            /* the configurations after each generated token */
 static bool fast_forward = true;
 static bool check_only;                /* option check: compile, report, stop */
 static bool reference_masks;           /* option reference_masks: see matcher_reference */
@@ -139,12 +137,10 @@ static bool setup(const aici_arg_t *arg) {
   caps = aici_capabilities();
   aici_token_bytes(0, 0);              /* the token -> bytes table now (from the init, if it ran) */
   matcher_prepare(M, trie);
-  prompt_len = arg->n_all_tokens;
-  cap = 64;
-  sets = aici_malloc(cap * sizeof(cset_t));
-  matcher_start(M, &sets[0]);
-  n_seen = 0;
-  if (!sets[0].c[0].s) {
+  cset_t start;
+  matcher_start(M, &start);
+  aici_history_init(&sets, arg, sizeof start, &start);
+  if (!start.c[0].s) {
     aici_logs("json: the schema admits no document\n");
     M = 0;
     return false;
@@ -152,23 +148,12 @@ static bool setup(const aici_arg_t *arg) {
   return true;
 }
 
-/* Bring sets[] up to date with the sequence: drop backtracked tokens, feed new ones. */
-static cset_t *current(const aici_arg_t *arg) {
-  uint32_t gen = arg->n_all_tokens - prompt_len;
-  uint32_t keep = arg->backtrack > n_seen ? 0 : n_seen - arg->backtrack;
-  if (keep > gen) keep = gen;
-  if (gen + 1 > cap) {
-    while (gen + 1 > cap) cap *= 2;
-    sets = aici_realloc(sets, cap * sizeof(cset_t));
-  }
-  for (uint32_t k = keep; k < gen; k++) {
-    uint32_t len;
-    const uint8_t *b = aici_token_bytes(arg->all_tokens[prompt_len + k], &len);
-    sets[k + 1] = sets[k];
-    if (sets[k].n && !matcher_advance(M, &sets[k + 1], b, len)) sets[k + 1].n = 0;
-  }
-  n_seen = gen;
-  return &sets[gen];
+/* One generated token from the configurations *set: false when the text leaves the schema. */
+static bool feed(void *ctx, void *set, aici_token_t t) {
+  (void)ctx;
+  uint32_t len;
+  const uint8_t *b = aici_token_bytes(t, &len);
+  return matcher_advance(M, set, b, len);
 }
 
 /* Text the schema forces next, fast-forwarded as the tokenizer would write it: the last token
@@ -191,7 +176,7 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
   uint32_t ok;
   aici_utf8_whole(forced, nf, &ok);
   if (ok < 2) return false;
-  uint32_t gen = arg->n_all_tokens - prompt_len, bt = 0, plen = 0;
+  uint32_t gen = arg->n_all_tokens - sets.prompt_len, bt = 0, plen = 0;
   uint8_t text[512];
   aici_token_t last = 0;
   if (gen > 0 && (caps & AICI_CAP_BACKTRACK)) {
@@ -210,7 +195,7 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
   bool done = false;
   if (n > from) {
     /* every token must keep the text valid (a tokenizer may normalize) */
-    cset_t c = sets[gen - bt];
+    cset_t c = ((const cset_t *)sets.states)[gen - bt];
     bool valid = true;
     uint32_t pos = from ? plen : 0;    /* from == 1: toks[0] is the kept last token */
     for (uint32_t i = from; i < n && valid; i++) {
@@ -250,7 +235,7 @@ static bool can_continue(const cset_t *set) {
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (arg->call_index == 0 && !setup(arg)) return;
   if (!M || !memory_ok()) return;
-  if (arg->n_all_tokens < prompt_len) {
+  if (arg->n_all_tokens < sets.prompt_len) {
     aici_logs("json: backtracked into the prompt\n");
     return;
   }
@@ -259,11 +244,11 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     if (arg->sampled == eos) return;   /* EOS chosen while the document was complete */
     ff_streak = 0;
   }
-  cset_t *set = current(arg);
-  if (!set->n) {
+  if (!aici_history_update(&sets, arg, feed, 0)) {
     aici_logs("json: the text no longer matches the schema\n");
     return;
   }
+  const cset_t *set = aici_history_state(&sets);
   bool accepting = matcher_accepting(M, set);
   if (accepting && !can_continue(set)) return;   /* a complete document: stop */
   if (!accepting && try_fast_forward(arg, res, set)) return;
