@@ -8,57 +8,6 @@
  */
 #include "json.h"
 
-static uint32_t enc(uint32_t c, uint8_t *out) {
-  if (c < 0x80) { out[0] = (uint8_t)c; return 1; }
-  if (c < 0x800) { out[0] = (uint8_t)(0xc0 | c >> 6), out[1] = (uint8_t)(0x80 | (c & 63)); return 2; }
-  if (c < 0x10000) {
-    out[0] = (uint8_t)(0xe0 | c >> 12), out[1] = (uint8_t)(0x80 | (c >> 6 & 63)), out[2] = (uint8_t)(0x80 | (c & 63));
-    return 3;
-  }
-  out[0] = (uint8_t)(0xf0 | c >> 18), out[1] = (uint8_t)(0x80 | (c >> 12 & 63));
-  out[2] = (uint8_t)(0x80 | (c >> 6 & 63)), out[3] = (uint8_t)(0x80 | (c & 63));
-  return 4;
-}
-
-static void byte_range(aici_buf_t *b, uint8_t lo, uint8_t hi) {
-  if (lo == hi) { sb_byte(b, lo); return; }
-  aici_buf_putc(b, '[');
-  sb_byte(b, lo);
-  aici_buf_putc(b, '-');
-  sb_byte(b, hi);
-  aici_buf_putc(b, ']');
-}
-
-/* [lo, hi] with one encoded length, split until each byte position is a plain range. */
-static void utf8_range(aici_buf_t *b, uint32_t lo, uint32_t hi, bool *first) {
-  uint8_t l[4], h[4];
-  uint32_t n = enc(lo, l);
-  for (uint32_t i = 1; i < n; i++) {
-    uint32_t m = (1u << (6 * i)) - 1;
-    if ((lo & ~m) != (hi & ~m)) {
-      if (lo & m) { utf8_range(b, lo, lo | m, first); utf8_range(b, (lo | m) + 1, hi, first); return; }
-      if ((hi & m) != m) { utf8_range(b, lo, (hi & ~m) - 1, first); utf8_range(b, hi & ~m, hi, first); return; }
-    }
-  }
-  enc(hi, h);
-  if (!*first) aici_buf_putc(b, '|');
-  *first = false;
-  for (uint32_t i = 0; i < n; i++) byte_range(b, l[i], h[i]);
-}
-
-static void raw_range(aici_buf_t *b, uint32_t lo, uint32_t hi, bool *first) {
-  static const uint32_t ends[] = {0x7f, 0x7ff, 0xffff, 0x10ffff};
-  for (int k = 0; k < 4 && lo <= hi; k++) {
-    if (lo > ends[k]) continue;
-    uint32_t e = hi < ends[k] ? hi : ends[k];
-    if (lo <= 0xdfff && e >= 0xd800) {      /* surrogates have no UTF-8 form */
-      if (lo < 0xd800) utf8_range(b, lo, 0xd7ff, first);
-      if (e > 0xdfff) utf8_range(b, 0xe000, e, first);
-    } else utf8_range(b, lo, e, first);
-    lo = e + 1;
-  }
-}
-
 static void alt(aici_buf_t *b, bool *first, const char *text) {
   if (!*first) aici_buf_putc(b, '|');
   *first = false;
@@ -88,6 +37,7 @@ bool emit_cp_set(aici_buf_t *b, cp_set_t *s) {
   if (all_escaped) alt(b, &first, "\\\\(?:[\\x22\\x5c/bfnrt]|u[0-9a-fA-F]{4})");
   /* the one-byte characters as one class: the SDK takes a repeated class as a slice candidate */
   aici_buf_t ascii = {0};
+  cp_set_t wide = {0};                 /* U+0080 and up */
   for (uint32_t i = 0; i < s->n; i++) {
     uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
     for (uint32_t c = lo; c <= hi && c < 0x60; c++)
@@ -100,7 +50,13 @@ bool emit_cp_set(aici_buf_t *b, cp_set_t *s) {
       if (e > c) aici_buf_putc(&ascii, '-'), sb_byte(&ascii, (uint8_t)e);
       c = e;
     }
-    if (hi >= 0x80) raw_range(b, lo < 0x80 ? 0x80 : lo, hi, &first);
+    if (hi >= 0x80) aici_cps_add(&wide, lo < 0x80 ? 0x80 : lo, hi);
+  }
+  if (wide.n) {                        /* the rest as raw UTF-8 (the SDK's byte-range split) */
+    if (!first) aici_buf_putc(b, '|');
+    first = false;
+    aici_cps_regex(b, &wide);
+    aici_free(wide.r);
   }
   if (ascii.n) {
     if (!first) aici_buf_putc(b, '|');
@@ -154,16 +110,10 @@ static void class_escape(cp_set_t *s, char c) {   /* \d \w \s and negations */
   aici_free(t.r);
 }
 
-static int hexd(uint8_t c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c |= 0x20;
-  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 static int64_t hexn(pat_t *p, uint32_t n) {
   int64_t v = 0;
   for (uint32_t k = 0; k < n; k++) {
-    int d = p->i < p->n ? hexd(p->s[p->i]) : -1;
+    int d = p->i < p->n ? aici_hex_digit(p->s[p->i]) : -1;
     if (d < 0) return -1;
     v = v * 16 + d, p->i++;
   }
@@ -174,23 +124,20 @@ static int64_t hexn(pat_t *p, uint32_t n) {
 static int64_t escape(pat_t *p, cp_set_t *cls, bool in_class) {
   if (p->i >= p->n) { p->why = "trailing backslash"; return -2; }
   uint8_t c = p->s[p->i++];
+  int e = aici_escape_char(c);         /* n t r f v 0 */
+  if (e >= 0) return e;
   switch (c) {
     case 'd': case 'D': case 'w': case 'W': case 's': case 'S': class_escape(cls, (char)c); return -1;
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 't': return '\t';
-    case 'f': return '\f';
-    case 'v': return '\v';
-    case '0': return 0;
     case 'b': if (in_class) return '\b'; p->why = "\\b (word boundary)"; return -2;
-    case 'x': { int64_t v = hexn(p, 2); if (v < 0) p->why = "bad \\x escape"; return v < 0 ? -2 : v; }
+    case 'x': {
+      int64_t v = aici_escape_hex(p->s, p->n, &p->i, 2);
+      if (v < 0) p->why = "bad \\x escape";
+      return v < 0 ? -2 : v;
+    }
     case 'u': {
-      if (p->i < p->n && p->s[p->i] == '{') {
-        p->i++;
-        int64_t v = 0;
-        while (p->i < p->n && hexd(p->s[p->i]) >= 0 && v <= 0x10ffff) v = v * 16 + hexd(p->s[p->i++]);
-        if (p->i >= p->n || p->s[p->i] != '}' || v > 0x10ffff) { p->why = "bad \\u{...} escape"; return -2; }
-        p->i++;
+      if (p->i < p->n && p->s[p->i] == '{') {   /* \u{H..H}: a scalar value, 1 to 8 digits */
+        int64_t v = aici_escape_hex(p->s, p->n, &p->i, 0);
+        if (v < 0) { p->why = v == AICI_ESC_BAD_DIGITS ? "bad \\u{...} escape" : aici_escape_error(v); return -2; }
         return v;
       }
       int64_t v = hexn(p, 4);
