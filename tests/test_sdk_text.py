@@ -4,6 +4,7 @@ aici_cps_regex.c, aici_history.c), each against a Python oracle through a small 
 - a code-point set as regex text: the compiled regex accepts exactly the set's characters
   (surrogates and values past U+10FFFF never), checked as a mask over one token per character;
 - hex escapes: the value, where the digits end, and each error, as Python reads them;
+- decimal repeat counts: the value (saturating), where the digits end, whether there were any;
 - UTF-8 encode/decode: the same bytes and code points as Python's codec;
 - token history: after any sequence of appends and backtracks, the state is the one the tokens
   now in the sequence give, and a token the step refuses ends the history before it.
@@ -64,6 +65,12 @@ static void escape_char_case(const uint8_t *a, uint32_t n) {   /* each byte afte
   for (uint32_t i = 1; i < n; i++) aici_logf("%d ", aici_escape_char(a[i]));
 }
 
+static void uint_case(const uint8_t *a, uint32_t n) {   /* decimal digits from a[1], cap 1000 */
+  uint32_t i = 1, v = 7;
+  bool any = aici_read_uint(a, n, &i, 1000, &v);
+  aici_logf("%d %u %u\n", (int)any, v, i - 1);
+}
+
 static void utf8_case(const uint8_t *a, uint32_t n) {     /* u32 code points: encode, decode */
   for (uint32_t i = 1; i + 4 <= n; i += 4) {
     uint32_t c, d;
@@ -84,6 +91,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     if (mode == 'e') { escape_case(a, n); return; }
     if (mode == 'u') { utf8_case(a, n); return; }
     if (mode == 'x') { escape_char_case(a, n); return; }
+    if (mode == 'd') { uint_case(a, n); return; }
     uint32_t zero = 0;
     aici_history_init(&hist, arg, 4, &zero);
   }
@@ -179,6 +187,17 @@ def test_single_character_escapes(wasm):
     got = [int(v) for v in "".join(host.logs).split()]
     want = {ord("n"): 10, ord("t"): 9, ord("r"): 13, ord("f"): 12, ord("v"): 11, ord("0"): 0}
     assert got == [want.get(c, -1) for c in chars]
+
+
+@pytest.mark.parametrize("text,want", [
+    (b"", (0, 0, 0)), (b"}", (0, 0, 0)), (b"a12", (0, 0, 0)), (b"12}", (1, 12, 2)), (b"007,", (1, 7, 3)),
+    (b"1000", (1, 1000, 4)), (b"1001", (1, 1000, 4)),
+    (b"99999999999999999999x", (1, 1000, 20)),   # saturates, and still reads every digit
+])
+def test_decimal_counts(wasm, text, want):
+    host = MiniHost(wasm, BYTE_VOCAB, 256, lambda s: [], arg=b"d" + text)
+    host.step([1])
+    assert tuple(int(x) for x in host.logs[0].split()) == want, host.logs
 
 
 # ---- UTF-8 ---------------------------------------------------------------------------------------

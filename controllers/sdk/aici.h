@@ -196,6 +196,9 @@ void aici_buf_rx_byte(aici_buf_t *b, uint8_t c);                 /* one byte as 
 uint32_t aici_utf8_encode(uint32_t cp, uint8_t *o);
 uint32_t aici_utf8_decode(const uint8_t *s, uint32_t n, uint32_t *cp);
 int aici_hex_digit(uint32_t c);                                  /* 0-15, or -1 */
+/* Decimal digits at s[*i..n) (a repeat count): their value, saturating at cap; *i moves past
+ * them. false (and *v = 0) when there is none. */
+bool aici_read_uint(const uint8_t *s, uint32_t n, uint32_t *i, uint32_t cap, uint32_t *v);
 int aici_escape_char(uint32_t c);    /* after a backslash: n t r f v 0 -> their byte; else -1 */
 /* The digits of a hex escape at s[*i..n): exactly `digits` of them, or with digits == 0 a braced
  * {H..H} of 1 to 8. Returns the code point and moves *i past the digits, or (i unchanged) one of
