@@ -176,33 +176,23 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
   uint32_t ok;
   aici_utf8_whole(forced, nf, &ok);
   if (ok < 2) return false;
-  uint32_t gen = arg->n_all_tokens - sets.prompt_len, bt = 0, plen = 0;
-  uint8_t text[512];
-  aici_token_t last = 0;
-  if (gen > 0 && (caps & AICI_CAP_BACKTRACK)) {
-    last = arg->all_tokens[arg->n_all_tokens - 1];
-    const uint8_t *lb = aici_token_bytes(last, &plen);
-    uint32_t v;
-    if (lb && plen <= 256 && aici_utf8_whole(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
-    else plen = 0;
-  }
-  __builtin_memcpy(text + plen, forced, ok);
-  uint32_t nt;
-  aici_token_t *toks = aici_tokenize((const char *)text, plen + ok, &nt);
-  if (!toks) return false;
-  uint32_t from = 0, n = nt ? nt - 1 : 0;   /* the final token stays open */
+  uint32_t gen = arg->n_all_tokens - sets.prompt_len;
+  aici_token_t last = gen > 0 ? arg->all_tokens[arg->n_all_tokens - 1] : 0;
+  aici_heal_t h;
+  if (!aici_heal_tokenize(&h, gen > 0 && (caps & AICI_CAP_BACKTRACK) ? &last : 0, forced, ok)) return false;
+  aici_token_t *toks = h.toks;
+  uint32_t bt = h.joined, from = 0, n = h.nt ? h.nt - 1 : 0;   /* the final token stays open */
   if (bt && n && toks[0] == last) from = 1, bt = 0;
   bool done = false;
   if (n > from) {
     /* every token must keep the text valid (a tokenizer may normalize) */
     cset_t c = ((const cset_t *)sets.states)[gen - bt];
     bool valid = true;
-    uint32_t pos = from ? plen : 0;    /* from == 1: toks[0] is the kept last token */
+    uint32_t pos = from ? h.plen : 0;  /* from == 1: toks[0] is the kept last token */
     for (uint32_t i = from; i < n && valid; i++) {
       uint32_t len;
-      const uint8_t *b = aici_token_bytes(toks[i], &len);
-      valid = b && pos + len <= plen + ok && !__builtin_memcmp(b, text + pos, len) && matcher_advance(M, &c, b, len);
-      pos += len;
+      const uint8_t *b;
+      valid = aici_heal_token_at(&h, toks[i], &pos, &b, &len) && matcher_advance(M, &c, b, len);
     }
     if (valid) {
       aici_ff(res, bt, toks + from, n - from);

@@ -116,23 +116,9 @@ uint32_t pc_json_leaf(cx_t *c, const jv_t *f, uint32_t cont) {
   o.any_order = ao && ao->kind == JV_TRUE;
   compiled_t cc = {0};
   char *cerr = 0;
-  if (!schema_compile(schema, &o, &cc, &cerr)) {
-    aici_buf_t b = {0};
-    aici_buf_puts(&b, "json_schema: ");
-    aici_buf_puts(&b, cerr);
-    pc_fail(c, b.p);
-    aici_free(b.p);
-    return 0;
-  }
+  if (!schema_compile(schema, &o, &cc, &cerr)) return pc_failn(c, "json_schema: ", cerr, (uint32_t)__builtin_strlen(cerr)), 0;
   matcher_t *m = matcher_new(&cc, &cerr);
-  if (!m) {
-    aici_buf_t b = {0};
-    aici_buf_puts(&b, "json_schema: ");
-    aici_buf_puts(&b, cerr);
-    pc_fail(c, b.p);
-    aici_free(b.p);
-    return 0;
-  }
+  if (!m) return pc_failn(c, "json_schema: ", cerr, (uint32_t)__builtin_strlen(cerr)), 0;
   c->plen = old;
   int64_t by;                          /* ours: the reply's length by which the document is complete */
   if (!pc_uint_field(c, f, "complete_by", -1, 0, &by)) return 0;
