@@ -110,7 +110,8 @@ setup-vllm: $(VLLM_BIN)/python
 
 # every tests/test_vllm*.py: the ones marked vllm and the adapter's core tests (torch_masks needs torch);
 # test_vllm_engine*.py are the vLLM engine's (aicirt serve --engine vllm): conformance with the own
-# engine, the server, TP 2 against TP 1 (each TP size in a process of its own, about 3 minutes)
+# engine, the server, TP 2 against TP 1 (each TP size in a process of its own, about 3 minutes),
+# DP 2 against DP 1 (aicirt serve --data-parallel-size 2: two engine processes, about 2 minutes)
 # The vLLM engine's tests (tests/test_vllm_engine*.py) run in a pytest process of their own: the
 # engine drives vLLM's engine core inside the process and tears vLLM's distributed state down when
 # it closes, which an offline LLM made later in the same process then lacks ("pipeline model

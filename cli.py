@@ -91,8 +91,8 @@ def _engine_options(fn: Callable[..., None]) -> Callable[..., None]:
                       help="Another vllm.EngineArgs field for --engine vllm (VALUE as JSON where it parses), "
                            "e.g. max_num_seqs=128; repeatable.")(fn)
     fn = click.option("--data-parallel-size", type=click.IntRange(min=1), default=None,
-                      help="--engine vllm: data-parallel ranks [default: 1; more: one server per rank, "
-                           "docs/deployment.md].")(fn)
+                      help="--engine vllm: data-parallel ranks for aicirt serve, each an engine process of its own "
+                           "behind the one server [default: 1; docs/deployment.md].")(fn)
     fn = click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=None,
                       help="--engine vllm: tensor-parallel ranks [default: 1].")(fn)
     return click.option("--engine", type=click.Choice(["own", "vllm"]), default=None,
@@ -158,6 +158,8 @@ def run(controller: str, arg: str | None, arg_file: str | None, prompt: str, max
         raise click.UsageError("give --arg or --arg-file, not both")
     arg_bytes = open(arg_file, "rb").read() if arg_file else (arg or "").encode("utf-8")
     vllm_options = _vllm_options(engine, tensor_parallel_size, data_parallel_size, vllm_args)
+    if (data_parallel_size or 1) > 1:
+        raise click.UsageError("--data-parallel-size is for aicirt serve: one run is one request, on one rank")
     try:
         if server:
             if engine:
@@ -308,9 +310,12 @@ def serve(config: str | None, host: str | None, port: int | None, model: str | N
                                  vllm_args=json.dumps(opts["engine_args"]) if opts.get("engine_args") else None)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    run_server = do_serve
+    if settings.data_parallel_size > 1:   # N ranks behind one front server (docs/deployment.md)
+        from aicirt.integrations.vllm_dp_app import serve_dp as run_server
     try:
-        do_serve(settings)
-    except (FileNotFoundError, ImportError) as e:
+        run_server(settings)
+    except (FileNotFoundError, ImportError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
 
 

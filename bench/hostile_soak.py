@@ -32,8 +32,12 @@ run: healthy rounds alone, for as many steps as warm-up.
     python bench/hostile_soak.py                       # checkpoints at 10,000 and 50,000 sequences
     python bench/hostile_soak.py --sequences 2000 --warmup 500
     python bench/hostile_soak.py --kinds 'flood|memory' --sequences 3000 --warmup 500   # one family: a fast reproducer
+    python bench/hostile_soak.py --per-kind 64 --per-kind-only --budget-touchers 0  # which kinds leave memory behind
+    python bench/hostile_soak.py --smaps ...          # where the RSS is, by kind of mapping, at each checkpoint
 
-Last line: one JSON object (sequences, rss_growth_pct, healthy_ok, healthy_total, left_out, ...).
+Last line: one JSON object (sequences, rss_warm_mb, checkpoints with RSS after N and after the
+idle, growth_pct and the C heap's in-use and free bytes, rss_growth_pct, rss_after_close_mb,
+healthy_ok, healthy_total, left_out, per_kind, ...).
 Target (issue 10, and the memory issue): rss_growth_pct <= 10 after a few seconds of idle and
 every healthy output correct.
 """
@@ -59,7 +63,7 @@ from hostile.runner import Spec, healthy_specs, run_batch  # noqa: E402
 
 import aicirt  # noqa: E402
 from aicirt.build import toolchain  # noqa: E402
-from aicirt.core.memory import cap_malloc_arenas, pin_malloc_thresholds  # noqa: E402
+from aicirt.core.memory import cap_malloc_arenas, heap_stats, pin_malloc_thresholds, trim_heap  # noqa: E402
 from aicirt.testing import Choices, EngineSettings, FuzzEngine  # noqa: E402
 
 
@@ -90,6 +94,26 @@ def top_mappings(n: int = 6) -> list[str]:
             cur[0] = int(parts[1]) / 1024
     out.sort(key=lambda m: -m[0])
     return [f"{rss:.1f} MiB in {name}" for rss, name in out[:n]]
+
+
+def rss_by_kind() -> dict[str, float]:
+    """This process's resident memory by kind of mapping (MiB): the C heap's main arena ([heap]),
+    the wasm pool's slots (anonymous reservations of 1 GiB or more) and module images (memfd),
+    other anonymous memory (Python's arenas, numpy, thread stacks, large malloc chunks), libraries
+    and other files: where a growth is, for --smaps."""
+    out: dict[str, float] = {}
+    kind = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        parts = line.split()
+        if parts and "-" in parts[0] and len(parts) >= 5 and not parts[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            name = parts[5] if len(parts) > 5 else ""
+            kind = ("heap" if name == "[heap]" else "wasm_images" if name.startswith("/memfd:")
+                    else "wasm_slots" if not name and hi - lo >= 1 << 30 else "anon" if not name or name == "[stack]"
+                    else "libs" if ".so" in name else "files")
+        elif parts and parts[0] == "Rss:" and kind is not None:
+            out[kind] = out.get(kind, 0.0) + int(parts[1]) / 1024
+    return {k: round(v, 1) for k, v in sorted(out.items())}
 
 
 def soak_kinds(hostile_c, js_wasm, only: str | None = None) -> tuple[list[Hostile], dict[str, str]]:
@@ -156,7 +180,7 @@ class Soak:
         while self.spawned < until_sequences:
             if hostile_on:
                 n_hostile = sum(1 for t in self.engine.tracks if t.label.startswith("x") and not t.finished)
-                while n_hostile < self.live:
+                while n_hostile < self.live and self.spawned < until_sequences:
                     kind = self.hostile[self.spawned % len(self.hostile)]
                     self.spawned += 1
                     if kind.load_only:
@@ -200,9 +224,62 @@ class Soak:
         live = {id(t.seq.request) for t in self.engine.tracks}
         self.engine.var_writers = {k: v for k, v in self.engine.var_writers.items() if k in live}
 
+    def settle(self, close_wait: float, idle: float) -> tuple[float, float]:
+        """(RSS busy, RSS after the idle) in MiB, once the hostile sequences in flight have ended:
+        their tracks, and the calls of those closed mid-call (aborted ones: their calls queued
+        behind stuck ones run to their own limits first; up to `close_wait` s)."""
+        self.drain()
+        waited = time.monotonic()
+        while self.rt.registry.closing_count and time.monotonic() - waited < close_wait:
+            self.rt.collect()
+            time.sleep(0.05)
+        self.close_waits.append((round(time.monotonic() - waited, 1), self.rt.registry.closing_count))
+        gc.collect()
+        busy = rss_mb()[0]
+        end = time.monotonic() + idle
+        while time.monotonic() < end:      # idle, as a server's loop is: it frees the sequences
+            self.rt.collect()              # closed mid-call (aborted) whose calls have ended
+            time.sleep(0.1)
+        self.rt.collect()
+        gc.collect()
+        return busy, rss_mb()[0]
+
     def close(self) -> None:
         self.engine.close()
         self.engine.tracks = []
+
+
+def per_kind(rt, healthy: list[Spec], reference: dict, hostile: list[Hostile], n: int, warm: int, live: int,
+             max_hostile_steps: int, close_wait: float) -> dict[str, dict]:
+    """Each kind alone through `rt` beside the healthy rounds: `warm` sequences, then `n` more;
+    what the `n` left behind, per sequence, once they ended and the heap was trimmed: RSS and the
+    C heap in use and mapped (KiB; a leak grows `heap_in_use`, fragmentation `heap_arena` and RSS
+    with free heap pages no trim returns), and Python's allocated blocks (a leak of objects). A
+    load-only kind loads min(n, 4) times (each a compile in a child process)."""
+    out = {}
+    for kind in hostile:
+        soak = Soak(rt, healthy, [kind], live, max_hostile_steps)
+        soak.reference = reference
+        count = min(n, 4) if kind.load_only else n
+        soak.run(0 if kind.load_only else warm)
+        before = _settled_reading(soak, close_wait)
+        soak.run(soak.spawned + count)
+        after = _settled_reading(soak, close_wait)
+        out[kind.name] = {"sequences": count, **{f"{k}_per_seq": round((after[k] - before[k]) / count, 3)
+                                                 for k in before},
+                          "healthy_ok": soak.healthy_ok == soak.healthy_total}
+        soak.close()
+        print(f"  {kind.name:36s} " + " ".join(f"{k} {v:+}" for k, v in out[kind.name].items()
+                                               if k.endswith("_per_seq")), file=sys.stderr)
+    return out
+
+
+def _settled_reading(soak: Soak, close_wait: float) -> dict[str, float]:
+    soak.settle(close_wait, 0.0)
+    trim_heap()
+    heap = heap_stats() or {}
+    return {"rss_kib": rss_mb()[0] * 1024, "heap_in_use_kib": heap.get("in_use", 0) / 1024,
+            "heap_arena_kib": heap.get("arena", 0) / 1024, "py_blocks": sys.getallocatedblocks()}
 
 
 def budget_child(touchers: int, budget_mib: int, calls: int) -> None:
@@ -287,6 +364,10 @@ def main() -> None:
     ap.add_argument("--budget-only", action="store_true", help="only the memory-budget measure")
     ap.add_argument("--close-wait", type=float, default=300.0,
                     help="seconds at most to wait, before each reading, for the calls of sequences closed mid-call")
+    ap.add_argument("--per-kind", type=int, default=0,
+                    help="first measure each kind alone: this many sequences of it, what they leave behind per "
+                         "sequence (0: skip)")
+    ap.add_argument("--per-kind-only", action="store_true", help="only the per-kind measure")
     ap.add_argument("--smaps", action="store_true", help="name the mappings holding the most RSS at each checkpoint")
     args = ap.parse_args()
     if args.budget_child is not None:
@@ -312,30 +393,22 @@ def main() -> None:
     healthy = healthy_specs(scripted)
     limits = aicirt.Limits(call_timeout_s=args.call_timeout, first_call_timeout_s=args.call_timeout)
 
-    def settled(soak: Soak) -> tuple[float, float]:
-        """(RSS busy, RSS after the idle) in MiB, once the hostile sequences in flight have ended:
-        their tracks, and the calls of those closed mid-call (aborted ones: their calls queued
-        behind stuck ones run to their own limits first; up to `--close-wait` s)."""
-        soak.drain()
-        waited = time.monotonic()
-        while soak.rt.registry.closing_count and time.monotonic() - waited < args.close_wait:
-            soak.rt.collect()
-            time.sleep(0.05)
-        soak.close_waits.append((round(time.monotonic() - waited, 1), soak.rt.registry.closing_count))
-        gc.collect()
-        busy = rss_mb()[0]
-        end = time.monotonic() + args.idle
-        while time.monotonic() < end:      # idle, as a server's loop is: it frees the sequences
-            soak.rt.collect()              # closed mid-call (aborted) whose calls have ended
-            time.sleep(0.1)
-        soak.rt.collect()
-        gc.collect()
-        return busy, rss_mb()[0]
-
     malloc_policy = {"thresholds_pinned": pin_malloc_thresholds(),   # as `aicirt serve` does (memory.py)
                      "arenas_capped": cap_malloc_arenas()}
     with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers) as rt:
         reference = run_batch(rt, healthy).healthy
+    kinds_alone = None
+    if args.per_kind:
+        print(f"each kind alone, {args.per_kind} sequences after {min(args.warmup, 16)} (KiB a sequence):",
+              file=sys.stderr)
+        with aicirt.Runtime(aicirt.ByteTokenizer(), limits=limits, cache_dir=False, workers=args.workers) as rt:
+            kinds_alone = per_kind(rt, healthy, reference, hostile, args.per_kind, min(args.warmup, 16), args.live,
+                                   args.max_hostile_steps, args.close_wait)
+        if args.per_kind_only:
+            print(f"loadavg after: {os.getloadavg()}", file=sys.stderr)
+            print(json.dumps({"bench": "hostile_soak", "hostile_kinds": len(hostile), "left_out": left_out,
+                              "per_kind": kinds_alone}))
+            return
     gc.collect()
     rss_start, _ = rss_mb()
 
@@ -359,13 +432,20 @@ def main() -> None:
     soak.reference = reference
     t0 = time.perf_counter()
     soak.run(args.warmup)
-    rss_warm_busy, rss_warm = settled(soak)
+    rss_warm_busy, rss_warm = soak.settle(args.close_wait, args.idle)
+    heap_warm = heap_stats() or {}
+    if args.smaps:
+        print(f"warm: RSS by kind of mapping (MiB): {rss_by_kind()}", file=sys.stderr)
     points = []
     for n in checkpoints:
         soak.run(n)
-        busy, rss = settled(soak)
+        busy, rss = soak.settle(args.close_wait, args.idle)
         peak = rss_mb()[1]
+        heap = heap_stats() or {}
         points.append({"sequences": n, "rss_mb": round(rss, 1), "rss_busy_mb": round(busy, 1),
+                       "heap_in_use_mb": round(heap.get("in_use", 0) / 2**20, 1),
+                       "heap_free_mb": round(heap.get("free", 0) / 2**20, 1),
+                       "py_blocks": sys.getallocatedblocks(),
                        "resident_slot_mb": round(soak.rt.registry.resident.held_bytes / 2**20, 1),
                        "growth_pct": round(100 * (rss - rss_warm) / rss_warm, 1),
                        "seconds": round(time.perf_counter() - t0, 1), "healthy_ok": soak.healthy_ok,
@@ -375,6 +455,8 @@ def main() -> None:
               f"peak {peak:.1f}, healthy {soak.healthy_ok}/{soak.healthy_total}, {points[-1]['seconds']} s",
               file=sys.stderr)
         if args.smaps:
+            points[-1]["rss_by_kind_mb"] = rss_by_kind()
+            print(f"  RSS by kind of mapping (MiB): {points[-1]['rss_by_kind_mb']}", file=sys.stderr)
             print("  " + "\n  ".join(top_mappings()), file=sys.stderr)
     elapsed = time.perf_counter() - t0
     steps, soak_mismatches = soak.engine.steps, soak.mismatches
@@ -394,10 +476,11 @@ def main() -> None:
         "workers": args.workers, "malloc": malloc_policy, "steps": steps, "seconds": round(elapsed, 1),
         "left_out": left_out, "idle_s": args.idle, "call_timeout_s": args.call_timeout,
         "rss_start_mb": round(rss_start, 1), "rss_warm_mb": round(rss_warm, 1),
-        "rss_warm_busy_mb": round(rss_warm_busy, 1), "rss_peak_mb": round(peak, 1),
+        "rss_warm_busy_mb": round(rss_warm_busy, 1), "heap_warm_in_use_mb": round(heap_warm.get("in_use", 0) / 2**20, 1),
+        "heap_warm_free_mb": round(heap_warm.get("free", 0) / 2**20, 1), "rss_peak_mb": round(peak, 1),
         "rss_after_close_mb": round(rss_after, 1), "rss_growth_pct": points[-1]["growth_pct"],
         "checkpoints": points, "healthy_ok": points[-1]["healthy_ok"], "healthy_total": points[-1]["healthy_total"],
-        "healthy_mismatches": soak_mismatches, "baseline_healthy_only": baseline,
+        "healthy_mismatches": soak_mismatches, "baseline_healthy_only": baseline, "per_kind": kinds_alone,
     }))
 
 

@@ -22,13 +22,16 @@ each round's ratio taken within that round, the median over rounds (the speedup 
     python bench/server_load.py [--models scripted,smollm2] [--concurrency 1,8,32,64] [--max-tokens 32] [--rounds 2]
     python bench/server_load.py --engine vllm [--models smollm2] ...
 
-`--engine vllm` serves each model twice in the same run, `aicirt serve --engine own` then
-`--engine vllm` (docs/vllm.md), and adds `vllm_vs_own`: the vLLM engine's tokens/s over the own
-engine's at each N (each a median over rounds).
+`--engine vllm` serves each model three ways in the same run, `aicirt serve --engine own`,
+`--engine vllm` and `--engine vllm --data-parallel-size 2` (`--dp`; docs/vllm.md), all servers up
+at once and each round measuring them in turn, and adds `vllm_vs_own` (the vLLM engine's
+tokens/s over the own engine's at each N, the median of the per-round ratios; its min-max in
+`vllm_vs_own_spread`), `dp2_vs_vllm` and `dp2_vs_own` likewise; `tokens_per_s_min`/`_max` are
+each column's spread over rounds.
 
 The last line is one JSON object: the last model's figures at top level (by default the real
 model; with --engine vllm its vLLM figures), `batching_gain` among them, each model's under its
-name (with --engine vllm as MODEL@own and MODEL@vllm), and `vllm_vs_own` with --engine vllm.
+name (with --engine vllm as MODEL@own, MODEL@vllm and MODEL@vllm-dp2), and the ratios above.
 """
 from __future__ import annotations
 
@@ -58,15 +61,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, store: str, max_batch: int, engine: str = "own") -> tuple[subprocess.Popen, str]:
+def start_server(model: str, store: str, max_batch: int, engine: str = "own",
+                 dp: int = 1) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, str(ROOT / "cli.py"), "serve", "--model", model, "--port", str(port), "--store", store,
            "--max-batch", str(max_batch), "--engine", engine]
+    if dp > 1:
+        cmd += ["--data-parallel-size", str(dp)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     import httpx
 
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"aicirt serve exited: {proc.stderr.read()}")
@@ -77,7 +83,16 @@ def start_server(model: str, store: str, max_batch: int, engine: str = "own") ->
             pass
         time.sleep(0.2)
     proc.kill()
-    raise TimeoutError("aicirt serve did not start within 300 s")
+    raise TimeoutError("aicirt serve did not start within 900 s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 async def one_run(client, url: str, k: int, max_tokens: int, pattern: str) -> dict:
@@ -135,45 +150,68 @@ def percentile(xs: list[float], p: float) -> float:
 
 
 def bench_model(model: str, levels: list[int], max_tokens: int, rounds: int, engine: str = "own") -> dict:
-    """Each round measures every level in turn (1 first); figures are medians over rounds, and a
-    speedup is taken within one round, so drift in machine speed hits both sides alike."""
+    """One engine alone: `bench_engines` with one column."""
+    return bench_engines(model, [(engine, engine, 1)], levels, max_tokens, rounds)[engine]
+
+
+def bench_engines(model: str, columns: list[tuple[str, str, int]], levels: list[int], max_tokens: int,
+                  rounds: int) -> dict[str, dict]:
+    """Each column (label, engine, data-parallel size) a server of its own, all started first;
+    each round measures every column in turn, each at every level in turn (1 first), so drift in
+    machine speed spreads over all alike. Figures are medians over rounds with their min and
+    max; a speedup is taken within one round."""
     pattern = PATTERNS.get(model.partition(":")[0], DEFAULT_PATTERN)
-    by_level: dict[int, list[dict]] = {n: [] for n in levels}
-    speedups: dict[int, list[float]] = {n: [] for n in levels}
+    by_level = {c: {n: [] for n in levels} for c, _, _ in columns}
+    speedups = {c: {n: [] for n in levels} for c, _, _ in columns}
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
     with tempfile.TemporaryDirectory() as store:
-        proc, url = start_server(model, store, max(levels), engine)
         try:
-            asyncio.run(load(url, 1, 4, 10_000, pattern))              # warm-up: compile, cache
+            for label, engine, dp in columns:
+                servers[label] = start_server(model, store, max(levels), engine, dp)
+                asyncio.run(load(servers[label][1], max(2, dp), 4, 10_000, pattern))   # warm-up: compile, cache
             for rnd in range(rounds):
-                base = None
-                for i, n in enumerate(levels):
-                    row = asyncio.run(load(url, n, max_tokens, 1000 * (rounds * i + rnd), pattern))
-                    by_level[n].append(row)
-                    if n == levels[0]:
-                        base = row["tokens_per_s"]
-                    speedups[n].append(row["tokens_per_s"] / base)
-                    print(f"{model:>10} {engine:>4}  round {rnd + 1}  N={n:<3} {row['tokens_per_s']:8.1f} tokens/s  "
-                          f"ttft p50 {row['ttft_p50_ms']:8.1f} ms  p99 {row['ttft_p99_ms']:8.1f} ms  "
-                          f"errors {row['errors']}  ({row['tokens']} tokens in {row['wall_s']:.1f} s)",
-                          file=sys.stderr, flush=True)
+                for label, engine, dp in columns:
+                    base = None
+                    for i, n in enumerate(levels):
+                        row = asyncio.run(load(servers[label][1], n, max_tokens, 1000 * (rounds * i + rnd), pattern))
+                        by_level[label][n].append(row)
+                        if n == levels[0]:
+                            base = row["tokens_per_s"]
+                        speedups[label][n].append(row["tokens_per_s"] / base)
+                        print(f"{model:>10} {label:>8}  round {rnd + 1}  N={n:<3} {row['tokens_per_s']:8.1f} tokens/s  "
+                              f"ttft p50 {row['ttft_p50_ms']:8.1f} ms  p99 {row['ttft_p99_ms']:8.1f} ms  "
+                              f"errors {row['errors']}  ({row['tokens']} tokens in {row['wall_s']:.1f} s)",
+                              file=sys.stderr, flush=True)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    out = {"model": model, "engine": engine, "max_tokens": max_tokens, "rounds": rounds, "baseline_concurrency": levels[0],
-           "concurrency": levels}
-    for key in ("tokens_per_s", "ttft_p50_ms", "ttft_p99_ms"):
-        out[key] = [round(median([r[key] for r in by_level[n]]), 2) for n in levels]
-    out["errors"] = [sum(r["errors"] for r in by_level[n]) for n in levels]
-    out["speedup"] = [round(median(speedups[n]), 3) for n in levels]
-    out["batching_efficiency"] = [round(median(speedups[n]) * levels[0] / n, 3) for n in levels]
-    largest = max(levels)
-    out["largest_concurrency"] = largest
-    out["batching_gain"] = round(median(speedups[largest]), 3)
-    out["error_samples"] = [s for n in levels for r in by_level[n] for s in r["error_samples"]][:5]
-    return out
+            for proc, _ in servers.values():
+                stop_server(proc)
+    report = {}
+    for label, engine, dp in columns:
+        rows, ups = by_level[label], speedups[label]
+        out: dict = {"model": model, "engine": engine, "data_parallel_size": dp, "max_tokens": max_tokens,
+                     "rounds": rounds, "baseline_concurrency": levels[0], "concurrency": levels}
+        for key in ("tokens_per_s", "ttft_p50_ms", "ttft_p99_ms"):
+            out[key] = [round(median([r[key] for r in rows[n]]), 2) for n in levels]
+        out["tokens_per_s_min"] = [round(min(r["tokens_per_s"] for r in rows[n]), 2) for n in levels]
+        out["tokens_per_s_max"] = [round(max(r["tokens_per_s"] for r in rows[n]), 2) for n in levels]
+        out["errors"] = [sum(r["errors"] for r in rows[n]) for n in levels]
+        out["speedup"] = [round(median(ups[n]), 3) for n in levels]
+        out["batching_efficiency"] = [round(median(ups[n]) * levels[0] / n, 3) for n in levels]
+        largest = max(levels)
+        out["largest_concurrency"] = largest
+        out["batching_gain"] = round(median(ups[largest]), 3)
+        out["error_samples"] = [s for n in levels for r in rows[n] for s in r["error_samples"]][:5]
+        out["_rows"] = rows
+        report[label] = out
+    return report
+
+
+def ratios(a: dict, b: dict, levels: list[int]) -> dict:
+    """a's tokens/s over b's at each level: the median of the per-round ratios, and their min-max."""
+    per = [[ra["tokens_per_s"] / rb["tokens_per_s"] if rb["tokens_per_s"] else float("nan")
+            for ra, rb in zip(a["_rows"][n], b["_rows"][n])] for n in levels]
+    return {"median": [round(median(p), 3) for p in per], "min": [round(min(p), 3) for p in per],
+            "max": [round(max(p), 3) for p in per]}
 
 
 def median(xs: list[float]) -> float:
@@ -191,6 +229,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,8,32,64")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2, help="passes over the levels; figures are medians")
+    ap.add_argument("--dp", type=int, default=2, help="with --engine vllm: also a column for "
+                                                     "--data-parallel-size DP (0: none) [default: 2]")
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
     if levels[0] != 1 or any(n < 1 for n in levels):
@@ -203,15 +243,27 @@ def main() -> None:
         if args.engine == "own":
             report[model] = bench_model(model, levels, args.max_tokens, args.rounds)
             continue
-        own = report[f"{model}@own"] = bench_model(model, levels, args.max_tokens, args.rounds, "own")
-        on_vllm = report[f"{model}@vllm"] = bench_model(model, levels, args.max_tokens, args.rounds, "vllm")
-        extra["vllm_vs_own"] = [round(v / o, 3) if o else None
-                                for v, o in zip(on_vllm["tokens_per_s"], own["tokens_per_s"])]
+        columns = [("own", "own", 1), ("vllm", "vllm", 1)] + ([(f"vllm-dp{args.dp}", "vllm", args.dp)]
+                                                               if args.dp > 1 else [])
+        got = bench_engines(model, columns, levels, args.max_tokens, args.rounds)
+        own, on_vllm = got["own"], got["vllm"]
+        extra["vllm_vs_own"] = ratios(on_vllm, own, levels)["median"]
+        extra["vllm_vs_own_spread"] = ratios(on_vllm, own, levels)
         extra["own_tokens_per_s"] = own["tokens_per_s"]
         extra["own_errors"] = own["errors"]
+        if args.dp > 1:
+            dp = got[f"vllm-dp{args.dp}"]
+            extra[f"dp{args.dp}_tokens_per_s"] = dp["tokens_per_s"]
+            extra[f"dp{args.dp}_errors"] = dp["errors"]
+            extra[f"dp{args.dp}_vs_vllm"] = ratios(dp, on_vllm, levels)
+            extra[f"dp{args.dp}_vs_own"] = ratios(dp, own, levels)
+        for label, r in got.items():
+            report[f"{model}@{label}"] = r
+        report[f"{model}@vllm"] = report.pop(f"{model}@vllm")     # last: the top-level figures
+    for r in report.values():
+        r.pop("_rows", None)
     last = report[list(report)[-1]]
     print(json.dumps({**{k: v for k, v in last.items() if k != "error_samples"}, **extra, "by_model": report}))
-
 
 if __name__ == "__main__":
     main()

@@ -125,7 +125,7 @@ def mask_tokens(outcome, row: int) -> list[int]:
 # README's test command installs none of these, so there they are not collected rather than skipped.
 _NEEDS = {"test_vllm_offline.py": "vllm", "test_vllm_processor.py": "vllm", "test_vllm_serve.py": "vllm",
           "test_vllm_mrv2.py": "vllm", "test_vllm_engine.py": "vllm", "test_vllm_engine_serve.py": "vllm",
-          "test_vllm_engine_tp.py": "vllm",
+          "test_vllm_engine_tp.py": "vllm", "test_vllm_engine_dp.py": "vllm",
           "test_vllm_torch_masks.py": "torch", "test_engine_e2e.py": "transformers",
           "test_llamacpp.py": "llama_cpp"}
 

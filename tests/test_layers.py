@@ -282,3 +282,15 @@ def test_the_layer_check_catches_an_upward_edge(tmp_path):
     assert LAYER_OF[unit_of("aicirt.engine.engine")] > LAYER_OF[unit_of("aicirt.core.runtime")]
     assert LAYER_OF[unit_of("aicirt.serve.app")] > LAYER_OF[unit_of("aicirt.program.builder")]
     assert ("aicirt.native.instance", "aicirt.loader.controller") not in import_edges()   # TYPE_CHECKING only
+
+
+def test_every_package_folder_is_a_package_git_tracks():
+    """Every folder of runtime/ holding modules has an `__init__.py` in the tree: without one it
+    still imports from a checkout (a namespace package) but setuptools leaves it out of a wheel
+    (an ignore rule once kept runtime/build/__init__.py out of git)."""
+    tracked = set(subprocess.run(["git", "ls-files", "runtime"], cwd=RUNTIME.parent, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    folders = {p.parent for p in RUNTIME.rglob("*.py") if "__pycache__" not in p.parts}
+    missing = sorted(str((f / "__init__.py").relative_to(RUNTIME.parent)) for f in folders
+                     if str((f / "__init__.py").relative_to(RUNTIME.parent)) not in tracked)
+    assert missing == []

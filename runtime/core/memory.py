@@ -212,6 +212,37 @@ def cap_malloc_arenas() -> bool:
     return _arenas_capped
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+_mallinfo2 = getattr(_libc, "mallinfo2", None) if _madvise is not None else None   # glibc >= 2.33
+if _mallinfo2 is not None:
+    _mallinfo2.restype = _MallInfo2
+
+
+def heap_stats() -> dict[str, int] | None:
+    """The C heap now (glibc's mallinfo2, all arenas), in bytes: `in_use` (allocated chunks: what
+    a leak grows), `free` (free chunks inside the heap: what fragmentation keeps mapped; what
+    malloc_trim can give back of it is whole free pages), `arena` (the heap's extent, sbrk'd and
+    arena mappings), `mmapped` (chunks past the mmap threshold, each its own mapping). None
+    where glibc's mallinfo2 is missing (musl, macOS, glibc < 2.33)."""
+    if _mallinfo2 is None:
+        return None
+    m = _mallinfo2()
+    return {"in_use": m.uordblks, "free": m.fordblks, "arena": m.arena, "mmapped": m.hblkhd}
+
+
+def trim_heap() -> bool:
+    """Give the C heap's free pages back to the OS now (glibc's malloc_trim(0): the top of every
+    arena and the whole free pages inside them). Returns False where there is no malloc_trim."""
+    if _malloc_trim is None:
+        return False
+    _malloc_trim(0)
+    return True
+
+
 def give_back(base: int, size: int) -> bool:
     """Drop the resident pages of [base, base + size) (`base` page-aligned, `size` bytes, rounded
     up to pages): they read as before (zeros, or the file they map) and leave RSS. False where

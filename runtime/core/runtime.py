@@ -102,7 +102,8 @@ class Runtime(Owned):
         self.slot_template = self._new_slot_template()
         #: batch.py's: the object API's last batch (its sequences, their index array), reused while
         #: the next batch is the same sequences in the same order (an index never changes while its
-        #: sequence is open; it keeps that batch's Sequence objects, not their native state, alive)
+        #: sequence is open; it keeps that batch's Sequence objects, not their native state, alive
+        #: until the next batch; closing any sequence drops it)
         self.object_rows: tuple[list, np.ndarray] | None = None
         self._controllers: weakref.WeakSet[Controller] = weakref.WeakSet()
         # the worker threads that run controller calls (pool.c), with the

@@ -298,6 +298,7 @@ class Sequence(Owned):
         if self._state is SeqState.CLOSING:
             return
         self.sent_tokens = None   # the object API checks a sequence without one for being closed
+        self.runtime.object_rows = None   # the object API's cached last batch keeps no closed sequence alive
         self.slot.stopped = 1
         if self.call_out:
             self._state = SeqState.CLOSING

@@ -340,7 +340,8 @@ class Speculation:
                 assert take is not None   # checked above: past the chain only with an ended fork
                 old_log = seq.take_state_of(take, req)
                 spec_log = b"".join(native.log_bytes(f.slot) for f in row.chain[:a - 1]) + native.log_bytes(seq.slot)
-                if row.ended_fork is take and take.finished:   # its stop or error carries over
+                took_ended = row.ended_fork is take      # (apart: `is` would widen take to Optional)
+                if took_ended and take.finished:        # its stop or error carries over
                     seq.finish(take.error)
                 if spec_log:
                     slot = seq.slot

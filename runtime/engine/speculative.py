@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
@@ -42,6 +42,8 @@ from .types import Event, GenSeq, TokensEvent
 if TYPE_CHECKING:
     from ..core.batch import RowsOutcome
     from .backends.base import Backend, KVCache
+    from .backends.scripted import ScriptedBackend
+    from .backends.transformers_backend import TransformersBackend
 
 _MASK, _OTHER = int(RowKind.MASK), int(RowKind.OTHER)
 
@@ -78,21 +80,23 @@ def forward_positions(backend: "Backend", cache: "KVCache", tokens: list[int], n
     if fn is not None:
         return fn(cache, tokens, n_last)
     name = type(backend).__name__
-    if name == "TransformersBackend":
+    if name == "TransformersBackend":       # by name: no torch import for the other backends
         import torch
-        backend._check_batch([(cache, tokens)])
+        tb = cast("TransformersBackend", backend)
+        tb._check_batch([(cache, tokens)])
         with torch.inference_mode():
-            out = backend.model(input_ids=torch.tensor([list(tokens)], dtype=torch.long), use_cache=True,
-                                logits_to_keep=n_last, **{backend._cache_kw: cache.state})
+            out = tb.model(input_ids=torch.tensor([list(tokens)], dtype=torch.long), use_cache=True,
+                           logits_to_keep=n_last, **{tb._cache_kw: cache.state})
         cache.length += len(tokens)
         return out.logits[0, -n_last:].float().numpy()
-    if name == "ScriptedBackend" and not backend.forward_delay_s:
-        backend._check_batch([(cache, tokens)])
+    sb = cast("ScriptedBackend", backend) if name == "ScriptedBackend" else None
+    if sb is not None and not sb.forward_delay_s:
+        sb._check_batch([(cache, tokens)])
         held = cache.state["tokens"]
         held.extend(int(t) for t in tokens)
         cache.length = len(held)
-        backend.calls.append([(cache.state["uid"], tuple(int(t) for t in tokens))])
-        return np.stack([backend.logits_for(tuple(held[:len(held) - n_last + 1 + j])) for j in range(n_last)])
+        sb.calls.append([(cache.state["uid"], tuple(int(t) for t in tokens))])
+        return np.stack([sb.logits_for(tuple(held[:len(held) - n_last + 1 + j])) for j in range(n_last)])
     head, last = tokens[:len(tokens) - n_last + 1], tokens[len(tokens) - n_last + 1:]
     rows = [backend.forward([(cache, head)])[0]]
     for t in last:

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -54,6 +54,8 @@ from .scheduler import Scheduler
 from .types import EngineStats, Event, GenRequest, GenSeq, LogEvent
 
 if TYPE_CHECKING:
+    from vllm.inputs import TokensPrompt
+
     from ..core.batch import RowsOutcome
     from ..limits import Limits
     from ..core.results import StepResult
@@ -131,7 +133,7 @@ class VllmEngine(EngineBase):
     folder. `dtype`: "auto" (`vllm_dtype()`) or a vLLM dtype. `engine_args`: more
     `vllm.EngineArgs` fields (they win over the defaults here; `parse_vllm_args`). Raises
     `ImportError` without vLLM, `FileNotFoundError` for a model that cannot be found,
-    `ValueError` for `data_parallel_size` > 1 (one engine per data-parallel rank: docs/deployment.md).
+    `ValueError` for `data_parallel_size` > 1 (one engine per data-parallel rank: `aicirt.integrations.vllm_dp`).
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, runtime: Runtime | None = None, *,
@@ -140,14 +142,17 @@ class VllmEngine(EngineBase):
                  engine_args: dict[str, Any] | None = None) -> None:
         if data_parallel_size != 1:
             raise ValueError(f"data_parallel_size {data_parallel_size}: this engine drives one vLLM engine core in "
-                             "its own process; run one `aicirt serve --engine vllm` per data-parallel rank behind a "
-                             "load balancer, sharing the controller store (docs/deployment.md)")
+                             "its own process; `aicirt serve --engine vllm --data-parallel-size N` runs N of them "
+                             "(aicirt.integrations.vllm_dp), or run one server per rank behind a load balancer, "
+                             "sharing the controller store (docs/deployment.md)")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # the EngineCore in this process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # vLLM logs to stdout, at INFO: keep stdout for the output (`aicirt run --json`)
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         from vllm.engine.arg_utils import EngineArgs
+        from vllm.v1.core.sched.scheduler import Scheduler as VScheduler
+        from vllm.v1.engine.core_client import InprocClient
         from vllm.v1.engine.llm_engine import LLMEngine
 
         from .backends.model_files import local_model_dir
@@ -160,7 +165,11 @@ class VllmEngine(EngineBase):
         kw.update(engine_args or {})
         self.engine_args = kw
         self.llm_engine = LLMEngine.from_engine_args(EngineArgs(**kw))
-        self.core = self.llm_engine.engine_core.engine_core
+        client = self.llm_engine.engine_core
+        assert isinstance(client, InprocClient)     # VLLM_ENABLE_V1_MULTIPROCESSING=0, above
+        self.core = client.engine_core
+        assert isinstance(self.core.scheduler, VScheduler)   # V1's (async_scheduling=False): requests, KV manager
+        self._vsched = self.core.scheduler
         self.block_size = int(self.core.vllm_config.cache_config.block_size)
         self.max_model_len = int(self.core.vllm_config.model_config.max_model_len)
         vocab = int(self.core.vllm_config.model_config.get_vocab_size())
@@ -234,7 +243,7 @@ class VllmEngine(EngineBase):
         for s in live:
             self._sync(s, events)
         live = [s for s in live if s.finish_reason is None]
-        sched = self.core.scheduler
+        sched = self._vsched
         so = sched.schedule()   # even with nothing to run, the step tells the workers what finished
         for s in live:
             st = s.cache.state
@@ -324,7 +333,8 @@ class VllmEngine(EngineBase):
                      skip_special_tokens=False, logprobs=p.logprobs)
         rid = f"aicirt-{s.request.id}-{s.label}-{next(self._rids)}"
         ecr = self.llm_engine.input_processor.process_inputs(
-            rid, {"prompt_token_ids": list(s.tokens)}, vp, supported_tasks=self._supported)
+            # a TokensPrompt; a cast: mypy (python_version 3.10) reads vLLM's typing.NotRequired keys as required
+            rid, cast("TokensPrompt", {"prompt_token_ids": list(s.tokens)}), vp, supported_tasks=self._supported)
         self.llm_engine.input_processor.assign_request_id(ecr)
         self.core.add_request(*self.core.preprocess_add_request(ecr))
         st.rid, st.tokens, st.temperature = ecr.request_id, list(s.tokens), want_t
@@ -406,7 +416,7 @@ class VllmEngine(EngineBase):
 
     def prefix_cache_stats(self) -> tuple[int, int]:
         """(queries, hits) of vLLM's prefix cache, in tokens, since the engine started."""
-        st = self.core.scheduler.kv_cache_manager.prefix_cache_stats
+        st = self._vsched.kv_cache_manager.prefix_cache_stats
         return (int(getattr(st, "queries", 0)), int(getattr(st, "hits", 0))) if st is not None else (0, 0)
 
     def close(self) -> None:

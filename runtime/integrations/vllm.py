@@ -45,13 +45,11 @@ from ..host.tokenizer import HFTokenizer
 from .admission import FirstCallCheck
 from .steering import Steered, Steering
 from .torch_masks import MaskBiases, apply_plan
+from .vllm_requests import RequestControllers
 
 CONTROLLER_KEY = "aicirt_controller"
 ARG_KEY = "aicirt_arg"
 _KEYS = (CONTROLLER_KEY, ARG_KEY)
-
-#: Requests taken out of the batch unfinished (preempted) whose controller is kept for their return.
-MAX_PARKED = 256
 
 log = logging.getLogger("aicirt.integrations")
 
@@ -141,7 +139,7 @@ def model_tokenizer(folder: str, revision: str | None = None, trust_remote_code:
     return HFTokenizer(hf.backend_tokenizer, hf.eos_token_id)
 
 
-class AicirtLogitsProcessor(LogitsProcessor):
+class AicirtLogitsProcessor(LogitsProcessor, RequestControllers):
     """vLLM V1 logits processor that runs each controlled request's aicirt controller."""
 
     @classmethod
@@ -209,11 +207,6 @@ class AicirtLogitsProcessor(LogitsProcessor):
         return self._steering
 
     @property
-    def runtime(self) -> Runtime:
-        """This worker's runtime (started on first use, see `steering`)."""
-        return self.steering.runtime
-
-    @property
     def started(self) -> bool:
         """Whether the runtime has started (a controlled request has been seen)."""
         return self._steering is not None
@@ -222,35 +215,6 @@ class AicirtLogitsProcessor(LogitsProcessor):
         return False   # masks change the argmax
 
     # -- batch bookkeeping ---------------------------------------------------------------------
-    def _open(self, params: SamplingParams, prompt: list[int] | None, output: list[int]) -> Steered | None:
-        found = request_controller(params)
-        if found is None:
-            return None
-        parked = self._parked.pop(id(params), None)
-        if parked is not None and parked[0] is params:   # back from preemption: same state
-            return parked[1]
-        ref, arg = found
-        ctrl = self._controllers.get(ref)
-        if ctrl is None:
-            try:
-                ctrl = self._controllers[ref] = self.runtime.load(resolve_reference(ref))
-            except Exception as e:  # validated at admission; still only this request's problem
-                ctrl = f"controller {ref!r} failed to load: {e}"
-        self._opened += 1
-        return self.steering.open(ctrl, arg, prompt or [], output, label=f"aicirt#{self._opened} {ref[:60]!r}")
-
-    def _release(self, params: SamplingParams, s: Steered) -> None:
-        """A request left the batch: done (free it) or preempted (keep it for its return)."""
-        done = s.finished or (params.max_tokens is not None and len(s.output) >= params.max_tokens) or (
-            s.output and s.output[-1] == self._eos)
-        if done:
-            s.close()
-            return
-        self._parked[id(params)] = (params, s)
-        while len(self._parked) > MAX_PARKED:
-            _, (_, old) = self._parked.popitem(last=False)
-            old.close()
-
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         """Before the forward pass: follow vLLM's row changes, then start the controllers of the
         controlled rows. With none (and no step of theirs still out) it does nothing more."""
@@ -268,12 +232,12 @@ class AicirtLogitsProcessor(LogitsProcessor):
         for index in batch_update.removed:
             entry = self._rows.pop(index, None)
             if entry is not None:
-                self._release(*entry)
+                self._park_or_free(*entry)
         for index, params, prompt, output in batch_update.added:
             old = self._rows.pop(index, None)
             if old is not None:
-                self._release(*old)
-            s = self._open(params, prompt, output)
+                self._park_or_free(*old)
+            s = self._open_request(params, prompt, output)
             if s is not None:
                 self._rows[index] = (params, s)
         for a, b, how in batch_update.moved:
@@ -283,7 +247,7 @@ class AicirtLogitsProcessor(LogitsProcessor):
             if how == MoveDirectionality.SWAP and eb is not None:
                 self._rows[a] = eb
             elif eb is not None:
-                self._release(*eb)
+                self._park_or_free(*eb)
         self._order = sorted(self._rows)
         entries = [self._rows[i] for i in self._order]
         self._batch = [s for _, s in entries]

@@ -50,6 +50,8 @@ from vllm.v1.worker.gpu.sample.logits_processor.interface import (
     LogitsProcRequestState,
 )
 
+from .vllm_requests import RequestControllers
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -103,8 +105,9 @@ def _clone(s: "Steered") -> "Steered":
     return c
 
 
-def _state(s: "Steered") -> dict[str, Any]:
-    """What `_clone`'s simulation changed, to put back into the real request's state."""
+def _state(s: Steered | _StateView) -> dict[str, Any]:
+    """What `_clone`'s simulation changed, to put back into the real request's state (from a
+    `Steered`, or a `_StateView` of one saved)."""
     return {k: (list(v) if k == "tokens" else deque(v) if k == "_forced" else v)
             for k, v in s.__dict__.items() if k not in _OWN}
 
@@ -131,7 +134,7 @@ def _host(t: Any) -> "np.ndarray":
     return t.gpu.cpu().numpy()
 
 
-class AicirtMRV2LogitsProcessor(LogitsProcessor):
+class AicirtMRV2LogitsProcessor(LogitsProcessor, RequestControllers):
     """vLLM Model Runner V2 logits processor that runs each controlled request's controller."""
 
     @classmethod
@@ -173,10 +176,6 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
         return self._steering
 
     @property
-    def runtime(self) -> "Runtime":
-        return self.steering.runtime
-
-    @property
     def started(self) -> bool:
         return self._steering is not None
 
@@ -199,15 +198,13 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
 
     def _release(self, slot: _Slot) -> None:
         """The slot's request left: freed if done, parked if preempted (the V1 processor's rule)."""
-        from .vllm import AicirtLogitsProcessor as V1
         if slot.steered is not None:
-            V1._release(self, slot.params, slot.steered)  # type: ignore[arg-type]
+            self._park_or_free(slot.params, slot.steered)
 
-    def _open(self, slot: _Slot, tokens: list[int], prompt_len: int) -> "Steered":
+    def _open(self, slot: _Slot, tokens: list[int], prompt_len: int) -> Steered:
         """The slot's request's controller: its parked one if it comes back from preemption (its
         output as it left, plus at most the token of its last step), else a new one (the V1
-        processor's `_open`: load, or a message saying why not)."""
-        from .vllm import AicirtLogitsProcessor as V1
+        processor's: `RequestControllers._open_request`, load, or a message saying why not)."""
         parked = self._parked.pop(id(slot.params), None)
         output = tokens[prompt_len:]
         if parked is not None:
@@ -216,7 +213,9 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
                 s.output.extend(output[len(s.output):])   # the token of its last step: observed at begin
                 return s
             s.close()
-        return V1._open(self, slot.params, tokens[:prompt_len], list(output))  # type: ignore[arg-type, return-value]
+        opened = self._open_request(slot.params, tokens[:prompt_len], list(output))
+        assert opened is not None      # a slot is made only for a request that names a controller (add_request)
+        return opened
 
     # -- before the forward pass ------------------------------------------------------------------
     def apply_staged_writes(self) -> None:
@@ -420,12 +419,12 @@ class AicirtMRV2LogitsProcessor(LogitsProcessor):
 
 
 
-def both_runners(v1_class: type) -> type:
+def both_runners(v1_class: Any) -> type:
     """The V1 processor class `v1_class` as one class both runners load by the same name: it is a
     subclass of both interfaces (each runner's loader checks its own), and MRV2's constructor
     call (`cls(vllm_config, req_states)`) builds an :class:`AicirtMRV2LogitsProcessor` instead."""
 
-    class AicirtLogitsProcessor(v1_class, AicirtMRV2LogitsProcessor):  # type: ignore[misc, valid-type]
+    class AicirtLogitsProcessor(v1_class, AicirtMRV2LogitsProcessor):
         __doc__ = v1_class.__doc__
 
         def __new__(cls, *args: Any, **kwargs: Any) -> Any:

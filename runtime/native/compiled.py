@@ -100,9 +100,14 @@ class Compiled:
         self._py_import = py_import   # the trampoline lives as long as the process's hot path
         lib.aicirt_bind_py_import(ffi.cast("void *", py_import))
         self.log_append = lambda slot, data: lib.aicirt_log_append(slot, data, len(data))
+        self._error_text = native.error_text
 
     def release(self, slot: CData) -> None:
-        """Free the slot's native buffers (its log, the tokens it saw) and its Store, if still held."""
+        """Free the slot's native buffers (its log, the tokens it saw, a trap or wasmtime error no
+        one read: a call that ended after its sequence was closed leaves one) and its Store, if
+        still held."""
+        if slot.trap != self.ffi.NULL or slot.error != self.ffi.NULL:
+            self._error_text(slot)      # formats and frees both (~0.3-0.7 KiB each, with a backtrace)
         self.lib.aicirt_store_delete(slot)
         self.lib.aicirt_slot_release(slot)
         self.lib.aicirt_seen_free(slot)

@@ -1,9 +1,9 @@
 """`aicirt.program`: structured outputs without compiling (docs/program.md).
 
 The `program` controller takes a JSON program (XGrammar's structural-tag formats, plus fork,
-wait and captured variables); this package builds such programs in Python, checks them
-(`validate`, for servers and CLIs: the controller's own pointer and wording), and runs them on the
-embedded engine (`run`).
+wait and captured variables); this package builds such programs in Python, checks them with the
+controller's own first call (`validate`: its pointer and wording, no Python copy of its rules),
+and runs them on the embedded engine (`run`).
 """
 from __future__ import annotations
 

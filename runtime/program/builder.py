@@ -7,8 +7,9 @@
 
 Every function returns a `Format`; `a + b` is a sequence and a plain `str` is a literal
 (`const_string`) wherever a format is expected. `structural_tag(p)` wraps a format in XGrammar's
-request shape. Arguments are checked when a value is built (ValueError / TypeError); the whole
-program once more by `validate` (`aicirt.program.validate`) when it is run.
+request shape. Arguments are checked when a value is built (ValueError / TypeError: misuse of a
+builder function); the whole program by the controller's first call (`aicirt.program.validate`,
+`ProgramError`) when it is run.
 """
 from __future__ import annotations
 

@@ -1,18 +1,19 @@
 """`run(program, prompt=..., model=...)`: a program on the embedded engine, no server.
 
 It is `aicirt run program` as a function, over the engine (`aicirt.runner.run.generate`, which
-prints nothing): the program is validated first (`ProgramError` before the controller builds or the model loads), the controller's
-first call is tried on the model's tokenizer before the weights load, then one request runs.
+prints nothing): the program is checked first by the controller's first call on the stand-in
+(`aicirt.program.validate`: `ProgramError` before the model's tokenizer or weights load), then
+the first call is tried on the model's tokenizer before the weights load (a refusal there, e.g. a
+token text that is not one token of this model, is the same `ProgramError`), then one request runs.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.sampling import SamplingParams   # the one set of sampling defaults
 from .builder import Format
-from .validate import parse, validate
+from .validate import ProgramError, argument, validate
 
 
 @dataclass
@@ -32,25 +33,32 @@ class ProgramResult:
 
 
 def program_arg(program: Format | dict | str | bytes) -> bytes:
-    """The controller's argument for `program` (a Format, its JSON object or text), validated.
-    Raises `ProgramError`."""
-    obj = program.to_json() if isinstance(program, Format) else parse(program)
-    validate(obj)
-    return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    """The controller's argument for `program` (a Format, its JSON object or text), checked by the
+    controller's first call (`validate`). Raises `ProgramError` with the controller's message."""
+    arg = argument(program.spec if isinstance(program, Format) else program)
+    validate(arg)
+    return arg
 
 
 def run(program: Format | dict | str | bytes, *, prompt: str = "", model: str | None = None,
         max_tokens: int = 256, temperature: float = SamplingParams.temperature, seed: int | None = None,
         chat: bool = True, top_p: float = SamplingParams.top_p, top_k: int = SamplingParams.top_k) -> ProgramResult:
     """Run `program` once on `model` (as `aicirt run --model`: None is the default SmolLM2,
-    "scripted" a fake model). `max_tokens` bounds each sequence. Raises `ProgramError` (malformed
-    program), `aicirt.runner.run.RunFailed` (the controller refused it on its first call, or a
-    sequence ended in error), FileNotFoundError (no such model)."""
+    "scripted" a fake model). `max_tokens` bounds each sequence. Raises `ProgramError` (the
+    controller refused the program on its first call: on the stand-in, or on the model's
+    tokenizer), `aicirt.runner.run.RunFailed` (a sequence ended in error), FileNotFoundError (no
+    such model)."""
     from ..runner.run import RunFailed, failure, generate
 
     arg = program_arg(program)
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, seed=seed)
-    raw = generate("program", arg=arg, prompt=prompt, params=params, model=model, chat=chat)
+    try:
+        raw = generate("program", arg=arg, prompt=prompt, params=params, model=model, chat=chat)
+    except RunFailed as e:
+        refused = ProgramError.from_log(e.log) if e.result is None else None
+        if refused is not None:
+            raise refused from e
+        raise
     why = failure(raw)
     if why is not None:
         raise RunFailed(why, raw)

@@ -25,12 +25,14 @@ class RunFailed(AicirtError):
 
     The message is one line saying why, worded by `aicirt.errors.failure_message`: the
     controller's own reason (its last log line) first, then the runtime's error; `result` is the
-    run's result dict when the run got that far (it has been printed already).
+    run's result dict when the run got that far (it has been printed already); `log` the
+    controller's log when its first call, before the model loaded, failed.
     """
 
-    def __init__(self, message: str, result: dict | None = None):
+    def __init__(self, message: str, result: dict | None = None, log: str = ""):
         super().__init__(message)
         self.result = result
+        self.log = log
 
 
 def failure(result: dict) -> str | None:
@@ -305,7 +307,7 @@ def _checked_runtime(wasm: Path, arg: bytes, prompt: str, model: str | None) -> 
     if failed is not None:
         error, log = failed
         raise RunFailed(failure_message(f"the controller failed on its first call, before the model loaded: {error}",
-                                        log))
+                                        log), log=log)
     return runtime if tokenizer is not None else None
 
 
