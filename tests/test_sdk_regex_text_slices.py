@@ -112,3 +112,23 @@ def test_random_text_regexes_slices_equal_whole_trie(name, seed):
     rng = random.Random(seed * 7919 + len(name))
     for _ in range(3):
         walk_both(random_pattern(rng), name, rng, 5)
+
+
+# Python's answer on the same language written out in bytes (one well-formed multi-byte
+# character, RFC 3629, beside the ASCII part), on texts that end at and inside a character.
+UTF8 = (rb"(?:[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
+        rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
+        rb"|\xf4[\x80-\x8f][\x80-\xbf]{2})")
+
+
+@pytest.mark.parametrize("text", [b"", "caf\u00e9 \u4e2d".encode(), "\u4e2d".encode()[:2], b"ab\xf0\x9f"])
+def test_text_slice_masks_are_pythons(text):
+    import regex
+    toks, eos, _ = vocab("gpt2")
+    ref = rb'(?:[^"\x80-\xff]|' + UTF8 + rb')*"'
+    w = Walker(rb'[^"]*"', "gpt2", b"\0slicesnow\0logslice")
+    for b in text:                     # byte by byte: every byte is a GPT-2 token
+        w.step(toks.index(bytes([b])))
+    assert "slice of" in w.host.logs[-1] or text[-1:] >= b"\x80"
+    want = {i for i, b in enumerate(toks) if b and regex.fullmatch(ref, text + b, partial=True)}
+    assert w.branches[0].allowed() - {eos} == want

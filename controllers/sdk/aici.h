@@ -251,10 +251,10 @@ const aici_slice_t *aici_trie_slice(const aici_trie_t *trie, const uint32_t *byt
 typedef bool (*aici_token_pred_fn)(void *ctx, const uint8_t *bytes, uint32_t len);
 aici_slice_t *aici_trie_token_slice(const aici_trie_t *trie, aici_token_pred_fn in_slice, void *ctx);
 
-/* A UTF-8 slice: the tokens made of whole, valid UTF-8 characters (no overlong form, surrogate or
- * code point past U+10FFFF), each ASCII one in the set `ascii` (128 bits), any non-ASCII one.
- * What text-mode sets ([^"], . over text) cover; a token ending inside a character is not in
- * it. bytes[] is A then all ones, utf8 is set. Cached and budgeted as aici_trie_slice. */
+/* A UTF-8 slice: the tokens made of valid UTF-8 characters (no overlong form, surrogate or code
+ * point past U+10FFFF), each ASCII one in the set `ascii` (128 bits), any non-ASCII one, the last
+ * one possibly cut short (a valid prefix of a character). What text-mode sets ([^"], . over
+ * text) cover. bytes[] is A then all ones, utf8 is set. Cached and budgeted as aici_trie_slice. */
 const aici_slice_t *aici_trie_utf8_slice(const aici_trie_t *trie, const uint32_t *ascii);
 /* Its predicate (ctx: the 128-bit set A). */
 bool aici_utf8_in(void *ctx, const uint8_t *bytes, uint32_t len);
@@ -263,11 +263,11 @@ typedef struct { uint8_t n, lo[4], hi[4]; } aici_u8pat_t;
 #define AICI_N_U8_PATS 8
 extern const aici_u8pat_t AICI_U8_PATS[AICI_N_U8_PATS];
 typedef uint32_t (*aici_byte_step_fn)(void *ctx, uint32_t state, uint8_t byte);
-/* Whether every string of whole characters (ASCII ones in `ascii`, any non-ASCII one) of up to
- * max_len bytes keeps a recognizer live from `start` (step: the state after a byte, 0 = dead;
- * cls: byte classes, bytes of one class lead every state alike, so one byte per class is
- * stepped). What makes a UTF-8 slice's tokens wholesale allowed. False also past 64 states or
- * 8192 steps. */
+/* Whether every string of characters (ASCII ones in `ascii`, any non-ASCII one, the last possibly
+ * cut short) of up to max_len bytes keeps a recognizer live from `start` (step: the state after
+ * a byte, 0 = dead; cls: byte classes, bytes of one class lead every state alike, so one byte
+ * per class is stepped). What makes a UTF-8 slice's tokens wholesale allowed. False also past
+ * 64 states or 8192 steps. */
 bool aici_utf8_covers(aici_byte_step_fn step, void *ctx, const uint8_t *cls, uint32_t start,
                       const uint32_t *ascii, uint32_t max_len);
 

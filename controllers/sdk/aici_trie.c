@@ -281,11 +281,13 @@ aici_slice_t *aici_trie_token_slice(const aici_trie_t *tr, aici_token_pred_fn in
   return token_slice(tr, in_slice, ctx, false);
 }
 
-/* ---- UTF-8 slices: whole characters, the ASCII ones in a set A -------------------------------
+/* ---- UTF-8 slices: characters, the ASCII ones in a set A -------------------------------------
  * What text-mode sets cover: [^"] over text is "any character but \"", which a byte set cannot
  * say (a slice over the bytes of [^"] holds tokens that are not UTF-8, and a DFA over characters
- * dies on them). A token ending inside a character (a valid prefix of one, as byte-fallback
- * tokens are) is not whole: it stays in the rest trie, where the walk steps it byte by byte. */
+ * dies on them). A token may end inside its last character (a valid prefix of one, as byte-level
+ * BPE pieces of CJK characters and byte-fallback <0xE4> tokens do): the cover check steps those
+ * prefixes too (aici_utf8_covers), so they are in the slice; only tokens that leave A, start
+ * inside a character or are not UTF-8 are walked. */
 bool aici_utf8_in(void *ctx, const uint8_t *s, uint32_t n) {
   const uint32_t *ascii = ctx;
   if (!n) return false;
@@ -301,10 +303,10 @@ bool aici_utf8_in(void *ctx, const uint8_t *s, uint32_t n) {
     else if (c >= 0xE0 && c <= 0xEF) k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
     else if (c >= 0xF0 && c <= 0xF4) k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
     else return false;
-    if (i + k >= n || s[i + 1] < lo || s[i + 1] > hi) return false;
-    for (uint32_t j = 2; j <= k; j++)
+    if (i + 1 < n && (s[i + 1] < lo || s[i + 1] > hi)) return false;
+    for (uint32_t j = 2; j <= k && i + j < n; j++)
       if ((s[i + j] & 0xC0) != 0x80) return false;
-    i += k + 1;
+    i += k + 1;                        /* past n: the token ends inside this character */
   }
   return true;
 }
@@ -353,8 +355,8 @@ bool aici_utf8_whole(const uint8_t *s, uint32_t n, uint32_t *prefix) {
  * Breadth first over the states at character boundaries, each with the least depth (in bytes) it
  * is reached at (a state reached again sooner is checked again: fewer bytes used leave more
  * strings to check). Per state at depth d: each ASCII byte of A and each multi-byte encoding
- * (one byte per class at each of its positions) that fits in max_len - d bytes must keep every
- * byte live. */
+ * (one byte per class at each of its positions), up to max_len - d of its bytes (a token may end
+ * inside a character), must keep every byte live. */
 #define U8_COVER_STATES 64u
 #define U8_COVER_STEPS 8192u
 typedef struct {
@@ -378,8 +380,11 @@ static bool u8_reach(u8cover_t *C, uint32_t st, uint32_t d) {
   return true;
 }
 
-static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t i, uint32_t d) {
+/* Bytes i.. of encoding p from state st, `left` bytes of room: each must keep st live (a token
+ * may end after any of them); the state after the whole character is reached at depth d. */
+static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t i, uint32_t left, uint32_t d) {
   if (i == p->n) return u8_reach(C, st, d);
+  if (i == left) return true;          /* no token of the slice gets past here */
   uint32_t seen[8] = {0};
   for (uint32_t b = p->lo[i]; b <= p->hi[i]; b++) {
     uint32_t c = C->cls[b];
@@ -387,7 +392,7 @@ static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t i
     seen[c >> 5] |= 1u << (c & 31);
     if (++C->steps > U8_COVER_STEPS) return false;
     uint32_t ns = C->step(C->ctx, st, (uint8_t)b);
-    if (!ns || !u8_tail(C, ns, p, i + 1, d)) return false;
+    if (!ns || !u8_tail(C, ns, p, i + 1, left, d)) return false;
   }
   return true;
 }
@@ -411,8 +416,8 @@ bool aici_utf8_covers(aici_byte_step_fn step, void *ctx, const uint8_t *cls, uin
       uint32_t ns = step(ctx, st, reps[r]);
       ok = ns && ++C->steps <= U8_COVER_STEPS && u8_reach(C, ns, d + 1);
     }
-    for (uint32_t p = 0; p < AICI_N_U8_PATS && ok; p++)
-      if (AICI_U8_PATS[p].n <= left) ok = u8_tail(C, st, &AICI_U8_PATS[p], 0, d + AICI_U8_PATS[p].n);
+    for (uint32_t p = 0; p < AICI_N_U8_PATS && ok && left; p++)
+      ok = u8_tail(C, st, &AICI_U8_PATS[p], 0, left, d + AICI_U8_PATS[p].n);
   }
   aici_free(C);
   return ok;
