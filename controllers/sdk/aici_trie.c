@@ -243,7 +243,7 @@ const aici_slice_t *aici_trie_utf8_slice(const aici_trie_t *tr, const uint32_t *
  * Same result type as aici_trie_slice (bytes[] zero): the tokens for which in_slice() holds as a
  * mask, every other token in the rest trie. For languages a byte set cannot describe, such as
  * "complete UTF-8 characters other than \" and \\". Built on each call; the caller keeps it. */
-static aici_slice_t *token_slice(const aici_trie_t *tr, aici_token_pred_fn in_slice, void *ctx, bool budget) {
+static aici_slice_t *token_slice(const aici_trie_t *tr, aici_token_pred_fn in_slice, void *ctx, bool worth) {
   uint32_t n = tr->n_nodes, nw = (tr->vocab + 31) / 32;
   const aici_trie_node_t *nodes = tr->nodes;
   uint32_t *pre = aici_malloc((n + 1) * 4), *words = aici_calloc(nw + 1, 4);
@@ -265,7 +265,7 @@ static aici_slice_t *token_slice(const aici_trie_t *tr, aici_token_pred_fn in_sl
   }
   uint32_t cnt = 1;
   for (uint32_t p = 1; p < n; p++) cnt += pre[p + (nodes[p].w1 >> 10)] > pre[p];
-  if (budget && (!ntok || (n - cnt) * 16 < n || slice_nodes_total + cnt > 4 * n + 1024)) {
+  if (worth && (!ntok || (n - cnt) * 16 < n)) {
     aici_free(pre), aici_free(words);
     return 0;
   }
@@ -273,7 +273,6 @@ static aici_slice_t *token_slice(const aici_trie_t *tr, aici_token_pred_fn in_sl
   fill_slice(s, tr, pre, cnt, words, ntok, max_len);
   s->dense = words;
   aici_free(pre);
-  if (budget) slice_nodes_total += cnt;
   return s;
 }
 
@@ -311,6 +310,9 @@ bool aici_utf8_in(void *ctx, const uint8_t *s, uint32_t n) {
   return true;
 }
 
+/* Kept when it drops 1/16 of the nodes, outside the byte-set slices' node budget: the grammar
+ * library makes three per tokenizer (as it did before they were the SDK's), and a regex's are
+ * few (at most 16 slices of any kind) and mostly large, so their rest tries small. */
 static aici_slice_t *build_utf8_slice(const aici_trie_t *tr, const uint32_t *key) {
   aici_slice_t *s = token_slice(tr, aici_utf8_in, (void *)key, true);
   if (s) {
