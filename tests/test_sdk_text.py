@@ -4,6 +4,9 @@ aici_cps_regex.c, aici_history.c), each against a Python oracle through a small 
 - a code-point set as regex text: the compiled regex accepts exactly the set's characters
   (surrogates and values past U+10FFFF never), checked as a mask over one token per character;
 - hex escapes: the value, where the digits end, and each error, as Python reads them;
+- decimal repeat counts: the value (saturating), where the digits end, whether there were any;
+- token healing: the last token joins the forced text only when whole UTF-8, and each token of
+  the result is checked against the text (a normalizing tokenizer's tokens are refused);
 - UTF-8 encode/decode: the same bytes and code points as Python's codec;
 - token history: after any sequence of appends and backtracks, the state is the one the tokens
   now in the sequence give, and a token the step refuses ends the history before it.
@@ -64,6 +67,28 @@ static void escape_char_case(const uint8_t *a, uint32_t n) {   /* each byte afte
   for (uint32_t i = 1; i < n; i++) aici_logf("%d ", aici_escape_char(a[i]));
 }
 
+static void uint_case(const uint8_t *a, uint32_t n) {   /* decimal digits from a[1], cap 1000 */
+  uint32_t i = 1, v = 7;
+  bool any = aici_read_uint(a, n, &i, 1000, &v);
+  aici_logf("%d %u %u\n", (int)any, v, i - 1);
+}
+
+static void heal_case(const uint8_t *a, uint32_t n) {   /* a[1..5): last token (~0: none), then forced */
+  aici_token_t last;
+  __builtin_memcpy(&last, a + 1, 4);
+  aici_heal_t h;
+  bool ok = aici_heal_tokenize(&h, last == ~0u ? 0 : &last, a + 5, n - 5);
+  aici_logf("%d %d %u %u:", (int)ok, (int)h.joined, h.plen, h.len);
+  uint32_t pos = 0;
+  for (uint32_t i = 0; ok && i < h.nt; i++) {
+    const uint8_t *b;
+    uint32_t len;
+    bool at = aici_heal_token_at(&h, h.toks[i], &pos, &b, &len);
+    aici_logf(" %u/%d/%u", h.toks[i], (int)at, pos);
+  }
+  aici_free(h.toks);
+}
+
 static void utf8_case(const uint8_t *a, uint32_t n) {     /* u32 code points: encode, decode */
   for (uint32_t i = 1; i + 4 <= n; i += 4) {
     uint32_t c, d;
@@ -84,6 +109,8 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     if (mode == 'e') { escape_case(a, n); return; }
     if (mode == 'u') { utf8_case(a, n); return; }
     if (mode == 'x') { escape_char_case(a, n); return; }
+    if (mode == 'd') { uint_case(a, n); return; }
+    if (mode == 'k') { heal_case(a, n); return; }
     uint32_t zero = 0;
     aici_history_init(&hist, arg, 4, &zero);
   }
@@ -179,6 +206,58 @@ def test_single_character_escapes(wasm):
     got = [int(v) for v in "".join(host.logs).split()]
     want = {ord("n"): 10, ord("t"): 9, ord("r"): 13, ord("f"): 12, ord("v"): 11, ord("0"): 0}
     assert got == [want.get(c, -1) for c in chars]
+
+
+@pytest.mark.parametrize("text,want", [
+    (b"", (0, 0, 0)), (b"}", (0, 0, 0)), (b"a12", (0, 0, 0)), (b"12}", (1, 12, 2)), (b"007,", (1, 7, 3)),
+    (b"1000", (1, 1000, 4)), (b"1001", (1, 1000, 4)),
+    (b"99999999999999999999x", (1, 1000, 20)),   # saturates, and still reads every digit
+])
+def test_decimal_counts(wasm, text, want):
+    host = MiniHost(wasm, BYTE_VOCAB, 256, lambda s: [], arg=b"d" + text)
+    host.step([1])
+    assert tuple(int(x) for x in host.logs[0].split()) == want, host.logs
+
+
+# ---- token healing -------------------------------------------------------------------------------
+HEAL_VOCAB = [bytes([i]) for i in range(256)] + [b"", b"ab", b"abc", "é".encode()]
+
+
+def _greedy(text: bytes) -> list[int]:
+    out, i = [], 0
+    while i < len(text):
+        t = max((k for k, b in enumerate(HEAL_VOCAB) if b and text.startswith(b, i)), key=lambda k: len(HEAL_VOCAB[k]))
+        out.append(t)
+        i += len(HEAL_VOCAB[t])
+    return out
+
+
+@pytest.mark.parametrize("last,forced,lower", [
+    (ord("a"), b"bc", False),        # joined: "abc" is one token, replacing the last one
+    (None, b"abcab", False),         # nothing to join
+    (0xC3, b"\xa9ab", False),        # the last token is a cut character: not joined
+    (ord("x"), b"\xc3\xa9ab", False),
+    (ord("a"), b"BC", True),         # a normalizing tokenizer: its tokens do not spell the text
+])
+def test_token_healing_joins_whole_characters_and_checks_each_token(wasm, last, forced, lower):
+    def encode(s: str) -> list[int]:
+        return _greedy((s.lower() if lower else s).encode())
+    host = MiniHost(wasm, HEAL_VOCAB, 256, encode,
+                    arg=b"k" + struct.pack("<I", 0xFFFFFFFF if last is None else last) + forced)
+    host.step([1])
+    head, tail = "".join(host.logs).split(":")
+    ok, joined, plen, length = (int(x) for x in head.split())
+    prefix = HEAL_VOCAB[last] if last is not None and last < 0x80 else b""   # whole UTF-8 only
+    text = prefix + forced
+    assert (ok, joined, plen, length) == (1, int(bool(prefix)), len(prefix), len(text)), host.logs
+    want, pos = [], 0
+    for t in encode(text.decode("utf-8", "replace")):
+        b = HEAL_VOCAB[t]
+        want.append(f"{t}/{int(text[pos:pos + len(b)] == b)}/{pos + len(b)}")
+        pos += len(b)
+    assert tail.split() == want
+    if lower:
+        assert any(w.split("/")[1] == "0" for w in want)   # the check does refuse a token
 
 
 # ---- UTF-8 ---------------------------------------------------------------------------------------

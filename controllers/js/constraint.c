@@ -392,7 +392,7 @@ static void json_finalizer(JSRuntime *r, JSValue v) {
 
 /* One option (a key of the options object or of the schema root's "x-aicirt"; the json
  * controller's names, and camelCase in JS). false: unknown or of the wrong type (thrown). */
-static bool json_option(JSContext *c, json_opts_t *o, sb_t *ignore, const jv_t *k, const jv_t *v) {
+static bool json_option(JSContext *c, json_opts_t *o, aici_buf_t *ignore, const jv_t *k, const jv_t *v) {
   bool truthy = v->kind == JV_TRUE || (v->kind == JV_NUM && v->num != 0);
   bool boolean = v->kind == JV_TRUE || v->kind == JV_FALSE || v->kind == JV_NUM;
   if (jv_str_is(k, "whitespace") && v->kind == JV_NUM && v->num >= 0 && v->num <= 1e6) {
@@ -405,8 +405,8 @@ static bool json_option(JSContext *c, json_opts_t *o, sb_t *ignore, const jv_t *
     for (uint32_t i = 0; i < (v->kind == JV_ARR ? v->n : 1); i++) {
       const jv_t *w = v->kind == JV_ARR ? &v->items[i] : v;
       if (w->kind != JV_STR) break;
-      if (ignore->n) sb_putc(ignore, ',');
-      sb_putn(ignore, w->s, w->n);
+      if (ignore->n) aici_buf_putc(ignore, ',');
+      aici_buf_putn(ignore, w->s, w->n);
     }
   } else {
     JS_ThrowTypeError(c, "JsonSchema: option '%.*s' is unknown or of the wrong type (options: whitespace: number, "
@@ -416,7 +416,7 @@ static bool json_option(JSContext *c, json_opts_t *o, sb_t *ignore, const jv_t *
   return true;
 }
 
-static bool json_options(JSContext *c, const jv_t *obj, json_opts_t *o, sb_t *ignore) {
+static bool json_options(JSContext *c, const jv_t *obj, json_opts_t *o, aici_buf_t *ignore) {
   if (!obj) return true;
   if (obj->kind != JV_OBJ) { JS_ThrowTypeError(c, "JsonSchema: options (and x-aicirt) must be an object"); return false; }
   for (uint32_t i = 0; i < obj->n; i++)
@@ -456,7 +456,7 @@ static JSValue json_ctor(JSContext *c, JSValueConst new_target, int argc, JSValu
   jv_t *opts = argc > 1 && !JS_IsUndefined(argv[1]) ? to_jv(c, argv[1], "the options") : 0;
   if (argc > 1 && !JS_IsUndefined(argv[1]) && !opts) return JS_EXCEPTION;
   json_opts_t o = {0};
-  sb_t ignore = {0};
+  aici_buf_t ignore = {0};
   if (!json_options(c, jv_get(schema, "x-aicirt"), &o, &ignore) || !json_options(c, opts, &o, &ignore))
     return JS_EXCEPTION;
   o.ignore = ignore.p;

@@ -11,9 +11,7 @@
 
 static matcher_t *M;
 static const aici_trie_t *trie;
-static uint32_t prompt_len;
-static cset_t *sets;                   /* sets[k]: configurations after k generated tokens */
-static uint32_t n_seen, cap;
+static aici_history_t sets;            /* the configurations after each generated token */
 static bool fast_forward = true;
 static bool check_only;                /* option check: compile, report, stop */
 static bool reference_masks;           /* option reference_masks: see matcher_reference */
@@ -42,7 +40,7 @@ static uint32_t parse_uint(const char *s, uint32_t n) {
 }
 
 /* name[=value] options, from the argument's NUL-separated tail */
-static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) {
+static bool set_option(json_opts_t *o, aici_buf_t *ignore, const char *s, uint32_t n) {
   const char *v;
   uint32_t vl;
   if (opt_is(s, n, "whitespace", &v, &vl)) o->whitespace = v ? parse_uint(v, vl) : 1;
@@ -53,8 +51,8 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
   else if (opt_is(s, n, "reference_masks", &v, &vl)) reference_masks = !v || v[0] != '0';
   else if (opt_is(s, n, "memory_mib", &v, &vl) && v) memory_mib = parse_uint(v, vl);
   else if (opt_is(s, n, "ignore", &v, &vl) && v) {
-    if (ignore->n) sb_putc(ignore, ',');
-    sb_putn(ignore, v, vl);
+    if (ignore->n) aici_buf_putc(ignore, ',');
+    aici_buf_putn(ignore, v, vl);
   } else {
     aici_logf("json: unknown option %.*s (options: whitespace=N, ignore=KEYWORD[,KEYWORD...], "
               "coerce_one_of, any_order, fast_forward=0, check, reference_masks, memory_mib=N)\n", (int)n, s);
@@ -64,22 +62,22 @@ static bool set_option(json_opts_t *o, sb_t *ignore, const char *s, uint32_t n) 
 }
 
 /* The root's "x-aicirt": {"whitespace": 2, "ignore": ["format"], "coerce_one_of": true, ...} */
-static bool schema_options(const jv_t *schema, json_opts_t *o, sb_t *ignore) {
+static bool schema_options(const jv_t *schema, json_opts_t *o, aici_buf_t *ignore) {
   const jv_t *x = jv_get(schema, "x-aicirt");
   if (!x) return true;
   if (x->kind != JV_OBJ) { aici_logs("json: x-aicirt must be an object\n"); return false; }
   for (uint32_t i = 0; i < x->n; i++) {
     const jv_t *k = &x->keys[i], *v = &x->items[i];
-    sb_t t = {0};
-    sb_putn(&t, k->s, k->n);
+    aici_buf_t t = {0};
+    aici_buf_putn(&t, k->s, k->n);
     if (v->kind == JV_ARR) {
-      sb_putc(&t, '=');
+      aici_buf_putc(&t, '=');
       for (uint32_t j = 0; j < v->n; j++) {
-        if (j) sb_putc(&t, ',');
-        if (v->items[j].kind == JV_STR) sb_putn(&t, v->items[j].s, v->items[j].n);
+        if (j) aici_buf_putc(&t, ',');
+        if (v->items[j].kind == JV_STR) aici_buf_putn(&t, v->items[j].s, v->items[j].n);
       }
-    } else if (v->kind == JV_NUM || v->kind == JV_STR) sb_putc(&t, '='), sb_putn(&t, v->s, v->n);
-    else if (v->kind == JV_FALSE) sb_puts(&t, "=0");
+    } else if (v->kind == JV_NUM || v->kind == JV_STR) aici_buf_putc(&t, '='), aici_buf_putn(&t, v->s, v->n);
+    else if (v->kind == JV_FALSE) aici_buf_puts(&t, "=0");
     bool ok = set_option(o, ignore, t.p, t.n);
     aici_free(t.p);
     if (!ok) return false;
@@ -108,7 +106,7 @@ static bool setup(const aici_arg_t *arg) {
     return false;
   }
   json_opts_t o = {0};
-  sb_t ignore = {0};
+  aici_buf_t ignore = {0};
   for (uint32_t i = len + 1; i < n;) {
     uint32_t k = i;
     while (k < n && a[k]) k++;
@@ -139,12 +137,10 @@ static bool setup(const aici_arg_t *arg) {
   caps = aici_capabilities();
   aici_token_bytes(0, 0);              /* the token -> bytes table now (from the init, if it ran) */
   matcher_prepare(M, trie);
-  prompt_len = arg->n_all_tokens;
-  cap = 64;
-  sets = aici_malloc(cap * sizeof(cset_t));
-  matcher_start(M, &sets[0]);
-  n_seen = 0;
-  if (!sets[0].c[0].s) {
+  cset_t start;
+  matcher_start(M, &start);
+  aici_history_init(&sets, arg, sizeof start, &start);
+  if (!start.c[0].s) {
     aici_logs("json: the schema admits no document\n");
     M = 0;
     return false;
@@ -152,23 +148,12 @@ static bool setup(const aici_arg_t *arg) {
   return true;
 }
 
-/* Bring sets[] up to date with the sequence: drop backtracked tokens, feed new ones. */
-static cset_t *current(const aici_arg_t *arg) {
-  uint32_t gen = arg->n_all_tokens - prompt_len;
-  uint32_t keep = arg->backtrack > n_seen ? 0 : n_seen - arg->backtrack;
-  if (keep > gen) keep = gen;
-  if (gen + 1 > cap) {
-    while (gen + 1 > cap) cap *= 2;
-    sets = aici_realloc(sets, cap * sizeof(cset_t));
-  }
-  for (uint32_t k = keep; k < gen; k++) {
-    uint32_t len;
-    const uint8_t *b = aici_token_bytes(arg->all_tokens[prompt_len + k], &len);
-    sets[k + 1] = sets[k];
-    if (sets[k].n && !matcher_advance(M, &sets[k + 1], b, len)) sets[k + 1].n = 0;
-  }
-  n_seen = gen;
-  return &sets[gen];
+/* One generated token from the configurations *set: false when the text leaves the schema. */
+static bool feed(void *ctx, void *set, aici_token_t t) {
+  (void)ctx;
+  uint32_t len;
+  const uint8_t *b = aici_token_bytes(t, &len);
+  return matcher_advance(M, set, b, len);
 }
 
 /* Text the schema forces next, fast-forwarded as the tokenizer would write it: the last token
@@ -191,33 +176,23 @@ static bool try_fast_forward(const aici_arg_t *arg, aici_result_t *res, const cs
   uint32_t ok;
   aici_utf8_whole(forced, nf, &ok);
   if (ok < 2) return false;
-  uint32_t gen = arg->n_all_tokens - prompt_len, bt = 0, plen = 0;
-  uint8_t text[512];
-  aici_token_t last = 0;
-  if (gen > 0 && (caps & AICI_CAP_BACKTRACK)) {
-    last = arg->all_tokens[arg->n_all_tokens - 1];
-    const uint8_t *lb = aici_token_bytes(last, &plen);
-    uint32_t v;
-    if (lb && plen <= 256 && aici_utf8_whole(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
-    else plen = 0;
-  }
-  __builtin_memcpy(text + plen, forced, ok);
-  uint32_t nt;
-  aici_token_t *toks = aici_tokenize((const char *)text, plen + ok, &nt);
-  if (!toks) return false;
-  uint32_t from = 0, n = nt ? nt - 1 : 0;   /* the final token stays open */
+  uint32_t gen = arg->n_all_tokens - sets.prompt_len;
+  aici_token_t last = gen > 0 ? arg->all_tokens[arg->n_all_tokens - 1] : 0;
+  aici_heal_t h;
+  if (!aici_heal_tokenize(&h, gen > 0 && (caps & AICI_CAP_BACKTRACK) ? &last : 0, forced, ok)) return false;
+  aici_token_t *toks = h.toks;
+  uint32_t bt = h.joined, from = 0, n = h.nt ? h.nt - 1 : 0;   /* the final token stays open */
   if (bt && n && toks[0] == last) from = 1, bt = 0;
   bool done = false;
   if (n > from) {
     /* every token must keep the text valid (a tokenizer may normalize) */
-    cset_t c = sets[gen - bt];
+    cset_t c = ((const cset_t *)sets.states)[gen - bt];
     bool valid = true;
-    uint32_t pos = from ? plen : 0;    /* from == 1: toks[0] is the kept last token */
+    uint32_t pos = from ? h.plen : 0;  /* from == 1: toks[0] is the kept last token */
     for (uint32_t i = from; i < n && valid; i++) {
       uint32_t len;
-      const uint8_t *b = aici_token_bytes(toks[i], &len);
-      valid = b && pos + len <= plen + ok && !__builtin_memcmp(b, text + pos, len) && matcher_advance(M, &c, b, len);
-      pos += len;
+      const uint8_t *b;
+      valid = aici_heal_token_at(&h, toks[i], &pos, &b, &len) && matcher_advance(M, &c, b, len);
     }
     if (valid) {
       aici_ff(res, bt, toks + from, n - from);
@@ -250,7 +225,7 @@ static bool can_continue(const cset_t *set) {
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (arg->call_index == 0 && !setup(arg)) return;
   if (!M || !memory_ok()) return;
-  if (arg->n_all_tokens < prompt_len) {
+  if (arg->n_all_tokens < sets.prompt_len) {
     aici_logs("json: backtracked into the prompt\n");
     return;
   }
@@ -259,11 +234,11 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
     if (arg->sampled == eos) return;   /* EOS chosen while the document was complete */
     ff_streak = 0;
   }
-  cset_t *set = current(arg);
-  if (!set->n) {
+  if (!aici_history_update(&sets, arg, feed, 0)) {
     aici_logs("json: the text no longer matches the schema\n");
     return;
   }
+  const cset_t *set = aici_history_state(&sets);
   bool accepting = matcher_accepting(M, set);
   if (accepting && !can_continue(set)) return;   /* a complete document: stop */
   if (!accepting && try_fast_forward(arg, res, set)) return;

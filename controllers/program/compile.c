@@ -20,21 +20,21 @@ char *pc_here_copy(const cx_t *c) {
 
 bool pc_fail(cx_t *c, const char *why) {
   if (c->err) return false;
-  sb_t b = {0};
+  aici_buf_t b = {0};
   uint32_t n;
   const char *at = here(c, &n);
-  sb_puts(&b, "at ");
-  sb_putn(&b, at, n);
-  sb_puts(&b, ": ");
-  sb_puts(&b, why);
+  aici_buf_puts(&b, "at ");
+  aici_buf_putn(&b, at, n);
+  aici_buf_puts(&b, ": ");
+  aici_buf_puts(&b, why);
   c->err = b.p;
   return false;
 }
 
 bool pc_failn(cx_t *c, const char *why, const char *s, uint32_t n) {
-  sb_t b = {0};
-  sb_puts(&b, why);
-  sb_putn(&b, s, n);
+  aici_buf_t b = {0};
+  aici_buf_puts(&b, why);
+  aici_buf_putn(&b, s, n);
   bool r = pc_fail(c, b.p);
   aici_free(b.p);
   return r;
@@ -103,10 +103,10 @@ const jv_t *pc_field(cx_t *c, const jv_t *f, const char *key, uint8_t kind, bool
   const jv_t *v = jv_get(f, key);
   if (!v) {
     if (required) {
-      sb_t b = {0};
-      sb_puts(&b, "missing \"");
-      sb_puts(&b, key);
-      sb_puts(&b, "\"");
+      aici_buf_t b = {0};
+      aici_buf_puts(&b, "missing \"");
+      aici_buf_puts(&b, key);
+      aici_buf_puts(&b, "\"");
       pc_fail(c, b.p);
       aici_free(b.p);
     }
@@ -116,9 +116,9 @@ const jv_t *pc_field(cx_t *c, const jv_t *f, const char *key, uint8_t kind, bool
   if (!ok) {
     static const char *names[] = {"null", "a boolean", "a boolean", "a number", "a string", "an array", "an object"};
     uint32_t old = pc_push_key(c, key);
-    sb_t b = {0};
-    sb_puts(&b, "must be ");
-    sb_puts(&b, names[kind]);
+    aici_buf_t b = {0};
+    aici_buf_puts(&b, "must be ");
+    aici_buf_puts(&b, names[kind]);
     pc_fail(c, b.p);
     aici_free(b.p);
     c->plen = old;
@@ -330,12 +330,12 @@ static uint32_t inner(cx_t *c, const jv_t *f, const jv_t *type, uint32_t cont) {
     return k;
   }
   if (type->kind != JV_STR) return pc_push_key(c, "type"), pc_fail(c, "must be a string"), 0;
-  sb_t b = {0};
-  sb_puts(&b, "unknown type \"");
-  sb_putn(&b, type->s, type->n);
-  sb_puts(&b, "\" (types: ");
-  sb_puts(&b, TYPES);
-  sb_puts(&b, ")");
+  aici_buf_t b = {0};
+  aici_buf_puts(&b, "unknown type \"");
+  aici_buf_putn(&b, type->s, type->n);
+  aici_buf_puts(&b, "\" (types: ");
+  aici_buf_puts(&b, TYPES);
+  aici_buf_puts(&b, ")");
   uint32_t old = pc_push_key(c, "type");
   pc_fail(c, b.p);
   c->plen = old;
@@ -398,10 +398,10 @@ bool program_compile(const char *text, uint32_t len, program_t *p, char **err) {
   cx_t c = {.p = p, .repeat_budget = 256};
   jv_t *root = jv_parse(text, len, &e, &at);
   if (!root) {
-    sb_t b = {0};
-    sb_puts(&b, "at /: not JSON: ");
-    sb_puts(&b, e);
-    sb_puts(&b, " at offset ");
+    aici_buf_t b = {0};
+    aici_buf_puts(&b, "at /: not JSON: ");
+    aici_buf_puts(&b, e);
+    aici_buf_puts(&b, " at offset ");
     sb_uint(&b, at);
     *err = b.p;
     return false;

@@ -3,13 +3,13 @@
  * labels and backtrack steps. */
 #include "compile_int.h"
 
-static void following_lits(program_t *p, uint32_t n, sb_t *out, uint32_t *count, uint32_t depth) {
+static void following_lits(program_t *p, uint32_t n, aici_buf_t *out, uint32_t *count, uint32_t depth) {
   if (depth > 32 || *count >= 64) return;
   gnode_t *g = &p->g[n];
   if (g->kind == G_LIT) {
     uint32_t len = g->lit_len;
-    sb_putn(out, (const char *)&len, 4);
-    sb_putn(out, (const char *)g->lit, len);
+    aici_buf_putn(out, (const char *)&len, 4);
+    aici_buf_putn(out, (const char *)g->lit, len);
     (*count)++;
   } else if (g->kind == G_EPS || g->kind == G_OPEN || g->kind == G_CLOSE) {
     for (uint32_t i = 0; i < g->n_next; i++) following_lits(p, g->next[i], out, count, depth + 1);
@@ -17,7 +17,7 @@ static void following_lits(program_t *p, uint32_t n, sb_t *out, uint32_t *count,
 }
 
 /* Aho-Corasick automaton over the excluded strings (packed as len:u32, bytes), full goto table. */
-static bool build_ac(cx_t *c, ac_t *ac, const sb_t *pats, uint32_t count) {
+static bool build_ac(cx_t *c, ac_t *ac, const aici_buf_t *pats, uint32_t count) {
   uint32_t total = 1;
   for (uint32_t off = 0, k = 0; k < count; k++) {
     uint32_t len;
@@ -67,14 +67,14 @@ uint32_t pc_text_leaf(cx_t *c, const jv_t *f, uint32_t cont, const jv_t *extra, 
   const jv_t *ex;
   if (!pc_strings(c, f, "excludes", &ex, true)) return 0;
   uint32_t k = pc_edge(c, G_TEXT, cont);
-  sb_t pats = {0};
+  aici_buf_t pats = {0};
   uint32_t count = 0;
   const jv_t *lists[2] = {ex, extra};
   for (int l = 0; l < 2; l++)
     for (uint32_t i = 0; lists[l] && i < lists[l]->n; i++) {
       uint32_t len = lists[l]->items[i].n;
-      sb_putn(&pats, (const char *)&len, 4);
-      sb_putn(&pats, lists[l]->items[i].s, len);
+      aici_buf_putn(&pats, (const char *)&len, 4);
+      aici_buf_putn(&pats, lists[l]->items[i].s, len);
       count++;
     }
   following_lits(c->p, cont, &pats, &count, 0);
@@ -116,23 +116,9 @@ uint32_t pc_json_leaf(cx_t *c, const jv_t *f, uint32_t cont) {
   o.any_order = ao && ao->kind == JV_TRUE;
   compiled_t cc = {0};
   char *cerr = 0;
-  if (!schema_compile(schema, &o, &cc, &cerr)) {
-    sb_t b = {0};
-    sb_puts(&b, "json_schema: ");
-    sb_puts(&b, cerr);
-    pc_fail(c, b.p);
-    aici_free(b.p);
-    return 0;
-  }
+  if (!schema_compile(schema, &o, &cc, &cerr)) return pc_failn(c, "json_schema: ", cerr, (uint32_t)__builtin_strlen(cerr)), 0;
   matcher_t *m = matcher_new(&cc, &cerr);
-  if (!m) {
-    sb_t b = {0};
-    sb_puts(&b, "json_schema: ");
-    sb_puts(&b, cerr);
-    pc_fail(c, b.p);
-    aici_free(b.p);
-    return 0;
-  }
+  if (!m) return pc_failn(c, "json_schema: ", cerr, (uint32_t)__builtin_strlen(cerr)), 0;
   c->plen = old;
   int64_t by;                          /* ours: the reply's length by which the document is complete */
   if (!pc_uint_field(c, f, "complete_by", -1, 0, &by)) return 0;

@@ -146,13 +146,13 @@ static bool do_backtrack(aici_result_t *res, const sset_t *set, const path_t *pp
   }
   uint32_t k = gen;
   while (k > 0 && boff[k] > cut) k--;
-  sb_t text = {0};
-  sb_putn(&text, (const char *)gbytes + boff[k], cut - boff[k]);
+  aici_buf_t text = {0};
+  aici_buf_putn(&text, (const char *)gbytes + boff[k], cut - boff[k]);
   for (uint32_t j = 0; j < g->n_vars; j++) {
-    if (!g->part_is_var[j]) { sb_putn(&text, g->vars[j], g->part_len[j]); continue; }
+    if (!g->part_is_var[j]) { aici_buf_putn(&text, g->vars[j], g->part_len[j]); continue; }
     uint32_t len = 0;
     uint8_t *v = aici_var_get(g->vars[j], &len);
-    if (v) sb_putn(&text, (const char *)v, len);
+    if (v) aici_buf_putn(&text, (const char *)v, len);
     aici_free(v);
   }
   uint32_t nt = 0;
@@ -217,29 +217,20 @@ static bool plan_ff(const sset_t *before, const sset_t *after, const aici_token_
   uint32_t ok;
   bool to_end = aici_utf8_whole(forced, nf, &ok) && nfa_only_end(&P, &s);   /* nothing can follow it */
   if (ok < (to_end ? 1u : 2u)) return false;
-  uint32_t bt = 0, plen = 0;
-  uint8_t text[512];
-  if (last && before) {
-    const uint8_t *lb = aici_token_bytes(*last, &plen);
-    uint32_t v;
-    if (lb && plen <= 256 && aici_utf8_whole(lb, plen, &v)) __builtin_memcpy(text, lb, plen), bt = 1;
-    else plen = 0;
-  }
-  __builtin_memcpy(text + plen, forced, ok);
-  uint32_t nt;
-  aici_token_t *toks = aici_tokenize((const char *)text, plen + ok, &nt);
-  if (!toks) return false;
+  aici_heal_t h;
+  if (!aici_heal_tokenize(&h, before ? last : 0, forced, ok)) return false;
+  aici_token_t *toks = h.toks;
+  uint32_t nt = h.nt, bt = h.joined;
   uint32_t from = 0, n = nt && (!to_end && nfa_token_may_grow(&P, trie, toks[nt - 1], &s)) ? nt - 1 : nt;
   if (bt && n && toks[0] == *last) from = 1, bt = 0;
   bool valid = n > from;
   s = bt ? *before : *after;
-  uint32_t pos = from ? plen : (bt ? 0 : plen);
+  uint32_t pos = from ? h.plen : 0;    /* from == 1: toks[0] is the kept last token */
   for (uint32_t i = from; i < n && valid; i++) {
     uint32_t len;
-    const uint8_t *b = aici_token_bytes(toks[i], &len);
-    valid = b && pos + len <= plen + ok && !__builtin_memcmp(b, text + pos, len) && nfa_advance_token(&c, &s, toks[i], &t);
+    const uint8_t *b;
+    valid = aici_heal_token_at(&h, toks[i], &pos, &b, &len) && nfa_advance_token(&c, &s, toks[i], &t);
     s = t;
-    pos += len;
   }
   if (!valid) {
     aici_free(toks);

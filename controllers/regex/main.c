@@ -5,8 +5,7 @@
 
 static aici_regex_t *re;
 static const aici_trie_t *trie;
-static uint32_t prompt_len;
-static uint32_t *states, n_seen, cap;  /* states[k]: DFA state after k generated tokens */
+static aici_history_t states;          /* the DFA state after each generated token */
 static bool use_cache = true, use_slices = true, log_slice = false, slices_now = false;
 
 AICI_EXPORT_INIT void regex_init(void) {
@@ -38,42 +37,30 @@ static bool setup(const aici_arg_t *arg) {
   if (slices_now) aici_regex_slices_after(re, 0);
   if (!(trie = aici_trie())) return false;
   aici_token_bytes(0, 0);              /* the token -> bytes table now, not on step 1 (init built it) */
-  prompt_len = arg->n_all_tokens;
-  cap = 64;
-  states = aici_malloc(cap * 4);
-  states[0] = aici_regex_start(re);
-  n_seen = 0;
+  uint32_t start = aici_regex_start(re);
+  aici_history_init(&states, arg, sizeof start, &start);
   return true;
 }
 
-/* Bring states[] up to date with the sequence: drop backtracked tokens, feed new ones. */
-static uint32_t current_state(const aici_arg_t *arg) {
-  uint32_t gen = arg->n_all_tokens - prompt_len;
-  uint32_t keep = arg->backtrack > n_seen ? 0 : n_seen - arg->backtrack;
-  if (keep > gen) keep = gen;
-  if (gen + 1 > cap) {
-    while (gen + 1 > cap) cap *= 2;
-    states = aici_realloc(states, cap * 4);
-  }
-  for (uint32_t k = keep; k < gen; k++) {
-    uint32_t len;
-    const uint8_t *b = aici_token_bytes(arg->all_tokens[prompt_len + k], &len);
-    states[k + 1] = aici_regex_advance(re, states[k], b, len);
-  }
-  n_seen = gen;
-  return states[gen];
+/* One generated token from the DFA state *st: false when the text no longer matches. */
+static bool feed(void *ctx, void *st, aici_token_t t) {
+  (void)ctx;
+  uint32_t len;
+  const uint8_t *b = aici_token_bytes(t, &len);
+  *(uint32_t *)st = aici_regex_advance(re, *(uint32_t *)st, b, len);
+  return *(uint32_t *)st != 0;
 }
 
 void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   if (arg->call_index == 0 && !setup(arg)) return;
   if (!re) return;
-  if (arg->n_all_tokens < prompt_len) {
+  if (arg->n_all_tokens < states.prompt_len) {
     aici_logs("regex: backtracked into the prompt\n");
     return;
   }
   aici_token_t eos = aici_eos_token();
   if (arg->has_sampled && arg->sampled == eos) return;     /* EOS chosen while accepting */
-  uint32_t s = current_state(arg);
+  uint32_t s = aici_history_update(&states, arg, feed, 0) ? *(uint32_t *)aici_history_state(&states) : 0;
   if (!s) {
     aici_logs("regex: the text no longer matches\n");
     return;

@@ -173,6 +173,13 @@ const uint8_t *aici_token_bytes(aici_token_t t, uint32_t *len_out);
 /* Whether s[0..n) is whole UTF-8 characters; *prefix gets the length of the longest such prefix
  * (a character cut at the end, or a malformed byte, ends it). */
 bool aici_utf8_whole(const uint8_t *s, uint32_t n, uint32_t *prefix);
+/* Token healing (aici_heal.c): text = the bytes of *last (when last is not NULL and they are
+ * whole UTF-8 of at most 256 bytes: joined, plen of them) then forced[0..n) (n <= 256),
+ * tokenized into toks (heap, nt of them; false when the tokenizer failed). token_at: whether
+ * token t's bytes (*bytes, *len) are text[*pos..len)'s next ones; *pos moves past them. */
+typedef struct { uint8_t text[512]; uint32_t plen, len, nt; bool joined; aici_token_t *toks; } aici_heal_t;
+bool aici_heal_tokenize(aici_heal_t *h, const aici_token_t *last, const uint8_t *forced, uint32_t n);
+bool aici_heal_token_at(const aici_heal_t *h, aici_token_t t, uint32_t *pos, const uint8_t **bytes, uint32_t *len);
 
 /* Code-point sets (aici_cps.c): ranges [lo, hi] of code points, each set owning its array
  * (aici_free(s.r) when done; {0} is the empty set). */
@@ -196,6 +203,9 @@ void aici_buf_rx_byte(aici_buf_t *b, uint8_t c);                 /* one byte as 
 uint32_t aici_utf8_encode(uint32_t cp, uint8_t *o);
 uint32_t aici_utf8_decode(const uint8_t *s, uint32_t n, uint32_t *cp);
 int aici_hex_digit(uint32_t c);                                  /* 0-15, or -1 */
+/* Decimal digits at s[*i..n) (a repeat count): their value, saturating at cap; *i moves past
+ * them. false (and *v = 0) when there is none. */
+bool aici_read_uint(const uint8_t *s, uint32_t n, uint32_t *i, uint32_t cap, uint32_t *v);
 int aici_escape_char(uint32_t c);    /* after a backslash: n t r f v 0 -> their byte; else -1 */
 /* The digits of a hex escape at s[*i..n): exactly `digits` of them, or with digits == 0 a braced
  * {H..H} of 1 to 8. Returns the code point and moves *i past the digits, or (i unchanged) one of

@@ -4,7 +4,7 @@
 
 void aici_buf_putn(aici_buf_t *b, const void *s, uint32_t n) {
   if (b->n + n + 1 > b->cap) {
-    uint32_t c = b->cap ? b->cap : 64;
+    uint32_t c = b->cap ? b->cap : 256;
     while (c < b->n + n + 1) c *= 2;
     b->p = aici_realloc(b->p, c);
     b->cap = c;

@@ -55,29 +55,20 @@ static void set_class(uint32_t *s, char c) {   /* \d \w \s and their negations *
   for (int i = 0; i < 8; i++) s[i] |= neg ? ~t[i] : t[i];
 }
 
-static int hexval(uint8_t c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c |= 0x20;
-  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* After a backslash: a single byte (returns it) or a class (ORed into *cls, returns -1). */
 static int parse_escape(parser_t *p, uint32_t *cls) {
   if (p->i >= p->n) { p->err = "trailing backslash"; return -2; }
   uint8_t c = p->s[p->i++];
+  int e = aici_escape_char(c);         /* n t r f v 0 */
+  if (e >= 0) return e;
   switch (c) {
     case 'd': case 'D': case 'w': case 'W': case 's': case 'S': set_class(cls, (char)c); return -1;
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 't': return '\t';
-    case 'f': return '\f';
-    case 'v': return '\v';
-    case '0': return 0;
     case 'x': {
-      int h = p->i + 1 < p->n ? hexval(p->s[p->i]) : -1, l = h >= 0 ? hexval(p->s[p->i + 1]) : -1;
-      if (l < 0) { p->err = "\\x needs two hex digits"; return -2; }
-      p->i += 2;
-      return h * 16 + l;
+      uint32_t i = (uint32_t)p->i;
+      int64_t v = aici_escape_hex(p->s, (uint32_t)p->n, &i, 2);
+      if (v < 0) { p->err = "\\x needs two hex digits"; return -2; }
+      p->i = i;
+      return (int)v;
     }
   }
   if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '1' && c <= '9')) {
@@ -246,35 +237,18 @@ static uint32_t parse_atom(parser_t *p) {
   return lit_node(p, c);
 }
 
-static bool parse_int(parser_t *p, int32_t *v) {
-  size_t s = p->i;
-  int64_t x = 0;
-  /* Read every digit, saturating: stopping early left digits before the '}', so `a{1000000}`
-   * was not a quantifier at all but literal text, while `a{999999}` was an error. */
-  while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-    x = x * 10 + (p->s[p->i++] - '0');
-    if (x > 0x7fffffff) x = 0x7fffffff;
-  }
-  *v = (int32_t)x;
-  return p->i > s;
-}
-
 /* {m} {m,} {m,n} {,n}; returns false (and rewinds) when the brace is not a quantifier. */
 static bool parse_braces(parser_t *p, int32_t *min, int32_t *max) {
-  size_t save = p->i;
-  p->i++;
-  bool has_min = parse_int(p, min);
-  if (!has_min) *min = 0;
-  *max = *min;
-  if (p->i < p->n && p->s[p->i] == ',') {
-    p->i++;
-    if (!parse_int(p, max)) *max = -1;
-  } else if (!has_min) {
-    p->i = save;
-    return false;
-  }
-  if (p->i >= p->n || p->s[p->i] != '}') { p->i = save; return false; }
-  p->i++;
+  uint32_t i = (uint32_t)p->i + 1, n = (uint32_t)p->n, lo, hi;
+  bool has_min = aici_read_uint(p->s, n, &i, 0x7fffffff, &lo);
+  hi = lo;
+  if (i < n && p->s[i] == ',') {
+    i++;
+    if (!aici_read_uint(p->s, n, &i, 0x7fffffff, &hi)) hi = (uint32_t)-1;
+  } else if (!has_min) return false;
+  if (i >= n || p->s[i] != '}') return false;
+  p->i = i + 1;
+  *min = (int32_t)lo, *max = (int32_t)hi;
   return true;
 }
 

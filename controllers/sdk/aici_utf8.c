@@ -1,5 +1,6 @@
-/* aici_utf8.c - one code point to UTF-8 and back, and the hex escapes (\xHH, \uHHHH,
- * \UHHHHHHHH, \x{H..}) that grammar, regex and schema texts spell code points with. */
+/* aici_utf8.c - one code point to UTF-8 and back, the hex escapes (\xHH, \uHHHH,
+ * \UHHHHHHHH, \x{H..}) that grammar, regex and schema texts spell code points with, and the
+ * decimal counts of their {m,n} repeats. */
 #include "aici.h"
 
 uint32_t aici_utf8_encode(uint32_t c, uint8_t *o) {
@@ -22,6 +23,21 @@ uint32_t aici_utf8_decode(const uint8_t *s, uint32_t n, uint32_t *cp) {
   for (; i < k && i < n; i++) v = v << 6 | (s[i] & 63);
   *cp = v;
   return i;
+}
+
+bool aici_read_uint(const uint8_t *s, uint32_t n, uint32_t *i, uint32_t cap, uint32_t *v) {
+  uint32_t at = *i;
+  uint64_t x = 0;
+  /* every digit, saturating: stopping early would leave digits before a '}' (so `a{1000000}`
+   * would read as literal text while `a{999999}` is a too-large repeat) */
+  while (at < n && s[at] >= '0' && s[at] <= '9') {
+    x = x * 10 + (s[at++] - '0');
+    if (x > cap) x = cap;
+  }
+  *v = (uint32_t)x;
+  bool any = at > *i;
+  *i = at;
+  return any;
 }
 
 int aici_escape_char(uint32_t c) {

@@ -222,17 +222,6 @@ static void rx_atom(rp_t *p, aici_buf_t *o) {
   aici_free(s.r);
 }
 
-static bool read_int(rp_t *p, uint32_t *v) {
-  uint32_t s = p->i;
-  uint64_t x = 0;
-  while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-    x = x * 10 + (p->s[p->i++] - '0');
-    if (x > 100000) x = 100000;
-  }
-  *v = (uint32_t)x;
-  return p->i > s;
-}
-
 static void rx_repeat(rp_t *p, aici_buf_t *o) {
   aici_buf_t a = {0};
   rx_atom(p, &a);
@@ -244,9 +233,9 @@ static void rx_repeat(rp_t *p, aici_buf_t *o) {
     else if (c == '{') {
       uint32_t save = p->i, lo = 0, hi = 0;
       p->i++;
-      bool has_lo = read_int(p, &lo), open = false;
+      bool has_lo = aici_read_uint(p->s, p->n, &p->i, 100000, &lo), open = false;
       hi = lo;
-      if (peek(p, ',')) { p->i++; if (!read_int(p, &hi)) open = true; }
+      if (peek(p, ',')) { p->i++; if (!aici_read_uint(p->s, p->n, &p->i, 100000, &hi)) open = true; }
       else if (!has_lo) { p->i = save; break; }
       if (!peek(p, '}')) { p->i = save; p->err = "bad {m,n} repeat"; break; }
       p->i++;

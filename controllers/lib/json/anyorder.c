@@ -50,7 +50,7 @@ dyn_t *dyn_new(void) {
   return d;
 }
 
-uint32_t dyn_object(dyn_t *d, uint32_t n, const sb_t *entries, const bool *required, const sb_t *add, bool nonempty,
+uint32_t dyn_object(dyn_t *d, uint32_t n, const aici_buf_t *entries, const bool *required, const aici_buf_t *add, bool nonempty,
                     const char *ws) {
   d->obj = aici_realloc(d->obj, (d->n_obj + 1) * sizeof(dobj_t));
   dobj_t *o = &d->obj[d->n_obj];
@@ -62,8 +62,8 @@ uint32_t dyn_object(dyn_t *d, uint32_t n, const sb_t *entries, const bool *requi
     if (required[i]) o->req[i >> 5] |= 1u << (i & 31);
   }
   o->add = add ? dup(add->p, add->n) : 0, o->add_len = add ? add->n : 0;
-  sb_t sep = {0};
-  sb_puts(&sep, ws), sb_putc(&sep, ','), sb_puts(&sep, ws);
+  aici_buf_t sep = {0};
+  aici_buf_puts(&sep, ws), aici_buf_putc(&sep, ','), aici_buf_puts(&sep, ws);
   o->sep = sep.p, o->nonempty = nonempty;
   return d->n_obj++;
 }
@@ -127,19 +127,19 @@ void dyn_bind_start(dyn_t *d, uint32_t obj, uint32_t id) {
   if (set != empty) aici_free(set);
 }
 
-static void call(sb_t *b, uint32_t m) {
-  sb_puts(b, "(?:");
+static void call(aici_buf_t *b, uint32_t m) {
+  aici_buf_puts(b, "(?:");
   sb_byte(b, CALL_BYTE), sb_byte(b, (uint8_t)(m >> 8)), sb_byte(b, (uint8_t)m);
-  sb_putc(b, ')');
+  aici_buf_putc(b, ')');
 }
 
-bool dyn_text(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *out) {
+bool dyn_text(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, aici_buf_t *out) {
   if (!d || id >= d->of_id_cap || !d->of_id[id]) return false;
   dstate_t s = d->st[d->of_id[id] - 1];
   const dobj_t *o = &d->obj[s.obj];
   uint32_t *next = aici_malloc(o->words * 4);
   bool any = false, done = true;
-  sb_puts(out, "(?:");
+  aici_buf_puts(out, "(?:");
   for (uint32_t i = 0; i <= o->n; i++) {
     bool add = i == o->n;
     const uint32_t *set = d->pool + d->st[d->of_id[id] - 1].off;   /* the pool may move: re-read */
@@ -148,18 +148,18 @@ bool dyn_text(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *ou
     if (!add) next[i >> 5] |= 1u << (i & 31);
     uint32_t to = state_id(d, s.obj, true, next, reserve, ctx, 0);
     if (!to) continue;                 /* no machine id left: that member is not offered (narrower) */
-    if (any) sb_putc(out, '|');
+    if (any) aici_buf_putc(out, '|');
     any = true;
-    if (s.w) sb_puts(out, o->sep);
-    if (add) sb_putn(out, o->add, o->add_len);
-    else sb_putn(out, o->entry[i], o->entry_len[i]);
+    if (s.w) aici_buf_puts(out, o->sep);
+    if (add) aici_buf_putn(out, o->add, o->add_len);
+    else aici_buf_putn(out, o->entry[i], o->entry_len[i]);
     call(out, to);
   }
   const uint32_t *set = d->pool + d->st[d->of_id[id] - 1].off;
   for (uint32_t k = 0; k < o->words; k++) done &= (o->req[k] & ~set[k]) == 0;
-  if (done && (s.w || !o->nonempty)) sb_puts(out, any ? "|" : "");
-  else if (!any) sb_puts(out, "[^\\x00-\\xff]");
-  sb_putc(out, ')');
+  if (done && (s.w || !o->nonempty)) aici_buf_puts(out, any ? "|" : "");
+  else if (!any) aici_buf_puts(out, "[^\\x00-\\xff]");
+  aici_buf_putc(out, ')');
   aici_free(next);
   return true;
 }

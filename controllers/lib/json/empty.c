@@ -87,7 +87,7 @@ static uint32_t token_at(const char *t, uint32_t len, uint32_t i, int *byte) {
 }
 
 char *text_without_dead_calls(const char *t, uint32_t len, const bool *prod, uint32_t n, uint32_t *out_len) {
-  sb_t out = {0};
+  aici_buf_t out = {0};
   bool changed = false, in_class = false;
   uint32_t i = 0, copied = 0;
   while (i < len) {
@@ -105,8 +105,8 @@ char *text_without_dead_calls(const char *t, uint32_t len, const bool *prod, uin
         uint32_t l2 = token_at(t, len, i + l0 + l1, &b2);
         uint32_t callee = (uint32_t)b1 << 8 | (uint32_t)(b2 < 0 ? 0 : b2);
         if (b2 >= 0 && callee < n && !prod[callee]) {
-          sb_putn(&out, t + copied, i - copied);
-          sb_puts(&out, "[^\\x00-\\xff]");
+          aici_buf_putn(&out, t + copied, i - copied);
+          aici_buf_puts(&out, "[^\\x00-\\xff]");
           i += l0 + l1 + l2, copied = i, changed = true;
           continue;
         }
@@ -115,7 +115,7 @@ char *text_without_dead_calls(const char *t, uint32_t len, const bool *prod, uin
     i += l0;
   }
   if (!changed) { aici_free(out.p); return 0; }
-  sb_putn(&out, t + copied, len - copied);
+  aici_buf_putn(&out, t + copied, len - copied);
   *out_len = out.n;
   return out.p;
 }

@@ -24,32 +24,28 @@ bool jv_is_int(const jv_t *v);                                  /* a number with
 jv_t *jv_new(uint8_t kind);
 void jv_obj_put(jv_t *obj, const char *key, uint32_t klen, const jv_t *val);   /* appends */
 
-/* ---- growable text ---------------------------------------------------------------------- */
-typedef struct { char *p; uint32_t n, cap; } sb_t;
-void sb_putn(sb_t *b, const char *s, uint32_t n);
-void sb_puts(sb_t *b, const char *s);
-void sb_putc(sb_t *b, char c);
-void sb_byte(sb_t *b, uint8_t c);               /* one literal byte, escaped for the regex parser */
-void sb_lit(sb_t *b, const char *s, uint32_t n);/* literal bytes */
-void sb_uint(sb_t *b, uint64_t v);
+/* ---- text into the SDK's growable buffer (aici_buf_t) ------------------------------------- */
+void sb_byte(aici_buf_t *b, uint8_t c);         /* one literal byte, escaped for the regex parser */
+void sb_lit(aici_buf_t *b, const char *s, uint32_t n);   /* literal bytes */
+void sb_uint(aici_buf_t *b, uint64_t v);
 /* The compact JSON text of `v` (strings escaped as Python's json.dumps(ensure_ascii=False)). */
-void jv_write(sb_t *b, const jv_t *v);
-void jv_write_str(sb_t *b, const char *s, uint32_t n);
+void jv_write(aici_buf_t *b, const jv_t *v);
+void jv_write_str(aici_buf_t *b, const char *s, uint32_t n);
 
 /* ---- regex fragments -------------------------------------------------------------------- */
 /* Code-point ranges [lo, hi] (sorted, disjoint) as a regex over their canonical JSON string
  * encoding: raw UTF-8, and the escapes JSON needs for ", \ and control characters. */
 typedef aici_cp_range_t cp_range_t;             /* the SDK's code-point sets (aici_cps_add, _normalize, _negate) */
 typedef aici_cp_set_t cp_set_t;
-bool emit_cp_set(sb_t *b, cp_set_t *s);         /* false: empty set (emits a dead class) */
-void emit_strchar(sb_t *b);                     /* any one character of a JSON string */
+bool emit_cp_set(aici_buf_t *b, cp_set_t *s);         /* false: empty set (emits a dead class) */
+void emit_strchar(aici_buf_t *b);                     /* any one character of a JSON string */
 /* An ECMA-262 `pattern` (search semantics) as a regex over the JSON string's contents. */
-bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why);
+bool emit_pattern(aici_buf_t *b, const char *pat, uint32_t len, const char **why);
 /* The same with every unbounded repeat (and unanchored end) allowed at most `cap` more repeats
  * (PAT_NO_CAP: none), an unanchored end at least `end_min` characters, and the language's
  * shortest and longest match in characters (*hi UINT64_MAX: unbounded). */
 #define PAT_NO_CAP UINT64_MAX
-bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t end_min, uint64_t *lo,
+bool emit_pattern_capped(aici_buf_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t end_min, uint64_t *lo,
                          uint64_t *hi, const char **why);
 
 /* ---- numbers ----------------------------------------------------------------------------- */
@@ -63,7 +59,7 @@ typedef struct {
  * fraction digits); false with *why. */
 bool number_bound_ok(const char *text, uint32_t n, const char **why);
 /* Integers (is_int) or numbers within bounds; false (with *why) if the bounds cannot be done. */
-bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why);
+bool emit_number(aici_buf_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why);
 
 /* ---- the schema compiler ------------------------------------------------------------------ */
 typedef struct {
@@ -79,12 +75,12 @@ typedef uint32_t (*dyn_reserve_fn)(void *ctx);   /* a fresh machine id; 0: none 
 dyn_t *dyn_new(void);
 /* An object of n entries (`"key":value` regexes, `required` flags), `add` the additional-property
  * entry (NULL: none); returns its index. */
-uint32_t dyn_object(dyn_t *d, uint32_t n, const sb_t *entries, const bool *required, const sb_t *add, bool nonempty,
+uint32_t dyn_object(dyn_t *d, uint32_t n, const aici_buf_t *entries, const bool *required, const aici_buf_t *add, bool nonempty,
                     const char *ws);
 void dyn_bind_start(dyn_t *d, uint32_t obj, uint32_t id);   /* machine `id`: the object, nothing written */
 /* The regex of dynamic machine `id` into *out, its successors reserved through `reserve`; false:
  * `id` is no dynamic machine. */
-bool dyn_text(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *out);
+bool dyn_text(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, aici_buf_t *out);
 
 /* The compiled schema: machine 0 is the document; a regex may call machine k by the bytes
  * CALL_BYTE, k >> 8, k & 255 (CALL_BYTE never occurs in UTF-8 text), which stands for one value
@@ -99,12 +95,12 @@ typedef struct { char *text; uint32_t len; bool counted; uint32_t lo, hi; } mach
 typedef struct {
   machine_src_t *m;
   uint32_t n;
-  sb_t log;                   /* relaxations taken on request (ignore=...) */
+  aici_buf_t log;                   /* relaxations taken on request (ignore=...) */
   /* Dynamic machines (text NULL): dyn_write(dyn, id, reserve, ctx, out) writes machine id's
    * regex when a configuration first enters it (NULL: none; any_order objects set dyn_text). A
    * pointer, so that the matcher links without anyorder.c. */
   dyn_t *dyn;
-  bool (*dyn_write)(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, sb_t *out);
+  bool (*dyn_write)(dyn_t *d, uint32_t id, dyn_reserve_fn reserve, void *ctx, aici_buf_t *out);
 } compiled_t;
 
 /* ---- length-counted strings (lencount.c) ------------------------------------------------- */
@@ -162,9 +158,9 @@ keylang_t *keylang_new(const char *const *pats, const uint32_t *pat_lens, uint32
 bool keylang_empty(const keylang_t *L);
 bool keylang_start_is_free(const keylang_t *L);
 uint32_t keylang_machines(const keylang_t *L);
-void keylang_text(const keylang_t *L, uint32_t machine, uint32_t base, sb_t *out);
+void keylang_text(const keylang_t *L, uint32_t machine, uint32_t base, aici_buf_t *out);
 /* The start's regex, inline when keylang_start_is_free (no machine), else a call to machine base. */
-void keylang_start_text(const keylang_t *L, uint32_t base, sb_t *out);
+void keylang_start_text(const keylang_t *L, uint32_t base, aici_buf_t *out);
 void keylang_free(keylang_t *L);
 
 /* ---- language questions (empty.c): empty machines, inclusion of two regexes -------------- */

@@ -16,40 +16,29 @@ static void ws(rd_t *r) {
 static int hex4(const char *s) {
   int v = 0;
   for (int k = 0; k < 4; k++) {
-    char c = s[k];
-    int d = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+    int d = aici_hex_digit((uint8_t)s[k]);
     if (d < 0) return -1;
     v = v * 16 + d;
   }
   return v;
 }
 
-static void put_utf8(sb_t *b, uint32_t c) {
-  if (c < 0x80) sb_putc(b, (char)c);
-  else if (c < 0x800) sb_putc(b, (char)(0xc0 | c >> 6)), sb_putc(b, (char)(0x80 | (c & 63)));
-  else if (c < 0x10000)
-    sb_putc(b, (char)(0xe0 | c >> 12)), sb_putc(b, (char)(0x80 | (c >> 6 & 63))), sb_putc(b, (char)(0x80 | (c & 63)));
-  else
-    sb_putc(b, (char)(0xf0 | c >> 18)), sb_putc(b, (char)(0x80 | (c >> 12 & 63))),
-        sb_putc(b, (char)(0x80 | (c >> 6 & 63))), sb_putc(b, (char)(0x80 | (c & 63)));
-}
-
 static bool read_str(rd_t *r, jv_t *v) {
   r->i++;                              /* the opening quote */
-  sb_t b = {0};
+  aici_buf_t b = {0};
   while (r->i < r->n && r->s[r->i] != '"') {
     uint8_t c = (uint8_t)r->s[r->i++];
     if (c < 0x20) { r->err = "control character in string"; return false; }
-    if (c != '\\') { sb_putc(&b, (char)c); continue; }
+    if (c != '\\') { aici_buf_putc(&b, (char)c); continue; }
     if (r->i >= r->n) break;
     char e = r->s[r->i++];
     switch (e) {
-      case '"': case '\\': case '/': sb_putc(&b, e); break;
-      case 'b': sb_putc(&b, '\b'); break;
-      case 'f': sb_putc(&b, '\f'); break;
-      case 'n': sb_putc(&b, '\n'); break;
-      case 'r': sb_putc(&b, '\r'); break;
-      case 't': sb_putc(&b, '\t'); break;
+      case '"': case '\\': case '/': aici_buf_putc(&b, e); break;
+      case 'b': aici_buf_putc(&b, '\b'); break;
+      case 'f': aici_buf_putc(&b, '\f'); break;
+      case 'n': aici_buf_putc(&b, '\n'); break;
+      case 'r': aici_buf_putc(&b, '\r'); break;
+      case 't': aici_buf_putc(&b, '\t'); break;
       case 'u': {
         int u = r->i + 4 <= r->n ? hex4(r->s + r->i) : -1;
         if (u < 0) { r->err = "bad \\u escape"; return false; }
@@ -59,7 +48,8 @@ static bool read_str(rd_t *r, jv_t *v) {
           int lo = hex4(r->s + r->i + 2);
           if (lo >= 0xdc00 && lo < 0xe000) cp = 0x10000 + ((cp - 0xd800) << 10) + ((uint32_t)lo - 0xdc00), r->i += 6;
         }
-        put_utf8(&b, cp);
+        uint8_t u8[4];
+        aici_buf_putn(&b, u8, aici_utf8_encode(cp, u8));
         break;
       }
       default: r->err = "bad escape"; return false;
@@ -67,7 +57,7 @@ static bool read_str(rd_t *r, jv_t *v) {
   }
   if (r->i >= r->n) { r->err = "unterminated string"; return false; }
   r->i++;
-  sb_putc(&b, 0);
+  aici_buf_putc(&b, 0);
   v->kind = JV_STR, v->s = b.p, v->n = b.n - 1;
   return true;
 }
@@ -247,90 +237,70 @@ void jv_obj_put(jv_t *obj, const char *key, uint32_t klen, const jv_t *val) {
 }
 
 /* ---- text --------------------------------------------------------------------------------- */
-void sb_putn(sb_t *b, const char *s, uint32_t n) {
-  if (b->n + n + 1 > b->cap) {
-    uint32_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + n + 1) cap *= 2;
-    b->p = aici_realloc(b->p, cap);
-    b->cap = cap;
-  }
-  __builtin_memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-
-void sb_puts(sb_t *b, const char *s) {
-  uint32_t n = 0;
-  while (s[n]) n++;
-  sb_putn(b, s, n);
-}
-
-void sb_putc(sb_t *b, char c) { sb_putn(b, &c, 1); }
-
-void sb_byte(sb_t *b, uint8_t c) {
+void sb_byte(aici_buf_t *b, uint8_t c) {
   if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
-    sb_putc(b, (char)c);
+    aici_buf_putc(b, (char)c);
     return;
   }
   static const char hx[] = "0123456789abcdef";
   char e[4] = {'\\', 'x', hx[c >> 4], hx[c & 15]};
-  sb_putn(b, e, 4);
+  aici_buf_putn(b, e, 4);
 }
 
-void sb_lit(sb_t *b, const char *s, uint32_t n) {
+void sb_lit(aici_buf_t *b, const char *s, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) sb_byte(b, (uint8_t)s[i]);
 }
 
-void sb_uint(sb_t *b, uint64_t v) {
+void sb_uint(aici_buf_t *b, uint64_t v) {
   char t[24];
   int k = 0;
   do t[k++] = (char)('0' + v % 10), v /= 10; while (v);
-  while (k) sb_putc(b, t[--k]);
+  while (k) aici_buf_putc(b, t[--k]);
 }
 
-void jv_write_str(sb_t *b, const char *s, uint32_t n) {
+void jv_write_str(aici_buf_t *b, const char *s, uint32_t n) {
   static const char hx[] = "0123456789abcdef";
-  sb_putc(b, '"');
+  aici_buf_putc(b, '"');
   for (uint32_t i = 0; i < n; i++) {
     uint8_t c = (uint8_t)s[i];
-    if (c == '"') sb_puts(b, "\\\"");
-    else if (c == '\\') sb_puts(b, "\\\\");
-    else if (c == '\n') sb_puts(b, "\\n");
-    else if (c == '\r') sb_puts(b, "\\r");
-    else if (c == '\t') sb_puts(b, "\\t");
-    else if (c == '\b') sb_puts(b, "\\b");
-    else if (c == '\f') sb_puts(b, "\\f");
+    if (c == '"') aici_buf_puts(b, "\\\"");
+    else if (c == '\\') aici_buf_puts(b, "\\\\");
+    else if (c == '\n') aici_buf_puts(b, "\\n");
+    else if (c == '\r') aici_buf_puts(b, "\\r");
+    else if (c == '\t') aici_buf_puts(b, "\\t");
+    else if (c == '\b') aici_buf_puts(b, "\\b");
+    else if (c == '\f') aici_buf_puts(b, "\\f");
     else if (c < 0x20) {
       char e[6] = {'\\', 'u', '0', '0', hx[c >> 4], hx[c & 15]};
-      sb_putn(b, e, 6);
-    } else sb_putc(b, (char)c);
+      aici_buf_putn(b, e, 6);
+    } else aici_buf_putc(b, (char)c);
   }
-  sb_putc(b, '"');
+  aici_buf_putc(b, '"');
 }
 
-void jv_write(sb_t *b, const jv_t *v) {
+void jv_write(aici_buf_t *b, const jv_t *v) {
   switch (v->kind) {
-    case JV_NULL: sb_puts(b, "null"); break;
-    case JV_TRUE: sb_puts(b, "true"); break;
-    case JV_FALSE: sb_puts(b, "false"); break;
-    case JV_NUM: sb_putn(b, v->s, v->n); break;
+    case JV_NULL: aici_buf_puts(b, "null"); break;
+    case JV_TRUE: aici_buf_puts(b, "true"); break;
+    case JV_FALSE: aici_buf_puts(b, "false"); break;
+    case JV_NUM: aici_buf_putn(b, v->s, v->n); break;
     case JV_STR: jv_write_str(b, v->s, v->n); break;
     case JV_ARR:
-      sb_putc(b, '[');
+      aici_buf_putc(b, '[');
       for (uint32_t i = 0; i < v->n; i++) {
-        if (i) sb_putc(b, ',');
+        if (i) aici_buf_putc(b, ',');
         jv_write(b, &v->items[i]);
       }
-      sb_putc(b, ']');
+      aici_buf_putc(b, ']');
       break;
     default:
-      sb_putc(b, '{');
+      aici_buf_putc(b, '{');
       for (uint32_t i = 0; i < v->n; i++) {
-        if (i) sb_putc(b, ',');
+        if (i) aici_buf_putc(b, ',');
         jv_write_str(b, v->keys[i].s, v->keys[i].n);
-        sb_putc(b, ':');
+        aici_buf_putc(b, ':');
         jv_write(b, &v->items[i]);
       }
-      sb_putc(b, '}');
+      aici_buf_putc(b, '}');
   }
 }

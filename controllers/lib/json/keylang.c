@@ -84,8 +84,8 @@ keylang_t *keylang_new(const char *const *pats, const uint32_t *pat_lens, uint32
   if (n_pats + 2 > MAX_COMP) return 0;
   keylang_t *L = aici_calloc(1, sizeof *L);
   L->target = target, L->has_k = keys_len > 0;
-  sb_t any = {0};
-  sb_puts(&any, "(?:"), emit_strchar(&any), sb_puts(&any, ")*");
+  aici_buf_t any = {0};
+  aici_buf_puts(&any, "(?:"), emit_strchar(&any), aici_buf_puts(&any, ")*");
   L->re[L->n_comp++] = aici_regex_compile(any.p, any.n, 0);
   aici_free(any.p);
   if (L->has_k) L->re[L->n_comp++] = aici_regex_compile(keys, keys_len, 0);
@@ -171,66 +171,66 @@ bool keylang_empty(const keylang_t *L) { return !L->live[0]; }
 uint32_t keylang_machines(const keylang_t *L) { return L->n_kept; }
 bool keylang_start_is_free(const keylang_t *L) { return L->tail[0]; }
 
-static void hex(sb_t *b, uint32_t v);
-static void call(sb_t *b, uint32_t m) {
-  sb_puts(b, "(?:");
+static void hex(aici_buf_t *b, uint32_t v);
+static void call(aici_buf_t *b, uint32_t m) {
+  aici_buf_puts(b, "(?:");
   sb_byte(b, CALL_BYTE), sb_byte(b, (uint8_t)(m >> 8)), sb_byte(b, (uint8_t)m);
-  sb_putc(b, ')');
+  aici_buf_putc(b, ')');
 }
 
-static void hex(sb_t *b, uint32_t v) {
+static void hex(aici_buf_t *b, uint32_t v) {
   static const char H[] = "0123456789abcdef";
-  sb_puts(b, "\\x"), sb_putc(b, H[v >> 4]), sb_putc(b, H[v & 15]);
+  aici_buf_puts(b, "\\x"), aici_buf_putc(b, H[v >> 4]), aici_buf_putc(b, H[v & 15]);
 }
 
 /* State i's language: STRCHAR* when free, else one byte class and what follows it, inline for
  * tail states, a call to their machine for the others (`top`: state i's own machine text). */
-static void state_text(const keylang_t *L, uint32_t i, uint32_t base, bool top, uint32_t depth, sb_t *out) {
+static void state_text(const keylang_t *L, uint32_t i, uint32_t base, bool top, uint32_t depth, aici_buf_t *out) {
   if (L->free_[i]) {
-    sb_puts(out, "(?:"), emit_strchar(out), sb_puts(out, ")*");
+    aici_buf_puts(out, "(?:"), emit_strchar(out), aici_buf_puts(out, ")*");
     return;
   }
   if (depth > 8) {                     /* never: a tail is S alone, back at a character's start within 4 */
-    sb_puts(out, "[^\\x00-\\xff]");
+    aici_buf_puts(out, "[^\\x00-\\xff]");
     return;
   }
   if (!top && !L->tail[i]) { call(out, base + L->id[i]); return; }
-  sb_puts(out, "(?:");
+  aici_buf_puts(out, "(?:");
   bool first = true;
   uint8_t done[256] = {0};
   for (uint32_t x = 0; x < L->n_cls; x++) {
     uint32_t j = L->next[(size_t)i * L->n_cls + x];
     if (!j || !L->live[j - 1] || done[x]) continue;
-    if (!first) sb_putc(out, '|');
+    if (!first) aici_buf_putc(out, '|');
     first = false;
     bool in[256] = {0};                /* every byte whose class leads to j */
     for (uint32_t y = x; y < L->n_cls; y++)
       if (L->next[(size_t)i * L->n_cls + y] == j) done[y] = 1;
     for (uint32_t b = 0; b < 256; b++) in[b] = L->next[(size_t)i * L->n_cls + L->cls_of[b]] == j;
-    sb_putc(out, '[');
+    aici_buf_putc(out, '[');
     for (uint32_t b = 0; b < 256;) {
       if (!in[b]) { b++; continue; }
       uint32_t e = b;
       while (e + 1 < 256 && in[e + 1]) e++;
       hex(out, b);
-      if (e > b) sb_putc(out, '-'), hex(out, e);
+      if (e > b) aici_buf_putc(out, '-'), hex(out, e);
       b = e + 1;
     }
-    sb_putc(out, ']');
+    aici_buf_putc(out, ']');
     state_text(L, j - 1, base, false, depth + 1, out);
   }
-  if (L->accept[i]) sb_puts(out, first ? "" : "|");
-  else if (first) sb_puts(out, "[^\\x00-\\xff]");
-  sb_putc(out, ')');
+  if (L->accept[i]) aici_buf_puts(out, first ? "" : "|");
+  else if (first) aici_buf_puts(out, "[^\\x00-\\xff]");
+  aici_buf_putc(out, ')');
 }
 
-void keylang_text(const keylang_t *L, uint32_t state_machine, uint32_t base, sb_t *out) {
+void keylang_text(const keylang_t *L, uint32_t state_machine, uint32_t base, aici_buf_t *out) {
   uint32_t i = 0;                      /* the product state whose machine index is state_machine */
   while (L->id[i] != state_machine) i++;
   state_text(L, i, base, true, 0, out);
 }
 
-void keylang_start_text(const keylang_t *L, uint32_t base, sb_t *out) { state_text(L, 0, base, L->tail[0], 0, out); }
+void keylang_start_text(const keylang_t *L, uint32_t base, aici_buf_t *out) { state_text(L, 0, base, L->tail[0], 0, out); }
 
 void keylang_free(keylang_t *L) {
   if (!L) return;

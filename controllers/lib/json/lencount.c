@@ -57,8 +57,8 @@ static uint32_t slot(lencount_t *L, uint32_t s, uint32_t t) {
 }
 
 static void fail_msg(char **err, const char *what) {
-  sb_t m = {0};
-  sb_puts(&m, what);
+  aici_buf_t m = {0};
+  aici_buf_puts(&m, what);
   *err = m.p;
 }
 

@@ -47,7 +47,7 @@ static bool ensure(matcher_t *M, uint32_t k) {
     if (!told_dyn) told_dyn = true, aici_logs("json: over 8192 key sets (any_order); the others are not offered\n");
     return false;
   }
-  sb_t t = {0};
+  aici_buf_t t = {0};
   if (!M->dyn_write || !M->dyn_write(M->dyn, k, reserve, M, &t)) { aici_free(t.p); return false; }
   aici_regex_t *re = aici_regex_compile(t.p, t.n, 0);
   aici_free(t.p);
@@ -67,10 +67,10 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
     if (!src->m[i].text) continue;     /* dynamic: made on first entry */
     M->re[i] = aici_regex_compile(src->m[i].text, src->m[i].len, &e);
     if (!M->re[i]) {
-      sb_t m = {0};
-      sb_puts(&m, "unsupported: schema at # (a part compiles to a regex the SDK rejects: ");
-      sb_puts(&m, e ? e : "?");
-      sb_putc(&m, ')');
+      aici_buf_t m = {0};
+      aici_buf_puts(&m, "unsupported: schema at # (a part compiles to a regex the SDK rejects: ");
+      aici_buf_puts(&m, e ? e : "?");
+      aici_buf_putc(&m, ')');
       *err = m.p;
       return 0;
     }

@@ -37,7 +37,7 @@ struct matcher {
   uint32_t n, cap;                     /* machine ids in use (compiled, dynamic, reserved); room */
   uint32_t n_dyn;                      /* dynamic machines compiled (DYN_MAX at most) */
   dyn_t *dyn;                          /* writes the dynamic machines' regexes (NULL: none) */
-  bool (*dyn_write)(dyn_t *, uint32_t, dyn_reserve_fn, void *, sb_t *);
+  bool (*dyn_write)(dyn_t *, uint32_t, dyn_reserve_fn, void *, aici_buf_t *);
   aici_regex_t **re;                   /* NULL: a dynamic machine not made yet */
   lencount_t **lc;                     /* per machine: its length tables (NULL: not counted) */
   uint16_t **info;                     /* per machine, per DFA state: ST_*, room << ROOM_SHIFT */

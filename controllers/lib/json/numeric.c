@@ -13,25 +13,25 @@ static uint32_t digits(uint64_t v, char *out) {
   return k;
 }
 
-static void digit_class(sb_t *b, char lo, char hi) {
-  if (lo == hi) sb_putc(b, lo);
-  else sb_putc(b, '['), sb_putc(b, lo), sb_putc(b, '-'), sb_putc(b, hi), sb_putc(b, ']');
+static void digit_class(aici_buf_t *b, char lo, char hi) {
+  if (lo == hi) aici_buf_putc(b, lo);
+  else aici_buf_putc(b, '['), aici_buf_putc(b, lo), aici_buf_putc(b, '-'), aici_buf_putc(b, hi), aici_buf_putc(b, ']');
 }
 
-static void any_digits(sb_t *b, uint32_t n) {
-  if (n == 1) sb_puts(b, "[0-9]");
-  else if (n) sb_puts(b, "[0-9]{"), sb_uint(b, n), sb_putc(b, '}');
+static void any_digits(aici_buf_t *b, uint32_t n) {
+  if (n == 1) aici_buf_puts(b, "[0-9]");
+  else if (n) aici_buf_puts(b, "[0-9]{"), sb_uint(b, n), aici_buf_putc(b, '}');
 }
 
 /* Same-length digit strings l <= h (n digits): alternatives, each starting with '|' */
-static void same_len(sb_t *b, const char *l, const char *h, uint32_t n) {
+static void same_len(aici_buf_t *b, const char *l, const char *h, uint32_t n) {
   if (!n) return;
   if (l[0] == h[0]) {
-    sb_putc(b, l[0]);
+    aici_buf_putc(b, l[0]);
     if (n > 1) {
-      sb_puts(b, "(?:");
+      aici_buf_puts(b, "(?:");
       same_len(b, l + 1, h + 1, n - 1);
-      sb_putc(b, ')');
+      aici_buf_putc(b, ')');
     }
     return;
   }
@@ -42,28 +42,28 @@ static void same_len(sb_t *b, const char *l, const char *h, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) nines[i] = '9', zeros[i] = '0';
   char a = l[0], z = h[0];
   if (!lo_zero) {
-    sb_putc(b, l[0]), sb_puts(b, "(?:"), same_len(b, l + 1, nines, n - 1), sb_putc(b, ')');
+    aici_buf_putc(b, l[0]), aici_buf_puts(b, "(?:"), same_len(b, l + 1, nines, n - 1), aici_buf_putc(b, ')');
     a++;
-    sb_putc(b, '|');
+    aici_buf_putc(b, '|');
   }
   if (!hi_nine) z--;
   if (a <= z) { digit_class(b, a, z); any_digits(b, n - 1); }
   else b->n--, b->p[b->n] = 0;         /* drop the '|' just written */
   if (!hi_nine) {
-    sb_putc(b, '|');
-    sb_putc(b, h[0]), sb_puts(b, "(?:"), same_len(b, zeros, h + 1, n - 1), sb_putc(b, ')');
+    aici_buf_putc(b, '|');
+    aici_buf_putc(b, h[0]), aici_buf_puts(b, "(?:"), same_len(b, zeros, h + 1, n - 1), aici_buf_putc(b, ')');
   }
 }
 
 /* Non-negative integers in [lo, hi] (hi_inf: no upper bound), no leading zeros. */
-static void uint_range(sb_t *b, uint64_t lo, uint64_t hi, bool hi_inf) {
+static void uint_range(aici_buf_t *b, uint64_t lo, uint64_t hi, bool hi_inf) {
   char l[24], h[24];
   uint32_t nl = digits(lo, l);
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   if (hi_inf) {
     for (uint32_t i = 0; i < nl; i++) h[i] = '9';
     same_len(b, l, h, nl);
-    sb_puts(b, "|[1-9][0-9]{"), sb_uint(b, nl), sb_puts(b, ",}");
+    aici_buf_puts(b, "|[1-9][0-9]{"), sb_uint(b, nl), aici_buf_puts(b, ",}");
   } else {
     uint32_t nh = digits(hi, h);
     if (nl == nh) same_len(b, l, h, nl);
@@ -71,14 +71,14 @@ static void uint_range(sb_t *b, uint64_t lo, uint64_t hi, bool hi_inf) {
       char t[24];
       for (uint32_t i = 0; i < nl; i++) t[i] = '9';
       same_len(b, l, t, nl);
-      for (uint32_t d = nl + 1; d < nh; d++) sb_puts(b, "|[1-9]"), any_digits(b, d - 1);
+      for (uint32_t d = nl + 1; d < nh; d++) aici_buf_puts(b, "|[1-9]"), any_digits(b, d - 1);
       t[0] = '1';
       for (uint32_t i = 1; i < nh; i++) t[i] = '0';
-      sb_putc(b, '|');
+      aici_buf_putc(b, '|');
       same_len(b, t, h, nh);
     }
   }
-  sb_putc(b, ')');
+  aici_buf_putc(b, ')');
 }
 
 #define IP_MAX (UINT64_MAX - 2)          /* a bound's integer part at most (ip + 1 never wraps) */
@@ -168,26 +168,26 @@ static bool zero_ok(fb_t lo, fb_t hi) {   /* does 0.000... meet both sides */
 
 /* Digit strings s (empty too if allow_empty) with lo <= 0.s <= hi as the modes say, and at most
  * `budget` significant digits (zeros after them). Alternatives by first digit, grouped. */
-static void frac_digits_re(sb_t *b, fb_t lo, fb_t hi, uint32_t budget, bool allow_empty) {
+static void frac_digits_re(aici_buf_t *b, fb_t lo, fb_t hi, uint32_t budget, bool allow_empty) {
   if (lo.mode == B_INCL && lo.n == 0) lo.mode = B_NONE;   /* >= 0: no constraint */
   bool z = zero_ok(lo, hi);
   if (hi.mode != B_NONE && hi.n == 0) {                   /* <= 0 (or < 0): zeros only */
-    if (z) sb_puts(b, allow_empty ? "0*" : "0+");
-    else sb_puts(b, "[^\\x00-\\xff]");
+    if (z) aici_buf_puts(b, allow_empty ? "0*" : "0+");
+    else aici_buf_puts(b, "[^\\x00-\\xff]");
     return;
   }
   if (budget == 0) {
-    if (z) sb_puts(b, allow_empty ? "0*" : "0+");
-    else sb_puts(b, "[^\\x00-\\xff]");
+    if (z) aici_buf_puts(b, allow_empty ? "0*" : "0+");
+    else aici_buf_puts(b, "[^\\x00-\\xff]");
     return;
   }
   if (lo.mode == B_NONE && hi.mode == B_NONE) {
-    if (budget == UNLIMITED) sb_puts(b, allow_empty ? "[0-9]*" : "[0-9]+");
-    else sb_puts(b, "(?:[0-9]{1,"), sb_uint(b, budget), sb_puts(b, allow_empty ? "}0*)?" : "}0*)");
+    if (budget == UNLIMITED) aici_buf_puts(b, allow_empty ? "[0-9]*" : "[0-9]+");
+    else aici_buf_puts(b, "(?:[0-9]{1,"), sb_uint(b, budget), aici_buf_puts(b, allow_empty ? "}0*)?" : "}0*)");
     return;
   }
   if (lo.mode == B_EXCL && lo.n == 0 && hi.mode == B_NONE && budget == UNLIMITED) {
-    sb_puts(b, "0*[1-9][0-9]*");       /* > 0 */
+    aici_buf_puts(b, "0*[1-9][0-9]*");       /* > 0 */
     return;
   }
   /* the residual constraints after each first digit: -1 dead, else (lo, hi) */
@@ -207,7 +207,7 @@ static void frac_digits_re(sb_t *b, fb_t lo, fb_t hi, uint32_t budget, bool allo
       else if (ch > hi.d[0]) dead[dgt] = true;
     }
   }
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   bool first = true;
   if (allow_empty && z) first = false;  /* the empty alternative */
   for (uint32_t d0 = 0; d0 < 10;) {
@@ -216,36 +216,36 @@ static void frac_digits_re(sb_t *b, fb_t lo, fb_t hi, uint32_t budget, bool allo
            rl[d1 + 1].n == rl[d0].n && rh[d1 + 1].d == rh[d0].d && rh[d1 + 1].mode == rh[d0].mode && rh[d1 + 1].n == rh[d0].n)
       d1++;
     if (!dead[d0]) {
-      if (!first) sb_putc(b, '|');
+      if (!first) aici_buf_putc(b, '|');
       first = false;
-      if (d0 == d1) sb_putc(b, (char)('0' + d0));
-      else sb_putc(b, '['), sb_putc(b, (char)('0' + d0)), sb_putc(b, '-'), sb_putc(b, (char)('0' + d1)), sb_putc(b, ']');
+      if (d0 == d1) aici_buf_putc(b, (char)('0' + d0));
+      else aici_buf_putc(b, '['), aici_buf_putc(b, (char)('0' + d0)), aici_buf_putc(b, '-'), aici_buf_putc(b, (char)('0' + d1)), aici_buf_putc(b, ']');
       frac_digits_re(b, rl[d0], rh[d0], budget == UNLIMITED ? UNLIMITED : budget - 1, true);
     }
     d0 = d1 + 1;
   }
-  if (first) sb_puts(b, "[^\\x00-\\xff]");
-  sb_putc(b, ')');
+  if (first) aici_buf_puts(b, "[^\\x00-\\xff]");
+  aici_buf_putc(b, ')');
 }
 
 /* The optional fraction `(\.S)?` of a magnitude with these fraction constraints. */
-static void frac_part(sb_t *b, fb_t lo, fb_t hi, uint32_t budget) {
+static void frac_part(aici_buf_t *b, fb_t lo, fb_t hi, uint32_t budget) {
   bool z = zero_ok(lo.mode == B_INCL && lo.n == 0 ? (fb_t){0, 0, B_NONE} : lo, hi);
-  sb_puts(b, z ? "(?:\\." : "\\.");
+  aici_buf_puts(b, z ? "(?:\\." : "\\.");
   frac_digits_re(b, lo, hi, budget, false);
-  if (z) sb_puts(b, ")?");
+  if (z) aici_buf_puts(b, ")?");
 }
 
 /* Magnitudes m (after an optional sign) with lo <= m <= hi (modes: inclusive, exclusive; hi
  * B_NONE: unbounded) written as I(.F)?. */
-static void magnitude(sb_t *b, bool *first, const char *sign, const dec_t *lo, uint8_t lo_mode, const dec_t *hi,
+static void magnitude(aici_buf_t *b, bool *first, const char *sign, const dec_t *lo, uint8_t lo_mode, const dec_t *hi,
                       uint8_t hi_mode, uint32_t budget) {
   if (hi_mode != B_NONE) {
     int c = dec_cmp(lo, hi);
     if (c > 0 || (c == 0 && (lo_mode == B_EXCL || hi_mode == B_EXCL))) return;
   }
   fb_t none = {0, 0, B_NONE}, l = {lo->f, lo->nf, lo_mode}, h = {hi ? hi->f : 0, hi ? hi->nf : 0, hi_mode};
-#define ALT() (sb_puts(b, *first ? "" : "|"), *first = false, sb_puts(b, sign))
+#define ALT() (aici_buf_puts(b, *first ? "" : "|"), *first = false, aici_buf_puts(b, sign))
   if (hi_mode != B_NONE && lo->ip == hi->ip) {
     ALT(), uint_range(b, lo->ip, lo->ip, false), frac_part(b, l, h, budget);
     return;
@@ -257,18 +257,18 @@ static void magnitude(sb_t *b, bool *first, const char *sign, const dec_t *lo, u
 #undef ALT
 }
 
-static void int_part(sb_t *b, bool *first, const char *sign, uint64_t lo, uint64_t hi, bool hi_inf) {
+static void int_part(aici_buf_t *b, bool *first, const char *sign, uint64_t lo, uint64_t hi, bool hi_inf) {
   if (!hi_inf && hi < lo) return;
-  sb_puts(b, *first ? "" : "|"), *first = false, sb_puts(b, sign);
+  aici_buf_puts(b, *first ? "" : "|"), *first = false, aici_buf_puts(b, sign);
   uint_range(b, lo, hi, hi_inf);
 }
 
-bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why) {
+bool emit_number(aici_buf_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits, const char **why) {
   if (!bd->has_lo && !bd->has_hi) {
-    if (is_int) sb_puts(b, "-?(?:0|[1-9][0-9]*)");
+    if (is_int) aici_buf_puts(b, "-?(?:0|[1-9][0-9]*)");
     else if (frac_digits) {
-      sb_puts(b, "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]{1,"), sb_uint(b, frac_digits), sb_puts(b, "}0*)?");
-    } else sb_puts(b, "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+\\-]?[0-9]+)?");
+      aici_buf_puts(b, "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]{1,"), sb_uint(b, frac_digits), aici_buf_puts(b, "}0*)?");
+    } else aici_buf_puts(b, "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+\\-]?[0-9]+)?");
     return true;
   }
   dec_t dl = {0}, dh = {0}, zero = {0};
@@ -279,7 +279,7 @@ bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits,
   bool lneg = bd->has_lo && bd->lo_text[0] == '-' && (dl.ip || dl.nf);
   bool hneg = bd->has_hi && bd->hi_text[0] == '-' && (dh.ip || dh.nf);
   bool first = true;
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   if (is_int) {                        /* integer bounds, exactly from their text: closed, rounded inwards */
     sint_t l = bd->has_lo ? int_lower(&dl, lneg, bd->lo_excl) : (sint_t){true, 0};
     sint_t h = bd->has_hi ? int_upper(&dh, hneg, bd->hi_excl) : (sint_t){false, 0};
@@ -297,7 +297,7 @@ bool emit_number(sb_t *b, bool is_int, const bounds_t *bd, uint32_t frac_digits,
       magnitude(b, &first, "\\-", bd->has_hi && hneg ? &dh : &zero, bd->has_hi && hneg ? hm : B_EXCL,
                 bd->has_lo ? &dl : 0, bd->has_lo ? lm : B_NONE, budget);
   }
-  if (first) sb_puts(b, "[^\\x00-\\xff]");
-  sb_putc(b, ')');
+  if (first) aici_buf_puts(b, "[^\\x00-\\xff]");
+  aici_buf_putc(b, ')');
   return true;
 }

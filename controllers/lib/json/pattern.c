@@ -8,65 +8,14 @@
  */
 #include "json.h"
 
-static uint32_t enc(uint32_t c, uint8_t *out) {
-  if (c < 0x80) { out[0] = (uint8_t)c; return 1; }
-  if (c < 0x800) { out[0] = (uint8_t)(0xc0 | c >> 6), out[1] = (uint8_t)(0x80 | (c & 63)); return 2; }
-  if (c < 0x10000) {
-    out[0] = (uint8_t)(0xe0 | c >> 12), out[1] = (uint8_t)(0x80 | (c >> 6 & 63)), out[2] = (uint8_t)(0x80 | (c & 63));
-    return 3;
-  }
-  out[0] = (uint8_t)(0xf0 | c >> 18), out[1] = (uint8_t)(0x80 | (c >> 12 & 63));
-  out[2] = (uint8_t)(0x80 | (c >> 6 & 63)), out[3] = (uint8_t)(0x80 | (c & 63));
-  return 4;
-}
-
-static void byte_range(sb_t *b, uint8_t lo, uint8_t hi) {
-  if (lo == hi) { sb_byte(b, lo); return; }
-  sb_putc(b, '[');
-  sb_byte(b, lo);
-  sb_putc(b, '-');
-  sb_byte(b, hi);
-  sb_putc(b, ']');
-}
-
-/* [lo, hi] with one encoded length, split until each byte position is a plain range. */
-static void utf8_range(sb_t *b, uint32_t lo, uint32_t hi, bool *first) {
-  uint8_t l[4], h[4];
-  uint32_t n = enc(lo, l);
-  for (uint32_t i = 1; i < n; i++) {
-    uint32_t m = (1u << (6 * i)) - 1;
-    if ((lo & ~m) != (hi & ~m)) {
-      if (lo & m) { utf8_range(b, lo, lo | m, first); utf8_range(b, (lo | m) + 1, hi, first); return; }
-      if ((hi & m) != m) { utf8_range(b, lo, (hi & ~m) - 1, first); utf8_range(b, hi & ~m, hi, first); return; }
-    }
-  }
-  enc(hi, h);
-  if (!*first) sb_putc(b, '|');
+static void alt(aici_buf_t *b, bool *first, const char *text) {
+  if (!*first) aici_buf_putc(b, '|');
   *first = false;
-  for (uint32_t i = 0; i < n; i++) byte_range(b, l[i], h[i]);
-}
-
-static void raw_range(sb_t *b, uint32_t lo, uint32_t hi, bool *first) {
-  static const uint32_t ends[] = {0x7f, 0x7ff, 0xffff, 0x10ffff};
-  for (int k = 0; k < 4 && lo <= hi; k++) {
-    if (lo > ends[k]) continue;
-    uint32_t e = hi < ends[k] ? hi : ends[k];
-    if (lo <= 0xdfff && e >= 0xd800) {      /* surrogates have no UTF-8 form */
-      if (lo < 0xd800) utf8_range(b, lo, 0xd7ff, first);
-      if (e > 0xdfff) utf8_range(b, 0xe000, e, first);
-    } else utf8_range(b, lo, e, first);
-    lo = e + 1;
-  }
-}
-
-static void alt(sb_t *b, bool *first, const char *text) {
-  if (!*first) sb_putc(b, '|');
-  *first = false;
-  sb_puts(b, text);
+  aici_buf_puts(b, text);
 }
 
 /* The escapes JSON needs (and allows) for the characters it cannot write raw. */
-static void escaped(sb_t *b, uint32_t c, bool *first) {
+static void escaped(aici_buf_t *b, uint32_t c, bool *first) {
   static const char hx[] = "0123456789abcdef";
   if (c == '"') { alt(b, first, "\\\\\\x22"); return; }
   if (c == '\\') { alt(b, first, "\\\\\\\\"); return; }
@@ -74,20 +23,21 @@ static void escaped(sb_t *b, uint32_t c, bool *first) {
                          : c == '\f' ? "\\\\f" : 0;
   if (short_form) alt(b, first, short_form);
   alt(b, first, "\\\\u00");
-  sb_putc(b, hx[c >> 4]);
+  aici_buf_putc(b, hx[c >> 4]);
   char lo = hx[c & 15];
-  if (lo >= 'a') { sb_putc(b, '['); sb_putc(b, lo); sb_putc(b, (char)(lo - 32)); sb_putc(b, ']'); }
-  else sb_putc(b, lo);
+  if (lo >= 'a') { aici_buf_putc(b, '['); aici_buf_putc(b, lo); aici_buf_putc(b, (char)(lo - 32)); aici_buf_putc(b, ']'); }
+  else aici_buf_putc(b, lo);
 }
 
-bool emit_cp_set(sb_t *b, cp_set_t *s) {
+bool emit_cp_set(aici_buf_t *b, cp_set_t *s) {
   aici_cps_normalize(s);
   bool first = true;
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   bool all_escaped = s->n && s->r[0].lo == 0 && s->r[0].hi >= '\\';
   if (all_escaped) alt(b, &first, "\\\\(?:[\\x22\\x5c/bfnrt]|u[0-9a-fA-F]{4})");
   /* the one-byte characters as one class: the SDK takes a repeated class as a slice candidate */
-  sb_t ascii = {0};
+  aici_buf_t ascii = {0};
+  cp_set_t wide = {0};                 /* U+0080 and up */
   for (uint32_t i = 0; i < s->n; i++) {
     uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
     for (uint32_t c = lo; c <= hi && c < 0x60; c++)
@@ -97,19 +47,25 @@ bool emit_cp_set(sb_t *b, cp_set_t *s) {
       uint32_t e = c;
       while (e + 1 <= hi && e + 1 < 0x80 && e + 1 != '"' && e + 1 != '\\') e++;
       sb_byte(&ascii, (uint8_t)c);
-      if (e > c) sb_putc(&ascii, '-'), sb_byte(&ascii, (uint8_t)e);
+      if (e > c) aici_buf_putc(&ascii, '-'), sb_byte(&ascii, (uint8_t)e);
       c = e;
     }
-    if (hi >= 0x80) raw_range(b, lo < 0x80 ? 0x80 : lo, hi, &first);
+    if (hi >= 0x80) aici_cps_add(&wide, lo < 0x80 ? 0x80 : lo, hi);
+  }
+  if (wide.n) {                        /* the rest as raw UTF-8 (the SDK's byte-range split) */
+    if (!first) aici_buf_putc(b, '|');
+    first = false;
+    aici_cps_regex(b, &wide);
+    aici_free(wide.r);
   }
   if (ascii.n) {
-    if (!first) sb_putc(b, '|');
+    if (!first) aici_buf_putc(b, '|');
     first = false;
-    sb_putc(b, '['), sb_putn(b, ascii.p, ascii.n), sb_putc(b, ']');
+    aici_buf_putc(b, '['), aici_buf_putn(b, ascii.p, ascii.n), aici_buf_putc(b, ']');
     aici_free(ascii.p);
   }
-  if (first) { sb_puts(b, "[^\\x00-\\xff])"); return false; }
-  sb_putc(b, ')');
+  if (first) { aici_buf_puts(b, "[^\\x00-\\xff])"); return false; }
+  aici_buf_putc(b, ')');
   return true;
 }
 
@@ -118,7 +74,7 @@ typedef struct {
   const uint8_t *s;
   uint32_t n, i;
   const char *why;
-  sb_t *out;
+  aici_buf_t *out;
   uint64_t cap;                        /* unbounded repeats: at most cap more (PAT_NO_CAP: none) */
   uint64_t end_min;                    /* an unanchored end: at least this many characters */
   uint64_t lo, hi;                     /* length in characters of what was just parsed */
@@ -154,16 +110,10 @@ static void class_escape(cp_set_t *s, char c) {   /* \d \w \s and negations */
   aici_free(t.r);
 }
 
-static int hexd(uint8_t c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c |= 0x20;
-  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 static int64_t hexn(pat_t *p, uint32_t n) {
   int64_t v = 0;
   for (uint32_t k = 0; k < n; k++) {
-    int d = p->i < p->n ? hexd(p->s[p->i]) : -1;
+    int d = p->i < p->n ? aici_hex_digit(p->s[p->i]) : -1;
     if (d < 0) return -1;
     v = v * 16 + d, p->i++;
   }
@@ -174,23 +124,20 @@ static int64_t hexn(pat_t *p, uint32_t n) {
 static int64_t escape(pat_t *p, cp_set_t *cls, bool in_class) {
   if (p->i >= p->n) { p->why = "trailing backslash"; return -2; }
   uint8_t c = p->s[p->i++];
+  int e = aici_escape_char(c);         /* n t r f v 0 */
+  if (e >= 0) return e;
   switch (c) {
     case 'd': case 'D': case 'w': case 'W': case 's': case 'S': class_escape(cls, (char)c); return -1;
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 't': return '\t';
-    case 'f': return '\f';
-    case 'v': return '\v';
-    case '0': return 0;
     case 'b': if (in_class) return '\b'; p->why = "\\b (word boundary)"; return -2;
-    case 'x': { int64_t v = hexn(p, 2); if (v < 0) p->why = "bad \\x escape"; return v < 0 ? -2 : v; }
+    case 'x': {
+      int64_t v = aici_escape_hex(p->s, p->n, &p->i, 2);
+      if (v < 0) p->why = "bad \\x escape";
+      return v < 0 ? -2 : v;
+    }
     case 'u': {
-      if (p->i < p->n && p->s[p->i] == '{') {
-        p->i++;
-        int64_t v = 0;
-        while (p->i < p->n && hexd(p->s[p->i]) >= 0 && v <= 0x10ffff) v = v * 16 + hexd(p->s[p->i++]);
-        if (p->i >= p->n || p->s[p->i] != '}' || v > 0x10ffff) { p->why = "bad \\u{...} escape"; return -2; }
-        p->i++;
+      if (p->i < p->n && p->s[p->i] == '{') {   /* \u{H..H}: a scalar value, 1 to 8 digits */
+        int64_t v = aici_escape_hex(p->s, p->n, &p->i, 0);
+        if (v < 0) { p->why = v == AICI_ESC_BAD_DIGITS ? "bad \\u{...} escape" : aici_escape_error(v); return -2; }
         return v;
       }
       int64_t v = hexn(p, 4);
@@ -265,11 +212,11 @@ static bool parse_atom(pat_t *p, uint32_t depth) {
           p->i++;
         } else { p->why = "lookaround assertions"; return false; }
       }
-      sb_puts(p->out, "(?:");
+      aici_buf_puts(p->out, "(?:");
       if (!parse_alt(p, depth + 1)) return false;   /* sets p->lo, p->hi */
       if (p->i >= p->n || p->s[p->i] != ')') { p->why = "missing )"; return false; }
       p->i++;
-      sb_putc(p->out, ')');
+      aici_buf_putc(p->out, ')');
       return true;
     }
     case '[': return parse_class(p);
@@ -300,21 +247,21 @@ static bool parse_uint(pat_t *p, uint32_t *v) {
 }
 
 /* Repeats wider than the SDK's 1000 are written as consecutive pieces of the same atom. */
-static void repeat(sb_t *b, uint32_t atom_at, uint32_t min, uint32_t max, bool unbounded) {
+static void repeat(aici_buf_t *b, uint32_t atom_at, uint32_t min, uint32_t max, bool unbounded) {
   uint32_t n = b->n - atom_at;
   char *atom = aici_malloc(n + 1);
   __builtin_memcpy(atom, b->p + atom_at, n);
   b->n = atom_at;
-  for (; min > 1000; min -= 1000) sb_putn(b, atom, n), sb_puts(b, "{1000}");
-  sb_putn(b, atom, n), sb_putc(b, '{'), sb_uint(b, min);
+  for (; min > 1000; min -= 1000) aici_buf_putn(b, atom, n), aici_buf_puts(b, "{1000}");
+  aici_buf_putn(b, atom, n), aici_buf_putc(b, '{'), sb_uint(b, min);
   if (unbounded) {
-    sb_puts(b, ",}");
+    aici_buf_puts(b, ",}");
   } else {
     uint32_t more = max - min, m = more < 1000 - min ? more : 1000 - min;
-    sb_putc(b, ','), sb_uint(b, min + m), sb_putc(b, '}');
+    aici_buf_putc(b, ','), sb_uint(b, min + m), aici_buf_putc(b, '}');
     for (more -= m; more; more -= m) {
       m = more < 1000 ? more : 1000;
-      sb_putn(b, atom, n), sb_puts(b, "{0,"), sb_uint(b, m), sb_putc(b, '}');
+      aici_buf_putn(b, atom, n), aici_buf_puts(b, "{0,"), sb_uint(b, m), aici_buf_putc(b, '}');
     }
   }
   aici_free(atom);
@@ -325,9 +272,9 @@ static bool parse_seq(pat_t *p, uint32_t depth) {
   while (p->i < p->n && p->s[p->i] != '|' && p->s[p->i] != ')') {
     if (depth == 0 && p->s[p->i] == '$' && (p->i + 1 == p->n || p->s[p->i + 1] == '|')) break;
     uint32_t at = p->out->n;
-    sb_puts(p->out, "(?:");
+    aici_buf_puts(p->out, "(?:");
     if (!parse_atom(p, depth)) return false;
-    sb_putc(p->out, ')');
+    aici_buf_putc(p->out, ')');
     uint64_t alo = p->lo, ahi = p->hi;
     uint32_t min = 1, max = 1;
     bool unbounded = false;
@@ -379,7 +326,7 @@ static bool parse_alt(pat_t *p, uint32_t depth) {
     if (depth == 0) {                  /* search semantics: unanchored ends match anything */
       bool anchored = p->i < p->n && p->s[p->i] == '^';
       if (anchored) p->i++;
-      sb_puts(p->out, "(?:");
+      aici_buf_puts(p->out, "(?:");
       if (!anchored) ends = len_add(ends, any_chars(p, 0));
     }
     if (!parse_seq(p, depth)) return false;
@@ -388,35 +335,35 @@ static bool parse_alt(pat_t *p, uint32_t depth) {
       bool anchored = p->i < p->n && p->s[p->i] == '$';
       if (anchored) p->i++;
       else ends = len_add(ends, any_chars(p, p->end_min)), end_min = p->end_min;
-      sb_putc(p->out, ')');
+      aici_buf_putc(p->out, ')');
     }
     shi = len_add(shi, ends), slo = len_add(slo, end_min);
     if (slo < lo) lo = slo;
     if (shi > hi) hi = shi;
-    if (p->i < p->n && p->s[p->i] == '|') { p->i++; sb_putc(p->out, '|'); continue; }
+    if (p->i < p->n && p->s[p->i] == '|') { p->i++; aici_buf_putc(p->out, '|'); continue; }
     p->lo = lo, p->hi = hi;
     return true;
   }
 }
 
-bool emit_pattern_capped(sb_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t end_min, uint64_t *lo,
+bool emit_pattern_capped(aici_buf_t *b, const char *pat, uint32_t len, uint64_t cap, uint64_t end_min, uint64_t *lo,
                          uint64_t *hi, const char **why) {
   pat_t p = {.s = (const uint8_t *)pat, .n = len, .out = b, .cap = cap, .end_min = end_min};
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   bool ok = parse_alt(&p, 0);
   if (ok && p.i < p.n) p.why = "unbalanced )", ok = false;
-  sb_putc(b, ')');
+  aici_buf_putc(b, ')');
   *why = p.why;
   if (lo) *lo = p.lo;
   if (hi) *hi = p.hi >= LEN_INF ? UINT64_MAX : p.hi;
   return ok;
 }
 
-bool emit_pattern(sb_t *b, const char *pat, uint32_t len, const char **why) {
+bool emit_pattern(aici_buf_t *b, const char *pat, uint32_t len, const char **why) {
   return emit_pattern_capped(b, pat, len, PAT_NO_CAP, 0, 0, 0, why);
 }
 
-void emit_strchar(sb_t *b) {
+void emit_strchar(aici_buf_t *b) {
   cp_set_t s = {0};
   aici_cps_add(&s, 0, 0x10ffff);
   emit_cp_set(b, &s);

@@ -13,23 +13,23 @@ const jv_t ANY_MARK = {.kind = JV_TRUE};
 /* ---- errors and pointers --------------------------------------------------------------------- */
 void sc_fail(cx_t *c, const char *what, const char *kw, const char *detail) {
   if (c->err) return;
-  sb_t m = {0};
-  sb_puts(&m, what);
-  sb_puts(&m, kw);
-  sb_puts(&m, " at ");
-  sb_puts(&m, c->ptr.n ? c->ptr.p : "#");
-  if (detail) sb_puts(&m, " ("), sb_puts(&m, detail), sb_putc(&m, ')');
+  aici_buf_t m = {0};
+  aici_buf_puts(&m, what);
+  aici_buf_puts(&m, kw);
+  aici_buf_puts(&m, " at ");
+  aici_buf_puts(&m, c->ptr.n ? c->ptr.p : "#");
+  if (detail) aici_buf_puts(&m, " ("), aici_buf_puts(&m, detail), aici_buf_putc(&m, ')');
   c->err = m.p;
 }
 
 uint32_t sc_ptr_push(cx_t *c, const char *seg, uint32_t n) {
   uint32_t at = c->ptr.n;
-  if (!c->ptr.n) sb_putc(&c->ptr, '#');
-  sb_putc(&c->ptr, '/');
+  if (!c->ptr.n) aici_buf_putc(&c->ptr, '#');
+  aici_buf_putc(&c->ptr, '/');
   for (uint32_t i = 0; i < n; i++) {
-    if (seg[i] == '~') sb_puts(&c->ptr, "~0");
-    else if (seg[i] == '/') sb_puts(&c->ptr, "~1");
-    else sb_putc(&c->ptr, seg[i]);
+    if (seg[i] == '~') aici_buf_puts(&c->ptr, "~0");
+    else if (seg[i] == '/') aici_buf_puts(&c->ptr, "~1");
+    else aici_buf_putc(&c->ptr, seg[i]);
   }
   return at;
 }
@@ -65,12 +65,12 @@ bool sc_ignored(cx_t *c, const char *kw) {
 }
 
 void sc_relax(cx_t *c, const char *kw) {
-  sb_t *l = &c->out->log;
-  sb_puts(l, "json: not enforcing ");
-  sb_puts(l, kw);
-  sb_puts(l, " at ");
-  sb_puts(l, c->ptr.n ? c->ptr.p : "#");
-  sb_puts(l, " (option ignore)\n");
+  aici_buf_t *l = &c->out->log;
+  aici_buf_puts(l, "json: not enforcing ");
+  aici_buf_puts(l, kw);
+  aici_buf_puts(l, " at ");
+  aici_buf_puts(l, c->ptr.n ? c->ptr.p : "#");
+  aici_buf_puts(l, " (option ignore)\n");
 }
 
 /* Internal keyword of complements (negate): strings other than those listed (a JSON array).
@@ -198,15 +198,15 @@ bool sc_check_keywords(cx_t *c, const jv_t *s) {
 
 /* ---- $ref ------------------------------------------------------------------------------------ */
 static bool seg_eq(const jv_t *k, const char *s, uint32_t n) {
-  sb_t d = {0};                        /* the segment with ~1 ~0 and %25-style escapes undone */
+  aici_buf_t d = {0};                        /* the segment with ~1 ~0 and %25-style escapes undone */
   for (uint32_t i = 0; i < n; i++) {
-    if (s[i] == '~' && i + 1 < n) { sb_putc(&d, s[i + 1] == '1' ? '/' : '~'); i++; }
+    if (s[i] == '~' && i + 1 < n) { aici_buf_putc(&d, s[i + 1] == '1' ? '/' : '~'); i++; }
     else if (s[i] == '%' && i + 2 < n) {
       int h = s[i + 1], l = s[i + 2];
       h = h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10, l = l <= '9' ? l - '0' : (l | 0x20) - 'a' + 10;
-      sb_putc(&d, (char)(h * 16 + l));
+      aici_buf_putc(&d, (char)(h * 16 + l));
       i += 2;
-    } else sb_putc(&d, s[i]);
+    } else aici_buf_putc(&d, s[i]);
   }
   bool eq = k->n == d.n && (!d.n || !__builtin_memcmp(k->s, d.p, d.n));
   aici_free(d.p);
@@ -290,9 +290,9 @@ uint32_t sc_machine_for(cx_t *c, const jv_t *schema, uint32_t kind, const char *
   c->keys[i].key = schema, c->keys[i].kind = kind, c->keys[i].arg = key_arg;
   c->pending[i] = schema;
   c->texts[i] = (machine_src_t){0};
-  sb_t p = {0};
-  if (ptr) sb_putn(&p, ptr, ptr_len);
-  else sb_puts(&p, c->ptr.n ? c->ptr.p : "#");
+  aici_buf_t p = {0};
+  if (ptr) aici_buf_putn(&p, ptr, ptr_len);
+  else aici_buf_puts(&p, c->ptr.n ? c->ptr.p : "#");
   c->ptrs[i] = p.p;
   return i;
 }
@@ -305,17 +305,17 @@ void sc_set_text(cx_t *c, uint32_t m, const char *text, uint32_t n) {
   c->pending[m] = 0;
 }
 
-void sc_emit_call(cx_t *c, sb_t *b, uint32_t m) {
-  sb_puts(b, "(?:");
+void sc_emit_call(cx_t *c, aici_buf_t *b, uint32_t m) {
+  aici_buf_puts(b, "(?:");
   sb_byte(b, CALL_BYTE), sb_byte(b, (uint8_t)(m >> 8)), sb_byte(b, (uint8_t)m);
-  sb_putc(b, ')');
+  aici_buf_putc(b, ')');
 }
 
-void sc_emit_value(cx_t *c, sb_t *b, const jv_t *s) { sc_emit_value_within(c, b, s, OUTLINE_BYTES); }
+void sc_emit_value(cx_t *c, aici_buf_t *b, const jv_t *s) { sc_emit_value_within(c, b, s, OUTLINE_BYTES); }
 
 /* A sub-schema inline, or as a call when its text is over `inline_max` bytes (cut out into its
  * own machine). */
-void sc_emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_max) {
+void sc_emit_value_within(cx_t *c, aici_buf_t *b, const jv_t *s, uint32_t inline_max) {
   int32_t known = sc_machine_find(c, s, 3);
   if (known >= 0) { sc_emit_call(c, b, (uint32_t)known); return; }
   uint32_t at = b->n;
@@ -336,7 +336,7 @@ void sc_emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_max) 
 }
 
 /* ---- the dispatcher -------------------------------------------------------------------------- */
-static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
+static void emit_alts(cx_t *c, aici_buf_t *b, const jv_t *s, const char *kw) {
   const jv_t *alts = jv_get(s, kw);
   if (!alts || alts->kind != JV_ARR || !alts->n) { sc_fail(c, "bad schema: ", kw, "not a non-empty array"); return; }
   const char *const drop[] = {kw, 0};  /* oneOf first: a sibling anyOf is distributed in */
@@ -356,7 +356,7 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
     only = jv_new(JV_OBJ);
     jv_obj_put(only, "type", 4, sc_types_value(127 & ~excluded));
   }
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   bool first = true;
   for (uint32_t i = 0; i < alts->n && !c->err; i++) {
     uint32_t at = sc_ptr_pushs(c, kw);
@@ -364,14 +364,14 @@ static void emit_alts(cx_t *c, sb_t *b, const jv_t *s, const char *kw) {
     const jv_t *alt = siblings ? sc_all_of2(rest, &alts->items[i]) : &alts->items[i];
     if (only) alt = sc_all_of2(alt, only);
     if (!sc_obviously_empty(c, alt, 0)) {
-      if (!first) sb_putc(b, '|');
+      if (!first) aici_buf_putc(b, '|');
       first = false;
       sc_emit(c, b, alt);
     }
     sc_ptr_pop(c, at);
   }
-  if (first) sb_puts(b, "[^\\x00-\\xff]");
-  sb_putc(b, ')');
+  if (first) aici_buf_puts(b, "[^\\x00-\\xff]");
+  aici_buf_putc(b, ')');
 }
 
 /* Literals beside a string schema's own keywords only (type, pattern, format, minLength,
@@ -393,7 +393,7 @@ static bool literals_by_string_keywords(cx_t *c, const jv_t *rest, const jv_t *v
   for (uint32_t k = 0; k < 2; k++) {
     const jv_t *src = k ? fmt : pat;
     if (!src) continue;
-    sb_t r = {0};
+    aici_buf_t r = {0};
     const char *why = 0;
     bool ok = k ? sc_emit_format(&r, src->s) : emit_pattern(&r, src->s, src->n, &why);
     re[k] = ok ? aici_regex_compile(r.p, r.n, 0) : 0;
@@ -406,7 +406,7 @@ static bool literals_by_string_keywords(cx_t *c, const jv_t *rest, const jv_t *v
                   : x->kind == JV_STR ? 16 : jv_is_int(x) ? 32 : 64;
     keep[i] = (bits & kind) != 0;
     if (!keep[i] || x->kind != JV_STR) continue;
-    sb_t w = {0};                      /* the canonical content: the text without its quotes */
+    aici_buf_t w = {0};                      /* the canonical content: the text without its quotes */
     jv_write_str(&w, x->s, x->n);
     for (uint32_t k = 0; k < 2 && keep[i]; k++) {
       if (!re[k]) continue;
@@ -423,7 +423,7 @@ static bool literals_by_string_keywords(cx_t *c, const jv_t *rest, const jv_t *v
 }
 
 /* enum / const: the literals that the rest of the schema allows. */
-static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
+static void emit_literals(cx_t *c, aici_buf_t *b, const jv_t *s) {
   const jv_t *k = jv_get(s, "const"), *e = jv_get(s, "enum");
   if (e && e->kind != JV_ARR) { sc_fail(c, "bad schema: ", "enum", "not an array"); return; }
   static const char *const drop[] = {"enum", "const", NOT_IN, 0};
@@ -435,12 +435,12 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
   bool *keep_exact = aici_malloc(n_lit + 1);
   bool exact = constrained && literals_by_string_keywords(c, rest, k ? k : e->items, n_lit, keep_exact);
   if (constrained && !exact) {         /* keep the literals that the rest's language holds */
-    sb_t r = {0};
+    aici_buf_t r = {0};
     uint32_t nm = c->n_keys;
     uint64_t longest = 0, saved = c->flat_cap;
     for (uint32_t i = 0; i < (k ? 1 : e->n); i++) {
       const jv_t *v = k ? k : &e->items[i];
-      sb_t t = {0};                    /* its text's bytes bound every string in it, in characters */
+      aici_buf_t t = {0};                    /* its text's bytes bound every string in it, in characters */
       jv_write(&t, v);
       if (t.n > longest) longest = t.n;
       aici_free(t.p);
@@ -464,12 +464,12 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
     re = aici_regex_compile(r.p, r.n, 0);
     aici_free(r.p);
   }
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   bool any = false;
   uint32_t n = k ? 1 : e->n;
   for (uint32_t i = 0; i < n; i++) {
     const jv_t *v = k ? k : &e->items[i];
-    sb_t t = {0};
+    aici_buf_t t = {0};
     jv_write(&t, v);
     bool keep = !exact || keep_exact[i];
     if (k && e) {                      /* const beside enum: the const only if the enum lists it */
@@ -483,20 +483,20 @@ static void emit_literals(cx_t *c, sb_t *b, const jv_t *s) {
       keep = st && aici_regex_accepting(re, st);
     }
     if (keep) {
-      if (any) sb_putc(b, '|');
+      if (any) aici_buf_putc(b, '|');
       sb_lit(b, t.p, t.n);
       any = true;
     }
     aici_free(t.p);
   }
-  if (!any) sb_puts(b, "[^\\x00-\\xff]");
-  sb_putc(b, ')');
+  if (!any) aici_buf_puts(b, "[^\\x00-\\xff]");
+  aici_buf_putc(b, ')');
   aici_free(keep_exact);
 }
 
-static void emit_schema(cx_t *c, sb_t *b, const jv_t *s);
+static void emit_schema(cx_t *c, aici_buf_t *b, const jv_t *s);
 
-void sc_emit(cx_t *c, sb_t *b, const jv_t *s) {
+void sc_emit(cx_t *c, aici_buf_t *b, const jv_t *s) {
   if (c->err) return;
   if (++c->depth > 48) {
     UNSUPPORTED(c, "schema", "nested over 48 levels inline, as a recursion through allOf is");
@@ -506,9 +506,9 @@ void sc_emit(cx_t *c, sb_t *b, const jv_t *s) {
   c->depth--;
 }
 
-static void emit_schema(cx_t *c, sb_t *b, const jv_t *s) {
+static void emit_schema(cx_t *c, aici_buf_t *b, const jv_t *s) {
   if (s == &ANY_MARK || s->kind == JV_TRUE) { sc_emit_any_value(c, b); return; }
-  if (s->kind == JV_FALSE) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (s->kind == JV_FALSE) { aici_buf_puts(b, "[^\\x00-\\xff]"); return; }
   if (s->kind != JV_OBJ) { sc_fail(c, "bad schema: ", "schema", "expected an object or a boolean"); return; }
   if (!sc_check_values(c, s)) return;
   if (jv_get(s, "not")) {              /* written as its operand's complement */
@@ -542,31 +542,31 @@ static void emit_schema(cx_t *c, sb_t *b, const jv_t *s) {
   const jv_t *t = jv_get(s, "type");
   uint32_t bits = t ? sc_type_bits(t) : 127;
   if (t && !bits) {
-    if (t->kind == JV_ARR && t->n == 0) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+    if (t->kind == JV_ARR && t->n == 0) { aici_buf_puts(b, "[^\\x00-\\xff]"); return; }
     sc_fail(c, "bad schema: ", "type", "unknown type name");
     return;
   }
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   bool first = true;
-#define ALT() (sb_puts(b, first ? "" : "|"), first = false)
-  if (bits & 1) ALT(), sb_puts(b, "null");
-  if (bits & 2) ALT(), sb_puts(b, "true|false");
+#define ALT() (aici_buf_puts(b, first ? "" : "|"), first = false)
+  if (bits & 1) ALT(), aici_buf_puts(b, "null");
+  if (bits & 2) ALT(), aici_buf_puts(b, "true|false");
   if (bits & 4) ALT(), sc_emit_object(c, b, s);
   if (bits & 8) ALT(), sc_emit_array(c, b, s);
   if (bits & 16) ALT(), sc_emit_string(c, b, sc_strings_of(c, s));
   if (bits & 64) ALT(), sc_emit_num(c, b, s, false);
   else if (bits & 32) ALT(), sc_emit_num(c, b, s, true);
 #undef ALT
-  sb_putc(b, ')');
+  aici_buf_putc(b, ')');
 }
 
 bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, char **err) {
   cx_t c = {.root = schema, .o = o, .out = out};
   if (o->whitespace) {
-    sb_t w = {0};
-    sb_puts(&w, "[\\x20\\x0a\\x0d\\x09]{0,");
+    aici_buf_t w = {0};
+    aici_buf_puts(&w, "[\\x20\\x0a\\x0d\\x09]{0,");
     sb_uint(&w, o->whitespace > 64 ? 64 : o->whitespace);
-    sb_putc(&w, '}');
+    aici_buf_putc(&w, '}');
     __builtin_memcpy(c.ws, w.p, w.n + 1);
     aici_free(w.p);
   }
@@ -575,9 +575,9 @@ bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, c
     if (!c.pending[i]) continue;       /* written already (free-form values, outlined schemas) */
     const jv_t *s = c.pending[i];
     aici_free(c.ptr.p);
-    c.ptr = (sb_t){0};
-    if (c.ptrs[i][0] && c.ptrs[i][1]) sb_puts(&c.ptr, c.ptrs[i]);   /* "#" alone: the root */
-    sb_t text = {0};
+    c.ptr = (aici_buf_t){0};
+    if (c.ptrs[i][0] && c.ptrs[i][1]) aici_buf_puts(&c.ptr, c.ptrs[i]);   /* "#" alone: the root */
+    aici_buf_t text = {0};
     sc_emit(&c, &text, s);
     sc_set_text(&c, i, text.p ? text.p : "", text.n);
     aici_free(text.p);
@@ -585,12 +585,12 @@ bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, c
   uint64_t total = 0;                  /* a checked limit on the regex text: its DFAs grow with it */
   for (uint32_t i = 0; i < c.n_keys; i++) total += c.texts[i].len;
   if (!c.err && total > TEXT_MAX) {
-    sb_t m = {0};
-    sb_puts(&m, "too large: schema at # (its ");
+    aici_buf_t m = {0};
+    aici_buf_puts(&m, "too large: schema at # (its ");
     sb_uint(&m, c.n_keys);
-    sb_puts(&m, " machines' regexes take ");
+    aici_buf_puts(&m, " machines' regexes take ");
     sb_uint(&m, total);
-    sb_puts(&m, " bytes; at most 2 MiB: split it, or use fewer properties or literals)");
+    aici_buf_puts(&m, " bytes; at most 2 MiB: split it, or use fewer properties or literals)");
     c.err = m.p;
   }
   for (uint32_t i = 0; i < c.n_keys; i++) aici_free(c.ptrs[i]);

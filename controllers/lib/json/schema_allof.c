@@ -297,12 +297,12 @@ const jv_t *sc_value_schema(cx_t *c, const jv_t *s, const jv_t *key) {
   for (uint32_t i = 0; p && p->kind == JV_OBJ && i < p->n; i++)
     if (p->keys[i].n == key->n && !__builtin_memcmp(p->keys[i].s, key->s, key->n)) return &p->items[i];
   for (uint32_t i = 0; pp && pp->kind == JV_OBJ && i < pp->n; i++) {
-    sb_t t = {0};
+    aici_buf_t t = {0};
     const char *why = 0;
     aici_regex_t *re = emit_pattern(&t, pp->keys[i].s, pp->keys[i].n, &why) ? aici_regex_compile(t.p, t.n, 0) : 0;
     aici_free(t.p);
     if (!re) return 0;                 /* cannot tell whether it matches: anything */
-    sb_t k = {0};
+    aici_buf_t k = {0};
     jv_write_str(&k, key->s, key->n);
     uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)k.p + 1, k.n - 2);
     aici_free(k.p);

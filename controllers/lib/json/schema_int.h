@@ -35,7 +35,7 @@ typedef struct {
   machine_src_t *texts;                /* machine i's regex */
   uint32_t n_keys;
   char *err;
-  sb_t ptr;                            /* where the compiler is, as a JSON pointer */
+  aici_buf_t ptr;                            /* where the compiler is, as a JSON pointer */
   char ws[40];
   uint32_t loops;
   uint32_t depth;                      /* nesting of sc_emit(): recursion through allOf is bounded */
@@ -69,18 +69,18 @@ const jv_t *sc_resolve(cx_t *c, const jv_t *ref);
 int32_t sc_machine_find(cx_t *c, const jv_t *schema, uint32_t kind);
 uint32_t sc_machine_for(cx_t *c, const jv_t *schema, uint32_t kind, const char *ptr, uint32_t ptr_len);
 void sc_set_text(cx_t *c, uint32_t m, const char *text, uint32_t n);
-void sc_emit_call(cx_t *c, sb_t *b, uint32_t m);
-void sc_emit_value(cx_t *c, sb_t *b, const jv_t *s);
-void sc_emit_value_within(cx_t *c, sb_t *b, const jv_t *s, uint32_t inline_max);
-void sc_emit_chars(sb_t *b, uint64_t min, uint64_t max, bool unbounded);
-bool sc_emit_format(sb_t *b, const char *f);
+void sc_emit_call(cx_t *c, aici_buf_t *b, uint32_t m);
+void sc_emit_value(cx_t *c, aici_buf_t *b, const jv_t *s);
+void sc_emit_value_within(cx_t *c, aici_buf_t *b, const jv_t *s, uint32_t inline_max);
+void sc_emit_chars(aici_buf_t *b, uint64_t min, uint64_t max, bool unbounded);
+bool sc_emit_format(aici_buf_t *b, const char *f);
 bool sc_get_uint(cx_t *c, const jv_t *s, const char *kw, uint64_t *out);
-void sc_emit_string(cx_t *c, sb_t *b, const jv_t *s);
-void sc_emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int);
-void sc_emit_array(cx_t *c, sb_t *b, const jv_t *s);
-bool sc_emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, int32_t target, const sb_t *keys);
-void sc_emit_object(cx_t *c, sb_t *b, const jv_t *s);
-void sc_emit_any_value(cx_t *c, sb_t *b);
+void sc_emit_string(cx_t *c, aici_buf_t *b, const jv_t *s);
+void sc_emit_num(cx_t *c, aici_buf_t *b, const jv_t *s, bool is_int);
+void sc_emit_array(cx_t *c, aici_buf_t *b, const jv_t *s);
+bool sc_emit_keylang(cx_t *c, aici_buf_t *b, const aici_buf_t *pats, uint32_t n_pats, int32_t target, const aici_buf_t *keys);
+void sc_emit_object(cx_t *c, aici_buf_t *b, const jv_t *s);
+void sc_emit_any_value(cx_t *c, aici_buf_t *b);
 jv_t *sc_obj_without(const jv_t *s, const char *const *drop);
 jv_t *sc_all_of2(const jv_t *a, const jv_t *b);
 uint32_t sc_type_bits(const jv_t *t);
@@ -92,8 +92,8 @@ bool sc_one_of_exact(cx_t *c, const jv_t *alts, const jv_t *rest, uint32_t *excl
 const jv_t *sc_strings_of(cx_t *c, const jv_t *s);
 jv_t *sc_negate(cx_t *c, const jv_t *s, uint32_t depth, uint32_t U);
 const jv_t *sc_without_not(cx_t *c, const jv_t *s);
-bool sc_emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const jv_t *rest, bool siblings);
+bool sc_emit_one_of_by_complements(cx_t *c, aici_buf_t *b, const jv_t *alts, const jv_t *rest, bool siblings);
 bool sc_obviously_empty(cx_t *c, const jv_t *s, uint32_t depth);
-void sc_emit(cx_t *c, sb_t *b, const jv_t *s);
+void sc_emit(cx_t *c, aici_buf_t *b, const jv_t *s);
 
 #endif

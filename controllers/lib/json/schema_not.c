@@ -21,7 +21,7 @@ static jv_t *jstr(const char *s, uint32_t n) {
 }
 
 static jv_t *jnum(uint64_t x) {
-  sb_t t = {0};
+  aici_buf_t t = {0};
   sb_uint(&t, x);
   jv_t *v = jv_new(JV_NUM);
   v->s = t.p, v->n = t.n, v->num = (double)x;
@@ -53,19 +53,19 @@ static bool neg_push(jv_t *out, const jv_t *v) {
   return true;
 }
 
-static void cp_escape(sb_t *b, uint32_t cp) {   /* an ECMA escape of one code point */
+static void cp_escape(aici_buf_t *b, uint32_t cp) {   /* an ECMA escape of one code point */
   static const char hx[] = "0123456789abcdef";
   if (cp > 0xffff) {
-    sb_puts(b, "\\u{");
+    aici_buf_puts(b, "\\u{");
     char t[8];
     int k = 0;
     do t[k++] = hx[cp & 15], cp >>= 4; while (cp);
-    while (k) sb_putc(b, t[--k]);
-    sb_putc(b, '}');
+    while (k) aici_buf_putc(b, t[--k]);
+    aici_buf_putc(b, '}');
     return;
   }
   char e[6] = {'\\', 'u', hx[cp >> 12], hx[(cp >> 8) & 15], hx[(cp >> 4) & 15], hx[cp & 15]};
-  sb_putn(b, e, 6);
+  aici_buf_putn(b, e, 6);
 }
 
 typedef struct { uint32_t *cp, n; } cps_t;  /* a string's code points */
@@ -84,7 +84,7 @@ static cps_t decode(const jv_t *s) {
 
 /* Strings other than w[0..n) (each sharing the first `d` code points): an ECMA pattern body
  * from the trie of the words. */
-static void words_complement(sb_t *b, cps_t *w, uint32_t n, uint32_t d) {
+static void words_complement(aici_buf_t *b, cps_t *w, uint32_t n, uint32_t d) {
   bool terminal = false;
   uint32_t *kids = aici_malloc((n + 1) * 4), nk = 0;
   for (uint32_t i = 0; i < n; i++) {
@@ -93,24 +93,24 @@ static void words_complement(sb_t *b, cps_t *w, uint32_t n, uint32_t d) {
     for (uint32_t k = 0; k < nk && !seen; k++) seen = kids[k] == w[i].cp[d];
     if (!seen) kids[nk++] = w[i].cp[d];
   }
-  sb_puts(b, "(?:");
-  if (!nk) sb_puts(b, "[^]+");
+  aici_buf_puts(b, "(?:");
+  if (!nk) aici_buf_puts(b, "[^]+");
   else {
-    sb_puts(b, "[^");
+    aici_buf_puts(b, "[^");
     for (uint32_t k = 0; k < nk; k++) cp_escape(b, kids[k]);
-    sb_puts(b, "][^]*");
+    aici_buf_puts(b, "][^]*");
   }
   cps_t *sub = aici_malloc((n + 1) * sizeof(cps_t));
   for (uint32_t k = 0; k < nk; k++) {
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++)
       if (w[i].n > d && w[i].cp[d] == kids[k]) sub[m++] = w[i];
-    sb_putc(b, '|');
+    aici_buf_putc(b, '|');
     cp_escape(b, kids[k]);
     words_complement(b, sub, m, d + 1);
   }
-  sb_putc(b, ')');
-  if (!terminal) sb_putc(b, '?');      /* this prefix itself is no word */
+  aici_buf_putc(b, ')');
+  if (!terminal) aici_buf_putc(b, '?');      /* this prefix itself is no word */
   aici_free(sub), aici_free(kids);
 }
 
@@ -127,10 +127,10 @@ const jv_t *sc_strings_of(cx_t *c, const jv_t *s) {
   uint32_t n = 0;
   for (uint32_t i = 0; i < w->n; i++)
     if (w->items[i].kind == JV_STR) words[n++] = decode(&w->items[i]);
-  sb_t p = {0};
-  sb_putc(&p, '^');
+  aici_buf_t p = {0};
+  aici_buf_putc(&p, '^');
   words_complement(&p, words, n, 0);
-  sb_putc(&p, '$');
+  aici_buf_putc(&p, '$');
   for (uint32_t i = 0; i < n; i++) aici_free(words[i].cp);
   aici_free(words);
   static const char *const drop[] = {NOT_IN, 0};
@@ -330,9 +330,9 @@ const jv_t *sc_without_not(cx_t *c, const jv_t *s) {
 /* Where the compiler stands, to try a form and take it back. */
 typedef struct { uint32_t n_keys, ptr_n, log_n, b_n; } mark_t;
 
-static mark_t mark(cx_t *c, const sb_t *b) { return (mark_t){c->n_keys, c->ptr.n, c->out->log.n, b->n}; }
+static mark_t mark(cx_t *c, const aici_buf_t *b) { return (mark_t){c->n_keys, c->ptr.n, c->out->log.n, b->n}; }
 
-static void take_back(cx_t *c, sb_t *b, mark_t m) {
+static void take_back(cx_t *c, aici_buf_t *b, mark_t m) {
   aici_free(c->err);
   c->err = 0;
   for (uint32_t i = m.n_keys; i < c->n_keys; i++) aici_free(c->ptrs[i]), aici_free(c->texts[i].text);
@@ -348,7 +348,7 @@ static void take_back(cx_t *c, sb_t *b, mark_t m) {
  * branch j, one disjunct of not B_j (the complements distributed). False, with nothing emitted
  * and no error, when a complement has no form here, the alternatives would be over
  * ONE_OF_TERMS or their text over ONE_OF_BYTES (with the machines they made). */
-bool sc_emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const jv_t *rest, bool siblings) {
+bool sc_emit_one_of_by_complements(cx_t *c, aici_buf_t *b, const jv_t *alts, const jv_t *rest, bool siblings) {
   uint32_t n = alts->n;
   mark_t m = mark(c, b);
   const jv_t **neg = aici_calloc(n * n, sizeof(void *));   /* neg[i * n + j]: not B_j, within B_i's kinds */
@@ -372,7 +372,7 @@ bool sc_emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const jv_
     return false;
   }
   uint32_t *pick = aici_calloc(n, 4);
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   bool first = true;
   for (uint32_t i = 0; i < n && !c->err; i++) {
     const jv_t **ng = neg + i * n;
@@ -386,7 +386,7 @@ bool sc_emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const jv_
       uint32_t at = sc_ptr_pushs(c, "oneOf");
       sc_ptr_pushi(c, i);
       if (!sc_obviously_empty(c, alt, 0)) {
-        if (!first) sb_putc(b, '|');
+        if (!first) aici_buf_putc(b, '|');
         first = false;
         sc_emit(c, b, alt);
       }
@@ -404,8 +404,8 @@ bool sc_emit_one_of_by_complements(cx_t *c, sb_t *b, const jv_t *alts, const jv_
       if (j == n) break;
     }
   }
-  if (first) sb_puts(b, "[^\\x00-\\xff]");
-  sb_putc(b, ')');
+  if (first) aici_buf_puts(b, "[^\\x00-\\xff]");
+  aici_buf_putc(b, ')');
   aici_free(pick), aici_free(neg);
   if (c->err) { take_back(c, b, m); return false; }
   return true;

@@ -4,7 +4,7 @@
 #include "schema_int.h"
 
 /* ---- arrays ---------------------------------------------------------------------------------- */
-void sc_emit_array(cx_t *c, sb_t *b, const jv_t *s) {
+void sc_emit_array(cx_t *c, aici_buf_t *b, const jv_t *s) {
   const char *ws = c->ws;
   uint64_t min = 0, max = 0;
   sc_get_uint(c, s, "minItems", &min);
@@ -18,18 +18,18 @@ void sc_emit_array(cx_t *c, sb_t *b, const jv_t *s) {
   if (!rest) rest = &ANY_MARK;
   bool rest_ok = rest->kind != JV_FALSE;
   uint32_t np = prefix && prefix->kind == JV_ARR ? prefix->n : 0;
-  if (bounded && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (bounded && max < min) { aici_buf_puts(b, "[^\\x00-\\xff]"); return; }
   if (min > 10000 || (bounded && max > 10000)) { UNSUPPORTED(c, bounded ? "maxItems" : "minItems", "over 10000"); return; }
-  if (!rest_ok && min > np) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (!rest_ok && min > np) { aici_buf_puts(b, "[^\\x00-\\xff]"); return; }
   if (!rest_ok && (!bounded || max > np)) max = np, bounded = true;
-  sb_puts(b, "\\["), sb_puts(b, ws);
+  aici_buf_puts(b, "\\["), aici_buf_puts(b, ws);
   /* prefix items nest: [p0(,p1(,p2 rest?)?)?]; the first `min` are not optional */
   uint32_t opened = 0, k;
   uint64_t limit = bounded ? max : (uint64_t)-1;
   for (k = 0; k < np && k < limit; k++) {
     bool optional = k >= min;
-    if (optional) sb_puts(b, "(?:");
-    if (k) sb_puts(b, ws), sb_puts(b, ","), sb_puts(b, ws);
+    if (optional) aici_buf_puts(b, "(?:");
+    if (k) aici_buf_puts(b, ws), aici_buf_puts(b, ","), aici_buf_puts(b, ws);
     uint32_t at = sc_ptr_pushs(c, prefix_kw);
     sc_ptr_pushi(c, k);
     sc_emit_value(c, b, &prefix->items[k]);
@@ -40,29 +40,29 @@ void sc_emit_array(cx_t *c, sb_t *b, const jv_t *s) {
   if (rest_ok && k < limit) {
     uint64_t rmin = min > k ? min - k : 0, rmax = bounded ? max - k : 0;
     uint32_t at = rest == items ? sc_ptr_pushs(c, "items") : rest == &ANY_MARK ? c->ptr.n : sc_ptr_pushs(c, "additionalItems");
-    sb_t e = {0};
+    aici_buf_t e = {0};
     sc_emit_value(c, &e, rest);
     sc_ptr_pop(c, at);
     if (c->err) return;
     /* rest items: k == 0: (E(,E){rmin-1,rmax-1})?   k > 0: (,E){rmin,rmax} */
     bool first = k == 0;
     if (first) {
-      if (!rmin) sb_puts(b, "(?:");
-      sb_putn(b, e.p, e.n);
+      if (!rmin) aici_buf_puts(b, "(?:");
+      aici_buf_putn(b, e.p, e.n);
       if (rmin) rmin--;
       if (bounded) rmax--;
     }
     if (!bounded || rmax > 0) {
-      sb_puts(b, "(?:"), sb_puts(b, ws), sb_puts(b, ","), sb_puts(b, ws), sb_putn(b, e.p, e.n), sb_puts(b, "){");
-      sb_uint(b, rmin), sb_putc(b, ',');
+      aici_buf_puts(b, "(?:"), aici_buf_puts(b, ws), aici_buf_puts(b, ","), aici_buf_puts(b, ws), aici_buf_putn(b, e.p, e.n), aici_buf_puts(b, "){");
+      sb_uint(b, rmin), aici_buf_putc(b, ',');
       if (bounded) sb_uint(b, rmax);
-      sb_putc(b, '}');
+      aici_buf_putc(b, '}');
     }
-    if (first && !(min > 0)) sb_puts(b, ")?");
+    if (first && !(min > 0)) aici_buf_puts(b, ")?");
     aici_free(e.p);
   }
-  for (; opened; opened--) sb_puts(b, ")?");
-  sb_puts(b, ws), sb_puts(b, "\\]");
+  for (; opened; opened--) aici_buf_puts(b, ")?");
+  aici_buf_puts(b, ws), aici_buf_puts(b, "\\]");
 }
 
 /* ---- objects --------------------------------------------------------------------------------- */
@@ -111,13 +111,13 @@ static void kt_add(ktrie_t *t, const char *s, uint32_t n) {
  * (E), or a key path, then a character that leaves the trie (raw, or its canonical escape: an
  * escape of a listed character would spell a listed key), then anything (D, then one shared
  * STRCHAR* loop, so that every diverged key text is one DFA state). */
-static void emit_early_ends(sb_t *b, ktrie_t *t, uint32_t node) {
+static void emit_early_ends(aici_buf_t *b, ktrie_t *t, uint32_t node) {
   knode_t *x = &t->n[node];
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   bool first = true;
   if (!x->terminal) first = false;     /* the empty alternative: end here */
   for (uint32_t j = 0; j < x->n_kids; j++) {
-    if (!first) sb_putc(b, '|');
+    if (!first) aici_buf_putc(b, '|');
     first = false;
     cp_set_t one = {0};
     aici_cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
@@ -125,11 +125,11 @@ static void emit_early_ends(sb_t *b, ktrie_t *t, uint32_t node) {
     aici_free(one.r);
     emit_early_ends(b, t, t->n[node].kid[j]);
   }
-  if (first) sb_puts(b, "[^\\x00-\\xff]");
-  sb_putc(b, ')');
+  if (first) aici_buf_puts(b, "[^\\x00-\\xff]");
+  aici_buf_putc(b, ')');
 }
 
-static void emit_divergences(sb_t *b, ktrie_t *t, uint32_t node) {
+static void emit_divergences(aici_buf_t *b, ktrie_t *t, uint32_t node) {
   knode_t *x = &t->n[node];
   cp_set_t other = {0}, low = {0};     /* not children: above \ (raw), and up to \ (escapes too) */
   for (uint32_t j = 0; j < x->n_kids; j++) aici_cps_add(&other, x->kid_cp[j], x->kid_cp[j]);
@@ -140,28 +140,28 @@ static void emit_divergences(sb_t *b, ktrie_t *t, uint32_t node) {
     for (uint32_t j = 0; j < x->n_kids; j++) kid |= x->kid_cp[j] == c;
     if (!kid) aici_cps_add(&low, c, c);
   }
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   emit_cp_set(b, &other);
-  if (low.n) sb_putc(b, '|'), emit_cp_set(b, &low);
+  if (low.n) aici_buf_putc(b, '|'), emit_cp_set(b, &low);
   aici_free(low.r), aici_free(other.r);
   for (uint32_t j = 0; j < x->n_kids; j++) {
-    sb_putc(b, '|');
+    aici_buf_putc(b, '|');
     cp_set_t one = {0};
     aici_cps_add(&one, x->kid_cp[j], x->kid_cp[j]);
     emit_cp_set(b, &one);
     aici_free(one.r);
     emit_divergences(b, t, t->n[node].kid[j]);
   }
-  sb_putc(b, ')');
+  aici_buf_putc(b, ')');
 }
 
-static void emit_not_keys(sb_t *b, ktrie_t *t, uint32_t node) {
-  sb_puts(b, "(?:");
+static void emit_not_keys(aici_buf_t *b, ktrie_t *t, uint32_t node) {
+  aici_buf_puts(b, "(?:");
   emit_early_ends(b, t, node);
-  sb_putc(b, '|');
+  aici_buf_putc(b, '|');
   emit_divergences(b, t, node);
   emit_strchar(b);
-  sb_puts(b, "*)");
+  aici_buf_puts(b, "*)");
 }
 
 static bool is_required(const jv_t *req, const jv_t *key) {
@@ -172,13 +172,13 @@ static bool is_required(const jv_t *req, const jv_t *key) {
   return false;
 }
 
-typedef struct { sb_t text; bool required; } prop_t;
+typedef struct { aici_buf_t text; bool required; } prop_t;
 
 /* Is the JSON text of a key in the language of a string-content regex? */
 static bool key_matches(const char *re_text, uint32_t re_len, const jv_t *key) {
   aici_regex_t *re = aici_regex_compile(re_text, re_len, 0);
   if (!re) return true;                /* cannot tell: the caller refuses */
-  sb_t t = {0};
+  aici_buf_t t = {0};
   jv_write_str(&t, key->s, key->n);
   uint32_t st = aici_regex_advance(re, aici_regex_start(re), (const uint8_t *)t.p + 1, t.n - 2);
   aici_free(t.p);
@@ -211,9 +211,9 @@ static bool regex_disjoint(const char *a_text, uint32_t a_len, const char *b_tex
 
 /* patternProperties' regexes over key contents, one a pattern (NULL with c->err: a pattern the
  * controller cannot do, or two that may match one key: refused). */
-static sb_t *pattern_texts(cx_t *c, const jv_t *pp) {
+static aici_buf_t *pattern_texts(cx_t *c, const jv_t *pp) {
   uint32_t at = sc_ptr_pushs(c, "patternProperties");
-  sb_t *pats = aici_calloc(pp->n + 1, sizeof(sb_t));
+  aici_buf_t *pats = aici_calloc(pp->n + 1, sizeof(aici_buf_t));
   for (uint32_t i = 0; i < pp->n && !c->err; i++) {
     uint32_t at2 = sc_ptr_push(c, pp->keys[i].s, pp->keys[i].n);
     const char *why = 0;
@@ -232,7 +232,7 @@ static sb_t *pattern_texts(cx_t *c, const jv_t *pp) {
 }
 
 /* `val` (NULL: none yet) with the schema of every pattern the key matches; NULL if none does. */
-static const jv_t *with_patterns(const jv_t *val, const jv_t *key, const jv_t *pp, const sb_t *pats) {
+static const jv_t *with_patterns(const jv_t *val, const jv_t *key, const jv_t *pp, const aici_buf_t *pats) {
   for (uint32_t i = 0; pp && i < pp->n; i++)
     if (key_matches(pats[i].p, pats[i].n, key)) val = val ? sc_all_of2(val, &pp->items[i]) : &pp->items[i];
   return val;
@@ -241,14 +241,14 @@ static const jv_t *with_patterns(const jv_t *val, const jv_t *key, const jv_t *p
 
 /* The key contents of a key language (keylang.c) as machines; false when it is too large. The
  * start is inline when it is the plain STRCHAR*. */
-bool sc_emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, int32_t target, const sb_t *keys) {
+bool sc_emit_keylang(cx_t *c, aici_buf_t *b, const aici_buf_t *pats, uint32_t n_pats, int32_t target, const aici_buf_t *keys) {
   const char *texts[64];
   uint32_t lens[64];
   for (uint32_t i = 0; i < n_pats && i < 64; i++) texts[i] = pats[i].p ? pats[i].p : "", lens[i] = pats[i].n;
   keylang_t *L = keylang_new(texts, lens, n_pats, target, keys->p, keys->n, KEYLANG_STATES);
   if (!L || c->n_keys + keylang_machines(L) > MAX_MACHINES) { keylang_free(L); return false; }
   if (keylang_empty(L)) {
-    sb_puts(b, "[^\\x00-\\xff]");
+    aici_buf_puts(b, "[^\\x00-\\xff]");
   } else if (keylang_start_is_free(L)) {
     keylang_start_text(L, 0, b);
   } else {
@@ -258,7 +258,7 @@ bool sc_emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, int32_
       key_arg = i;
       uint32_t m = sc_machine_for(c, marker, MK_KEYLANG, 0, 0);
       key_arg = 0;
-      sb_t t = {0};
+      aici_buf_t t = {0};
       keylang_text(L, i, base, &t);
       if (!c->err) sc_set_text(c, m, t.p, t.n);
       aici_free(t.p);
@@ -273,7 +273,7 @@ bool sc_emit_keylang(cx_t *c, sb_t *b, const sb_t *pats, uint32_t n_pats, int32_
  * for each pattern, keys in its language but none of the listed ones, with its schema; and, where
  * additionalProperties allows them (`addl` not false), one for the keys that match no pattern,
  * with its schema. Into `add` as one alternation (empty: no entry at all). */
-static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const sb_t *pats, const sb_t *keys,
+static void emit_pattern_props(cx_t *c, aici_buf_t *add, const jv_t *pp, const aici_buf_t *pats, const aici_buf_t *keys,
                                const jv_t *addl) {
   uint32_t at = sc_ptr_pushs(c, "patternProperties");
   for (uint32_t i = 0; i <= pp->n && !c->err; i++) {
@@ -283,18 +283,18 @@ static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const sb_t *p
     uint32_t at2;
     if (rest) sc_ptr_pop(c, at), at2 = sc_ptr_pushs(c, "additionalProperties");
     else at2 = sc_ptr_push(c, pp->keys[i].s, pp->keys[i].n);
-    sb_t k = {0};
-    sb_puts(&k, "\\x22");
+    aici_buf_t k = {0};
+    aici_buf_puts(&k, "\\x22");
     /* a pattern that matches no listed key: its own text; else the product (keylang.c) */
     bool listed_match = !rest && keys->n && !regex_disjoint(pats[i].p, pats[i].n, keys->p, keys->n), ok = true;
-    if (!rest && !listed_match) sb_putn(&k, pats[i].p, pats[i].n);
+    if (!rest && !listed_match) aici_buf_putn(&k, pats[i].p, pats[i].n);
     else ok = sc_emit_keylang(c, &k, pats, pp->n, rest ? -1 : (int32_t)i, keys);
-    sb_puts(&k, "\\x22");
+    aici_buf_puts(&k, "\\x22");
     if (!ok && !rest) UNSUPPORTED(c, "patternProperties", "a pattern that matches listed keys, too large to take them out");
     if (ok && !c->err) {               /* !ok and rest: keys matching no pattern not offered (narrower) */
-      if (add->n) sb_putc(add, '|');
-      sb_putn(add, k.p, k.n);
-      sb_puts(add, c->ws), sb_putc(add, ':'), sb_puts(add, c->ws);
+      if (add->n) aici_buf_putc(add, '|');
+      aici_buf_putn(add, k.p, k.n);
+      aici_buf_puts(add, c->ws), aici_buf_putc(add, ':'), aici_buf_puts(add, c->ws);
       sc_emit_value(c, add, rest ? (addl ? addl : &ANY_MARK) : &pp->items[i]);
     }
     aici_free(k.p);
@@ -302,8 +302,8 @@ static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const sb_t *p
   }
   sc_ptr_pop(c, at);
   if (add->n) {                        /* one alternation, as one additional-property entry */
-    sb_t t = {0};
-    sb_puts(&t, "(?:"), sb_putn(&t, add->p, add->n), sb_putc(&t, ')');
+    aici_buf_t t = {0};
+    aici_buf_puts(&t, "(?:"), aici_buf_putn(&t, add->p, add->n), aici_buf_putc(&t, ')');
     aici_free(add->p);
     *add = t;
   }
@@ -316,45 +316,45 @@ static void emit_pattern_props(cx_t *c, sb_t *add, const jv_t *pp, const sb_t *p
  *   X_0 = P_0,  X_i = (?:X_{i-1}(?:,P_i)?|P_i)   (every nonempty subsequence of P_0..P_i)
  * (each entry's text twice), then (?:X_{r-1},)?P_r, then (?:,P_j)? or ,P_j for the others, then
  * (?:,A)*. With no required entry: (?:X_{n-1}(?:,A)*|A(?:,A)*), optional unless `nonempty`. */
-static void emit_members(sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, bool nonempty, const char *ws) {
-#define SEP() (sb_puts(b, ws), sb_putc(b, ','), sb_puts(b, ws))
-#define ADDS() (add ? (sb_puts(b, "(?:"), SEP(), sb_putn(b, add->p, add->n), sb_puts(b, ")*")) : (void)0)
+static void emit_members(aici_buf_t *b, const prop_t *p, uint32_t n, const aici_buf_t *add, bool nonempty, const char *ws) {
+#define SEP() (aici_buf_puts(b, ws), aici_buf_putc(b, ','), aici_buf_puts(b, ws))
+#define ADDS() (add ? (aici_buf_puts(b, "(?:"), SEP(), aici_buf_putn(b, add->p, add->n), aici_buf_puts(b, ")*")) : (void)0)
   uint32_t r = 0;
   while (r < n && !p[r].required) r++;
   if (!n) {
-    if (add) sb_puts(b, "(?:"), sb_putn(b, add->p, add->n), ADDS(), sb_puts(b, nonempty ? ")" : ")?");
-    else if (nonempty) sb_puts(b, "[^\\x00-\\xff]");
+    if (add) aici_buf_puts(b, "(?:"), aici_buf_putn(b, add->p, add->n), ADDS(), aici_buf_puts(b, nonempty ? ")" : ")?");
+    else if (nonempty) aici_buf_puts(b, "[^\\x00-\\xff]");
     return;
   }
-  if (r) sb_puts(b, "(?:");            /* r < n: (?:X_{r-1},)?; r == n: the alternatives */
-  for (uint32_t i = 1; i < r; i++) sb_puts(b, "(?:");
-  if (r) sb_putn(b, p[0].text.p, p[0].text.n);
+  if (r) aici_buf_puts(b, "(?:");            /* r < n: (?:X_{r-1},)?; r == n: the alternatives */
+  for (uint32_t i = 1; i < r; i++) aici_buf_puts(b, "(?:");
+  if (r) aici_buf_putn(b, p[0].text.p, p[0].text.n);
   for (uint32_t i = 1; i < r; i++) {
-    sb_puts(b, "(?:"), SEP(), sb_putn(b, p[i].text.p, p[i].text.n);
-    sb_puts(b, ")?|"), sb_putn(b, p[i].text.p, p[i].text.n), sb_putc(b, ')');
+    aici_buf_puts(b, "(?:"), SEP(), aici_buf_putn(b, p[i].text.p, p[i].text.n);
+    aici_buf_puts(b, ")?|"), aici_buf_putn(b, p[i].text.p, p[i].text.n), aici_buf_putc(b, ')');
   }
   if (r < n) {
-    if (r) SEP(), sb_puts(b, ")?");
-    sb_putn(b, p[r].text.p, p[r].text.n);
+    if (r) SEP(), aici_buf_puts(b, ")?");
+    aici_buf_putn(b, p[r].text.p, p[r].text.n);
     for (uint32_t j = r + 1; j < n; j++) {
-      if (!p[j].required) sb_puts(b, "(?:");
-      SEP(), sb_putn(b, p[j].text.p, p[j].text.n);
-      if (!p[j].required) sb_puts(b, ")?");
+      if (!p[j].required) aici_buf_puts(b, "(?:");
+      SEP(), aici_buf_putn(b, p[j].text.p, p[j].text.n);
+      if (!p[j].required) aici_buf_puts(b, ")?");
     }
     ADDS();
   } else {
     ADDS();
-    if (add) sb_putc(b, '|'), sb_putn(b, add->p, add->n), ADDS();
-    sb_puts(b, nonempty ? ")" : ")?");
+    if (add) aici_buf_putc(b, '|'), aici_buf_putn(b, add->p, add->n), ADDS();
+    aici_buf_puts(b, nonempty ? ")" : ")?");
   }
 #undef ADDS
 #undef SEP
 }
 
 /* The members in any order (anyorder.c): a call to the dynamic machine of "nothing written". */
-static void emit_any_order(cx_t *c, sb_t *b, const prop_t *p, uint32_t n, const sb_t *add, bool nonempty) {
+static void emit_any_order(cx_t *c, aici_buf_t *b, const prop_t *p, uint32_t n, const aici_buf_t *add, bool nonempty) {
   if (!c->out->dyn) c->out->dyn = dyn_new(), c->out->dyn_write = dyn_text;
-  sb_t *entries = aici_calloc(n + 1, sizeof(sb_t));
+  aici_buf_t *entries = aici_calloc(n + 1, sizeof(aici_buf_t));
   bool *req = aici_calloc(n + 1, 1);
   for (uint32_t i = 0; i < n; i++) entries[i] = p[i].text, req[i] = p[i].required;
   uint32_t obj = dyn_object(c->out->dyn, n, entries, req, add, nonempty, c->ws);
@@ -368,7 +368,7 @@ static void emit_any_order(cx_t *c, sb_t *b, const prop_t *p, uint32_t n, const 
   sc_emit_call(c, b, m);
 }
 
-void sc_emit_object(cx_t *c, sb_t *b, const jv_t *s) {
+void sc_emit_object(cx_t *c, aici_buf_t *b, const jv_t *s) {
   const char *ws = c->ws;
   const jv_t *props = jv_get(s, "properties"), *req = jv_get(s, "required"), *addl = jv_get(s, "additionalProperties");
   if (props && props->kind != JV_OBJ) props = 0;
@@ -380,7 +380,7 @@ void sc_emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     if (sc_in_list(&pp->keys[0], ALL_KEYS)) every = &pp->items[0], addl = every, pp = 0;
   }
   if (pp && (pp->kind != JV_OBJ || !pp->n)) pp = 0;
-  sb_t *pats = pp ? pattern_texts(c, pp) : 0;
+  aici_buf_t *pats = pp ? pattern_texts(c, pp) : 0;
   if (c->err) return;
   uint32_t np = props ? props->n : 0, n = 0, n_req = 0;
   prop_t *p = aici_calloc(np + 1, sizeof(prop_t));
@@ -419,15 +419,15 @@ void sc_emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     if (i < np) val = with_patterns(val, key, pp, pats);   /* a listed key the patterns match: both */
     bool r = is_required(req, key);
     if (val->kind == JV_FALSE) {
-      if (r) { sb_puts(b, "[^\\x00-\\xff]"); aici_free(p); return; }
+      if (r) { aici_buf_puts(b, "[^\\x00-\\xff]"); aici_free(p); return; }
       continue;
     }
-    sb_t *t = &p[n].text;
-    sb_t enc = {0};
+    aici_buf_t *t = &p[n].text;
+    aici_buf_t enc = {0};
     jv_write_str(&enc, key->s, key->n);
     sb_lit(t, enc.p, enc.n);
     aici_free(enc.p);
-    sb_puts(t, ws), sb_putc(t, ':'), sb_puts(t, ws);
+    aici_buf_puts(t, ws), aici_buf_putc(t, ':'), aici_buf_puts(t, ws);
     uint32_t at = i < np ? sc_ptr_pushs(c, "properties") : sc_ptr_pushs(c, "required");
     sc_ptr_push(c, key->s, key->n);
     /* each text is written twice (schema order), or once a key set (any_order) */
@@ -437,18 +437,18 @@ void sc_emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     n++;
   }
   /* additional properties: keys that are none of the listed ones */
-  sb_t add = {0};
+  aici_buf_t add = {0};
   bool has_add = !addl || addl->kind != JV_FALSE;
   if (pp && !c->err) {
-    sb_t keys = {0};                   /* the listed keys' contents, one alternation */
+    aici_buf_t keys = {0};                   /* the listed keys' contents, one alternation */
     for (uint32_t i = 0; i < np + ne; i++) {
       const jv_t *key = i < np ? &props->keys[i] : &extra->keys[i - np];
-      sb_t enc = {0};
+      aici_buf_t enc = {0};
       jv_write_str(&enc, key->s, key->n);
-      sb_puts(&keys, i ? "|" : "(?:"), sb_lit(&keys, enc.p + 1, enc.n - 2);
+      aici_buf_puts(&keys, i ? "|" : "(?:"), sb_lit(&keys, enc.p + 1, enc.n - 2);
       aici_free(enc.p);
     }
-    if (keys.n) sb_putc(&keys, ')');
+    if (keys.n) aici_buf_putc(&keys, ')');
     emit_pattern_props(c, &add, pp, pats, &keys, addl);
     aici_free(keys.p);
     has_add = add.n > 0;
@@ -457,9 +457,9 @@ void sc_emit_object(cx_t *c, sb_t *b, const jv_t *s) {
     kt_new(&kt);
     for (uint32_t i = 0; i < np; i++) kt_add(&kt, props->keys[i].s, props->keys[i].n);
     for (uint32_t i = 0; i < ne; i++) kt_add(&kt, extra->keys[i].s, extra->keys[i].n);
-    sb_puts(&add, "\\x22");
+    aici_buf_puts(&add, "\\x22");
     emit_not_keys(&add, &kt, 0);
-    sb_puts(&add, "\\x22"), sb_puts(&add, ws), sb_putc(&add, ':'), sb_puts(&add, ws);
+    aici_buf_puts(&add, "\\x22"), aici_buf_puts(&add, ws), aici_buf_putc(&add, ':'), aici_buf_puts(&add, ws);
     uint32_t at = every ? sc_ptr_pushs(c, "patternProperties") : addl ? sc_ptr_pushs(c, "additionalProperties") : c->ptr.n;
     sc_emit_value(c, &add, addl ? addl : &ANY_MARK);
     sc_ptr_pop(c, at);
@@ -471,10 +471,10 @@ void sc_emit_object(cx_t *c, sb_t *b, const jv_t *s) {
   bool nonempty = minp >= 1;           /* minProperties 1: no empty object */
   if (sc_get_uint(c, s, "maxProperties", &maxp) && (has_add || maxp < n)) UNSUPPORTED(c, "maxProperties", "fewer than the properties allowed");
   if (c->err) goto done;
-  sb_puts(b, "\\{"), sb_puts(b, ws);
+  aici_buf_puts(b, "\\{"), aici_buf_puts(b, ws);
   if (c->o->any_order) emit_any_order(c, b, p, n, has_add ? &add : 0, nonempty);
   else emit_members(b, p, n, has_add ? &add : 0, nonempty, ws);
-  sb_puts(b, ws), sb_puts(b, "\\}");
+  aici_buf_puts(b, ws), aici_buf_puts(b, "\\}");
 done:
   for (uint32_t i = 0; pats && i < pp->n; i++) aici_free(pats[i].p);
   aici_free(pats);
@@ -483,28 +483,28 @@ done:
 }
 
 /* ---- free-form values: one recursive machine ------------------------------------------------- */
-void sc_emit_any_value(cx_t *c, sb_t *b) {
+void sc_emit_any_value(cx_t *c, aici_buf_t *b) {
   uint32_t m = sc_machine_for(c, &ANY_MARK, 1, 0, 0);
   if (c->err) return;
   if (c->pending[m]) {
-    sb_t t = {0};
+    aici_buf_t t = {0};
     const char *ws = c->ws;
-    sb_t call = {0};
+    aici_buf_t call = {0};
     sc_emit_call(c, &call, m);
-    sb_puts(&t, "null|true|false|");
+    aici_buf_puts(&t, "null|true|false|");
     bounds_t none = {0};
     const char *why;
     emit_number(&t, false, &none, 0, &why);
-    sb_puts(&t, "|\\x22");
+    aici_buf_puts(&t, "|\\x22");
     sc_emit_chars(&t, 0, 0, true);
-    sb_puts(&t, "\\x22|\\["), sb_puts(&t, ws), sb_puts(&t, "(?:"), sb_putn(&t, call.p, call.n);
-    sb_puts(&t, "(?:"), sb_puts(&t, ws), sb_putc(&t, ','), sb_puts(&t, ws), sb_putn(&t, call.p, call.n);
-    sb_puts(&t, ")*)?"), sb_puts(&t, ws), sb_puts(&t, "\\]|\\{"), sb_puts(&t, ws);
-    sb_t kv = {0};
-    sb_puts(&kv, "\\x22"), sc_emit_chars(&kv, 0, 0, true), sb_puts(&kv, "\\x22"), sb_puts(&kv, ws), sb_putc(&kv, ':');
-    sb_puts(&kv, ws), sb_putn(&kv, call.p, call.n);
-    sb_puts(&t, "(?:"), sb_putn(&t, kv.p, kv.n), sb_puts(&t, "(?:"), sb_puts(&t, ws), sb_putc(&t, ','), sb_puts(&t, ws);
-    sb_putn(&t, kv.p, kv.n), sb_puts(&t, ")*)?"), sb_puts(&t, ws), sb_puts(&t, "\\}");
+    aici_buf_puts(&t, "\\x22|\\["), aici_buf_puts(&t, ws), aici_buf_puts(&t, "(?:"), aici_buf_putn(&t, call.p, call.n);
+    aici_buf_puts(&t, "(?:"), aici_buf_puts(&t, ws), aici_buf_putc(&t, ','), aici_buf_puts(&t, ws), aici_buf_putn(&t, call.p, call.n);
+    aici_buf_puts(&t, ")*)?"), aici_buf_puts(&t, ws), aici_buf_puts(&t, "\\]|\\{"), aici_buf_puts(&t, ws);
+    aici_buf_t kv = {0};
+    aici_buf_puts(&kv, "\\x22"), sc_emit_chars(&kv, 0, 0, true), aici_buf_puts(&kv, "\\x22"), aici_buf_puts(&kv, ws), aici_buf_putc(&kv, ':');
+    aici_buf_puts(&kv, ws), aici_buf_putn(&kv, call.p, call.n);
+    aici_buf_puts(&t, "(?:"), aici_buf_putn(&t, kv.p, kv.n), aici_buf_puts(&t, "(?:"), aici_buf_puts(&t, ws), aici_buf_putc(&t, ','), aici_buf_puts(&t, ws);
+    aici_buf_putn(&t, kv.p, kv.n), aici_buf_puts(&t, ")*)?"), aici_buf_puts(&t, ws), aici_buf_puts(&t, "\\}");
     sc_set_text(c, m, t.p, t.n);
     aici_free(t.p), aici_free(kv.p), aici_free(call.p);
   }

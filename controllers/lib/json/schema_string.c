@@ -5,22 +5,22 @@
 /* ---- strings --------------------------------------------------------------------------------- */
 /* `one` (a regex) min..max times (unbounded: min or more), in repeats of at most 1000 (the SDK's
  * limit). */
-static void emit_repeat(sb_t *b, const sb_t *one, uint64_t min, uint64_t max, bool unbounded) {
-  for (; min > 1000; min -= 1000, max -= 1000) sb_putn(b, one->p, one->n), sb_puts(b, "{1000}");
+static void emit_repeat(aici_buf_t *b, const aici_buf_t *one, uint64_t min, uint64_t max, bool unbounded) {
+  for (; min > 1000; min -= 1000, max -= 1000) aici_buf_putn(b, one->p, one->n), aici_buf_puts(b, "{1000}");
   if (unbounded) {
-    sb_putn(b, one->p, one->n), sb_putc(b, '{'), sb_uint(b, min), sb_puts(b, ",}");
+    aici_buf_putn(b, one->p, one->n), aici_buf_putc(b, '{'), sb_uint(b, min), aici_buf_puts(b, ",}");
   } else {
     uint64_t more = max - min, m = more < 1000 - min ? more : 1000 - min;
-    sb_putn(b, one->p, one->n), sb_putc(b, '{'), sb_uint(b, min), sb_putc(b, ','), sb_uint(b, min + m), sb_putc(b, '}');
+    aici_buf_putn(b, one->p, one->n), aici_buf_putc(b, '{'), sb_uint(b, min), aici_buf_putc(b, ','), sb_uint(b, min + m), aici_buf_putc(b, '}');
     for (more -= m; more; more -= m) {
       m = more < 1000 ? more : 1000;
-      sb_putn(b, one->p, one->n), sb_puts(b, "{0,"), sb_uint(b, m), sb_putc(b, '}');
+      aici_buf_putn(b, one->p, one->n), aici_buf_puts(b, "{0,"), sb_uint(b, m), aici_buf_putc(b, '}');
     }
   }
 }
 
-void sc_emit_chars(sb_t *b, uint64_t min, uint64_t max, bool unbounded) {
-  sb_t one = {0};
+void sc_emit_chars(aici_buf_t *b, uint64_t min, uint64_t max, bool unbounded) {
+  aici_buf_t one = {0};
   emit_strchar(&one);
   emit_repeat(b, &one, min, max, unbounded);
   aici_free(one.p);
@@ -39,38 +39,38 @@ static const char LABEL[] = "[a-zA-Z0-9](?:[a-zA-Z0-9\\-]{0,61}[a-zA-Z0-9])?";
 static const char ATEXT[] = "[a-zA-Z0-9!#$%&'*+/=?\\^_`{|}~\\-]+";
 static const char URICH[] = "(?:[a-zA-Z0-9\\-._~:/?#\\[\\]@!$&'()*+,;=]|%[0-9a-fA-F]{2})";
 
-bool sc_emit_format(sb_t *b, const char *f) {
+bool sc_emit_format(aici_buf_t *b, const char *f) {
   uint32_t n = 0;
   while (f[n]) n++;
 #define IS(s) (n == sizeof(s) - 1 && !__builtin_memcmp(f, s, n))
-  if (IS("date")) sb_puts(b, DATE);
-  else if (IS("time")) sb_puts(b, TIME);
-  else if (IS("date-time")) sb_puts(b, DATE), sb_puts(b, "[Tt]"), sb_puts(b, TIME);
+  if (IS("date")) aici_buf_puts(b, DATE);
+  else if (IS("time")) aici_buf_puts(b, TIME);
+  else if (IS("date-time")) aici_buf_puts(b, DATE), aici_buf_puts(b, "[Tt]"), aici_buf_puts(b, TIME);
   else if (IS("uuid"))
-    sb_puts(b, "[0-9a-fA-F]{8}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{12}");
+    aici_buf_puts(b, "[0-9a-fA-F]{8}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{4}\\-[0-9a-fA-F]{12}");
   else if (IS("email")) {
-    sb_puts(b, ATEXT), sb_puts(b, "(?:\\."), sb_puts(b, ATEXT), sb_puts(b, ")*@");
-    sb_puts(b, LABEL), sb_puts(b, "(?:\\."), sb_puts(b, LABEL), sb_puts(b, ")+");
+    aici_buf_puts(b, ATEXT), aici_buf_puts(b, "(?:\\."), aici_buf_puts(b, ATEXT), aici_buf_puts(b, ")*@");
+    aici_buf_puts(b, LABEL), aici_buf_puts(b, "(?:\\."), aici_buf_puts(b, LABEL), aici_buf_puts(b, ")+");
   } else if (IS("hostname")) {
-    sb_puts(b, LABEL), sb_puts(b, "(?:\\."), sb_puts(b, LABEL), sb_puts(b, ")*");
+    aici_buf_puts(b, LABEL), aici_buf_puts(b, "(?:\\."), aici_buf_puts(b, LABEL), aici_buf_puts(b, ")*");
   } else if (IS("ipv4")) {
     const char *o = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
-    sb_puts(b, o);
-    for (int i = 0; i < 3; i++) sb_puts(b, "\\."), sb_puts(b, o);
+    aici_buf_puts(b, o);
+    for (int i = 0; i < 3; i++) aici_buf_puts(b, "\\."), aici_buf_puts(b, o);
   } else if (IS("ipv6")) {
-    sb_puts(b, "(?:");
+    aici_buf_puts(b, "(?:");
     /* k groups, "::", then up to 7-k groups (k = 0..7), or all eight groups */
-    sb_puts(b, "(?:"), sb_puts(b, H4), sb_puts(b, ":){7}"), sb_puts(b, H4);
+    aici_buf_puts(b, "(?:"), aici_buf_puts(b, H4), aici_buf_puts(b, ":){7}"), aici_buf_puts(b, H4);
     for (int k = 0; k <= 7; k++) {
-      sb_putc(b, '|');
-      if (k) sb_puts(b, "(?:"), sb_puts(b, H4), sb_puts(b, ":){"), sb_uint(b, (uint64_t)k), sb_putc(b, '}');
-      else sb_putc(b, ':');
-      if (7 - k > 0) sb_puts(b, "(?::"), sb_puts(b, H4), sb_puts(b, "){0,"), sb_uint(b, (uint64_t)(7 - k)), sb_puts(b, "}");
-      if (!k) sb_puts(b, "(?::|(?::"), sb_puts(b, H4), sb_puts(b, ")+)"), b->n -= 0;
+      aici_buf_putc(b, '|');
+      if (k) aici_buf_puts(b, "(?:"), aici_buf_puts(b, H4), aici_buf_puts(b, ":){"), sb_uint(b, (uint64_t)k), aici_buf_putc(b, '}');
+      else aici_buf_putc(b, ':');
+      if (7 - k > 0) aici_buf_puts(b, "(?::"), aici_buf_puts(b, H4), aici_buf_puts(b, "){0,"), sb_uint(b, (uint64_t)(7 - k)), aici_buf_puts(b, "}");
+      if (!k) aici_buf_puts(b, "(?::|(?::"), aici_buf_puts(b, H4), aici_buf_puts(b, ")+)"), b->n -= 0;
     }
-    sb_putc(b, ')');
+    aici_buf_putc(b, ')');
   } else if (IS("uri")) {
-    sb_puts(b, "[a-zA-Z][a-zA-Z0-9+.\\-]*:"), sb_puts(b, URICH), sb_putc(b, '+');
+    aici_buf_puts(b, "[a-zA-Z][a-zA-Z0-9+.\\-]*:"), aici_buf_puts(b, URICH), aici_buf_putc(b, '+');
   } else return false;
   return true;
 #undef IS
@@ -79,7 +79,7 @@ bool sc_emit_format(sb_t *b, const char *f) {
 /* format email within maxLength `max`: the same shape with its repeats bounded, so that no
  * match is longer (narrower than the format: the local part, the labels and their count sized to
  * fit, the roomiest shape first). False when even a small address does not fit. */
-static bool emit_email_within(sb_t *b, uint64_t max) {
+static bool emit_email_within(aici_buf_t *b, uint64_t max) {
   /* (u, k): local parts of 1 + u atoms (an atom: a character or `.` and one), labels of k */
   static const uint32_t shapes[][2] = {{62, 63}, {31, 63}, {31, 40}, {31, 24}, {20, 24}, {15, 16}, {8, 10}, {4, 6}, {2, 3}};
   const uint32_t n_shapes = sizeof shapes / sizeof shapes[0];
@@ -90,12 +90,12 @@ static bool emit_email_within(sb_t *b, uint64_t max) {
     if (d < (i < n_shapes ? 2u : 1u)) continue;
     if (d > 127) d = 127;
     const char *atext = "[a-zA-Z0-9!#$%&'*+/=?\\^_`{|}~\\-]";
-    sb_puts(b, atext), sb_puts(b, "(?:"), sb_puts(b, atext), sb_puts(b, "|\\."), sb_puts(b, atext);
-    sb_puts(b, "){0,"), sb_uint(b, u), sb_puts(b, "}@");
-    sb_t label = {0};
-    sb_puts(&label, "[a-zA-Z0-9](?:[a-zA-Z0-9\\-]{0,"), sb_uint(&label, k - 2), sb_puts(&label, "}[a-zA-Z0-9])?");
-    sb_putn(b, label.p, label.n), sb_puts(b, "(?:\\."), sb_putn(b, label.p, label.n);
-    sb_puts(b, "){1,"), sb_uint(b, d), sb_putc(b, '}');
+    aici_buf_puts(b, atext), aici_buf_puts(b, "(?:"), aici_buf_puts(b, atext), aici_buf_puts(b, "|\\."), aici_buf_puts(b, atext);
+    aici_buf_puts(b, "){0,"), sb_uint(b, u), aici_buf_puts(b, "}@");
+    aici_buf_t label = {0};
+    aici_buf_puts(&label, "[a-zA-Z0-9](?:[a-zA-Z0-9\\-]{0,"), sb_uint(&label, k - 2), aici_buf_puts(&label, "}[a-zA-Z0-9])?");
+    aici_buf_putn(b, label.p, label.n), aici_buf_puts(b, "(?:\\."), aici_buf_putn(b, label.p, label.n);
+    aici_buf_puts(b, "){1,"), sb_uint(b, d), aici_buf_putc(b, '}');
     aici_free(label.p);
     return true;
   }
@@ -148,13 +148,13 @@ static char *pattern_with_length(const jv_t *pat, uint64_t min, uint64_t max, bo
   if (min > a) a = min;
   if (has_max && (unbounded || max < b)) b = max, unbounded = false;
   *largest = unbounded || b < a ? a : b;
-  sb_t t = {0};
-  sb_putc(&t, '^'), sb_putn(&t, p + atom, atom_end - atom);
-  sb_putc(&t, '{'), sb_uint(&t, a);
-  if (unbounded) sb_putc(&t, ',');
-  else if (b != a) sb_putc(&t, ','), sb_uint(&t, b < a ? a : b);
-  sb_puts(&t, "}$");
-  if (!unbounded && b < a) { aici_free(t.p); sb_t e = {0}; sb_puts(&e, "^[]$"); return e.p; }
+  aici_buf_t t = {0};
+  aici_buf_putc(&t, '^'), aici_buf_putn(&t, p + atom, atom_end - atom);
+  aici_buf_putc(&t, '{'), sb_uint(&t, a);
+  if (unbounded) aici_buf_putc(&t, ',');
+  else if (b != a) aici_buf_putc(&t, ','), sb_uint(&t, b < a ? a : b);
+  aici_buf_puts(&t, "}$");
+  if (!unbounded && b < a) { aici_free(t.p); aici_buf_t e = {0}; aici_buf_puts(&e, "^[]$"); return e.p; }
   return t.p;
 }
 
@@ -206,11 +206,11 @@ static void length_bounds(const char *text, uint32_t len, uint64_t *min, uint64_
 /* A length-counted string machine (machine_src_t.counted): `"`, the content regex, `"`, and
  * lo..hi characters (CHARS_UNBOUNDED: no maximum), one per (key, bounds). The matcher counts
  * beside the DFA state, so nothing here grows with the bounds. */
-static void emit_counted(cx_t *c, sb_t *b, const jv_t *key, const sb_t *content, uint64_t lo, uint64_t hi) {
+static void emit_counted(cx_t *c, aici_buf_t *b, const jv_t *key, const aici_buf_t *content, uint64_t lo, uint64_t hi) {
   key_arg = lo << 32 | hi;
   int32_t m = sc_machine_find(c, key, MK_COUNTED);
-  sb_t t = {0};
-  sb_puts(&t, "\\x22"), sb_putn(&t, content->p, content->n), sb_puts(&t, "\\x22");
+  aici_buf_t t = {0};
+  aici_buf_puts(&t, "\\x22"), aici_buf_putn(&t, content->p, content->n), aici_buf_puts(&t, "\\x22");
   for (uint32_t i = 0; m < 0 && i < c->n_keys; i++)   /* the same machine from another schema node */
     if (c->texts[i].counted && c->texts[i].lo == lo && c->texts[i].hi == hi && c->texts[i].len == t.n &&
         !__builtin_memcmp(c->texts[i].text, t.p, t.n))
@@ -234,7 +234,7 @@ static void emit_counted(cx_t *c, sb_t *b, const jv_t *key, const sb_t *content,
  * error). */
 static bool pattern_beside_format(cx_t *c, const jv_t **pat, const jv_t **fmt, bool intersect) {
   if (!*pat || !*fmt || (*pat)->kind != JV_STR) return false;
-  sb_t p = {0}, f = {0};
+  aici_buf_t p = {0}, f = {0};
   const char *why = 0;
   bool ok = emit_pattern_capped(&p, (*pat)->s, (*pat)->n, PAT_NO_CAP, 0, 0, 0, &why) && sc_emit_format(&f, (*fmt)->s);
   if (ok && regex_subset(p.p, p.n, f.p, f.n)) *fmt = 0;
@@ -247,16 +247,16 @@ static bool pattern_beside_format(cx_t *c, const jv_t **pat, const jv_t **fmt, b
 /* A string in both the pattern's and the format's language: their product automaton
  * (keylang.c, at most KEYLANG_STATES states), no length bounds beside (a counted machine takes
  * one regex). */
-static void emit_pattern_and_format(cx_t *c, sb_t *b, const jv_t *pat, const jv_t *fmt) {
-  sb_t pats[2] = {{0}, {0}}, none = {0};
+static void emit_pattern_and_format(cx_t *c, aici_buf_t *b, const jv_t *pat, const jv_t *fmt) {
+  aici_buf_t pats[2] = {{0}, {0}}, none = {0};
   const char *why = 0;
   if (!emit_pattern_capped(&pats[0], pat->s, pat->n, PAT_NO_CAP, 0, 0, 0, &why) || !sc_emit_format(&pats[1], fmt->s)) {
     UNSUPPORTED(c, "pattern", why ? why : "?");
   } else {
-    sb_t content = {0};
+    aici_buf_t content = {0};
     if (!sc_emit_keylang(c, &content, pats, 2, KEYLANG_ALL, &none))
       UNSUPPORTED(c, "format", "together with pattern: their product has over 1024 states");
-    else sb_puts(b, "\\x22"), sb_putn(b, content.p, content.n), sb_puts(b, "\\x22");
+    else aici_buf_puts(b, "\\x22"), aici_buf_putn(b, content.p, content.n), aici_buf_puts(b, "\\x22");
     aici_free(content.p);
   }
   aici_free(pats[0].p), aici_free(pats[1].p);
@@ -266,18 +266,18 @@ static void emit_pattern_and_format(cx_t *c, sb_t *b, const jv_t *pat, const jv_
  * `maxLength` a pattern does not imply caps its unbounded repeats and unanchored ends, a
  * `minLength` it does not imply is taken by its unanchored end (narrower: some valid literals
  * dropped, never an invalid one kept). */
-static void emit_string_flat(cx_t *c, sb_t *b, const jv_t *s) {
+static void emit_string_flat(cx_t *c, aici_buf_t *b, const jv_t *s) {
   uint64_t min = 0, max = 0;
   bool has_min = sc_get_uint(c, s, "minLength", &min), has_max = sc_get_uint(c, s, "maxLength", &max);
   const jv_t *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
   if (fmt && fmt->kind == JV_STR && sc_ignored(c, "format")) { sc_relax(c, "format"); fmt = 0; }
   if (fmt && fmt->kind != JV_STR) fmt = 0;
-  if (has_max && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (has_max && max < min) { aici_buf_puts(b, "[^\\x00-\\xff]"); return; }
   if (c->flat_cap) {                   /* for literals of fewer characters: the same verdicts */
     if (min > c->flat_cap) min = c->flat_cap;
     if (has_max && max > c->flat_cap) max = c->flat_cap;
   }
-  sb_puts(b, "\\x22");
+  aici_buf_puts(b, "\\x22");
   if (pat || fmt) {
     pattern_beside_format(c, &pat, &fmt, false);
     if (c->err) return;
@@ -295,7 +295,7 @@ static void emit_string_flat(cx_t *c, sb_t *b, const jv_t *s) {
     }
     uint64_t cap = PAT_NO_CAP, end_min = 0;   /* a pattern's lengths in characters, exactly */
     if (pat && ((has_min && min > 0) || has_max)) {
-      sb_t t = {0};
+      aici_buf_t t = {0};
       uint64_t lo = 0, hi = 0;
       const char *why = 0;
       if (emit_pattern_capped(&t, pat->s, pat->n, PAT_NO_CAP, 0, &lo, &hi, &why)) {
@@ -321,7 +321,7 @@ static void emit_string_flat(cx_t *c, sb_t *b, const jv_t *s) {
     }
     bool email_within = false;         /* a bounded email: its own narrower shape */
     if (fmt && has_max && !pat && jv_str_is(fmt, "email")) {
-      sb_t t = {0};
+      aici_buf_t t = {0};
       email_within = emit_email_within(&t, max);
       aici_free(t.p);
       has_max = !email_within;
@@ -329,7 +329,7 @@ static void emit_string_flat(cx_t *c, sb_t *b, const jv_t *s) {
     if ((has_min && min > 0) || has_max) {
       /* length bounds the pattern or format already implies: characters <= bytes, and a
        * format's text is ASCII (one byte a character) */
-      sb_t t = {0};
+      aici_buf_t t = {0};
       const char *why = 0;
       bool ok = pat ? emit_pattern(&t, pat->s, pat->n, &why) : sc_emit_format(&t, fmt->s);
       uint64_t lo, hi;
@@ -360,13 +360,13 @@ static void emit_string_flat(cx_t *c, sb_t *b, const jv_t *s) {
     }
     sc_emit_chars(b, min, max, !has_max);
   }
-  sb_puts(b, "\\x22");
+  aici_buf_puts(b, "\\x22");
 }
 
 /* Strings: the content's language (a pattern, a format, any characters), and length bounds in
  * characters, exactly. Bounds the language implies cost nothing; `^ATOM{m,n}$` takes small
  * ones into its repeat; any other is a counted machine (emit_counted), whatever its size. */
-void sc_emit_string(cx_t *c, sb_t *b, const jv_t *s) {
+void sc_emit_string(cx_t *c, aici_buf_t *b, const jv_t *s) {
   if (c->flat_cap) { emit_string_flat(c, b, s); return; }
   uint64_t min = 0, max = 0;
   bool has_min = sc_get_uint(c, s, "minLength", &min), has_max = sc_get_uint(c, s, "maxLength", &max);
@@ -374,10 +374,10 @@ void sc_emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   if (fmt && fmt->kind == JV_STR && sc_ignored(c, "format")) { sc_relax(c, "format"); fmt = 0; }
   if (fmt && fmt->kind != JV_STR) fmt = 0;
   if (c->err) return;
-  if (has_max && max < min) { sb_puts(b, "[^\\x00-\\xff]"); return; }
+  if (has_max && max < min) { aici_buf_puts(b, "[^\\x00-\\xff]"); return; }
   if (has_min && !min) has_min = false;
-  sb_puts(b, "\\x22");
-  sb_t content = {0};
+  aici_buf_puts(b, "\\x22");
+  aici_buf_t content = {0};
   jv_t narrowed = {0};
   if (pat || fmt) {
     if (pattern_beside_format(c, &pat, &fmt, true)) {
@@ -419,7 +419,7 @@ void sc_emit_string(cx_t *c, sb_t *b, const jv_t *s) {
     if (c->err) { aici_free(content.p); return; }
     if (has_max && lo > max) {         /* no string fits */
       b->n -= 4, b->p[b->n] = 0;
-      sb_puts(b, "[^\\x00-\\xff]");
+      aici_buf_puts(b, "[^\\x00-\\xff]");
       aici_free(content.p);
       return;
     }
@@ -428,12 +428,12 @@ void sc_emit_string(cx_t *c, sb_t *b, const jv_t *s) {
   } else {
     if ((!has_max || max <= STR_INLINE_MAX) && min <= STR_INLINE_MIN) {
       sc_emit_chars(b, min, max, !has_max);
-      sb_puts(b, "\\x22");
+      aici_buf_puts(b, "\\x22");
       return;
     }
-    sb_puts(&content, "(?:");
+    aici_buf_puts(&content, "(?:");
     emit_strchar(&content);
-    sb_puts(&content, ")*");
+    aici_buf_puts(&content, ")*");
   }
   if (has_max && max > STR_MAX) max = STR_MAX;   /* narrower: no string of over 2^27 characters */
   if (has_min && min > STR_MAX) {      /* (bounds the language implies are gone) */
@@ -442,8 +442,8 @@ void sc_emit_string(cx_t *c, sb_t *b, const jv_t *s) {
     b->n -= 4, b->p[b->n] = 0;         /* the opening quote goes in the machine */
     emit_counted(c, b, pat || fmt ? s : &ANY_MARK, &content, has_min ? min : 0, has_max ? max : CHARS_UNBOUNDED);
   } else {
-    sb_putn(b, content.p, content.n);
-    sb_puts(b, "\\x22");
+    aici_buf_putn(b, content.p, content.n);
+    aici_buf_puts(b, "\\x22");
   }
   aici_free(content.p);
 }
@@ -451,26 +451,26 @@ void sc_emit_string(cx_t *c, sb_t *b, const jv_t *s) {
 /* ---- numbers --------------------------------------------------------------------------------- */
 /* An integer multipleOf between bounds: the multiples themselves, when there are at most 512
  * (written as integers: narrower than a number's 12.0). False: not of that kind. */
-static bool emit_multiples(sb_t *b, const jv_t *mv, const bounds_t *bd) {
+static bool emit_multiples(aici_buf_t *b, const jv_t *mv, const bounds_t *bd) {
   if (mv->kind != JV_NUM || !jv_is_int(mv) || mv->num < 1 || mv->num > 1e15 || !bd->has_lo || !bd->has_hi) return false;
   if (bd->lo < -1e15 || bd->hi > 1e15) return false;
   int64_t m = (int64_t)mv->num, lo = (int64_t)bd->lo, hi = (int64_t)bd->hi;
   if ((double)lo < bd->lo || (bd->lo_excl && (double)lo == bd->lo)) lo++;
   if ((double)hi > bd->hi || (bd->hi_excl && (double)hi == bd->hi)) hi--;
   int64_t first = lo % m == 0 ? lo : lo > 0 ? lo + (m - lo % m) : lo - lo % m;
-  if (first > hi) { sb_puts(b, "[^\\x00-\\xff]"); return true; }
+  if (first > hi) { aici_buf_puts(b, "[^\\x00-\\xff]"); return true; }
   if ((hi - first) / m >= 512) return false;
-  sb_puts(b, "(?:");
+  aici_buf_puts(b, "(?:");
   for (int64_t x = first; x <= hi; x += m) {
-    if (x != first) sb_putc(b, '|');
-    if (x < 0) sb_puts(b, "\\-");
+    if (x != first) aici_buf_putc(b, '|');
+    if (x < 0) aici_buf_puts(b, "\\-");
     sb_uint(b, (uint64_t)(x < 0 ? -x : x));
   }
-  sb_putc(b, ')');
+  aici_buf_putc(b, ')');
   return true;
 }
 
-void sc_emit_num(cx_t *c, sb_t *b, const jv_t *s, bool is_int) {
+void sc_emit_num(cx_t *c, aici_buf_t *b, const jv_t *s, bool is_int) {
   bounds_t bd = {0};
   const jv_t *v;
   const char *lo_kw = 0, *hi_kw = 0;   /* the keyword each bound comes from, for errors */
