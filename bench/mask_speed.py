@@ -156,6 +156,7 @@ def run_llg(lltok, pattern: str, text: list[int], n_words: int):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="three regexes only")
+    ap.add_argument("--wasm", help="this regex controller build instead of controllers/regex's (a baseline)")
     args = ap.parse_args()
 
     import llguidance
@@ -170,7 +171,7 @@ def main():
     limits = aicirt.Limits(first_call_timeout_s=30.0, call_timeout_s=5.0, soft_deadline_s=5.0)
     load_before = os.getloadavg()
     rt = aicirt.Runtime(tok, limits=limits, workers=1)
-    ctrl = rt.load(build_cached("regex"))
+    ctrl = rt.load(Path(args.wasm) if args.wasm else build_cached("regex"))
     prompt = tok.encode("Answer: ")
     cases = CASES[:3] if args.quick else CASES
 

@@ -247,6 +247,7 @@ typedef struct {
   uint32_t n_words;                   /* the tokens: mask words word_idx[i] |= word_bits[i] */
   uint32_t *word_idx, *word_bits;
   uint32_t *dense;                    /* the same as a full mask when over 1/4 of words are used */
+  bool utf8;                          /* a UTF-8 slice (aici_trie_utf8_slice) */
 } aici_slice_t;
 /* The slice for byte set `bytes` (256 bits), built on first request and kept (a few ms at 150k
  * tokens). NULL when it would save under 1/16 of the trie's nodes (e.g. [0-9] over a BPE
@@ -260,9 +261,28 @@ const aici_slice_t *aici_trie_slice(const aici_trie_t *trie, const uint32_t *byt
 typedef bool (*aici_token_pred_fn)(void *ctx, const uint8_t *bytes, uint32_t len);
 aici_slice_t *aici_trie_token_slice(const aici_trie_t *trie, aici_token_pred_fn in_slice, void *ctx);
 
+/* A UTF-8 slice: the tokens made of valid UTF-8 characters (no overlong form, surrogate or code
+ * point past U+10FFFF), each ASCII one in the set `ascii` (128 bits), any non-ASCII one, the last
+ * one possibly cut short (a valid prefix of a character). What text-mode sets ([^"], . over
+ * text) cover. bytes[] is A then all ones, utf8 is set. Cached and budgeted as aici_trie_slice. */
+const aici_slice_t *aici_trie_utf8_slice(const aici_trie_t *trie, const uint32_t *ascii);
+/* Its predicate (ctx: the 128-bit set A). */
+bool aici_utf8_in(void *ctx, const uint8_t *bytes, uint32_t len);
+/* The multi-byte UTF-8 encodings: per position, the byte range. */
+typedef struct { uint8_t n, lo[4], hi[4]; } aici_u8pat_t;
+#define AICI_N_U8_PATS 8
+extern const aici_u8pat_t AICI_U8_PATS[AICI_N_U8_PATS];
+typedef uint32_t (*aici_byte_step_fn)(void *ctx, uint32_t state, uint8_t byte);
+/* Whether every string of characters (ASCII ones in `ascii`, any non-ASCII one, the last possibly
+ * cut short) of up to max_len bytes keeps a recognizer live from `start` (step: the state after
+ * a byte, 0 = dead; cls: byte classes, bytes of one class lead every state alike, so one byte
+ * per class is stepped). What makes a UTF-8 slice's tokens wholesale allowed. False also past
+ * 64 states or 8192 steps. */
+bool aici_utf8_covers(aici_byte_step_fn step, void *ctx, const uint8_t *cls, uint32_t start,
+                      const uint32_t *ascii, uint32_t max_len);
+
 /* Generic walk: `step(ctx, state, byte)` returns the recognizer's state after `byte`, 0 = dead.
  * Adds (ORs) to `out` every token whose bytes lead from `start` to a live state. */
-typedef uint32_t (*aici_byte_step_fn)(void *ctx, uint32_t state, uint8_t byte);
 void aici_trie_walk(const aici_trie_t *trie, aici_byte_step_fn step, void *ctx, uint32_t start,
                     aici_tokset_t *out);
 

@@ -310,7 +310,7 @@ static aici_regex_t *regex_compile(const char *pattern, size_t len, char **err, 
     re->start_nfa = rx_compile(re, &f, root, match);
     aici_free(f.memo), aici_free((void *)f.canon);
     if (re->overflow) p.err = "pattern too large (over 200000 NFA states)";
-    else rx_collect(re, p.ast, root, false);
+    else re->utf8_node = p.utf8, rx_collect(re, p.ast, root, false);
   }
   aici_free(p.ast), aici_free(p.set_ht);
   if (p.err) {

@@ -161,30 +161,48 @@ static void add_cand(aici_regex_t *re, const uint32_t *set) {
   if (re->n_cand < MAX_CAND) __builtin_memcpy(re->cand[re->n_cand++], set, 32);
 }
 
-static bool alt_union(const aici_regex_t *re, const ast_t *ast, uint32_t node, uint32_t *u) {
+/* The union of an alternation of sets; in text mode, one of its branches may be "any multi-byte
+ * character" (*u8 set): then its tokens are a UTF-8 slice's (see aici_trie_utf8_slice). */
+static bool alt_union(const aici_regex_t *re, const ast_t *ast, uint32_t node, uint32_t *u, bool *u8) {
   const ast_t *x = &ast[node];
+  if (re->utf8_node && node == re->utf8_node - 1) return *u8 = true;
   if (x->kind == A_SET) {
     for (int i = 0; i < 8; i++) u[i] |= re->sets[x->set][i];
     return true;
   }
-  return x->kind == A_ALT && alt_union(re, ast, x->a, u) && alt_union(re, ast, x->b, u);
+  return x->kind == A_ALT && alt_union(re, ast, x->a, u, u8) && alt_union(re, ast, x->b, u, u8);
+}
+
+static void add_cand_u8(aici_regex_t *re, const uint32_t *set) {
+  for (uint32_t k = 0; k < re->n_cand_u8; k++)
+    if (!__builtin_memcmp(re->cand_u8[k], set, 16)) return;
+  if (re->n_cand_u8 < MAX_CAND_U8) __builtin_memcpy(re->cand_u8[re->n_cand_u8++], set, 16);
 }
 
 void rx_collect(aici_regex_t *re, const ast_t *ast, uint32_t node, bool rep) {
   for (;;) {
     const ast_t *x = &ast[node];
+    if (re->utf8_node && node == re->utf8_node - 1) return;   /* its byte sets slice nothing */
     switch (x->kind) {
       case A_SET:
         if (rep) add_cand(re, re->sets[x->set]);
         return;
-      case A_CAT: case A_ALT:          /* CAT chains are left-deep: loop on the left side */
+      case A_ALT:                      /* a text-mode class: its ASCII set beside any character */
+        if (rep && re->utf8_node && x->b == re->utf8_node - 1 && ast[x->a].kind == A_SET)
+          add_cand_u8(re, re->sets[ast[x->a].set]);
+        /* fall through */
+      case A_CAT:                      /* CAT chains are left-deep: loop on the left side */
         rx_collect(re, ast, x->b, rep);
         node = x->a;
         continue;
       case A_REP: {
         bool r = rep || x->max < 0 || x->max >= REP_MIN;
         uint32_t u[8] = {0};
-        if (r && ast[x->a].kind == A_ALT && alt_union(re, ast, x->a, u)) add_cand(re, u);
+        bool u8 = false;
+        if (r && ast[x->a].kind == A_ALT && alt_union(re, ast, x->a, u, &u8)) {
+          if (u8) add_cand_u8(re, u);      /* its ASCII part: the words u[0..3] */
+          else add_cand(re, u);
+        }
         rep = r;
         node = x->a;
         continue;

@@ -15,6 +15,8 @@ typedef struct { uint8_t kind, live; uint32_t out, out1, set; } nfa_t;
 #define MAX_NFA 200000u
 #define MAX_DFA 16384u
 #define MAX_CAND 6                     /* candidate slices per regex */
+#define MAX_CAND_U8 4                  /* candidate UTF-8 slices per regex (text mode) */
+#define MAX_SL (MAX_CAND + MAX_CAND_U8)
 #define REP_MIN 8                      /* {m,n} with n >= REP_MIN counts as repeated */
 #define COVER_STATES 64                /* states a slice check follows before giving up */
 #define BUILT 1
@@ -57,11 +59,14 @@ struct aici_regex {
   /* slices (see aici_regex_use_slices) */
   uint32_t n_cand;
   uint32_t cand[MAX_CAND][8];          /* byte sets the pattern repeats */
+  uint32_t utf8_node;                  /* text mode: AST node id + 1 of "one multi-byte character" */
+  uint32_t n_cand_u8;
+  uint32_t cand_u8[MAX_CAND_U8][4];    /* ASCII sets A the pattern repeats beside any character */
   const aici_trie_t *slice_trie;       /* the trie sl[] was resolved for */
   uint32_t n_sl;
-  const aici_slice_t *sl[MAX_CAND];    /* the worthwhile ones, fewest rest nodes first */
-  uint8_t sl_reps[MAX_CAND][256];      /* one byte per regex byte class within the slice */
-  uint32_t sl_n_reps[MAX_CAND];
+  const aici_slice_t *sl[MAX_SL];      /* the worthwhile ones, fewest rest nodes first */
+  uint8_t sl_reps[MAX_SL][256];        /* one byte per regex byte class within the slice */
+  uint32_t sl_n_reps[MAX_SL];
   uint8_t *pick;                       /* per DFA state: 0 unknown, 1 no slice, 2 + k: sl[k] */
   uint32_t *stamp, stamp_gen;          /* close_state's visited marks */
   bool close_failed;                   /* the DFA is too big to close: walks check rows */

@@ -106,8 +106,9 @@ static void resolve_slices(aici_regex_t *re, const aici_trie_t *tr) {
   re->slice_trie = tr;
   re->n_sl = 0;
   __builtin_memset(re->pick, 0, re->cap_states);
-  for (uint32_t k = 0; k < re->n_cand; k++) {
-    const aici_slice_t *s = aici_trie_slice(tr, re->cand[k]);
+  for (uint32_t k = 0; k < re->n_cand + re->n_cand_u8; k++) {
+    const aici_slice_t *s = k < re->n_cand ? aici_trie_slice(tr, re->cand[k])
+                                           : aici_trie_utf8_slice(tr, re->cand_u8[k - re->n_cand]);
     if (!s) continue;
     uint32_t i = re->n_sl++;
     for (; i && re->sl[i - 1]->rest.n_nodes > s->rest.n_nodes; i--) re->sl[i] = re->sl[i - 1];
@@ -128,7 +129,15 @@ static void resolve_slices(aici_regex_t *re, const aici_trie_t *tr) {
  * `state`? Breadth-first over the states those bytes reach (one byte per regex byte class
  * suffices), with their least depths: a state first reached at depth d < max_len must have a
  * live transition on every such byte. Gives up (no) past COVER_STATES states. */
+static uint32_t cover_step(void *ctx, uint32_t state, uint8_t byte) {
+  aici_regex_t *re = ctx;
+  rx_build_row(re, state);
+  return re->trans[(size_t)state * 256 + byte] & ~END_BIT;
+}
+
 static bool covers(aici_regex_t *re, uint32_t state, uint32_t k) {
+  if (re->sl[k]->utf8)                 /* whole characters: the SDK's check, over the regex's classes */
+    return aici_utf8_covers(cover_step, re, re->cls, state, re->sl[k]->bytes, re->sl[k]->max_len);
   const uint8_t *reps = re->sl_reps[k];
   uint32_t n_reps = re->sl_n_reps[k], max_len = re->sl[k]->max_len;
   uint32_t seen[COVER_STATES], depth[COVER_STATES], n = 1;

@@ -126,7 +126,8 @@ void aici_trie_walk(const aici_trie_t *tr, aici_byte_step_fn step, void *ctx, ui
 #define MAX_SLICES 16
 static struct {
   const aici_trie_t *trie;
-  uint32_t bytes[8];
+  uint32_t bytes[8];                   /* the byte set; a UTF-8 slice's: A (128 bits), then ~0 */
+  bool utf8;
   aici_slice_t *slice;                 /* NULL: not worth it */
 } slice_cache[MAX_SLICES];
 static uint32_t n_slice_cache, slice_nodes_total;
@@ -213,24 +214,36 @@ static aici_slice_t *build_slice(const aici_trie_t *tr, const uint32_t *bytes) {
   return s;
 }
 
-const aici_slice_t *aici_trie_slice(const aici_trie_t *tr, const uint32_t *bytes) {
+static aici_slice_t *build_utf8_slice(const aici_trie_t *tr, const uint32_t *ascii);
+
+static const aici_slice_t *cached_slice(const aici_trie_t *tr, const uint32_t *bytes, bool utf8) {
   if (!tr) return 0;
   for (uint32_t i = 0; i < n_slice_cache; i++)
-    if (slice_cache[i].trie == tr && !__builtin_memcmp(slice_cache[i].bytes, bytes, 32))
+    if (slice_cache[i].trie == tr && slice_cache[i].utf8 == utf8 && !__builtin_memcmp(slice_cache[i].bytes, bytes, 32))
       return slice_cache[i].slice;
   if (n_slice_cache == MAX_SLICES) return 0;
-  aici_slice_t *s = build_slice(tr, bytes);
+  aici_slice_t *s = utf8 ? build_utf8_slice(tr, bytes) : build_slice(tr, bytes);
   slice_cache[n_slice_cache].trie = tr;
+  slice_cache[n_slice_cache].utf8 = utf8;
   __builtin_memcpy(slice_cache[n_slice_cache].bytes, bytes, 32);
   slice_cache[n_slice_cache++].slice = s;
   return s;
+}
+
+const aici_slice_t *aici_trie_slice(const aici_trie_t *tr, const uint32_t *bytes) {
+  return cached_slice(tr, bytes, false);
+}
+
+const aici_slice_t *aici_trie_utf8_slice(const aici_trie_t *tr, const uint32_t *ascii) {
+  uint32_t key[8] = {ascii[0], ascii[1], ascii[2], ascii[3], ~0u, ~0u, ~0u, ~0u};
+  return cached_slice(tr, key, true);
 }
 
 /* ---- token slices: a slice chosen per token instead of per byte -------------------------------
  * Same result type as aici_trie_slice (bytes[] zero): the tokens for which in_slice() holds as a
  * mask, every other token in the rest trie. For languages a byte set cannot describe, such as
  * "complete UTF-8 characters other than \" and \\". Built on each call; the caller keeps it. */
-aici_slice_t *aici_trie_token_slice(const aici_trie_t *tr, aici_token_pred_fn in_slice, void *ctx) {
+static aici_slice_t *token_slice(const aici_trie_t *tr, aici_token_pred_fn in_slice, void *ctx, bool worth) {
   uint32_t n = tr->n_nodes, nw = (tr->vocab + 31) / 32;
   const aici_trie_node_t *nodes = tr->nodes;
   uint32_t *pre = aici_malloc((n + 1) * 4), *words = aici_calloc(nw + 1, 4);
@@ -252,12 +265,78 @@ aici_slice_t *aici_trie_token_slice(const aici_trie_t *tr, aici_token_pred_fn in
   }
   uint32_t cnt = 1;
   for (uint32_t p = 1; p < n; p++) cnt += pre[p + (nodes[p].w1 >> 10)] > pre[p];
+  if (worth && (!ntok || (n - cnt) * 16 < n)) {
+    aici_free(pre), aici_free(words);
+    return 0;
+  }
   aici_slice_t *s = aici_calloc(1, sizeof *s);
   fill_slice(s, tr, pre, cnt, words, ntok, max_len);
   s->dense = words;
   aici_free(pre);
   return s;
 }
+
+aici_slice_t *aici_trie_token_slice(const aici_trie_t *tr, aici_token_pred_fn in_slice, void *ctx) {
+  return token_slice(tr, in_slice, ctx, false);
+}
+
+/* ---- UTF-8 slices: characters, the ASCII ones in a set A -------------------------------------
+ * What text-mode sets cover: [^"] over text is "any character but \"", which a byte set cannot
+ * say (a slice over the bytes of [^"] holds tokens that are not UTF-8, and a DFA over characters
+ * dies on them). A token may end inside its last character (a valid prefix of one, as byte-level
+ * BPE pieces of CJK characters and byte-fallback <0xE4> tokens do): the cover check steps those
+ * prefixes too (aici_utf8_covers), so they are in the slice; only tokens that leave A, start
+ * inside a character or are not UTF-8 are walked. */
+bool aici_utf8_in(void *ctx, const uint8_t *s, uint32_t n) {
+  const uint32_t *ascii = ctx;
+  if (!n) return false;
+  for (uint32_t i = 0; i < n;) {
+    uint8_t c = s[i], lo = 0x80, hi = 0xBF;
+    uint32_t k;
+    if (c < 0x80) {
+      if (!((ascii[c >> 5] >> (c & 31)) & 1)) return false;
+      i++;
+      continue;
+    }
+    if (c >= 0xC2 && c <= 0xDF) k = 1;
+    else if (c >= 0xE0 && c <= 0xEF) k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    if (i + 1 < n && (s[i + 1] < lo || s[i + 1] > hi)) return false;
+    for (uint32_t j = 2; j <= k && i + j < n; j++)
+      if ((s[i + j] & 0xC0) != 0x80) return false;
+    i += k + 1;                        /* past n: the token ends inside this character */
+  }
+  return true;
+}
+
+/* Kept when it drops 1/16 of the nodes, outside the byte-set slices' node budget: the grammar
+ * library makes three per tokenizer (as it did before they were the SDK's), and a regex's are
+ * few (at most 16 slices of any kind) and mostly large, so their rest tries small. */
+static aici_slice_t *build_utf8_slice(const aici_trie_t *tr, const uint32_t *key) {
+  aici_slice_t *s = token_slice(tr, aici_utf8_in, (void *)key, true);
+  if (s) {
+    __builtin_memcpy(s->bytes, key, 32);
+    s->utf8 = true;
+    if (s->n_words * 4 <= (tr->vocab + 31) / 32) {   /* few words: the sparse form */
+      aici_free(s->dense);
+      s->dense = 0;
+    }
+  }
+  return s;
+}
+
+/* The valid UTF-8 encodings of more than one byte (RFC 3629): per byte, the range it may take. */
+const aici_u8pat_t AICI_U8_PATS[AICI_N_U8_PATS] = {
+  {2, {0xC2, 0x80}, {0xDF, 0xBF}},
+  {3, {0xE0, 0xA0, 0x80}, {0xE0, 0xBF, 0xBF}},
+  {3, {0xE1, 0x80, 0x80}, {0xEC, 0xBF, 0xBF}},
+  {3, {0xED, 0x80, 0x80}, {0xED, 0x9F, 0xBF}},
+  {3, {0xEE, 0x80, 0x80}, {0xEF, 0xBF, 0xBF}},
+  {4, {0xF0, 0x90, 0x80, 0x80}, {0xF0, 0xBF, 0xBF, 0xBF}},
+  {4, {0xF1, 0x80, 0x80, 0x80}, {0xF3, 0xBF, 0xBF, 0xBF}},
+  {4, {0xF4, 0x80, 0x80, 0x80}, {0xF4, 0x8F, 0xBF, 0xBF}},
+};
 
 bool aici_utf8_whole(const uint8_t *s, uint32_t n, uint32_t *prefix) {
     uint32_t i = 0;
@@ -272,4 +351,76 @@ bool aici_utf8_whole(const uint8_t *s, uint32_t n, uint32_t *prefix) {
     }
     *prefix = i;
     return i == n;
+}
+
+/* ---- the cover check of a UTF-8 slice ------------------------------------------------------
+ * Breadth first over the states at character boundaries, each with the least depth (in bytes) it
+ * is reached at (a state reached again sooner is checked again: fewer bytes used leave more
+ * strings to check). Per state at depth d: each ASCII byte of A and each multi-byte encoding
+ * (one byte per class at each of its positions), up to max_len - d of its bytes (a token may end
+ * inside a character), must keep every byte live. */
+#define U8_COVER_STATES 64u
+#define U8_COVER_STEPS 8192u
+typedef struct {
+  aici_byte_step_fn step;
+  void *ctx;
+  const uint8_t *cls;
+  uint32_t st[U8_COVER_STATES], dep[U8_COVER_STATES], n, steps;
+  uint32_t queue[U8_COVER_STEPS], qh, qt;
+} u8cover_t;
+
+static bool u8_reach(u8cover_t *C, uint32_t st, uint32_t d) {
+  uint32_t k = 0;
+  while (k < C->n && C->st[k] != st) k++;
+  if (k == C->n) {
+    if (C->n == U8_COVER_STATES) return false;
+    C->st[C->n++] = st;
+  } else if (C->dep[k] <= d) return true;
+  C->dep[k] = d;
+  if (C->qt == U8_COVER_STEPS) return false;
+  C->queue[C->qt++] = k;
+  return true;
+}
+
+/* Bytes i.. of encoding p from state st, `left` bytes of room: each must keep st live (a token
+ * may end after any of them); the state after the whole character is reached at depth d. */
+static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t i, uint32_t left, uint32_t d) {
+  if (i == p->n) return u8_reach(C, st, d);
+  if (i == left) return true;          /* no token of the slice gets past here */
+  uint32_t seen[8] = {0};
+  for (uint32_t b = p->lo[i]; b <= p->hi[i]; b++) {
+    uint32_t c = C->cls[b];
+    if ((seen[c >> 5] >> (c & 31)) & 1) continue;
+    seen[c >> 5] |= 1u << (c & 31);
+    if (++C->steps > U8_COVER_STEPS) return false;
+    uint32_t ns = C->step(C->ctx, st, (uint8_t)b);
+    if (!ns || !u8_tail(C, ns, p, i + 1, left, d)) return false;
+  }
+  return true;
+}
+
+bool aici_utf8_covers(aici_byte_step_fn step, void *ctx, const uint8_t *cls, uint32_t start,
+                      const uint32_t *ascii, uint32_t max_len) {
+  u8cover_t *C = aici_malloc(sizeof *C);
+  uint8_t reps[128];
+  uint32_t nr = 0, seen[8] = {0};
+  for (uint32_t b = 0; b < 128; b++) {
+    uint32_t c = cls[b];
+    if (!((ascii[b >> 5] >> (b & 31)) & 1) || ((seen[c >> 5] >> (c & 31)) & 1)) continue;
+    seen[c >> 5] |= 1u << (c & 31);
+    reps[nr++] = (uint8_t)b;
+  }
+  C->step = step, C->ctx = ctx, C->cls = cls, C->n = 0, C->steps = 0, C->qh = C->qt = 0;
+  bool ok = u8_reach(C, start, 0);
+  while (ok && C->qh < C->qt) {
+    uint32_t k = C->queue[C->qh++], st = C->st[k], d = C->dep[k], left = max_len > d ? max_len - d : 0;
+    for (uint32_t r = 0; r < nr && ok && left; r++) {
+      uint32_t ns = step(ctx, st, reps[r]);
+      ok = ns && ++C->steps <= U8_COVER_STEPS && u8_reach(C, ns, d + 1);
+    }
+    for (uint32_t p = 0; p < AICI_N_U8_PATS && ok && left; p++)
+      ok = u8_tail(C, st, &AICI_U8_PATS[p], 0, left, d + AICI_U8_PATS[p].n);
+  }
+  aici_free(C);
+  return ok;
 }

@@ -92,9 +92,9 @@ static const char *const STD_SLICES[] = {"a-z", "A-Za-z", "0-9A-Z_a-z"};
 static const aici_slice_t *std_slices[N_STD];
 static const aici_trie_t *std_trie;
 
-/* UTF-8 slices, made beside them: the tokens made of whole, valid UTF-8 characters, each ASCII
- * one in a set A and any non-ASCII one. No byte set describes them (a token that ends inside a
- * character, as byte-fallback tokens do, is not in them), and they are what text lexemes cover
+/* UTF-8 slices, made beside them (aici_trie_utf8_slice): the tokens made of valid UTF-8
+ * characters, each ASCII one in a set A and any non-ASCII one, the last possibly cut short. No
+ * byte set describes them, and they are what text lexemes cover
  * ([^<>]+, a string's body, (.|\n)* before a stop string): such a lexeme's root part walks only
  * the rest trie, where the whole trie took one walk per request before. */
 static const char *const UTF8_SLICES[] = {"0-9A-Za-z ", " !#-;=?-Z^-z|~", "\t\n -~"};
@@ -111,31 +111,6 @@ static void range_bits(const char *r, uint32_t *bits) {   /* "a-z0" -> bits (256
   }
 }
 
-/* Whether bytes[0..n) are whole, valid UTF-8 characters (no overlong form, no surrogate, none
- * past U+10FFFF), each ASCII one in the set ctx (128 bits). */
-static bool utf8_in(void *ctx, const uint8_t *s, uint32_t n) {
-  const uint32_t *ascii = ctx;
-  if (!n) return false;
-  for (uint32_t i = 0; i < n;) {
-    uint8_t c = s[i], lo = 0x80, hi = 0xBF;
-    uint32_t k;
-    if (c < 0x80) {
-      if (!((ascii[c >> 5] >> (c & 31)) & 1)) return false;
-      i++;
-      continue;
-    }
-    if (c >= 0xC2 && c <= 0xDF) k = 1;
-    else if (c >= 0xE0 && c <= 0xEF) k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return false;
-    if (i + k >= n || s[i + 1] < lo || s[i + 1] > hi) return false;
-    for (uint32_t j = 2; j <= k; j++)
-      if ((s[i + j] & 0xC0) != 0x80) return false;
-    i += k + 1;
-  }
-  return true;
-}
-
 void gr_prepare_tokenizer(const aici_trie_t *trie) {
   if (!trie || std_trie == trie) return;
   std_trie = trie;
@@ -144,9 +119,11 @@ void gr_prepare_tokenizer(const aici_trie_t *trie) {
     range_bits(STD_SLICES[k], bytes);
     std_slices[k] = aici_trie_slice(trie, bytes);
   }
-  for (uint32_t k = 0; k < N_UTF8; k++) {
+  for (uint32_t k = 0; k < N_UTF8; k++) {   /* the SDK's, shared with text-mode regexes */
     range_bits(UTF8_SLICES[k], utf8_ascii[k]);
-    utf8_slices[k] = aici_trie_token_slice(trie, utf8_in, utf8_ascii[k]);
+    utf8_slices[k] = aici_trie_utf8_slice(trie, utf8_ascii[k]);
+    if (!utf8_slices[k])               /* the SDK's slice budget is spent: one of our own */
+      utf8_slices[k] = aici_trie_token_slice(trie, aici_utf8_in, utf8_ascii[k]);
   }
 }
 
@@ -172,68 +149,13 @@ static bool lex_covers(gr_matcher_t *m, uint32_t lex, const uint32_t *bytes) {
   return true;
 }
 
-/* The valid UTF-8 encodings of more than one byte: per byte, the range it may take. */
-typedef struct { uint8_t n, lo[4], hi[4]; } u8pat_t;
-static const u8pat_t U8_PATS[] = {
-  {2, {0xC2, 0x80}, {0xDF, 0xBF}},
-  {3, {0xE0, 0xA0, 0x80}, {0xE0, 0xBF, 0xBF}},
-  {3, {0xE1, 0x80, 0x80}, {0xEC, 0xBF, 0xBF}},
-  {3, {0xED, 0x80, 0x80}, {0xED, 0x9F, 0xBF}},
-  {3, {0xEE, 0x80, 0x80}, {0xEF, 0xBF, 0xBF}},
-  {4, {0xF0, 0x90, 0x80, 0x80}, {0xF0, 0xBF, 0xBF, 0xBF}},
-  {4, {0xF1, 0x80, 0x80, 0x80}, {0xF3, 0xBF, 0xBF, 0xBF}},
-  {4, {0xF4, 0x80, 0x80, 0x80}, {0xF4, 0x8F, 0xBF, 0xBF}},
-};
-#define COVER_STEPS 4096u              /* lexer steps a UTF-8 cover check takes before giving up */
+static uint32_t lex_step(void *m, uint32_t lex, uint8_t b) { return gm_lex_next(m, lex, b); }
 
-typedef struct { uint32_t list[COVER_STATES], n, steps; } cover_t;
-
-static bool cover_add(cover_t *L, uint32_t st) {
-  for (uint32_t k = 0; k < L->n; k++)
-    if (L->list[k] == st) return true;
-  if (L->n == COVER_STATES) return false;
-  L->list[L->n++] = st;
-  return true;
-}
-
-/* Every encoding of pattern p from its byte k on, from lexer state st: each byte keeps the lexer
- * alive, and the state after the character is listed. One byte per byte class (a class leads
- * every state to the same state). */
-static bool u8_tail(gr_matcher_t *m, uint32_t st, const u8pat_t *p, uint32_t k, cover_t *L) {
-  if (k == p->n) return cover_add(L, st);
-  uint32_t seen[8] = {0};
-  for (uint32_t b = p->lo[k]; b <= p->hi[k]; b++) {
-    uint32_t c = m->bcls[b];
-    if ((seen[c >> 5] >> (c & 31)) & 1) continue;
-    seen[c >> 5] |= 1u << (c & 31);
-    if (++L->steps > COVER_STEPS) return false;
-    uint32_t ns = gm_lex_next(m, st, (uint8_t)b);
-    if (!ns || !u8_tail(m, ns, p, k + 1, L)) return false;
-  }
-  return true;
-}
-
-/* Whether every string of whole characters, ASCII ones in `ascii` (128 bits) and any non-ASCII
- * one, keeps `lex` alive (false also past COVER_STATES or COVER_STEPS). */
-static bool lex_covers_utf8(gr_matcher_t *m, uint32_t lex, const uint32_t *ascii) {
-  uint8_t reps[128];                   /* one ASCII byte of `ascii` per class that has one */
-  uint32_t nr = 0, seen[8] = {0};
-  for (uint32_t b = 0; b < 128; b++) {
-    uint32_t c = m->bcls[b];
-    if (!((ascii[b >> 5] >> (b & 31)) & 1) || ((seen[c >> 5] >> (c & 31)) & 1)) continue;
-    seen[c >> 5] |= 1u << (c & 31);
-    reps[nr++] = (uint8_t)b;
-  }
-  cover_t L = {{lex}, 1, 0};
-  for (uint32_t i = 0; i < L.n; i++) {
-    for (uint32_t r = 0; r < nr; r++) {
-      uint32_t ns = gm_lex_next(m, L.list[i], reps[r]);
-      if (!ns || !cover_add(&L, ns)) return false;
-    }
-    for (uint32_t p = 0; p < sizeof U8_PATS / sizeof U8_PATS[0]; p++)
-      if (!u8_tail(m, L.list[i], &U8_PATS[p], 0, &L)) return false;
-  }
-  return true;
+/* Whether every string of characters, ASCII ones in `ascii` (128 bits) and any non-ASCII one,
+ * up to the slice's longest token (which may end inside a character), keeps `lex` alive: the
+ * SDK's check over the lexer's byte classes. */
+static bool lex_covers_utf8(gr_matcher_t *m, uint32_t lex, const uint32_t *ascii, uint32_t max_len) {
+  return aici_utf8_covers(lex_step, m, m->bcls, lex, ascii, max_len);
 }
 
 /* The largest ready slice whose byte set keeps `lex` alive (NULL: none). lex_cover's greedy set
@@ -248,7 +170,7 @@ static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, u
   }
   for (uint32_t k = 0; k < N_UTF8; k++) {
     const aici_slice_t *sl = utf8_slices[k];
-    if (sl && (!best || sl->n_tokens > best->n_tokens) && lex_covers_utf8(m, lex, utf8_ascii[k])) best = sl;
+    if (sl && (!best || sl->n_tokens > best->n_tokens) && lex_covers_utf8(m, lex, utf8_ascii[k], sl->max_len)) best = sl;
   }
   return best;
 }
