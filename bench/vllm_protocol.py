@@ -57,28 +57,9 @@ def _scripts():
     }
 
 
-def form_passes_own(n: int) -> dict:
-    from program import FORM, FORM_PROMPTS
-
-    from aicirt import program as P
-    from aicirt.engine import Engine, SamplingParams
-    from aicirt.engine.backends import load_backend
-    from aicirt.build.toolchain import build_cached
-
-    backend = load_backend(None)
-    counter = ForwardCounter(backend)
-    passes = tokens = 0
-    with Engine(backend) as eng:
-        for prompt in (FORM_PROMPTS * 4)[:n]:
-            c0 = counter.calls
-            req = eng.generate(prompt, build_cached("program"), P.json(FORM).dumps().encode(),
-                               params=SamplingParams(max_tokens=160))
-            passes += counter.calls - c0
-            tokens += len(req.sequences[0].output_tokens)
-    return {"passes": passes, "tokens": tokens, "per_token": round(passes / tokens, 3)}
-
-
-def form_passes_vllm(eng, n: int) -> dict:
+def _form_passes(eng, passes_now, n: int) -> dict:
+    """The fixed-key form's program on `n` prompts through `eng`: forward passes (read by
+    `passes_now()`) and tokens generated, with the texts."""
     from program import FORM, FORM_PROMPTS
 
     from aicirt import program as P
@@ -88,13 +69,29 @@ def form_passes_vllm(eng, n: int) -> dict:
     passes = tokens = 0
     texts = []
     for prompt in (FORM_PROMPTS * 4)[:n]:
-        p0 = eng.passes
+        p0 = passes_now()
         req = eng.generate(prompt, build_cached("program"), P.json(FORM).dumps().encode(),
                            params=SamplingParams(max_tokens=160))
-        passes += eng.passes - p0
+        passes += passes_now() - p0
         tokens += len(req.sequences[0].output_tokens)
         texts.append(req.sequences[0].text)
     return {"passes": passes, "tokens": tokens, "per_token": round(passes / tokens, 3), "texts": texts}
+
+
+def form_passes_own(n: int) -> dict:
+    from aicirt.engine import Engine
+    from aicirt.engine.backends import load_backend
+
+    backend = load_backend(None)
+    counter = ForwardCounter(backend)
+    with Engine(backend) as eng:
+        out = _form_passes(eng, lambda: counter.calls, n)
+    del out["texts"]
+    return out
+
+
+def form_passes_vllm(eng, n: int) -> dict:
+    return _form_passes(eng, lambda: eng.passes, n)
 
 
 def scripted_passes_own(scripts: dict) -> dict:
