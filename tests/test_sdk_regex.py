@@ -255,6 +255,26 @@ def test_masks_shared_between_states_equal_each_states_own(case):
         cached.check(b"".join(cached.vocab[t] for t in toks[:k]))
 
 
+@pytest.mark.parametrize("case", [*range(len(SHARED)), len(SHARED)])
+def test_masks_kept_from_a_states_second_visit_equal_a_fresh_walk(case):
+    """The controller keeps a state's mask from its second visit on (aici_regex_mask_now): walking
+    the text forward three times (first visits, then the visits that keep, then cache hits), each
+    mask is the one a fresh walk gives, and the controller's first-visit set never leaks into a
+    kept one."""
+    pattern, text = SHARED[case] if case < len(SHARED) else (rb"[0-9]+(\.[0-9]+)?", b"31415926535.8979323846")
+    kept = RegexSession(pattern, *gpt2_token_bytes(), b"\0bytes")   # its own: the walks change its cache
+    cold = session(pattern, "gpt2", b"\0nocache")
+    toks = greedy_tokenize(kept.vocab, text)
+    want = []
+    for k in range(len(toks) + 1):
+        want.append(cold.mask_after(b"".join(cold.vocab[t] for t in toks[:k])))
+    for walk in range(3):   # each mask_after backtracks to the prompt and feeds the prefix again
+        for k in range(len(toks) + 1):
+            got = kept.mask_after(b"".join(kept.vocab[t] for t in toks[:k]))
+            assert len(got) == len(want[k]) and all((x.mask == y.mask).all() for x, y in zip(got, want[k])), \
+                (pattern, walk, k)
+
+
 # -- text mode (the controller's default): `.`, `[^...]`, \S match whole UTF-8 characters --------
 # Checked against Python on the same language written out in bytes: UTF8 is one well-formed
 # multi-byte character (RFC 3629), what a set holding every byte >= 0x80 matches besides its

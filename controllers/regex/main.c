@@ -74,7 +74,7 @@ void aici_step(const aici_arg_t *arg, aici_result_t *res) {
   }
   aici_tokset_t *m;
   if (use_cache) {
-    m = (aici_tokset_t *)aici_regex_mask_cached(re, trie, s);   /* EOS bit depends only on s */
+    m = (aici_tokset_t *)aici_regex_mask_now(re, trie, s);   /* EOS bit depends only on s */
   } else {
     m = aici_tokset_tmp();
     aici_regex_mask_write(re, trie, s, m);

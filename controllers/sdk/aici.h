@@ -315,6 +315,11 @@ void aici_regex_mask_write(aici_regex_t *re, const aici_trie_t *trie, uint32_t s
  * the returned set is owned by the regex; do not modify it. */
 const aici_tokset_t *aici_regex_mask_cached(aici_regex_t *re, const aici_trie_t *trie, uint32_t state);
 void aici_regex_cache_limit(aici_regex_t *re, uint32_t limit);   /* 0 disables caching */
+/* Same as aici_regex_mask_cached for a walk along one text: a state's mask is kept from its second
+ * visit on; the first one is computed into a set the regex reuses, valid until the next call of
+ * this function or aici_regex_mask_cached on `re` (use it before asking for another). Most states
+ * of a walk are met once, and keeping a mask costs more than computing it. */
+const aici_tokset_t *aici_regex_mask_now(aici_regex_t *re, const aici_trie_t *trie, uint32_t state);
 /* Masks use slices (default on; same result): the byte classes the pattern repeats (the sets
  * under * + {m,n} with n >= 8, and the union of an alternation of sets so repeated) become
  * candidate slices; a DFA state that keeps every string over one of them live (checked once per

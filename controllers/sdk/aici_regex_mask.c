@@ -299,13 +299,17 @@ static uint32_t shared_mask_state(aici_regex_t *re, const aici_trie_t *tr, uint3
   return 0;
 }
 
+/* cache[state] of a state whose mask aici_regex_mask_now computed once and did not keep */
+#define VISITED_ONCE ((aici_tokset_t *)1)
+
 const aici_tokset_t *aici_regex_mask_cached(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
-  if (state < re->cap_states && re->cache[state]) return re->cache[state];
+  aici_tokset_t *hit = state < re->cap_states ? re->cache[state] : 0;
+  if (hit > VISITED_ONCE) return hit;
   uint32_t sig = 0;
   if (state && tr && re->cache_limit) {
     sig = live_sig(re, state);
     uint32_t r = shared_mask_state(re, tr, state, sig);
-    if (r) return re->cache[state] = re->cache[r];
+    if (r && re->cache[r] > VISITED_ONCE) return re->cache[state] = re->cache[r];
   }
   aici_tokset_t *s;
   bool keep = state && re->cache_n < re->cache_limit;
@@ -321,6 +325,22 @@ const aici_tokset_t *aici_regex_mask_cached(aici_regex_t *re, const aici_trie_t 
   }
   aici_regex_mask_write(re, tr, state, s);
   return s;
+}
+
+const aici_tokset_t *aici_regex_mask_now(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
+  aici_tokset_t *hit = state && state < re->cap_states ? re->cache[state] : 0;
+  if (hit > VISITED_ONCE) return hit;
+  if (!hit && state && re->cache_limit) {
+    /* A state's first mask is not kept: most states of a walk along a text are met once (each
+     * position of `[0-9]{4}-[0-9]{2}`), and keeping a mask costs a fresh 19 KiB of linear memory
+     * (its pages' first touch), several times the walk itself. Its second visit keeps it (a
+     * loop's state: `[0-9]+`, an identifier's tail). */
+    re->cache[state] = VISITED_ONCE;
+    if (!re->spare) re->spare = aici_tokset_new();
+    aici_regex_mask_write(re, tr, state, re->spare);
+    return re->spare;
+  }
+  return aici_regex_mask_cached(re, tr, state);
 }
 
 void aici_regex_cache_limit(aici_regex_t *re, uint32_t limit) { re->cache_limit = limit; }
