@@ -20,7 +20,9 @@ same prefix (one `fill_next_token_bitmask` call after consuming the previous tok
 `ratio` (default mode, through the object API: `submit([StepInput...])` with the whole token list
 each step) and `ratio_rows` (the same masks through `submit_rows`), each the geometric mean over
 the regexes of ours / llguidance's median; `ratio_cold(_rows)` the same with the mask cache off;
-`object_vs_rows` (default mode); every run's masks are checked equal to the default mode's object
+`ratio_steal` the default mode's object API on a Runtime(steal=True) (the caller runs a call
+predicted short itself: no hand-off to a worker; opt-in, for trusted controllers, since a call
+on the caller cannot be handed back); `object_vs_rows` (default mode); every run's masks are checked equal to the default mode's object
 API ones. The runs take turns (default, cold; object then rows; twice) per regex; each regex's
 line gives the interquartile ranges, and the JSON the load average before and after.
 
@@ -179,12 +181,15 @@ def main():
     load_before = os.getloadavg()
     rt = aicirt.Runtime(tok, limits=limits, workers=1)
     ctrl = rt.load(Path(args.wasm) if args.wasm else build_cached("regex"))
+    # beside it, the caller-runs rule on (opt-in, for trusted controllers: docs/embedding.md)
+    rt_steal = aicirt.Runtime(tok, limits=limits, workers=1, steal=True)
+    ctrl_steal = rt_steal.load(Path(args.wasm) if args.wasm else build_cached("regex"))
     prompt = tok.encode("Answer: ")
     cases = CASES[:3] if args.quick else CASES
 
     print(f"vocab {tok.vocab_size}; times in µs per mask; ours = submit->wait through aicirt.Runtime "
           f"(inside = the controller's own time); warm = cached mask per DFA state")
-    hdr = f"{'regex':<11}{'steps':>6}{'med':>8}{'p99':>8}{'inside':>8}{'cold med':>10}{'cold p99':>10}" \
+    hdr = f"{'regex':<11}{'steps':>6}{'med':>8}{'p99':>9}{'inside':>8}{'cold med':>10}{'cold p99':>10}" \
           f"{'inside':>8}{'warm med':>10}{'llg med':>9}{'llg p99':>9}{'ratio':>7}{'cold':>7}" \
           "  allowed(ours/llg, step 1)"
     print(hdr)
@@ -195,15 +200,17 @@ def main():
         # run after a pause meets a colder machine, and neither API always goes first
         runs: dict[tuple[str, str], tuple[list, list, list]] = {}
         for turn in range(2):
-            for mode in ("default", "cold"):
-                for api in ("object", "rows"):
-                    got = run_ours(rt, ctrl, pattern, prompt, ids, cold=mode == "cold", passes=1, api=api)
+            for mode in ("default", "cold", "steal"):
+                for api in ("object", "rows") if mode != "steal" else ("object",):
+                    on, c = (rt_steal, ctrl_steal) if mode == "steal" else (rt, ctrl)
+                    got = run_ours(on, c, pattern, prompt, ids, cold=mode == "cold", passes=1, api=api)
                     had = runs.get((mode, api))
                     runs[(mode, api)] = got if had is None else (had[0] + got[0], had[1] + got[1], had[2])
         default, inside_default, ours_masks = runs[("default", "object")]
         default_rows = runs[("default", "rows")][0]
         cold, inside, _ = runs[("cold", "object")]
         cold_rows = runs[("cold", "rows")][0]
+        steal = runs[("steal", "object")][0]
         for key, got in runs.items():
             if any((a is None) != (b is None) or (a is not None and not np.array_equal(a, b))
                    for a, b in zip(ours_masks, got[2])):
@@ -215,6 +222,7 @@ def main():
         theirs = int(np.unpackbits(llg_masks[0].view(np.uint8)).sum())
         row = dict(regex=name, steps=len(cold), med=statistics.median(default), p99=pct(default, 99),
                    rows_med=statistics.median(default_rows), inside_default_med=statistics.median(inside_default),
+                   steal_med=statistics.median(steal),
                    iqr=[pct(default, 25), pct(default, 75)], rows_iqr=[pct(default_rows, 25), pct(default_rows, 75)],
                    cold_med=statistics.median(cold), cold_p99=pct(cold, 99),
                    inside_med=statistics.median(inside), warm_med=statistics.median(warm),
@@ -224,20 +232,23 @@ def main():
                    llg_iqr=[pct(llg, 25), pct(llg, 75)])
         row["ratio"] = row["med"] / row["llg_med"]
         row["ratio_rows"] = row["rows_med"] / row["llg_med"]
+        row["ratio_steal"] = row["steal_med"] / row["llg_med"]
         row["object_vs_rows"] = row["med"] / row["rows_med"]
         row["ratio_cold"] = row["cold_med"] / row["llg_med"]
         row["ratio_cold_rows"] = row["cold_rows_med"] / row["llg_med"]
         rows.append(row)
-        print(f"{name:<11}{row['steps']:>6}{row['med']:>8.1f}{row['p99']:>8.1f}{row['inside_default_med']:>8.1f}"
+        print(f"{name:<11}{row['steps']:>6}{row['med']:>8.1f}{row['p99']:>9.1f}{row['inside_default_med']:>8.1f}"
               f"{row['cold_med']:>10.1f}{row['cold_p99']:>10.1f}{row['inside_med']:>8.1f}{row['warm_med']:>10.1f}"
               f"{row['llg_med']:>9.1f}{row['llg_p99']:>9.1f}{row['ratio']:>7.2f}{row['ratio_cold']:>7.2f}  "
               f"{mine}/{theirs}; rows API {row['rows_med']:.1f} ({row['ratio_rows']:.2f}x llg; object/rows "
-              f"{row['object_vs_rows']:.2f}), cold {row['cold_rows_med']:.1f} ({row['ratio_cold_rows']:.2f}x); "
+              f"{row['object_vs_rows']:.2f}), steal=True {row['steal_med']:.1f} ({row['ratio_steal']:.2f}x), "
+              f"cold {row['cold_rows_med']:.1f} ({row['ratio_cold_rows']:.2f}x); "
               f"IQR object {row['iqr'][0]:.1f}-"
               f"{row['iqr'][1]:.1f}, rows {row['rows_iqr'][0]:.1f}-{row['rows_iqr'][1]:.1f}, cold object "
               f"{row['cold_iqr'][0]:.1f}-{row['cold_iqr'][1]:.1f}, llg {row['llg_iqr'][0]:.1f}-"
               f"{row['llg_iqr'][1]:.1f}", flush=True)
     rt.close()
+    rt_steal.close()
     def geo(key: str) -> float:
         return round(math.exp(statistics.mean(math.log(r[key]) for r in rows)), 3)
 
@@ -253,6 +264,7 @@ def main():
         "llguidance_us_median": round(statistics.median([r["llg_med"] for r in rows]), 1),
         "ratio": geo("ratio"),
         "ratio_rows": geo("ratio_rows"),
+        "ratio_steal": geo("ratio_steal"),
         "ratio_cold": geo("ratio_cold"),
         "ratio_cold_rows": geo("ratio_cold_rows"),
         "ratio_target_met": geo("ratio") <= 2.0,
