@@ -290,7 +290,10 @@ void aici_trie_walk(const aici_trie_t *trie, aici_byte_step_fn step, void *ctx, 
 /* Byte-oriented, implicitly anchored at both ends (a whole-string match, like re.fullmatch):
  * literals, . (any byte but \n), [..] [^..] with ranges and \d \w \s inside, ( ) (?: ),
  * |, ? * + {m} {m,} {m,n} (lazy ? suffix accepted and ignored), escapes \d \D \w \W \s \S
- * \n \r \t \f \v \0 \xHH and \<punct>. ^ at the start and $ at the end are accepted. Compiled to
+ * \n \r \t \f \v \0 \xHH and \<punct>; \M (not in [..]) is one well-formed multi-byte UTF-8
+ * character (U+0080..U+10FFFF, no surrogates: what `.` adds to ASCII in text mode), parsed once
+ * per pattern and shared, so a long pattern that spells "any character" often stays short and
+ * cheap to compile. ^ at the start and $ at the end are accepted. Compiled to
  * an NFA, then a DFA built lazily (one state per reached NFA-state set). State 0 is dead. */
 typedef struct aici_regex aici_regex_t;
 

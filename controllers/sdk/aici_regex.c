@@ -214,6 +214,10 @@ static uint32_t parse_atom(parser_t *p) {
       return own_set(p, id);
     }
     case '\\': {
+      if (p->i < p->n && p->s[p->i] == 'M') {   /* \M: one multi-byte UTF-8 character (aici.h) */
+        p->i++;
+        return utf8_char(p);
+      }
       uint32_t id = new_set(p);
       int b = parse_escape(p, p->re->sets[id]);
       if (b == -2) return 0;
