@@ -565,6 +565,8 @@ const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset
   if (matcher_accepting(M, set)) aici_tokset_allow(M->out, eos);   /* a function of the set too */
   M->out_n = NO_LIST;
   if (!M->reference && cacheable && M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
+    if (M->cache_n == M->cache_cap)    /* grown as masks come: a first call touches no 73 KB table */
+      M->cache = aici_realloc(M->cache, (M->cache_cap = M->cache_cap ? 2 * M->cache_cap : 8) * sizeof(cache_ent_t));
     cache_ent_t *e = &M->cache[M->cache_n];
     e->key = key, e->hash = h;
     cache_store(M, e);

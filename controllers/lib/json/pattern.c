@@ -55,7 +55,12 @@ bool emit_cp_set(aici_buf_t *b, cp_set_t *s) {
   if (wide.n) {                        /* the rest as raw UTF-8 (the SDK's byte-range split) */
     if (!first) aici_buf_putc(b, '|');
     first = false;
-    aici_cps_regex(b, &wide);
+    aici_cps_scalars(&wide);
+    /* every character from U+0080 on (what most strings allow): the SDK's \M, the same language
+     * as the split written out (~270 bytes of text each time: most of a schema's regex text) */
+    if (wide.n == 2 && wide.r[0].lo == 0x80 && wide.r[0].hi == 0xD7FF && wide.r[1].lo == 0xE000 && wide.r[1].hi == 0x10FFFF)
+      aici_buf_puts(b, "\\M");
+    else aici_cps_regex(b, &wide);
     aici_free(wide.r);
   }
   if (ascii.n) {
