@@ -9,18 +9,9 @@ import json
 
 import pytest
 
-from _json_cases import Checker, VocabTokenizer
-from aicirt.build.toolchain import build_cached
+from test_json_defects import ck  # noqa: F401  (the fixture: a Checker over a byte vocabulary)
 
 jsonschema = pytest.importorskip("jsonschema")
-
-
-@pytest.fixture(scope="module")
-def ck():
-    tok = VocabTokenizer([bytes([i]) for i in range(256)] + [b""], 256)
-    c = Checker(tok, build_cached("json").read_bytes())
-    yield c
-    c.close()
 
 
 INT = {"type": "integer"}
