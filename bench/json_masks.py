@@ -82,7 +82,7 @@ second a schema here, so it runs on the first --xgr-per-slice schemas of each sl
 (xgr_schemas says how many); with it, common_schemas counts only schemas it ran on.
 
 Usage: python bench/json_masks.py [--per-slice N | --full] [--slices a,b] [--no-xgr]
-[--xgr-per-slice N] [--any-order] [--compile-only] [--compare-wasm PATH]. --slices hard: this project's own hard cases
+[--xgr-per-slice N] [--any-order] [--compile-only] [--compare-wasm PATH] [--same-masks PATH] [--wasm PATH]. --slices hard: this project's own hard cases
 (tests/_json_cases.py hard_cases: many optional properties, overlapping oneOf, patterns with
 length bounds, ...). --compile-only: coverage over every schema of the slices, our refusals
 counted by reason. --any-order: ours with the option any_order (keys in any order, each at most
@@ -492,6 +492,77 @@ def first_masks(ours: Ours, other: Ours, llg: Llg, cases: list, load_start: floa
     print(json.dumps(out))
 
 
+def same_masks(ours: Ours, other: Ours, cases: list, tok, eos: int, load_start: float) -> None:
+    """--same-masks: this tree's controller against the given module (e.g. main's build), mask by
+    mask: per schema, the first mask, then every instance's tokens (as given, and with the keys
+    in schema order) fed to both, each mask compared word for word until either rejects a token
+    (both must reject the same one). The last line is one JSON object: schemas, compiled (by
+    both; `compiled_differs`: by one only), masks compared, `differing` (masks not bit-identical,
+    rejections at different tokens included) and the first few differences."""
+    from _json_cases import given_text, instance_text
+    t_start = time.perf_counter()
+    n_masks, differing, compiled, compiled_differs, shown = 0, 0, 0, 0, []
+
+    def first(o, text):
+        try:
+            req, seq, mask, _, _, _, _ = o._first(text + o.options + b"\0fast_forward=0")
+        except RuntimeError:
+            return None
+        if mask is None:
+            seq.close()
+            req.close()
+            return None
+        return req, seq, mask
+
+    for case in cases:
+        text = json.dumps(case["schema"], ensure_ascii=False).encode("utf-8")
+        a, b = first(ours, text), first(other, text)
+        if (a is None) != (b is None):
+            compiled_differs += 1
+        if a is None or b is None:
+            for x in (a, b):
+                if x is not None:
+                    x[1].close(), x[0].close()
+            continue
+        compiled += 1
+        n_masks += 1
+        if not np.array_equal(a[2], b[2]):
+            differing += 1
+            shown.append((case["id"], "first mask"))
+        for t in case["tests"]:
+            try:
+                docs = {given_text(t["data"]), instance_text(case["schema"], t["data"])}
+            except (ValueError, RecursionError):
+                continue
+            for doc in docs:
+                toks = tok.encode_bytes(doc)
+                kids = [a[1].fork(), b[1].fork()]
+                try:
+                    idx = [np.array([k.index]) for k in kids]
+                    pair = list(zip((ours, other), idx))
+                    masks = [o._step(i, np.full(1, -1, np.int32), {0: (o.prompt, 0)})[0] for o, i in pair]
+                    for pos, tk in enumerate(toks + [eos]):
+                        n_masks += 1
+                        a_, b_ = masks
+                        same = (a_ is None) == (b_ is None) and (a_ is None or np.array_equal(a_, b_))
+                        if not same:
+                            differing += 1
+                            shown.append((case["id"], pos))
+                            break
+                        if masks[0] is None or not allowed(masks[0], tk) or tk == eos:
+                            break
+                        masks = [o._step(i, np.full(1, tk, np.int32), None)[0] for o, i in pair]
+                finally:
+                    for k in kids:
+                        k.close()
+        for x in (a, b):
+            x[1].close(), x[0].close()
+    print(json.dumps({"bench": "json_masks_same", "schemas": len(cases), "compiled": compiled,
+                      "compiled_differs": compiled_differs, "masks": n_masks, "differing": differing,
+                      "first_differences": shown[:10], "load_avg_start": round(load_start, 1),
+                      "load_avg_end": round(os.getloadavg()[0], 1), "seconds": round(time.perf_counter() - t_start, 1)}))
+
+
 def coverage(ours: Ours, llg: Llg, slices: list[str], load_start: float) -> None:
     """--compile-only: every schema of `slices` compiled by ours (the option `check`) and by
     llguidance; the last line is one JSON object: schemas, coverage_pct, llg_coverage_pct,
@@ -558,6 +629,12 @@ def main() -> None:
     ap.add_argument("--compare-wasm", default=None,
                     help="time to first mask only (cold and warm), this tree's controller beside the given "
                          "json module (e.g. main's build) and llguidance, interleaved schema by schema")
+    ap.add_argument("--same-masks", default=None,
+                    help="masks only: this tree's controller beside the given json module (e.g. main's build), "
+                         "every mask of every instance compared bit for bit (no timing)")
+    ap.add_argument("--wasm", default=None,
+                    help="run this json module as ours instead of this tree's build (e.g. main's, for a before/after "
+                         "pair of runs on the same machine)")
     args = ap.parse_args()
 
     from _json_cases import SLICES, VocabTokenizer, given_text, instance_text, load_slice, sample
@@ -570,7 +647,8 @@ def main() -> None:
     engines, xgr_note = baselines(q, not args.no_xgr)
     lltok = engines[0].tok
     tok = VocabTokenizer(q.token_bytes, q.eos_token_id, encode=lambda s: lltok.tokenize_str(s))
-    ours = Ours(tok, build_cached("json").read_bytes(), b"\0any_order" if args.any_order else b"")
+    wasm = Path(args.wasm).read_bytes() if args.wasm else build_cached("json").read_bytes()
+    ours = Ours(tok, wasm, b"\0any_order" if args.any_order else b"")
     prefixes = [""] + [e.prefix for e in engines]
     print(f"{' '.join(sys.argv[1:]) or '(defaults)'}; vocab {q.vocab_size}; Qwen2 tokens; load {load_start:.1f}; "
           f"{os.cpu_count()} cores; wall times on the caller's thread", flush=True)
@@ -579,6 +657,14 @@ def main() -> None:
     slices = args.slices.split(",") if args.slices else SLICES   # "hard": tests/_json_cases.py HARD
     if args.compile_only:
         coverage(ours, engines[0], slices, load_start)
+        return
+    if args.same_masks:
+        other = Ours(tok, Path(args.same_masks).read_bytes(), ours.options)
+        cases = [c for name in slices
+                 for c in (list(load_slice(name)) if args.full else sample(name, args.per_slice, seed=0))]
+        same_masks(ours, other, cases, tok, q.eos_token_id, load_start)
+        other.close()
+        ours.close()
         return
     if args.compare_wasm:
         other = Ours(tok, Path(args.compare_wasm).read_bytes(), ours.options)
@@ -617,7 +703,8 @@ def main() -> None:
         print(f"{name:15s} " + summary(row, prefixes), flush=True)
     ours.close()
     total = figures(everything, prefixes)
-    result = {"bench": "json_masks", "tokenizer": "qwen2", "any_order": args.any_order, **total, **ratios(total, prefixes),
+    result = {"bench": "json_masks", "tokenizer": "qwen2", "any_order": args.any_order, "wasm": args.wasm or "this tree",
+              **total, **ratios(total, prefixes),
               "xgr_available": "xgr" in prefixes, "load_avg_start": round(load_start, 1),
               "load_avg_end": round(os.getloadavg()[0], 1), "seconds": round(time.perf_counter() - t_start, 1),
               "per_slice": per_slice}

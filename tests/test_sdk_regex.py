@@ -318,3 +318,39 @@ def test_text_mode_refuses_bytes_that_cannot_start_a_character():
     allowed = br[0].allowed()
     assert not allowed & ({*range(0x80, 0xc2)} | {*range(0xf5, 0x100)})   # continuation, overlong, > U+10FFFF
     assert {ord("a"), 0xc3, 0xe6, 0xf0, ord('"')} <= allowed
+
+
+# -- \M: one multi-byte UTF-8 character, the same language as UTF8 above, in both modes -------------
+# (the json library writes "any character but ASCII" as \M: its schemas' regex texts were mostly
+# that alternation written out, over and over)
+M_PATTERNS = [   # (pattern with \M, the same language written out)
+    (rb"(?:[a-c]|\M)*x", rb"(?:[a-c]|" + UTF8 + rb")*x"),
+    (rb"\M{2}|a\M?", UTF8 + rb"{2}|a" + UTF8 + rb"?"),
+    (rb'"(?:\\"|[ !#-\x7f]|\M)*"', rb'"(?:\\"|[ !#-\x7f]|' + UTF8 + rb')*"'),
+]
+
+
+@functools.cache
+def m_session(case: int, options: bytes) -> RegexSession:
+    s = RegexSession(M_PATTERNS[case][0], BYTE_VOCAB, 256, options)
+    s.pattern = M_PATTERNS[case][1]   # what expected() checks against
+    return s
+
+
+@pytest.mark.parametrize("options", [b"", b"\0bytes"], ids=["text", "bytes"])
+@pytest.mark.parametrize("case", range(len(M_PATTERNS)), ids=lambda i: M_PATTERNS[i][0].decode("latin-1"))
+@FAST
+@given(data=st.data())
+def test_multibyte_escape_matches_utf8_language(case, options, data):
+    s, ref = m_session(case, options), M_PATTERNS[case][1]
+    text = data.draw(st.one_of(prefix_of_match(ref), st.binary(max_size=8).map(lambda t: live_prefix(ref, t)),
+                               st.text(max_size=4).map(lambda t: live_prefix(ref, t.encode()))))
+    s.check(text)
+
+
+def test_multibyte_escape_is_no_class_member():
+    """\\M stands for a sequence of bytes, so a class cannot hold it: the usual escape error."""
+    h = MiniHost(regex_wasm(), BYTE_VOCAB, 256, lambda s: [], arg=rb"[a\M]")
+    with pytest.raises(wasmtime.Trap):
+        h.step([1])
+    assert any("unsupported escape" in line for line in h.logs), h.logs

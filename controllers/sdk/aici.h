@@ -290,7 +290,10 @@ void aici_trie_walk(const aici_trie_t *trie, aici_byte_step_fn step, void *ctx, 
 /* Byte-oriented, implicitly anchored at both ends (a whole-string match, like re.fullmatch):
  * literals, . (any byte but \n), [..] [^..] with ranges and \d \w \s inside, ( ) (?: ),
  * |, ? * + {m} {m,} {m,n} (lazy ? suffix accepted and ignored), escapes \d \D \w \W \s \S
- * \n \r \t \f \v \0 \xHH and \<punct>. ^ at the start and $ at the end are accepted. Compiled to
+ * \n \r \t \f \v \0 \xHH and \<punct>; \M (not in [..]) is one well-formed multi-byte UTF-8
+ * character (U+0080..U+10FFFF, no surrogates: what `.` adds to ASCII in text mode), parsed once
+ * per pattern and shared, so a long pattern that spells "any character" often stays short and
+ * cheap to compile. ^ at the start and $ at the end are accepted. Compiled to
  * an NFA, then a DFA built lazily (one state per reached NFA-state set). State 0 is dead. */
 typedef struct aici_regex aici_regex_t;
 
@@ -306,6 +309,11 @@ uint32_t aici_regex_advance(aici_regex_t *re, uint32_t state, const uint8_t *byt
 bool aici_regex_accepting(aici_regex_t *re, uint32_t state);
 bool aici_regex_can_continue(aici_regex_t *re, uint32_t state);  /* some byte keeps it live */
 uint32_t aici_regex_num_states(const aici_regex_t *re);
+/* Whether some string of the language matches when every `marker` byte in it must be followed by
+ * two bytes hi, lo that ok(ctx, hi << 8 | lo) approves (other markers: dead): is a machine that
+ * calls others through such triples non-empty, given which callees are. Decided exactly on the
+ * NFA, in time linear in its size (no DFA rows built). */
+bool aici_regex_productive(const aici_regex_t *re, uint8_t marker, bool (*ok)(void *ctx, uint32_t id), void *ctx);
 /* Add to `out` every token whose bytes keep the text a prefix of a match from `state`.
  * (Tokens only: EOS has no bytes; add it yourself when aici_regex_accepting().) */
 void aici_regex_mask(aici_regex_t *re, const aici_trie_t *trie, uint32_t state, aici_tokset_t *out);

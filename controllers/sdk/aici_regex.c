@@ -214,6 +214,10 @@ static uint32_t parse_atom(parser_t *p) {
       return own_set(p, id);
     }
     case '\\': {
+      if (p->i < p->n && p->s[p->i] == 'M') {   /* \M: one multi-byte UTF-8 character (aici.h) */
+        p->i++;
+        return utf8_char(p);
+      }
       uint32_t id = new_set(p);
       int b = parse_escape(p, p->re->sets[id]);
       if (b == -2) return 0;
@@ -361,3 +365,64 @@ aici_regex_t *aici_regex_compile_text(const char *pattern, size_t len, char **er
 
 uint32_t aici_regex_start(aici_regex_t *re) { return re->start; }
 uint32_t aici_regex_num_states(const aici_regex_t *re) { return re->n_states; }
+
+/* A depth-first search over the NFA's live states, each state visited once per phase: 0 (text),
+ * 1 (after a marker), 2 (after a marker and hi: once per hi, in `seen2`). */
+typedef struct { uint32_t q, tag; } prod_item_t;   /* tag: phase | hi << 2 */
+
+bool aici_regex_productive(const aici_regex_t *re, uint8_t marker, bool (*ok)(void *ctx, uint32_t id), void *ctx) {
+  uint32_t words = (re->n_nfa + 31) / 32, cap = 64, n = 0, cap2 = 64, n2 = 0;
+  uint32_t *seen = aici_calloc(2 * words, 4), *seen2 = aici_calloc(cap2, 4);
+  prod_item_t *stk = aici_malloc(cap * sizeof *stk);
+  bool found = false;
+  stk[n++] = (prod_item_t){re->start_nfa, 0};
+#define PUSH(q_, tag_) do { if (n == cap) stk = aici_realloc(stk, (cap *= 2) * sizeof *stk); \
+    stk[n++] = (prod_item_t){(q_), (tag_)}; } while (0)
+  while (n && !found) {
+    prod_item_t it = stk[--n];
+    const nfa_t *s = &re->nfa[it.q];
+    uint32_t phase = it.tag & 3, hi = it.tag >> 2;
+    if (!s->live) continue;
+    if (phase < 2) {
+      uint32_t *w = seen + phase * words;
+      if (w[it.q >> 5] >> (it.q & 31) & 1) continue;
+      w[it.q >> 5] |= 1u << (it.q & 31);
+    } else {                           /* (q, hi) in an open-addressing set of q << 8 | hi, + 1 */
+      uint32_t key = (it.q << 8 | hi) + 1, k = key * 2654435761u & (cap2 - 1);
+      while (seen2[k] && seen2[k] != key) k = (k + 1) & (cap2 - 1);
+      if (seen2[k]) continue;
+      seen2[k] = key;
+      if (2 * ++n2 > cap2) {
+        uint32_t *old = seen2, oc = cap2;
+        seen2 = aici_calloc(cap2 *= 2, 4);
+        for (uint32_t i = 0; i < oc; i++)
+          if (old[i]) {
+            uint32_t j = old[i] * 2654435761u & (cap2 - 1);
+            while (seen2[j]) j = (j + 1) & (cap2 - 1);
+            seen2[j] = old[i];
+          }
+        aici_free(old);
+      }
+    }
+    if (s->kind == N_MATCH) found = phase == 0;
+    else if (s->kind == N_SPLIT) { PUSH(s->out, it.tag); PUSH(s->out1, it.tag); }
+    else if (s->kind == N_CONSUME) {
+      const uint32_t *set = re->sets[s->set];
+      if (phase == 0) {
+        uint32_t other = 0;
+        for (int w = 0; w < 8; w++) other |= set[w] & ~(w == marker >> 5 ? 1u << (marker & 31) : 0u);
+        if (other) PUSH(s->out, 0);
+        if (set[marker >> 5] >> (marker & 31) & 1) PUSH(s->out, 1);
+      } else {
+        for (uint32_t b = 0; b < 256; b++) {
+          if (!(set[b >> 5] >> (b & 31) & 1)) continue;
+          if (phase == 1) PUSH(s->out, 2 | b << 2);
+          else if (ok(ctx, hi << 8 | b)) { PUSH(s->out, 0); break; }
+        }
+      }
+    }
+  }
+#undef PUSH
+  aici_free(seen), aici_free(seen2), aici_free(stk);
+  return found;
+}

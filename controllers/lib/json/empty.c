@@ -1,62 +1,25 @@
 /* Questions about languages the compiler asks. Which machines admit no value: a regex may be non-empty as text yet every string of it call a
  * machine whose own language is empty (a required property whose schema admits nothing, an
  * exact oneOf none of whose branches can be the only one). The language of machine i is
- * non-empty ("productive") iff some path from its start to an accepting DFA state takes calls
- * only into productive machines: the least fixpoint, by a breadth-first search per machine
- * (one byte per byte class). Calls into the others are then written out of the texts, so that
- * their DFAs know those paths are dead and masks never offer a way into them. */
+ * non-empty ("productive") iff some path from its start to a match takes calls only into
+ * productive machines: the least fixpoint, by a search of each machine's NFA. Calls into the
+ * others are then written out of the texts, so that their DFAs know those paths are dead and
+ * masks never offer a way into them. */
 #include "json.h"
 
-#define SEARCH_STATES 4096u            /* DFA states one search visits at most (past it: productive) */
+typedef struct { const bool *prod; uint32_t n; } callees_t;
 
-/* Does the DFA of `re` reach an accepting state from its start, calls only into prod[]? */
+static bool callee_productive(void *ctx, uint32_t id) {
+  const callees_t *c = ctx;
+  return id < c->n && c->prod[id];
+}
+
+/* Does `re` match some string whose calls all go into prod[] machines? Decided on its NFA
+ * (aici_regex_productive): a breadth-first search of its DFA built hundreds of rows a schema,
+ * most of a first call's regex work, for rows no mask may ever need. */
 static bool reaches_accept(aici_regex_t *re, const bool *prod, uint32_t n) {
-  uint32_t n_cls = 0;
-  const uint8_t *cls = aici_regex_classes(re, &n_cls);
-  uint8_t rep[256];                    /* one byte per class (CALL_BYTE apart) */
-  bool seen_cls[256] = {0};
-  uint32_t n_rep = 0;
-  for (uint32_t b = 0; b < 256; b++)
-    if (b != CALL_BYTE && !seen_cls[cls[b]]) seen_cls[cls[b]] = true, rep[n_rep++] = (uint8_t)b;
-  uint32_t *q = aici_malloc(SEARCH_STATES * 4), qh = 0, qt = 0;
-  uint32_t cap = 1024;
-  uint8_t *seen = aici_calloc(cap, 1);
-  bool found = false;
-  uint32_t s0 = aici_regex_start(re);
-  if (s0) q[qt++] = s0;
-#define VISIT(t)                                                                   \
-  do {                                                                             \
-    uint32_t t_ = (t);                                                             \
-    if (!t_) break;                                                                \
-    if (t_ >= cap) {                                                               \
-      uint32_t nc = cap;                                                           \
-      while (nc <= t_) nc *= 2;                                                    \
-      seen = aici_realloc(seen, nc);                                               \
-      __builtin_memset(seen + cap, 0, nc - cap);                                   \
-      cap = nc;                                                                    \
-    }                                                                              \
-    if (seen[t_]) break;                                                           \
-    seen[t_] = 1;                                                                  \
-    if (qt == SEARCH_STATES) { found = true; break; }   /* too large to tell: taken as productive */ \
-    q[qt++] = t_;                                                                  \
-  } while (0)
-  if (s0 < cap) seen[s0] = 1;
-  while (qh < qt && !found) {
-    uint32_t s = q[qh++];
-    if (aici_regex_accepting(re, s)) { found = true; break; }
-    for (uint32_t k = 0; k < n_rep && !found; k++) VISIT(aici_regex_step(re, s, rep[k]));
-    uint32_t r = aici_regex_step(re, s, CALL_BYTE);
-    for (uint32_t hi = 0; r && hi < 256 && !found; hi++) {
-      uint32_t r2 = aici_regex_step(re, r, (uint8_t)hi);
-      for (uint32_t lo = 0; r2 && lo < 256 && !found; lo++) {
-        uint32_t callee = hi << 8 | lo;
-        if (callee < n && prod[callee]) VISIT(aici_regex_step(re, r2, (uint8_t)lo));
-      }
-    }
-  }
-#undef VISIT
-  aici_free(q), aici_free(seen);
-  return found;
+  callees_t c = {prod, n};
+  return aici_regex_productive(re, CALL_BYTE, callee_productive, &c);
 }
 
 void machines_productive(aici_regex_t *const *re, lencount_t *const *lc, uint32_t n, bool *prod) {

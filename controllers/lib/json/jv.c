@@ -179,6 +179,7 @@ jv_t *jv_parse(const char *text, uint32_t len, const char **err, uint32_t *at) {
 
 bool jv_str_is(const jv_t *v, const char *s) {
   if (!v || v->kind != JV_STR) return false;
+  if (!v->n || v->s[0] != s[0]) return !v->n && !s[0];   /* most keyword tests end here */
   uint32_t n = 0;
   while (s[n]) n++;
   return v->n == n && !__builtin_memcmp(v->s, s, n);

@@ -96,7 +96,9 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
     aici_free(prod);
     return 0;
   }
-  for (uint32_t i = 0; i < src->n; i++) {
+  bool any_dead = false;
+  for (uint32_t i = 0; i < src->n; i++) any_dead |= !prod[i];
+  for (uint32_t i = 0; i < src->n && any_dead; i++) {   /* (none dead, the usual case: no text changes) */
     M->dead[i] = !prod[i];
     uint32_t len = 0;
     char *t = src->m[i].text && !src->m[i].counted ? text_without_dead_calls(src->m[i].text, src->m[i].len, prod, src->n, &len) : 0;
@@ -125,7 +127,6 @@ matcher_t *matcher_new(const compiled_t *src, char **err) {
   M->fr_ht = aici_calloc(M->fr_ht_cap, 4);
   M->calls_ht_cap = 256;
   M->calls_ht = aici_calloc(M->calls_ht_cap, sizeof(calls_ent_t));
-  M->cache = aici_calloc(CACHE_MAX, sizeof(cache_ent_t));
   return M;
 }
 

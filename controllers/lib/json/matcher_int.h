@@ -50,7 +50,7 @@ struct matcher {
   call_t *call_pool;
   uint32_t call_pool_n, call_pool_cap;
   cache_ent_t *cache;
-  uint32_t cache_n, cache_bytes;
+  uint32_t cache_n, cache_cap, cache_bytes;   /* cache_cap: entries allocated (grown on demand) */
   /* The mask handed out: one buffer, allocated before any fork (its pages are then resident in
    * every child) and rewritten in place. Its content is base `out_base` with the words
    * out_idx[0..out_n) changed (out_n == NO_LIST: unknown, rewrite it whole). */

@@ -269,15 +269,16 @@ static inline bool boundary(matcher_t *M, uint32_t m, uint32_t s, uint32_t paren
 }
 
 /* Rows are addressed from the table's base (state 0's row): building a row may move the table,
- * so the base is re-read after anything that can build one. */
-static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32_t *mask) {
+ * so the base is re-read after anything that can build one. Walks nodes [p, end) from sp = 1
+ * (the root's children's level, whole subtrees). */
+static void walk_mono_from(matcher_t *M, const aici_trie_node_t *nodes, const cfg_t *c, uint32_t p, uint32_t end,
+                           uint32_t *mask) {
   aici_regex_t *re = M->re[c->m];
-  uint32_t m = c->m, parent = c->parent, states[1025], sp = 1, p = 1, n = t->n_nodes;
-  const aici_trie_node_t *nodes = t->nodes;
+  uint32_t m = c->m, parent = c->parent, states[1025], sp = 1;
   states[0] = c->s;
   aici_regex_row(re, c->s);
   const uint32_t *base = aici_regex_row(re, 0), *row = base + (size_t)c->s * 256;
-  while (p < n) {
+  while (p < end) {
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, size = w1 >> 10;
     uint32_t e = row[w0 & 255], ns = e & ~AICI_REGEX_FINAL;
     if ((uint8_t)w0 == CALL_BYTE) ns = 0;
@@ -305,6 +306,38 @@ static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32
     p += size;
     sp -= w1 & 1023;
     row = base + (size_t)states[sp - 1] * 256;
+  }
+}
+
+/* The root's children by the SDK's list (t->root_kids): a dead first byte is skipped without
+ * reading its node, so a first mask that allows a few first bytes (`{`, `[`, `"`) touches only
+ * their subtrees' pages, not one page per root child of a trie in fresh snapshot memory. */
+static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32_t *mask) {
+  if (!t->root_kids) {
+    walk_mono_from(M, t->nodes, c, 1, t->n_nodes, mask);
+    return;
+  }
+  aici_regex_t *re = M->re[c->m];
+  for (uint32_t k = 0, nk = t->n_root_kids; k < nk; k++) {
+    uint32_t e = t->root_kids[k], b = e & 255, p = e >> 8;
+    if (b == CALL_BYTE || !(aici_regex_row(re, c->s)[b] & ~AICI_REGEX_FINAL)) continue;
+    walk_mono_from(M, t->nodes, c, p, p + (t->nodes[p].w1 >> 10), mask);
+  }
+}
+
+/* The generic walk from the root, skipping dead first bytes as walk_mono does. */
+static void walk_generic_root(matcher_t *M, const aici_trie_t *t, uint32_t *mask) {
+  if (!t->root_kids) {
+    walk_generic(M, t->nodes, 1, t->n_nodes, 1, mask);
+    return;
+  }
+  cset_t *st = M->walk;
+  for (uint32_t k = 0, nk = t->n_root_kids; k < nk; k++) {
+    uint32_t e = t->root_kids[k], p = e >> 8;
+    if (!matcher_step(M, &st[0], (uint8_t)e, &st[1])) continue;
+    uint32_t tok = t->nodes[p].w0 >> 8, size = t->nodes[p].w1 >> 10;
+    mask[tok >> 5] |= 1u << (tok & 31);
+    if (size > 1) walk_generic(M, t->nodes, p + 1, p + size, 2, mask);
   }
 }
 
@@ -345,11 +378,13 @@ static void walk(matcher_t *M, const aici_trie_t *t, const cset_t *start, uint32
   if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
   bool fresh;
   if (start->n == 1 && !boundary(M, start->c[0].m, start->c[0].s, start->c[0].parent, &fresh)) {
-    walk_mono(M, t, &start->c[0], mask);
+    if (M->reference) walk_mono_from(M, t->nodes, &start->c[0], 1, t->n_nodes, mask);   /* every node */
+    else walk_mono(M, t, &start->c[0], mask);
     return;
   }
   M->walk[0] = *start;
-  walk_generic(M, t->nodes, 1, t->n_nodes, 1, mask);
+  if (M->reference) walk_generic(M, t->nodes, 1, t->n_nodes, 1, mask);
+  else walk_generic_root(M, t, mask);
 }
 
 static void sort_set(cset_t *s) {
@@ -565,6 +600,8 @@ const aici_tokset_t *matcher_mask(matcher_t *M, const aici_trie_t *t, const cset
   if (matcher_accepting(M, set)) aici_tokset_allow(M->out, eos);   /* a function of the set too */
   M->out_n = NO_LIST;
   if (!M->reference && cacheable && M->cache_n < CACHE_MAX && M->cache_bytes < CACHE_BYTES) {
+    if (M->cache_n == M->cache_cap)    /* grown as masks come: a first call touches no 73 KB table */
+      M->cache = aici_realloc(M->cache, (M->cache_cap = M->cache_cap ? 2 * M->cache_cap : 8) * sizeof(cache_ent_t));
     cache_ent_t *e = &M->cache[M->cache_n];
     e->key = key, e->hash = h;
     cache_store(M, e);

@@ -35,13 +35,16 @@ bool emit_cp_set(aici_buf_t *b, cp_set_t *s) {
   aici_buf_puts(b, "(?:");
   bool all_escaped = s->n && s->r[0].lo == 0 && s->r[0].hi >= '\\';
   if (all_escaped) alt(b, &first, "\\\\(?:[\\x22\\x5c/bfnrt]|u[0-9a-fA-F]{4})");
+  /* every control character: their escapes (below, one by one) as one piece, the same language */
+  bool all_controls = !all_escaped && s->n && s->r[0].lo == 0 && s->r[0].hi >= 0x1f;
+  if (all_controls) alt(b, &first, "\\\\[bfnrt]|\\\\u00[01][0-9a-fA-F]");
   /* the one-byte characters as one class: the SDK takes a repeated class as a slice candidate */
   aici_buf_t ascii = {0};
   cp_set_t wide = {0};                 /* U+0080 and up */
   for (uint32_t i = 0; i < s->n; i++) {
     uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
     for (uint32_t c = lo; c <= hi && c < 0x60; c++)
-      if ((c < 0x20 || c == '"' || c == '\\') && !all_escaped) escaped(b, c, &first);
+      if ((c < 0x20 ? !all_controls : c == '"' || c == '\\') && !all_escaped) escaped(b, c, &first);
     for (uint32_t c = lo < 0x20 ? 0x20 : lo; c <= hi && c < 0x80; c++) {
       if (c == '"' || c == '\\') continue;
       uint32_t e = c;
@@ -55,7 +58,12 @@ bool emit_cp_set(aici_buf_t *b, cp_set_t *s) {
   if (wide.n) {                        /* the rest as raw UTF-8 (the SDK's byte-range split) */
     if (!first) aici_buf_putc(b, '|');
     first = false;
-    aici_cps_regex(b, &wide);
+    aici_cps_scalars(&wide);
+    /* every character from U+0080 on (what most strings allow): the SDK's \M, the same language
+     * as the split written out (~270 bytes of text each time: most of a schema's regex text) */
+    if (wide.n == 2 && wide.r[0].lo == 0x80 && wide.r[0].hi == 0xD7FF && wide.r[1].lo == 0xE000 && wide.r[1].hi == 0x10FFFF)
+      aici_buf_puts(b, "\\M");
+    else aici_cps_regex(b, &wide);
     aici_free(wide.r);
   }
   if (ascii.n) {

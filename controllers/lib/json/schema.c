@@ -560,6 +560,25 @@ static void emit_schema(cx_t *c, aici_buf_t *b, const jv_t *s) {
   aici_buf_putc(b, ')');
 }
 
+/* The length of a machine's regex text with each \\M (one multi-byte character, emit_cp_set)
+ * written out as the byte-range split it stands for: what TEXT_MAX bounds (the DFAs grow with the
+ * language's written size, not with the shorthand). */
+static uint64_t written_out_len(const char *t, uint32_t n) {
+  static uint32_t m_len;
+  if (!m_len) {
+    cp_set_t s = {0};
+    aici_buf_t b = {0};
+    aici_cps_add(&s, 0x80, 0x10ffff);
+    aici_cps_regex(&b, &s);
+    m_len = b.n;
+    aici_free(b.p), aici_free(s.r);
+  }
+  uint64_t len = n;
+  for (uint32_t i = 0; t && i < n; i++)
+    if (t[i] == '\\' && i + 1 < n) len += t[++i] == 'M' ? m_len - 2 : 0;
+  return len;
+}
+
 bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, char **err) {
   cx_t c = {.root = schema, .o = o, .out = out};
   if (o->whitespace) {
@@ -583,7 +602,7 @@ bool schema_compile(const jv_t *schema, const json_opts_t *o, compiled_t *out, c
     aici_free(text.p);
   }
   uint64_t total = 0;                  /* a checked limit on the regex text: its DFAs grow with it */
-  for (uint32_t i = 0; i < c.n_keys; i++) total += c.texts[i].len;
+  for (uint32_t i = 0; i < c.n_keys; i++) total += written_out_len(c.texts[i].text, c.texts[i].len);
   if (!c.err && total > TEXT_MAX) {
     aici_buf_t m = {0};
     aici_buf_puts(&m, "too large: schema at # (its ");

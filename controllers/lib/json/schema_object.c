@@ -135,10 +135,11 @@ static void emit_divergences(aici_buf_t *b, ktrie_t *t, uint32_t node) {
   for (uint32_t j = 0; j < x->n_kids; j++) aici_cps_add(&other, x->kid_cp[j], x->kid_cp[j]);
   aici_cps_add(&other, 0, 0x5c);
   aici_cps_negate(&other);
-  for (uint32_t c = 0; c <= 0x5c; c++) {
-    bool kid = false;
-    for (uint32_t j = 0; j < x->n_kids; j++) kid |= x->kid_cp[j] == c;
-    if (!kid) aici_cps_add(&low, c, c);
+  for (uint32_t c = 0, run = 0; c <= 0x5d; c++) {   /* [0, \\] less the children, as runs */
+    bool kid = c == 0x5d;
+    for (uint32_t j = 0; j < x->n_kids && !kid; j++) kid = x->kid_cp[j] == c;
+    if (kid && c > run) aici_cps_add(&low, run, c - 1);
+    if (kid) run = c + 1;
   }
   aici_buf_puts(b, "(?:");
   emit_cp_set(b, &other);
