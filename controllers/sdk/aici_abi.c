@@ -240,7 +240,12 @@ void aici_var_set(const char *name, const void *value, size_t len) {
 void aici_var_append(const char *name, const void *value, size_t len) {
   aici_h_var_append(I32(name), (int32_t)__builtin_strlen(name), I32(value), (int32_t)len);
 }
-void aici_log(const char *msg, size_t len) { aici_h_log(I32(msg), (int32_t)len); }
+static aici_buf_t *log_held;          /* aici_log_hold: where log lines go instead of the host */
+void aici_log_hold(aici_buf_t *into) { log_held = into; }
+void aici_log(const char *msg, size_t len) {
+  if (log_held) aici_buf_putn(log_held, msg, (uint32_t)len);
+  else aici_h_log(I32(msg), (int32_t)len);
+}
 void aici_logs(const char *msg) { aici_log(msg, __builtin_strlen(msg)); }
 
 /* ---- aici_logf: a small printf into a stack buffer, flushed when full ---------------------- */
