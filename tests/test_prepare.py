@@ -258,38 +258,54 @@ def test_close_frees_the_templates_and_lets_the_engine_go():
     assert engine() is None
 
 
-def test_json_masks_are_the_same_with_and_without_the_cache(make_rt):
-    """The same schema twice through a Runtime with templates, and through one without: the same
-    mask at every step of the same walk (the lowest allowed token each time)."""
-    schema = json.dumps({"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},
+def walk(rt, ctrl, arg: str, steps: int = 12) -> list[list[int]]:
+    """The masks of one request along a walk that samples the highest allowed token (the lowest
+    when that is EOS)."""
+    seq = rt.new_request(ctrl, arg).spawn()
+    tokens, masks = [1, 2], []
+    sampled = None
+    for _ in range(steps):
+        out = rt.submit([StepInput(seq, tokens, sampled)]).wait()
+        r = out.results[0]
+        if r.status != "ok" or not r.branches:
+            masks.append([r.status])
+            break
+        allowed = mask_tokens(out, r.branches[0].mask_row)
+        masks.append(allowed)
+        sampled = allowed[-1] if allowed[-1] != rt.eos_token else allowed[0]
+        tokens = tokens + [sampled]
+    seq.close()
+    return masks
+
+
+@pytest.mark.parametrize("name, arg", [
+    ("json", json.dumps({"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},
                                                           "n": {"type": "integer", "minimum": 3}},
-                         "required": ["name", "n"]}) + "\0fast_forward=0"
-    src = toolchain.build_cached("json")
-
-    def walk(rt, ctrl) -> list[list[int]]:
-        seq = rt.new_request(ctrl, schema).spawn()
-        tokens, masks = [1, 2], []
-        sampled = None
-        for _ in range(12):
-            out = rt.submit([StepInput(seq, tokens, sampled)]).wait()
-            r = out.results[0]
-            if r.status != "ok" or not r.branches:
-                masks.append([r.status])
-                break
-            allowed = mask_tokens(out, r.branches[0].mask_row)
-            masks.append(allowed)
-            sampled = allowed[-1] if allowed[-1] != rt.eos_token else allowed[0]
-            tokens = tokens + [sampled]
-        seq.close()
-        return masks
-
+                         "required": ["name", "n"]}) + "\0fast_forward=0"),
+    ("grammar", 'start: "ab" NUM ("," NUM)*\nNUM: /[0-9]{1,3}/'),
+    ("regex", "(19|20)[0-9]{2}-[a-z]{2,5}"),
+])
+def test_masks_are_the_same_with_and_without_the_cache(make_rt, name, arg):
+    """The same argument three times through a Runtime with templates (prepared, then copies of
+    the template), and once through one without: the same mask at every step of the same walk."""
+    src = toolchain.build_cached(name)
     cached = make_rt()
     ctrl = cached.load(src)
-    runs = [walk(cached, ctrl) for _ in range(3)]
-    assert cached.prepared.stats.forked == 2
+    assert ctrl.has_prepare
+    runs = [walk(cached, ctrl, arg) for _ in range(3)]
+    assert cached.prepared.stats.prepared == 1 and cached.prepared.stats.forked == 2
     plain = make_rt(prepared_cache_bytes=0)
-    reference = walk(plain, plain.load(src))
-    assert len(reference) == 12 and runs == [reference] * 3
+    reference = walk(plain, plain.load(src), arg)
+    assert len(reference) >= 4 and runs == [reference] * 3
+
+
+def test_a_bad_grammar_is_the_first_calls_error_and_is_remembered_with_its_reason(rt):
+    ctrl = rt.load(toolchain.build_cached("grammar"))
+    r, _, log = first(rt, ctrl, "start: undefined_rule")
+    assert r.status == "error" and r.error.startswith("aicirt_prepare: ") and "grammar: " in log
+    reason = log.strip().splitlines()[-1]
+    r, _, log = first(rt, ctrl, "start: undefined_rule")
+    assert r.status == "error" and "remembered" in r.error and reason[:80] in r.error and log == ""
 
 
 def test_json_prepare_log_is_every_requests(rt):

@@ -153,20 +153,12 @@ static bool compile_arg(void) {
   return true;
 }
 
-static bool prepared, prepared_ok;     /* compile_arg ran (aicirt_prepare or the first call); its verdict */
-static aici_buf_t prepared_log;        /* what it logged: every request's first call logs it */
+static aici_prepared_t prep;           /* compile_arg's verdict and log (aicirt_prepare or the first call) */
 
-AICI_EXPORT_PREPARE void json_prepare(void) {
-  aici_log_hold(&prepared_log);
-  prepared_ok = compile_arg();
-  aici_log_hold(0);
-  prepared = true;
-}
+AICI_EXPORT_PREPARE void json_prepare(void) { aici_prepare_run(&prep, compile_arg); }
 
 static bool setup(const aici_arg_t *arg) {
-  if (!prepared) json_prepare();       /* a host that did not call it */
-  if (prepared_log.n) aici_log(prepared_log.p, prepared_log.n);
-  if (!prepared_ok) return false;
+  if (!aici_prepared(&prep, compile_arg)) return false;
   aici_history_init(&sets, arg, sizeof start, &start);
   return true;
 }

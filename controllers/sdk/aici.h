@@ -215,7 +215,19 @@ void aici_buf_putc(aici_buf_t *b, char c);
 void aici_buf_rx_byte(aici_buf_t *b, uint8_t c);                 /* one byte as regex text: \xHH */
 /* Until aici_log_hold(NULL), log lines (aici_log, aici_logs, aici_logf) go into *into instead of
  * to the host: aicirt_prepare keeps what each request must report, and mid-process logs it. */
-void aici_log_hold(aici_buf_t *into);
+void aici_log_hold(aici_buf_t *into);   /* aici_fail sends what is held, then traps */
+
+/* The usual aicirt_prepare: `work` does the argument's work (false: the sequence stops, the reason
+ * logged); aici_prepare_run runs it with its log held, aici_prepared (on the first call) runs it
+ * if no host did, logs what it held and returns its verdict, so that every request logs the same
+ * whether it prepared or started from a prepared copy:
+ *
+ *     static aici_prepared_t prep;
+ *     AICI_EXPORT_PREPARE void my_prepare(void) { aici_prepare_run(&prep, compile_arg); }
+ *     ... on the first call: if (!aici_prepared(&prep, compile_arg)) return;  */
+typedef struct { bool done, ok; aici_buf_t log; } aici_prepared_t;
+void aici_prepare_run(aici_prepared_t *p, bool (*work)(void));
+bool aici_prepared(aici_prepared_t *p, bool (*work)(void));
 
 /* UTF-8 and hex escapes (aici_utf8.c). encode: writes 1-4 bytes to o, returns the count (no
  * check: pass a scalar value). decode: one character of s[0..n) (lenient: a cut or malformed

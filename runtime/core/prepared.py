@@ -210,7 +210,8 @@ class PreparedCache:
             if p.template.written == _NOT_RUN and error is not None and seq.calls == 1:
                 cause = _prepare_cause(error)
                 if cause is not None:
-                    self._failures[key] = (_now(), cause)
+                    line = seq.log.decode("utf-8", "replace").strip().rpartition("\n")[2][-160:]
+                    self._failures[key] = (_now(), f"{line} ({cause})" if line else cause)
                     self.stats.remembered += 1
             self._settle(key, owner_done=error is not None or seq.closed)
 

@@ -31,6 +31,7 @@ typedef struct {
     void *dst;
     size_t img_lo, img_hi;
     int64_t written;
+    uint64_t ns;                    /* out: the copy's wall time (CLOCK_MONOTONIC) */
 } aicirt_capture;
 /* CDEF SPAWN END */
 
@@ -262,7 +263,9 @@ int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_s
 void aicirt_capture_run(void *capture, aicirt_slot *src) {
     aicirt_capture *c = (aicirt_capture *)capture;
     aicirt_slot *dst = (aicirt_slot *)c->dst;
+    uint64_t t0 = phase_clock();
     int64_t written = copy_instance(c->pl, src, dst, c->img_lo, c->img_hi, NULL);
+    c->ns = phase_clock() - t0;
     if (written >= 0) {
         dst->wasi_rng = src->wasi_rng;
         dst->needs_init = dst->needs_prepare = 0;
