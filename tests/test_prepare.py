@@ -16,6 +16,7 @@ from conftest import mask_tokens
 
 import aicirt
 from aicirt import Capabilities, LoadError, StepInput
+from aicirt import program as P
 from aicirt.build import toolchain
 from aicirt.core import prepared as prep
 
@@ -270,7 +271,14 @@ def walk(rt, ctrl, arg: str, steps: int = 12) -> list[list[int]]:
         if r.status != "ok" or not r.branches:
             masks.append([r.status])
             break
-        allowed = mask_tokens(out, r.branches[0].mask_row)
+        branch = r.branches[0]
+        if branch.mask_row is None:      # a fast-forward: apply it, sample nothing
+            sp = branch.splices[0]
+            masks.append(["ff", sp.backtrack, *sp.ff_tokens])
+            tokens = tokens[:len(tokens) - sp.backtrack] + list(sp.ff_tokens)
+            sampled = None
+            continue
+        allowed = mask_tokens(out, branch.mask_row)
         masks.append(allowed)
         sampled = allowed[-1] if allowed[-1] != rt.eos_token else allowed[0]
         tokens = tokens + [sampled]
@@ -284,6 +292,7 @@ def walk(rt, ctrl, arg: str, steps: int = 12) -> list[list[int]]:
                          "required": ["name", "n"]}) + "\0fast_forward=0"),
     ("grammar", 'start: "ab" NUM ("," NUM)*\nNUM: /[0-9]{1,3}/'),
     ("regex", "(19|20)[0-9]{2}-[a-z]{2,5}"),
+    ("program", P.seq("A: ", P.gen(regex="[0-9]{2,4}", name="n"), P.select([" ok", " no"], name="a")).dumps()),
 ])
 def test_masks_are_the_same_with_and_without_the_cache(make_rt, name, arg):
     """The same argument three times through a Runtime with templates (prepared, then copies of
