@@ -83,13 +83,27 @@ def preparer(export: str = EXPORT) -> bytes:
     return wasmtime.wat2wasm(f"(module {PREPARER.format(host=HOST, export=export)})")
 
 
+def first_calls(rt, seqs) -> list[tuple]:
+    """The first calls of `seqs` in one batch, a late one submitted again until it ends (a busy
+    machine): [(result, the tokens its mask allows or None)]."""
+    got: dict[int, tuple] = {}
+    for _ in range(1000):
+        todo = [s for s in seqs if s.id not in got]
+        if not todo:
+            break
+        out = rt.submit([StepInput(s, [1, 2], None) for s in todo]).wait()
+        for s, r in zip(todo, out.results):
+            if r.status != "pending":
+                got[s.id] = (r, mask_tokens(out, r.branches[0].mask_row) if r.status == "ok" and r.branches
+                             and r.branches[0].mask_row is not None else None)
+    return [got[s.id] for s in seqs]
+
+
 def first(rt, ctrl, arg, capabilities=Capabilities.ALL):
-    """The first call of a new request: (result, the token its mask allows or None, its log)."""
+    """The first call of a new request: (result, the tokens its mask allows or None, its log)."""
     req = rt.new_request(ctrl, arg, capabilities)
     seq = req.spawn()
-    out = rt.submit([StepInput(seq, [1, 2], None)]).wait()
-    r = out.results[0]
-    allowed = mask_tokens(out, r.branches[0].mask_row) if r.status == "ok" and r.branches else None
+    [(r, allowed)] = first_calls(rt, [seq])
     log = seq.log.decode()
     req.close()
     return r, allowed, log
@@ -144,11 +158,10 @@ def test_a_failing_prepare_ends_only_its_request_and_is_remembered(rt, arg, need
     ctrl = rt.load(preparer())
     bad, good = rt.new_request(ctrl, arg), rt.new_request(ctrl, "a")
     seqs = [bad.spawn(), good.spawn()]
-    out = rt.submit([StepInput(s, [1, 2], None) for s in seqs]).wait()
-    assert out.results[0].status == "error" and needle in out.results[0].error
-    assert "prepared" in out.results[0].logs or "prepared" in seqs[0].log.decode()
-    assert out.results[1].status == "ok" and mask_tokens(out, out.results[1].branches[0].mask_row) == [97]
-    first_error = out.results[0].error
+    (rb, _), (rg, allowed) = first_calls(rt, seqs)
+    assert rb.status == "error" and needle in rb.error and "prepared" in seqs[0].log.decode()
+    assert rg.status == "ok" and allowed == [97]
+    first_error = rb.error
     # the same argument again: the remembered error at once, prepare not run
     r, _, log = first(rt, ctrl, arg)
     assert r.status == "error" and "remembered" in r.error and "prepared" not in log
@@ -176,9 +189,9 @@ def test_a_memory_hungry_prepare_ends_only_its_request(make_rt):
     ctrl = rt.load(preparer())
     bad, good = rt.new_request(ctrl, "M"), rt.new_request(ctrl, "a")
     seqs = [bad.spawn(), good.spawn()]
-    out = rt.submit([StepInput(s, [1, 2], None) for s in seqs]).wait()
-    assert out.results[0].status == "error" and out.results[0].error.startswith("aicirt_prepare: ")
-    assert out.results[1].status == "ok"
+    (rb, _), (rg, _) = first_calls(rt, seqs)
+    assert rb.status == "error" and rb.error.startswith("aicirt_prepare: ")
+    assert rg.status == "ok"
     r, _, _ = first(rt, ctrl, "M")
     assert r.status == "error" and "remembered" in r.error
     bad.close()
@@ -190,8 +203,7 @@ def test_two_requests_with_one_new_argument_at_once_both_work(rt):
     ctrl = rt.load(preparer())
     reqs = [rt.new_request(ctrl, "q") for _ in range(2)]
     seqs = [r.spawn() for r in reqs]
-    out = rt.submit([StepInput(s, [1, 2], None) for s in seqs]).wait()
-    assert [mask_tokens(out, r.branches[0].mask_row) for r in out.results] == [[113], [113]]
+    assert [allowed for _, allowed in first_calls(rt, seqs)] == [[113], [113]]
     assert [s.log.decode().count("prepared") for s in seqs] == [1, 1]   # both prepared; one filled the template
     r, allowed, log = first(rt, ctrl, "q")
     assert allowed == [113] and "prepared" not in log and rt.prepared.stats.prepared == 1
@@ -203,13 +215,14 @@ def test_a_request_from_a_template_forks_and_continues_like_the_original(rt):
     req = rt.new_request(ctrl, "z")
     seq = req.spawn()
     child = seq.fork()
-    out = rt.submit([StepInput(s, [1, 2], None) for s in (seq, child)]).wait()
-    assert [mask_tokens(out, r.branches[0].mask_row) for r in out.results] == [[122], [122]]
+    assert [allowed for _, allowed in first_calls(rt, [seq, child])] == [[122], [122]]
     assert "prepared" not in seq.log.decode() + child.log.decode()
     # the rows API takes it as any sequence
     import numpy as np
     index = np.array([seq.index], dtype=np.int64)
     rows = rt.submit_rows(index, np.array([122], dtype=np.int64)).wait()
+    while rows.kind[0] == aicirt.RowKind.PENDING:
+        rows = rt.submit_rows(index, np.array([-1], dtype=np.int64)).wait()
     assert mask_tokens(rows, 0) == [122]
 
 
@@ -268,6 +281,9 @@ def walk(rt, ctrl, arg: str, steps: int = 12) -> list[list[int]]:
     for _ in range(steps):
         out = rt.submit([StepInput(seq, tokens, sampled)]).wait()
         r = out.results[0]
+        while r.status == "pending":      # late on a busy machine: its result comes with a later step
+            out = rt.submit([StepInput(seq, tokens, sampled)]).wait()
+            r = out.results[0]
         if r.status != "ok" or not r.branches:
             masks.append([r.status])
             break

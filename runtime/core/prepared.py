@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from ..abi import Stage
 from ..errors import ControllerError
-from ..loader.snapshot import INIT_FAILURE_TTL_S
+from ..loader.snapshot import INIT_FAILURE_TTL_S, RememberedFailures
 from ..native import instance, pages
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class PreparedCache:
         self.limit_bytes, self.max_templates, self.hold_bytes = limit_bytes, max(1, max_templates), hold_bytes
         self._ready: OrderedDict[Key, _Template] = OrderedDict()   # least recently used first
         self._pending: dict[Key, _Pending] = {}
-        self._failures: dict[Key, tuple[float, str]] = {}
+        self._failures = RememberedFailures(PREPARE_FAILURE_TTL_S, lambda: _now())
         self._lock = threading.RLock()
         self.stats = PreparedStats()
         self._closed = False
@@ -211,7 +211,7 @@ class PreparedCache:
                 cause = _prepare_cause(error)
                 if cause is not None:
                     line = seq.log.decode("utf-8", "replace").strip().rpartition("\n")[2][-160:]
-                    self._failures[key] = (_now(), f"{line} ({cause})" if line else cause)
+                    self._failures.put(key, f"{line} ({cause})" if line else cause)
                     self.stats.remembered += 1
             self._settle(key, owner_done=error is not None or seq.closed)
 
@@ -255,13 +255,10 @@ class PreparedCache:
             self.stats.evicted += 1
 
     def _failed_before(self, key: Key) -> str | None:
-        now = _now()
-        for k in [k for k, (at, _) in self._failures.items() if now - at >= PREPARE_FAILURE_TTL_S]:
-            del self._failures[k]
         hit = self._failures.get(key)
         if hit is None:
             return None
-        note = (f" (remembered: it failed {now - hit[0]:.0f} s ago for this argument; not run again before "
+        note = (f" (remembered: it failed {hit[0]:.0f} s ago for this argument; not run again before "
                 f"{PREPARE_FAILURE_TTL_S:g} s have passed)")
         room = self.native.FAULT_BYTES - len(note.encode())
         cause = hit[1].encode("utf-8")[:room].decode("utf-8", "ignore")
