@@ -164,14 +164,16 @@ def test_a_failing_prepare_ends_only_its_request_and_is_remembered(rt, arg, need
     first_error = rb.error
     # the same argument again: the remembered error at once, prepare not run
     r, _, log = first(rt, ctrl, arg)
-    assert r.status == "error" and "remembered" in r.error and "prepared" not in log
+    # (its log starts with the failed one's: the controller's reason, errors.failure_message)
+    assert r.status == "error" and "remembered" in r.error and log == "prepared\n"
     assert r.error.startswith("aicirt_prepare: ") and first_error[len("aicirt_prepare: "):][:60] in r.error
     assert rt.prepared.stats.failed_fast == 1 and rt.prepared.stats.remembered == 1
     assert first(rt, ctrl, "a")[1] == [97]                  # its neighbours' key is unharmed
     later = prep._now() + prep.PREPARE_FAILURE_TTL_S + 1    # once the time has passed, it runs again
     monkeypatch.setattr(prep, "_now", lambda: later)
     r, _, log = first(rt, ctrl, arg)
-    assert r.status == "error" and "remembered" not in r.error and "prepared" in log
+    assert r.status == "error" and "remembered" not in r.error and rt.prepared.stats.remembered == 2
+    assert rt.prepared.stats.failed_fast == 1                 # it ran
 
 
 def test_a_looping_prepare_ends_at_the_first_call_limit_and_is_remembered(make_rt):
@@ -180,7 +182,8 @@ def test_a_looping_prepare_ends_at_the_first_call_limit_and_is_remembered(make_r
     r, _, _ = first(rt, ctrl, "L")
     assert r.status == "error" and r.error.startswith("aicirt_prepare: ") and "time limit" in r.error
     r, _, log = first(rt, ctrl, "L")
-    assert r.status == "error" and "remembered" in r.error and "time limit" in r.error and "prepared" not in log
+    assert r.status == "error" and "remembered" in r.error and "time limit" in r.error
+    assert rt.prepared.stats.failed_fast == 1 and rt.prepared.stats.remembered == 1   # not run again
     assert first(rt, ctrl, "a")[1] == [97]
 
 
@@ -329,8 +332,9 @@ def test_a_bad_grammar_is_the_first_calls_error_and_is_remembered_with_its_reaso
     r, _, log = first(rt, ctrl, "start: undefined_rule")
     assert r.status == "error" and r.error.startswith("aicirt_prepare: ") and "grammar: " in log
     reason = log.strip().splitlines()[-1]
-    r, _, log = first(rt, ctrl, "start: undefined_rule")
-    assert r.status == "error" and "remembered" in r.error and reason[:80] in r.error and log == ""
+    r, _, again = first(rt, ctrl, "start: undefined_rule")
+    assert r.status == "error" and "remembered" in r.error and again.strip().splitlines()[-1] == reason
+    assert aicirt.errors.failure_message(r.error, again).startswith(reason + " (aicirt_prepare: ")
 
 
 def test_json_prepare_log_is_every_requests(rt):

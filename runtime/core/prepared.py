@@ -27,7 +27,8 @@ fresh instance, its mutable globals) and does not run ``aicirt_prepare``. What t
 
 A prepare that failed (a trap, its time limit, a host import it may not call: the first call's
 error, stage ``aicirt_prepare``) is remembered per key for :data:`PREPARE_FAILURE_TTL_S`: a new
-request with that key then fails on its first call with that error at once, without running it.
+request with that key then fails on its first call with that error at once, without running it,
+its log starting with the failed one's last lines (where a controller says why).
 Two requests with the same new key at once both prepare; the first call to start makes the
 template, the other runs as without the cache. The log lines prepare writes are its first
 request's only (a controller that reports something per request keeps it and logs it from
@@ -62,6 +63,7 @@ _now = time.monotonic    # the failures' clock (a test moves it on)
 #: Templates at most, as a share of the pooling allocator's instance slots (each takes one).
 TEMPLATE_SLOT_SHARE = 8
 _NOT_RUN = -2            # aicirt_capture.written until the first call's worker copied (or failed to)
+_LOG_KEPT = 1024         # bytes of a failed prepare's log a remembered failure starts its request's log with
 
 Key = tuple
 
@@ -179,7 +181,10 @@ class PreparedCache:
                 return
             failed = self._failed_before(key)
             if failed is not None:
-                self.native.set_fault(seq.slot, failed)
+                fault, log = failed
+                if log:
+                    self.native.log_append(seq.slot, log)   # its first call's log, as the failed one's
+                self.native.set_fault(seq.slot, fault)
                 seq.slot.needs_prepare = -1   # step.c: the first call fails at once with this fault
                 self.stats.failed_fast += 1
                 return
@@ -209,9 +214,8 @@ class PreparedCache:
                 return
             if p.template.written == _NOT_RUN and error is not None and seq.calls == 1:
                 cause = _prepare_cause(error)
-                if cause is not None:
-                    line = seq.log.decode("utf-8", "replace").strip().rpartition("\n")[2][-160:]
-                    self._failures.put(key, f"{line} ({cause})" if line else cause)
+                if cause is not None:   # with its log's last lines: the controller's reason (errors.failure_message)
+                    self._failures.put(key, (cause, bytes(seq.log[-_LOG_KEPT:])))
                     self.stats.remembered += 1
             self._settle(key, owner_done=error is not None or seq.closed)
 
@@ -254,15 +258,16 @@ class PreparedCache:
             old.release()
             self.stats.evicted += 1
 
-    def _failed_before(self, key: Key) -> str | None:
+    def _failed_before(self, key: Key) -> tuple[str, bytes] | None:
+        """(the fault a new request's first call fails with, the log it starts with), or None."""
         hit = self._failures.get(key)
         if hit is None:
             return None
+        (cause, log) = hit[1]
         note = (f" (remembered: it failed {hit[0]:.0f} s ago for this argument; not run again before "
                 f"{PREPARE_FAILURE_TTL_S:g} s have passed)")
         room = self.native.FAULT_BYTES - len(note.encode())
-        cause = hit[1].encode("utf-8")[:room].decode("utf-8", "ignore")
-        return cause + note
+        return cause.encode("utf-8")[:room].decode("utf-8", "ignore") + note, log
 
     def _not_cached(self, why: str) -> None:
         self.stats.not_cached = (self.stats.not_cached + [why])[-8:]

@@ -85,13 +85,13 @@ class RememberedFailures:
 
     def __init__(self, ttl_s: float, clock: Callable[[], float]) -> None:
         self.ttl_s, self._clock = ttl_s, clock
-        self._items: dict[tuple, tuple[float, str]] = {}
+        self._items: dict[tuple, tuple[float, Any]] = {}
 
-    def put(self, key: tuple, message: str) -> None:
-        self._items[key] = (self._clock(), message)
+    def put(self, key: tuple, what: Any) -> None:
+        self._items[key] = (self._clock(), what)
 
-    def get(self, key: tuple) -> tuple[float, str] | None:
-        """(seconds since it failed, its message) if it failed less than `ttl_s` ago."""
+    def get(self, key: tuple) -> tuple[float, Any] | None:
+        """(seconds since it failed, what was put) if it failed less than `ttl_s` ago."""
         now = self._clock()
         for k in [k for k, (at, _) in self._items.items() if now - at >= self.ttl_s]:
             del self._items[k]
