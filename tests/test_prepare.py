@@ -343,3 +343,28 @@ def test_json_prepare_log_is_every_requests(rt):
     logs = [first(rt, ctrl, '{"type": "object", "maximum": "abc"}')[2] for _ in range(3)]
     assert rt.prepared.stats.forked == 2
     assert all("json: bad schema: value at #/maximum (not a number)" in log for log in logs)
+
+
+def test_the_engine_and_the_steering_core_start_from_templates():
+    """aicirt's engine and the vLLM integration's steering core make their requests through
+    Runtime.new_request and Request.spawn: the second request with an argument starts from its
+    template there too."""
+    from aicirt.engine import Engine, SamplingParams
+    from aicirt.engine.backends.scripted import ScriptedBackend
+    from aicirt.integrations import steering as st
+    tok = aicirt.ByteTokenizer()
+    rt = aicirt.Runtime(tok, cache_dir=False)
+    ctrl = rt.load(toolchain.build_cached("regex"))
+    outs = []
+    for _ in range(2):
+        engine = Engine(ScriptedBackend(tok, script="1999 and 2020"), rt)
+        req = engine.generate([1, 2], ctrl, "(19|20)[0-9]{2}", capabilities=st.MASK_ONLY_CAPABILITIES,
+                              params=SamplingParams(temperature=0.0, max_tokens=8))
+        outs.append((list(req.sequences[0].output_tokens), req.sequences[0].error))
+        engine.close()
+    assert outs[0] == outs[1] and outs[0][1] is None and len(outs[0][0]) >= 4
+    assert rt.prepared.stats.prepared == 1 and rt.prepared.stats.forked == 1
+    steered = st.Steering(rt, tok.eos_token_id).open(ctrl, "(19|20)[0-9]{2}", [1, 2], [])
+    assert rt.prepared.stats.forked == 2
+    steered.close()
+    rt.close()
