@@ -441,15 +441,17 @@ def summary(row: dict, prefixes: list[str]) -> str:
 def first_masks(ours: Ours, other: Ours, llg: Llg, cases: list, load_start: float) -> None:
     """--compare-wasm: time to first mask of each schema, cold then warm, through two builds of the
     controller (`ours`: this tree's; `other`: the given module, e.g. main's) and llguidance,
-    interleaved schema by schema; the last line is one JSON object with each engine's
-    ttfm_ms_p50/p90 (cold), ttfm_warm_ms_p50/p90 and first_call_inner_ms_p50/p90, over the
-    schemas all three compiled."""
+    interleaved schema by schema (the two builds in turn first); the last line is one JSON object
+    with each engine's ttfm_ms_p50/p90 (cold), ttfm_warm_ms_p50/p90 and
+    first_call_inner_ms_p50/p90, over the schemas all three compiled, and `prepared` (how many of
+    ours' requests prepared a template, and started from one)."""
     t_start = time.perf_counter()
     rows = []
-    for case in cases:
+    for k_case, case in enumerate(cases):
         text = json.dumps(case["schema"], ensure_ascii=False).encode("utf-8")
         row: dict = {}
-        for name, o in (("", ours), ("other_", other)):
+        builds = (("", ours), ("other_", other))
+        for name, o in builds if k_case % 2 == 0 else builds[::-1]:   # each build goes first every other schema
             times = []
             for _ in range(2):             # cold (a schema not seen before), then warm (again)
                 try:
@@ -487,8 +489,9 @@ def first_masks(ours: Ours, other: Ours, llg: Llg, cases: list, load_start: floa
         for q in ("p50", "p90"):
             out[f"{k}ttfm_vs_llg_{q}"] = round(out[f"{k}ttfm_ms_{q}"] / out[f"llg_ttfm_ms_{q}"], 2)
             out[f"{k}ttfm_warm_vs_llg_{q}"] = round(out[f"{k}ttfm_warm_ms_{q}"] / out[f"llg_ttfm_warm_ms_{q}"], 2)
-    out.update(load_avg_start=round(load_start, 1), load_avg_end=round(os.getloadavg()[0], 1),
-               seconds=round(time.perf_counter() - t_start, 1))
+    st = ours.rt.prepared.stats
+    out.update(prepared={"prepared": st.prepared, "forked": st.forked}, load_avg_start=round(load_start, 1),
+               load_avg_end=round(os.getloadavg()[0], 1), seconds=round(time.perf_counter() - t_start, 1))
     print(json.dumps(out))
 
 

@@ -18,6 +18,9 @@ EXPORT_MID_PROCESS = "mid-process"
 EXPORT_REALLOC = "cabi_realloc"
 EXPORT_POST = "cabi_post_mid-process"
 EXPORT_INITIALIZE = "_initialize"
+#: The optional per-argument prepare (docs/protocol.md#binary): () -> (), run once per (controller,
+#: argument) before the first mid-process; the runtime may start later requests from its state.
+EXPORT_PREPARE = "aicirt_prepare"
 REQUIRED_FUNCS: dict[str, tuple[list[str], list[str]]] = {
     EXPORT_MID_PROCESS: ([I32] * 7, [I32]),
     EXPORT_REALLOC: ([I32] * 4, [I32]),
@@ -25,6 +28,7 @@ REQUIRED_FUNCS: dict[str, tuple[list[str], list[str]]] = {
 OPTIONAL_FUNCS: dict[str, tuple[list[str], list[str]]] = {
     EXPORT_POST: ([I32], []),
     EXPORT_INITIALIZE: ([], []),
+    EXPORT_PREPARE: ([], []),
 }
 
 # Host imports, lowered: lists/strings are (ptr, len); results that do not fit one core value
@@ -87,10 +91,12 @@ class Stage(IntEnum):
     ARGUMENTS = 1     # cabi_realloc for the arguments
     MID_PROCESS = 2
     POST = 3          # cabi_post_mid-process
+    PREPARE = 4       # `aicirt_prepare`, run on the worker before the first call (after `_initialize`)
 
     @property
     def where(self) -> str:
-        return {0: "_initialize", 1: "cabi_realloc (arguments)", 2: "mid-process", 3: "cabi_post_mid-process"}[self]
+        return {0: "_initialize", 1: "cabi_realloc (arguments)", 2: "mid-process", 3: "cabi_post_mid-process",
+                4: EXPORT_PREPARE}[self]
 
 
 class RowStatus(IntEnum):

@@ -35,6 +35,11 @@ class Limits:
     back once the runtime has made or freed no instance for `resident_idle_s` seconds, and the C
     heap's free pages with it (malloc_trim; with `resident_bytes` 0 too)
     (:class:`aicirt.core.memory.ResidentSlots`).
+
+    `prepared_cache_bytes` bounds what a Runtime keeps of controllers' per-argument work (their
+    `aicirt_prepare` export, docs/protocol.md#binary) to start later requests with the same
+    argument from: the pages those templates hold beyond a fresh instance, counted in the memory
+    budget; 0 keeps none (every request runs its prepare) (:mod:`aicirt.core.prepared`).
     """
 
     soft_deadline_s: float = 0.025      # after the forward pass ends (i.e. from BatchHandle.wait)
@@ -62,6 +67,9 @@ class Limits:
     # what all live sequences of a runtime may reserve together (each memory_bytes + log_bytes);
     # 0: 75% of the machine's memory (aicirt.core.memory.MemoryBudget)
     memory_budget_bytes: int = 0
+    # prepared templates (controllers that export aicirt_prepare) kept per Runtime, by the pages they hold
+    # beyond a fresh instance: least recently used out first (0: none kept; core/prepared.py)
+    prepared_cache_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         for name in ("soft_deadline_s", "call_timeout_s", "first_call_timeout_s", "compile_timeout_s", "epoch_tick_s",
@@ -72,7 +80,8 @@ class Limits:
                      "variable_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("max_extra_workers", "max_splices", "max_result_tokens", "resident_bytes", "memory_budget_bytes"):
+        for name in ("max_extra_workers", "max_splices", "max_result_tokens", "resident_bytes", "memory_budget_bytes",
+                     "prepared_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Limits.{name} must be >= 0, got {getattr(self, name)!r}")
         if not self.wall_backstop_factor >= 1:

@@ -40,7 +40,8 @@ def test_run_exits_non_zero_with_one_line_when_a_sequence_fails():
     # rejected on its first call, over the byte tokenizer, before the (scripted) model loads
     # the controller's own reason first (aicirt.errors.failure_message), then where and the Wasm detail
     assert last.startswith("Error: regex: missing ) at offset 1"), last
-    assert "(the controller failed on its first call, before the model loaded: trap: " in last
+    # (the regex compiles in its aicirt_prepare: the stage is named)
+    assert "(the controller failed on its first call, before the model loaded: aicirt_prepare: trap: " in last
 
 
 def test_run_exits_zero_when_every_sequence_ends_well():

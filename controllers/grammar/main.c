@@ -1,6 +1,8 @@
 /* grammar: constrain generation to a context-free grammar given as the argument (Lark, as
  * llguidance reads it, or GBNF; see README.md and docs/grammar.md). The core is a library
- * (grammar.h); this file keeps one matcher position per generated token for backtracking. */
+ * (grammar.h); this file keeps one matcher position per generated token for backtracking. The
+ * grammar is compiled in aicirt_prepare: once per (grammar, capabilities) in a Runtime, whose later
+ * requests start from a copy (docs/snapshots.md#prepared-templates). */
 #include "grammar.h"
 
 static gr_grammar_t *gram;
@@ -23,7 +25,9 @@ static bool has_opt(const char *a, uint32_t from, uint32_t n, const char *opt) {
   return false;
 }
 
-static bool setup(const aici_arg_t *arg) {
+/* The argument's work (aicirt_prepare, or the first call where no host ran it): the grammar
+ * compiled, its matcher at the start. A bad grammar is an error (a trap, the reason logged). */
+static bool compile_arg(void) {
   uint32_t n;
   char *a = (char *)aici_arg(&n);
   uint32_t glen = 0;                   /* "GRAMMAR" or "GRAMMAR\0option\0..." */
@@ -42,7 +46,17 @@ static bool setup(const aici_arg_t *arg) {
     aici_logf("grammar: ok, %u terminals, %u rules, %u productions\n", gram->n_terms, gram->n_nts, gram->n_prods);
     return false;
   }
-  gr_mark_t start = gr_save(mt);
+  return true;
+}
+
+static aici_prepared_t prep;
+static gr_mark_t start;
+
+AICI_EXPORT_PREPARE void grammar_prepare(void) { aici_prepare_run(&prep, compile_arg); }
+
+static bool setup(const aici_arg_t *arg) {
+  if (!aici_prepared(&prep, compile_arg)) return false;
+  start = gr_save(mt);
   aici_history_init(&marks, arg, sizeof start, &start);
   return true;
 }

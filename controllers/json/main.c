@@ -5,7 +5,11 @@
  * call; what cannot be enforced stops the sequence there with the log line
  * "json: unsupported: KEYWORD at POINTER". What depends only on the tokenizer (the token trie,
  * the token -> bytes table, the string slices and character counts) is built in the init, once
- * per tokenizer (docs/snapshots.md), so that a request's first call only compiles its schema.
+ * per tokenizer (docs/snapshots.md); what depends on the argument (the schema compiled, its
+ * matcher's tables, the start configurations) in aicirt_prepare, which a Runtime runs once per
+ * (schema, capabilities) and copies for every later request with it (core/prepared.py); the first
+ * call then only records the prompt. A host that does not call aicirt_prepare gets the same from
+ * the first call. What the compile logs is held and logged by every request's first call.
  */
 #include "matcher.h"
 
@@ -93,7 +97,10 @@ AICI_EXPORT_INIT void json_init(void) {
   matcher_prepare_tokenizer(trie);
 }
 
-static bool setup(const aici_arg_t *arg) {
+/* The argument's work: parse the schema and options, compile, build the matcher's tables and the
+ * start configurations (into `start`); false (with the reason logged) when it cannot be enforced. */
+static cset_t start;
+static bool compile_arg(void) {
   uint32_t n;
   char *a = (char *)aici_arg(&n);
   uint32_t len = 0;
@@ -137,14 +144,22 @@ static bool setup(const aici_arg_t *arg) {
   caps = aici_capabilities();
   aici_token_bytes(0, 0);              /* the token -> bytes table now (from the init, if it ran) */
   matcher_prepare(M, trie);
-  cset_t start;
   matcher_start(M, &start);
-  aici_history_init(&sets, arg, sizeof start, &start);
   if (!start.c[0].s) {
     aici_logs("json: the schema admits no document\n");
     M = 0;
     return false;
   }
+  return true;
+}
+
+static aici_prepared_t prep;           /* compile_arg's verdict and log (aicirt_prepare or the first call) */
+
+AICI_EXPORT_PREPARE void json_prepare(void) { aici_prepare_run(&prep, compile_arg); }
+
+static bool setup(const aici_arg_t *arg) {
+  if (!aici_prepared(&prep, compile_arg)) return false;
+  aici_history_init(&sets, arg, sizeof start, &start);
   return true;
 }
 

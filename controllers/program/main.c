@@ -2,8 +2,10 @@
  * this runtime hosts (fork, wait, captured variables, per-element temperature). docs/program.md.
  *
  * The argument is the program's JSON: {"type": "structural_tag", "format": F} or a bare format F.
- * It is compiled on the first call; a malformed program stops the sequence there with the log
- * line "program: at POINTER: WHY". Each step: bring the state-set history up to date with the
+ * It is compiled in aicirt_prepare (once per (program, capabilities) in a Runtime, whose later
+ * requests start from a copy: docs/snapshots.md#prepared-templates; or on the first call where no
+ * host ran it); a malformed program stops the sequence on its first call with the log line
+ * "program: at POINTER: WHY". Each step: bring the state-set history up to date with the
  * sequence (backtracks drop sets, new tokens advance), write completed captures into variables,
  * then stop (the end is the only way on), wait (a `wait` barrier whose variables are unset),
  * fork (a `fork` barrier), fast-forward forced text (with token healing at its start), or sample
@@ -46,7 +48,10 @@ static void grow(uint32_t gen) {
   hist_cap = n;
 }
 
-static bool setup(const aici_arg_t *arg) {
+/* The argument's work (aicirt_prepare, or the first call where no host ran it): the program
+ * compiled and checked against the capabilities, its NFA's tables, the candidates. (Not the start
+ * set: a `wait` at the start reads the request's variables.) */
+static bool compile_arg(void) {
   uint32_t n;
   char *a = (char *)aici_arg(&n);
   char *err = 0;
@@ -69,8 +74,6 @@ static bool setup(const aici_arg_t *arg) {
   }
   aici_token_bytes(0, 0);
   nfa_prepare(&P, trie);
-  prompt_len = arg->n_all_tokens;
-  grow(0);
   /* JSON values end with these before fixed text (a key, a closing brace): seed the candidates */
   static const char *closers[] = {"\",\"", "\",", "\"", ",", "}", "\"}"};
   bool has_json = false;
@@ -81,6 +84,17 @@ static bool setup(const aici_arg_t *arg) {
     if (t && nt == 1) cands[n_cands++] = t[0];
     aici_free(t);
   }
+  return true;
+}
+
+static aici_prepared_t prep;
+
+AICI_EXPORT_PREPARE void program_prepare(void) { aici_prepare_run(&prep, compile_arg); }
+
+static bool setup(const aici_arg_t *arg) {
+  if (!aici_prepared(&prep, compile_arg)) return false;
+  prompt_len = arg->n_all_tokens;
+  grow(0);
   nfa_start(&P, &sets[0], &paths[0]);
   boff[0] = 0;
   n_seen = 0;

@@ -1,6 +1,7 @@
 /* regex: constrain generation to a regex given as the argument (see README.md). The token trie
  * and the token -> bytes table depend only on the tokenizer: the init builds them once per
- * tokenizer (docs/snapshots.md), so a request's first call only compiles its pattern. */
+ * tokenizer (docs/snapshots.md), so a request's first call only compiles its pattern; and that in
+ * aicirt_prepare, once per (pattern, capabilities) in a Runtime (docs/snapshots.md#prepared-templates). */
 #include "aici.h"
 
 static aici_regex_t *re;
@@ -12,7 +13,9 @@ AICI_EXPORT_INIT void regex_init(void) {
   if ((trie = aici_trie())) aici_token_bytes(0, 0);
 }
 
-static bool setup(const aici_arg_t *arg) {
+/* The argument's work (aicirt_prepare, or the first call where no host ran it): options, the
+ * pattern compiled. A bad pattern is an error (a trap, the reason logged). */
+static bool compile_arg(void) {
   uint32_t n;
   char *a = (char *)aici_arg(&n);
   uint32_t plen = 0;                   /* "REGEX" or "REGEX\0option..." */
@@ -37,6 +40,15 @@ static bool setup(const aici_arg_t *arg) {
   if (slices_now) aici_regex_slices_after(re, 0);
   if (!(trie = aici_trie())) return false;
   aici_token_bytes(0, 0);              /* the token -> bytes table now, not on step 1 (init built it) */
+  return true;
+}
+
+static aici_prepared_t prep;
+
+AICI_EXPORT_PREPARE void regex_prepare(void) { aici_prepare_run(&prep, compile_arg); }
+
+static bool setup(const aici_arg_t *arg) {
+  if (!aici_prepared(&prep, compile_arg)) return false;
   uint32_t start = aici_regex_start(re);
   aici_history_init(&states, arg, sizeof start, &start);
   return true;

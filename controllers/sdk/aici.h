@@ -94,6 +94,23 @@ uint32_t aici_result_branches(const aici_result_t *res);
  * fails the load. Hosts without snapshots never call it: code must not rely on it having run. */
 #define AICI_EXPORT_INIT __attribute__((export_name("aicirt_init")))
 
+/* ---- per-argument prepare (optional; docs/protocol.md#binary) ----------------------------- */
+/* Put in front of a `void f(void)` to export it as `aicirt_prepare`: the host runs it before the
+ * first mid-process call of a request, after the constructors and the init, under the first-call
+ * limit, and may start later requests with the same argument (and capabilities) from a copy of the
+ * memory and globals it leaves, without running it again. Do the argument's work here (parse,
+ * compile) and keep the result in statics:
+ *
+ *     static prog_t *P;
+ *     AICI_EXPORT_PREPARE void my_prepare(void) { uint32_t n; P = compile(aici_arg(&n), n); }
+ *
+ * It may call what mid-process may, except aici_self_seq_id and the variables (its state is
+ * shared by every request with this argument: the call traps, naming it). Its log lines are the
+ * first request's only: keep what every request must report and log it from mid-process. A trap
+ * in it is the first call's error. Hosts that do not call it call mid-process at once: code must
+ * not rely on it having run (do its work on the first call when it has not). */
+#define AICI_EXPORT_PREPARE __attribute__((export_name("aicirt_prepare")))
+
 /* ---- host ------------------------------------------------------------------------------- */
 #define AICI_CAP_FORK 1u
 #define AICI_CAP_BACKTRACK 2u
@@ -196,6 +213,21 @@ void aici_buf_putn(aici_buf_t *b, const void *s, uint32_t n);
 void aici_buf_puts(aici_buf_t *b, const char *s);
 void aici_buf_putc(aici_buf_t *b, char c);
 void aici_buf_rx_byte(aici_buf_t *b, uint8_t c);                 /* one byte as regex text: \xHH */
+/* Until aici_log_hold(NULL), log lines (aici_log, aici_logs, aici_logf) go into *into instead of
+ * to the host: aicirt_prepare keeps what each request must report, and mid-process logs it. */
+void aici_log_hold(aici_buf_t *into);   /* aici_fail sends what is held, then traps */
+
+/* The usual aicirt_prepare: `work` does the argument's work (false: the sequence stops, the reason
+ * logged); aici_prepare_run runs it with its log held, aici_prepared (on the first call) runs it
+ * if no host did, logs what it held and returns its verdict, so that every request logs the same
+ * whether it prepared or started from a prepared copy:
+ *
+ *     static aici_prepared_t prep;
+ *     AICI_EXPORT_PREPARE void my_prepare(void) { aici_prepare_run(&prep, compile_arg); }
+ *     ... on the first call: if (!aici_prepared(&prep, compile_arg)) return;  */
+typedef struct { bool done, ok; aici_buf_t log; } aici_prepared_t;
+void aici_prepare_run(aici_prepared_t *p, bool (*work)(void));
+bool aici_prepared(aici_prepared_t *p, bool (*work)(void));
 
 /* UTF-8 and hex escapes (aici_utf8.c). encode: writes 1-4 bytes to o, returns the count (no
  * check: pass a scalar value). decode: one character of s[0..n) (lenient: a cut or malformed

@@ -9,6 +9,10 @@
 //!
 //!     export fn aicirt_init() void { _ = aici.aici_trie(); }
 //!
+//! Optional per-argument prepare (aici.h's AICI_EXPORT_PREPARE; docs/snapshots.md#prepared-templates):
+//! `export fn aicirt_prepare() void { ... }` compiles the argument once per (argument, capabilities)
+//! in a Runtime; mid-process must still work where a host never called it.
+//!
 //! (Zig 0.15+ has no @cImport, hence hand-written declarations; keep them in step with aici.h.)
 pub const Token = u32;
 

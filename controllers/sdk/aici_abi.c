@@ -240,8 +240,26 @@ void aici_var_set(const char *name, const void *value, size_t len) {
 void aici_var_append(const char *name, const void *value, size_t len) {
   aici_h_var_append(I32(name), (int32_t)__builtin_strlen(name), I32(value), (int32_t)len);
 }
-void aici_log(const char *msg, size_t len) { aici_h_log(I32(msg), (int32_t)len); }
+static aici_buf_t *log_held;          /* aici_log_hold: where log lines go instead of the host */
+void aici_log_hold(aici_buf_t *into) { log_held = into; }
+void aici_log(const char *msg, size_t len) {
+  if (log_held) aici_buf_putn(log_held, msg, (uint32_t)len);
+  else aici_h_log(I32(msg), (int32_t)len);
+}
 void aici_logs(const char *msg) { aici_log(msg, __builtin_strlen(msg)); }
+
+void aici_prepare_run(aici_prepared_t *p, bool (*work)(void)) {
+  aici_log_hold(&p->log);
+  p->ok = work();
+  aici_log_hold(0);
+  p->done = true;
+}
+
+bool aici_prepared(aici_prepared_t *p, bool (*work)(void)) {
+  if (!p->done) aici_prepare_run(p, work);   /* a host that did not call aicirt_prepare */
+  if (p->log.n) aici_log(p->log.p, p->log.n);
+  return p->ok;
+}
 
 /* ---- aici_logf: a small printf into a stack buffer, flushed when full ---------------------- */
 typedef struct { char buf[256]; uint32_t n; } out_t;
@@ -306,5 +324,9 @@ void aici_fail(const char *fmt, ...) {
   vlogf(fmt, ap);
   __builtin_va_end(ap);
   aici_log("\n", 1);
+  if (log_held) {                      /* held lines (aici_log_hold) go out with the error */
+    aici_h_log(I32(log_held->p), (int32_t)log_held->n);
+    log_held = 0;
+  }
   __builtin_trap();
 }

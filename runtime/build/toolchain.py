@@ -74,7 +74,7 @@ def _sources(path: Path) -> tuple[list[Path], list[Path]]:
     raise BuildError(f"{path}: expected a .c, .zig, .js or .ts file, or a controller folder")
 
 
-_ZIG_INIT = re.compile(r"\bexport\s+fn\s+aicirt_init\s*\(")
+_ZIG_OPTIONAL = re.compile(r"\bexport\s+fn\s+(aicirt_init|aicirt_prepare)\s*\(")   # the optional exports
 
 
 def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
@@ -99,9 +99,9 @@ def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:
     target = ["-target", "wasm32-freestanding", "-O", "ReleaseSmall"]
     # A Zig `export fn` reaches the wasm exports only if the linker is told (Zig has no C-style
     # export_name attribute; -rdynamic would export aici_step and __stack_pointer too), so the
-    # optional per-tokenizer init is named when a source defines it (a match only in a comment
-    # fails the link: "symbol exported via --export not found: aicirt_init").
-    init = ["--export=aicirt_init"] if any(_ZIG_INIT.search(z.read_text(errors="replace")) for z in zs) else []
+    # optional per-tokenizer init and per-argument prepare are named when a source defines them (a
+    # match only in a comment fails the link: "symbol exported via --export not found: aicirt_init").
+    init = sorted({f"--export={m}" for z in zs for m in _ZIG_OPTIONAL.findall(z.read_text(errors="replace"))})
     # Zig CLI: flags and C files before -M<name> belong to that module.
     return [*zig, "build-exe", "-fno-entry", "-fstrip", *init, f"-femit-bin={out}", "--stack", str(STACK_SIZE),
             *target, "-mcpu=generic+bulk_memory+simd128", f"-I{SDK_DIR}", "-cflags", *C_FLAGS, "--",

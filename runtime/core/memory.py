@@ -82,6 +82,7 @@ class MemoryBudget:
         self.limit_bytes = limit_bytes
         self.per_sequence_bytes = per_sequence_bytes
         self._reserved = 0
+        self._held = 0
         self._sequences = 0
         self._refused = 0
         self._lock = threading.Lock()
@@ -125,6 +126,27 @@ class MemoryBudget:
             self._reserved += self.per_sequence_bytes
             self._sequences += 1
             return self.per_sequence_bytes
+
+    def hold(self, nbytes: int) -> bool:
+        """Count `nbytes` held by something other than a live sequence (a prepared template,
+        core/prepared.py) if they fit; returns whether they did (nothing is refused an error)."""
+        with self._lock:
+            if self._reserved + nbytes > self.limit_bytes:
+                return False
+            self._reserved += nbytes
+            self._held += nbytes
+            return True
+
+    def unhold(self, nbytes: int) -> None:
+        """Give back what :meth:`hold` counted."""
+        with self._lock:
+            self._reserved -= nbytes
+            self._held -= nbytes
+
+    @property
+    def held_bytes(self) -> int:
+        """What :meth:`hold` counts now (part of `reserved_bytes`)."""
+        return self._held
 
     def release(self, nbytes: int) -> None:
         """A sequence that reserved or was charged `nbytes` ended."""

@@ -32,6 +32,15 @@ class Request(Owned):
         weakref.finalize(self, self.vars.close)
 
     _slot_template: "CData | None" = None   # (a class default: speculate.py makes stand-ins without __init__)
+    _prepare_key: tuple | None = None
+
+    @property
+    def prepare_key(self) -> tuple:
+        """The key of its prepared state (core/prepared.py; computed once)."""
+        if self._prepare_key is None:
+            from .prepared import prepare_key
+            self._prepare_key = prepare_key(self)
+        return self._prepare_key
 
     @property
     def slot_template(self) -> "CData":
@@ -53,12 +62,19 @@ class Request(Owned):
 
     def spawn(self) -> "Sequence":
         """A new sequence running a fresh instance of the controller (its first call gets the
-        prompt). Raises ControllerError if the instance cannot be made or its `_initialize`
-        fails; ValueError if the request or its runtime is closed."""
+        prompt; a controller that exports `aicirt_prepare` starts from this argument's prepared
+        template where the runtime keeps one: core/prepared.py). Raises ControllerError if the
+        instance cannot be made; ValueError if the request or its runtime is closed."""
         from .sequence import Sequence
         self.check_open()
         self.runtime.check_open()
         seq = Sequence.instantiate(self)
+        if self.controller.has_prepare:
+            try:
+                self.runtime.prepared.begin(seq)
+            except BaseException:
+                seq.close()
+                raise
         self.sequences.append(seq)
         return seq
 

@@ -27,6 +27,7 @@ from ..native.linker import define_imports
 from ..owned import Owned
 from ..paths import user_cache_dir
 from .memory import MemoryBudget, ResidentSlots, default_budget_bytes
+from .prepared import TEMPLATE_SLOT_SHARE, PreparedCache
 from .registry import Registry
 from .request import Request
 from .results import StepInput
@@ -100,6 +101,10 @@ class Runtime(Owned):
         self._plans: dict[tuple[str, bool], SpawnPlan] = {}
         #: the native slot every sequence starts from: the limits and vocabulary (Sequence adds its request's)
         self.slot_template = self._new_slot_template()
+        #: templates of controllers' per-argument work (aicirt_prepare), shared across requests
+        self.prepared = PreparedCache(self.native, self.memory_budget, self.registry.resident,
+                                      self.limits.prepared_cache_bytes, max_sequences // TEMPLATE_SLOT_SHARE,
+                                      per_sequence)
         #: batch.py's: the object API's last batch (its sequences, their index array), reused while
         #: the next batch is the same sequences in the same order (an index never changes while its
         #: sequence is open; it keeps that batch's Sequence objects, not their native state, alive
@@ -219,6 +224,7 @@ class Runtime(Owned):
         self.object_rows = None
         for seq in self.registry.clear():
             seq.free()
+        self.prepared.close()
         self._pres.clear()
         self._plans.clear()
         self._init_host.forget()

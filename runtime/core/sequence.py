@@ -203,6 +203,16 @@ class Sequence(Owned):
         if self._state in (SeqState.IDLE, SeqState.LATE):
             self._state = SeqState.FINISHED
             self.slot.stopped = 1
+        if self.preparing is not None:   # it prepares its key's template: the cache learns how it ended
+            self.runtime.prepared.finished(self, error)
+
+    #: the key of the prepared template this sequence's first call fills (core/prepared.py), or None
+    preparing: tuple | None = None
+
+    @property
+    def plan(self) -> instance.SpawnPlan:
+        """What every instance of its controller binds in this runtime (native/instance.py)."""
+        return self._plan
 
     # -- fork -------------------------------------------------------------------------------------
     def fork(self) -> "Sequence":
@@ -328,6 +338,9 @@ class Sequence(Owned):
                     resident.freed(base, size)
             else:
                 self._native.store_delete(slot)
+        if self.preparing is not None:   # before its slot goes: the template it filled, or not
+            self.runtime.prepared.finished(self, None)
+            self.preparing = None
         self._release_native()   # its budget share, the slot's buffers
 
 

@@ -50,6 +50,7 @@ class Controller:
     snapshot: bool = False           # `module` starts where `_initialize` and the init export left off
     arg_prefix: bytes = b""          # prepended to every request's argument (aicirt.loader.js_bind)
     code_sha256: str = ""            # sha256 of the module compiled: `sha256` less the arg-prefix section
+    has_prepare: bool = False        # exports abi.EXPORT_PREPARE: per-argument work, cached (core/prepared.py)
 
     def forget_engine(self) -> None:
         """Its Runtime closed (Runtime calls this): drop the compiled code, which would keep that runtime's wasmtime
@@ -252,9 +253,10 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, ma
     has_post, has_initialize, wasi = validate(module, name)
     if artifact is not None:    # only now, so that nothing refused is ever cached
         keep_artifact(key, artifact, cached)
-    has_init = any(e.name == INIT_EXPORT for e in module.exports)
-    return Controller(module_sha, module, len(data), globals_, has_post, has_initialize, wasi, name, has_init,
-                      arg_prefix=arg_prefix, code_sha256=sha)
+    names = {e.name for e in module.exports}
+    return Controller(module_sha, module, len(data), globals_, has_post, has_initialize, wasi, name,
+                      INIT_EXPORT in names, arg_prefix=arg_prefix, code_sha256=sha,
+                      has_prepare=abi.EXPORT_PREPARE in names)
 
 
 def keep_artifact(key: tuple, artifact: bytes | bytearray, cached: Path | None) -> None:

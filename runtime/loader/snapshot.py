@@ -78,6 +78,30 @@ def tokenizer_identity(tokenizer: "Tokenizer") -> str:
     return h.hexdigest()[:16]
 
 
+class RememberedFailures:
+    """Failure messages remembered per key for `ttl_s` seconds of `clock` (read at each call, so
+    that a test can move it on): a failed init per (module, tokenizer) here, a failed prepare per
+    argument in aicirt.core.prepared. Callers hold their own lock."""
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float]) -> None:
+        self.ttl_s, self._clock = ttl_s, clock
+        self._items: dict[tuple, tuple[float, Any]] = {}
+
+    def put(self, key: tuple, what: Any) -> None:
+        self._items[key] = (self._clock(), what)
+
+    def get(self, key: tuple) -> tuple[float, Any] | None:
+        """(seconds since it failed, what was put) if it failed less than `ttl_s` ago."""
+        now = self._clock()
+        for k in [k for k, (at, _) in self._items.items() if now - at >= self.ttl_s]:
+            del self._items[k]
+        hit = self._items.get(key)
+        return None if hit is None else (now - hit[0], hit[1])
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
 @dataclass
 class InitHost:
     """What an init sees of the host: the tokenizer, its serialized token trie (built lazily by
@@ -90,25 +114,22 @@ class InitHost:
     #: snapshot key -> its module in this engine: a controller loaded again (an engine given a
     #: path per request) reuses it instead of deserializing megabytes again (~12 ms for json).
     modules: dict[tuple, wasmtime.Module] = field(default_factory=dict)
-    #: snapshot key -> (the time of the failure, its LoadError's message): not re-run
-    #: for INIT_FAILURE_TTL_S
-    failures: dict[tuple, tuple[float, str]] = field(default_factory=dict)
+    #: snapshot key -> its LoadError's message: not re-run for INIT_FAILURE_TTL_S
+    failures: RememberedFailures = field(default_factory=lambda: RememberedFailures(INIT_FAILURE_TTL_S,
+                                                                                    lambda: _now()))
 
     def failed_before(self, key: tuple) -> str | None:
         """The message of this key's init failure if it failed less than INIT_FAILURE_TTL_S ago."""
         with self._lock:
-            now = _now()
-            for k in [k for k, (at, _) in self.failures.items() if now - at >= INIT_FAILURE_TTL_S]:
-                del self.failures[k]
             hit = self.failures.get(key)
         if hit is None:
             return None
-        return (f"{hit[1]} (remembered: this init failed {now - hit[0]:.0f} s ago for this tokenizer; "
+        return (f"{hit[1]} (remembered: this init failed {hit[0]:.0f} s ago for this tokenizer; "
                 f"it is not run again before {INIT_FAILURE_TTL_S:g} s have passed)")
 
     def remember_failure(self, key: tuple, message: str) -> None:
         with self._lock:
-            self.failures[key] = (_now(), message)
+            self.failures.put(key, message)
 
     def forget(self) -> None:
         """Drop the modules (the Runtime closed: they would keep its wasmtime Engine alive)."""

@@ -19,6 +19,8 @@ int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s);
 void aicirt_store_delete(aicirt_slot *s);
 void aicirt_spawn_timing(int on, uint64_t *out);
 int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_slot *dst, size_t img_lo, size_t img_hi);
+int64_t aicirt_template_fork(const aicirt_spawn_plan *pl, aicirt_slot *tpl, aicirt_slot *dst, size_t img_lo,
+                             size_t img_hi);
 int aicirt_bind(void *call, void *mem_data, void *mem_size, void *deadline, void *caller_context,
                 void *get_data, void *trap_new, void *error_delete);
 uint8_t *aicirt_memory(aicirt_slot *s, size_t *size);

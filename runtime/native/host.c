@@ -404,8 +404,22 @@ void aicirt_free(void *p) { free(p); }
     }
 SCALAR_IMPORT(h_vocab_size, vocab_size)
 SCALAR_IMPORT(h_eos_token, eos_token)
-SCALAR_IMPORT(h_self_seq_id, seq_id)
 SCALAR_IMPORT(h_capabilities, capabilities)
+
+/* aicirt_prepare's state is shared by every request with the same controller, argument and
+ * capabilities (core/prepared.py): what is this sequence's or this request's own is refused there. */
+static void *prepare_refuses(aicirt_slot *s, const char *name) {
+    if (s->stage != AICIRT_STAGE_PREPARE) return 0;
+    return fault(s, "host import `%s`: `aicirt_prepare` may not call it (its state is shared by every request with "
+                    "this argument: no sequence or variables yet); call it from mid-process", name);
+}
+
+static void *h_self_seq_id(void *env, void *caller, wt_val_raw_t *a, size_t n) {
+    SLOT(caller, ctx); (void)ctx;
+    void *trap = prepare_refuses(s, "self-seq-id");
+    if (!trap) a[0].i32 = (int32_t)s->seq_id;
+    return trap;
+}
 
 static void *return_list(aicirt_slot *s, void *ctx, const char *name, uint32_t retptr, const uint8_t *data,
                          uint32_t len) {
@@ -433,7 +447,8 @@ static void *h_log(void *env, void *caller, wt_val_raw_t *a, size_t n) {
 
 static void *h_var_get(void *env, void *caller, wt_val_raw_t *a, size_t n) {
     SLOT(caller, ctx);
-    void *trap = 0;
+    void *trap = prepare_refuses(s, "var-get");
+    if (trap) return trap;
     uint32_t nlen = (uint32_t)a[1].i32, retptr = (uint32_t)a[2].i32;
     const uint8_t *name = guest_str(s, ctx, "var-get", (uint32_t)a[0].i32, nlen, &trap);
     if (!name) return trap;
@@ -455,7 +470,8 @@ static void *h_var_get(void *env, void *caller, wt_val_raw_t *a, size_t n) {
 static void *var_set(void *caller, wt_val_raw_t *a, int append) {
     SLOT(caller, ctx);
     const char *what = append ? "var-append" : "var-set";
-    void *trap = 0;
+    void *trap = prepare_refuses(s, what);
+    if (trap) return trap;
     uint32_t nlen = (uint32_t)a[1].i32, vlen = (uint32_t)a[3].i32;
     const uint8_t *name = guest_str(s, ctx, what, (uint32_t)a[0].i32, nlen, &trap);
     if (!name) return trap;

@@ -14,12 +14,25 @@ typedef struct {
     void *engine, *pre;             /* wasm_engine_t *, wasmtime_instance_pre_t * */
     int64_t memory_bytes;           /* the Store's linear-memory limit */
     int32_t has_post, has_init;
-    const char *names[5];           /* cabi_realloc, mid-process, post-return (or NULL), _initialize (or NULL), memory */
-    size_t lens[5];
+    const char *names[6];           /* cabi_realloc, mid-process, post-return (or NULL), _initialize (or NULL), memory,
+                                     * aicirt_prepare (or NULL) */
+    size_t lens[6];
     int32_t n_globals;              /* the mutable globals the loader exported, copied by a fork */
     const char **global_names;
     const size_t *global_lens;
 } aicirt_spawn_plan;
+
+/* Where a first call copies its instance once aicirt_prepare has returned (on its worker, before
+ * mid-process): `dst` (an aicirt_slot *), a fresh instance of the same plan that nothing else uses
+ * meanwhile, becomes the prepared template (core/prepared.py). `written`: -2 until it ran, then the
+ * pages written, or -1 (the copy failed: the reason in dst; the call itself goes on). */
+typedef struct {
+    const aicirt_spawn_plan *pl;
+    void *dst;
+    size_t img_lo, img_hi;
+    int64_t written;
+    uint64_t ns;                    /* out: the copy's wall time (CLOCK_MONOTONIC) */
+} aicirt_capture;
 /* CDEF SPAWN END */
 
 typedef void *(*store_new_fn)(void *engine, void *data, void *finalizer);
@@ -150,7 +163,9 @@ int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s) {
         || export_copy(s, s, pl->names[1], pl->lens[1], EXTERN_FUNC, &s->f_mid, sizeof s->f_mid)
         || (pl->has_post && export_copy(s, s, pl->names[2], pl->lens[2], EXTERN_FUNC, &s->f_post, sizeof s->f_post))
         || (pl->has_init && export_copy(s, s, pl->names[3], pl->lens[3], EXTERN_FUNC, &s->f_init, sizeof s->f_init))
-        || export_copy(s, s, pl->names[4], pl->lens[4], EXTERN_MEMORY, &s->mem, sizeof s->mem))
+        || export_copy(s, s, pl->names[4], pl->lens[4], EXTERN_MEMORY, &s->mem, sizeof s->mem)
+        || (pl->names[5] && export_copy(s, s, pl->names[5], pl->lens[5], EXTERN_FUNC, &s->f_prepare,
+                                        sizeof s->f_prepare)))
         return 1;
     wt_extern_t notice;   /* the optional time notice (clock.c): an i32 global, the address of a u32 */
     uint64_t val[8];      /* wasmtime_val_t: kind (0: i32) at 0, the value at 8 */
@@ -162,6 +177,7 @@ int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s) {
     phase_end(PH_EXPORTS, &t);
     s->has_post = pl->has_post;
     s->needs_init = pl->has_init;   /* _initialize runs on the worker, first */
+    s->needs_prepare = pl->names[5] != NULL;   /* then aicirt_prepare (step.c) */
     return 0;
 }
 
@@ -173,26 +189,27 @@ void aicirt_store_delete(aicirt_slot *s) {
     if (store) p_store_delete(store);
 }
 
-/* A fork: make `dst`, a fresh instance of the plan's controller that has not run, a copy of `src`
- * (an idle instance of it): linear memory (grown to src's size; only the pages that can differ from
- * a fresh instance are written: pages.c, given the fresh image's nonzero extent [img_lo, img_hi)),
- * every mutable global, the tokens the controller saw, and the per-call record that goes with the
- * state (a pending post-return, whether _initialize has run, the calls made and the caller-runs
- * rule's history of them; WASI random_get's stream split between the two). Returns the pages
- * written (>= 0), or -1 with the reason in `dst`. */
-int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_slot *dst, size_t img_lo, size_t img_hi) {
-    uint64_t t = phase_on ? phase_clock() : 0;
+/* Make `dst`, a fresh instance of the plan's controller that has not run, hold `src`'s instance
+ * state: linear memory (grown to src's size; only the pages that can differ from a fresh instance
+ * are written: pages.c, given the fresh image's nonzero extent [img_lo, img_hi)) and every mutable
+ * global. Returns the pages written (>= 0), or -1 with the reason in `dst`. `t`: the phase clock
+ * (NULL: off the engine's thread, no phase timing). */
+static int64_t copy_instance(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_slot *dst, size_t img_lo,
+                             size_t img_hi, uint64_t *t) {
+    uint64_t none = 0;
+    if (!t) t = &none;
+    int timed = t != &none;
     size_t src_size = p_mem_size(src->ctx, &src->mem), dst_size = p_mem_size(dst->ctx, &dst->mem);
     if (src_size > dst_size) {
         uint64_t prev = 0;
         void *err = p_memory_grow(dst->ctx, &dst->mem, (src_size - dst_size) / WASM_PAGE_BYTES, &prev);
         if (err) { dst->error = err; return -1; }
     }
-    phase_end(PH_GROW, &t);
+    if (timed) phase_end(PH_GROW, t);
     size_t written = aicirt_copy_changed(p_mem_data(dst->ctx, &dst->mem), p_mem_data(src->ctx, &src->mem),
                                          src_size, img_lo, img_hi, (size_t)src->resident_bytes,
                                          (size_t)dst->resident_bytes);
-    phase_end(PH_COPY, &t);
+    if (timed) phase_end(PH_COPY, t);
     for (int32_t k = 0; k < pl->n_globals; k++) {
         uint64_t gs[3], gd[3], val[8];   /* wasmtime_global_t (<= 24 bytes), wasmtime_val_t (<= 64: compiled.py checks) */
         const char *name = pl->global_names[k];
@@ -204,7 +221,20 @@ int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_s
         void *err = p_global_set(dst->ctx, gd, val);
         if (err) { dst->error = err; return -1; }
     }
-    phase_end(PH_GLOBALS, &t);
+    if (timed) phase_end(PH_GLOBALS, t);
+    return (int64_t)written;
+}
+
+/* A fork: make `dst`, a fresh instance of the plan's controller that has not run, a copy of `src`
+ * (an idle instance of it): its instance state (copy_instance), the tokens the controller saw, and
+ * the per-call record that goes with the state (a pending post-return, whether _initialize and
+ * aicirt_prepare have run, the calls made and the caller-runs rule's history of them; WASI
+ * random_get's stream split between the two). Returns the pages written (>= 0), or -1 with the
+ * reason in `dst`. */
+int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_slot *dst, size_t img_lo, size_t img_hi) {
+    uint64_t t = phase_on ? phase_clock() : 0;
+    int64_t written = copy_instance(pl, src, dst, img_lo, img_hi, &t);
+    if (written < 0) return -1;
     if (aicirt_seen_copy(src, dst)) {
         spawn_fault(dst, "%.*s", "out of memory for the tokens seen", 33);
         return -1;
@@ -213,6 +243,7 @@ int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_s
     dst->post_ptr = src->post_ptr;
     dst->post_left_us = src->post_left_us;
     dst->needs_init = src->needs_init;
+    dst->needs_prepare = src->needs_prepare > 0;
     dst->calls = src->calls;
     /* the caller-runs rule's history: the child's calls continue the parent's state (step.c) */
     dst->hist_calls = src->hist_calls;
@@ -223,5 +254,36 @@ int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_s
     uint64_t r = wasi_mix(&src->wasi_rng);
     dst->wasi_rng = r ? r : 1;
     phase_end(PH_RECORD, &t);
-    return (int64_t)written;
+    return written;
+}
+
+/* On the worker of a first call, right after aicirt_prepare returned (step.c): copy the instance
+ * into the capture's template (copy_instance), with the WASI random stream as prepare left it and
+ * nothing left to run before mid-process. The call's own instance is only read. */
+void aicirt_capture_run(void *capture, aicirt_slot *src) {
+    aicirt_capture *c = (aicirt_capture *)capture;
+    aicirt_slot *dst = (aicirt_slot *)c->dst;
+    uint64_t t0 = phase_clock();
+    int64_t written = copy_instance(c->pl, src, dst, c->img_lo, c->img_hi, NULL);
+    c->ns = phase_clock() - t0;
+    if (written >= 0) {
+        dst->wasi_rng = src->wasi_rng;
+        dst->needs_init = dst->needs_prepare = 0;
+    }
+    __atomic_store_n(&c->written, written, __ATOMIC_RELEASE);
+}
+
+/* A new request's first instance from a prepared template (core/prepared.py), on the engine's
+ * thread: `dst`, a fresh instance of the plan that has not run, takes the template's instance
+ * state and WASI stream; _initialize and aicirt_prepare are then not run again, and its calls
+ * count from 0 (its first call is a first call: the prompt, the first-call limit). Returns the
+ * pages written, or -1 with the reason in `dst`. */
+int64_t aicirt_template_fork(const aicirt_spawn_plan *pl, aicirt_slot *tpl, aicirt_slot *dst, size_t img_lo,
+                             size_t img_hi) {
+    uint64_t t = phase_on ? phase_clock() : 0;
+    int64_t written = copy_instance(pl, tpl, dst, img_lo, img_hi, &t);
+    if (written < 0) return -1;
+    dst->needs_init = dst->needs_prepare = 0;
+    dst->wasi_rng = tpl->wasi_rng;
+    return written;
 }

@@ -90,6 +90,8 @@ static void lift(aicirt_slot *s) {
     if (s->status == AICIRT_OK && s->has_post) run_post(s, s->result_ptr);
 }
 
+void aicirt_capture_run(void *capture, aicirt_slot *src);   /* spawn.c */
+
 void aicirt_step(aicirt_slot *s) {
     double t0 = s->started_us = now_us();
     s->cpu_us = 0;
@@ -98,6 +100,12 @@ void aicirt_step(aicirt_slot *s) {
     __atomic_store_n(&s->started, 1, __ATOMIC_RELEASE);
     s->error = s->trap = 0;
     s->n_branches = 0;
+    if (s->needs_prepare < 0) {   /* a remembered prepare failure: the fault Python wrote is this call's error */
+        s->needs_prepare = s->needs_init = 0;
+        s->stage = AICIRT_STAGE_PREPARE;
+        s->status = AICIRT_TRAP;
+        goto out;
+    }
     s->fault_len = 0;
     if (s->needs_init) {   /* the instance's _initialize runs here, on the worker, under its own limit */
         s->needs_init = 0;
@@ -108,6 +116,20 @@ void aicirt_step(aicirt_slot *s) {
             goto out;
         }
         t0 = s->started_us = now_us();
+        aicirt_clock_start(s, s->budget_us);
+    }
+    /* aicirt_prepare (docs/protocol.md#binary): the argument's own work, under a first call's limit;
+     * the state it leaves is then copied into the template, if this call has one (core/prepared.py) */
+    if (s->needs_prepare) {
+        s->needs_prepare = 0;
+        s->stage = AICIRT_STAGE_PREPARE;
+        wt_val_raw_t none[1];
+        if (!call(s, s->ctx, &s->f_prepare, none, 0)) {
+            s->status = AICIRT_TRAP;
+            goto out;
+        }
+        if (s->capture) aicirt_capture_run(s->capture, s);
+        s->started_us = now_us();   /* a fresh limit for mid-process; elapsed_us counts prepare too (its work) */
         aicirt_clock_start(s, s->budget_us);
     }
     /* A result Python lifted (status AICIRT_LIFT) is post-returned here, on the worker, before
