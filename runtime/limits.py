@@ -39,7 +39,8 @@ class Limits:
     `prepared_cache_bytes` bounds what a Runtime keeps of controllers' per-argument work (their
     `aicirt_prepare` export, docs/protocol.md#binary) to start later requests with the same
     argument from: the pages those templates hold beyond a fresh instance, counted in the memory
-    budget; 0 keeps none (every request runs its prepare) (:mod:`aicirt.core.prepared`).
+    budget; 0 keeps none (every request runs its prepare) (:mod:`aicirt.core.prepared`). A template
+    is made at an argument's `prepared_after`-th request (2: an argument seen once makes none).
     """
 
     soft_deadline_s: float = 0.025      # after the forward pass ends (i.e. from BatchHandle.wait)
@@ -70,13 +71,16 @@ class Limits:
     # prepared templates (controllers that export aicirt_prepare) kept per Runtime, by the pages they hold
     # beyond a fresh instance: least recently used out first (0: none kept; core/prepared.py)
     prepared_cache_bytes: int = 64 << 20
+    # an argument's template is made at its Nth request (the copy costs that request's first call
+    # ~0.2 ms: the first sight of an argument that never comes back does not pay it; 1: at once)
+    prepared_after: int = 2
 
     def __post_init__(self) -> None:
         for name in ("soft_deadline_s", "call_timeout_s", "first_call_timeout_s", "compile_timeout_s", "epoch_tick_s",
                      "resident_idle_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("max_late_steps", "memory_bytes", "stack_bytes", "log_bytes", "upload_bytes", "host_arg_bytes",
+        for name in ("max_late_steps", "prepared_after", "memory_bytes", "stack_bytes", "log_bytes", "upload_bytes", "host_arg_bytes",
                      "variable_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)!r}")

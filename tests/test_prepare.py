@@ -79,6 +79,21 @@ PREPARER = """
 EXPORT = '(func (export "aicirt_prepare") (call $prepare))'
 
 
+@pytest.fixture
+def rt(make_rt):
+    """A runtime that makes a template at an argument's first request (Limits.prepared_after=1: what
+    most tests here count; the default, 2, has its own test)."""
+    return make_rt(prepared_after=1)
+
+
+@pytest.fixture
+def make_rt(make_rt):   # noqa: F811 (conftest's, with prepared_after=1 unless given)
+    def make(**limits):
+        limits.setdefault("prepared_after", 1)
+        return make_rt(**limits)
+    return make
+
+
 def preparer(export: str = EXPORT) -> bytes:
     return wasmtime.wat2wasm(f"(module {PREPARER.format(host=HOST, export=export)})")
 
@@ -353,7 +368,7 @@ def test_the_engine_and_the_steering_core_start_from_templates():
     from aicirt.engine.backends.scripted import ScriptedBackend
     from aicirt.integrations import steering as st
     tok = aicirt.ByteTokenizer()
-    rt = aicirt.Runtime(tok, cache_dir=False)
+    rt = aicirt.Runtime(tok, cache_dir=False, limits=aicirt.Limits(prepared_after=1))
     ctrl = rt.load(toolchain.build_cached("regex"))
     outs = []
     for _ in range(2):
@@ -368,3 +383,21 @@ def test_the_engine_and_the_steering_core_start_from_templates():
     assert rt.prepared.stats.forked == 2
     steered.close()
     rt.close()
+
+
+def test_by_default_a_template_is_made_at_an_arguments_second_request(make_rt):
+    """Limits.prepared_after (2 by default): an argument's first request prepares without a
+    template (it pays no copy), its second makes one, the later ones start from it; an argument
+    seen once makes none."""
+    rt = make_rt(prepared_after=2)
+    ctrl = rt.load(preparer())
+    logs = [first(rt, ctrl, b"a")[2] for _ in range(4)] + [first(rt, ctrl, b"b")[2]]
+    assert [("prepared" in log) for log in logs] == [True, True, False, False, True]
+    st = rt.prepared.stats
+    assert (st.unsighted, st.prepared, st.forked, len(rt.prepared)) == (2, 1, 2, 1)
+    assert all(first(rt, ctrl, b"a")[1] == [ord("a")] for _ in range(2))
+
+
+def test_prepared_after_must_be_at_least_one():
+    with pytest.raises(ValueError, match="prepared_after"):
+        aicirt.Limits(prepared_after=0)

@@ -9,7 +9,10 @@ import and keeps what it compiles in its memory. Its state is then a function of
      the capabilities granted, the sha256 of the argument)
 
 and of this Runtime's tokenizer and limits (one cache per Runtime: a template is an instance in
-its engine). :class:`PreparedCache` keeps that state as a *template*: a fresh instance of the
+its engine). A template is made at a key's ``Limits.prepared_after``-th request (2 by default):
+making one copies the prepared instance before that request's ``mid-process`` may change it,
+~0.2 ms on its first call, which an argument that never comes back (MaskBench's schemas, a
+one-off grammar) should not pay; the requests before it prepare as without the cache. :class:`PreparedCache` keeps that state as a *template*: a fresh instance of the
 controller, outside every batch, into which the first call's worker copies its instance right
 after ``aicirt_prepare`` returned (spawn.c's ``aicirt_capture_run``: only the pages prepare wrote,
 :mod:`aicirt.native.pages`). Every later request with the same key starts as a copy of it
@@ -63,6 +66,8 @@ _now = time.monotonic    # the failures' clock (a test moves it on)
 #: Templates at most, as a share of the pooling allocator's instance slots (each takes one).
 TEMPLATE_SLOT_SHARE = 8
 _NOT_RUN = -2            # aicirt_capture.written until the first call's worker copied (or failed to)
+#: Keys whose request counts (Limits.prepared_after) are kept, the most recently seen.
+SIGHTED_KEYS = 4096
 _LOG_KEPT = 1024         # bytes of a failed prepare's log a remembered failure starts its request's log with
 
 Key = tuple
@@ -132,6 +137,7 @@ class PreparedStats:
     prepared: int = 0        # requests that ran aicirt_prepare with a template to fill
     forked: int = 0          # requests started from a template
     failed_fast: int = 0     # requests failed at once with a remembered failure
+    unsighted: int = 0       # requests that prepared without a template (before Limits.prepared_after)
     evicted: int = 0
     remembered: int = 0      # prepare failures remembered
     not_cached: list = field(default_factory=list)   # why a template was not kept (the last few)
@@ -142,8 +148,10 @@ class PreparedCache:
     (every request runs its prepare, as a host that keeps no templates)."""
 
     def __init__(self, native: "Native", budget: "MemoryBudget", resident: "ResidentSlots", limit_bytes: int,
-                 max_templates: int, hold_bytes: int) -> None:
+                 max_templates: int, hold_bytes: int, after: int = 1) -> None:
         self.native, self.budget, self.resident = native, budget, resident
+        self.after = after           # Limits.prepared_after
+        self._seen: OrderedDict[Key, int] = OrderedDict()   # requests per key without a template yet
         self.limit_bytes, self.max_templates, self.hold_bytes = limit_bytes, max(1, max_templates), hold_bytes
         self._ready: OrderedDict[Key, _Template] = OrderedDict()   # least recently used first
         self._pending: dict[Key, _Pending] = {}
@@ -189,6 +197,9 @@ class PreparedCache:
                 self.stats.failed_fast += 1
                 return
             if key in self._pending:          # another request is preparing it: this one prepares too
+                return
+            if not self._sighted(key):        # too early: this request prepares without a template
+                self.stats.unsighted += 1
                 return
             if not self.budget.hold(self.hold_bytes):
                 self._not_cached("the memory budget has no room for a template")
@@ -250,6 +261,16 @@ class PreparedCache:
             return
         self._ready[key] = tpl
         self._evict()
+
+    def _sighted(self, key: Key) -> bool:
+        """Count a request for `key`; whether it is the `prepared_after`-th or later (the counts of the
+        last SIGHTED_KEYS keys are kept)."""
+        seen = self._seen.get(key, 0) + 1
+        self._seen[key] = seen
+        self._seen.move_to_end(key)
+        if len(self._seen) > SIGHTED_KEYS:
+            self._seen.popitem(last=False)
+        return seen >= self.after
 
     def _evict(self) -> None:
         while self._ready and (self.bytes > self.limit_bytes or len(self._ready) > self.max_templates):

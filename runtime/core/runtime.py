@@ -104,7 +104,7 @@ class Runtime(Owned):
         #: templates of controllers' per-argument work (aicirt_prepare), shared across requests
         self.prepared = PreparedCache(self.native, self.memory_budget, self.registry.resident,
                                       self.limits.prepared_cache_bytes, max_sequences // TEMPLATE_SLOT_SHARE,
-                                      per_sequence)
+                                      per_sequence, self.limits.prepared_after)
         #: batch.py's: the object API's last batch (its sequences, their index array), reused while
         #: the next batch is the same sequences in the same order (an index never changes while its
         #: sequence is open; it keeps that batch's Sequence objects, not their native state, alive
