@@ -9,7 +9,8 @@ static aici_history_t states;          /* the DFA state after each generated tok
 static bool use_cache = true, use_slices = true, log_slice = false, slices_now = false;
 
 AICI_EXPORT_INIT void regex_init(void) {
-  if ((trie = aici_trie())) aici_token_bytes(0, 0);
+  uint32_t n;
+  if ((trie = aici_trie())) aici_token_bytes(0, 0), aici_trie_std_slices(trie, true, &n);
 }
 
 static bool setup(const aici_arg_t *arg) {

@@ -326,6 +326,49 @@ static aici_slice_t *build_utf8_slice(const aici_trie_t *tr, const uint32_t *key
   return s;
 }
 
+/* ---- standard slices: made once per tokenizer, by an init ------------------------------------
+ * The byte sets and UTF-8 sets that regexes and lexemes most often repeat (words, identifiers,
+ * text without quotes or brackets, text up to a double quote, any text), as llguidance's slicer
+ * keeps a fixed list per tokenizer (" !#-[]-~" is its JSON string's). Made in a controller's
+ * init, they are in the init snapshot (docs/snapshots.md): a request's masks use them from its
+ * first one, where a slice of its own costs several walks of the whole trie to build (ms: a
+ * regex buys its own only once its masks have visited 4 whole tries' worth of nodes). The regex
+ * constraint takes them. */
+static const char *const STD_BYTES[] = {"a-z", "A-Za-z", "0-9A-Z_a-z"};
+static const char *const STD_UTF8[] = {"0-9A-Za-z ", " !#-;=?-Z^-z|~", " !#-[]-~", "\t\n\r !#-~",
+                                         "\t\n -~"};
+#define N_STD (sizeof STD_BYTES / sizeof STD_BYTES[0] + sizeof STD_UTF8 / sizeof STD_UTF8[0])
+static const aici_trie_t *std_trie;
+static const aici_slice_t *std_slices[N_STD];
+static uint32_t n_std;
+
+void aici_range_bits(const char *r, uint32_t *bits) {
+  while (*r) {
+    uint8_t lo = (uint8_t)*r, hi = lo;
+    if (r[1] == '-' && r[2]) hi = (uint8_t)r[2], r += 3;
+    else r++;
+    for (uint32_t b = lo; b <= hi; b++) bits[b >> 5] |= 1u << (b & 31);
+  }
+}
+
+const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *tr, bool build, uint32_t *n) {
+  *n = 0;
+  if (!tr) return 0;
+  if (std_trie != tr) {
+    if (!build) return 0;
+    std_trie = tr, n_std = 0;
+    for (uint32_t k = 0; k < N_STD; k++) {
+      uint32_t bits[8] = {0};
+      bool utf8 = k >= sizeof STD_BYTES / sizeof STD_BYTES[0];
+      aici_range_bits(utf8 ? STD_UTF8[k - sizeof STD_BYTES / sizeof STD_BYTES[0]] : STD_BYTES[k], bits);
+      const aici_slice_t *s = utf8 ? aici_trie_utf8_slice(tr, bits) : aici_trie_slice(tr, bits);
+      if (s) std_slices[n_std++] = s;
+    }
+  }
+  *n = n_std;
+  return std_slices;
+}
+
 /* The valid UTF-8 encodings of more than one byte (RFC 3629): per byte, the range it may take. */
 const aici_u8pat_t AICI_U8_PATS[AICI_N_U8_PATS] = {
   {2, {0xC2, 0x80}, {0xDF, 0xBF}},
