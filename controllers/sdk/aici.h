@@ -253,6 +253,8 @@ typedef struct {
  * tokens). NULL when it would save under 1/16 of the trie's nodes (e.g. [0-9] over a BPE
  * vocabulary), or once the SDK's budget (16 byte sets, rest tries totalling 4x the trie) is spent. */
 const aici_slice_t *aici_trie_slice(const aici_trie_t *trie, const uint32_t *bytes);
+/* The same slice if a call made it already, never built here (NULL: not made, or not worth it). */
+const aici_slice_t *aici_trie_slice_made(const aici_trie_t *trie, const uint32_t *bytes);
 
 /* A slice chosen per token: the tokens for which in_slice(ctx, bytes, len) holds as the mask,
  * every other token (and those without bytes) in the rest trie; bytes[] is zero. For languages

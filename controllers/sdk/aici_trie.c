@@ -234,6 +234,13 @@ const aici_slice_t *aici_trie_slice(const aici_trie_t *tr, const uint32_t *bytes
   return cached_slice(tr, bytes, false);
 }
 
+const aici_slice_t *aici_trie_slice_made(const aici_trie_t *tr, const uint32_t *bytes) {
+  for (uint32_t i = 0; tr && i < n_slice_cache; i++)
+    if (slice_cache[i].trie == tr && !slice_cache[i].utf8 && !__builtin_memcmp(slice_cache[i].bytes, bytes, 32))
+      return slice_cache[i].slice;
+  return 0;
+}
+
 const aici_slice_t *aici_trie_utf8_slice(const aici_trie_t *tr, const uint32_t *ascii) {
   uint32_t key[8] = {ascii[0], ascii[1], ascii[2], ascii[3], ~0u, ~0u, ~0u, ~0u};
   return cached_slice(tr, key, true);

@@ -103,6 +103,7 @@ typedef struct parts {
   part_t **tab;                        /* open addressing on (lex, node, base) */
   uint32_t cap, n, n_roots;
   uint32_t bytes;                      /* held by all parts */
+  uint64_t rent;                       /* trie nodes of root walks a cover slice would have cut short */
   uint32_t *tmp, cap_tmp;              /* token list being built */
   edge_t *etmp;
   uint32_t cap_etmp;

@@ -82,6 +82,8 @@ static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
   return count >= 8;
 }
 
+#define ROOT_RENT 4u                   /* whole tries of root walks before a cover slice is built */
+
 /* Slices made once per tokenizer (gr_prepare_tokenizer, in the init: every request starts with
  * them from the snapshot): the SDK's standard slices (aici_trie_std_slices), byte sets for the
  * identifiers' bytes and UTF-8 slices, the tokens made of valid UTF-8 characters, each ASCII one
@@ -146,7 +148,9 @@ static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, u
   return best;
 }
 
-static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *cover) {
+/* The largest standard byte-set slice within the cover, else the cover's own slice: one made
+ * already, or (`build`) made now, a few ms (per instance: a pass over the trie). */
+static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *cover, bool build) {
   const aici_slice_t *best = 0;
   if (std_trie == trie)
     for (uint32_t k = 0; k < n_std; k++) {
@@ -155,7 +159,7 @@ static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *
       for (int w = 0; w < 8 && sub; w++) sub = !(sl->bytes[w] & ~cover[w]);
       if (sub && (!best || sl->n_tokens > best->n_tokens)) best = sl;
     }
-  return best ? best : aici_trie_slice(trie, cover);
+  return best ? best : build ? aici_trie_slice(trie, cover) : aici_trie_slice_made(trie, cover);
 }
 
 /* The general walk over nodes [p, end) of the trie, the parent's position being `top`; with
@@ -334,7 +338,13 @@ part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   uint32_t cover[8], nt, ne;
   const aici_trie_t *walked = trie;
   const aici_slice_t *sl = std_slice(m, trie, lex);
-  if (!sl && lex_cover(m, lex, cover)) sl = cover_slice(trie, cover);
+  /* A root part is walked once per lexer state, so the cover's own slice saves one walk (and
+   * those of later states with the same cover) for a build that costs several: ski rental, as
+   * the regex constraint's: built once root walks it would have cut short visited 4 tries. */
+  if (!sl && lex_cover(m, lex, cover)) {
+    sl = cover_slice(trie, cover, P->rent >= ROOT_RENT * (uint64_t)trie->n_nodes);
+    if (!sl) P->rent += trie->n_nodes;
+  }
   if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
     ST(slices);
     walked = &sl->rest;
