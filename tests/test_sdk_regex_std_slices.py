@@ -53,3 +53,22 @@ def test_random_regexes_standard_slices_equal_whole_trie(name, seed):
     rng = random.Random(seed * 104729 + len(name))
     for _ in range(3):
         walk_both(random_pattern(rng), name, rng, 6, options=DEFAULT, run_init=True)
+
+
+def _slice_tokens(log: list[str]) -> int:
+    """Tokens of the slice the last mask took (its `logslice` line), 0 for a whole-trie walk."""
+    line = log[-1]
+    return int(line.split("slice of ")[1].split()[0]) if "slice of" in line else 0
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_own_slices_still_built_beside_the_standard_ones(name):
+    """The standard slices stay outside the SDK's node budget: a pattern's own slice (here
+    [a-z0-9._], larger than the standard a-z) is still built once the rent is paid (slicesnow:
+    at once), and taken over the smaller standard one."""
+    from test_sdk_regex_text_slices import Walker
+    pattern = rb"[a-z0-9._]+@[a-z0-9]+\.(com|org|net)"
+    std = Walker(pattern, name, b"\0logslice", run_init=True)
+    own = Walker(pattern, name, b"\0slicesnow\0logslice", run_init=True)
+    assert (std.mask() == own.mask()).all()
+    assert 0 < _slice_tokens(std.host.logs) < _slice_tokens(own.host.logs), (std.host.logs[-1:], own.host.logs[-1:])

@@ -251,7 +251,8 @@ typedef struct {
 } aici_slice_t;
 /* The slice for byte set `bytes` (256 bits), built on first request and kept (a few ms at 150k
  * tokens). NULL when it would save under 1/16 of the trie's nodes (e.g. [0-9] over a BPE
- * vocabulary), or once the SDK's budget (16 byte sets, rest tries totalling 4x the trie) is spent. */
+ * vocabulary), or once the SDK's budget (24 slices of any kind, rest tries totalling 4x the trie
+ * beside the standard slices') is spent. */
 const aici_slice_t *aici_trie_slice(const aici_trie_t *trie, const uint32_t *bytes);
 /* The same slice if a call made it already, never built here (NULL: not made, or not worth it). */
 const aici_slice_t *aici_trie_slice_made(const aici_trie_t *trie, const uint32_t *bytes);
