@@ -358,6 +358,16 @@ part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   return c;
 }
 
+/* The root part of lexer state `lex` if it takes a slice (NULL: none, or none made yet and no
+ * standard slice covers it: no walk is made to find out). */
+part_t *gm_root_part_sliced(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+  part_t *c = part_find(m->parts, lex, 0, trie);
+  if (c) return c->slice ? c : 0;
+  if (gm_lex_eager(m, lex) || !std_slice(m, trie, lex)) return 0;
+  c = gm_root_part(m, trie, lex);
+  return c && c->slice ? c : 0;
+}
+
 /* The part below edge node `ch` of trie `t`, the next lexeme in lexer state `lex` (NULL: the
  * memory budget is spent; the caller walks). */
 part_t *gm_sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint32_t lex, uint32_t vocab) {
