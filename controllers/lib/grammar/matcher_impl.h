@@ -154,7 +154,7 @@ bool gm_lex_eager(gr_matcher_t *m, uint32_t id);
 void gm_walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask, uint32_t vocab, pos_t *stack, parts_t *rec);
 void gm_toks_or(const toks_t *t, uint32_t *mask);
 part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex);
-part_t *gm_root_part_sliced(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex);
+part_t *gm_root_part_sliced(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex, uint32_t max_rest);
 part_t *gm_sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint32_t lex, uint32_t vocab);
 
 /* mask.c */

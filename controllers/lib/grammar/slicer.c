@@ -358,14 +358,17 @@ part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   return c;
 }
 
-/* The root part of lexer state `lex` if it takes a slice (NULL: none, or none made yet and no
- * standard slice covers it: no walk is made to find out). */
-part_t *gm_root_part_sliced(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
+/* The root part of lexer state `lex` if it takes a slice whose rest trie has at most max_rest
+ * nodes (NULL: none, or none made yet and no such standard slice covers it: no walk is made to
+ * find out). */
+part_t *gm_root_part_sliced(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex, uint32_t max_rest) {
   part_t *c = part_find(m->parts, lex, 0, trie);
-  if (c) return c->slice ? c : 0;
-  if (gm_lex_eager(m, lex) || !std_slice(m, trie, lex)) return 0;
-  c = gm_root_part(m, trie, lex);
-  return c && c->slice ? c : 0;
+  if (!c) {
+    const aici_slice_t *sl = gm_lex_eager(m, lex) ? 0 : std_slice(m, trie, lex);
+    if (!sl || sl->rest.n_nodes > max_rest) return 0;
+    c = gm_root_part(m, trie, lex);
+  }
+  return c && c->slice && c->slice->rest.n_nodes <= max_rest ? c : 0;
 }
 
 /* The part below edge node `ch` of trie `t`, the next lexeme in lexer state `lex` (NULL: the
