@@ -305,7 +305,11 @@ static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, aici_tokset_t *gr
 void gm_toks_or(const toks_t *t, uint32_t *mask) {
   if (t->dense) ST(dense_or);
   STN(list_toks, t->n_toks);
-  if (t->dense) for (uint32_t w = 0, n = t->dense->n_words; w < n; w++) mask[w] |= t->dense->words[w];
+  if (t->dense) {                      /* restrict: the compiler vectorizes it (a mask is ~5k words) */
+    uint32_t *restrict d = mask;
+    const uint32_t *restrict src = t->dense->words;
+    for (uint32_t w = 0, n = t->dense->n_words; w < n; w++) d[w] |= src[w];
+  }
   for (uint32_t k = 0; k < t->n_toks; k++) mask[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
 }
 
