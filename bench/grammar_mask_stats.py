@@ -8,11 +8,8 @@ Usage: python bench/grammar_mask_stats.py [--vocab qwen2] [--top 2.0]
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -20,31 +17,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "grammars"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+sys.path.insert(0, str(ROOT / "bench"))
+from grammar_masks import baseline_wasm  # noqa: E402
 from harness import VOCABS, Ours  # noqa: E402
 
 
 def stats_wasm() -> bytes:
     """The grammar controller of this checkout's HEAD, its library built with GR_STATS defined."""
-    from aicirt.build.toolchain import build
-    with tempfile.TemporaryDirectory() as tmp:
-        tar = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "controllers"], check=True,
-                             capture_output=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-            t.extractall(tmp, filter="data")
-        h = Path(tmp) / "controllers" / "lib" / "grammar" / "matcher_impl.h"
+    def stats_on(tree: Path) -> None:
+        h = tree / "lib" / "grammar" / "matcher_impl.h"
         h.write_text("#define GR_STATS 1\n" + h.read_text())
-        where = {"CONTROLLERS_DIR": Path(tmp) / "controllers", "SDK_DIR": Path(tmp) / "controllers" / "sdk"}
-        saved = [(m, k, getattr(m, k)) for name, m in list(sys.modules.items())
-                 if name.startswith("aicirt") and m is not None for k in where if hasattr(m, k)]
-        out = Path(tmp) / "grammar-stats.wasm"
-        try:
-            for m, k, _ in saved:
-                setattr(m, k, where[k])
-            build(Path(tmp) / "controllers" / "grammar", out, progress=False)
-        finally:
-            for m, k, v in saved:
-                setattr(m, k, v)
-        return out.read_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        return baseline_wasm("HEAD", Path(tmp), patch=stats_on)
 
 
 def main() -> None:

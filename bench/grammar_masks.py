@@ -63,15 +63,18 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, max(0, int(math.ceil(q / 100 * len(xs))) - 1))]
 
 
-def baseline_wasm(ref: str, tmp: Path) -> bytes:
+def baseline_wasm(ref: str, tmp: Path, patch=None) -> bytes:
     """The grammar controller as of git ref `ref`: its controller, libraries and SDK (the whole
     controllers/ tree of that commit: the grammar code lives in controllers/lib/ since the
-    libraries, and the SDK holds some of it since its text helpers)."""
+    libraries, and the SDK holds some of it since its text helpers). `patch(tree)`, if given,
+    edits the extracted controllers/ folder before the build (bench/grammar_mask_stats.py)."""
     from aicirt.build.toolchain import build
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "controllers"],
                          check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(tmp, filter="data")
+    if patch:
+        patch(tmp / "controllers")
     out = tmp / "grammar-baseline.wasm"
     # every loaded aicirt module that holds the controllers' or the SDK's folder points at the
     # archive's while it builds (which modules hold them differs across the runtime's layouts)
