@@ -21,9 +21,11 @@ Figures (the last line is one JSON object):
 With --baseline REF (a git ref: the grammar controller built from that commit's controllers/
 tree, its libraries and SDK included), run the same way right after ours on
 every grammar, its masks checked equal to ours:
-  baseline_inside_us_p50   its inside p50
+  baseline_inside_us_p50   its inside p50 (baseline_inside_us_p99: p99)
+  baseline_mask_us_p50     its submit -> wait wall through the rows API (and _p99)
   inside_vs_baseline_p50   inside_us_p50 / baseline_inside_us_p50 (timings at this machine's load
-                           move both alike; this ratio is the one to compare across runs)
+                           move both alike; this ratio is the one to compare across runs), and
+                           inside_vs_baseline_p99, mask_vs_baseline_p99 (the rows API's wall)
 
 With --tokenizers a,b,... (smollm2, qwen2, gpt2, llama2, dup, bytes: tests/grammars/harness.py)
 every vocabulary is run in turn; the last line then holds one object per vocabulary under
@@ -61,15 +63,18 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, max(0, int(math.ceil(q / 100 * len(xs))) - 1))]
 
 
-def baseline_wasm(ref: str, tmp: Path) -> bytes:
+def baseline_wasm(ref: str, tmp: Path, patch=None) -> bytes:
     """The grammar controller as of git ref `ref`: its controller, libraries and SDK (the whole
     controllers/ tree of that commit: the grammar code lives in controllers/lib/ since the
-    libraries, and the SDK holds some of it since its text helpers)."""
+    libraries, and the SDK holds some of it since its text helpers). `patch(tree)`, if given,
+    edits the extracted controllers/ folder before the build (bench/grammar_mask_stats.py)."""
     from aicirt.build.toolchain import build
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "controllers"],
                          check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(tmp, filter="data")
+    if patch:
+        patch(tmp / "controllers")
     out = tmp / "grammar-baseline.wasm"
     # every loaded aicirt module that holds the controllers' or the SDK's folder points at the
     # archive's while it builds (which modules hold them differs across the runtime's layouts)
@@ -186,7 +191,12 @@ def run(v, a) -> dict:
     if base:
         r["baseline"] = a.baseline
         r["baseline_inside_us_p50"] = round(pct(base.inside_us, 50), 1)
+        r["baseline_inside_us_p99"] = round(pct(base.inside_us, 99), 1)
+        r["baseline_mask_us_p50"] = round(pct(base.wall_us, 50), 1)
+        r["baseline_mask_us_p99"] = round(pct(base.wall_us, 99), 1)
         r["inside_vs_baseline_p50"] = round(r["inside_us_p50"] / r["baseline_inside_us_p50"], 2)
+        r["inside_vs_baseline_p99"] = round(r["inside_us_p99"] / r["baseline_inside_us_p99"], 2)
+        r["mask_vs_baseline_p99"] = round(r["mask_us_p99"] / r["baseline_mask_us_p99"], 2)
     print(json.dumps(r), flush=True)
     return r
 

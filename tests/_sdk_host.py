@@ -53,6 +53,7 @@ class MiniHost:
     seq_id: int = 1
     variables: dict = field(default_factory=dict)
     logs: list = field(default_factory=list)
+    run_init: bool = False           # run the module's aicirt_init (as a Runtime does, once per tokenizer)
 
     def __post_init__(self):
         module = _module(self.wasm)
@@ -67,6 +68,8 @@ class MiniHost:
         self.mem, self.realloc, self.mid = ex["memory"], ex["cabi_realloc"], ex["mid-process"]
         if "_initialize" in ex:
             ex["_initialize"](self.store)
+        if self.run_init and "aicirt_init" in ex:
+            ex["aicirt_init"](self.store)
 
     # -- memory helpers
     def read(self, ptr, n) -> bytes:

@@ -10,7 +10,8 @@ static aici_history_t states;          /* the DFA state after each generated tok
 static bool use_cache = true, use_slices = true, log_slice = false, slices_now = false;
 
 AICI_EXPORT_INIT void regex_init(void) {
-  if ((trie = aici_trie())) aici_token_bytes(0, 0);
+  uint32_t n;
+  if ((trie = aici_trie())) aici_token_bytes(0, 0), aici_trie_std_slices(trie, true, &n);
 }
 
 /* The argument's work (aicirt_prepare, or the first call where no host ran it): options, the

@@ -283,8 +283,11 @@ typedef struct {
 } aici_slice_t;
 /* The slice for byte set `bytes` (256 bits), built on first request and kept (a few ms at 150k
  * tokens). NULL when it would save under 1/16 of the trie's nodes (e.g. [0-9] over a BPE
- * vocabulary), or once the SDK's budget (16 byte sets, rest tries totalling 4x the trie) is spent. */
+ * vocabulary), or once the SDK's budget (24 slices of any kind, rest tries totalling 4x the trie
+ * beside the standard slices') is spent. */
 const aici_slice_t *aici_trie_slice(const aici_trie_t *trie, const uint32_t *bytes);
+/* The same slice if a call made it already, never built here (NULL: not made, or not worth it). */
+const aici_slice_t *aici_trie_slice_made(const aici_trie_t *trie, const uint32_t *bytes);
 
 /* A slice chosen per token: the tokens for which in_slice(ctx, bytes, len) holds as the mask,
  * every other token (and those without bytes) in the rest trie; bytes[] is zero. For languages
@@ -298,6 +301,15 @@ aici_slice_t *aici_trie_token_slice(const aici_trie_t *trie, aici_token_pred_fn 
  * one possibly cut short (a valid prefix of a character). What text-mode sets ([^"], . over
  * text) cover. bytes[] is A then all ones, utf8 is set. Cached and budgeted as aici_trie_slice. */
 const aici_slice_t *aici_trie_utf8_slice(const aici_trie_t *trie, const uint32_t *ascii);
+/* The standard slices of trie `trie` (*n of them; their bytes[] and utf8 say which): byte sets
+ * a-z, A-Za-z, 0-9A-Z_a-z and UTF-8 slices over the ASCII sets "0-9A-Za-z ", " !#-;=?-Z^-z|~"
+ * (printable but quotes, brackets, backslash), " !#-[]-~" (a JSON string's: printable but " and
+ * backslash), "\t\n\r !#-~" (text but ") and "\t\n -~", those worth it. build: make them if not
+ * made yet (tens of ms: call it from the init, so that they are in the snapshot); false: only
+ * those made (none if no call built them). */
+const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *trie, bool build, uint32_t *n);
+/* Ranges as text ("a-z_", bytes or ASCII) -> the bits of those bytes, ORed into bits. */
+void aici_range_bits(const char *ranges, uint32_t *bits);
 /* Its predicate (ctx: the 128-bit set A). */
 bool aici_utf8_in(void *ctx, const uint8_t *bytes, uint32_t len);
 /* The multi-byte UTF-8 encodings: per position, the byte range. */
@@ -363,11 +375,13 @@ const aici_tokset_t *aici_regex_mask_now(aici_regex_t *re, const aici_trie_t *tr
 /* Masks use slices (default on; same result): the byte classes the pattern repeats (the sets
  * under * + {m,n} with n >= 8, and the union of an alternation of sets so repeated) become
  * candidate slices; a DFA state that keeps every string over one of them live (checked once per
- * state, on the DFA) gets that slice's tokens wholesale plus a walk of its rest trie. Off: one
- * walk over the whole trie. */
+ * state, on the DFA) gets that slice's tokens wholesale plus a walk of its rest trie. The SDK's
+ * standard slices (aici_trie_std_slices, if an init made them) that lie within those sets serve
+ * from the first mask. Off: one walk over the whole trie. */
 void aici_regex_use_slices(aici_regex_t *re, bool on);
-/* Slices only from the `masks`-th mask computed on (default 4; 0: from the first). Building one
- * costs several walks of the whole trie, more than a request that computes a mask or two saves. */
+/* The pattern's own slices only once its masks have visited `masks` whole tries' worth of nodes
+ * (default 4; 0: from the first mask). Building one costs several walks of the whole trie, more
+ * than a request that computes a mask or two saves. */
 void aici_regex_slices_after(aici_regex_t *re, uint32_t masks);
 /* The slice that the next mask from `state` uses (NULL: it walks the whole trie). */
 const aici_slice_t *aici_regex_slice(aici_regex_t *re, const aici_trie_t *trie, uint32_t state);

@@ -16,7 +16,7 @@ typedef struct { uint8_t kind, live; uint32_t out, out1, set; } nfa_t;
 #define MAX_DFA 16384u
 #define MAX_CAND 6                     /* candidate slices per regex */
 #define MAX_CAND_U8 4                  /* candidate UTF-8 slices per regex (text mode) */
-#define MAX_SL (MAX_CAND + MAX_CAND_U8)
+#define MAX_SL (MAX_CAND + MAX_CAND_U8 + 6)  /* and the SDK's standard slices */
 #define REP_MIN 8                      /* {m,n} with n >= REP_MIN counts as repeated */
 #define COVER_STATES 64                /* states a slice check follows before giving up */
 #define BUILT 1
@@ -55,7 +55,8 @@ struct aici_regex {
   uint32_t *eq_q;                      /* its queue: pair a, pair b, depth */
   bool overflow;
   bool use_slices;
-  uint32_t slices_after, walks;        /* slices from the slices_after-th mask walked on */
+  uint32_t slices_after;               /* own slices once masks walked that many whole tries' nodes */
+  uint64_t walked;                     /* trie nodes the masks visited so far (the rent) */
   /* slices (see aici_regex_use_slices) */
   uint32_t n_cand;
   uint32_t cand[MAX_CAND][8];          /* byte sets the pattern repeats */
@@ -63,6 +64,7 @@ struct aici_regex {
   uint32_t n_cand_u8;
   uint32_t cand_u8[MAX_CAND_U8][4];    /* ASCII sets A the pattern repeats beside any character */
   const aici_trie_t *slice_trie;       /* the trie sl[] was resolved for */
+  bool own_slices;                     /* sl[] holds the pattern's own candidates too */
   uint32_t n_sl;
   const aici_slice_t *sl[MAX_SL];      /* the worthwhile ones, fewest rest nodes first */
   uint8_t sl_reps[MAX_SL][256];        /* one byte per regex byte class within the slice */

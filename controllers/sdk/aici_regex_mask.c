@@ -7,11 +7,13 @@
  * the subtree, or skip it and climb `pop` levels. Row entries carry END_BIT for FINAL targets,
  * which makes them negative: such a node's token counts, its subtree is skipped unvisited.
  * `checked`: rows may be unbuilt (built on entry); unchecked walks start from a CLOSED state. */
-static inline __attribute__((always_inline)) void walk_range(aici_regex_t *re, const aici_trie_node_t *nodes,
-                                                             uint32_t p, uint32_t end, const uint32_t **stack,
-                                                             uint32_t sp, uint32_t *mask, bool checked) {
+static inline __attribute__((always_inline)) uint32_t walk_range(aici_regex_t *re, const aici_trie_node_t *nodes,
+                                                                 uint32_t p, uint32_t end, const uint32_t **stack,
+                                                                 uint32_t sp, uint32_t *mask, bool checked) {
   const uint32_t *trans = re->trans, *row = stack[sp - 1];
+  uint32_t visits = 0;
   while (p < end) {
+    visits++;
     uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
     uint32_t ns = row[w0 & 255];
     mask[tok >> 5] |= (uint32_t)(ns != 0) << (tok & 31);
@@ -32,17 +34,17 @@ static inline __attribute__((always_inline)) void walk_range(aici_regex_t *re, c
       row = stack[sp - 1];
     }
   }
+  return visits;
 }
 
-static inline __attribute__((always_inline)) void walk_impl(aici_regex_t *re, const aici_trie_t *t,
-                                                            uint32_t state, uint32_t *mask, bool checked) {
+/* Returns the nodes it visited (the root's children included). */
+static inline __attribute__((always_inline)) uint32_t walk_impl(aici_regex_t *re, const aici_trie_t *t,
+                                                                uint32_t state, uint32_t *mask, bool checked) {
   const uint32_t *stack[1025];
   const aici_trie_node_t *nodes = t->nodes;
   stack[0] = re->trans + (size_t)state * 256;
-  if (!t->root_kids) {
-    walk_range(re, nodes, 1, t->n_nodes, stack, 1, mask, checked);
-    return;
-  }
+  if (!t->root_kids) return walk_range(re, nodes, 1, t->n_nodes, stack, 1, mask, checked);
+  uint32_t visits = t->n_root_kids;
   /* first level from the list: dead first bytes cost one row lookup, no node visit */
   for (uint32_t k = 0, nk = t->n_root_kids; k < nk; k++) {
     uint32_t e = t->root_kids[k], ns = stack[0][e & 255];
@@ -55,15 +57,16 @@ static inline __attribute__((always_inline)) void walk_impl(aici_regex_t *re, co
       stack[0] = re->trans + (size_t)state * 256;
     }
     stack[1] = re->trans + (size_t)ns * 256;
-    walk_range(re, nodes, c + 1, c + size, stack, 2, mask, checked);
+    visits += walk_range(re, nodes, c + 1, c + size, stack, 2, mask, checked);
   }
+  return visits;
 }
 
-static void walk_checked(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
-  walk_impl(re, t, state, mask, true);
+static uint32_t walk_checked(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
+  return walk_impl(re, t, state, mask, true);
 }
-static void walk_closed(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
-  walk_impl(re, t, state, mask, false);
+static uint32_t walk_closed(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
+  return walk_impl(re, t, state, mask, false);
 }
 
 /* Build every row reachable from `state` (up to CLOSE_ROWS new ones) and mark those states
@@ -95,24 +98,61 @@ static bool close_state(aici_regex_t *re, uint32_t state) {
   return true;
 }
 
-static void walk(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
-  if (close_state(re, state)) walk_closed(re, t, state, mask);
-  else walk_checked(re, t, state, mask);
+static uint32_t walk(aici_regex_t *re, const aici_trie_t *t, uint32_t state, uint32_t *mask) {
+  return close_state(re, state) ? walk_closed(re, t, state, mask) : walk_checked(re, t, state, mask);
 }
 
-/* The candidate slices that the trie makes worthwhile, fewest rest nodes first, each with one
- * representative byte per regex byte class it touches. */
+/* Whether this mask may build the pattern's own slices: building one costs several walks of the
+ * whole trie (a pass over it, and its rest trie's memory), more than a request that computes a
+ * mask or two saves. Ski rental: the masks' walks are the rent, counted in the nodes they
+ * visited; the pattern's own slices are bought once that comes to slices_after whole tries (with
+ * the standard slices covering a state, its masks visit a few thousand nodes and pay little). */
+static bool slices_now(const aici_regex_t *re, const aici_trie_t *tr) {
+  return re->use_slices && re->walked >= (uint64_t)re->slices_after * tr->n_nodes;
+}
+
+/* Whether the slice's bytes lie in one of the pattern's repeated sets (byte sets, or in text mode
+ * an ASCII set beside any character): only then can a state of the pattern keep all its strings live. */
+static bool within_cands(const aici_regex_t *re, const aici_slice_t *s) {
+  for (uint32_t k = 0; k < re->n_cand; k++) {
+    bool sub = true;
+    for (int w = 0; w < 8 && sub; w++) sub = !(s->bytes[w] & ~re->cand[k][w]);
+    if (sub) return true;
+  }
+  bool ascii = !(s->bytes[4] | s->bytes[5] | s->bytes[6] | s->bytes[7]);
+  for (uint32_t k = 0; k < re->n_cand_u8; k++) {
+    bool sub = ascii || s->utf8;       /* a UTF-8 candidate takes any non-ASCII character */
+    for (int w = 0; w < 4 && sub; w++) sub = !(s->bytes[w] & ~re->cand_u8[k][w]);
+    if (sub) return true;
+  }
+  return false;
+}
+
+static void add_sl(aici_regex_t *re, const aici_slice_t *s) {
+  for (uint32_t k = 0; k < re->n_sl; k++)
+    if (re->sl[k] == s) return;
+  uint32_t i = re->n_sl++;
+  for (; i && re->sl[i - 1]->rest.n_nodes > s->rest.n_nodes; i--) re->sl[i] = re->sl[i - 1];
+  re->sl[i] = s;
+}
+
+/* The slices this regex may use, fewest rest nodes first, each with one representative byte per
+ * regex byte class it touches: the SDK's standard slices that lie within the pattern's repeated
+ * sets (made by the init: free, used from the first mask), and once slices_now() the pattern's
+ * own candidates (built here, a few ms each). Resolving again forgets each state's pick. */
 static void resolve_slices(aici_regex_t *re, const aici_trie_t *tr) {
   re->slice_trie = tr;
   re->n_sl = 0;
   __builtin_memset(re->pick, 0, re->cap_states);
-  for (uint32_t k = 0; k < re->n_cand + re->n_cand_u8; k++) {
+  uint32_t n_std;
+  const aici_slice_t *const *std = aici_trie_std_slices(tr, false, &n_std);
+  for (uint32_t k = 0; k < n_std; k++)
+    if (within_cands(re, std[k])) add_sl(re, std[k]);
+  re->own_slices = slices_now(re, tr);
+  for (uint32_t k = 0; re->own_slices && k < re->n_cand + re->n_cand_u8; k++) {
     const aici_slice_t *s = k < re->n_cand ? aici_trie_slice(tr, re->cand[k])
                                            : aici_trie_utf8_slice(tr, re->cand_u8[k - re->n_cand]);
-    if (!s) continue;
-    uint32_t i = re->n_sl++;
-    for (; i && re->sl[i - 1]->rest.n_nodes > s->rest.n_nodes; i--) re->sl[i] = re->sl[i - 1];
-    re->sl[i] = s;
+    if (s) add_sl(re, s);
   }
   for (uint32_t k = 0; k < re->n_sl; k++) {
     uint32_t seen[8] = {0}, n = 0;
@@ -161,7 +201,7 @@ static bool covers(aici_regex_t *re, uint32_t state, uint32_t k) {
 
 /* The slice to use from `state` (NULL: walk the whole trie), decided once per DFA state. */
 static const aici_slice_t *pick_slice(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
-  if (re->slice_trie != tr) resolve_slices(re, tr);
+  if (re->slice_trie != tr || (!re->own_slices && slices_now(re, tr))) resolve_slices(re, tr);
   if (!re->n_sl) return 0;
   uint8_t c = re->pick[state];
   if (!c) {
@@ -188,10 +228,6 @@ static void or_words(uint32_t *restrict d, const uint32_t *restrict s, uint32_t 
   for (; i < n; i++) d[i] |= s[i];
 }
 
-/* Whether this mask may use a slice: building one costs several walks of the whole trie (a pass
- * over it, and its rest trie's memory), more than a request that computes a mask or two saves,
- * so the first slices_after masks walk the whole trie (ski rental: rent, then buy). */
-static bool slices_now(const aici_regex_t *re) { return re->use_slices && re->walks >= re->slices_after; }
 
 /* `write`: out's old contents do not count, so a slice's dense mask is copied (memory.copy,
  * a native memcpy) instead of ORed word by word. */
@@ -200,8 +236,7 @@ static void mask_impl(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, a
   const aici_slice_t *s = 0;
   if (state && tr) {
     rx_build_row(re, state);
-    if (slices_now(re)) s = pick_slice(re, tr, state);
-    re->walks++;
+    if (re->use_slices) s = pick_slice(re, tr, state);
   }
   if (s && s->dense) {
     if (write) copy_words(w, s->dense, nw);
@@ -213,7 +248,7 @@ static void mask_impl(aici_regex_t *re, const aici_trie_t *tr, uint32_t state, a
       for (uint32_t i = 0, n = s->n_words; i < n; i++) w[idx[i]] |= bits[i];
     }
   }
-  if (state && tr) walk(re, s ? &s->rest : tr, state, w);
+  if (state && tr) re->walked += walk(re, s ? &s->rest : tr, state, w);
   w[nw] = 0;
 }
 
@@ -229,7 +264,7 @@ void aici_regex_use_slices(aici_regex_t *re, bool on) { re->use_slices = on; }
 void aici_regex_slices_after(aici_regex_t *re, uint32_t masks) { re->slices_after = masks; }
 
 const aici_slice_t *aici_regex_slice(aici_regex_t *re, const aici_trie_t *tr, uint32_t state) {
-  if (!state || !tr || !slices_now(re)) return 0;
+  if (!state || !tr || !re->use_slices) return 0;
   rx_build_row(re, state);
   return pick_slice(re, tr, state);
 }

@@ -118,12 +118,12 @@ void aici_trie_walk(const aici_trie_t *tr, aici_byte_step_fn step, void *ctx, ui
  * (the slice) become a mask, and the other tokens get their own sub-trie (the rest trie). A
  * recognizer that provably keeps every string over C live from its state (inside [^"]* or \w+)
  * takes the mask wholesale and walks only the rest trie: for [^"] over Qwen2 that is ~2k nodes
- * instead of 333k. Built on request, from the trie alone, and kept (up to MAX_SLICES byte sets).
+ * instead of 333k. Built on request, from the trie alone, and kept (up to MAX_SLICES sets of any kind).
  *
  * A node stays in the rest trie iff its subtree holds a node whose path leaves C (every leaf
  * ends a token, so that subtree holds a token outside the slice): with pre[p] = the number of
  * such nodes before p in preorder, node p stays iff pre[p + size] > pre[p]. */
-#define MAX_SLICES 16
+#define MAX_SLICES 24                   /* the standard slices (8) and a regex's or grammar's own */
 static struct {
   const aici_trie_t *trie;
   uint32_t bytes[8];                   /* the byte set; a UTF-8 slice's: A (128 bits), then ~0 */
@@ -131,6 +131,7 @@ static struct {
   aici_slice_t *slice;                 /* NULL: not worth it */
 } slice_cache[MAX_SLICES];
 static uint32_t n_slice_cache, slice_nodes_total;
+static bool std_building;              /* standard slices: in the snapshot, outside the node budget */
 
 /* The rest trie of the nodes p with pre[p + size] > pre[p] (cnt of them, the root included;
  * tokens of nodes without pre[p + 1] > pre[p] become the scratch token), and the slice's token
@@ -200,7 +201,7 @@ static aici_slice_t *build_slice(const aici_trie_t *tr, const uint32_t *bytes) {
   uint32_t cnt = 1;
   for (uint32_t p = 1; p < n; p++) cnt += pre[p + (nodes[p].w1 >> 10)] > pre[p];
   /* worth it only when it saves a good part of the walk (and the memory stays bounded) */
-  if (!ntok || (n - cnt) * 16 < n || slice_nodes_total + cnt > 4 * n + 1024) {
+  if (!ntok || (n - cnt) * 16 < n || (!std_building && slice_nodes_total + cnt > 4 * n + 1024)) {
     aici_free(pre), aici_free(words);
     return 0;
   }
@@ -210,7 +211,7 @@ static aici_slice_t *build_slice(const aici_trie_t *tr, const uint32_t *bytes) {
   s->dense = s->n_words * 4 > nw ? words : 0;   /* many words: a dense OR vectorizes better */
   if (!s->dense) aici_free(words);
   aici_free(pre);
-  slice_nodes_total += cnt;
+  if (!std_building) slice_nodes_total += cnt;
   return s;
 }
 
@@ -232,6 +233,13 @@ static const aici_slice_t *cached_slice(const aici_trie_t *tr, const uint32_t *b
 
 const aici_slice_t *aici_trie_slice(const aici_trie_t *tr, const uint32_t *bytes) {
   return cached_slice(tr, bytes, false);
+}
+
+const aici_slice_t *aici_trie_slice_made(const aici_trie_t *tr, const uint32_t *bytes) {
+  for (uint32_t i = 0; tr && i < n_slice_cache; i++)
+    if (slice_cache[i].trie == tr && !slice_cache[i].utf8 && !__builtin_memcmp(slice_cache[i].bytes, bytes, 32))
+      return slice_cache[i].slice;
+  return 0;
 }
 
 const aici_slice_t *aici_trie_utf8_slice(const aici_trie_t *tr, const uint32_t *ascii) {
@@ -312,7 +320,7 @@ bool aici_utf8_in(void *ctx, const uint8_t *s, uint32_t n) {
 
 /* Kept when it drops 1/16 of the nodes, outside the byte-set slices' node budget: the grammar
  * library makes three per tokenizer (as it did before they were the SDK's), and a regex's are
- * few (at most 16 slices of any kind) and mostly large, so their rest tries small. */
+ * few (at most 24 slices of any kind) and mostly large, so their rest tries small. */
 static aici_slice_t *build_utf8_slice(const aici_trie_t *tr, const uint32_t *key) {
   aici_slice_t *s = token_slice(tr, aici_utf8_in, (void *)key, true);
   if (s) {
@@ -324,6 +332,51 @@ static aici_slice_t *build_utf8_slice(const aici_trie_t *tr, const uint32_t *key
     }
   }
   return s;
+}
+
+/* ---- standard slices: made once per tokenizer, by an init ------------------------------------
+ * The byte sets and UTF-8 sets that regexes and lexemes most often repeat (words, identifiers,
+ * text without quotes or brackets, text up to a double quote, any text), as llguidance's slicer
+ * keeps a fixed list per tokenizer (" !#-[]-~" is its JSON string's). Made in a controller's
+ * init, they are in the init snapshot (docs/snapshots.md): a request's masks use them from its
+ * first one, where a slice of its own costs several walks of the whole trie to build (ms: a
+ * regex buys its own only once its masks have visited 4 whole tries' worth of nodes). The regex
+ * constraint takes them. */
+static const char *const STD_BYTES[] = {"a-z", "A-Za-z", "0-9A-Z_a-z"};
+static const char *const STD_UTF8[] = {"0-9A-Za-z ", " !#-;=?-Z^-z|~", " !#-[]-~", "\t\n\r !#-~",
+                                         "\t\n -~"};
+#define N_STD (sizeof STD_BYTES / sizeof STD_BYTES[0] + sizeof STD_UTF8 / sizeof STD_UTF8[0])
+static const aici_trie_t *std_trie;
+static const aici_slice_t *std_slices[N_STD];
+static uint32_t n_std;
+
+void aici_range_bits(const char *r, uint32_t *bits) {
+  while (*r) {
+    uint8_t lo = (uint8_t)*r, hi = lo;
+    if (r[1] == '-' && r[2]) hi = (uint8_t)r[2], r += 3;
+    else r++;
+    for (uint32_t b = lo; b <= hi; b++) bits[b >> 5] |= 1u << (b & 31);
+  }
+}
+
+const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *tr, bool build, uint32_t *n) {
+  *n = 0;
+  if (!tr) return 0;
+  if (std_trie != tr) {
+    if (!build) return 0;
+    std_trie = tr, n_std = 0;
+    std_building = true;
+    for (uint32_t k = 0; k < N_STD; k++) {
+      uint32_t bits[8] = {0};
+      bool utf8 = k >= sizeof STD_BYTES / sizeof STD_BYTES[0];
+      aici_range_bits(utf8 ? STD_UTF8[k - sizeof STD_BYTES / sizeof STD_BYTES[0]] : STD_BYTES[k], bits);
+      const aici_slice_t *s = utf8 ? aici_trie_utf8_slice(tr, bits) : aici_trie_slice(tr, bits);
+      if (s) std_slices[n_std++] = s;
+    }
+    std_building = false;
+  }
+  *n = n_std;
+  return std_slices;
 }
 
 /* The valid UTF-8 encodings of more than one byte (RFC 3629): per byte, the range it may take. */

@@ -210,6 +210,23 @@ static tunion_t *run_union(gr_matcher_t *m, const part_t *c, const edge_t *edges
   return u;
 }
 
+/* The root part of lexer state lex0 when it takes a dense slice whose rest trie is under a quarter
+ * of the trie (text lexemes' UTF-8 slices; a-z's rest is most of it and the union below is as
+ * cheap), else NULL (also when the parts' memory is spent, or its lexeme ends at once; found
+ * without a walk, gm_root_part_sliced): an ended root part's next lexeme walked as one
+ * root part, slice and all, where its run over the root children walks the whole trie child by
+ * child (sub parts take no slice). The same tokens and edges: the root children's subtrees from
+ * lex0 are the trie from lex0. */
+static part_t *next_root(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex0) {
+  part_t *r = gm_root_part_sliced(m, trie, lex0, trie->n_nodes / 4);
+  if (!r || r->ends || !r->slice->dense) return 0;
+  if (!r->slice_toks.dense) {
+    r->slice_set = (aici_tokset_t){.vocab = trie->vocab, .n_words = (trie->vocab + 31) / 32, .words = r->slice->dense};
+    r->slice_toks.dense = &r->slice_set;
+  }
+  return r;
+}
+
 /* Adds what part c's edges add at position `here` (its lexeme's start set: here.n_sets), not
  * c's own tokens (the caller's: a root part's beside its slice, a sub part's in its union);
  * returns the entry that records it (MEMO_NONE: none). */
@@ -249,6 +266,19 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
     if (!ended) { i = run; continue; }
     uint32_t top = m->n_sets, lex0 = m->sets[top - 1].lstart;
     ST(runs);
+    part_t *r = c->ends ? next_root(m, wt, lex0) : 0;
+    if (r) {                           /* the next lexeme from its start: r's edges at the root
+                                        * children (lex0 accepting) end it empty, as below */
+      pos_t q = {top, lex0, true};
+      gm_toks_or(&r->slice_toks, mask);
+      gm_toks_or(&r->own, mask);
+      if (rec) gm_rec_push(P, toks_word(&r->slice_toks)), gm_rec_push(P, toks_word(&r->own));
+      uint32_t e = part_apply(m, r, q, mask, vocab, stack);
+      if (e == MEMO_NONE) rec = false;
+      else if (rec) gm_rec_push(P, MEMO_CHILD | e);
+      i = run;
+      continue;
+    }
     tunion_t *u = run_union(m, c->ends ? 0 : c, edges, wt, i, run, lex0, vocab);
     gm_toks_or(&u->toks, mask);
     if (u->temp) rec = false;          /* entries refer only to kept unions */

@@ -86,6 +86,8 @@ typedef struct part {
   uint32_t n_edges;
   bool ends;                           /* a root part whose lexeme no byte extends (it accepts): its
                                         * edges are all the trie's root children (parts_t.top) */
+  aici_tokset_t slice_set;             /* root parts with a dense slice: it, as a set ... */
+  toks_t slice_toks;                   /* ... and as toks_t (memo entries refer to it) */
 } part_t;
 
 typedef struct { uint32_t ch, lex; const part_t *sub; } kid_t;   /* sub NULL: walk ch's subtree */
@@ -103,6 +105,7 @@ typedef struct parts {
   part_t **tab;                        /* open addressing on (lex, node, base) */
   uint32_t cap, n, n_roots;
   uint32_t bytes;                      /* held by all parts */
+  uint64_t rent;                       /* trie nodes of root walks a cover slice would have cut short */
   uint32_t *tmp, cap_tmp;              /* token list being built */
   edge_t *etmp;
   uint32_t cap_etmp;
@@ -151,6 +154,7 @@ bool gm_lex_eager(gr_matcher_t *m, uint32_t id);
 void gm_walk(gr_matcher_t *m, const aici_trie_t *trie, uint32_t p, uint32_t end, pos_t top, uint32_t *mask, uint32_t vocab, pos_t *stack, parts_t *rec);
 void gm_toks_or(const toks_t *t, uint32_t *mask);
 part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex);
+part_t *gm_root_part_sliced(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex, uint32_t max_rest);
 part_t *gm_sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint32_t lex, uint32_t vocab);
 
 /* mask.c */

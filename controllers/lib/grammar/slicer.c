@@ -82,49 +82,24 @@ static bool lex_cover(gr_matcher_t *m, uint32_t lex, uint32_t *cover) {
   return count >= 8;
 }
 
+#define ROOT_RENT 4u                   /* whole tries of root walks before a cover slice is built */
+
 /* Slices made once per tokenizer (gr_prepare_tokenizer, in the init: every request starts with
- * them from the snapshot) for the byte sets identifiers live in. A slice of any C' within a
- * lexer state's cover is exact too (every string over C' is one over C): the largest ready one
- * is taken, and a slice for the exact cover is built (per instance, a pass over the trie) only
- * when none fits. */
-static const char *const STD_SLICES[] = {"a-z", "A-Za-z", "0-9A-Z_a-z"};
-#define N_STD (sizeof STD_SLICES / sizeof STD_SLICES[0])
-static const aici_slice_t *std_slices[N_STD];
+ * them from the snapshot): the SDK's standard slices (aici_trie_std_slices), byte sets for the
+ * identifiers' bytes and UTF-8 slices, the tokens made of valid UTF-8 characters, each ASCII one
+ * in a set A and any non-ASCII one, the last possibly cut short. No byte set describes the latter,
+ * and they are what text lexemes cover ([^<>]+, a string's body, (.|\n)* before a stop string):
+ * such a lexeme's root part walks only the rest trie. A slice of any C' within a lexer state's
+ * cover is exact too (every string over C' is one over C): the largest ready one is taken, and a
+ * slice for the exact cover is built (per instance, a pass over the trie) only when none fits. */
+static const aici_slice_t *const *std_slices;
+static uint32_t n_std;
 static const aici_trie_t *std_trie;
-
-/* UTF-8 slices, made beside them (aici_trie_utf8_slice): the tokens made of valid UTF-8
- * characters, each ASCII one in a set A and any non-ASCII one, the last possibly cut short. No
- * byte set describes them, and they are what text lexemes cover
- * ([^<>]+, a string's body, (.|\n)* before a stop string): such a lexeme's root part walks only
- * the rest trie, where the whole trie took one walk per request before. */
-static const char *const UTF8_SLICES[] = {"0-9A-Za-z ", " !#-;=?-Z^-z|~", "\t\n -~"};
-#define N_UTF8 (sizeof UTF8_SLICES / sizeof UTF8_SLICES[0])
-static uint32_t utf8_ascii[N_UTF8][4];     /* A, per slice */
-static const aici_slice_t *utf8_slices[N_UTF8];
-
-static void range_bits(const char *r, uint32_t *bits) {   /* "a-z0" -> bits (256 or 128 of them) */
-  while (*r) {
-    uint8_t lo = (uint8_t)*r, hi = lo;
-    if (r[1] == '-' && r[2]) hi = (uint8_t)r[2], r += 3;
-    else r++;
-    for (uint32_t b = lo; b <= hi; b++) bits[b >> 5] |= 1u << (b & 31);
-  }
-}
 
 void gr_prepare_tokenizer(const aici_trie_t *trie) {
   if (!trie || std_trie == trie) return;
   std_trie = trie;
-  for (uint32_t k = 0; k < N_STD; k++) {
-    uint32_t bytes[8] = {0};
-    range_bits(STD_SLICES[k], bytes);
-    std_slices[k] = aici_trie_slice(trie, bytes);
-  }
-  for (uint32_t k = 0; k < N_UTF8; k++) {   /* the SDK's, shared with text-mode regexes */
-    range_bits(UTF8_SLICES[k], utf8_ascii[k]);
-    utf8_slices[k] = aici_trie_utf8_slice(trie, utf8_ascii[k]);
-    if (!utf8_slices[k])               /* the SDK's slice budget is spent: one of our own */
-      utf8_slices[k] = aici_trie_token_slice(trie, aici_utf8_in, utf8_ascii[k]);
-  }
+  std_slices = aici_trie_std_slices(trie, true, &n_std);
 }
 
 /* Whether every string over byte set `bytes` keeps `lex` alive (false also past COVER_STATES). */
@@ -164,27 +139,27 @@ static bool lex_covers_utf8(gr_matcher_t *m, uint32_t lex, const uint32_t *ascii
 static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   const aici_slice_t *best = 0;
   if (std_trie != trie) return 0;
-  for (uint32_t k = 0; k < N_STD; k++) {
+  for (uint32_t k = 0; k < n_std; k++) {
     const aici_slice_t *sl = std_slices[k];
-    if (sl && (!best || sl->n_tokens > best->n_tokens) && lex_covers(m, lex, sl->bytes)) best = sl;
-  }
-  for (uint32_t k = 0; k < N_UTF8; k++) {
-    const aici_slice_t *sl = utf8_slices[k];
-    if (sl && (!best || sl->n_tokens > best->n_tokens) && lex_covers_utf8(m, lex, utf8_ascii[k], sl->max_len)) best = sl;
+    if ((!best || sl->n_tokens > best->n_tokens)
+        && (sl->utf8 ? lex_covers_utf8(m, lex, sl->bytes, sl->max_len) : lex_covers(m, lex, sl->bytes)))
+      best = sl;
   }
   return best;
 }
 
-static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *cover) {
+/* The largest standard byte-set slice within the cover, else the cover's own slice: one made
+ * already, or (`build`) made now, a few ms (per instance: a pass over the trie). */
+static const aici_slice_t *cover_slice(const aici_trie_t *trie, const uint32_t *cover, bool build) {
   const aici_slice_t *best = 0;
   if (std_trie == trie)
-    for (uint32_t k = 0; k < N_STD; k++) {
+    for (uint32_t k = 0; k < n_std; k++) {
       const aici_slice_t *sl = std_slices[k];
-      bool sub = sl != 0;
+      bool sub = !sl->utf8;            /* byte sets: every string over one within the cover */
       for (int w = 0; w < 8 && sub; w++) sub = !(sl->bytes[w] & ~cover[w]);
       if (sub && (!best || sl->n_tokens > best->n_tokens)) best = sl;
     }
-  return best ? best : aici_trie_slice(trie, cover);
+  return best ? best : build ? aici_trie_slice(trie, cover) : aici_trie_slice_made(trie, cover);
 }
 
 /* The general walk over nodes [p, end) of the trie, the parent's position being `top`; with
@@ -330,7 +305,11 @@ static void part_keep_toks(parts_t *P, part_t *c, uint32_t nt, aici_tokset_t *gr
 void gm_toks_or(const toks_t *t, uint32_t *mask) {
   if (t->dense) ST(dense_or);
   STN(list_toks, t->n_toks);
-  if (t->dense) for (uint32_t w = 0, n = t->dense->n_words; w < n; w++) mask[w] |= t->dense->words[w];
+  if (t->dense) {                      /* restrict: the compiler vectorizes it (a mask is ~5k words) */
+    uint32_t *restrict d = mask;
+    const uint32_t *restrict src = t->dense->words;
+    for (uint32_t w = 0, n = t->dense->n_words; w < n; w++) d[w] |= src[w];
+  }
   for (uint32_t k = 0; k < t->n_toks; k++) mask[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
 }
 
@@ -363,7 +342,13 @@ part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   uint32_t cover[8], nt, ne;
   const aici_trie_t *walked = trie;
   const aici_slice_t *sl = std_slice(m, trie, lex);
-  if (!sl && lex_cover(m, lex, cover)) sl = cover_slice(trie, cover);
+  /* A root part is walked once per lexer state, so the cover's own slice saves one walk (and
+   * those of later states with the same cover) for a build that costs several: ski rental, as
+   * the regex constraint's: built once root walks it would have cut short visited 4 tries. */
+  if (!sl && lex_cover(m, lex, cover)) {
+    sl = cover_slice(trie, cover, P->rent >= ROOT_RENT * (uint64_t)trie->n_nodes);
+    if (!sl) P->rent += trie->n_nodes;
+  }
   if (sl) {                            /* the slice's tokens wholesale, then walk its rest trie */
     ST(slices);
     walked = &sl->rest;
@@ -375,6 +360,19 @@ part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   part_keep_toks(P, c, nt, grown);
   P->n_roots++;
   return c;
+}
+
+/* The root part of lexer state `lex` if it takes a slice whose rest trie has at most max_rest
+ * nodes (NULL: none, or none made yet and no such standard slice covers it: no walk is made to
+ * find out). */
+part_t *gm_root_part_sliced(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex, uint32_t max_rest) {
+  part_t *c = part_find(m->parts, lex, 0, trie);
+  if (!c) {
+    const aici_slice_t *sl = gm_lex_eager(m, lex) ? 0 : std_slice(m, trie, lex);
+    if (!sl || sl->rest.n_nodes > max_rest) return 0;
+    c = gm_root_part(m, trie, lex);
+  }
+  return c && c->slice && c->slice->rest.n_nodes <= max_rest ? c : 0;
 }
 
 /* The part below edge node `ch` of trie `t`, the next lexeme in lexer state `lex` (NULL: the
