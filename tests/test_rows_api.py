@@ -397,3 +397,22 @@ def test_a_call_the_caller_took_leaves_no_queue_entry_behind():
     out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0 and out.stdout.strip() == "sound", out.stderr[-3000:]
+
+
+@pytest.mark.timing
+def test_workers_spin_between_close_calls_and_sleep_once_they_stop(make_rt, scripted_wasm):
+    """A worker spins for the next call about twice as long as calls have been coming apart
+    (pool.c spin_for, at most 1 ms after a call): after a burst of back-to-back steps, the
+    workers are asleep within a few ms, and an idle runtime uses no CPU (CPU time, not wall)."""
+    import time
+    rt = make_rt(soft_deadline_s=30.0)
+    ctrl = rt.load(scripted_wasm)
+    seq = rt.new_request(ctrl, arg=script(result(branch(mask=[65])))).spawn()
+    index = np.array([seq.index])
+    rt.submit_rows(index, [-1], {0: ([1], 0)}).wait()
+    for _ in range(300):    # back to back: the gap from a call's end to the next submit is µs
+        assert rt.submit_rows(index, [65]).wait().kind[0] == RowKind.MASK
+    time.sleep(0.05)        # past any spin (1 ms) and the ticker's idle ticks' start
+    c0 = cpu_seconds()
+    time.sleep(0.5)
+    assert cpu_seconds() - c0 < 0.05, "an idle runtime's threads used CPU (a worker spinning?)"
