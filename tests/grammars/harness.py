@@ -197,7 +197,7 @@ class Ours:
     def _submit_row(self, seq, sampled: int):
         """One step through the rows API (the engine's array fast path): (stopped, mask)."""
         t0 = time.perf_counter()
-        out = self.rt.submit_rows(np.array([seq.index], np.int64), np.array([sampled], np.int64)).wait(self.WAIT_S)
+        out = self.rt.submit_rows(np.array([seq.index], np.int64), np.array([sampled], np.int32)).wait(self.WAIT_S)
         dt = (time.perf_counter() - t0) * 1e6
         if out.kind[0] == self.aicirt.RowKind.MASK:
             self.wall_us.append(dt)
