@@ -214,7 +214,7 @@ def test_a_memory_hungry_prepare_ends_only_its_request(make_rt):
     assert r.status == "error" and "remembered" in r.error
     bad.close()
     good.close()   # its first call's template is kept; the failed one's is gone
-    assert len(rt.prepared) == 1 and rt.prepared.bytes == rt.memory_budget.held_bytes > 0
+    assert len(rt.prepared) == 1 and rt.prepared.held_bytes == rt.memory_budget.held_bytes > 0
 
 
 def test_two_requests_with_one_new_argument_at_once_both_work(rt):
@@ -251,18 +251,18 @@ def test_templates_are_evicted_by_the_byte_bound_and_counted_in_the_budget(make_
     first(rt, ctrl, "P\x18")                 # 24 pages written by prepare
     first(rt, ctrl, "P\x18")                 # its template made (settled), this one forked from it
     assert len(rt.prepared) == 1 and rt.prepared.stats.forked == 1
-    one = rt.prepared.bytes
+    one = rt.prepared.held_bytes
     assert 24 * page <= one <= 40 * page
     assert rt.memory_budget.held_bytes == one
     first(rt, ctrl, "P\x19")
     first(rt, ctrl, "P\x19")                 # a second template: past the bound, the older one goes
     assert len(rt.prepared) == 1 and rt.prepared.stats.evicted == 1
-    assert rt.memory_budget.held_bytes == rt.prepared.bytes <= 40 * page
+    assert rt.memory_budget.held_bytes == rt.prepared.held_bytes <= 40 * page
     _, allowed, log = first(rt, ctrl, "P\x18")   # evicted: prepared again
     assert allowed == [80] and "prepared" in log
     first(rt, ctrl, "P\xff")                     # 255 pages: over the bound alone, never kept
     first(rt, ctrl, "P\xff")
-    assert rt.prepared.bytes <= 40 * page and any("does not fit" in w for w in rt.prepared.stats.not_cached)
+    assert rt.prepared.held_bytes <= 40 * page and any("does not fit" in w for w in rt.prepared.stats.not_cached)
 
 
 def test_a_full_budget_keeps_no_template_and_the_request_still_works(make_rt):
@@ -283,7 +283,7 @@ def test_close_frees_the_templates_and_lets_the_engine_go():
     assert len(rt.prepared) == 2 and rt.memory_budget.held_bytes > 0
     engine = weakref.ref(rt.engine)
     rt.close()
-    assert len(rt.prepared) == 0 and rt.prepared.bytes == 0 and rt.memory_budget.held_bytes == 0
+    assert len(rt.prepared) == 0 and rt.prepared.held_bytes == 0 and rt.memory_budget.held_bytes == 0
     assert pending.closed
     del rt, pending
     gc.collect()

@@ -161,7 +161,7 @@ class PreparedCache:
         self._closed = False
 
     @property
-    def bytes(self) -> int:
+    def held_bytes(self) -> int:
         """What the templates hold now (Limits.prepared_cache_bytes bounds it)."""
         return sum(t.bytes for t in self._ready.values())
 
@@ -219,6 +219,8 @@ class PreparedCache:
     def finished(self, seq: "Sequence", error: str | None) -> None:
         """`seq`, the preparing sequence of its key, finished (with `error`) or was freed (None)."""
         key = seq.preparing
+        if key is None:
+            return
         with self._lock:
             p = self._pending.get(key)
             if p is None or p.owner() not in (seq, None):
@@ -273,7 +275,7 @@ class PreparedCache:
         return seen >= self.after
 
     def _evict(self) -> None:
-        while self._ready and (self.bytes > self.limit_bytes or len(self._ready) > self.max_templates):
+        while self._ready and (self.held_bytes > self.limit_bytes or len(self._ready) > self.max_templates):
             _, old = self._ready.popitem(last=False)
             self.budget.unhold(old.bytes)
             old.release()

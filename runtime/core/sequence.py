@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from .memory import MemoryBudget
     from ..native import Native
+    from ..native.instance import SpawnPlan
     from .request import Request
     from .results import StepInput
 
@@ -210,7 +211,7 @@ class Sequence(Owned):
     preparing: tuple | None = None
 
     @property
-    def plan(self) -> instance.SpawnPlan:
+    def plan(self) -> "SpawnPlan":
         """What every instance of its controller binds in this runtime (native/instance.py)."""
         return self._plan
 
