@@ -12,8 +12,10 @@ and of this Runtime's tokenizer and limits (one cache per Runtime: a template is
 its engine). A template is made at a key's ``Limits.prepared_after``-th request (2 by default):
 making one copies the prepared instance before that request's ``mid-process`` may change it,
 ~0.2 ms on its first call, which an argument that never comes back (MaskBench's schemas, a
-one-off grammar) should not pay; the requests before it prepare as without the cache. :class:`PreparedCache` keeps that state as a *template*: a fresh instance of the
-controller, outside every batch, into which the first call's worker copies its instance right
+one-off grammar) should not pay; the requests before it prepare as without the cache.
+
+:class:`PreparedCache` keeps that state as a *template*: a fresh instance of the controller,
+outside every batch, into which the first call's worker copies its instance right
 after ``aicirt_prepare`` returned (spawn.c's ``aicirt_capture_run``: only the pages prepare wrote,
 :mod:`aicirt.native.pages`). Every later request with the same key starts as a copy of it
 (spawn.c's ``aicirt_template_fork``, on the spawning thread: the pages the template holds beyond a
