@@ -79,6 +79,16 @@ PREPARER = """
 EXPORT = '(func (export "aicirt_prepare") (call $prepare))'
 
 
+DEFAULT_WORTH_FACTOR = prep.WORTH_FACTOR
+
+
+@pytest.fixture(autouse=True)
+def every_template_pays(monkeypatch):
+    """The tests below count templates: keep every one, however cheap its prepare (the rule that
+    drops a template whose prepare is cheaper than its copy has its own tests)."""
+    monkeypatch.setattr(prep, "WORTH_FACTOR", 0.0)
+
+
 @pytest.fixture
 def rt(make_rt):
     """A runtime that makes a template at an argument's first request (Limits.prepared_after=1: what
@@ -401,3 +411,23 @@ def test_by_default_a_template_is_made_at_an_arguments_second_request(make_rt):
 def test_prepared_after_must_be_at_least_one():
     with pytest.raises(ValueError, match="prepared_after"):
         aicirt.Limits(prepared_after=0)
+
+
+def test_a_template_is_kept_only_if_its_prepare_outweighs_its_copy(monkeypatch):
+    assert DEFAULT_WORTH_FACTOR == 2.0
+    monkeypatch.setattr(prep, "WORTH_FACTOR", DEFAULT_WORTH_FACTOR)
+    assert prep.worth_a_template(500.0, 100.0) and not prep.worth_a_template(150.0, 100.0)
+
+
+def test_a_prepare_cheaper_than_its_copy_keeps_no_template_and_every_request_prepares(make_rt, monkeypatch):
+    """A template whose prepare did not outweigh the copy into it is dropped, and its key prepares
+    without one from then on (no copy each time): the same masks, every request prepares."""
+    monkeypatch.setattr(prep, "WORTH_FACTOR", 1e9)   # no prepare outweighs its copy
+    rt = make_rt()
+    ctrl = rt.load(preparer())
+    outs = [first(rt, ctrl, b"a") for _ in range(4)]
+    assert all(allowed == [ord("a")] and "prepared" in log for _, allowed, log in outs)
+    st = rt.prepared.stats
+    assert (st.prepared, st.not_worth, st.forked, len(rt.prepared)) == (1, 1, 0, 0)
+    assert any("cheaper than" in why for why in st.not_cached)
+    assert rt.memory_budget.held_bytes == 0

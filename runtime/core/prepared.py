@@ -12,7 +12,10 @@ and of this Runtime's tokenizer and limits (one cache per Runtime: a template is
 its engine). A template is made at a key's ``Limits.prepared_after``-th request (2 by default):
 making one copies the prepared instance before that request's ``mid-process`` may change it,
 ~0.2 ms on its first call, which an argument that never comes back (MaskBench's schemas, a
-one-off grammar) should not pay; the requests before it prepare as without the cache.
+one-off grammar) should not pay; the requests before it prepare as without the cache. A template
+is kept only if its prepare took more than :data:`WORTH_FACTOR` times the copy into it (a later
+request pays about that copy to skip the prepare): a small regex's compile runs faster again than
+its template is copied, and its key then prepares without one.
 
 :class:`PreparedCache` keeps that state as a *template*: a fresh instance of the controller,
 outside every batch, into which the first call's worker copies its instance right
@@ -70,9 +73,20 @@ TEMPLATE_SLOT_SHARE = 8
 _NOT_RUN = -2            # aicirt_capture.written until the first call's worker copied (or failed to)
 #: Keys whose request counts (Limits.prepared_after) are kept, the most recently seen.
 SIGHTED_KEYS = 4096
+#: A template is kept only if its prepare took more than this many times the copy into it: each later
+#: request pays about that copy (the template's pages into a fresh instance) to skip the prepare, and a
+#: cheap prepare (a small regex's compile) is faster run again than copied.
+WORTH_FACTOR = 2.0
+_NOT_WORTH = -1          # PreparedCache._seen's count of a key whose template did not pay
 _LOG_KEPT = 1024         # bytes of a failed prepare's log a remembered failure starts its request's log with
 
 Key = tuple
+
+
+def worth_a_template(prepare_us: float, copy_us: float) -> bool:
+    """Whether a template pays: its prepare took more than WORTH_FACTOR times the copy into it
+    (what each later request pays, about, to start from it instead of preparing)."""
+    return prepare_us > WORTH_FACTOR * copy_us
 
 
 def prepare_key(request: "Request") -> Key:
@@ -139,7 +153,8 @@ class PreparedStats:
     prepared: int = 0        # requests that ran aicirt_prepare with a template to fill
     forked: int = 0          # requests started from a template
     failed_fast: int = 0     # requests failed at once with a remembered failure
-    unsighted: int = 0       # requests that prepared without a template (before Limits.prepared_after)
+    unsighted: int = 0       # requests that prepared without a template (before Limits.prepared_after, or not worth one)
+    not_worth: int = 0       # templates dropped: their prepare cheaper than WORTH_FACTOR x their copy
     evicted: int = 0
     remembered: int = 0      # prepare failures remembered
     not_cached: list = field(default_factory=list)   # why a template was not kept (the last few)
@@ -200,6 +215,9 @@ class PreparedCache:
                 return
             if key in self._pending:          # another request is preparing it: this one prepares too
                 return
+            if self._seen.get(key) == _NOT_WORTH:   # its prepare is cheaper than a template's copy
+                self.stats.unsighted += 1
+                return
             if not self._sighted(key):        # too early: this request prepares without a template
                 self.stats.unsighted += 1
                 return
@@ -258,6 +276,14 @@ class PreparedCache:
             return
         tpl.bytes = written * pages.PAGE
         self.budget.unhold(p.held)
+        copy_us, prepare_us = tpl.capture.ns / 1e3, float(tpl.capture.prepare_us)
+        if not worth_a_template(prepare_us, copy_us):
+            self._not_cached(f"its prepare ({prepare_us:.0f} µs) is cheaper than {WORTH_FACTOR:g}x the copy into "
+                             f"its template ({copy_us:.0f} µs): later requests prepare again")
+            self._seen[key] = _NOT_WORTH
+            self.stats.not_worth += 1
+            tpl.release()
+            return
         if tpl.bytes > self.limit_bytes or not self.budget.hold(tpl.bytes):
             self._not_cached(f"a template of {tpl.bytes} bytes does not fit (Limits.prepared_cache_bytes "
                              f"{self.limit_bytes}, or the memory budget)")
