@@ -103,18 +103,24 @@ class RowsHandle:
     def __init__(self, runtime: "Runtime", index: object, sampled: object,
                  edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]] | EditArrays | None" = None,
                  *, _object_api: bool = False, _expect_seen: np.ndarray | None = None):
-        runtime.check_open()
         self.rt = runtime
         self.registry = registry = runtime.registry
-        # the engine's own arrays pass as they are (the test inlined: it is most of this call)
-        self.index = index if (type(index) is np.ndarray and index.dtype is _I64 and index.ndim == 1
-                               and index.flags.c_contiguous) else _int_array(index, "index", np.int64)
-        n = len(self.index)
-        self.sampled = sampled if (type(sampled) is np.ndarray and sampled.dtype is _I32 and sampled.ndim == 1
-                                   and sampled.flags.c_contiguous) else \
-            _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
-        if len(self.sampled) != n:
-            raise ValueError(f"sampled has {len(self.sampled)} entries for {n} rows")
+        self.index: np.ndarray
+        self.sampled: np.ndarray
+        if _object_api:   # BatchHandle checked the runtime and made both arrays (int64 and int32, contiguous)
+            self.index, self.sampled = index, sampled   # type: ignore[assignment]
+            n = len(self.index)
+        else:
+            runtime.check_open()
+            # the engine's own arrays pass as they are (the test inlined: it is most of this call)
+            self.index = index if (type(index) is np.ndarray and index.dtype is _I64 and index.ndim == 1
+                                   and index.flags.c_contiguous) else _int_array(index, "index", np.int64)
+            n = len(self.index)
+            self.sampled = sampled if (type(sampled) is np.ndarray and sampled.dtype is _I32 and sampled.ndim == 1
+                                       and sampled.flags.c_contiguous) else \
+                _int_array(sampled, "sampled", np.int32) if n else np.empty(0, np.int32)
+            if len(self.sampled) != n:
+                raise ValueError(f"sampled has {len(self.sampled)} entries for {n} rows")
         self.edits = edits if edits is None or isinstance(edits, EditArrays) else _edit_arrays(edits, n)
         if self.edits is not None:
             if len(self.edits.of_row) != n:
@@ -170,6 +176,10 @@ class RowsHandle:
         later step. Only a call that has started and is not a first call counts towards
         Limits.max_late_steps: a call still queued behind others, or a first call (bounded by
         Limits.first_call_timeout_s), is simply pending. Raises ValueError if called twice."""
+        return RowsOutcome(*self._finish(timeout_s))
+
+    def _finish(self, timeout_s: float | None) -> tuple:
+        """wait()'s work: RowsOutcome's fields in its order (the object API takes them as they are)."""
         if self._waited:
             raise ValueError("this batch was already waited for (wait may be called once)")
         self._waited = True
@@ -190,7 +200,7 @@ class RowsHandle:
         masks = np.concatenate([self.masks, *self._extra]) if self._extra else self.masks
         for seq in self.registry.reap():
             seq.collected()
-        return RowsOutcome(masks, kind, temperature, elapsed, results, (time.perf_counter() - t0) * 1e6, blocked_us)
+        return masks, kind, temperature, elapsed, results, (time.perf_counter() - t0) * 1e6, blocked_us
 
     # -- the rare rows -----------------------------------------------------------------------------
     def _rare(self, i: int, seq: Sequence, status: int) -> StepResult:
@@ -474,20 +484,18 @@ class BatchHandle:
 
     def wait(self, timeout_s: float | None = None) -> BatchOutcome:
         """Collect results (see :meth:`RowsHandle.wait`). Raises ValueError if called twice."""
-        out = self._rows.wait(timeout_s)
-        rare = out.results
+        masks, _, temps, elapsed, rare, wait_us, blocked_us = self._rows._finish(timeout_s)
         n = len(self._seqs)
         plain = _plain_branches(n)
-        temps = out.temperature
         if n > 16 and np.isnan(temps).all():   # no controller set a temperature: Branch(i, None) for every row
             branches = plain[:n]
         else:
             branches = [plain[i] if t != t else Branch(i, t) for i, t in enumerate(temps.tolist())]
-        results = list(map(mask_result, self._seqs, branches, out.elapsed_us.tolist()))
+        results = list(map(mask_result, self._seqs, branches, elapsed.tolist()))
         if rare:
             for i, r in rare.items():
                 results[i] = r
-        return BatchOutcome(out.masks, results, out.wait_us, out.blocked_us)
+        return BatchOutcome(masks, results, wait_us, blocked_us)
 
 
 _STARTED = int(RowStatus.STARTED)
