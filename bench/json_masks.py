@@ -119,11 +119,6 @@ def share(a, b):
     return round(100.0 * a / b, 2) if b else float("nan")
 
 
-# RowKind's values as plain ints: numpy compares a uint8 scalar with an IntEnum member in ~4 µs
-# (its slow path for int subclasses), with an int in 0.1 (docs/embedding.md, the rows API)
-_MASK, _PENDING = 0, 1
-
-
 def allowed(words, t) -> bool:
     return bool((int(words[t >> 5]) >> (t & 31)) & 1)
 
@@ -150,6 +145,9 @@ class Ours:
     def __init__(self, tok, wasm: bytes, options: bytes = b""):
         import aicirt
         self.aicirt = aicirt
+        # RowKind's values as plain ints: numpy compares a uint8 scalar with an IntEnum member in ~4 µs
+        # (its slow path for int subclasses), with an int in 0.1 (docs/embedding.md, the rows API)
+        self.mask_kind, self.pending_kind = int(aicirt.RowKind.MASK), int(aicirt.RowKind.PENDING)
         self.options = options                 # extra NUL-separated options (b"\0any_order")
         limits = aicirt.Limits(first_call_timeout_s=60.0, call_timeout_s=10.0, soft_deadline_s=10.0)
         self.rt = aicirt.Runtime(tok, limits=limits, workers=1)
@@ -168,9 +166,9 @@ class Ours:
         if submitted is not None:
             submitted.append((time.perf_counter() - t0) * 1e6)
         out = handle.wait()
-        while out.kind[0] == _PENDING:    # late (soft deadline): its result comes later
+        while out.kind[0] == self.pending_kind:    # late (soft deadline): its result comes later
             out = self.rt.submit_rows(idx, np.full(1, -1, np.int32)).wait()
-        if out.kind[0] == _MASK:
+        if out.kind[0] == self.mask_kind:
             return out.masks[0], None, float(out.elapsed_us[0])
         r = out.results[0]
         if r.status != "ok":
