@@ -1,7 +1,9 @@
 """The `json` controller's fast mask paths (cached masks kept as diffs, the free-string and
 short-token slices, character counts in bounded strings, string probes over byte classes) give
 the same masks, bit for bit, as plain walks of the whole trie (the option `reference_masks`),
-at every step of documents written token by token with Qwen2's vocabulary.
+at every step of documents written token by token with Qwen2's vocabulary; and the DFA states
+built ahead in aicirt_prepare (the option `warm`, on by default) change no mask, in the request
+that prepared nor in those started from its template.
 
 The default run covers hand-written schemas aimed at each path; `-m slow` adds a sample of the
 MaskBench cases (every instance, valid or not, up to the token where it is rejected).
@@ -68,6 +70,14 @@ def pair():
     ref.close()
 
 
+@pytest.fixture(scope="module")
+def cold(pair):
+    tok, _, _ = pair
+    checker = Checker(tok, build_cached("json").read_bytes(), options=b"\0fast_forward=0\0warm=0")
+    yield checker
+    checker.close()
+
+
 def masks_along(checker: Checker, schema, toks: list[int]) -> list[np.ndarray]:
     """The masks before each token, and after the last unless the controller stopped there (a
     complete document); stops early where a token is not allowed."""
@@ -127,3 +137,48 @@ def test_fast_masks_are_reference_masks_maskbench(pair, slice_name):
             except (ValueError, RecursionError):
                 continue
             _same(pair, case["schema"], text, must_accept=False)
+
+
+def _differ(tok, schema, text, a, b) -> str | None:
+    if len(a) != len(b):
+        return f"{text[:40]!r}: {len(a)} masks against {len(b)}"
+    for k, (x, y) in enumerate(zip(a, b)):
+        if not np.array_equal(x, y):
+            diff = np.nonzero(np.unpackbits((x ^ y).view(np.uint8), bitorder="little"))[0][:5]
+            return f"{text[:40]!r}: masks differ before token {k}, tokens {[tok.token_bytes[t] for t in diff]}"
+    return None
+
+
+@pytest.mark.parametrize("schema,docs", CASES, ids=[json.dumps(c[0])[:40] for c in CASES])
+def test_warmed_masks_are_cold_masks(pair, cold, schema, docs):
+    """Three requests of the same argument (the second makes the template, the third starts from
+    it, Limits.prepared_after, where the template is worth keeping), each beside the same
+    request with warm=0."""
+    tok, fast, _ = pair
+    for doc in docs:
+        toks = tok.encode_bytes(doc.encode("utf-8"))
+        ref = masks_along(cold, schema, toks)
+        assert ref, doc
+        for _ in range(3):
+            err = _differ(tok, schema, doc.encode("utf-8"), masks_along(fast, schema, toks), ref)
+            assert err is None, f"{json.dumps(schema)[:80]} {err}"
+
+
+def test_warm_option_bounds_the_states(pair):
+    """warm=N is an option like the others (an unknown value is no error: parse_uint), and a
+    schema whose machines hold more states than the budget still gives the reference masks."""
+    tok, _, ref = pair
+    schema = {"type": "object", "properties": {f"key_number_{i}": {"type": "string", "pattern": "^[a-f0-9]{8}$"}
+                                               for i in range(40)}}
+    doc = json.dumps({"key_number_3": "0123abcd", "key_number_17": "deadbeef"}, separators=(",", ":")).encode()
+    toks = tok.encode_bytes(doc)
+    want = masks_along(ref, schema, toks)
+    for budget in (b"1", b"37", b"100000"):
+        c = Checker(tok, build_cached("json").read_bytes(), options=b"\0fast_forward=0\0warm=" + budget)
+        try:
+            for _ in range(3):
+                err = _differ(tok, schema, doc, masks_along(c, schema, toks), want)
+                assert err is None, f"warm={budget.decode()}: {err}"
+            assert c.rt.prepared.stats.forked >= 1     # the third request started from the template
+        finally:
+            c.close()
