@@ -246,36 +246,50 @@ void matcher_prepare(matcher_t *M, const aici_trie_t *t) {
  * follows a single configuration through its machine's DFA rows (one load per node, as the
  * SDK's regex walk) and hands a subtree to the generic walk only where a call or a return may
  * start: most masks (inside strings, keys, numbers) never leave the mono walk. */
-static void walk_generic(matcher_t *M, const aici_trie_node_t *nodes, uint32_t p, uint32_t end, uint32_t sp,
-                         uint32_t *mask) {
-  cset_t *st = M->walk;
-  while (p < end) {
-    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8;
-    bool live = matcher_step(M, &st[sp - 1], (uint8_t)w0, &st[sp]);
-    mask[tok >> 5] |= (uint32_t)live << (tok & 31);
-    if (live && (w1 >> 10) > 1) {
-      sp++, p++;
-    } else {
-      p += w1 >> 10;
-      sp -= w1 & 1023;
-    }
-  }
-}
-
 static inline bool boundary(matcher_t *M, uint32_t m, uint32_t s, uint32_t parent, bool *fresh) {
   *fresh = !(s < M->info_cap[m] && M->info[m][s]);
   uint16_t f = mt_state_info(M, m, s);
   return (f & ST_CALLS) || ((f & ST_ACCEPT) && parent);
 }
 
-/* Rows are addressed from the table's base (state 0's row): building a row may move the table,
- * so the base is re-read after anything that can build one. Walks nodes [p, end) from sp = 1
- * (the root's children's level, whole subtrees). */
 static void walk_mono_from(matcher_t *M, const aici_trie_node_t *nodes, const cfg_t *c, uint32_t p, uint32_t end,
-                           uint32_t *mask) {
+                           uint32_t sp0, uint32_t *mask);
+
+/* The generic walk hands a subtree back to the mono walk where its set is one configuration that
+ * the mono walk can follow (no length count, no call or return at its state): after a key's
+ * closing quote, after a call's first byte, most of what a token spells is then one DFA row per
+ * node instead of a set step. Not in the reference mode (its walks stay plain). */
+static void walk_generic(matcher_t *M, const aici_trie_node_t *nodes, uint32_t p, uint32_t end, uint32_t sp,
+                         uint32_t *mask) {
+  cset_t *st = M->walk;
+  while (p < end) {
+    uint32_t w0 = nodes[p].w0, w1 = nodes[p].w1, tok = w0 >> 8, size = w1 >> 10;
+    bool live = matcher_step(M, &st[sp - 1], (uint8_t)w0, &st[sp]), fresh;
+    mask[tok >> 5] |= (uint32_t)live << (tok & 31);
+    if (live && size > 1) {
+      const cfg_t *c = &st[sp].c[0];
+      if (st[sp].n == 1 && !M->reference && !M->lc[c->m] && !boundary(M, c->m, c->s, c->parent, &fresh)) {
+        cfg_t one = *c;
+        walk_mono_from(M, nodes, &one, p + 1, p + size, sp + 1, mask);
+      } else {
+        sp++, p++;
+        continue;
+      }
+    }
+    p += size;
+    sp -= w1 & 1023;
+  }
+}
+
+/* Rows are addressed from the table's base (state 0's row): building a row may move the table,
+ * so the base is re-read after anything that can build one. Walks nodes [p, end) (whole
+ * subtrees) from depth sp0 (1: the root's children's level; deeper: a subtree the generic walk
+ * handed over, whose sets M->walk[0..sp0) stay as they are). */
+static void walk_mono_from(matcher_t *M, const aici_trie_node_t *nodes, const cfg_t *c, uint32_t p, uint32_t end,
+                           uint32_t sp0, uint32_t *mask) {
   aici_regex_t *re = M->re[c->m];
-  uint32_t m = c->m, parent = c->parent, states[1025], sp = 1;
-  states[0] = c->s;
+  uint32_t m = c->m, parent = c->parent, states[1025], sp = sp0;
+  states[sp0 - 1] = c->s;
   aici_regex_row(re, c->s);
   const uint32_t *base = aici_regex_row(re, 0), *row = base + (size_t)c->s * 256;
   while (p < end) {
@@ -305,6 +319,7 @@ static void walk_mono_from(matcher_t *M, const aici_trie_node_t *nodes, const cf
     }
     p += size;
     sp -= w1 & 1023;
+    if (p >= end) break;               /* (the last node's pop may leave the subtree's levels) */
     row = base + (size_t)states[sp - 1] * 256;
   }
 }
@@ -314,14 +329,14 @@ static void walk_mono_from(matcher_t *M, const aici_trie_node_t *nodes, const cf
  * their subtrees' pages, not one page per root child of a trie in fresh snapshot memory. */
 static void walk_mono(matcher_t *M, const aici_trie_t *t, const cfg_t *c, uint32_t *mask) {
   if (!t->root_kids) {
-    walk_mono_from(M, t->nodes, c, 1, t->n_nodes, mask);
+    walk_mono_from(M, t->nodes, c, 1, t->n_nodes, 1, mask);
     return;
   }
   aici_regex_t *re = M->re[c->m];
   for (uint32_t k = 0, nk = t->n_root_kids; k < nk; k++) {
     uint32_t e = t->root_kids[k], b = e & 255, p = e >> 8;
     if (b == CALL_BYTE || !(aici_regex_row(re, c->s)[b] & ~AICI_REGEX_FINAL)) continue;
-    walk_mono_from(M, t->nodes, c, p, p + (t->nodes[p].w1 >> 10), mask);
+    walk_mono_from(M, t->nodes, c, p, p + (t->nodes[p].w1 >> 10), 1, mask);
   }
 }
 
@@ -378,7 +393,7 @@ static void walk(matcher_t *M, const aici_trie_t *t, const cset_t *start, uint32
   if (!M->walk) M->walk = aici_malloc((t->max_depth + 2) * sizeof(cset_t));
   bool fresh;
   if (start->n == 1 && !boundary(M, start->c[0].m, start->c[0].s, start->c[0].parent, &fresh)) {
-    if (M->reference) walk_mono_from(M, t->nodes, &start->c[0], 1, t->n_nodes, mask);   /* every node */
+    if (M->reference) walk_mono_from(M, t->nodes, &start->c[0], 1, t->n_nodes, 1, mask);   /* every node */
     else walk_mono(M, t, &start->c[0], mask);
     return;
   }
