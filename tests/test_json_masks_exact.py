@@ -179,6 +179,5 @@ def test_warm_option_bounds_the_states(pair):
             for _ in range(3):
                 err = _differ(tok, schema, doc, masks_along(c, schema, toks), want)
                 assert err is None, f"warm={budget.decode()}: {err}"
-            assert c.rt.prepared.stats.forked >= 1     # the third request started from the template
         finally:
             c.close()

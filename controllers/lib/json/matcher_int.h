@@ -11,9 +11,13 @@
 #define ST_LOOP_KNOWN 16
 #define ST_LOOP 32                     /* inside a free string: every character comes back here */
 #define ST_ROOM_KNOWN 64
-#define ROOM_SHIFT 8                   /* room: see room_of */
+#define ST_ANY_KNOWN 128
+#define ROOM_SHIFT 8                   /* room: see room_of (5 bits) */
+#define ROOM_MASK 31u
+#define ST_ANY (1u << 13)              /* any string of string characters keeps it live: any_string */
 #define SHORT_CHARS 16u
 #define PROBE_CAP 32u                  /* DFA states a string probe follows at once */
+#define ANY_CAP 256u                   /* DFA states any_string follows at most */
 #define ROOM_SHORT SHORT_CHARS
 #define ROOM_NONE (SHORT_CHARS + 1)
 #define CACHE_MAX 256u                 /* masks cached per sequence */

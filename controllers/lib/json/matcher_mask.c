@@ -187,7 +187,7 @@ static bool no_char(matcher_t *M, uint32_t m, const char_reps_t *R, const uint32
  *   ROOM_NONE   neither. */
 static uint32_t room_of(matcher_t *M, uint32_t m, uint32_t s) {
   uint16_t f = mt_state_info(M, m, s);
-  if (f & ST_ROOM_KNOWN) return f >> ROOM_SHIFT;
+  if (f & ST_ROOM_KNOWN) return (f >> ROOM_SHIFT) & ROOM_MASK;
   const char_reps_t *R = reps_of(M, m);
   uint32_t a[PROBE_CAP] = {s}, na = 1, b[PROBE_CAP], nb, room = ROOM_SHORT;
   bool clean = true;
@@ -201,6 +201,36 @@ static uint32_t room_of(matcher_t *M, uint32_t m, uint32_t s) {
   }
   M->info[m][s] = (uint16_t)(mt_state_info(M, m, s) | ST_ROOM_KNOWN | room << ROOM_SHIFT);
   return room;
+}
+
+/* Whether every string of whole string characters, of any length, keeps the DFA live from s:
+ * the states such strings reach from s are at most ANY_CAP, and every string character is live
+ * from each of them (a key before its closing quote where any other key may follow, a pattern
+ * of "anything but" characters ...). Then every token of the free-string slice is allowed
+ * whatever its length (the short-token slice stops at SHORT_CHARS), and the same holds from each
+ * of those states: all of them are marked (cached per state, ST_ANY). */
+static bool any_string(matcher_t *M, uint32_t m, uint32_t s) {
+  uint16_t f = mt_state_info(M, m, s);
+  if (f & ST_ANY_KNOWN) return f & ST_ANY;
+  const char_reps_t *R = reps_of(M, m);
+  uint32_t set[ANY_CAP], n = 1, out[ANY_CAP], n_out;
+  bool ok = true, clean = true;
+  set[0] = s;
+  for (uint32_t i = 0; i < n && ok; i++) {
+    ok = char_step(M, m, R, &set[i], 1, out, &n_out, ANY_CAP, &clean);
+    for (uint32_t k = 0; k < n_out && ok; k++) {
+      uint32_t j = 0;
+      while (j < n && set[j] != out[k]) j++;
+      if (j < n) continue;
+      if (n == ANY_CAP) ok = false;
+      else set[n++] = out[k];
+    }
+  }
+  for (uint32_t i = 0; i < (ok ? n : 1); i++) {
+    uint16_t g = mt_state_info(M, m, set[i]);
+    M->info[m][set[i]] = (uint16_t)(g | ST_ANY_KNOWN | (ok ? ST_ANY : 0));
+  }
+  return ok;
 }
 
 /* What masks share across schemas, per tokenizer: built by json_init (once per tokenizer, in
@@ -539,7 +569,8 @@ static void compute(matcher_t *M, const aici_trie_t *t, const cset_t *set) {
     if (string_loop(M, m, s)) sl = M->str_slice;
     else if (aici_regex_step(M->re[m], s, 'a')) {   /* 'a': a cheap first test */
       room = room_of(M, m, s);
-      sl = room == ROOM_SHORT ? M->short_slice : room != ROOM_NONE ? M->str_slice : 0;
+      sl = room == ROOM_SHORT ? (any_string(M, m, s) ? M->str_slice : M->short_slice)
+                              : room != ROOM_NONE ? M->str_slice : 0;
     }
   }
   if (room < ROOM_SHORT) {   /* the counts decide the whole-character tokens; the others are walked */
