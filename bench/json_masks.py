@@ -10,9 +10,14 @@ token of an instance (prefixes 1..n: the step after each sampled token, the end 
 all engines alike; the first mask of an instance (prefix 0) is untimed.
 
 Ours is driven as an engine drives it, with the rows API (docs/embedding.md "The rows API"):
-one request per schema (`fast_forward=0`, so that every step is a mask over the same token
+requests per schema with `fast_forward=0` (so that every step is a mask over the same token
 sequence as the baselines), a fork per instance, then per token `submit_rows` with the sampled
-token and `wait`.
+token and `wait`. The instances fork from the schema's third request (`--fork-from template`,
+the default): the second made the prepared template (Limits.prepared_after) and the third
+started from it, as every later request with that schema does in a server; `--fork-from first`
+forks them from the schema's first request (no template; what this bench measured before
+2026-12-06). Either way each instance starts from what that request's `aicirt_prepare` (or first
+call) left: the controller's per-instance caches start empty in every instance.
 
 Fields (the last line; the same per slice under `per_slice`, without the ratios):
 
@@ -75,7 +80,9 @@ call, renamed alike).
 Compile and first mask are one shot each per schema in every engine (a shared machine makes any
 single figure noisy; the percentiles over many schemas are what to read). Each instance runs on
 a fresh copy of the compiled state (a fork for ours, a deep copy for llguidance, a new
-GrammarMatcher for xgrammar), so masks are computed cold for every instance in all three.
+GrammarMatcher for xgrammar), so masks are computed cold for every instance in all three (what
+each engine builds ahead at compile time is shared: llguidance's lexer as built when copied,
+ours the DFA rows its `aicirt_prepare` built, option `warm`).
 
 xgrammar is optional (`make setup-bench-json` installs it: --no-deps, with apache-tvm-ffi, torch
 and transformers); without it the run says so and its figures are null. Its compile takes about a
@@ -83,11 +90,13 @@ second a schema here, so it runs on the first --xgr-per-slice schemas of each sl
 (xgr_schemas says how many); with it, common_schemas counts only schemas it ran on.
 
 Usage: python bench/json_masks.py [--per-slice N | --full] [--slices a,b] [--no-xgr]
-[--xgr-per-slice N] [--any-order] [--compile-only] [--compare-wasm PATH] [--same-masks PATH] [--wasm PATH]. --slices hard: this project's own hard cases
+[--xgr-per-slice N] [--any-order] [--compile-only] [--compare-wasm PATH] [--same-masks PATH] [--wasm PATH]
+[--options a=1,b] [--fork-from template|first]. --slices hard: this project's own hard cases
 (tests/_json_cases.py hard_cases: many optional properties, overlapping oneOf, patterns with
 length bounds, ...). --compile-only: coverage over every schema of the slices, our refusals
 counted by reason. --any-order: ours with the option any_order (keys in any order, each at most
-once); `any_order` in the result says which. The last line is one JSON object.
+once); `any_order` in the result says which. --options: more of ours' options (`options` in the
+result; e.g. warm=0). The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -653,6 +662,9 @@ def main() -> None:
     ap.add_argument("--wasm", default=None,
                     help="run this json module as ours instead of this tree's build (e.g. main's, for a before/after "
                          "pair of runs on the same machine)")
+    ap.add_argument("--options", default="",
+                    help="extra options for ours, comma-separated (e.g. warm=0: no DFA states built ahead in "
+                         "aicirt_prepare); appended to the argument after a NUL each")
     ap.add_argument("--fork-from", choices=("template", "first"), default="template",
                     help="the request each schema's instances fork from: `template` (default), the third request, "
                          "started from the prepared template as every later request of a server is; `first`, the "
@@ -670,7 +682,8 @@ def main() -> None:
     lltok = engines[0].tok
     tok = VocabTokenizer(q.token_bytes, q.eos_token_id, encode=lambda s: lltok.tokenize_str(s))
     wasm = Path(args.wasm).read_bytes() if args.wasm else build_cached("json").read_bytes()
-    ours = Ours(tok, wasm, b"\0any_order" if args.any_order else b"", args.fork_from)
+    extra = b"".join(b"\0" + o.strip().encode() for o in args.options.split(",") if o.strip())
+    ours = Ours(tok, wasm, (b"\0any_order" if args.any_order else b"") + extra, args.fork_from)
     prefixes = [""] + [e.prefix for e in engines]
     print(f"{' '.join(sys.argv[1:]) or '(defaults)'}; vocab {q.vocab_size}; Qwen2 tokens; load {load_start:.1f}; "
           f"{os.cpu_count()} cores; wall times on the caller's thread", flush=True)
@@ -726,7 +739,7 @@ def main() -> None:
     ours.close()
     total = figures(everything, prefixes)
     result = {"bench": "json_masks", "tokenizer": "qwen2", "any_order": args.any_order, "wasm": args.wasm or "this tree",
-              "fork_from": args.fork_from,
+              "fork_from": args.fork_from, "options": args.options,
               **total, **ratios(total, prefixes),
               "xgr_available": "xgr" in prefixes, "load_avg_start": round(load_start, 1),
               "load_avg_end": round(os.getloadavg()[0], 1), "seconds": round(time.perf_counter() - t_start, 1),
