@@ -274,14 +274,19 @@ bool matcher_step(matcher_t *M, const cset_t *in, uint8_t byte, cset_t *out) {
   return out->n > 0;
 }
 
+#define WARM_MIB 32u                   /* guest memory past which matcher_warm stops (MiB) */
+
 /* States in the order each machine's DFA numbers them (its start first, then as rows find them:
- * breadth first), machine by machine; dynamic machines (made per sequence) are not warmed. */
+ * breadth first), machine by machine; dynamic machines (made per sequence) are not warmed. It
+ * stops at WARM_MIB of guest memory, well below memory_mib's 56 (the json controller's), so that
+ * rows built ahead never take the room a document's own exploration needs. */
 uint32_t matcher_warm(matcher_t *M, uint32_t budget) {
   uint32_t done = 0;
   for (uint32_t m = 0; m < M->n_static && done < budget; m++) {
     aici_regex_t *re = M->re[m];
     if (!re || M->dead[m]) continue;
     for (uint32_t d = 1; d < aici_regex_num_states(re) && done < budget; d++, done++) {
+      if (__builtin_wasm_memory_size(0) / 16 >= WARM_MIB) return done;
       aici_regex_row(re, d);
       if (mt_state_info(M, m, d) & ST_CALLS) {
         uint32_t n;
