@@ -217,6 +217,10 @@ class CPool:
                  steal: bool, engine: wasmtime.Engine, tick_s: float) -> None:
         self.ffi, self.lib = ffi, lib
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
+        # the index and sampled arrays last submitted, and their C views: an engine that fills the
+        # same arrays every step is not wrapped again (a view keeps its array alive)
+        self._last_index: tuple[np.ndarray | None, CData] = (None, ffi.NULL)
+        self._last_sampled: tuple[np.ndarray | None, CData] = (None, ffi.NULL)
         self._engine = engine   # the clock ticks it until close: kept alive until then
         self._table: np.ndarray | None = None   # the registry's table last submitted from, and its C view
         self._table_c: CData = ffi.NULL
@@ -261,8 +265,14 @@ class CPool:
             if len(self._masks_c) >= 4:
                 self._masks_c.clear()
             masks_c = self._masks_c[id(masks)] = (masks, fb("uint32_t[]", masks))
-        rc = self.lib.aicirt_rows_submit(self.ptr, self._table_c, len(table), fb(t["int64_t[]"], index),
-                                         scratch.n, fb(t["int32_t[]"], sampled), of, off, tok, unchanged,
+        last = self._last_index
+        if last[0] is not index:
+            last = self._last_index = (index, fb(t["int64_t[]"], index))
+        last_s = self._last_sampled
+        if last_s[0] is not sampled:
+            last_s = self._last_sampled = (sampled, fb(t["int32_t[]"], sampled))
+        rc = self.lib.aicirt_rows_submit(self.ptr, self._table_c, len(table), last[1],
+                                         scratch.n, last_s[1], of, off, tok, unchanged,
                                          ffi.NULL if expect_seen is None else fb(t["int32_t[]"], expect_seen),
                                          masks_c[1], words, stamp, buf)
         return rc, buf
