@@ -142,9 +142,8 @@ class Ours:
     """The `json` controller through aicirt.Runtime's rows API, one request per schema."""
     prefix = ""
 
-    def __init__(self, tok, wasm: bytes, options: bytes = b"", fork_from: str = "template"):
+    def __init__(self, tok, wasm: bytes, options: bytes = b""):
         import aicirt
-        self.fork_from = fork_from             # the request the instances fork from: see --fork-from
         self.aicirt = aicirt
         # RowKind's values as plain ints: numpy compares a uint8 scalar with an IntEnum member in ~4 µs
         # (its slow path for int subclasses), with an int in 0.1 (docs/embedding.md, the rows API)
@@ -210,15 +209,10 @@ class Ours:
             if mask is None:
                 return c, (log or "stopped without a log line")
             c.compiled = True
-            for i in range(2):   # the second request makes the template, the third starts from it
+            for _ in range(2):   # the second request makes the template, the third starts from it
                 req2, seq2, _, _, c.ttfm_warm_ms, _, _ = self._first(text + self.options + b"\0fast_forward=0")
-                if i == 1 and self.fork_from == "template":   # the instances fork from the third
-                    seq.close()
-                    req.close()
-                    req, seq = req2, seq2
-                else:
-                    seq2.close()
-                    req2.close()
+                seq2.close()
+                req2.close()
             for (valid, toks), other in zip(texts, reordered or [None] * len(texts)):
                 for toks_, verdicts, timed in ((toks, c.verdicts, c), (other, c.verdicts_reordered, Case())):
                     if toks_ is None:          # reordered: the same text as given
@@ -653,10 +647,6 @@ def main() -> None:
     ap.add_argument("--wasm", default=None,
                     help="run this json module as ours instead of this tree's build (e.g. main's, for a before/after "
                          "pair of runs on the same machine)")
-    ap.add_argument("--fork-from", choices=("template", "first"), default="template",
-                    help="the request each schema's instances fork from: `template` (default), the third request, "
-                         "started from the prepared template as every later request of a server is; `first`, the "
-                         "schema's first request (no template: what this bench measured before)")
     args = ap.parse_args()
 
     from _json_cases import SLICES, VocabTokenizer, given_text, instance_text, load_slice, sample
@@ -670,7 +660,7 @@ def main() -> None:
     lltok = engines[0].tok
     tok = VocabTokenizer(q.token_bytes, q.eos_token_id, encode=lambda s: lltok.tokenize_str(s))
     wasm = Path(args.wasm).read_bytes() if args.wasm else build_cached("json").read_bytes()
-    ours = Ours(tok, wasm, b"\0any_order" if args.any_order else b"", args.fork_from)
+    ours = Ours(tok, wasm, b"\0any_order" if args.any_order else b"")
     prefixes = [""] + [e.prefix for e in engines]
     print(f"{' '.join(sys.argv[1:]) or '(defaults)'}; vocab {q.vocab_size}; Qwen2 tokens; load {load_start:.1f}; "
           f"{os.cpu_count()} cores; wall times on the caller's thread", flush=True)
@@ -726,7 +716,6 @@ def main() -> None:
     ours.close()
     total = figures(everything, prefixes)
     result = {"bench": "json_masks", "tokenizer": "qwen2", "any_order": args.any_order, "wasm": args.wasm or "this tree",
-              "fork_from": args.fork_from,
               **total, **ratios(total, prefixes),
               "xgr_available": "xgr" in prefixes, "load_avg_start": round(load_start, 1),
               "load_avg_end": round(os.getloadavg()[0], 1), "seconds": round(time.perf_counter() - t_start, 1),

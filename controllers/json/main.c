@@ -155,16 +155,7 @@ static bool compile_arg(void) {
 
 static aici_prepared_t prep;           /* compile_arg's verdict and log (aicirt_prepare or the first call) */
 
-/* The DFA states built ahead in aicirt_prepare, over all machines (1 KiB of rows each): the
- * template's requests start with them, where a mask would otherwise build them per request (the
- * key positions, ~0.4 ms each). Not on the first call of a host that does not prepare: that is
- * the first request's time to first mask. */
-#define WARM_STATES 1024u
-
-AICI_EXPORT_PREPARE void json_prepare(void) {
-  aici_prepare_run(&prep, compile_arg);
-  if (prep.ok && M) matcher_warm(M, WARM_STATES);
-}
+AICI_EXPORT_PREPARE void json_prepare(void) { aici_prepare_run(&prep, compile_arg); }
 
 static bool setup(const aici_arg_t *arg) {
   if (!aici_prepared(&prep, compile_arg)) return false;

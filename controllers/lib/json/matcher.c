@@ -274,22 +274,6 @@ bool matcher_step(matcher_t *M, const cset_t *in, uint8_t byte, cset_t *out) {
   return out->n > 0;
 }
 
-uint32_t matcher_warm(matcher_t *M, uint32_t budget) {
-  uint32_t done = 0;
-  for (uint32_t m = 0; m < M->n_static && done < budget; m++) {
-    aici_regex_t *re = M->re[m];
-    if (!re || M->dead[m]) continue;
-    for (uint32_t d = 1; d < aici_regex_num_states(re) && done < budget; d++, done++) {
-      aici_regex_row(re, d);
-      if (mt_state_info(M, m, d) & ST_CALLS) {
-        uint32_t n;
-        calls_of(M, m, d, &n);
-      }
-    }
-  }
-  return done;
-}
-
 void matcher_start(matcher_t *M, cset_t *out) {
   out->n = 1;
   out->c[0] = (cfg_t){0, aici_regex_start(M->re[0]), 0, 0};

@@ -39,8 +39,5 @@ void matcher_prepare(matcher_t *m, const aici_trie_t *trie);
 /* on: masks by plain walks of the whole trie (no slices, character counts or string probes):
  * the reference the fast paths must agree with, bit for bit (tests compare the two). */
 void matcher_reference(matcher_t *m, bool on);
-/* Builds the DFA rows and state facts of the compiled machines ahead of any mask, breadth first,
- * `budget` states at most over all of them; returns the states done. */
-uint32_t matcher_warm(matcher_t *m, uint32_t budget);
 
 #endif
