@@ -21,6 +21,9 @@ EXPORT_INITIALIZE = "_initialize"
 #: The optional per-argument prepare (docs/protocol.md#binary): () -> (), run once per (controller,
 #: argument) before the first mid-process; the runtime may start later requests from its state.
 EXPORT_PREPARE = "aicirt_prepare"
+#: Its optional second half: () -> (), run after it only on the request whose state becomes the
+#: template (work that pays only when later requests start from a copy: caches built ahead).
+EXPORT_PREPARE_TEMPLATE = "aicirt_prepare_template"
 REQUIRED_FUNCS: dict[str, tuple[list[str], list[str]]] = {
     EXPORT_MID_PROCESS: ([I32] * 7, [I32]),
     EXPORT_REALLOC: ([I32] * 4, [I32]),
@@ -29,6 +32,7 @@ OPTIONAL_FUNCS: dict[str, tuple[list[str], list[str]]] = {
     EXPORT_POST: ([I32], []),
     EXPORT_INITIALIZE: ([], []),
     EXPORT_PREPARE: ([], []),
+    EXPORT_PREPARE_TEMPLATE: ([], []),
 }
 
 # Host imports, lowered: lists/strings are (ptr, len); results that do not fit one core value
@@ -92,11 +96,12 @@ class Stage(IntEnum):
     MID_PROCESS = 2
     POST = 3          # cabi_post_mid-process
     PREPARE = 4       # `aicirt_prepare`, run on the worker before the first call (after `_initialize`)
+    PREPARE_TEMPLATE = 5   # `aicirt_prepare_template`, after it, on a request that makes a template
 
     @property
     def where(self) -> str:
         return {0: "_initialize", 1: "cabi_realloc (arguments)", 2: "mid-process", 3: "cabi_post_mid-process",
-                4: EXPORT_PREPARE}[self]
+                4: EXPORT_PREPARE, 5: EXPORT_PREPARE_TEMPLATE}[self]
 
 
 class RowStatus(IntEnum):

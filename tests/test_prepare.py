@@ -25,6 +25,9 @@ HOST = "aici:controller/host@0.1.0"
 # (mid-process does the same itself when no prepare ran). Its prepare logs "prepared" (how the
 # tests count prepares) and, by c, misbehaves: 'T' traps, 'L' loops, 'M' grows memory until
 # refused then traps, 'S' asks its seq-id, 'V' sets a variable, 'P' writes arg[1] pages of 4 KiB.
+# Its template part (TEMPLATE_EXPORT, aicirt_prepare_template) logs "template" and sets $warm, after
+# which its masks also allow token c + 1 (a real controller's template part must leave its results
+# unchanged: here the change shows which state a request started from); 'U' makes it trap.
 PREPARER = """
   (import "{host}" "arg" (func $arg (param i32)))
   (import "{host}" "log" (func $log (param i32 i32)))
@@ -34,6 +37,7 @@ PREPARER = """
   (global $bump (mut i32) (i32.const 8192))
   (global $token (mut i32) (i32.const 0))
   (global $prepared (mut i32) (i32.const 0))
+  (global $warm (mut i32) (i32.const 0))
   (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
     (local $p i32)
     (local.set $p (global.get $bump))
@@ -70,13 +74,25 @@ PREPARER = """
     (global.set $prepared (i32.const 1)))
   {export}
   (func (export "mid-process") (param i32 i32 i32 i32 i32 i32 i32) (result i32)
+    (local $t i32) (local $at i32)
     (if (i32.eqz (global.get $prepared)) (then (call $prepare)))
     (memory.fill (i32.const 128) (i32.const 0) (i32.const 36))
     (i32.store (i32.add (i32.const 128) (i32.shl (i32.shr_u (global.get $token) (i32.const 5)) (i32.const 2)))
                (i32.shl (i32.const 1) (i32.and (global.get $token) (i32.const 31))))
+    (if (global.get $warm) (then
+      (local.set $t (i32.add (global.get $token) (i32.const 1)))
+      (local.set $at (i32.add (i32.const 128) (i32.shl (i32.shr_u (local.get $t) (i32.const 5)) (i32.const 2))))
+      (i32.store (local.get $at) (i32.or (i32.load (local.get $at))
+                                         (i32.shl (i32.const 1) (i32.and (local.get $t) (i32.const 31)))))))
     (i32.const 16))
 """
 EXPORT = '(func (export "aicirt_prepare") (call $prepare))'
+TEMPLATE_EXPORT = EXPORT + """
+  (data (i32.const 272) "template\\n")
+  (func (export "aicirt_prepare_template")
+    (call $log (i32.const 272) (i32.const 9))
+    (if (i32.eq (global.get $token) (i32.const 85)) (then unreachable))
+    (global.set $warm (i32.const 1)))"""
 
 
 DEFAULT_WORTH_FACTOR = prep.WORTH_FACTOR
@@ -431,3 +447,37 @@ def test_a_prepare_cheaper_than_its_copy_keeps_no_template_and_every_request_pre
     assert (st.prepared, st.not_worth, st.forked, len(rt.prepared)) == (1, 1, 0, 0)
     assert any("cheaper than" in why for why in st.not_cached)
     assert rt.memory_budget.held_bytes == 0
+
+
+def test_the_template_part_runs_only_on_the_request_that_makes_the_template(make_rt):
+    """aicirt_prepare_template: not on an argument's first request (no template at the default
+    prepared_after=2), on the second after aicirt_prepare (its state becomes the template, the
+    template part's work included), never on the later ones (they start from that copy)."""
+    rt = make_rt(prepared_after=2)
+    ctrl = rt.load(preparer(TEMPLATE_EXPORT))
+    assert ctrl.has_prepare and ctrl.has_prepare_template
+    got = [first(rt, ctrl, "a") for _ in range(4)]
+    assert [log for _, _, log in got] == ["prepared\n", "prepared\ntemplate\n", "", ""]
+    assert [allowed for _, allowed, _ in got] == [[97], [97, 98], [97, 98], [97, 98]]
+    assert rt.prepared.stats.prepared == 1 and rt.prepared.stats.forked == 2
+    # with the cache off it never runs
+    off = make_rt(prepared_cache_bytes=0)
+    ctrl = off.load(preparer(TEMPLATE_EXPORT))
+    assert [(allowed, log) for _, allowed, log in (first(off, ctrl, "a") for _ in range(3))] == [([97], "prepared\n")] * 3
+
+
+def test_a_template_part_alone_is_not_a_prepare(rt):
+    """Without aicirt_prepare the template part is never called (nothing to make a template of)."""
+    ctrl = rt.load(preparer('(func (export "aicirt_prepare_template") unreachable)'))
+    assert not ctrl.has_prepare and not ctrl.has_prepare_template
+    assert [(allowed, log) for _, allowed, log in (first(rt, ctrl, "a") for _ in range(2))] == [([97], "prepared\n")] * 2
+
+
+def test_a_failing_template_part_ends_its_request_and_later_ones_prepare_without_a_template(rt):
+    ctrl = rt.load(preparer(TEMPLATE_EXPORT))
+    r, _, log = first(rt, ctrl, "U")   # prepared_after=1: the first request makes the template
+    assert r.status == "error" and r.error.startswith("aicirt_prepare_template: ") and log == "prepared\ntemplate\n"
+    got = [first(rt, ctrl, "U") for _ in range(2)]   # prepared again, no template part, no template
+    assert [(r.status, allowed, log) for r, allowed, log in got] == [("ok", [85], "prepared\n")] * 2
+    assert len(rt.prepared) == 0 and rt.prepared.stats.remembered == 0
+    assert first(rt, ctrl, "a")[1:] == ([97, 98], "prepared\ntemplate\n")   # other arguments unharmed

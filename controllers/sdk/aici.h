@@ -110,6 +110,11 @@ uint32_t aici_result_branches(const aici_result_t *res);
  * in it is the first call's error. Hosts that do not call it call mid-process at once: code must
  * not rely on it having run (do its work on the first call when it has not). */
 #define AICI_EXPORT_PREPARE __attribute__((export_name("aicirt_prepare")))
+/* Put in front of a `void f(void)` to export it as `aicirt_prepare_template`: run after
+ * aicirt_prepare on the request whose state the host keeps as the template later requests start
+ * from, and on no other (docs/protocol.md#binary): work that pays only when shared, such as caches
+ * built ahead. It must not change what mid-process returns. */
+#define AICI_EXPORT_PREPARE_TEMPLATE __attribute__((export_name("aicirt_prepare_template")))
 
 /* ---- host ------------------------------------------------------------------------------- */
 #define AICI_CAP_FORK 1u

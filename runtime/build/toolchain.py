@@ -74,7 +74,7 @@ def _sources(path: Path) -> tuple[list[Path], list[Path]]:
     raise BuildError(f"{path}: expected a .c, .zig, .js or .ts file, or a controller folder")
 
 
-_ZIG_OPTIONAL = re.compile(r"\bexport\s+fn\s+(aicirt_init|aicirt_prepare)\s*\(")   # the optional exports
+_ZIG_OPTIONAL = re.compile(r"\bexport\s+fn\s+(aicirt_init|aicirt_prepare|aicirt_prepare_template)\s*\(")   # the optional exports
 
 
 def compile_command(path: Path, out: Path, sdk: bool = True) -> list[str]:

@@ -65,6 +65,8 @@ class RowsOutcome:
     (the runtime reuses their memory after that: copy what you keep longer).
     """
 
+    __slots__ = ("masks", "kind", "temperature", "elapsed_us", "results", "wait_us", "blocked_us")
+
     def __init__(self, masks: np.ndarray, kind: np.ndarray, temperature: np.ndarray, elapsed_us: np.ndarray,
                  results: dict[int, StepResult], wait_us: float, blocked_us: float):
         self.masks = masks

@@ -250,6 +250,11 @@ class PreparedCache:
                 if cause is not None:   # with its log's last lines: the controller's reason (errors.failure_message)
                     self._failures.put(key, (cause, bytes(seq.log[-_LOG_KEPT:])))
                     self.stats.remembered += 1
+                elif error.startswith(Stage.PREPARE_TEMPLATE.where + ": "):
+                    # its prepare is sound, its template part is not: later requests prepare without one
+                    self._seen[key] = _NOT_WORTH
+                    self._not_cached(f"{Stage.PREPARE_TEMPLATE.where} failed: later requests prepare without a "
+                                     f"template")
             self._settle(key, owner_done=error is not None or seq.closed)
 
     def _settle(self, key: Key, owner_done: bool = False) -> None:

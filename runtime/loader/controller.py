@@ -51,6 +51,7 @@ class Controller:
     arg_prefix: bytes = b""          # prepended to every request's argument (aicirt.loader.js_bind)
     code_sha256: str = ""            # sha256 of the module compiled: `sha256` less the arg-prefix section
     has_prepare: bool = False        # exports abi.EXPORT_PREPARE: per-argument work, cached (core/prepared.py)
+    has_prepare_template: bool = False   # and abi.EXPORT_PREPARE_TEMPLATE: run only for a template
 
     def forget_engine(self) -> None:
         """Its Runtime closed (Runtime calls this): drop the compiled code, which would keep that runtime's wasmtime
@@ -256,7 +257,8 @@ def load_controller(engine: wasmtime.Engine, engine_key: str, src: Source, *, ma
     names = {e.name for e in module.exports}
     return Controller(module_sha, module, len(data), globals_, has_post, has_initialize, wasi, name,
                       INIT_EXPORT in names, arg_prefix=arg_prefix, code_sha256=sha,
-                      has_prepare=abi.EXPORT_PREPARE in names)
+                      has_prepare=abi.EXPORT_PREPARE in names,
+                      has_prepare_template=abi.EXPORT_PREPARE in names and abi.EXPORT_PREPARE_TEMPLATE in names)
 
 
 def keep_artifact(key: tuple, artifact: bytes | bytearray, cached: Path | None) -> None:

@@ -217,6 +217,22 @@ class CPool:
                  steal: bool, engine: wasmtime.Engine, tick_s: float) -> None:
         self.ffi, self.lib = ffi, lib
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
+        # the index and sampled arrays last submitted, and their C views: an engine that fills the
+        # same arrays every step is not wrapped again (a view keeps its array alive)
+        # rows.c's aicirt_rows_submit reads its inputs from this struct; each field is written only
+        # when it changed since the last submit (see rows.c: a libffi call's arguments cost more
+        # than its work). The views its pointers come from are kept beside it: the index and
+        # sampled arrays last submitted (an engine that fills the same arrays every step has them
+        # wrapped once; a view keeps its array alive), the scratch buffer, the mask array.
+        self._args = ffi.new("aicirt_rows_args *")
+        self._args_edits = self._args_seen = False
+        self._args_scratch: CData = None
+        self._args_masks: np.ndarray | None = None
+        self._args_words = -1
+        self._last_index: np.ndarray | None = None
+        self._last_sampled: np.ndarray | None = None
+        self._index_c: CData = None
+        self._sampled_c: CData = None
         self._engine = engine   # the clock ticks it until close: kept alive until then
         self._table: np.ndarray | None = None   # the registry's table last submitted from, and its C view
         self._table_c: CData = ffi.NULL
@@ -227,6 +243,7 @@ class CPool:
                                        tick_s * 1e6)
         if self.ptr == ffi.NULL:
             raise RuntimeError("could not start controller worker threads")
+        self._args.pool = self.ptr
         if not steal:
             lib.aicirt_pool_steal(self.ptr, 0)
 
@@ -244,27 +261,50 @@ class CPool:
         `scratch`: (how many rows started, its buffer as the hot path holds it), or (-(row + 1), _)
         with nothing started and scratch.row_status[row] saying why (5: no live sequence at that
         index, else aicirt_rows_start's misuse; `expect_seen`: int32 per row, see aicirt_rows_start)."""
-        ffi, fb, t = self.ffi, self._from_buffer, self._types   # C types resolved once: no parse per call
-        if edits is None:
-            of = off = tok = unchanged = ffi.NULL
-        else:
-            of, off = fb(t["int32_t[]"], edits.of_row), fb(t["int64_t[]"], edits.offsets)
-            tok = fb(t["uint32_t[]"], edits.tokens) if len(edits.tokens) else ffi.NULL
-            unchanged = fb(t["uint32_t[]"], edits.unchanged)
+        ffi, fb, t, a = self.ffi, self._from_buffer, self._types, self._args   # C types resolved once
+        keep: list[CData] = []   # this call's own views: alive until the call returns
+        if edits is not None:
+            keep += (fb(t["int32_t[]"], edits.of_row), fb(t["int64_t[]"], edits.offsets),
+                     fb(t["uint32_t[]"], edits.tokens) if len(edits.tokens) else ffi.NULL,
+                     fb(t["uint32_t[]"], edits.unchanged))
+            a.edit_of, a.edit_off, a.edit_tok, a.edit_unchanged = keep
+            self._args_edits = True
+        elif self._args_edits:
+            a.edit_of = a.edit_off = a.edit_tok = a.edit_unchanged = ffi.NULL
+            self._args_edits = False
+        if expect_seen is not None:
+            keep.append(fb(t["int32_t[]"], expect_seen))
+            a.expect_seen = keep[-1]
+            self._args_seen = True
+        elif self._args_seen:
+            a.expect_seen = ffi.NULL
+            self._args_seen = False
         buf = scratch.held
         if buf is None:
             buf = scratch.held = fb("uint8_t[]", scratch.buf)
+        if buf is not self._args_scratch:
+            a.scratch = self._args_scratch = buf
         if table is not self._table:   # the registry's table is replaced only when it grows
             self._table, self._table_c = table, fb("uint64_t[]", table)
-        masks_c = self._masks_c.get(id(masks))   # the registry hands out the same two mask views in turn
-        if masks_c is None or masks_c[0] is not masks:
-            if len(self._masks_c) >= 4:
-                self._masks_c.clear()
-            masks_c = self._masks_c[id(masks)] = (masks, fb("uint32_t[]", masks))
-        rc = self.lib.aicirt_rows_submit(self.ptr, self._table_c, len(table), fb(t["int64_t[]"], index),
-                                         scratch.n, fb(t["int32_t[]"], sampled), of, off, tok, unchanged,
-                                         ffi.NULL if expect_seen is None else fb(t["int32_t[]"], expect_seen),
-                                         masks_c[1], words, stamp, buf)
+            a.table, a.table_len = self._table_c, len(table)
+        if masks is not self._args_masks:   # the registry hands out the same two mask views in turn
+            masks_c = self._masks_c.get(id(masks))
+            if masks_c is None or masks_c[0] is not masks:
+                if len(self._masks_c) >= 4:
+                    self._masks_c.clear()
+                masks_c = self._masks_c[id(masks)] = (masks, fb("uint32_t[]", masks))
+            a.mask_base = masks_c[1]
+            self._args_masks = masks
+        if words != self._args_words:
+            a.words = self._args_words = words
+        if index is not self._last_index:   # the engine's own arrays, filled in place: not wrapped again
+            self._last_index, self._index_c = index, fb(t["int64_t[]"], index)
+            a.index = self._index_c
+        if sampled is not self._last_sampled:
+            self._last_sampled, self._sampled_c = sampled, fb(t["int32_t[]"], sampled)
+            a.sampled = self._sampled_c
+        rc = self.lib.aicirt_rows_submit(a, scratch.n, stamp)
+        del keep
         return rc, buf
 
     def finish_rows(self, scratch: "RowScratch", held: CData, timeout_s: float, closed: bool) -> int:

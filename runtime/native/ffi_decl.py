@@ -8,6 +8,9 @@ CDEF_SLOT = _SLOT_C[_SLOT_C.index("/* CDEF BEGIN */"):_SLOT_C.index("/* CDEF END
 _SPAWN_C = (Path(__file__).resolve().parent / "spawn.c").read_text()
 # spawn.c's plan of one controller's instances (compiled mode only)
 CDEF_SPAWN = _SPAWN_C[_SPAWN_C.index("/* CDEF SPAWN BEGIN */"):_SPAWN_C.index("/* CDEF SPAWN END */")]
+_ROWS_C = (Path(__file__).resolve().parent / "rows.c").read_text()
+# rows.c's inputs of a submit (CPool keeps one)
+CDEF_ROWS = _ROWS_C[_ROWS_C.index("/* CDEF ROWS BEGIN */"):_ROWS_C.index("/* CDEF ROWS END */")]
 
 # host.c's variables are opaque to Python (CVars holds a pointer).
 CDEF_VARS = ""
@@ -45,10 +48,8 @@ int aicirt_seen_copy(const aicirt_slot *src, aicirt_slot *dst);
 void aicirt_seen_free(aicirt_slot *s);
 int aicirt_pool_stats(aicirt_pool *p, int *out);
 int aicirt_pool_steal(aicirt_pool *p, int on);
-int aicirt_rows_submit(aicirt_pool *p, const uint64_t *table, int64_t table_len, const int64_t *index, int n,
-                       const int32_t *sampled, const int32_t *edit_of, const int64_t *edit_off,
-                       const uint32_t *edit_tok, const uint32_t *edit_unchanged, const int32_t *expect_seen,
-                       uint32_t *mask_base, uint32_t words, uint64_t stamp, uint8_t *scratch);
+""" + CDEF_ROWS + """
+int aicirt_rows_submit(const aicirt_rows_args *a, int n, uint64_t stamp);
 int aicirt_rows_finish(aicirt_pool *p, uint8_t *scratch, int n, double timeout_us);
 void aicirt_bind_clock(void *error_new, void *increment_epoch);
 void aicirt_clock_start(aicirt_slot *s, double budget_us);

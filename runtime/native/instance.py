@@ -39,12 +39,14 @@ class SpawnPlan:
         self.memory_bytes = memory_bytes
         self.has_post, self.has_init = bool(controller.has_post), bool(controller.has_initialize)
         self.has_prepare = bool(getattr(controller, "has_prepare", False))
-        # cabi_realloc, mid-process, post-return, _initialize, memory, aicirt_prepare (spawn.c's order); None: not
-        # exported
+        # cabi_realloc, mid-process, post-return, _initialize, memory, aicirt_prepare, aicirt_prepare_template
+        # (spawn.c's order); None: not exported
         self.names: list[bytes | None] = [abi.EXPORT_REALLOC.encode(), abi.EXPORT_MID_PROCESS.encode(),
                                           abi.EXPORT_POST.encode() if self.has_post else None,
                                           abi.EXPORT_INITIALIZE.encode() if self.has_init else None, b"memory",
-                                          abi.EXPORT_PREPARE.encode() if self.has_prepare else None]
+                                          abi.EXPORT_PREPARE.encode() if self.has_prepare else None,
+                                          abi.EXPORT_PREPARE_TEMPLATE.encode()
+                                          if getattr(controller, "has_prepare_template", False) else None]
         self.globals: list[tuple[int, bytes]] = [(idx, name.encode()) for idx, name in controller.globals.items()]
         self.image: tuple[int, int] | None = None
         self.impl: Any = None

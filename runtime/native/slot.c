@@ -31,12 +31,13 @@ typedef struct aicirt_vars aicirt_vars;
 
 typedef struct {
     void *ctx;
-    wt_func_t f_realloc, f_mid, f_post, f_init, f_prepare;
+    wt_func_t f_realloc, f_mid, f_post, f_init, f_prepare, f_prepare_template;
     wt_memory_t mem;
     int32_t has_post, needs_init;   /* needs_init: run _initialize before this (first) call */
     int32_t needs_prepare;          /* 1: run aicirt_prepare before this (first) call; -1: fail it at once with the
                                      * fault already written (a remembered failure: core/prepared.py) */
     void *capture;                  /* spawn.c's aicirt_capture: where the state after aicirt_prepare is copied, or NULL */
+    int32_t has_prepare_template;   /* exports aicirt_prepare_template: run before that copy (step.c) */
     int32_t post_pending;           /* a lifted result's post-return, run first thing in the next call */
     uint32_t post_ptr;
     double post_left_us;            /* what its call left of its time limit */

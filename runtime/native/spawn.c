@@ -14,9 +14,9 @@ typedef struct {
     void *engine, *pre;             /* wasm_engine_t *, wasmtime_instance_pre_t * */
     int64_t memory_bytes;           /* the Store's linear-memory limit */
     int32_t has_post, has_init;
-    const char *names[6];           /* cabi_realloc, mid-process, post-return (or NULL), _initialize (or NULL), memory,
-                                     * aicirt_prepare (or NULL) */
-    size_t lens[6];
+    const char *names[7];           /* cabi_realloc, mid-process, post-return (or NULL), _initialize (or NULL), memory,
+                                     * aicirt_prepare (or NULL), aicirt_prepare_template (or NULL) */
+    size_t lens[7];
     int32_t n_globals;              /* the mutable globals the loader exported, copied by a fork */
     const char **global_names;
     const size_t *global_lens;
@@ -166,7 +166,9 @@ int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s) {
         || (pl->has_init && export_copy(s, s, pl->names[3], pl->lens[3], EXTERN_FUNC, &s->f_init, sizeof s->f_init))
         || export_copy(s, s, pl->names[4], pl->lens[4], EXTERN_MEMORY, &s->mem, sizeof s->mem)
         || (pl->names[5] && export_copy(s, s, pl->names[5], pl->lens[5], EXTERN_FUNC, &s->f_prepare,
-                                        sizeof s->f_prepare)))
+                                        sizeof s->f_prepare))
+        || (pl->names[6] && export_copy(s, s, pl->names[6], pl->lens[6], EXTERN_FUNC, &s->f_prepare_template,
+                                        sizeof s->f_prepare_template)))
         return 1;
     wt_extern_t notice;   /* the optional time notice (clock.c): an i32 global, the address of a u32 */
     uint64_t val[8];      /* wasmtime_val_t: kind (0: i32) at 0, the value at 8 */
@@ -179,6 +181,7 @@ int aicirt_spawn(const aicirt_spawn_plan *pl, aicirt_slot *s) {
     s->has_post = pl->has_post;
     s->needs_init = pl->has_init;   /* _initialize runs on the worker, first */
     s->needs_prepare = pl->names[5] != NULL;   /* then aicirt_prepare (step.c) */
+    s->has_prepare_template = pl->names[6] != NULL;
     return 0;
 }
 

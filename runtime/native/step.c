@@ -128,7 +128,16 @@ void aicirt_step(aicirt_slot *s) {
             s->status = AICIRT_TRAP;
             goto out;
         }
-        if (s->capture) aicirt_capture_run(s->capture, s);
+        if (s->capture) {   /* this request's state becomes the template: its own part first */
+            if (s->has_prepare_template) {
+                s->stage = AICIRT_STAGE_PREPARE_TEMPLATE;
+                if (!call(s, s->ctx, &s->f_prepare_template, none, 0)) {
+                    s->status = AICIRT_TRAP;
+                    goto out;
+                }
+            }
+            aicirt_capture_run(s->capture, s);
+        }
         s->started_us = now_us();   /* a fresh limit for mid-process; elapsed_us counts prepare too (its work) */
         aicirt_clock_start(s, s->budget_us);
     }
