@@ -9,7 +9,9 @@
  * matcher's tables, the start configurations) in aicirt_prepare, which a Runtime runs once per
  * (schema, capabilities) and copies for every later request with it (core/prepared.py); the first
  * call then only records the prompt. A host that does not call aicirt_prepare gets the same from
- * the first call. What the compile logs is held and logged by every request's first call.
+ * the first call. What the compile logs is held and logged by every request's first call. On the
+ * request whose state becomes that template, aicirt_prepare_template also builds the machines' DFA
+ * rows ahead (option warm), for every request started from it.
  */
 #include "matcher.h"
 
@@ -26,11 +28,12 @@ static uint32_t caps;                  /* the host's capabilities (a host call: 
  * key-set machines grow with what a document explores, and one step grows by far less than the
  * 8 MiB left */
 static uint32_t memory_mib = 56;
-/* option warm=N: DFA states (1 KiB of rows each, over all machines) that aicirt_prepare builds
- * ahead, with their facts (calls, accepting), so that the requests started from its template
+/* option warm=N: DFA states (1 KiB of rows each, over all machines) built ahead, with their facts
+ * (calls, accepting), in aicirt_prepare_template, so that the requests started from the template
  * find them built: otherwise every request builds them again as its masks first meet them (the
- * key positions: a few hundred states, ~0.4 ms a mask). Only in aicirt_prepare: a host that does
- * not prepare builds them as masks need them. 0: none. */
+ * key positions: a few hundred states, ~0.4 ms a mask). A request that keeps its state to itself
+ * (the first of an argument, or any on a host without templates) builds them as masks need them.
+ * 0: none. */
 static uint32_t warm_states = 4096;
 
 static bool opt_is(const char *s, uint32_t n, const char *name, const char **val, uint32_t *vlen) {
@@ -162,8 +165,12 @@ static bool compile_arg(void) {
 
 static aici_prepared_t prep;           /* compile_arg's verdict and log (aicirt_prepare or the first call) */
 
-AICI_EXPORT_PREPARE void json_prepare(void) {
-  aici_prepare_run(&prep, compile_arg);
+AICI_EXPORT_PREPARE void json_prepare(void) { aici_prepare_run(&prep, compile_arg); }
+
+/* Only on the request whose state becomes the template (docs/protocol.md): the rows built here
+ * are shared by every request started from it, and a schema's first request, which keeps its
+ * state to itself, does not pay for them. */
+AICI_EXPORT_PREPARE_TEMPLATE void json_prepare_template(void) {
   if (prep.ok && M) matcher_warm(M, warm_states);
 }
 
