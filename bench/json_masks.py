@@ -521,8 +521,8 @@ def first_masks(ours: Ours, other: Ours, llg: Llg, cases: list, load_start: floa
 
 def same_masks(ours: Ours, other: Ours, cases: list, tok, eos: int, load_start: float) -> None:
     """--same-masks: this tree's controller against the given module (e.g. main's build), mask by
-    mask: per schema, the first mask, then every instance's tokens (as given, and with the keys
-    in schema order) fed to both, each mask compared word for word until either rejects a token
+    mask: per schema (from the request --fork-from names), the first mask, then every instance's
+    tokens (as given, and with the keys in schema order) fed to both, each mask compared word for word until either rejects a token
     (both must reject the same one). The last line is one JSON object: schemas, compiled (by
     both; `compiled_differs`: by one only), masks compared, `differing` (masks not bit-identical,
     rejections at different tokens included) and the first few differences."""
@@ -530,9 +530,13 @@ def same_masks(ours: Ours, other: Ours, cases: list, tok, eos: int, load_start: 
     t_start = time.perf_counter()
     n_masks, differing, compiled, compiled_differs, shown = 0, 0, 0, 0, []
 
-    def first(o, text):
+    def first(o, text):   # (--fork-from template: the third request, started from the template)
         try:
-            req, seq, mask, _, _, _, _ = o._first(text + o.options + b"\0fast_forward=0")
+            for i in range(3 if o.fork_from == "template" else 1):
+                if i:
+                    seq.close()
+                    req.close()
+                req, seq, mask, _, _, _, _ = o._first(text + o.options + b"\0fast_forward=0")
         except RuntimeError:
             return None
         if mask is None:
@@ -694,7 +698,7 @@ def main() -> None:
         coverage(ours, engines[0], slices, load_start)
         return
     if args.same_masks:
-        other = Ours(tok, Path(args.same_masks).read_bytes(), ours.options)
+        other = Ours(tok, Path(args.same_masks).read_bytes(), ours.options, args.fork_from)
         cases = [c for name in slices
                  for c in (list(load_slice(name)) if args.full else sample(name, args.per_slice, seed=0))]
         same_masks(ours, other, cases, tok, q.eos_token_id, load_start)
