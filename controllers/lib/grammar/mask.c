@@ -210,15 +210,17 @@ static tunion_t *run_union(gr_matcher_t *m, const part_t *c, const edge_t *edges
   return u;
 }
 
-/* The root part of lexer state lex0 when it takes a dense slice whose rest trie is under a quarter
- * of the trie (text lexemes' UTF-8 slices; a-z's rest is most of it and the union below is as
- * cheap), else NULL (also when the parts' memory is spent, or its lexeme ends at once; found
- * without a walk, gm_root_part_sliced): an ended root part's next lexeme walked as one
- * root part, slice and all, where its run over the root children walks the whole trie child by
- * child (sub parts take no slice). The same tokens and edges: the root children's subtrees from
- * lex0 are the trie from lex0. */
+/* The root part of lexer state lex0 when it takes a dense slice (any: the text lexemes' UTF-8
+ * slices, or a byte set's, a-z's whose rest is most of the trie included), else NULL (also when
+ * the parts' memory is spent, or its lexeme ends at once; found without a walk,
+ * gm_root_part_sliced): an ended root part's next lexeme walked as one root part, slice and all,
+ * where its run over the root children walks the whole trie child by child (sub parts take no
+ * slice). The same tokens and edges: the root children's subtrees from lex0 are the trie from
+ * lex0. (Bounding the rest at a quarter of the trie, as before, left identifier and keyword
+ * starts walking the whole trie in every fork: p99 0.80-0.91x without the bound, p50 0.88-0.90x;
+ * arith 5-15 % slower at p50, bench/results/grammar_masks_gram29.txt.) */
 static part_t *next_root(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex0) {
-  part_t *r = gm_root_part_sliced(m, trie, lex0, trie->n_nodes / 4);
+  part_t *r = gm_root_part_sliced(m, trie, lex0, trie->n_nodes);
   if (!r || r->ends || !r->slice->dense) return 0;
   if (!r->slice_toks.dense) {
     r->slice_set = (aici_tokset_t){.vocab = trie->vocab, .n_words = (trie->vocab + 31) / 32, .words = r->slice->dense};
