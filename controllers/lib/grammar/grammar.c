@@ -2,6 +2,8 @@
  * productions; gr_finish compiles the terminals and derives the parser's tables. */
 #include "grammar.h"
 
+#define WARM_DFA_STATES 32u            /* rows of each terminal's DFA built at compile (see terms_compile) */
+
 char *gr_strdup(const char *s, uint32_t n) {
   char *p = aici_malloc(n + 1);
   __builtin_memcpy(p, s, n);
@@ -202,6 +204,11 @@ bool gr_finish(gr_grammar_t *g, char **err) {
     char *e = 0;
     t->re = aici_regex_compile(t->regex, t->regex_len, &e);
     if (!t->re) { *err = gr_fmt("terminal %s: %s", t->name, e); return false; }
+    /* The DFA's first rows built now, in the compiling sequence: its forks (every request of a
+     * prepared grammar, every branch) share them instead of each building them in its first
+     * masks. States are numbered as they are made, breadth first from the start state. */
+    for (uint32_t d = aici_regex_start(t->re); d < aici_regex_num_states(t->re) && d <= WARM_DFA_STATES; d++)
+      aici_regex_step(t->re, d, 0);
   }
   return true;
 }
