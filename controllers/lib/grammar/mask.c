@@ -229,6 +229,21 @@ static part_t *next_root(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex0
   return r;
 }
 
+/* next_root for a root part's run [i, end) of edges at the root children that its own lexer
+ * state cannot take (a lexeme that may go on, `=` before `==`, ends there) and whose next
+ * lexeme starts in lex0: the root part of lex0 gives the same tokens and edges when lex0 takes
+ * none of the other root children's bytes (those the lexeme goes on with, or a slice of it
+ * holds) and does not accept (no empty lexeme to end before them). NULL otherwise. */
+static part_t *next_root_run(gr_matcher_t *m, const part_t *c, const edge_t *edges, uint32_t i, uint32_t end,
+                             uint32_t lex0) {
+  if (m->ls[lex0].n_acc) return 0;
+  uint32_t in[8] = {0};
+  for (uint32_t k = i; k < end; k++) in[(edges[k].key & 255) >> 5] |= 1u << (edges[k].key & 31);
+  for (uint32_t b = 0; b < 256; b++)
+    if (!((in[b >> 5] >> (b & 31)) & 1) && gm_lex_next(m, lex0, (uint8_t)b)) return 0;
+  return next_root(m, c->base, lex0);
+}
+
 /* Adds what part c's edges add at position `here` (its lexeme's start set: here.n_sets), not
  * c's own tokens (the caller's: a root part's beside its slice, a sub part's in its union);
  * returns the entry that records it (MEMO_NONE: none). */
@@ -268,7 +283,8 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
     if (!ended) { i = run; continue; }
     uint32_t top = m->n_sets, lex0 = m->sets[top - 1].lstart;
     ST(runs);
-    part_t *r = c->ends ? next_root(m, wt, lex0) : 0;
+    part_t *r = c->ends ? next_root(m, wt, lex0)
+              : tok_start && !c->node ? next_root_run(m, c, edges, i, run, lex0) : 0;
     if (r) {                           /* the next lexeme from its start: r's edges at the root
                                         * children (lex0 accepting) end it empty, as below */
       pos_t q = {top, lex0, true};
