@@ -2,7 +2,7 @@
  * productions; gr_finish compiles the terminals and derives the parser's tables. */
 #include "grammar.h"
 
-#define WARM_DFA_STATES 32u            /* rows of each terminal's DFA built at compile (see terms_compile) */
+#define WARM_DFA_STATES 512u           /* rows of each terminal's DFA built at compile (see terms_compile) */
 
 char *gr_strdup(const char *s, uint32_t n) {
   char *p = aici_malloc(n + 1);
