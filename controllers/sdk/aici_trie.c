@@ -452,8 +452,21 @@ static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t i
   return true;
 }
 
+/* A few characters no word, digit or space class holds (and one letter): a state that covers
+ * every character keeps each of them (or its first max_len bytes) alive, so one that dies on
+ * one is refused in a few steps, before the search makes the states of every UTF-8 tail (a
+ * Unicode \w lexeme's: most characters, not all). */
+static const uint8_t U8_PROBES[][5] = {
+  {2, 0xC3, 0x97}, {2, 0xC3, 0xA9}, {3, 0xE2, 0x80, 0x94}, {4, 0xF0, 0x9F, 0x98, 0x80},
+};
+
 bool aici_utf8_covers(aici_byte_step_fn step, void *ctx, const uint8_t *cls, uint32_t start,
                       const uint32_t *ascii, uint32_t max_len) {
+  for (uint32_t k = 0; k < sizeof U8_PROBES / sizeof U8_PROBES[0]; k++) {
+    uint32_t st = start;
+    for (uint32_t i = 0; i < U8_PROBES[k][0] && i < max_len && st; i++) st = step(ctx, st, U8_PROBES[k][1 + i]);
+    if (!st) return false;
+  }
   u8cover_t *C = aici_malloc(sizeof *C);
   uint8_t reps[128];
   uint32_t nr = 0, seen[8] = {0};

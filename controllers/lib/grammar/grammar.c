@@ -2,6 +2,9 @@
  * productions; gr_finish compiles the terminals and derives the parser's tables. */
 #include "grammar.h"
 
+#define WARM_DFA_STATES 512u           /* rows of each terminal's DFA built at compile (see gr_finish) */
+#define WARM_DFA_TOTAL 2048u           /* ... and of all terminals' together (counted repeats make many: 1 KiB a row) */
+
 char *gr_strdup(const char *s, uint32_t n) {
   char *p = aici_malloc(n + 1);
   __builtin_memcpy(p, s, n);
@@ -183,6 +186,7 @@ bool gr_finish(gr_grammar_t *g, char **err) {
     return false;
   }
   aici_free(prod_ok);
+  uint32_t warm = WARM_DFA_TOTAL;
   for (uint32_t i = 0; i < g->n_terms; i++) {
     gr_term_t *t = &g->terms[i];
     if (t->token >= 0 && t->special_name) {   /* <|name|>: one token without bytes */
@@ -202,6 +206,11 @@ bool gr_finish(gr_grammar_t *g, char **err) {
     char *e = 0;
     t->re = aici_regex_compile(t->regex, t->regex_len, &e);
     if (!t->re) { *err = gr_fmt("terminal %s: %s", t->name, e); return false; }
+    /* The DFA's first rows built now, in the compiling sequence: its forks (every request of a
+     * prepared grammar, every branch) share them instead of each building them in its first
+     * masks. States are numbered as they are made, breadth first from the start state. */
+    for (uint32_t d = aici_regex_start(t->re); d < aici_regex_num_states(t->re) && d <= WARM_DFA_STATES && warm; d++, warm--)
+      aici_regex_step(t->re, d, 0);
   }
   return true;
 }

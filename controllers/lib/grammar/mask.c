@@ -210,21 +210,38 @@ static tunion_t *run_union(gr_matcher_t *m, const part_t *c, const edge_t *edges
   return u;
 }
 
-/* The root part of lexer state lex0 when it takes a dense slice whose rest trie is under a quarter
- * of the trie (text lexemes' UTF-8 slices; a-z's rest is most of it and the union below is as
- * cheap), else NULL (also when the parts' memory is spent, or its lexeme ends at once; found
- * without a walk, gm_root_part_sliced): an ended root part's next lexeme walked as one
- * root part, slice and all, where its run over the root children walks the whole trie child by
- * child (sub parts take no slice). The same tokens and edges: the root children's subtrees from
- * lex0 are the trie from lex0. */
+/* The root part of lexer state lex0 when it takes a dense slice (any: the text lexemes' UTF-8
+ * slices, or a byte set's, a-z's whose rest is most of the trie included), else NULL (also when
+ * the parts' memory is spent, or its lexeme ends at once; found without a walk,
+ * gm_root_part_sliced): an ended root part's next lexeme walked as one root part, slice and all,
+ * where its run over the root children walks the whole trie child by child (sub parts take no
+ * slice). The same tokens and edges: the root children's subtrees from lex0 are the trie from
+ * lex0. (Bounding the rest at a quarter of the trie, as before, left identifier and keyword
+ * starts walking the whole trie in every fork: p99 0.80-0.91x without the bound, p50 0.88-0.90x;
+ * arith 5-15 % slower at p50, bench/results/grammar_masks_gram29.txt.) */
 static part_t *next_root(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex0) {
-  part_t *r = gm_root_part_sliced(m, trie, lex0, trie->n_nodes / 4);
+  part_t *r = gm_root_part_sliced(m, trie, lex0, trie->n_nodes);
   if (!r || r->ends || !r->slice->dense) return 0;
   if (!r->slice_toks.dense) {
     r->slice_set = (aici_tokset_t){.vocab = trie->vocab, .n_words = (trie->vocab + 31) / 32, .words = r->slice->dense};
     r->slice_toks.dense = &r->slice_set;
   }
   return r;
+}
+
+/* next_root for a root part's run [i, end) of edges at the root children that its own lexer
+ * state cannot take (a lexeme that may go on, `=` before `==`, ends there) and whose next
+ * lexeme starts in lex0: the root part of lex0 gives the same tokens and edges when lex0 takes
+ * none of the other root children's bytes (those the lexeme goes on with, or a slice of it
+ * holds) and does not accept (no empty lexeme to end before them). NULL otherwise. */
+static part_t *next_root_run(gr_matcher_t *m, const part_t *c, const edge_t *edges, uint32_t i, uint32_t end,
+                             uint32_t lex0) {
+  if (m->ls[lex0].n_acc) return 0;
+  uint32_t in[8] = {0};
+  for (uint32_t k = i; k < end; k++) in[(edges[k].key & 255) >> 5] |= 1u << (edges[k].key & 31);
+  for (uint32_t b = 0; b < 256; b++)
+    if (!((in[b >> 5] >> (b & 31)) & 1) && gm_lex_next(m, lex0, (uint8_t)b)) return 0;
+  return next_root(m, c->base, lex0);
 }
 
 /* Adds what part c's edges add at position `here` (its lexeme's start set: here.n_sets), not
@@ -266,7 +283,8 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
     if (!ended) { i = run; continue; }
     uint32_t top = m->n_sets, lex0 = m->sets[top - 1].lstart;
     ST(runs);
-    part_t *r = c->ends ? next_root(m, wt, lex0) : 0;
+    part_t *r = c->ends ? next_root(m, wt, lex0)
+              : tok_start && !c->node ? next_root_run(m, c, edges, i, run, lex0) : 0;
     if (r) {                           /* the next lexeme from its start: r's edges at the root
                                         * children (lex0 accepting) end it empty, as below */
       pos_t q = {top, lex0, true};

@@ -225,9 +225,11 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
     P->cap_lstack = t->max_depth + 2;
     P->lstack = aici_realloc(P->lstack, P->cap_lstack * 4);
   }
+  /* the list holds at most nw tokens (then a set): room for them all, no check per token */
+  if (P->cap_tmp < nw + 1) P->cap_tmp = nw + 1, P->tmp = aici_realloc(P->tmp, P->cap_tmp * 4);
   /* the top's state, its row and whether it accepts stay in locals: they change on a push or a
    * pop only, not between siblings */
-  uint32_t *stack = P->lstack, sp = 1, nt = 0, ne = 0, from = lex;
+  uint32_t *stack = P->lstack, *tmp = P->tmp, sp = 1, nt = 0, ne = 0, from = lex;
   const int32_t *row = gm_lex_row(m, from);
   bool acc = m->ls[from].n_acc != 0;
   stack[0] = lex;
@@ -242,17 +244,15 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
         else if (nt == nw) {           /* a set is smaller than the list from here on */
           *grown = aici_tokset_new();
           mask = (*grown)->words;
-          for (uint32_t k = 0; k < nt; k++) mask[P->tmp[k] >> 5] |= 1u << (P->tmp[k] & 31);
+          for (uint32_t k = 0; k < nt; k++) mask[tmp[k] >> 5] |= 1u << (tmp[k] & 31);
           mask[tok >> 5] |= 1u << (tok & 31);
-        } else {
-          if (nt == P->cap_tmp) P->cap_tmp = P->cap_tmp ? 2 * P->cap_tmp : 1024, P->tmp = aici_realloc(P->tmp, P->cap_tmp * 4);
-          P->tmp[nt++] = tok;
-        }
+        } else tmp[nt++] = tok;
       }
       if ((w1 >> 10) > 1) {
         stack[sp++] = from = ns;
-        row = gm_lex_row(m, from);
-        acc = m->ls[from].n_acc != 0;
+        const lstate_t *s = &m->ls[ns];  /* (ls may have moved: read it after gm_lex_next) */
+        row = s->row ? s->row : gm_lex_row(m, ns);
+        acc = s->n_acc != 0;
         p++;
         continue;
       }
@@ -265,8 +265,9 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
       sp -= w1 & 1023;
       if (p >= end) break;             /* the subtree's last node pops past its root */
       from = stack[sp - 1];
-      row = m->ls[from].row;
-      acc = m->ls[from].n_acc != 0;
+      const lstate_t *s = &m->ls[from];
+      row = s->row;
+      acc = s->n_acc != 0;
     }
   }
   *n_toks = nt, *n_edges = ne;
