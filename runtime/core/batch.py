@@ -102,6 +102,9 @@ class RowsHandle:
     """Returned by :meth:`Runtime.submit_rows`; the controllers run until :meth:`wait`, which may
     be called once. Raises in the constructor, before anything runs, for misuse (see there)."""
 
+    __slots__ = ("rt", "registry", "index", "sampled", "edits", "masks", "scratch", "_extra", "_waited", "_held",
+                 "started")
+
     def __init__(self, runtime: "Runtime", index: object, sampled: object,
                  edits: "Mapping[int, tuple[Seq[int] | np.ndarray, int]] | EditArrays | None" = None,
                  *, _object_api: bool = False, _expect_seen: np.ndarray | None = None):
