@@ -24,6 +24,14 @@ a fork copies what the parent changed), and batch-of-64 wall time with 1 vs 2 wo
     python bench/step_overhead.py --apis-only      # the object API vs the rows API only
     python bench/step_overhead.py --fork-only      # instantiate and fork only (instantiate_naive_us: its baseline)
     python bench/step_overhead.py --fork-only --rounds 3 --phases
+    python bench/step_overhead.py --handoff        # one sequence's decode loop through the rows API
+
+`--handoff`: one sequence, one worker, the rows API with the same `index` and `sampled` arrays
+every step (as an engine fills them), `submit_rows` then `wait` at once (no forward pass to hide
+the hand-off behind) for `--steps` x 100 steps: `handoff_us_p50/p90/p99` (the whole step, the
+caller's wall), `handoff_submit_us_p50` (submit_rows alone), `handoff_call_us_p50` (the
+controller's own call, `elapsed_us`). What is left beside the call is the runtime's cost of a step
+at batch 1: Python and cffi on the caller, the hand-off to the worker and back.
 
 `--fork-only` runs the instantiate and fork figures `--rounds` times under the default memory
 policy (Limits.resident_bytes 0: a freed slot keeps nothing resident) alternating with the policy
@@ -190,6 +198,30 @@ def api_report(ctrl_path, steps: int, context: int, report: dict) -> None:
                   f"{pair['rows']['cpu_us']} / {pair['object']['cpu_us']} / {pair['object_hinted']['cpu_us']}",
                   flush=True)
     report["object_api_target_met"] = all(report[f"object_vs_rows_b{b}"] <= 2.0 for b in (1, 64, 256))
+
+
+def bench_handoff(ctrl_path, steps: int) -> dict:
+    """One sequence's decode loop through the rows API (see --handoff): percentiles in µs."""
+    with aicirt.Runtime(FakeVocab(), limits=aicirt.Limits(memory_bytes=16 << 20), workers=1, cache_dir=False) as rt:
+        seq = rt.new_request(rt.load(ctrl_path)).spawn()
+        index, sampled = np.array([seq.index], np.int64), np.full(1, -1, np.int32)
+        rt.submit_rows(index, sampled, {0: ([1, 2, 3], 0)}).wait(30.0)
+        sampled[0] = 5
+        whole, submit, call = np.empty(steps), np.empty(steps), np.empty(steps)
+        clock = time.perf_counter
+        for i in range(steps + 1000):
+            reset = i and i % 4000 == 0   # its token list back to 3 tokens now and then (a bounded memory)
+            t0 = clock()
+            handle = rt.submit_rows(index, sampled, {0: ([1, 2, 3], 0)} if reset else None)
+            t1 = clock()
+            out = handle.wait()
+            t2 = clock()
+            if i >= 1000:   # warm-up left out
+                k = i - 1000
+                whole[k], submit[k], call[k] = (t2 - t0) * 1e6, (t1 - t0) * 1e6, float(out.elapsed_us[0])
+    return {"handoff_steps": steps,
+            **{f"handoff_us_p{q}": round(pct(whole, q), 2) for q in (50, 90, 99)},
+            "handoff_submit_us_p50": round(pct(submit, 50), 2), "handoff_call_us_p50": round(pct(call, 50), 2)}
 
 
 def bench_naive(ctrl_path, batch, steps):
@@ -365,6 +397,7 @@ def main() -> None:
     ap.add_argument("--fork-only", action="store_true", help="only the instantiate and fork figures")
     ap.add_argument("--rounds", type=int, default=2, help="--fork-only: rounds of each memory policy, alternating")
     ap.add_argument("--phases", action="store_true", help="--fork-only: a 1 MiB fork's time by phase (compiled)")
+    ap.add_argument("--handoff", action="store_true", help="only one sequence's step at batch 1 (rows API, 1 worker)")
     args = ap.parse_args()
     ctrl_path = build_cached(HERE / "controllers" / "static_mask.c", sdk=False)
     limits = aicirt.Limits(memory_bytes=64 << 20)
@@ -380,6 +413,14 @@ def main() -> None:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in report.items()}))
         return
     report = {"vocab": VOCAB, "batch": args.batch, "context": args.context, "loadavg_before": os.getloadavg()}
+    if args.handoff:
+        report.update(bench_handoff(ctrl_path, args.steps * 100))
+        report["loadavg_after"] = os.getloadavg()
+        print(f"batch 1, rows API, 1 worker: step p50 {report['handoff_us_p50']} us (p90 {report['handoff_us_p90']}, "
+              f"p99 {report['handoff_us_p99']}); submit_rows {report['handoff_submit_us_p50']}, the call "
+              f"{report['handoff_call_us_p50']}")
+        print(json.dumps(report))
+        return
     if args.apis_only:
         api_report(ctrl_path, args.steps, args.context, report)
         report["loadavg_after"] = os.getloadavg()
