@@ -379,6 +379,62 @@ const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *tr, bool buil
   return std_slices;
 }
 
+/* ---- prefix tries ------------------------------------------------------------------------------
+ * The tokens whose bytes are `prefix` then a byte of `first`, as a trie of their bytes after the
+ * prefix (the same ids): the nodes of those tokens' paths are copied by fill_slice's filter (a
+ * node stays iff its subtree holds one of them), and the trie is the copy seen from the prefix's
+ * last node. Its last node's pop runs past its root, as a sub-trie's does: walks stop at its end. */
+const aici_trie_t *aici_trie_prefix(const aici_trie_t *tr, const uint8_t *prefix, uint32_t n_prefix,
+                                    const uint32_t *first, const aici_slice_t *const **slices, uint32_t *n_slices) {
+  static const aici_slice_t *made[sizeof STD_BYTES / sizeof STD_BYTES[0]];
+  *n_slices = 0;
+  if (!tr || !n_prefix || n_prefix > 16) return 0;
+  const aici_trie_node_t *nodes = tr->nodes;
+  uint32_t n = tr->n_nodes, at = 0, nw = (tr->vocab + 31) / 32;
+  for (uint32_t i = 0; i < n_prefix; i++) {          /* the prefix's node */
+    uint32_t end = at + (nodes[at].w1 >> 10), c = at + 1;
+    while (c < end && (nodes[c].w0 & 255) != prefix[i]) c += nodes[c].w1 >> 10;
+    if (c >= end) return 0;
+    at = c;
+  }
+  uint32_t *pre = aici_malloc((n + 1) * 4), *words = aici_calloc(nw + 1, 4);
+  if (!pre || !words) { aici_free(pre), aici_free(words); return 0; }
+  __builtin_memset(pre, 0, (at + 2) * 4);
+  uint32_t end = at + (nodes[at].w1 >> 10), ntok = 0;
+  for (uint32_t p = at + 1; p < end; p += nodes[p].w1 >> 10) {   /* the prefix's children in `first` */
+    uint32_t b = nodes[p].w0 & 255, e = p + (nodes[p].w1 >> 10);
+    bool in = (first[b >> 5] >> (b & 31)) & 1;
+    for (uint32_t q = p; q < e; q++) {
+      bool t = in && (nodes[q].w0 >> 8) < tr->vocab;
+      pre[q + 1] = pre[q] + t, ntok += t;
+    }
+  }
+  for (uint32_t p = end; p < n; p++) pre[p + 1] = pre[p];
+  if (!ntok) { aici_free(pre), aici_free(words); return 0; }
+  uint32_t cnt = 1;
+  for (uint32_t p = 1; p < n; p++) cnt += pre[p + (nodes[p].w1 >> 10)] > pre[p];
+  aici_slice_t tmp = {0};
+  fill_slice(&tmp, tr, pre, cnt, words, 0, 0);
+  aici_free(tmp.word_idx), aici_free(tmp.word_bits), aici_free(pre), aici_free(words);
+  aici_trie_t *v = aici_calloc(1, sizeof *v);
+  v->nodes = tmp.rest.nodes + n_prefix, v->n_nodes = tmp.rest.nodes[n_prefix].w1 >> 10;
+  v->vocab = tr->vocab, v->max_depth = tr->max_depth, v->scratch_token = tr->scratch_token;
+  aici_free((void *)tmp.rest.root_kids);
+  list_root_kids(v);
+  /* its byte-set standard slices, outside the budget as the standard ones */
+  uint32_t k = 0;
+  std_building = true;
+  for (uint32_t i = 0; i < sizeof STD_BYTES / sizeof STD_BYTES[0]; i++) {
+    uint32_t bits[8] = {0};
+    aici_range_bits(STD_BYTES[i], bits);
+    const aici_slice_t *sl = aici_trie_slice(v, bits);
+    if (sl) made[k++] = sl;
+  }
+  std_building = false;
+  *slices = made, *n_slices = k;
+  return v;
+}
+
 /* The valid UTF-8 encodings of more than one byte (RFC 3629): per byte, the range it may take. */
 const aici_u8pat_t AICI_U8_PATS[AICI_N_U8_PATS] = {
   {2, {0xC2, 0x80}, {0xDF, 0xBF}},

@@ -96,11 +96,44 @@ static const aici_slice_t *const *std_slices;
 static uint32_t n_std;
 static const aici_trie_t *std_trie;
 
+/* The space trie: the tokens " " + [0-9A-Z_a-z]..., as a trie of their bytes after the space
+ * (aici_trie_prefix), with its byte-set slices. After `%ignore`d whitespace the next lexeme starts
+ * at the letter of every " word" token: a run of edges at the space node's word children is the
+ * next lexeme's root part over this trie (gm_space_run), slice and all, not a walk of each word
+ * child's subtree (the space subtree is 40-60 % of a byte-level BPE trie). sp_kid[b]: the base
+ * trie's node of the space node's child b (0: none, or b not a word byte). */
+static const aici_trie_t *sp_trie;
+static const aici_slice_t *const *sp_slices;
+static uint32_t n_sp, n_sp_kids, sp_kid[256];
+
 void gr_prepare_tokenizer(const aici_trie_t *trie) {
   if (!trie || std_trie == trie) return;
   std_trie = trie;
   std_slices = aici_trie_std_slices(trie, true, &n_std);
+  uint32_t word[8] = {0}, sp = 0;
+  aici_range_bits("0-9A-Z_a-z", word);
+  const aici_trie_node_t *nodes = trie->nodes;
+  for (uint32_t c = 1; c < trie->n_nodes && !sp; c += nodes[c].w1 >> 10)
+    if ((nodes[c].w0 & 255) == ' ') sp = c;
+  sp_trie = 0, n_sp_kids = 0;
+  __builtin_memset(sp_kid, 0, sizeof sp_kid);
+  if (!sp) return;
+  for (uint32_t c = sp + 1, end = sp + (nodes[sp].w1 >> 10); c < end; c += nodes[c].w1 >> 10) {
+    uint32_t b = nodes[c].w0 & 255;
+    if (!((word[b >> 5] >> (b & 31)) & 1)) continue;
+    if (sp_kid[b]) return;             /* one byte twice: not a plain trie level */
+    sp_kid[b] = c, n_sp_kids++;
+  }
+  sp_trie = aici_trie_prefix(trie, (const uint8_t *)" ", 1, word, &sp_slices, &n_sp);
+  if (!sp_trie || sp_trie->n_root_kids != n_sp_kids) sp_trie = 0, n_sp_kids = 0;
 }
+
+bool gm_space_edge(const part_t *c, const edge_t *e) {
+  return c->walked == std_trie && sp_trie && sp_kid[e->key & 255] == e->child && e->child;
+}
+
+uint32_t gm_space_kids(void) { return n_sp_kids; }
+const aici_trie_t *gm_space_trie(void) { return sp_trie; }
 
 /* Whether every string over byte set `bytes` keeps `lex` alive (false also past COVER_STATES). */
 static bool lex_covers(gr_matcher_t *m, uint32_t lex, const uint32_t *bytes) {
@@ -138,9 +171,11 @@ static bool lex_covers_utf8(gr_matcher_t *m, uint32_t lex, const uint32_t *ascii
  * NAME's alive), so each ready set is checked on its own first. */
 static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   const aici_slice_t *best = 0;
-  if (std_trie != trie) return 0;
-  for (uint32_t k = 0; k < n_std; k++) {
-    const aici_slice_t *sl = std_slices[k];
+  const aici_slice_t *const *list = trie == std_trie ? std_slices : trie == sp_trie ? sp_slices : 0;
+  uint32_t n = trie == std_trie ? n_std : trie == sp_trie ? n_sp : 0;
+  if (!list) return 0;
+  for (uint32_t k = 0; k < n; k++) {
+    const aici_slice_t *sl = list[k];
     if ((!best || sl->n_tokens > best->n_tokens)
         && (sl->utf8 ? lex_covers_utf8(m, lex, sl->bytes, sl->max_len) : lex_covers(m, lex, sl->bytes)))
       best = sl;
@@ -214,9 +249,10 @@ static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable en
 /* The lexer-only walk of nodes [p, end) of `t` from lexer state `lex`: tokens inside the lexeme
  * into the list P->tmp (count *n_toks), or, once they outnumber a set's words, into the new set
  * *grown (else NULL); edges into P->etmp (*n_edges). */
-static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex,
+static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex, bool top,
                      aici_tokset_t **grown, uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
-  bool top = p == 1;                   /* a root part: its root's children start tokens (EDGE_TOP) */
+  /* top: a root part of a token trie, its root's children start tokens (EDGE_TOP); the space
+   * trie's root children follow the space */
   parts_t *P = m->parts;
   uint32_t *mask = 0, nw = (vocab + 31) / 32;
   *grown = 0;
@@ -273,12 +309,26 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
   *n_toks = nt, *n_edges = ne;
 }
 
+/* Within each run of one lexer state, the edges at the space node's word children last (in
+ * byte order), so that gm_space_run finds them as the run's tail. */
+static void space_last(const part_t *c, edge_t *e, uint32_t n) {
+  edge_t tmp[256];
+  for (uint32_t i = 0, run; i < n; i = run) {
+    uint32_t ns = 0, w = i;
+    for (run = i; run < n && e[run].key >> 8 == e[i].key >> 8; run++)
+      if (gm_space_edge(c, &e[run])) tmp[ns++] = e[run];   /* one node per byte: ns <= 64 */
+      else e[w++] = e[run];
+    __builtin_memcpy(e + w, tmp, ns * sizeof(edge_t));
+  }
+}
+
 static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici_trie_t *base, const aici_trie_t *walked,
                         uint32_t n_edges) {
   parts_t *P = m->parts;
   part_t *c = aici_calloc(1, sizeof(part_t));
   c->lex = lex, c->node = node, c->base = base, c->walked = walked;
   sort_edges(P->etmp, n_edges);
+  if (walked == std_trie && sp_trie) space_last(c, P->etmp, n_edges);
   c->n_edges = n_edges;
   if (n_edges) {
     c->edges = aici_malloc(n_edges * sizeof(edge_t));
@@ -355,7 +405,7 @@ part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
     walked = &sl->rest;
   }
   aici_tokset_t *grown;
-  lex_walk(m, walked, 1, walked->n_nodes, lex, &grown, trie->vocab, &nt, &ne);
+  lex_walk(m, walked, 1, walked->n_nodes, lex, trie != sp_trie, &grown, trie->vocab, &nt, &ne);
   c = part_new(m, lex, 0, trie, walked, ne);
   c->slice = sl;
   part_keep_toks(P, c, nt, grown);
@@ -384,7 +434,7 @@ part_t *gm_sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint32_t
   if (c || P->bytes >= PART_BYTES_MAX) return c;
   uint32_t nt, ne, size = t->nodes[ch].w1 >> 10;
   aici_tokset_t *grown;
-  lex_walk(m, t, ch + 1, ch + size, lex, &grown, vocab, &nt, &ne);
+  lex_walk(m, t, ch + 1, ch + size, lex, false, &grown, vocab, &nt, &ne);
   c = part_new(m, lex, ch, t, t, ne);
   part_keep_toks(P, c, nt, grown);
   return c;
