@@ -48,7 +48,9 @@ def main() -> None:
         if record and r.branches:
             st = [line for line in "".join(r.logs).splitlines() if line.startswith("ST ")]
             text = b"".join(v.token_bytes[t] for t in toks)
-            recs.append((r.elapsed_us, grammar[0], len(toks), st[-1] if st else "", text))
+            walks = [line[5:] for line in "".join(r.logs).splitlines() if line.startswith("WALK ")]
+            recs.append((r.elapsed_us, grammar[0], len(toks), (st[-1] if st else "") + "".join(
+                f"\n    walk {w}" for w in walks), text))
         return r, mask
     ours._submit = recorded
     try:

@@ -5,7 +5,7 @@
 #define GR_MATCHER_IMPL_H
 #include "grammar.h"
 
-/* -DGR_STATS: each mask logs its work counters (profiling; "ST lp=... wn=...") */
+/* -DGR_STATS: each mask logs its work counters (profiling; "ST lp=... wn=...") and each lex_walk of 4,096 nodes or more ("WALK ...") */
 #ifdef GR_STATS
 struct gr_stats { uint32_t dense_or, list_toks, unions, memo_hits, scan_cached, lexmiss, lexnew, lp, lp_nodes, runs, walk_nodes, walk_steps, scans, scan_reuse, items, slices; };
 extern struct gr_stats st;

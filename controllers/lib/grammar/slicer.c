@@ -266,6 +266,9 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
   /* the top's state, its row and whether it accepts stay in locals: they change on a push or a
    * pop only, not between siblings */
   uint32_t *stack = P->lstack, *tmp = P->tmp, sp = 1, nt = 0, ne = 0, from = lex;
+#ifdef GR_STATS
+  uint32_t lp0 = st.lp_nodes, p0 = p - 1;
+#endif
   const int32_t *row = gm_lex_row(m, from);
   bool acc = m->ls[from].n_acc != 0;
   stack[0] = lex;
@@ -307,6 +310,11 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
     }
   }
   *n_toks = nt, *n_edges = ne;
+#ifdef GR_STATS
+  if (st.lp_nodes - lp0 >= 4096)      /* the big walks: which trie, from which node and state */
+    aici_logf("WALK %s node=%u lex=%u nodes=%u edges=%u toks=%u\n", t == std_trie ? "base" : t == sp_trie ? "space"
+              : "rest", p0, lex, st.lp_nodes - lp0, ne, nt);
+#endif
 }
 
 /* Within each run of one lexer state, the edges at the space node's word children last (in
