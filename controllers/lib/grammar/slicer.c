@@ -100,36 +100,71 @@ static const aici_trie_t *std_trie;
  * (aici_trie_prefix), with its byte-set slices. After `%ignore`d whitespace the next lexeme starts
  * at the letter of every " word" token: a run of edges at the space node's word children is the
  * next lexeme's root part over this trie (gm_space_run), slice and all, not a walk of each word
- * child's subtree (the space subtree is 40-60 % of a byte-level BPE trie). sp_kid[b]: the base
- * trie's node of the space node's child b (0: none, or b not a word byte). */
+ * child's subtree (the space subtree is 40-60 % of a byte-level BPE trie). Per trie a part may
+ * walk (the base trie, and the standard slices' rest tries whose space node keeps every word
+ * child whole: a slice without the space byte), sp_kid[b] is the node of the space node's child
+ * b (0: none, or b not a word byte): the same subtrees in each, so one space trie serves them all. */
+#define SP_TRIES 12u
 static const aici_trie_t *sp_trie;
 static const aici_slice_t *const *sp_slices;
-static uint32_t n_sp, n_sp_kids, sp_kid[256];
+static uint32_t n_sp, n_sp_kids, n_sp_tab;
+static struct { const aici_trie_t *t; uint32_t kid[256]; } sp_tab[SP_TRIES];
+
+/* Whether node a of trie s and node b of trie t root the same subtree: bytes, tokens, shapes. */
+static bool same_subtree(const aici_trie_t *s, uint32_t a, const aici_trie_t *t, uint32_t b) {
+  uint32_t n = s->nodes[a].w1 >> 10;
+  if (!b || n != t->nodes[b].w1 >> 10) return false;
+  for (uint32_t k = 0; k < n; k++)
+    if (s->nodes[a + k].w0 != t->nodes[b + k].w0 || s->nodes[a + k].w1 >> 10 != t->nodes[b + k].w1 >> 10) return false;
+  return true;
+}
+
+/* The space node's word children of trie t into kid[] (by byte); their count, or 0 when one is not
+ * as in `like` (a rest trie that lost tokens there), or a byte comes twice. */
+static uint32_t space_kids(const aici_trie_t *t, const uint32_t *word, uint32_t *kid, const aici_trie_t *like,
+                           const uint32_t *like_kid) {
+  const aici_trie_node_t *nodes = t->nodes;
+  uint32_t sp = 0, n = 0;
+  for (uint32_t c = 1; c < t->n_nodes && !sp; c += nodes[c].w1 >> 10)
+    if ((nodes[c].w0 & 255) == ' ') sp = c;
+  __builtin_memset(kid, 0, 256 * 4);
+  if (!sp) return 0;
+  for (uint32_t c = sp + 1, end = sp + (nodes[sp].w1 >> 10); c < end; c += nodes[c].w1 >> 10) {
+    uint32_t b = nodes[c].w0 & 255;
+    if (!((word[b >> 5] >> (b & 31)) & 1)) continue;
+    if (kid[b] || (like && !same_subtree(t, c, like, like_kid[b]))) return 0;
+    kid[b] = c, n++;
+  }
+  return n;
+}
 
 void gr_prepare_tokenizer(const aici_trie_t *trie) {
   if (!trie || std_trie == trie) return;
   std_trie = trie;
   std_slices = aici_trie_std_slices(trie, true, &n_std);
-  uint32_t word[8] = {0}, sp = 0;
+  uint32_t word[8] = {0};
   aici_range_bits("0-9A-Z_a-z", word);
-  const aici_trie_node_t *nodes = trie->nodes;
-  for (uint32_t c = 1; c < trie->n_nodes && !sp; c += nodes[c].w1 >> 10)
-    if ((nodes[c].w0 & 255) == ' ') sp = c;
-  sp_trie = 0, n_sp_kids = 0;
-  __builtin_memset(sp_kid, 0, sizeof sp_kid);
-  if (!sp) return;
-  for (uint32_t c = sp + 1, end = sp + (nodes[sp].w1 >> 10); c < end; c += nodes[c].w1 >> 10) {
-    uint32_t b = nodes[c].w0 & 255;
-    if (!((word[b >> 5] >> (b & 31)) & 1)) continue;
-    if (sp_kid[b]) return;             /* one byte twice: not a plain trie level */
-    sp_kid[b] = c, n_sp_kids++;
-  }
+  sp_trie = 0, n_sp_tab = 0;
+  n_sp_kids = space_kids(trie, word, sp_tab[0].kid, 0, 0);
+  if (!n_sp_kids) return;
   sp_trie = aici_trie_prefix(trie, (const uint8_t *)" ", 1, word, &sp_slices, &n_sp);
-  if (!sp_trie || sp_trie->n_root_kids != n_sp_kids) sp_trie = 0, n_sp_kids = 0;
+  if (!sp_trie || sp_trie->n_root_kids != n_sp_kids) { sp_trie = 0; return; }
+  sp_tab[n_sp_tab++].t = trie;
+  for (uint32_t k = 0; k < n_std && n_sp_tab < SP_TRIES; k++)
+    if (space_kids(&std_slices[k]->rest, word, sp_tab[n_sp_tab].kid, trie, sp_tab[0].kid) == n_sp_kids)
+      sp_tab[n_sp_tab++].t = &std_slices[k]->rest;
+}
+
+/* Which sp_tab entry describes trie t (-1: none). */
+static int sp_find(const aici_trie_t *t) {
+  for (uint32_t k = 0; k < n_sp_tab; k++)
+    if (sp_tab[k].t == t) return (int)k;
+  return -1;
 }
 
 bool gm_space_edge(const part_t *c, const edge_t *e) {
-  return c->walked == std_trie && sp_trie && sp_kid[e->key & 255] == e->child && e->child;
+  int k = sp_find(c->walked);
+  return k >= 0 && e->child && sp_tab[k].kid[e->key & 255] == e->child;
 }
 
 uint32_t gm_space_kids(void) { return n_sp_kids; }
@@ -336,7 +371,7 @@ static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici
   part_t *c = aici_calloc(1, sizeof(part_t));
   c->lex = lex, c->node = node, c->base = base, c->walked = walked;
   sort_edges(P->etmp, n_edges);
-  if (walked == std_trie && sp_trie) space_last(c, P->etmp, n_edges);
+  if (sp_find(walked) >= 0) space_last(c, P->etmp, n_edges);
   c->n_edges = n_edges;
   if (n_edges) {
     c->edges = aici_malloc(n_edges * sizeof(edge_t));
