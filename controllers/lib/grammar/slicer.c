@@ -451,7 +451,7 @@ part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   lex_walk(m, walked, 1, walked->n_nodes, lex, trie != sp_trie, &grown, trie->vocab, &nt, &ne);
 #ifdef GR_STATS
   if (walked->n_nodes >= 4096)
-    aici_logf("WALK root of lex=%u over %s: slice %s%08x%08x%08x%08x (%u tokens), %u std slices\n", lex,
+    aici_logf("WALK root of lex=%u over %s: slice %s%u %u %u %u (%u tokens), %u std slices\n", lex,
               trie == sp_trie ? "space" : "base", !sl ? "none " : sl->utf8 ? "utf8 " : "bytes ", sl ? sl->bytes[0] : 0,
               sl ? sl->bytes[1] : 0, sl ? sl->bytes[2] : 0, sl ? sl->bytes[3] : 0, sl ? sl->n_tokens : 0,
               trie == sp_trie ? n_sp : n_std);
