@@ -491,20 +491,39 @@ static bool u8_reach(u8cover_t *C, uint32_t st, uint32_t d) {
   return true;
 }
 
-/* Bytes i.. of encoding p from state st, `left` bytes of room: each must keep st live (a token
- * may end after any of them); the state after the whole character is reached at depth d. */
-static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t i, uint32_t left, uint32_t d) {
-  if (i == p->n) return u8_reach(C, st, d);
-  if (i == left) return true;          /* no token of the slice gets past here */
-  uint32_t seen[8] = {0};
-  for (uint32_t b = p->lo[i]; b <= p->hi[i]; b++) {
-    uint32_t c = C->cls[b];
-    if ((seen[c >> 5] >> (c & 31)) & 1) continue;
-    seen[c >> 5] |= 1u << (c & 31);
-    if (++C->steps > U8_COVER_STEPS) return false;
-    uint32_t ns = C->step(C->ctx, st, (uint8_t)b);
-    if (!ns || !u8_tail(C, ns, p, i + 1, left, d)) return false;
+/* The bytes of encoding p from state st, `left` bytes of room: each must keep the state live (a
+ * token may end after any of them); the states after the whole character are reached at depth d.
+ * Position by position over the distinct states there (one byte per class of each), not one
+ * path per combination of classes: a grammar whose terminals split the continuation bytes into
+ * many classes (a Unicode \d beside [^"]) has thousands of 4-byte paths to few states. */
+#define U8_FRONT 64u
+static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t left, uint32_t d) {
+  uint32_t front[2][U8_FRONT], n = 1;
+  front[0][0] = st;
+  for (uint32_t i = 0; i < p->n; i++) {
+    if (i == left) return true;        /* no token of the slice gets past here */
+    const uint32_t *cur = front[i & 1];
+    uint32_t *nxt = front[(i + 1) & 1], nn = 0;
+    for (uint32_t k = 0; k < n; k++) {
+      uint32_t seen[8] = {0};
+      for (uint32_t b = p->lo[i]; b <= p->hi[i]; b++) {
+        uint32_t c = C->cls[b];
+        if ((seen[c >> 5] >> (c & 31)) & 1) continue;
+        seen[c >> 5] |= 1u << (c & 31);
+        if (++C->steps > U8_COVER_STEPS) return false;
+        uint32_t ns = C->step(C->ctx, cur[k], (uint8_t)b), j = 0;
+        if (!ns) return false;
+        while (j < nn && nxt[j] != ns) j++;
+        if (j == nn) {
+          if (nn == U8_FRONT) return false;
+          nxt[nn++] = ns;
+        }
+      }
+    }
+    n = nn;
   }
+  for (uint32_t k = 0; k < n; k++)
+    if (!u8_reach(C, front[p->n & 1][k], d)) return false;
   return true;
 }
 
@@ -541,7 +560,7 @@ bool aici_utf8_covers(aici_byte_step_fn step, void *ctx, const uint8_t *cls, uin
       ok = ns && ++C->steps <= U8_COVER_STEPS && u8_reach(C, ns, d + 1);
     }
     for (uint32_t p = 0; p < AICI_N_U8_PATS && ok && left; p++)
-      ok = u8_tail(C, st, &AICI_U8_PATS[p], 0, left, d + AICI_U8_PATS[p].n);
+      ok = u8_tail(C, st, &AICI_U8_PATS[p], left, d + AICI_U8_PATS[p].n);
   }
   aici_free(C);
   return ok;
