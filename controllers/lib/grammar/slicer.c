@@ -211,11 +211,8 @@ static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, u
   if (!list) return 0;
   for (uint32_t k = 0; k < n; k++) {
     const aici_slice_t *sl = list[k];
-    bool cov = (sl->utf8 ? lex_covers_utf8(m, lex, sl->bytes, sl->max_len) : lex_covers(m, lex, sl->bytes));
-#ifdef GR_STATS
-    aici_logf("WALK std %u of lex=%u: utf8=%u n=%u max_len=%u covers=%u\n", k, lex, sl->utf8, sl->n_tokens, sl->max_len, cov);
-#endif
-    if ((!best || sl->n_tokens > best->n_tokens) && cov)
+    if ((!best || sl->n_tokens > best->n_tokens)
+        && (sl->utf8 ? lex_covers_utf8(m, lex, sl->bytes, sl->max_len) : lex_covers(m, lex, sl->bytes)))
       best = sl;
   }
   return best;
