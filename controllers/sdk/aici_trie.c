@@ -391,11 +391,12 @@ const aici_trie_t *aici_trie_prefix(const aici_trie_t *tr, const uint8_t *prefix
   if (!tr || !n_prefix || n_prefix > 16) return 0;
   const aici_trie_node_t *nodes = tr->nodes;
   uint32_t n = tr->n_nodes, at = 0, nw = (tr->vocab + 31) / 32;
-  for (uint32_t i = 0; i < n_prefix; i++) {          /* the prefix's node */
-    uint32_t end = at + (nodes[at].w1 >> 10), c = at + 1;
-    while (c < end && (nodes[c].w0 & 255) != prefix[i]) c += nodes[c].w1 >> 10;
-    if (c >= end) return 0;
-    at = c;
+  for (uint32_t i = 0; i < n_prefix; i++) {          /* the prefix's node (of several children with */
+    uint32_t end = at + (nodes[at].w1 >> 10), best = 0;   /* its byte, byte fallback's, the largest) */
+    for (uint32_t c = at + 1; c < end; c += nodes[c].w1 >> 10)
+      if ((nodes[c].w0 & 255) == prefix[i] && (!best || nodes[c].w1 >> 10 > nodes[best].w1 >> 10)) best = c;
+    if (!best) return 0;
+    at = best;
   }
   uint32_t *pre = aici_malloc((n + 1) * 4), *words = aici_calloc(nw + 1, 4);
   if (!pre || !words) { aici_free(pre), aici_free(words); return 0; }

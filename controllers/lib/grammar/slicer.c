@@ -125,8 +125,8 @@ static uint32_t space_kids(const aici_trie_t *t, const uint32_t *word, uint32_t 
                            const uint32_t *like_kid) {
   const aici_trie_node_t *nodes = t->nodes;
   uint32_t sp = 0, n = 0;
-  for (uint32_t c = 1; c < t->n_nodes && !sp; c += nodes[c].w1 >> 10)
-    if ((nodes[c].w0 & 255) == ' ') sp = c;
+  for (uint32_t c = 1; c < t->n_nodes; c += nodes[c].w1 >> 10)   /* (the largest: a byte-fallback <0x20> is a leaf) */
+    if ((nodes[c].w0 & 255) == ' ' && (!sp || nodes[c].w1 >> 10 > nodes[sp].w1 >> 10)) sp = c;
   __builtin_memset(kid, 0, 256 * 4);
   if (!sp) return 0;
   for (uint32_t c = sp + 1, end = sp + (nodes[sp].w1 >> 10); c < end; c += nodes[c].w1 >> 10) {
