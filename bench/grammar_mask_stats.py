@@ -35,10 +35,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", default="qwen2", choices=sorted(VOCABS))
     ap.add_argument("--top", type=float, default=2.0, help="percent of masks to print, slowest first")
+    ap.add_argument("--grammars", default="", help="comma-separated grammar names (default: all)")
     a = ap.parse_args()
     v = VOCABS[a.vocab]()
     ours = Ours(v, wasm=stats_wasm())
-    recs: list[tuple[float, str, int, str]] = []
+    recs: list[tuple[float, str, int, str, bytes]] = []
     grammar = [""]
     submit = ours._submit
 
@@ -46,11 +47,17 @@ def main() -> None:
         r, mask = submit(seq, toks, sampled, record, errors_ok)
         if record and r.branches:
             st = [line for line in "".join(r.logs).splitlines() if line.startswith("ST ")]
-            recs.append((r.elapsed_us, grammar[0], len(toks), st[-1] if st else ""))
+            text = b"".join(v.token_bytes[t] for t in toks)
+            walks = [line[5:] for line in "".join(r.logs).splitlines() if line.startswith("WALK ")]
+            recs.append((r.elapsed_us, grammar[0], len(toks), (st[-1] if st else "") + "".join(
+                f"\n    walk {w}" for w in walks), text))
         return r, mask
     ours._submit = recorded
     try:
+        only = set(filter(None, a.grammars.split(",")))
         for p in sorted((ROOT / "tests" / "grammars").glob("*.lark")):
+            if only and p.stem not in only:
+                continue
             h, err, _ = ours.open(p.read_text(encoding="utf-8"))
             if err:
                 continue
@@ -64,9 +71,9 @@ def main() -> None:
     recs.sort(reverse=True)
     times = sorted(r[0] for r in recs)
     print(f"{a.vocab}: {len(recs)} masks, inside p50 {times[len(times) // 2]:.0f} us, "
-          f"p99 {times[int(len(times) * 0.99)]:.0f} us; slowest {a.top}% (us, grammar, tokens fed, counters):")
+          f"p99 {times[int(len(times) * 0.99)]:.0f} us; slowest {a.top}% (us, grammar, tokens fed, counters, text fed):")
     for r in recs[:max(1, int(len(recs) * a.top / 100))]:
-        print(f"{r[0]:.0f} {r[1]} {r[2]} {r[3]}")
+        print(f"{r[0]:.0f} {r[1]} {r[2]} {r[3]} {r[4]!r}")
 
 
 if __name__ == "__main__":

@@ -115,6 +115,35 @@ def test_llama2_vocabulary_has_duplicate_byte_strings():
     assert v.n == 32000 and v.eos == 2 and len(dups) == 125, (v.n, v.eos, len(dups))
 
 
+#: After whitespace the next lexeme starts at the letter of every " word" token; a run of edges at
+#: every word child of the trie's space node is applied as the next lexeme's root part over the
+#: space trie (docs/grammar.md). Around its conditions: a whitespace lexeme that takes letters
+#: (no such run), a next lexeme that may be empty (its edges at the space trie's root), a terminal
+#: (not %ignore) whitespace that may go on, lexemes after the space that are lazy, stop or
+#: max_tokens ones, and "\n x" / "  x" beside " x" in one run.
+SPACE_RUN = [
+    ('start: NAME+\nNAME: /[a-z]+/\n%ignore /[ abc]+/\n', ["xy  dz", "x def"], ["x A"]),
+    ('start: "q" NAME+\nNAME: /x[0-9]+/\n%ignore /[ x]+/\n', ["qx1x2", "qx12"], ["q x1"]),
+    ('start: "x" B ";"\nB: /[a-z]*/\n%ignore " "\n', ["x ;", "x abc;", "x  abc ;"], ["x 1;"]),
+    ('start: NAME (SP NAME)*\nSP: / +/\nNAME: /[A-Za-z_][A-Za-z0-9_]*/\n', ["foo bar  Baz_1"], ["foo 1x", "foo\nbar"]),
+    ('start: "say" text "!"\ntext[stop="."]: /[a-z ]+/\n%ignore " "\n', ["say hello there.!"], ["say hi!"]),
+    ('start: "a" w+\nw[max_tokens=2]: /[a-z]+/\n%ignore /[ \\n]+/\n', ["a bc\n de", "a the quick brown"], ["a B"]),
+    ('start: "f" w\nw[lazy]: /[a-z]+[0-9]/\n%ignore /[ \\t\\n]+/\n', ["f abc1", "f\n\tx9"], ["f 1"]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPACE_RUN)))
+def test_space_run_agrees_with_llguidance(llama2_pair, qwen_pair, case):
+    grammar, valid, invalid = SPACE_RUN[case]
+    for pair in (llama2_pair, qwen_pair):
+        ours, llg, v = pair
+        r = compare(ours, llg, grammar, [t.encode() for t in valid + invalid], v)
+        assert r["ours_error"] is None and r["llg_error"] is None, r
+        for i, (text, ours_ok, llg_ok, diff, _) in enumerate(r["results"]):
+            assert diff is None, (v.name, text, diff)
+            assert ours_ok == llg_ok == (i < len(valid)), (v.name, text, ours_ok, llg_ok)
+
+
 ERRORS = [
     ('start: a\n', "undefined rule a"),
     ('start: "a"\nb: c\n', "undefined rule c"),

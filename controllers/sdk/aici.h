@@ -313,6 +313,13 @@ const aici_slice_t *aici_trie_utf8_slice(const aici_trie_t *trie, const uint32_t
  * made yet (tens of ms: call it from the init, so that they are in the snapshot); false: only
  * those made (none if no call built them). */
 const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *trie, bool build, uint32_t *n);
+/* The tokens whose bytes are prefix[0..n) followed by a byte of the set `first` (256 bits), as a
+ * trie of their bytes after the prefix (token ids kept; NULL: none, or no memory), with its
+ * byte-set standard slices (a-z, A-Za-z, 0-9A-Z_a-z: *n_slices of them, those worth it) made
+ * outside the slice budget. Built on each call (a pass over the trie): call it from the init.
+ * E.g. " " and [0-9A-Z_a-z]: the " word" tokens that follow whitespace, as a trie of words. */
+const aici_trie_t *aici_trie_prefix(const aici_trie_t *trie, const uint8_t *prefix, uint32_t n_prefix,
+                                    const uint32_t *first, const aici_slice_t *const **slices, uint32_t *n_slices);
 /* Ranges as text ("a-z_", bytes or ASCII) -> the bits of those bytes, ORed into bits. */
 void aici_range_bits(const char *ranges, uint32_t *bits);
 /* Its predicate (ctx: the 128-bit set A). */

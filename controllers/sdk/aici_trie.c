@@ -379,6 +379,63 @@ const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *tr, bool buil
   return std_slices;
 }
 
+/* ---- prefix tries ------------------------------------------------------------------------------
+ * The tokens whose bytes are `prefix` then a byte of `first`, as a trie of their bytes after the
+ * prefix (the same ids): the nodes of those tokens' paths are copied by fill_slice's filter (a
+ * node stays iff its subtree holds one of them), and the trie is the copy seen from the prefix's
+ * last node. Its last node's pop runs past its root, as a sub-trie's does: walks stop at its end. */
+const aici_trie_t *aici_trie_prefix(const aici_trie_t *tr, const uint8_t *prefix, uint32_t n_prefix,
+                                    const uint32_t *first, const aici_slice_t *const **slices, uint32_t *n_slices) {
+  static const aici_slice_t *made[sizeof STD_BYTES / sizeof STD_BYTES[0]];
+  *n_slices = 0;
+  if (!tr || !n_prefix || n_prefix > 16) return 0;
+  const aici_trie_node_t *nodes = tr->nodes;
+  uint32_t n = tr->n_nodes, at = 0, nw = (tr->vocab + 31) / 32;
+  for (uint32_t i = 0; i < n_prefix; i++) {          /* the prefix's node (of several children with */
+    uint32_t end = at + (nodes[at].w1 >> 10), best = 0;   /* its byte, byte fallback's, the largest) */
+    for (uint32_t c = at + 1; c < end; c += nodes[c].w1 >> 10)
+      if ((nodes[c].w0 & 255) == prefix[i] && (!best || nodes[c].w1 >> 10 > nodes[best].w1 >> 10)) best = c;
+    if (!best) return 0;
+    at = best;
+  }
+  uint32_t *pre = aici_malloc((n + 1) * 4), *words = aici_calloc(nw + 1, 4);
+  if (!pre || !words) { aici_free(pre), aici_free(words); return 0; }
+  __builtin_memset(pre, 0, (at + 2) * 4);
+  uint32_t end = at + (nodes[at].w1 >> 10), ntok = 0;
+  for (uint32_t p = at + 1; p < end; p += nodes[p].w1 >> 10) {   /* the prefix's children in `first` */
+    uint32_t b = nodes[p].w0 & 255, e = p + (nodes[p].w1 >> 10);
+    bool in = (first[b >> 5] >> (b & 31)) & 1;
+    for (uint32_t q = p; q < e; q++) {
+      bool t = in && (nodes[q].w0 >> 8) < tr->vocab;
+      pre[q + 1] = pre[q] + t, ntok += t;
+    }
+  }
+  for (uint32_t p = end; p < n; p++) pre[p + 1] = pre[p];
+  if (!ntok) { aici_free(pre), aici_free(words); return 0; }
+  uint32_t cnt = 1;
+  for (uint32_t p = 1; p < n; p++) cnt += pre[p + (nodes[p].w1 >> 10)] > pre[p];
+  aici_slice_t tmp = {0};
+  fill_slice(&tmp, tr, pre, cnt, words, 0, 0);
+  aici_free(tmp.word_idx), aici_free(tmp.word_bits), aici_free(pre), aici_free(words);
+  aici_trie_t *v = aici_calloc(1, sizeof *v);
+  v->nodes = tmp.rest.nodes + n_prefix, v->n_nodes = tmp.rest.nodes[n_prefix].w1 >> 10;
+  v->vocab = tr->vocab, v->max_depth = tr->max_depth, v->scratch_token = tr->scratch_token;
+  aici_free((void *)tmp.rest.root_kids);
+  list_root_kids(v);
+  /* its byte-set standard slices, outside the budget as the standard ones */
+  uint32_t k = 0;
+  std_building = true;
+  for (uint32_t i = 0; i < sizeof STD_BYTES / sizeof STD_BYTES[0]; i++) {
+    uint32_t bits[8] = {0};
+    aici_range_bits(STD_BYTES[i], bits);
+    const aici_slice_t *sl = aici_trie_slice(v, bits);
+    if (sl) made[k++] = sl;
+  }
+  std_building = false;
+  *slices = made, *n_slices = k;
+  return v;
+}
+
 /* The valid UTF-8 encodings of more than one byte (RFC 3629): per byte, the range it may take. */
 const aici_u8pat_t AICI_U8_PATS[AICI_N_U8_PATS] = {
   {2, {0xC2, 0x80}, {0xDF, 0xBF}},
@@ -435,20 +492,39 @@ static bool u8_reach(u8cover_t *C, uint32_t st, uint32_t d) {
   return true;
 }
 
-/* Bytes i.. of encoding p from state st, `left` bytes of room: each must keep st live (a token
- * may end after any of them); the state after the whole character is reached at depth d. */
-static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t i, uint32_t left, uint32_t d) {
-  if (i == p->n) return u8_reach(C, st, d);
-  if (i == left) return true;          /* no token of the slice gets past here */
-  uint32_t seen[8] = {0};
-  for (uint32_t b = p->lo[i]; b <= p->hi[i]; b++) {
-    uint32_t c = C->cls[b];
-    if ((seen[c >> 5] >> (c & 31)) & 1) continue;
-    seen[c >> 5] |= 1u << (c & 31);
-    if (++C->steps > U8_COVER_STEPS) return false;
-    uint32_t ns = C->step(C->ctx, st, (uint8_t)b);
-    if (!ns || !u8_tail(C, ns, p, i + 1, left, d)) return false;
+/* The bytes of encoding p from state st, `left` bytes of room: each must keep the state live (a
+ * token may end after any of them); the states after the whole character are reached at depth d.
+ * Position by position over the distinct states there (one byte per class of each), not one
+ * path per combination of classes: a grammar whose terminals split the continuation bytes into
+ * many classes (a Unicode \d beside [^"]) has thousands of 4-byte paths to few states. */
+#define U8_FRONT 64u
+static bool u8_tail(u8cover_t *C, uint32_t st, const aici_u8pat_t *p, uint32_t left, uint32_t d) {
+  uint32_t front[2][U8_FRONT], n = 1;
+  front[0][0] = st;
+  for (uint32_t i = 0; i < p->n; i++) {
+    if (i == left) return true;        /* no token of the slice gets past here */
+    const uint32_t *cur = front[i & 1];
+    uint32_t *nxt = front[(i + 1) & 1], nn = 0;
+    for (uint32_t k = 0; k < n; k++) {
+      uint32_t seen[8] = {0};
+      for (uint32_t b = p->lo[i]; b <= p->hi[i]; b++) {
+        uint32_t c = C->cls[b];
+        if ((seen[c >> 5] >> (c & 31)) & 1) continue;
+        seen[c >> 5] |= 1u << (c & 31);
+        if (++C->steps > U8_COVER_STEPS) return false;
+        uint32_t ns = C->step(C->ctx, cur[k], (uint8_t)b), j = 0;
+        if (!ns) return false;
+        while (j < nn && nxt[j] != ns) j++;
+        if (j == nn) {
+          if (nn == U8_FRONT) return false;
+          nxt[nn++] = ns;
+        }
+      }
+    }
+    n = nn;
   }
+  for (uint32_t k = 0; k < n; k++)
+    if (!u8_reach(C, front[p->n & 1][k], d)) return false;
   return true;
 }
 
@@ -485,7 +561,7 @@ bool aici_utf8_covers(aici_byte_step_fn step, void *ctx, const uint8_t *cls, uin
       ok = ns && ++C->steps <= U8_COVER_STEPS && u8_reach(C, ns, d + 1);
     }
     for (uint32_t p = 0; p < AICI_N_U8_PATS && ok && left; p++)
-      ok = u8_tail(C, st, &AICI_U8_PATS[p], 0, left, d + AICI_U8_PATS[p].n);
+      ok = u8_tail(C, st, &AICI_U8_PATS[p], left, d + AICI_U8_PATS[p].n);
   }
   aici_free(C);
   return ok;

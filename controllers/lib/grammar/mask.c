@@ -129,15 +129,15 @@ static void union_free(tunion_t *u) {
 
 /* The union of part c's run of edges [i, end) when the next lexeme starts in state lex0: kept,
  * or once the memory budget is spent, a `temp` one the caller frees after use. */
-static tunion_t *run_union(gr_matcher_t *m, const part_t *c, const edge_t *edges, const aici_trie_t *walked, uint32_t i,
-                           uint32_t end, uint32_t lex0, uint32_t vocab) {
+static tunion_t *run_union(gr_matcher_t *m, const part_t *c, const edge_t *edges, const aici_trie_t *walked, uint32_t key,
+                           uint32_t i, uint32_t end, uint32_t lex0, uint32_t vocab) {
   parts_t *P = m->parts;
-  uint32_t h = union_hash(c, i, lex0), slot = 0;
+  uint32_t h = union_hash(c, key, lex0), slot = 0;
   if (P->utab_cap)
     for (uint32_t k = h & (P->utab_cap - 1);; k = (k + 1) & (P->utab_cap - 1)) {
       tunion_t *u = P->utab[k];
       if (!u) { slot = k; break; }
-      if (u->c == c && u->run == i && u->lex0 == lex0) return u;
+      if (u->c == c && u->run == key && u->lex0 == lex0) return u;
     }
   ST(unions);
   const aici_trie_node_t *nodes = walked->nodes;
@@ -166,7 +166,7 @@ static tunion_t *run_union(gr_matcher_t *m, const part_t *c, const edge_t *edges
   weight += nt;
   bool keep = P->bytes < PART_BYTES_MAX;
   tunion_t *u = aici_calloc(1, sizeof(tunion_t));
-  u->c = c, u->run = i, u->lex0 = lex0, u->temp = !keep;
+  u->c = c, u->run = key, u->lex0 = lex0, u->temp = !keep;
   if (weight * 4 > nw) {               /* a set: one OR per word beats scattered bits */
     u->toks.dense = aici_tokset_new();
     uint32_t *d = u->toks.dense->words;
@@ -244,6 +244,41 @@ static part_t *next_root_run(gr_matcher_t *m, const part_t *c, const edge_t *edg
   return next_root(m, c->base, lex0);
 }
 
+static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_t *mask, uint32_t vocab, pos_t *stack);
+
+/* The space trie's root part of lex0 for a run [i, end) of part c's edges whose tail [*mid, end)
+ * is every word child of the base trie's space node (lexer state F, which takes none of them and
+ * accepts: whitespace before a word): those edges, the next lexeme starting in lex0 at each
+ * child's byte, add what lex0's root part over the space trie adds (the same subtrees from the
+ * same state; an empty lexeme at a byte lex0 cannot take is an edge of that part, as next_root's),
+ * with its slice: " word" tokens wholesale instead of a walk of every word child's subtree. NULL
+ * (and *mid = end) when the tail is not all of them or lex0 takes no dense slice there. */
+static part_t *space_run(gr_matcher_t *m, const part_t *c, const edge_t *edges, uint32_t i, uint32_t end,
+                         uint32_t lex0, uint32_t *mid) {
+  uint32_t k = end;
+  *mid = end;
+  while (k > i && gm_space_edge(c, &edges[k - 1])) k--;
+  if (end - k != gm_space_kids() || k == end) return 0;
+  part_t *r = next_root(m, gm_space_trie(), lex0);
+  if (r) *mid = k;
+  return r;
+}
+
+/* Adds root part r's tokens, slice and edges, its lexeme starting in lex0 on set `top`; false when
+ * what it added is not recorded (rec: the caller's entry is being recorded). */
+static bool root_apply(gr_matcher_t *m, const part_t *r, uint32_t top, uint32_t lex0, uint32_t *mask, uint32_t vocab,
+                       pos_t *stack, bool rec) {
+  parts_t *P = m->parts;
+  pos_t q = {top, lex0, true};
+  gm_toks_or(&r->slice_toks, mask);
+  gm_toks_or(&r->own, mask);
+  if (rec) gm_rec_push(P, toks_word(&r->slice_toks)), gm_rec_push(P, toks_word(&r->own));
+  uint32_t e = part_apply(m, r, q, mask, vocab, stack);
+  if (e == MEMO_NONE) return false;
+  if (rec) gm_rec_push(P, MEMO_CHILD | e);
+  return rec;
+}
+
 /* Adds what part c's edges add at position `here` (its lexeme's start set: here.n_sets), not
  * c's own tokens (the caller's: a root part's beside its slice, a sub part's in its union);
  * returns the entry that records it (MEMO_NONE: none). */
@@ -287,17 +322,16 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
               : tok_start && !c->node ? next_root_run(m, c, edges, i, run, lex0) : 0;
     if (r) {                           /* the next lexeme from its start: r's edges at the root
                                         * children (lex0 accepting) end it empty, as below */
-      pos_t q = {top, lex0, true};
-      gm_toks_or(&r->slice_toks, mask);
-      gm_toks_or(&r->own, mask);
-      if (rec) gm_rec_push(P, toks_word(&r->slice_toks)), gm_rec_push(P, toks_word(&r->own));
-      uint32_t e = part_apply(m, r, q, mask, vocab, stack);
-      if (e == MEMO_NONE) rec = false;
-      else if (rec) gm_rec_push(P, MEMO_CHILD | e);
+      rec = root_apply(m, r, top, lex0, mask, vocab, stack, rec);
       i = run;
       continue;
     }
-    tunion_t *u = run_union(m, c->ends ? 0 : c, edges, wt, i, run, lex0, vocab);
+    /* the run's edges at the space node's word children: the space trie's root part */
+    uint32_t mid = run;
+    part_t *sr = c->ends || tok_start ? 0 : space_run(m, c, edges, i, run, lex0, &mid);
+    if (sr) rec = root_apply(m, sr, top, lex0, mask, vocab, stack, rec);
+    if (mid == i) { i = run; continue; }
+    tunion_t *u = run_union(m, c->ends ? 0 : c, edges, wt, mid < run ? i | 0x80000000u : i, i, mid, lex0, vocab);
     gm_toks_or(&u->toks, mask);
     if (u->temp) rec = false;          /* entries refer only to kept unions */
     else if (rec) gm_rec_push(P, toks_word(&u->toks));
@@ -312,9 +346,9 @@ static uint32_t part_apply(gr_matcher_t *m, const part_t *c, pos_t here, uint32_
     }
     if (u->temp) union_free(u);
     if (m->ls[lex0].n_acc) {           /* an empty lexeme, then the byte: stepped per position */
-      for (; i < run;) {
+      for (; i < mid;) {
         uint32_t key = edges[i].key, j = i;
-        while (j < run && edges[j].key == key) j++;
+        while (j < mid && edges[j].key == key) j++;
         uint8_t b = (uint8_t)(key & 255);
         const int32_t *row = m->ls[lex0].row;
         int32_t r = row ? row[b] : -1;

@@ -5,7 +5,7 @@
 #define GR_MATCHER_IMPL_H
 #include "grammar.h"
 
-/* -DGR_STATS: each mask logs its work counters (profiling; "ST lp=... wn=...") */
+/* -DGR_STATS: each mask logs its work counters (profiling; "ST lp=... wn=...") and each lex_walk of 4,096 nodes or more ("WALK ...") */
 #ifdef GR_STATS
 struct gr_stats { uint32_t dense_or, list_toks, unions, memo_hits, scan_cached, lexmiss, lexnew, lp, lp_nodes, runs, walk_nodes, walk_steps, scans, scan_reuse, items, slices; };
 extern struct gr_stats st;
@@ -156,6 +156,9 @@ void gm_toks_or(const toks_t *t, uint32_t *mask);
 part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex);
 part_t *gm_root_part_sliced(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex, uint32_t max_rest);
 part_t *gm_sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint32_t lex, uint32_t vocab);
+bool gm_space_edge(const part_t *c, const edge_t *e);   /* at a word child of the base trie's space node */
+uint32_t gm_space_kids(void);          /* the space node's word children */
+const aici_trie_t *gm_space_trie(void);/* their subtrees after the space (NULL: none) */
 
 /* mask.c */
 void gm_rec_push(parts_t *P, uint32_t v);

@@ -96,11 +96,79 @@ static const aici_slice_t *const *std_slices;
 static uint32_t n_std;
 static const aici_trie_t *std_trie;
 
+/* The space trie: the tokens " " + [0-9A-Z_a-z]..., as a trie of their bytes after the space
+ * (aici_trie_prefix), with its byte-set slices. After `%ignore`d whitespace the next lexeme starts
+ * at the letter of every " word" token: a run of edges at the space node's word children is the
+ * next lexeme's root part over this trie (gm_space_run), slice and all, not a walk of each word
+ * child's subtree (the space subtree is 40-60 % of a byte-level BPE trie). Per trie a part may
+ * walk (the base trie, and the standard slices' rest tries whose space node keeps every word
+ * child whole: a slice without the space byte), sp_kid[b] is the node of the space node's child
+ * b (0: none, or b not a word byte): the same subtrees in each, so one space trie serves them all. */
+#define SP_TRIES 12u
+static const aici_trie_t *sp_trie;
+static const aici_slice_t *const *sp_slices;
+static uint32_t n_sp, n_sp_kids, n_sp_tab;
+static struct { const aici_trie_t *t; uint32_t kid[256]; } sp_tab[SP_TRIES];
+
+/* Whether node a of trie s and node b of trie t root the same subtree: bytes, tokens, shapes. */
+static bool same_subtree(const aici_trie_t *s, uint32_t a, const aici_trie_t *t, uint32_t b) {
+  uint32_t n = s->nodes[a].w1 >> 10;
+  if (!b || n != t->nodes[b].w1 >> 10) return false;
+  for (uint32_t k = 0; k < n; k++)
+    if (s->nodes[a + k].w0 != t->nodes[b + k].w0 || s->nodes[a + k].w1 >> 10 != t->nodes[b + k].w1 >> 10) return false;
+  return true;
+}
+
+/* The space node's word children of trie t into kid[] (by byte); their count, or 0 when one is not
+ * as in `like` (a rest trie that lost tokens there), or a byte comes twice. */
+static uint32_t space_kids(const aici_trie_t *t, const uint32_t *word, uint32_t *kid, const aici_trie_t *like,
+                           const uint32_t *like_kid) {
+  const aici_trie_node_t *nodes = t->nodes;
+  uint32_t sp = 0, n = 0;
+  for (uint32_t c = 1; c < t->n_nodes; c += nodes[c].w1 >> 10)   /* (the largest: a byte-fallback <0x20> is a leaf) */
+    if ((nodes[c].w0 & 255) == ' ' && (!sp || nodes[c].w1 >> 10 > nodes[sp].w1 >> 10)) sp = c;
+  __builtin_memset(kid, 0, 256 * 4);
+  if (!sp) return 0;
+  for (uint32_t c = sp + 1, end = sp + (nodes[sp].w1 >> 10); c < end; c += nodes[c].w1 >> 10) {
+    uint32_t b = nodes[c].w0 & 255;
+    if (!((word[b >> 5] >> (b & 31)) & 1)) continue;
+    if (kid[b] || (like && !same_subtree(t, c, like, like_kid[b]))) return 0;
+    kid[b] = c, n++;
+  }
+  return n;
+}
+
 void gr_prepare_tokenizer(const aici_trie_t *trie) {
   if (!trie || std_trie == trie) return;
   std_trie = trie;
   std_slices = aici_trie_std_slices(trie, true, &n_std);
+  uint32_t word[8] = {0};
+  aici_range_bits("0-9A-Z_a-z", word);
+  sp_trie = 0, n_sp_tab = 0;
+  n_sp_kids = space_kids(trie, word, sp_tab[0].kid, 0, 0);
+  if (!n_sp_kids) return;
+  sp_trie = aici_trie_prefix(trie, (const uint8_t *)" ", 1, word, &sp_slices, &n_sp);
+  if (!sp_trie || sp_trie->n_root_kids != n_sp_kids) { sp_trie = 0; return; }
+  sp_tab[n_sp_tab++].t = trie;
+  for (uint32_t k = 0; k < n_std && n_sp_tab < SP_TRIES; k++)
+    if (space_kids(&std_slices[k]->rest, word, sp_tab[n_sp_tab].kid, trie, sp_tab[0].kid) == n_sp_kids)
+      sp_tab[n_sp_tab++].t = &std_slices[k]->rest;
 }
+
+/* Which sp_tab entry describes trie t (-1: none). */
+static int sp_find(const aici_trie_t *t) {
+  for (uint32_t k = 0; k < n_sp_tab; k++)
+    if (sp_tab[k].t == t) return (int)k;
+  return -1;
+}
+
+bool gm_space_edge(const part_t *c, const edge_t *e) {
+  int k = sp_find(c->walked);
+  return k >= 0 && e->child && sp_tab[k].kid[e->key & 255] == e->child;
+}
+
+uint32_t gm_space_kids(void) { return n_sp_kids; }
+const aici_trie_t *gm_space_trie(void) { return sp_trie; }
 
 /* Whether every string over byte set `bytes` keeps `lex` alive (false also past COVER_STATES). */
 static bool lex_covers(gr_matcher_t *m, uint32_t lex, const uint32_t *bytes) {
@@ -138,9 +206,11 @@ static bool lex_covers_utf8(gr_matcher_t *m, uint32_t lex, const uint32_t *ascii
  * NAME's alive), so each ready set is checked on its own first. */
 static const aici_slice_t *std_slice(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
   const aici_slice_t *best = 0;
-  if (std_trie != trie) return 0;
-  for (uint32_t k = 0; k < n_std; k++) {
-    const aici_slice_t *sl = std_slices[k];
+  const aici_slice_t *const *list = trie == std_trie ? std_slices : trie == sp_trie ? sp_slices : 0;
+  uint32_t n = trie == std_trie ? n_std : trie == sp_trie ? n_sp : 0;
+  if (!list) return 0;
+  for (uint32_t k = 0; k < n; k++) {
+    const aici_slice_t *sl = list[k];
     if ((!best || sl->n_tokens > best->n_tokens)
         && (sl->utf8 ? lex_covers_utf8(m, lex, sl->bytes, sl->max_len) : lex_covers(m, lex, sl->bytes)))
       best = sl;
@@ -214,9 +284,10 @@ static void sort_edges(edge_t *e, uint32_t n) {   /* shellsort by key (stable en
 /* The lexer-only walk of nodes [p, end) of `t` from lexer state `lex`: tokens inside the lexeme
  * into the list P->tmp (count *n_toks), or, once they outnumber a set's words, into the new set
  * *grown (else NULL); edges into P->etmp (*n_edges). */
-static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex,
+static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t end, uint32_t lex, bool top,
                      aici_tokset_t **grown, uint32_t vocab, uint32_t *n_toks, uint32_t *n_edges) {
-  bool top = p == 1;                   /* a root part: its root's children start tokens (EDGE_TOP) */
+  /* top: a root part of a token trie, its root's children start tokens (EDGE_TOP); the space
+   * trie's root children follow the space */
   parts_t *P = m->parts;
   uint32_t *mask = 0, nw = (vocab + 31) / 32;
   *grown = 0;
@@ -230,6 +301,9 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
   /* the top's state, its row and whether it accepts stay in locals: they change on a push or a
    * pop only, not between siblings */
   uint32_t *stack = P->lstack, *tmp = P->tmp, sp = 1, nt = 0, ne = 0, from = lex;
+#ifdef GR_STATS
+  uint32_t lp0 = st.lp_nodes, p0 = p - 1;
+#endif
   const int32_t *row = gm_lex_row(m, from);
   bool acc = m->ls[from].n_acc != 0;
   stack[0] = lex;
@@ -271,6 +345,24 @@ static void lex_walk(gr_matcher_t *m, const aici_trie_t *t, uint32_t p, uint32_t
     }
   }
   *n_toks = nt, *n_edges = ne;
+#ifdef GR_STATS
+  if (st.lp_nodes - lp0 >= 4096)      /* the big walks: which trie, from which node and state */
+    aici_logf("WALK %s node=%u lex=%u nodes=%u edges=%u toks=%u\n", t == std_trie ? "base" : t == sp_trie ? "space"
+              : "rest", p0, lex, st.lp_nodes - lp0, ne, nt);
+#endif
+}
+
+/* Within each run of one lexer state, the edges at the space node's word children last (in
+ * byte order), so that gm_space_run finds them as the run's tail. */
+static void space_last(const part_t *c, edge_t *e, uint32_t n) {
+  edge_t tmp[256];
+  for (uint32_t i = 0, run; i < n; i = run) {
+    uint32_t ns = 0, w = i;
+    for (run = i; run < n && e[run].key >> 8 == e[i].key >> 8; run++)
+      if (gm_space_edge(c, &e[run])) tmp[ns++] = e[run];   /* one node per byte: ns <= 64 */
+      else e[w++] = e[run];
+    __builtin_memcpy(e + w, tmp, ns * sizeof(edge_t));
+  }
 }
 
 static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici_trie_t *base, const aici_trie_t *walked,
@@ -279,6 +371,7 @@ static part_t *part_new(gr_matcher_t *m, uint32_t lex, uint32_t node, const aici
   part_t *c = aici_calloc(1, sizeof(part_t));
   c->lex = lex, c->node = node, c->base = base, c->walked = walked;
   sort_edges(P->etmp, n_edges);
+  if (sp_find(walked) >= 0) space_last(c, P->etmp, n_edges);
   c->n_edges = n_edges;
   if (n_edges) {
     c->edges = aici_malloc(n_edges * sizeof(edge_t));
@@ -355,7 +448,14 @@ part_t *gm_root_part(gr_matcher_t *m, const aici_trie_t *trie, uint32_t lex) {
     walked = &sl->rest;
   }
   aici_tokset_t *grown;
-  lex_walk(m, walked, 1, walked->n_nodes, lex, &grown, trie->vocab, &nt, &ne);
+  lex_walk(m, walked, 1, walked->n_nodes, lex, trie != sp_trie, &grown, trie->vocab, &nt, &ne);
+#ifdef GR_STATS
+  if (walked->n_nodes >= 4096)
+    aici_logf("WALK root of lex=%u over %s: slice %s%u %u %u %u (%u tokens), %u std slices\n", lex,
+              trie == sp_trie ? "space" : "base", !sl ? "none " : sl->utf8 ? "utf8 " : "bytes ", sl ? sl->bytes[0] : 0,
+              sl ? sl->bytes[1] : 0, sl ? sl->bytes[2] : 0, sl ? sl->bytes[3] : 0, sl ? sl->n_tokens : 0,
+              trie == sp_trie ? n_sp : n_std);
+#endif
   c = part_new(m, lex, 0, trie, walked, ne);
   c->slice = sl;
   part_keep_toks(P, c, nt, grown);
@@ -384,7 +484,7 @@ part_t *gm_sub_part(gr_matcher_t *m, const aici_trie_t *t, uint32_t ch, uint32_t
   if (c || P->bytes >= PART_BYTES_MAX) return c;
   uint32_t nt, ne, size = t->nodes[ch].w1 >> 10;
   aici_tokset_t *grown;
-  lex_walk(m, t, ch + 1, ch + size, lex, &grown, vocab, &nt, &ne);
+  lex_walk(m, t, ch + 1, ch + size, lex, false, &grown, vocab, &nt, &ne);
   c = part_new(m, lex, ch, t, t, ne);
   part_keep_toks(P, c, nt, grown);
   return c;
