@@ -345,7 +345,8 @@ static aici_slice_t *build_utf8_slice(const aici_trie_t *tr, const uint32_t *key
 static const char *const STD_BYTES[] = {"a-z", "A-Za-z", "0-9A-Z_a-z"};
 static const char *const STD_UTF8[] = {"0-9A-Za-z ", " !#-;=?-Z^-z|~", " !#-[]-~", "\t\n\r !#-~",
                                          "\t\n -~"};
-#define N_STD (sizeof STD_BYTES / sizeof STD_BYTES[0] + sizeof STD_UTF8 / sizeof STD_UTF8[0])
+#define N_STD_BYTES (sizeof STD_BYTES / sizeof STD_BYTES[0])
+#define N_STD (N_STD_BYTES + sizeof STD_UTF8 / sizeof STD_UTF8[0])
 static const aici_trie_t *std_trie;
 static const aici_slice_t *std_slices[N_STD];
 static uint32_t n_std;
@@ -359,18 +360,33 @@ void aici_range_bits(const char *r, uint32_t *bits) {
   }
 }
 
+/* The slices of `tr` over the standard byte sets that are worth one, into `out` (their count):
+ * outside the byte-set slices' node budget, as every standard slice. */
+static uint32_t std_byte_slices(const aici_trie_t *tr, const aici_slice_t **out) {
+  uint32_t k = 0;
+  std_building = true;
+  for (uint32_t i = 0; i < N_STD_BYTES; i++) {
+    uint32_t bits[8] = {0};
+    aici_range_bits(STD_BYTES[i], bits);
+    const aici_slice_t *s = aici_trie_slice(tr, bits);
+    if (s) out[k++] = s;
+  }
+  std_building = false;
+  return k;
+}
+
 const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *tr, bool build, uint32_t *n) {
   *n = 0;
   if (!tr) return 0;
   if (std_trie != tr) {
     if (!build) return 0;
-    std_trie = tr, n_std = 0;
+    std_trie = tr;
+    n_std = std_byte_slices(tr, std_slices);
     std_building = true;
-    for (uint32_t k = 0; k < N_STD; k++) {
+    for (uint32_t i = 0; i < N_STD - N_STD_BYTES; i++) {
       uint32_t bits[8] = {0};
-      bool utf8 = k >= sizeof STD_BYTES / sizeof STD_BYTES[0];
-      aici_range_bits(utf8 ? STD_UTF8[k - sizeof STD_BYTES / sizeof STD_BYTES[0]] : STD_BYTES[k], bits);
-      const aici_slice_t *s = utf8 ? aici_trie_utf8_slice(tr, bits) : aici_trie_slice(tr, bits);
+      aici_range_bits(STD_UTF8[i], bits);
+      const aici_slice_t *s = aici_trie_utf8_slice(tr, bits);
       if (s) std_slices[n_std++] = s;
     }
     std_building = false;
@@ -386,7 +402,7 @@ const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *tr, bool buil
  * last node. Its last node's pop runs past its root, as a sub-trie's does: walks stop at its end. */
 const aici_trie_t *aici_trie_prefix(const aici_trie_t *tr, const uint8_t *prefix, uint32_t n_prefix,
                                     const uint32_t *first, const aici_slice_t *const **slices, uint32_t *n_slices) {
-  static const aici_slice_t *made[sizeof STD_BYTES / sizeof STD_BYTES[0]];
+  static const aici_slice_t *made[N_STD_BYTES];
   *n_slices = 0;
   if (!tr || !n_prefix || n_prefix > 16) return 0;
   const aici_trie_node_t *nodes = tr->nodes;
@@ -422,17 +438,8 @@ const aici_trie_t *aici_trie_prefix(const aici_trie_t *tr, const uint8_t *prefix
   v->vocab = tr->vocab, v->max_depth = tr->max_depth, v->scratch_token = tr->scratch_token;
   aici_free((void *)tmp.rest.root_kids);
   list_root_kids(v);
-  /* its byte-set standard slices, outside the budget as the standard ones */
-  uint32_t k = 0;
-  std_building = true;
-  for (uint32_t i = 0; i < sizeof STD_BYTES / sizeof STD_BYTES[0]; i++) {
-    uint32_t bits[8] = {0};
-    aici_range_bits(STD_BYTES[i], bits);
-    const aici_slice_t *sl = aici_trie_slice(v, bits);
-    if (sl) made[k++] = sl;
-  }
-  std_building = false;
-  *slices = made, *n_slices = k;
+  *n_slices = std_byte_slices(v, made);   /* its byte-set standard slices */
+  *slices = made;
   return v;
 }
 

@@ -77,7 +77,8 @@ SIGHTED_KEYS = 4096
 #: request pays about that copy (the template's pages into a fresh instance) to skip the prepare, and a
 #: cheap prepare (a small regex's compile) is faster run again than copied.
 WORTH_FACTOR = 2.0
-_NOT_WORTH = -1          # PreparedCache._seen's count of a key whose template did not pay
+_NOT_WORTH = -1          # PreparedCache._seen's count of a key that makes no template (it did not pay, or its
+                         # aicirt_prepare_template failed)
 _LOG_KEPT = 1024         # bytes of a failed prepare's log a remembered failure starts its request's log with
 
 Key = tuple
@@ -168,7 +169,7 @@ class PreparedCache:
                  max_templates: int, hold_bytes: int, after: int = 1) -> None:
         self.native, self.budget, self.resident = native, budget, resident
         self.after = after           # Limits.prepared_after
-        self._seen: OrderedDict[Key, int] = OrderedDict()   # requests per key without a template yet
+        self._seen: OrderedDict[Key, int] = OrderedDict()   # requests per key without a template yet, or _NOT_WORTH
         self.limit_bytes, self.max_templates, self.hold_bytes = limit_bytes, max(1, max_templates), hold_bytes
         self._ready: OrderedDict[Key, _Template] = OrderedDict()   # least recently used first
         self._pending: dict[Key, _Pending] = {}

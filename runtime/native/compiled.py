@@ -217,8 +217,6 @@ class CPool:
                  steal: bool, engine: wasmtime.Engine, tick_s: float) -> None:
         self.ffi, self.lib = ffi, lib
         self._from_buffer: Callable[[str, np.ndarray], CData] = ffi.from_buffer
-        # the index and sampled arrays last submitted, and their C views: an engine that fills the
-        # same arrays every step is not wrapped again (a view keeps its array alive)
         # rows.c's aicirt_rows_submit reads its inputs from this struct; each field is written only
         # when it changed since the last submit (see rows.c: a libffi call's arguments cost more
         # than its work). The views its pointers come from are kept beside it: the index and

@@ -292,7 +292,7 @@ static void *worker(void *arg) {
             __atomic_add_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL);
             pthread_mutex_unlock(&p->mu);
             double until = now_us() + spin_for(p);
-            while (!work_queued(p) && now_us() < until && !spin_look(p, work_queued, p)) {}
+            while (now_us() < until && !spin_look(p, work_queued, p)) {}   /* a look sees queued work first */
             pthread_mutex_lock(&p->mu);
             __atomic_sub_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL);
         }

@@ -32,7 +32,8 @@ typedef struct {
     size_t img_lo, img_hi;
     int64_t written;
     uint64_t ns;                    /* out: the copy's wall time (CLOCK_MONOTONIC) */
-    double prepare_us;              /* out: aicirt_prepare's time (µs, the call's clock), what a copy saves */
+    double prepare_us;              /* out: aicirt_prepare's time with aicirt_prepare_template's (µs, the call's
+                                     * clock): what a copy saves */
 } aicirt_capture;
 /* CDEF SPAWN END */
 
@@ -267,7 +268,7 @@ int64_t aicirt_fork_copy(const aicirt_spawn_plan *pl, aicirt_slot *src, aicirt_s
 void aicirt_capture_run(void *capture, aicirt_slot *src) {
     aicirt_capture *c = (aicirt_capture *)capture;
     aicirt_slot *dst = (aicirt_slot *)c->dst;
-    c->prepare_us = cpu_used_us(src);   /* the call's clock started with prepare (step.c) */
+    c->prepare_us = cpu_used_us(src);   /* the call's clock started with prepare (step.c), its template part included */
     uint64_t t0 = phase_clock();
     int64_t written = copy_instance(c->pl, src, dst, c->img_lo, c->img_hi, NULL);
     c->ns = phase_clock() - t0;
