@@ -676,6 +676,9 @@ def main() -> None:
     ap.add_argument("--options", default="",
                     help="extra options for ours, comma-separated (e.g. warm=0: no DFA states built ahead in "
                          "aicirt_prepare); appended to the argument after a NUL each")
+    ap.add_argument("--checked", action="store_true",
+                    help="ours on an engine whose code checks every memory access (the layout a Runtime gets past "
+                         "the process's address-space budget, docs/embedding.md), for a before/after pair of runs")
     ap.add_argument("--fork-from", choices=("template", "first"), default="template",
                     help="the request each schema's instances fork from: `template` (default), the third request, "
                          "started from the prepared template as every later request of a server is; `first`, the "
@@ -687,6 +690,9 @@ def main() -> None:
 
     from aicirt.build.toolchain import build_cached
 
+    if args.checked:
+        from aicirt.native import engine_config
+        engine_config.UNCHECKED_BUDGET = 0
     load_start = os.getloadavg()[0]
     q = QwenTokenizer()
     engines, xgr_note = baselines(q, not args.no_xgr)
@@ -750,6 +756,7 @@ def main() -> None:
     ours.close()
     total = figures(everything, prefixes)
     result = {"bench": "json_masks", "tokenizer": "qwen2", "any_order": args.any_order, "wasm": args.wasm or "this tree",
+              "checked": bool(args.checked),
               "fork_from": args.fork_from, "options": args.options,
               **total, **ratios(total, prefixes),
               "xgr_available": "xgr" in prefixes, "load_avg_start": round(load_start, 1),

@@ -81,7 +81,7 @@ class Runtime(Owned):
         self.mask_words = (self.vocab_size + 31) // 32
         keep_resident = slot_keep_resident(self.limits.resident_bytes, self.limits.memory_bytes)
         self.engine = make_engine(self.limits.stack_bytes, self.limits.memory_bytes, max_sequences, keep_resident)
-        self.engine_key = engine_key(self.limits)
+        self.engine_key = engine_key(self.limits, self.engine)
         self.cache_dir = None if cache_dir is False else (Path(cache_dir) if cache_dir else user_cache_dir()) / "modules"
         self.native = get_native()
         # live sequences, calls out past their batch, mask arrays, what freed slots keep resident

@@ -23,7 +23,7 @@ from .admission import structural_problems, wasi_problem
 from ..errors import LoadError
 from .js_bind import split_arg_prefix
 from ..limits import Limits
-from ..native.engine_config import make_engine
+from ..native.engine_config import MemoryLayout, engine_layout, make_engine
 from ..paths import user_cache_dir
 from .wasm_binary import WasmFormatError, export_mutable_globals, module_facts
 
@@ -136,9 +136,9 @@ def validate(module: wasmtime.Module, name: str) -> tuple[bool, bool, list]:
     return abi.EXPORT_POST in exports, abi.EXPORT_INITIALIZE in exports, wasi
 
 
-# Settings compiled code depends on; they must match Runtime's engine (native/engine_config.py)
-# for the child's artifact to deserialize there. Stack size and slot counts do not matter.
-_GUARD_BYTES = 2 << 20
+# The settings compiled code depends on (the epoch, the engine's MemoryLayout) must match the
+# Runtime's engine (native/engine_config.py) for the child's artifact to deserialize there.
+# Stack size and slot counts do not matter.
 # Bumped whenever the loader refuses more: artifacts cached under older rules are not trusted.
 _RULES = 2
 _WORKER = Path(__file__).resolve().parent / "compile_worker.py"
@@ -163,11 +163,12 @@ def _recall(key: tuple) -> bytes | bytearray | None:
         return artifact
 
 
-def _compile_in_child(wasm: bytes, timeout_s: float, name: str, memory_bytes: int) -> bytes:
-    """Scan for fork-unsafe instructions and compile in a child process, killed at `timeout_s`
-    (with everything it allocated). Returns the serialized module; raises LoadError."""
-    header = json.dumps({"epoch_interruption": True, "memory_reservation": memory_bytes,
-                         "memory_guard_size": _GUARD_BYTES}).encode()
+def _compile_in_child(wasm: bytes, timeout_s: float, name: str, layout: MemoryLayout) -> bytes:
+    """Scan for fork-unsafe instructions and compile in a child process for slots of `layout`,
+    killed at `timeout_s` (with everything it allocated). Returns the serialized module; raises
+    LoadError."""
+    header = json.dumps({"epoch_interruption": True, "memory_reservation": layout.reservation,
+                         "memory_guard_size": layout.guard}).encode()
     proc = subprocess.Popen([sys.executable, "-I", str(_WORKER)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -215,12 +216,13 @@ def _compiled(engine: wasmtime.Engine, wasm: bytes, name: str, key: tuple, cache
             return wasmtime.Module.deserialize_file(engine, str(cached)), None
         except Exception:  # stale or corrupt cache entry: recompile and overwrite
             pass
+    layout = engine_layout(engine)   # None: an engine not made by make_engine (its settings guessed)
     if artifact is None:
-        artifact = _compile_in_child(wasm, timeout_s, name, memory_bytes or _DEFAULT_MEMORY)
+        artifact = _compile_in_child(wasm, timeout_s, name, layout or MemoryLayout.bounded(memory_bytes or _DEFAULT_MEMORY))
     try:
         return wasmtime.Module.deserialize(engine, artifact), artifact
     except Exception:  # the engine's settings differ from what the child assumed
-        if memory_bytes is not None:
+        if layout is not None:
             raise
         module = _compile_in_thread(engine, wasm, timeout_s, name)
         return module, module.serialize()
@@ -275,11 +277,12 @@ def keep_artifact(key: tuple, artifact: bytes | bytearray, cached: Path | None) 
             pass
 
 
-def engine_key(limits: Limits) -> str:
+def engine_key(limits: Limits, engine: wasmtime.Engine) -> str:
     """What a Runtime's compiled code depends on (its compile cache key): the wasmtime version,
-    the stack and the memory limit."""
-    return hashlib.sha256(f"wasmtime-{importlib.metadata.version('wasmtime')}"
-                          f"-stack{limits.stack_bytes}-epoch-pool{limits.memory_bytes}".encode()).hexdigest()[:12]
+    the stack, the memory limit and where `engine` (make_engine's) puts each slot's memory."""
+    layout = engine_layout(engine) or MemoryLayout.bounded(limits.memory_bytes)
+    return hashlib.sha256(f"wasmtime-{importlib.metadata.version('wasmtime')}-stack{limits.stack_bytes}"
+                          f"-epoch-pool{limits.memory_bytes}-{layout.key}".encode()).hexdigest()[:12]
 
 
 def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: float = 30.0,
@@ -291,6 +294,7 @@ def check_controller(src: Source, max_bytes: int = 64 << 20, compile_timeout_s: 
     tools that want a quick verdict (`aicirt check`, `aicirt build`, and `aicirt run` before it
     spends seconds loading a model). Raises LoadError."""
     limits = limits or Limits()
-    return load_controller(make_engine(limits.stack_bytes, limits.memory_bytes, 1), engine_key(limits), src,
+    engine = make_engine(limits.stack_bytes, limits.memory_bytes, 1)
+    return load_controller(engine, engine_key(limits, engine), src,
                            max_bytes=max_bytes, compile_timeout_s=compile_timeout_s,
                            cache_dir=user_cache_dir("modules"), memory_bytes=limits.memory_bytes)
