@@ -102,8 +102,7 @@ def _renumbered(variables: dict) -> dict:
     return {**variables, "trace": per_seq}
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_rows_api_and_object_api_run_identically(make_rt, scripted_wasm, seed):
+def random_cases(seed: int) -> list:
     rng = random.Random(seed)
     cases = []
     for _ in range(rng.randint(3, 8)):
@@ -111,11 +110,51 @@ def test_rows_api_and_object_api_run_identically(make_rt, scripted_wasm, seed):
         steps = [random_step(rng) for _ in range(rng.randint(1, 8))]
         caps = Capabilities.ALL if rng.random() < 0.8 else Capabilities(rng.randrange(0, int(Capabilities.ALL) + 1))
         cases.append((prompt, steps, caps, rng.randrange(1 << 30)))
+    return cases
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_rows_api_and_object_api_run_identically(make_rt, scripted_wasm, seed):
+    cases = random_cases(seed)
     out = []
     for cls in (Engine, ObjectApiEngine):
         rt = make_rt(soft_deadline_s=30.0)   # no "pending": both runs must reach the same steps
         out.append(run_engine(cls, rt, rt.load(scripted_wasm), cases))
     assert out[0] == out[1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_c_extension_and_the_cffi_calls_run_identically(make_rt, scripted_wasm, seed, monkeypatch):
+    """native/pyrows.c (where Python's headers are installed: here, always) against CPool's
+    pure-Python submit_rows / finish_rows (AICIRT_PYROWS=0), both APIs, the same random runs."""
+    from aicirt.native import pyrows
+    assert pyrows.load() is not None, pyrows.why_not()
+    cases = random_cases(100 + seed)
+    out = []
+    for off in ("0", "1"):
+        monkeypatch.setenv("AICIRT_PYROWS", off)
+        rt = make_rt(soft_deadline_s=30.0)
+        assert (type(rt.pool.submit_rows).__name__ == "builtin_function_or_method") is (off == "1")
+        out.append([run_engine(cls, rt, rt.load(scripted_wasm), cases) for cls in (Engine, ObjectApiEngine)])
+    assert out[0] == out[1]
+
+
+def test_the_c_extension_refuses_buffers_too_short_for_their_rows(make_rt, scripted_wasm):
+    """pyrows.c reads every array through the buffer protocol and checks its length against the
+    rows: a short one is a ValueError, and nothing starts."""
+    rt = make_rt()
+    seq = rt.new_request(rt.load(scripted_wasm), script(result(branch(mask=[65])))).spawn()
+    reg = rt.registry
+    scratch, masks = reg.scratch.take(2), reg.take_masks(2)
+    args = (reg.table, np.array([seq.index], np.int64), np.full(2, -1, np.int32), None, masks, rt.mask_words, 1, scratch)
+    with pytest.raises(ValueError, match="index"):
+        rt.pool.submit_rows(*args)
+    with pytest.raises(ValueError, match="masks"):
+        rt.pool.submit_rows(reg.table, np.array([seq.index] * 2, np.int64), np.full(2, -1, np.int32), None,
+                            masks[:1], rt.mask_words, 1, scratch)
+    scratch.busy = False
+    out = rt.submit_rows(np.array([seq.index]), np.full(1, -1, np.int32), {0: ([1, 2], 0)}).wait(30.0)
+    assert out.kind[0] == RowKind.MASK and mask_tokens(out, 0) == [65]
 
 
 def test_rows_masks_and_temperatures_come_back_as_arrays(make_rt, scripted_wasm):

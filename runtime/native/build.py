@@ -62,33 +62,41 @@ def build_cached(prefix: str, source: str, cdef: str) -> Library:
     """C `source` as a shared library declaring `cdef`, compiled once with zig cc into the user
     cache dir (named `prefix` plus a hash of its text, the zig version and the machine), loaded
     once per process. Raises BuildError where zig fails."""
-    key = hashlib.sha256("\0".join((source, cdef, _zig_version(), platform.machine(), " ".join(CFLAGS))).encode()
-                         ).hexdigest()[:16]
-    name = f"{prefix}_{key}"
     with _lock:
-        done = _loaded.get(name)
-        if done is not None:
-            return done
-        out = user_cache_dir("native")
-        final = out / f"{name}.so"
-        if not final.exists():
-            out.mkdir(parents=True, exist_ok=True)
-            tmp = out / f"build-{os.getpid()}-{threading.get_ident()}"
-            tmp.mkdir(exist_ok=True)
-            src, so = tmp / f"{name}.c", tmp / f"{name}.so"
-            src.write_text(source)
-            cmd = [sys.executable, "-m", "ziglang", "cc", *CFLAGS, "-o", str(so), str(src), "-lpthread", "-lm"]
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            if run.returncode != 0 or not so.exists():
-                raise BuildError(f"zig cc failed to build {name} ({run.returncode}): {run.stderr.strip()[-2000:]}")
-            os.replace(so, final)   # atomic: a concurrent build of the same key just wins or loses
-            for leftover in tmp.iterdir():
-                leftover.unlink()
-            tmp.rmdir()
-        ffi = cffi.FFI()
-        ffi.cdef(cdef)
-        done = _loaded[name] = Library(ffi, resolve_all(ffi.dlopen(str(final))), final)
+        path = compile_cached(prefix, source, key_extra=cdef)
+        done = _loaded.get(path.name)
+        if done is None:
+            ffi = cffi.FFI()
+            ffi.cdef(cdef)
+            done = _loaded[path.name] = Library(ffi, resolve_all(ffi.dlopen(str(path))), path)
         return done
+
+
+def compile_cached(prefix: str, source: str, flags: tuple[str, ...] = (), suffix: str = ".so",
+                   key_extra: str = "") -> Path:
+    """C `source` compiled once with zig cc (CFLAGS + `flags`) into the user cache dir as
+    `prefix`_<hash of its text, `key_extra`, the flags, the zig version and the machine>`suffix`;
+    returns its path. Raises BuildError where zig fails."""
+    key = hashlib.sha256("\0".join((source, key_extra, _zig_version(), platform.machine(), " ".join(CFLAGS + flags))
+                                    ).encode()).hexdigest()[:16]
+    name = f"{prefix}_{key}"
+    out = user_cache_dir("native")
+    final = out / f"{name}{suffix}"
+    if not final.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / f"build-{os.getpid()}-{threading.get_ident()}"
+        tmp.mkdir(exist_ok=True)
+        src, so = tmp / f"{name}.c", tmp / f"{name}{suffix}"
+        src.write_text(source)
+        cmd = [sys.executable, "-m", "ziglang", "cc", *CFLAGS, *flags, "-o", str(so), str(src), "-lpthread", "-lm"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if run.returncode != 0 or not so.exists():
+            raise BuildError(f"zig cc failed to build {name} ({run.returncode}): {run.stderr.strip()[-2000:]}")
+        os.replace(so, final)   # atomic: a concurrent build of the same key just wins or loses
+        for leftover in tmp.iterdir():
+            leftover.unlink()
+        tmp.rmdir()
+    return final
 
 
 def resolve_all(lib: CLib) -> CLib:

@@ -12,6 +12,7 @@ import numpy as np
 import wasmtime
 from wasmtime import _ffi as wt_ffi
 
+from . import pyrows
 from .build import load_extension
 from .pool_stats import PoolStats
 from .types import CFFI, CData, CLib
@@ -244,6 +245,14 @@ class CPool:
         self._args.pool = self.ptr
         if not steal:
             lib.aicirt_pool_steal(self.ptr, 0)
+        # pyrows.c where it builds: submit_rows in C (an instance attribute over the method below)
+        # and finish_rows's C part, bound to this pool's struct and rows.c's functions
+        self._finish: Callable[..., int] = self._finish_cffi
+        fast = pyrows.load()
+        if fast is not None:
+            addr = lambda p: int(ffi.cast("uintptr_t", p))   # noqa: E731
+            self.submit_rows = fast.submitter(addr(self._args), addr(lib.aicirt_rows_submit))  # type: ignore[method-assign]
+            self._finish = fast.finisher(addr(self.ptr), addr(lib.aicirt_rows_finish))
 
         # Held across the C calls other threads make (a metrics scrape's `stats`, `pending`) and
         # while `close` takes the pointer: without it such a call could lock the mutex of a pool
@@ -307,10 +316,12 @@ class CPool:
 
     def finish_rows(self, scratch: "RowScratch", held: CData, timeout_s: float, closed: bool) -> int:
         """rows.c's aicirt_rows_finish over `scratch` (`held`: its buffer from submit_rows): wait
-        for the rows' calls (not when `closed`), then collect; scratch.blocked_us says how long
-        it waited. Returns how many rows are not RowKind.MASK."""
-        return self.lib.aicirt_rows_finish(self.ffi.NULL if closed or self.ptr is None else self.ptr, held,
-                                           scratch.n, timeout_s * 1e6)
+        for the rows' calls (not when `closed`, or once the pool is), then collect;
+        scratch.blocked_us says how long it waited. Returns how many rows are not RowKind.MASK."""
+        return self._finish(scratch, held, timeout_s, closed or self.ptr is None)
+
+    def _finish_cffi(self, scratch: "RowScratch", held: CData, timeout_s: float, closed: bool) -> int:
+        return self.lib.aicirt_rows_finish(self.ffi.NULL if closed else self.ptr, held, scratch.n, timeout_s * 1e6)
 
     def wait_rows(self, ptrs: np.ndarray, row_status: np.ndarray, timeout_s: float) -> int:
         """Block until every row of `ptrs` (uint64 slot addresses) whose call is out (RowStatus
