@@ -451,6 +451,7 @@ static bool same_set(const cset_t *a, const cset_t *b) {
 }
 
 typedef uint32_t v128u __attribute__((vector_size(16), aligned(4)));
+typedef signed char i8x16 __attribute__((vector_size(16)));
 
 /* Vector loops: wasmtime's memory.copy / memory.fill are libcalls that cost more at mask sizes. */
 static void copy_words(uint32_t *restrict d, const uint32_t *restrict s, uint32_t n) {
@@ -492,7 +493,7 @@ static void out_diff(matcher_t *M, uint32_t limit) {
   v128u z = {0, 0, 0, 0};
   for (; i + 4 <= nw; i += 4) {
     v128u d = *(const v128u *)(w + i) ^ (b ? *(const v128u *)(b + i) : z);
-    if (!(d[0] | d[1] | d[2] | d[3])) continue;
+    if (!__builtin_wasm_any_true_v128((i8x16)d)) continue;   /* one v128.any_true: lanes ORed cost 4 extracts */
     if (n + 4 > limit) { M->out_n = NO_LIST; return; }
     for (uint32_t k = 0; k < 4; k++)
       if (d[k]) M->out_idx[n++] = i + k;
@@ -507,7 +508,6 @@ static void out_diff(matcher_t *M, uint32_t limit) {
 
 /* The configuration set's mask, into the out buffer. */
 typedef uint8_t u8x16 __attribute__((vector_size(16), aligned(1)));
-typedef signed char i8x16 __attribute__((vector_size(16)));
 
 /* The tokens of whole string characters, at most `room` of them: from the per-token counts. */
 static void count_mask(const uint8_t *nchars, uint32_t room, uint32_t *w, uint32_t nw) {
