@@ -70,6 +70,9 @@ Fields (the last line; the same per slice under `per_slice`, without the ratios)
                            mask_inner_vs_llg_p50, ttfm_vs_llg_p50, compile_wall_vs_llg_p50, and the
                            same with xgr
   load_avg_start/end       the machine's 1-minute load average when the run began and ended
+  checked, rows_calls      ours on an engine that bounds-checks memory (--checked: the layout past
+                           the address-space budget) or not; the rows API's calls through the C
+                           extension or cffi (AICIRT_PYROWS=0; docs/embedding.md)
   seconds, xgr_available, xgr_note, per_slice
 
 Renamed where the meaning changed: `mask_us_*` (the controller's time) is `mask_inner_us_*`;
@@ -690,6 +693,7 @@ def main() -> None:
 
     from aicirt.build.toolchain import build_cached
 
+    from aicirt.native import pyrows   # the rows API's calls: the C extension, or cffi where AICIRT_PYROWS=0
     if args.checked:
         from aicirt.native import engine_config
         engine_config.UNCHECKED_BUDGET = 0
@@ -756,7 +760,7 @@ def main() -> None:
     ours.close()
     total = figures(everything, prefixes)
     result = {"bench": "json_masks", "tokenizer": "qwen2", "any_order": args.any_order, "wasm": args.wasm or "this tree",
-              "checked": bool(args.checked),
+              "checked": bool(args.checked), "rows_calls": "cffi" if pyrows.load() is None else "c extension",
               "fork_from": args.fork_from, "options": args.options,
               **total, **ratios(total, prefixes),
               "xgr_available": "xgr" in prefixes, "load_avg_start": round(load_start, 1),
