@@ -10,7 +10,7 @@ import pytest
 from hostile.kinds import KINDS, Kind
 from hostile.runner import Spec, healthy_specs, run_batch
 from hostile.wat import module
-from test_hostile import SUITE_LIMITS, _check_hostile
+from test_hostile import SUITE_LIMITS, _check_hostile, alone, hostile_c_wasm  # noqa: F401 (fixtures shared)
 
 import aicirt
 from aicirt.build import toolchain
@@ -32,18 +32,6 @@ def _runtime(monkeypatch, checked: bool, **limits) -> aicirt.Runtime:
     monkeypatch.setattr(engine_config, "UNCHECKED_BUDGET", 0 if checked else 1 << 62)
     return aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False,
                           limits=aicirt.Limits(soft_deadline_s=5.0, **limits))
-
-
-@pytest.fixture(scope="module")
-def hostile_c_wasm():
-    from hostile.kinds import HERE
-    return toolchain.build_cached(HERE / "hostile.c")
-
-
-@pytest.fixture(scope="module")
-def alone(scripted_wasm):
-    with aicirt.Runtime(aicirt.ByteTokenizer(), cache_dir=False) as rt:
-        return run_batch(rt, healthy_specs(scripted_wasm)).healthy
 
 
 @pytest.mark.parametrize("checked", [False, True], ids=["unchecked", "checked"])
