@@ -464,3 +464,24 @@ def test_workers_spin_between_close_calls_and_sleep_once_they_stop(make_rt, scri
     c0 = cpu_seconds()
     time.sleep(0.5)
     assert cpu_seconds() - c0 < 0.05, "an idle runtime's threads used CPU (a worker spinning?)"
+
+
+def test_scratch_buffers_take_turns_per_size_and_keep_the_sizes_used_last():
+    """native.ScratchBuffers: two per batch size in turn, never one still busy; the sizes used
+    last kept (the same size twice in a row takes its shortcut past the order's bookkeeping)."""
+    from aicirt.native import ScratchBuffers
+    sb = ScratchBuffers(sizes=2)
+    a = sb.take(1)
+    b = sb.take(1)
+    assert a is not b and a.busy and b.busy
+    c = sb.take(1)                      # a still busy: a fresh one in its place
+    assert c is not a and c is not b and c.n == 1
+    b.busy = c.busy = False
+    assert sb.take(1) is b and sb.take(1) is c
+    b.busy = c.busy = False
+    two = sb.take(2)
+    assert two.n == 2 and sb.take(1) is b   # size 1 is newer than 2 again
+    sb.take(3)                              # evicts size 2, the one used longest ago
+    c.busy = False
+    assert sb.take(1) is c                  # size 1 was kept (its turn: c)
+    assert sb.take(2) is not two            # size 2 was not

@@ -116,7 +116,8 @@ class RowsHandle:
             self.index, self.sampled = index, sampled   # type: ignore[assignment]
             n = len(self.index)
         else:
-            runtime.check_open()
+            if runtime._closed:
+                runtime.check_open()   # raises
             # the engine's own arrays pass as they are (the test inlined: it is most of this call)
             self.index = index if (type(index) is np.ndarray and index.dtype is _I64 and index.ndim == 1
                                    and index.flags.c_contiguous) else _int_array(index, "index", np.int64)

@@ -44,6 +44,9 @@ class MaskBuffers:
 
     def take(self, rows: int, pinned: "set[int] | frozenset[int]") -> np.ndarray:
         turn = self.turn = self.turn ^ 1
+        view = self.views[turn]
+        if not pinned and view is not None and len(view) == rows:   # a step like this buffer's last
+            return view
         buf = self.buffers[turn]
         if buf is None or buf.shape[0] < rows or id(buf) in pinned:
             buf = self.buffers[turn] = np.empty((max(rows, 8), self.words), dtype=np.uint32)

@@ -66,16 +66,21 @@ class ScratchBuffers:
     def __init__(self, sizes: int = 8) -> None:
         self._sizes = sizes
         self._pairs: OrderedDict[int, list[Any]] = OrderedDict()   # n -> [scratch, scratch, turn]
+        self._last: tuple[int, list[Any]] = (-1, [])   # the last size taken and its pair (the newest already)
 
     def take(self, n: int) -> RowScratch:
         """A scratch for `n` rows, marked busy (the batch clears `busy` at its wait)."""
-        pair = self._pairs.get(n)
-        if pair is None:
-            pair = self._pairs[n] = [None, None, 0]
-            if len(self._pairs) > self._sizes:
-                self._pairs.popitem(last=False)
-        else:
-            self._pairs.move_to_end(n)
+        last_n, pair = self._last
+        if n != last_n:   # (the same size as the last batch's is the most recent in the order already)
+            got = self._pairs.get(n)
+            if got is None:
+                pair = self._pairs[n] = [None, None, 0]
+                if len(self._pairs) > self._sizes:
+                    self._pairs.popitem(last=False)
+            else:
+                pair = got
+                self._pairs.move_to_end(n)
+            self._last = (n, pair)
         turn = pair[2] = pair[2] ^ 1
         scratch = pair[turn]
         if scratch is None or scratch.busy:   # a batch not waited for keeps its own
