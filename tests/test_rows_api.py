@@ -485,3 +485,23 @@ def test_scratch_buffers_take_turns_per_size_and_keep_the_sizes_used_last():
     c.busy = False
     assert sb.take(1) is c                  # size 1 was kept (its turn: c)
     assert sb.take(2) is not two            # size 2 was not
+
+
+def test_without_python_headers_the_rows_api_goes_through_cffi_and_says_why(make_rt, scripted_wasm, monkeypatch,
+                                                                            caplog):
+    """pyrows.load() where sysconfig's include dir has no Python.h: None, the reason logged once
+    and kept (pyrows.why_not), and a Runtime's rows API on cffi's path, working."""
+    import logging
+    import sysconfig
+
+    from aicirt.native import pyrows
+    monkeypatch.setattr(pyrows, "_state", {})
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {"include": "/nonexistent/include"})
+    with caplog.at_level(logging.INFO, logger="aicirt.native"):
+        assert pyrows.load() is None
+    assert "Python.h" in pyrows.why_not() and "cffi" in caplog.text
+    rt = make_rt()
+    assert type(rt.pool.submit_rows).__name__ == "method"
+    seq = rt.new_request(rt.load(scripted_wasm), script(result(branch(mask=[65])))).spawn()
+    out = rt.submit_rows(np.array([seq.index]), np.full(1, -1, np.int32), {0: ([1, 2], 0)}).wait(30.0)
+    assert out.kind[0] == RowKind.MASK and mask_tokens(out, 0) == [65]
