@@ -17,7 +17,7 @@ KEEP_RESIDENT = 1 << 20
 
 # A slot that reserves the whole 32-bit index space (plus a guard past it for constant offsets)
 # needs no bounds check on a load or store: compiled code is that much smaller and faster (the
-# json controller's masks 0.5-1 µs of 7-11 faster at p50, its slow ones ~10 %). It costs address
+# json controller's masks: docs/embedding.md, "Address space, not memory"). It costs address
 # space only (PROT_NONE, nothing committed): 4 GiB a slot, 4 TiB for a Runtime of 1,024 slots,
 # out of x86-64's 128 TiB. A process's engines together reserve at most UNCHECKED_BUDGET so;
 # past it (or under an address-space rlimit it would not fit) an engine reserves only the
