@@ -116,8 +116,7 @@ class RowsHandle:
             self.index, self.sampled = index, sampled   # type: ignore[assignment]
             n = len(self.index)
         else:
-            if runtime._closed:
-                runtime.check_open()   # raises
+            runtime.check_open()
             # the engine's own arrays pass as they are (the test inlined: it is most of this call)
             self.index = index if (type(index) is np.ndarray and index.dtype is _I64 and index.ndim == 1
                                    and index.flags.c_contiguous) else _int_array(index, "index", np.int64)
