@@ -75,6 +75,12 @@ Fields (the last line; the same per slice under `per_slice`, without the ratios)
                            extension or cffi (AICIRT_PYROWS=0; docs/embedding.md)
   seconds, xgr_available, xgr_note, per_slice
 
+`--pair-wasm M` (masks only): this tree's controller and module M in one process, instance by
+instance in turn, with llguidance, `--passes` times: per build mask_wall_us_p50/p99,
+mask_inner_us_p50/p99, mask_submit_us_p50 and their ratios to llg_mask_us_p50/p99 (M's prefixed
+`other_`), and other_vs_ours_* (M / this tree). Separate runs on a VM catch different machine
+phases (up to 1.5x apart on the 2-core VM); this compares two builds within one.
+
 Renamed where the meaning changed: `mask_us_*` (the controller's time) is `mask_inner_us_*`;
 `runtime_mask_us_p50` (submit -> wait on the object API) is `mask_wall_us_p50` (the rows API);
 `compile_ms_*` (inside, less the schema `true`) is `compile_inner_ms_*` (inside, the whole call)
@@ -469,6 +475,81 @@ def summary(row: dict, prefixes: list[str]) -> str:
     return out
 
 
+def paired_masks(ours: Ours, other: Ours, llg: Llg, cases: list, tok, load_start: float, passes: int) -> None:
+    """--pair-wasm: masks only, this tree's controller (`ours`) and the given module (`other`) in
+    one process, instance by instance in turn (each build first every other pass), llguidance after
+    them, `passes` times over every schema's instances: one machine phase for both builds, where
+    separate runs on this VM differ by up to 1.5x. Each build's instances fork from its own third
+    request of the schema (its template). The last line is one JSON object: per build (`""`,
+    `other_`) mask_wall_us_p50/p99, mask_inner_us_p50/p99, mask_submit_us_p50 and their ratios to
+    llguidance's fill (`llg_mask_us_p50/p99`), and other_vs_ours_* (other / ours)."""
+    from _json_cases import given_text
+    t_start = time.perf_counter()
+    work = []
+    for case in cases:
+        text = json.dumps(case["schema"], ensure_ascii=False).encode("utf-8")
+        toks = []
+        for t in case["tests"]:
+            try:
+                toks.append((t["valid"], tok.encode_bytes(given_text(t["data"]))))
+            except (ValueError, RecursionError):
+                continue
+        seqs = []
+        for o in (ours, other):
+            try:
+                req, seq, mask, _, _, _, _ = o._first(text + o.options + b"\0fast_forward=0")
+                for _ in range(2):   # the third request starts from the template the second made
+                    seq.close()
+                    req.close()
+                    req, seq, mask, _, _, _, _ = o._first(text + o.options + b"\0fast_forward=0")
+            except RuntimeError:
+                mask = None
+            if mask is None:
+                break
+            seqs.append((req, seq))
+        compiled = llg.compile(case["schema"])
+        if len(seqs) == 2 and compiled is not None:
+            work.append((seqs, toks, compiled))
+        else:
+            for req, seq in seqs:
+                seq.close()
+                req.close()
+    timed = {"": Case(), "other_": Case(), "llg_": Case()}
+    eos = tok.eos_token_id
+    for p in range(passes):
+        for seqs, toks, compiled in work:
+            for valid, ts in toks:
+                pair = (("", ours, seqs[0][1]), ("other_", other, seqs[1][1]))
+                for name, o, seq in pair if p % 2 == 0 else pair[::-1]:
+                    try:
+                        o._instance(seq, ts, eos, timed[name])
+                    except RuntimeError as e:
+                        print(f"  {e}", flush=True)
+                baseline_instance(llg, compiled, valid, ts, eos, timed["llg_"])
+    for seqs, _, _ in work:
+        for req, seq in seqs:
+            seq.close()
+            req.close()
+    out: dict = {"bench": "json_masks_paired", "schemas": len(cases), "common_schemas": len(work), "passes": passes}
+    llg_c = timed["llg_"]
+    out["llg_masks"] = len(llg_c.mask_us)
+    out["llg_mask_us_p50"], out["llg_mask_us_p99"] = round(pct(llg_c.mask_us, 50), 2), round(pct(llg_c.mask_us, 99), 1)
+    for k in ("", "other_"):
+        c = timed[k]
+        out[f"{k}masks"] = len(c.mask_us)
+        for label, xs in (("mask_wall_us", c.mask_us), ("mask_inner_us", c.other_us)):
+            out[f"{k}{label}_p50"], out[f"{k}{label}_p99"] = round(pct(xs, 50), 2), round(pct(xs, 99), 1)
+        out[f"{k}mask_submit_us_p50"] = round(pct(c.submit_us, 50), 2)
+        for q in ("p50", "p99"):
+            out[f"{k}mask_wall_vs_llg_{q}"] = round(out[f"{k}mask_wall_us_{q}"] / out[f"llg_mask_us_{q}"], 2)
+            out[f"{k}mask_inner_vs_llg_{q}"] = round(out[f"{k}mask_inner_us_{q}"] / out[f"llg_mask_us_{q}"], 2)
+    for label in ("mask_wall_us_p50", "mask_wall_us_p99", "mask_inner_us_p50", "mask_inner_us_p99"):
+        out[f"other_vs_ours_{label}"] = round(out[f"other_{label}"] / out[label], 2)
+    out.update(load_avg_start=round(load_start, 1), load_avg_end=round(os.getloadavg()[0], 1),
+               seconds=round(time.perf_counter() - t_start, 1))
+    print(json.dumps(out))
+
+
 def first_masks(ours: Ours, other: Ours, llg: Llg, cases: list, load_start: float) -> None:
     """--compare-wasm: time to first mask of each schema, cold (its first request), second and warm
     (its third: a template is made at an argument's second request, Limits.prepared_after), through two builds of the
@@ -673,6 +754,10 @@ def main() -> None:
     ap.add_argument("--same-masks", default=None,
                     help="masks only: this tree's controller beside the given json module (e.g. main's build), "
                          "every mask of every instance compared bit for bit (no timing)")
+    ap.add_argument("--pair-wasm", default=None,
+                    help="masks only: this tree's controller beside the given json module in one process, instance "
+                         "by instance in turn, with llguidance (one machine phase for both: see paired_masks)")
+    ap.add_argument("--passes", type=int, default=4, help="--pair-wasm: passes over every schema's instances")
     ap.add_argument("--wasm", default=None,
                     help="run this json module as ours instead of this tree's build (e.g. main's, for a before/after "
                          "pair of runs on the same machine)")
@@ -719,6 +804,13 @@ def main() -> None:
         cases = [c for name in slices
                  for c in (list(load_slice(name)) if args.full else sample(name, args.per_slice, seed=0))]
         same_masks(ours, other, cases, tok, q.eos_token_id, load_start)
+        other.close()
+        ours.close()
+        return
+    if args.pair_wasm:
+        other = Ours(tok, Path(args.pair_wasm).read_bytes(), ours.options, args.fork_from)
+        cases = [c for name in slices for c in (list(load_slice(name)) if args.full else sample(name, args.per_slice, seed=0))]
+        paired_masks(ours, other, engines[0], cases, tok, load_start, args.passes)
         other.close()
         ours.close()
         return
