@@ -143,7 +143,9 @@ def test_the_controllers_own_view_matches_the_engine_through_forks_splices_and_b
                 settings=EngineSettings(max_tokens=24, backtrack_one_in=3, late_one_in=3)) as fz:
         report = fz.fuzz(steps=400, seed=1)
     assert report.ok, report
-    assert sum(report.finish_reasons.values()) == 2 * report.runs     # every run forked once
+    # every run forked once; the last, cut by the step budget, may end before its fork (how many
+    # steps each run takes depends on which calls come back late on the machine)
+    assert sum(report.finish_reasons.values()) in (2 * report.runs, 2 * report.runs - 1), report
 
 
 def test_the_engine_catches_a_wrong_view_of_the_tokens(scripted_wasm):
