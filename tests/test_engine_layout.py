@@ -10,7 +10,7 @@ import pytest
 from hostile.kinds import KINDS, Kind
 from hostile.runner import Spec, healthy_specs, run_batch
 from hostile.wat import module
-from test_hostile import SUITE_LIMITS, _check_hostile, alone, hostile_c_wasm  # noqa: F401 (fixtures shared)
+from test_hostile import _check_hostile, alone, hostile_c_wasm  # noqa: F401 (fixtures shared)
 
 import aicirt
 from aicirt.build import toolchain
@@ -38,7 +38,7 @@ def _runtime(monkeypatch, checked: bool, **limits) -> aicirt.Runtime:
 @pytest.mark.parametrize("kind", _FAULTS, ids=lambda k: k.name)
 def test_memory_faults_end_only_that_sequence_in_both_layouts(monkeypatch, scripted_wasm, hostile_c_wasm, alone,
                                                               kind, checked):
-    with _runtime(monkeypatch, checked, **SUITE_LIMITS, **kind.limits) as rt:
+    with _runtime(monkeypatch, checked, **kind.limits) as rt:   # the default time limits: faults are at once
         assert engine_layout(rt.engine).checked is checked
         spec = Spec(kind.wasm if kind.wasm is not None else hostile_c_wasm, kind.arg, capabilities=kind.capabilities)
         out = run_batch(rt, healthy_specs(scripted_wasm), spec, settle=True)
