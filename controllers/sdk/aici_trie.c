@@ -360,15 +360,18 @@ void aici_range_bits(const char *r, uint32_t *bits) {
   }
 }
 
-/* The slices of `tr` over the standard byte sets that are worth one, into `out` (their count):
- * outside the byte-set slices' node budget, as every standard slice. */
-static uint32_t std_byte_slices(const aici_trie_t *tr, const aici_slice_t **out) {
+/* The slices of `tr` over the byte sets `sets` (as range texts) that are worth one, each made by
+ * `make` (aici_trie_slice, or aici_trie_utf8_slice over the ASCII sets), into `out` (their count):
+ * outside the slices' node budget, as every standard slice. */
+static uint32_t std_slices_of(const aici_trie_t *tr, const char *const *sets, uint32_t n_sets,
+                              const aici_slice_t *(*make)(const aici_trie_t *, const uint32_t *),
+                              const aici_slice_t **out) {
   uint32_t k = 0;
   std_building = true;
-  for (uint32_t i = 0; i < N_STD_BYTES; i++) {
+  for (uint32_t i = 0; i < n_sets; i++) {
     uint32_t bits[8] = {0};
-    aici_range_bits(STD_BYTES[i], bits);
-    const aici_slice_t *s = aici_trie_slice(tr, bits);
+    aici_range_bits(sets[i], bits);
+    const aici_slice_t *s = make(tr, bits);
     if (s) out[k++] = s;
   }
   std_building = false;
@@ -381,15 +384,8 @@ const aici_slice_t *const *aici_trie_std_slices(const aici_trie_t *tr, bool buil
   if (std_trie != tr) {
     if (!build) return 0;
     std_trie = tr;
-    n_std = std_byte_slices(tr, std_slices);
-    std_building = true;
-    for (uint32_t i = 0; i < N_STD - N_STD_BYTES; i++) {
-      uint32_t bits[8] = {0};
-      aici_range_bits(STD_UTF8[i], bits);
-      const aici_slice_t *s = aici_trie_utf8_slice(tr, bits);
-      if (s) std_slices[n_std++] = s;
-    }
-    std_building = false;
+    n_std = std_slices_of(tr, STD_BYTES, N_STD_BYTES, aici_trie_slice, std_slices);
+    n_std += std_slices_of(tr, STD_UTF8, N_STD - N_STD_BYTES, aici_trie_utf8_slice, std_slices + n_std);
   }
   *n = n_std;
   return std_slices;
@@ -438,7 +434,7 @@ const aici_trie_t *aici_trie_prefix(const aici_trie_t *tr, const uint8_t *prefix
   v->vocab = tr->vocab, v->max_depth = tr->max_depth, v->scratch_token = tr->scratch_token;
   aici_free((void *)tmp.rest.root_kids);
   list_root_kids(v);
-  *n_slices = std_byte_slices(v, made);   /* its byte-set standard slices */
+  *n_slices = std_slices_of(v, STD_BYTES, N_STD_BYTES, aici_trie_slice, made);   /* its byte-set slices */
   *slices = made;
   return v;
 }
